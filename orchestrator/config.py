@@ -1,0 +1,220 @@
+"""overnight.toml: one typed section per component, validated once.
+
+Every error becomes a `ConfigError` whose one-line message names the key,
+because a cron job's only reader is a person at breakfast.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from orchestrator.errors import ConfigError
+
+DEFAULT_CONFIG_NAME = "overnight.toml"
+ALL_TOOLS = ("read_file", "write_file", "edit_file", "list_dir", "search", "run_check", "submit", "run_command")
+DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
+LOCAL_MODEL = "local"
+_TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Section):
+    """Which model answers, and how long to wait for it."""
+
+    name: str = Field(LOCAL_MODEL, min_length=1, description='litellm model name, or "local" for the embedded model')
+    api_base: str | None = None
+    api_key: str | None = None
+    request_timeout_s: float = Field(120.0, gt=0, description="silence longer than this stops the iteration")
+    temperature: float = Field(0.2, ge=0, le=2)
+    max_tokens: int = Field(2048, gt=0, description="cap on one response")
+    context_window: int | None = Field(None, gt=0, description="used when litellm does not know the model")
+    retries: int = Field(3, ge=0, description="attempts after the first when the endpoint is down or answers 5xx")
+    retry_backoff_s: float = Field(2.0, ge=0, description="first backoff; doubles each retry, with jitter")
+
+
+class RepoConfig(_Section):
+    """The user's repository: never touched; task worktrees branch from `base`."""
+
+    path: Path = Path(".")
+    base: str = "HEAD"
+    keep: tuple[str, ...] = Field((), description="paths a rollback keeps, such as build caches")
+
+
+class StateConfig(_Section):
+    dir: Path = Path(".overnight")
+
+
+class StoreConfig(_Section):
+    url: str | None = Field(None, description="SQLAlchemy URL; default sqlite under state.dir")
+
+
+class NightConfig(_Section):
+    max_iterations: int = Field(3, ge=1)
+    max_turns: int = Field(30, ge=1)
+    check_timeout_s: float = Field(600.0, gt=0)
+    command_timeout_s: float = Field(120.0, gt=0)
+    notes_budget_chars: int = Field(4000, ge=0, description="how much of a task's notes goes into its prompt")
+
+
+class GuardsConfig(_Section):
+    """Thresholds of the built-in guards, and user guards to add."""
+
+    repeat_remind_at: int = Field(3, ge=2)
+    repeat_stop_at: int = Field(4, ge=2)
+    empty_stop_at: int = Field(2, ge=1)
+    unknown_tool_stop_at: int = Field(2, ge=1)
+    broken_stop_at: int = Field(3, ge=1)
+    failing_streak_at: int = Field(3, ge=2)
+    dead_loop_window: int = Field(6, ge=2)
+    dead_loop_recent: int = Field(4, ge=2)
+    dead_loop_distinct: int = Field(2, ge=1)
+    progress_tools: tuple[str, ...] = ("write_file", "edit_file")
+    context_warn_ratio: float = Field(0.8, gt=0, le=1)
+    max_output_chars: int = Field(20000, gt=0, description="a response longer than this is cut as runaway")
+    park_after: int = Field(3, ge=1, description="same severe reason on this many iterations in a row parks the task")
+    custom: tuple[str, ...] = Field((), description='user guards as "module:Class"')
+
+    @model_validator(mode="after")
+    def _remind_before_stop(self) -> "GuardsConfig":
+        if self.repeat_remind_at > self.repeat_stop_at:
+            raise ValueError("repeat_remind_at must not be above repeat_stop_at")
+        return self
+
+
+class TaskConfig(_Section):
+    name: str
+    prompt: str = Field(min_length=1)
+    check: str = Field(min_length=1, description="shell command; exit 0 means the task is done")
+    tools: tuple[str, ...] = DEFAULT_TOOLS
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_branch_safe(cls, value: str) -> str:
+        if not _TASK_NAME.match(value) or value.endswith(".lock") or ".." in value:
+            raise ValueError("must be letters, digits, '.', '_' or '-' (it names a branch and a folder)")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [t for t in value if t not in ALL_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
+        if "submit" not in value:
+            value = (*value, "submit")
+        return value
+
+
+class Config(_Section):
+    model: ModelConfig = ModelConfig()
+    repo: RepoConfig = RepoConfig()
+    state: StateConfig = StateConfig()
+    store: StoreConfig = StoreConfig()
+    night: NightConfig = NightConfig()
+    guards: GuardsConfig = GuardsConfig()
+    task: tuple[TaskConfig, ...] = Field(default=(), alias="task")
+    # Where the file was read from; relative paths resolve against its folder.
+    source: Path = Field(Path(DEFAULT_CONFIG_NAME), exclude=True)
+
+    @field_validator("task")
+    @classmethod
+    def _unique_names(cls, tasks: tuple[TaskConfig, ...]) -> tuple[TaskConfig, ...]:
+        seen: set[str] = set()
+        for task in tasks:
+            if task.name in seen:
+                raise ValueError(f"task name {task.name!r} appears twice")
+            seen.add(task.name)
+        return tasks
+
+    @property
+    def base_dir(self) -> Path:
+        return self.source.resolve().parent
+
+    @property
+    def repo_path(self) -> Path:
+        return (self.base_dir / self.repo.path).resolve()
+
+    @property
+    def state_dir(self) -> Path:
+        return (self.base_dir / self.state.dir).resolve()
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url or f"sqlite:///{self.state_dir / 'runs.db'}"
+
+    def task_named(self, name: str) -> TaskConfig:
+        for task in self.task:
+            if task.name == name:
+                return task
+        raise ConfigError(f"no task named {name!r} in {self.source}")
+
+
+def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
+    """Read and validate `path`; raise ConfigError with one line naming the key."""
+    source = Path(path)
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {source} (create one with `overnight init`)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {source}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    config = parse_config(raw, source=source)
+    if require_tasks and not config.task:
+        raise ConfigError(f"{source}: [[task]]: no tasks defined")
+    return config
+
+
+def parse_config(raw: dict[str, Any], *, source: Path) -> Config:
+    if "source" in raw:
+        raise ConfigError(f"{source}: unknown key 'source'")
+    try:
+        return Config.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    key = _key_name(error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {key}"
+    if error["type"] == "missing":
+        return f"{key}: required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{key}: {message}" if key else message
+
+
+def _key_name(loc: tuple[Any, ...]) -> str:
+    """('task', 0, 'name') -> '[[task]] #1 name'; ('model', 'name') -> '[model] name'."""
+    if not loc:
+        return ""
+    head, *rest = loc
+    if head == "task" and rest and isinstance(rest[0], int):
+        index, *rest = rest
+        prefix = f"[[task]] #{index + 1}"
+    elif head == "task":
+        prefix = "[[task]]"
+    elif rest:
+        prefix = f"[{head}]"
+    else:
+        return str(head)
+    tail = ".".join(str(part) for part in rest)
+    return f"{prefix} {tail}".rstrip()
+
+
+# The reference config ships in the package so `overnight init` works from a wheel.
+def example_config_text() -> str:
+    from importlib.resources import files
+
+    return files("orchestrator").joinpath("config.example.toml").read_text(encoding="utf-8")
+
