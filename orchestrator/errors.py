@@ -11,11 +11,15 @@ from __future__ import annotations
 class QualityError(Exception):
     """A severe struggle: stop this iteration, roll back, tell the next one why."""
 
-    def __init__(self, reason: str, correction: str, evidence: str = "") -> None:
+    def __init__(self, reason: str, correction: str, evidence: str = "", message: str = "") -> None:
         super().__init__(f"{reason}: {correction}")
         self.reason = reason
+        # What the next iteration is told to do instead.
         self.correction = correction
+        # What was seen (the repeated call, the check's output), for notes.md.
         self.evidence = evidence
+        # A few words for the severe signal, e.g. "loop: read_file x4".
+        self.message = message or (evidence.splitlines()[0][:80] if evidence else reason)
 
 
 class ModelUnreachable(Exception):

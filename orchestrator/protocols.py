@@ -57,6 +57,8 @@ class GuardContext(Protocol):
     turn: int
     max_turns: int
     tool_names: list[str]
+    # Tokens the model can take in, when known (litellm's model info or config).
+    context_window: int | None
 
     def remind(self, text: str) -> None:
         """Attach `text` to the next request only; it never enters the history."""

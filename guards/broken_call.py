@@ -1,0 +1,52 @@
+"""Stop a model whose tool-call arguments keep failing to parse or to fit."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from orchestrator.errors import QualityError
+from orchestrator.protocols import GuardContext
+from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall
+
+from guards._describe import describe_call, times
+
+KIND = "broken_tool_call"
+_PROBLEMS = ("unparseable", "invalid")
+
+
+class BrokenCallGuard:
+    """Counts answers with broken arguments; only an answer with a good call resets.
+
+    A text-only answer in between does not reset: a model that writes prose
+    between broken calls has still not managed one usable call.
+    """
+
+    def __init__(self, stop_at: int = 3) -> None:
+        self.stop_at = stop_at
+        self._count = 0
+
+    def before_run(self, ctx: GuardContext) -> None:
+        self._count = 0
+
+    def after_model_response(
+        self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
+    ) -> None:
+        broken = next((c for c in calls if isinstance(c, BrokenCall) and c.problem in _PROBLEMS), None)
+        if broken is None:
+            if any(isinstance(c, ToolCall) for c in calls):
+                self._count = 0
+            return
+        self._count += 1
+        message = f"broken call: {broken.name}{times(self._count)}"
+        if self._count >= self.stop_at:
+            evidence = f"{describe_call(broken)}: {broken.problem} ({broken.detail})"
+            raise QualityError(KIND, _correction(broken), evidence=evidence, message=message)
+        ctx.report(Level.WARNING, KIND, message)
+
+
+def _correction(broken: BrokenCall) -> str:
+    return (
+        f"Your calls to {broken.name} could not be used ({broken.detail}). Give the arguments as one "
+        "JSON object with every required parameter and nothing else. If the content is long, "
+        "change the file in smaller pieces with edit_file."
+    )

@@ -1,0 +1,51 @@
+"""Stop a model that keeps calling tools that do not exist."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from orchestrator.errors import QualityError
+from orchestrator.protocols import GuardContext
+from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall
+
+from guards._describe import describe_call, times
+
+UNKNOWN_TOOL = "unknown_tool"
+EMPTY_TOOL_NAME = "empty_tool_name"
+_PROBLEMS = (UNKNOWN_TOOL, EMPTY_TOOL_NAME)
+
+
+class UnknownToolGuard:
+    """Counts answers in a row that call a missing tool; the kind is the BrokenCall's problem.
+
+    Only a warning at first: the loop already hands the tool list back to the model.
+    """
+
+    def __init__(self, stop_at: int = 2) -> None:
+        self.stop_at = stop_at
+        self._count = 0
+
+    def before_run(self, ctx: GuardContext) -> None:
+        self._count = 0
+
+    def after_model_response(
+        self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
+    ) -> None:
+        bad = next((c for c in calls if isinstance(c, BrokenCall) and c.problem in _PROBLEMS), None)
+        if bad is None:
+            self._count = 0
+            return
+        self._count += 1
+        what = f"unknown tool: {bad.name}" if bad.problem == UNKNOWN_TOOL else "empty tool name"
+        message = f"{what}{times(self._count)}"
+        if self._count >= self.stop_at:
+            evidence = f"{describe_call(bad)} in {self._count} answers in a row"
+            raise QualityError(bad.problem, _correction(bad, ctx.tool_names), evidence=evidence, message=message)
+        ctx.report(Level.WARNING, bad.problem, message)
+
+
+def _correction(bad: BrokenCall, tool_names: Sequence[str]) -> str:
+    available = ", ".join(tool_names)
+    if bad.problem == EMPTY_TOOL_NAME:
+        return f"Your tool calls had no tool name. Every call must name one of these tools: {available}."
+    return f"There is no tool named {bad.name!r}. Call only these tools, spelled exactly: {available}."

@@ -1,0 +1,142 @@
+"""The agent loop: ask the model, run its tool calls, let the guards watch.
+
+Guards stop a run by raising QualityError; it is caught once here, turned into
+a severe signal, and re-raised for the iteration runner to roll back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from orchestrator import history
+from orchestrator.errors import QualityError
+from orchestrator.protocols import Guard, Message, Model, SignalSink, Toolbox
+from orchestrator.records import AgentResult, BrokenCall, Level, ModelResponse, Signal, ToolCall, ToolResult
+
+NO_TOOL_CALLED = (
+    "You did not call a tool. Use the tools to make progress; when the check passes, call submit(summary)."
+)
+
+
+class Recorder(Protocol):
+    """Where the loop leaves its trace (run store, transcript); never read back by the loop."""
+
+    def message(self, message: Message) -> None: ...
+
+    def model_call(self, response: ModelResponse) -> None: ...
+
+    def tool_call(self, call: ToolCall, result: ToolResult) -> None: ...
+
+
+@dataclass
+class RunContext:
+    """The guards' view of one agent run (implements protocols.GuardContext)."""
+
+    max_turns: int
+    tool_names: list[str]
+    sink: SignalSink
+    context_window: int | None = None
+    turn: int = 0
+    signals: list[Signal] = field(default_factory=list)
+    _reminders: list[str] = field(default_factory=list)
+    _prompt_tokens: int = 0
+
+    def remind(self, text: str) -> None:
+        if text not in self._reminders:
+            self._reminders.append(text)
+
+    def report(self, level: Level, kind: str, message: str) -> None:
+        signal = Signal(level=level, kind=kind, message=message)
+        self.signals.append(signal)
+        self.sink(signal)
+
+    def prompt_tokens(self) -> int:
+        return self._prompt_tokens
+
+    def take_reminders(self) -> list[str]:
+        reminders, self._reminders = self._reminders, []
+        return reminders
+
+
+def run_agent(
+    model: Model,
+    toolbox: Toolbox,
+    guards: Sequence[Guard],
+    messages: list[Message],
+    ctx: RunContext,
+    recorder: Recorder,
+) -> AgentResult:
+    """Run until the model submits; raise QualityError when a guard (or the model client) stops it."""
+    tokens = 0
+    try:
+        _each(guards, "before_run", ctx)
+        for ctx.turn in range(1, ctx.max_turns + 1):
+            request = history.with_reminders(messages, ctx.take_reminders())
+            response = model.complete(request, toolbox.schemas())
+            tokens += response.tokens
+            ctx._prompt_tokens = response.prompt_tokens
+            recorder.model_call(response)
+            calls = toolbox.parse(response)
+            _each(guards, "after_model_response", ctx, response, calls)
+            submitted = _act(toolbox, guards, messages, ctx, recorder, response, calls)
+            if submitted is not None:
+                return AgentResult(summary=submitted, turns=ctx.turn, tokens=tokens)
+        raise QualityError(
+            "max_turns",
+            f"You used all {ctx.max_turns} turns without submitting. Make a smaller change, "
+            "run the check, and submit as soon as it passes.",
+            evidence=f"{ctx.max_turns} turns",
+            message=f"max turns: {ctx.max_turns}",
+        )
+    except QualityError as stop:
+        ctx.report(Level.SEVERE, stop.reason, stop.message)
+        stop.turns, stop.tokens = ctx.turn, tokens  # type: ignore[attr-defined]
+        raise
+
+
+def _act(
+    toolbox: Toolbox,
+    guards: Sequence[Guard],
+    messages: list[Message],
+    ctx: RunContext,
+    recorder: Recorder,
+    response: ModelResponse,
+    calls: Sequence[ToolCall | BrokenCall],
+) -> str | None:
+    """Answer one response in the history; return the summary if the model submitted."""
+    if not calls and not response.text.strip():
+        return None  # an empty answer leaves no trace; the empty-response guard reminds
+    turn_messages = history.assistant_turn(response, calls, ctx.turn)
+    _append(messages, recorder, turn_messages.assistant)
+    feedback: list[str] = []
+    for call in calls:
+        if isinstance(call, BrokenCall):
+            feedback.append(history.broken_call_note(call, ctx.tool_names))
+            continue
+        result = toolbox.execute(call)
+        recorder.tool_call(call, result)
+        if call.source == "native":
+            _append(messages, recorder, history.tool_message(turn_messages.ids[id(call)], result))
+        else:
+            feedback.append(history.text_call_result(call, result))
+        _each(guards, "after_tool_call", ctx, call, result)
+        if result.submitted:
+            return str(call.arguments.get("summary", ""))
+    if not calls:
+        feedback.append(NO_TOOL_CALLED)
+    if feedback:
+        _append(messages, recorder, {"role": "user", "content": "\n\n".join(feedback)})
+    return None
+
+
+def _append(messages: list[Message], recorder: Recorder, message: Message) -> None:
+    messages.append(message)
+    recorder.message(message)
+
+
+def _each(guards: Sequence[Guard], hook: str, *args: Any) -> None:
+    for guard in guards:
+        method = getattr(guard, hook, None)
+        if method is not None:
+            method(*args)

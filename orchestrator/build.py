@@ -1,0 +1,58 @@
+"""Turn a validated Config into the live objects of a night, and take them down after.
+
+The CLI calls `night_parts(config)` in a with-block; whatever happens inside
+(a crash, Ctrl-C), the store is closed and a local model server is stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from orchestrator.config import LOCAL_MODEL, Config
+from orchestrator.console import SignalPrinter
+from orchestrator.logs import get_logger
+from orchestrator.night import NightParts
+
+
+@contextlib.contextmanager
+def model_for(config: Config) -> Iterator[object]:
+    """The configured model; for "local", the embedded server, started for the night and stopped after."""
+    from orchestrator.model import LiteLLMModel
+
+    if config.model.name != LOCAL_MODEL:
+        yield LiteLLMModel(config.model, max_output_chars=config.guards.max_output_chars)
+        return
+    from orchestrator.local_model import local_model_config, serve_local_model
+
+    with serve_local_model(config, log=get_logger()) as server:
+        yield LiteLLMModel(local_model_config(config.model, server), max_output_chars=config.guards.max_output_chars)
+
+
+def open_store(config: Config):
+    from runs.store import RunStore
+
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    return RunStore.open(config.store_url)
+
+
+@contextlib.contextmanager
+def night_parts(config: Config) -> Iterator[NightParts]:
+    from guards import build_guards
+
+    build_guards(config.guards)  # fail on a bad user guard before anything starts
+    store = open_store(config)
+    try:
+        with model_for(config) as model:
+            context_window = model.context_window() if hasattr(model, "context_window") else None
+            yield NightParts(
+                config=config,
+                model=model,
+                store=store,
+                guards_factory=lambda: build_guards(config.guards),
+                on_signal=SignalPrinter(),
+                log=get_logger(),
+                context_window=context_window,
+            )
+    finally:
+        store.close()

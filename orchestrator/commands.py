@@ -1,0 +1,144 @@
+"""Run one shell command unattended: no input, a hard time limit, bounded output.
+
+Shared by the task check and the agent's `run_check` / `run_command` tools.
+Nobody is awake to answer a prompt, so a command gets no stdin and no pager, and
+when its time is up everything it started dies with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+TIMEOUT_EXIT_CODE = 124
+# Keep-alive env for unattended runs: git and pagers must never wait for a person.
+_QUIET_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    # `git commit` without -m would otherwise open an editor and wait forever.
+    "GIT_EDITOR": "true",
+}
+_READ_CHUNK = 65536
+# How long to wait for the output pipe to close once the command's processes are gone.
+_DRAIN_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How a shell command ended; `output` is stdout and stderr merged, capped."""
+
+    exit_code: int
+    output: str
+    timed_out: bool
+    duration_s: float
+
+
+def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int) -> CommandResult:
+    """Run `command` with bash in `cwd`; kill its whole process group after `timeout_s`."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        executable=shutil.which("bash") or "/bin/sh",
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **_QUIET_ENV},
+        start_new_session=True,
+    )
+    collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))
+    collector.start()
+    timed_out = False
+    try:
+        exit_code = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        # Also after a normal exit: a background child left running would hold
+        # the pipe open and outlive the iteration that started it.
+        _kill_group(process.pid)
+        process.wait()
+    collector.join(_DRAIN_GRACE_S)
+    note = f"[timed out after {timeout_s:g}s; the command was killed]" if timed_out else ""
+    room = max(max_output_chars - len(note) - 1, 0) if note else max_output_chars
+    output = cap_text(collector.text(), room, already_cut=collector.dropped)
+    if timed_out:
+        exit_code = TIMEOUT_EXIT_CODE
+        output = f"{output}\n{note}" if output else note
+    return CommandResult(
+        exit_code=exit_code, output=output, timed_out=timed_out, duration_s=time.monotonic() - started
+    )
+
+
+def cap_text(text: str, max_chars: int, *, already_cut: int = 0) -> str:
+    """Keep the head and the tail of `text` within `max_chars`, marking the cut.
+
+    The tail gets the larger share because a failing check says what went wrong last.
+    `already_cut` counts what was dropped from the middle before `text` was built.
+    """
+    if len(text) <= max_chars and not already_cut:
+        return text
+    marker_room = 40
+    keep = max(max_chars - marker_room, 0)
+    head = keep // 3
+    tail = keep - head
+    cut = len(text) - head - tail + already_cut
+    return f"{text[:head]}\n[... {cut} chars cut ...]\n{text[len(text) - tail:] if tail else ''}"
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _OutputCollector(threading.Thread):
+    """Drains the pipe, keeping only the first and last bytes so a flood cannot fill memory."""
+
+    def __init__(self, stream, budget_bytes: int) -> None:
+        super().__init__(daemon=True)
+        self._stream = stream
+        self._budget = budget_bytes
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.dropped = 0
+        # text() may run while a stray process still writes, if the pipe never closed.
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            while chunk := self._stream.read1(_READ_CHUNK):
+                with self._lock:
+                    self._keep(chunk)
+        except (OSError, ValueError):
+            pass
+
+    def _keep(self, chunk: bytes) -> None:
+        room = self._budget - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self._tail.append(chunk)
+        self._tail_size += len(chunk)
+        while self._tail_size - len(self._tail[0]) >= self._budget:
+            self.dropped += len(self._tail[0])
+            self._tail_size -= len(self._tail.popleft())
+
+    def text(self) -> str:
+        with self._lock:
+            head = bytes(self._head).decode("utf-8", errors="replace")
+            tail = b"".join(self._tail).decode("utf-8", errors="replace")
+        return head + tail

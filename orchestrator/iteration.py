@@ -1,0 +1,208 @@
+"""One iteration: checkpoint, agent run, check, then commit or roll back with a note.
+
+Whatever happens inside, the worktree ends either committed or exactly at its
+checkpoint, and the run store says which.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from orchestrator.agent import RunContext, run_agent
+from orchestrator.config import NightConfig, TaskConfig
+from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
+from orchestrator.prompt import build_messages
+from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
+from orchestrator.records import IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
+from orchestrator.transcript import Transcript
+
+CHECK_TAIL_CHARS = 1200
+CANCELLED_CORRECTION = "None needed: the iteration was stopped on purpose ({why}), not because of the model."
+
+
+@dataclass(frozen=True)
+class TaskSetup:
+    """Everything an iteration of one task needs, built once per task by the night."""
+
+    task: TaskConfig
+    night: NightConfig
+    workspace: Workspace
+    model: Model
+    toolbox: Toolbox
+    guards: Sequence[Guard]
+    notes: NotesBook
+    store: Any  # runs.store.RunStore
+    task_run_id: int
+    transcripts_dir: Path
+    on_signal: SignalSink
+    log: Any  # a structlog logger bound to run and task
+    context_window: int | None = None
+
+
+def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
+    """Raises ModelUnreachable and Cancelled after rolling back; every other failure becomes a report."""
+    checkpoint = setup.workspace.checkpoint()
+    transcript_path = setup.transcripts_dir / f"task-run-{setup.task_run_id}-{setup.task.name}-{number}.jsonl"
+    iteration_id = setup.store.begin_iteration(
+        setup.task_run_id, number=number, checkpoint=checkpoint, pid=os.getpid(), transcript=str(transcript_path)
+    )
+    log = setup.log.bind(iteration=number, iteration_id=iteration_id)
+    log.info("iteration_started", checkpoint=checkpoint[:12])
+    with Transcript(transcript_path) as transcript:
+        recorder = _Recorder(setup.store, iteration_id, transcript, log)
+        ctx = RunContext(
+            max_turns=setup.night.max_turns,
+            tool_names=setup.toolbox.names(),
+            sink=lambda signal: recorder.signal(signal, setup.on_signal),
+            context_window=setup.context_window,
+        )
+        finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
+        messages = build_messages(
+            task_prompt=setup.task.prompt,
+            check=setup.task.check,
+            tool_names=ctx.tool_names,
+            notes=setup.notes.for_prompt(setup.task.name, setup.night.notes_budget_chars)
+            if hasattr(setup.notes, "for_prompt")
+            else "\n\n".join(setup.notes.for_task(setup.task.name)),
+        )
+        for message in messages:
+            recorder.message(message)
+        try:
+            result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
+            check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s)
+            transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
+            if not check.passed:
+                ctx.report(Level.SEVERE, "check_failed", f"check failed: exit {check.exit_code}")
+                return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
+            commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip())
+            return finish.committed(commit, result.turns, result.tokens)
+        except QualityError as stop:
+            return finish.rolled_back(stop, getattr(stop, "turns", ctx.turn), getattr(stop, "tokens", 0))
+        except ModelUnreachable as down:
+            finish.unreachable(str(down))
+            raise
+        except (Cancelled, KeyboardInterrupt) as stop:
+            finish.cancelled(getattr(stop, "why", "interrupted"))
+            raise
+        except Exception as exc:  # a bug or an environment failure: not the model's fault, but recorded
+            log.exception("iteration_error")
+            error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
+            return finish.rolled_back(error, ctx.turn, 0)
+
+
+def _check_failed(exit_code: int, output: str) -> QualityError:
+    tail = output.strip()[-CHECK_TAIL_CHARS:]
+    return QualityError(
+        "check_failed",
+        "You submitted, but the check still fails. Run run_check, read its output, fix what it reports, "
+        "and submit only after run_check passes.",
+        evidence=f"exit {exit_code}\n{tail}",
+        message=f"check failed: exit {exit_code}",
+    )
+
+
+@dataclass
+class _Finisher:
+    """The three endings of an iteration, each leaving store, notes and worktree consistent."""
+
+    setup: TaskSetup
+    number: int
+    iteration_id: int
+    checkpoint: str
+    ctx: RunContext
+    log: Any
+
+    def committed(self, commit: str, turns: int, tokens: int) -> IterationReport:
+        self.setup.store.finish_iteration(
+            self.iteration_id, outcome=IterationOutcome.COMMITTED.value, commit=commit, turns=turns, tokens=tokens
+        )
+        self.log.info("iteration_committed", commit=commit[:12], turns=turns, tokens=tokens)
+        return self._report(IterationOutcome.COMMITTED, "", commit, turns, tokens)
+
+    def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
+        self.setup.workspace.rollback(self.checkpoint)
+        self.setup.notes.append(
+            task=self.setup.task.name, iteration=self.number, reason=stop.reason, correction=stop.correction, evidence=stop.evidence
+        )
+        self.setup.store.finish_iteration(
+            self.iteration_id,
+            outcome=IterationOutcome.ROLLED_BACK.value,
+            reason=stop.reason,
+            correction=stop.correction,
+            turns=turns,
+            tokens=tokens,
+        )
+        self.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
+        return self._report(IterationOutcome.ROLLED_BACK, stop.reason, "", turns, tokens)
+
+    def unreachable(self, detail: str) -> None:
+        # Infrastructure, not a struggle: no note, no signal.
+        self.setup.workspace.rollback(self.checkpoint)
+        self.setup.store.finish_iteration(
+            self.iteration_id, outcome=IterationOutcome.ROLLED_BACK.value, reason="model_unreachable", turns=self.ctx.turn
+        )
+        self.log.warning("iteration_model_unreachable", detail=detail)
+
+    def cancelled(self, why: str) -> None:
+        self.setup.workspace.rollback(self.checkpoint)
+        self.setup.notes.append(
+            task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=CANCELLED_CORRECTION.format(why=why)
+        )
+        self.setup.store.finish_iteration(
+            self.iteration_id, outcome=IterationOutcome.CANCELLED.value, reason="cancelled", turns=self.ctx.turn
+        )
+        self.log.info("iteration_cancelled", why=why)
+
+    def _report(self, outcome: IterationOutcome, reason: str, commit: str, turns: int, tokens: int) -> IterationReport:
+        return IterationReport(
+            number=self.number, outcome=outcome, reason=reason, commit=commit, turns=turns, tokens=tokens, signals=tuple(self.ctx.signals)
+        )
+
+
+class _Recorder:
+    """Implements agent.Recorder: store events, transcript lines, log events, heartbeat."""
+
+    def __init__(self, store: Any, iteration_id: int, transcript: Transcript, log: Any) -> None:
+        self.store = store
+        self.iteration_id = iteration_id
+        self.transcript = transcript
+        self.log = log
+
+    def message(self, message: Message) -> None:
+        self.transcript.write("message", message=message)
+
+    def model_call(self, response: ModelResponse) -> None:
+        latency_ms = int(response.latency_s * 1000)
+        self.store.record_model_call(
+            self.iteration_id,
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            latency_ms=latency_ms,
+            finish_reason=response.finish_reason,
+        )
+        self.store.heartbeat(self.iteration_id)
+        self.transcript.write(
+            "model_call",
+            text=response.text,
+            reasoning=response.reasoning,
+            tool_calls=[{"name": c.name, "arguments": c.arguments} for c in response.tool_calls],
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            latency_ms=latency_ms,
+            finish_reason=response.finish_reason,
+        )
+        self.log.debug("model_call", tokens=response.tokens, latency_ms=latency_ms, calls=len(response.tool_calls))
+
+    def tool_call(self, call: ToolCall, result: ToolResult) -> None:
+        self.store.record_tool_call(self.iteration_id, name=call.name, ok=result.ok, message=result.output[:500], data={"arguments": call.arguments})
+        self.transcript.write("tool_call", name=call.name, arguments=call.arguments, source=call.source, ok=result.ok, output=result.output)
+        self.log.debug("tool_call", tool=call.name, ok=result.ok)
+
+    def signal(self, signal: Signal, forward: SignalSink) -> None:
+        self.store.record_signal(self.iteration_id, level=signal.level.value, kind=signal.kind, message=signal.message)
+        self.transcript.write("signal", **signal.as_dict())
+        self.log.warning("signal", level=signal.level.value, kind=signal.kind, message=signal.message)
+        forward(signal)

@@ -1,0 +1,375 @@
+"""The one real `Model`: any endpoint litellm can reach, streamed and watched.
+
+Three things happen here and nowhere else: retries (an endpoint that is down
+or overloaded is retried with backoff, then reported as `ModelUnreachable`),
+the silence watchdog (`QualityError("watchdog_timeout")`), and the runaway
+cut-off (`QualityError("runaway_output")`). litellm and the openai SDK are
+told not to retry on their own, so retries never nest.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from orchestrator.errors import ModelUnreachable, QualityError
+from orchestrator.records import ModelResponse, RawToolCall
+
+if TYPE_CHECKING:  # pydantic is not needed to import this module
+    from orchestrator.config import ModelConfig
+
+Message = dict[str, Any]
+
+# Runaway repetition: the last REPEAT_WINDOW characters are one unit of at most
+# REPEAT_MAX_UNIT characters over and over. Checked every REPEAT_CHECK_EVERY
+# new characters so a long stream costs little.
+REPEAT_WINDOW = 512
+REPEAT_MAX_UNIT = 64
+REPEAT_CHECK_EVERY = 32
+# Statuses that mean "the endpoint is busy or broken right now": try again.
+_RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+# Statuses that mean "the configuration is wrong": retrying cannot help.
+_CONFIG_STATUSES = frozenset({401, 402, 403, 404, 407})
+
+WATCHDOG_CORRECTION = (
+    "The model went silent for too long. Keep each reply short and make one tool call at a time."
+)
+RUNAWAY_CORRECTION = (
+    "The reply ran away (far too long, or repeating itself). Keep replies short, "
+    "make one tool call at a time, and stop once the call is written."
+)
+
+
+class LiteLLMModel:
+    """Answers through `litellm.completion`, streaming by default.
+
+    `config.name` goes to litellm unchanged. For an OpenAI-compatible server
+    (llama-server, vLLM, LM Studio, Ollama's /v1) set `api_base` and write the
+    name as "openai/<served-model-name>", litellm's OpenAI-compatible route;
+    a plain name with a custom `api_base` is not rewritten here.
+
+    Raises `QualityError` for silence longer than `config.request_timeout_s`
+    (watchdog_timeout) or output past `max_output_chars` or looping
+    (runaway_output); `ModelUnreachable` when the endpoint stays down or the
+    configuration is refused (401/403/404); `RuntimeError` when the server
+    rejects the request itself (400).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        max_output_chars: int = 20000,
+        stream: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+        on_retry: Callable[[int, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.max_output_chars = max_output_chars
+        self.stream = stream
+        self._sleep = sleep
+        self._on_retry = on_retry
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        failures = 0
+        while True:
+            try:
+                return self._attempt(messages, tools)
+            except _Retryable as failure:
+                failures += 1
+                if failures > self.config.retries:
+                    raise ModelUnreachable(
+                        f"model endpoint {self._where()} failed {failures} times; last error: {failure.reason}"
+                    ) from None
+                if self._on_retry is not None:
+                    self._on_retry(failures, failure.reason)
+                self._sleep(self._backoff(failures))
+
+    def context_window(self) -> int | None:
+        """Input tokens the model accepts: litellm's figure when it knows the model, else the config's."""
+        try:
+            known = _litellm().get_model_info(self.config.name).get("max_input_tokens")
+            if known:
+                return int(known)
+        except Exception:  # unknown model, odd map entry: fall back, never fail a night over it
+            pass
+        return self.config.context_window
+
+    # -- one request ---------------------------------------------------------
+
+    def _attempt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        litellm = _litellm()
+        started = time.monotonic()
+        try:
+            raw = litellm.completion(**self._request(messages, tools))
+            if self.stream:
+                draft = self._read_stream(raw)
+            else:
+                draft = _read_whole(raw)
+                self._check_runaway(draft)
+        except (QualityError, _Retryable):
+            raise
+        except Exception as exc:
+            raise self._classify(exc) from exc
+        return draft.finish(messages, latency_s=time.monotonic() - started)
+
+    def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        config = self.config
+        request: dict[str, Any] = {
+            "model": config.name,
+            "messages": [dict(m) for m in messages],
+            "temperature": config.temperature,
+            "max_tokens": config.max_tokens,
+            # litellm's own default is 6000 s; this is also the per-read silence limit.
+            "timeout": config.request_timeout_s,
+            # Retries live in `complete` only; the openai SDK would nest its own.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if tools:
+            request["tools"] = list(tools)
+            request["tool_choice"] = "auto"
+        if config.api_base:
+            request["api_base"] = config.api_base
+            # The openai SDK refuses to send a request without some key.
+            request["api_key"] = config.api_key or "sk-none"
+        elif config.api_key:
+            request["api_key"] = config.api_key
+        if self.stream:
+            request["stream"] = True
+            request["stream_options"] = {"include_usage": True}
+        return request
+
+    def _read_stream(self, stream: Any) -> "_Draft":
+        """Assemble the stream, cutting it on silence or runaway output."""
+        draft = _Draft()
+        limit = self.config.request_timeout_s
+        last = time.monotonic()
+        try:
+            for chunk in stream:
+                now = time.monotonic()
+                # The read timeout bounds each blocking read; this also catches a
+                # server that keeps the socket busy without producing output.
+                if now - last > limit:
+                    raise _watchdog(limit)
+                last = now
+                draft.add_chunk(chunk)
+                self._check_runaway(draft)
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                close()
+        return draft
+
+    def _check_runaway(self, draft: "_Draft") -> None:
+        written = draft.written_chars()
+        if written > self.max_output_chars:
+            raise QualityError(
+                "runaway_output", RUNAWAY_CORRECTION, evidence=f"output passed {self.max_output_chars} chars"
+            )
+        loop = draft.looping_unit()
+        if loop is not None:
+            raise QualityError(
+                "runaway_output",
+                RUNAWAY_CORRECTION,
+                evidence=f"output repeats {loop[:40]!r} over its last {REPEAT_WINDOW} chars",
+            )
+
+    # -- failures ------------------------------------------------------------
+
+    def _classify(self, exc: Exception) -> Exception:
+        """Turn a litellm/openai exception into the decision it stands for."""
+        import openai
+
+        litellm = _litellm()
+        status = _status_of(exc)
+        reason = _one_line(exc)
+        if isinstance(exc, openai.APITimeoutError) and status not in _RETRY_STATUSES - {408}:
+            return _watchdog(self.config.request_timeout_s)
+        if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in str(exc):
+            return ModelUnreachable(f"litellm cannot route model {self.config.name!r}: {reason}")
+        if status in _CONFIG_STATUSES:
+            return ModelUnreachable(f"model endpoint {self._where()} refused the request ({status}): {reason}")
+        if status in _RETRY_STATUSES or isinstance(exc, openai.APIConnectionError):
+            return _Retryable(reason)
+        if isinstance(exc, openai.APIStatusError) or status is not None:
+            return RuntimeError(f"model request rejected ({status}): {reason}")
+        return exc
+
+    def _where(self) -> str:
+        return f"{self.config.api_base} ({self.config.name})" if self.config.api_base else self.config.name
+
+    def _backoff(self, failures: int) -> float:
+        base = self.config.retry_backoff_s * 2 ** (failures - 1)
+        return base * random.uniform(0.75, 1.25)
+
+
+class _Retryable(Exception):
+    """An attempt failed in a way another attempt may not."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _watchdog(limit: float) -> QualityError:
+    return QualityError("watchdog_timeout", WATCHDOG_CORRECTION, evidence=f"no output for {limit:g} s")
+
+
+def _status_of(exc: Exception) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]
+
+
+# -- assembling a response ---------------------------------------------------
+
+
+@dataclass
+class _Channel:
+    """One growing text (content, reasoning or a call's arguments) and its recent tail."""
+
+    parts: list[str] = field(default_factory=list)
+    length: int = 0
+    tail: str = ""
+    unchecked: int = 0
+
+    def add(self, piece: str) -> None:
+        self.parts.append(piece)
+        self.length += len(piece)
+        self.tail = (self.tail + piece)[-REPEAT_WINDOW:]
+        self.unchecked += len(piece)
+
+    def looping_unit(self) -> str | None:
+        """The unit the tail repeats, if the whole window is one unit over and over."""
+        if self.unchecked < REPEAT_CHECK_EVERY or len(self.tail) < REPEAT_WINDOW:
+            return None
+        self.unchecked = 0
+        tail = self.tail
+        for unit in range(1, REPEAT_MAX_UNIT + 1):
+            if tail[unit:] == tail[:-unit]:
+                return tail[:unit]
+        return None
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass
+class _CallDraft:
+    id: str = ""
+    name: str = ""
+    arguments: _Channel = field(default_factory=_Channel)
+
+
+@dataclass
+class _Draft:
+    """A response being put together from stream chunks (or one whole message)."""
+
+    content: _Channel = field(default_factory=_Channel)
+    reasoning: _Channel = field(default_factory=_Channel)
+    calls: dict[int, _CallDraft] = field(default_factory=dict)
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add_chunk(self, chunk: Any) -> None:
+        self.add_usage(getattr(chunk, "usage", None))
+        for choice in getattr(chunk, "choices", None) or ():
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                self.add_message(delta)
+            if getattr(choice, "finish_reason", None):
+                self.finish_reason = str(choice.finish_reason)
+
+    def add_message(self, message: Any) -> None:
+        if getattr(message, "content", None):
+            self.content.add(message.content)
+        if getattr(message, "reasoning_content", None):
+            self.reasoning.add(message.reasoning_content)
+        for position, call in enumerate(getattr(message, "tool_calls", None) or ()):
+            self._add_call(position, call)
+
+    def _add_call(self, position: int, call: Any) -> None:
+        index = getattr(call, "index", None)
+        if not isinstance(index, int):
+            index = position
+        draft = self.calls.setdefault(index, _CallDraft())
+        if getattr(call, "id", None) and not draft.id:
+            draft.id = call.id
+        function = getattr(call, "function", None)
+        if function is None:
+            return
+        # Some servers repeat the name in every delta; it is never split.
+        if getattr(function, "name", None) and not draft.name:
+            draft.name = function.name
+        if getattr(function, "arguments", None):
+            draft.arguments.add(function.arguments)
+
+    def add_usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        self.prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0) or self.prompt_tokens
+        self.completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0) or self.completion_tokens
+
+    def written_chars(self) -> int:
+        return self.content.length + sum(c.arguments.length for c in self.calls.values())
+
+    def looping_unit(self) -> str | None:
+        for channel in (self.content, self.reasoning, *(c.arguments for c in self.calls.values())):
+            unit = channel.looping_unit()
+            if unit is not None:
+                return unit
+        return None
+
+    def finish(self, messages: Sequence[Message], *, latency_s: float) -> ModelResponse:
+        text = self.content.text()
+        calls = tuple(
+            RawToolCall(name=c.name, arguments=c.arguments.text(), id=c.id) for _, c in sorted(self.calls.items())
+        )
+        written = text + "".join(c.name + c.arguments for c in calls)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            prompt_tokens=self.prompt_tokens or sum(_estimate_tokens(str(m.get("content") or "")) for m in messages),
+            completion_tokens=self.completion_tokens or _estimate_tokens(written),
+            latency_s=latency_s,
+            finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
+            reasoning=self.reasoning.text(),
+        )
+
+
+def _read_whole(response: Any) -> _Draft:
+    draft = _Draft()
+    draft.add_usage(getattr(response, "usage", None))
+    for choice in getattr(response, "choices", None) or ():
+        message = getattr(choice, "message", None)
+        if message is not None:
+            draft.add_message(message)
+        if getattr(choice, "finish_reason", None):
+            draft.finish_reason = str(choice.finish_reason)
+        break  # one choice asked for, one read
+    return draft
+
+
+def _estimate_tokens(text: str) -> int:
+    """About four characters a token, for servers that report no usage."""
+    return max(1, len(text) // 4) if text else 0
+
+
+def _litellm() -> Any:
+    """Import litellm on first use: it takes seconds and must not fetch a price list."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    # No "Give Feedback / Get Help" banners on errors: a cron job's output is a report.
+    litellm.suppress_debug_info = True
+    litellm.set_verbose = False
+    return litellm

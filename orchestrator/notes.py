@@ -1,0 +1,134 @@
+"""notes.md: one entry per iteration that did not commit, for the next prompt and for breakfast.
+
+Each append rewrites the file through a temporary file and an atomic rename,
+under an exclusive lock, so a crash leaves the old file or the new one, never
+half an entry, and parallel tasks never interleave.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from orchestrator.errors import StateError
+
+HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
+_ENTRY = re.compile(
+    r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`]+)` · iteration (?P<iteration>\d+) · `(?P<reason>[^`]+)`$",
+    re.MULTILINE,
+)
+MAX_EVIDENCE_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class NoteEntry:
+    task: str
+    iteration: int
+    reason: str
+    text: str
+
+
+class NotesBook:
+    """Implements protocols.NotesBook over one markdown file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(
+        self, *, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None
+    ) -> None:
+        entry = render_entry(task=task, iteration=iteration, reason=reason, correction=correction, evidence=evidence, when=when)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(self.path.with_name(self.path.name + ".lock")):
+                current = self.path.read_text(encoding="utf-8") if self.path.exists() else HEADER
+                _write_atomically(self.path, current.rstrip("\n") + "\n\n" + entry)
+        except OSError as exc:
+            raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def entries(self, task: str | None = None) -> list[NoteEntry]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        found = list(_ENTRY.finditer(text))
+        entries = []
+        for match, following in zip(found, [*found[1:], None]):
+            end = following.start() if following else len(text)
+            entry = NoteEntry(
+                task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[match.start() : end].strip()
+            )
+            if task is None or entry.task == task:
+                entries.append(entry)
+        return entries
+
+    def for_task(self, task: str) -> list[str]:
+        return [entry.text for entry in self.entries(task)]
+
+    def for_prompt(self, task: str, budget_chars: int) -> str:
+        """The newest of the task's entries that fit in the budget, oldest first."""
+        chosen: list[str] = []
+        used = 0
+        for text in reversed(self.for_task(task)):
+            if used + len(text) > budget_chars:
+                break
+            chosen.append(text)
+            used += len(text)
+        return "\n\n".join(reversed(chosen))
+
+
+def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
+    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"## {stamp} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {_one_paragraph(correction)}"]
+    if evidence.strip():
+        shown = evidence.strip()
+        if len(shown) > MAX_EVIDENCE_CHARS:
+            shown = "…" + shown[-MAX_EVIDENCE_CHARS:]
+        fence = "`" * max(3, _longest_backtick_run(shown) + 1)
+        lines += ["", "**Evidence:**", "", fence, shown, fence]
+    return "\n".join(lines) + "\n"
+
+
+def _one_paragraph(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _longest_backtick_run(text: str) -> int:
+    runs = re.findall(r"`+", text)
+    return max((len(r) for r in runs), default=0)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+class _locked:
+    """An exclusive flock held for the duration of a with-block (threads and processes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)

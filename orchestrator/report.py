@@ -1,0 +1,118 @@
+"""The morning report: what each task and iteration did, from the run store.
+
+`as_json` is a public contract (tests outside this repository read it):
+`run` and `tasks`; each task has name, outcome, branch, commit, iterations;
+each iteration has number, outcome, reason, signals, tokens, turns.
+Other keys may be added, never removed or renamed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable
+
+from orchestrator.records import Signal
+from runs.views import IterationView, RunView, TaskView, worst_signal
+
+_TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "⏸", "cancelled": "⏹", "running": "…"}
+_LEVEL_MARKS = {"warning": "⚠", "severe": "✖"}
+
+
+def as_json(run: RunView) -> dict[str, Any]:
+    return {
+        "run": {
+            "id": run.id,
+            "status": run.status,
+            "exit_code": run.exit_code,
+            "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at),
+        },
+        "tasks": [_task_json(task) for task in run.tasks],
+    }
+
+
+def _task_json(task: TaskView) -> dict[str, Any]:
+    signals = [s for it in task.iterations for s in it.signals]
+    return {
+        "name": task.name,
+        "outcome": task.outcome,
+        "reason": task.reason,
+        "branch": task.branch,
+        "commit": task.commit or None,
+        "worst_signal": _signal_json(worst_signal(signals)),
+        "signal_counts": _counts(signals),
+        "iterations": [_iteration_json(it) for it in task.iterations],
+    }
+
+
+def _iteration_json(iteration: IterationView) -> dict[str, Any]:
+    return {
+        "number": iteration.number,
+        "outcome": iteration.outcome,
+        "reason": iteration.reason or None,
+        "signals": [s.as_dict() for s in iteration.signals],
+        "worst_signal": _signal_json(worst_signal(iteration.signals)),
+        "tokens": iteration.tokens,
+        "turns": iteration.turns,
+        "commit": iteration.commit or None,
+        "transcript": iteration.transcript or None,
+    }
+
+
+def as_text(run: RunView, base: str = "main") -> str:
+    header = f"overnight run #{run.id} · {run.status}"
+    if run.exit_code is not None:
+        header += f" · exit {run.exit_code}"
+    header += f" · started {_short(run.started_at)}"
+    if run.finished_at:
+        header += f" · finished {_short(run.finished_at)}"
+    lines = [header, ""]
+    for task in run.tasks:
+        lines += _task_lines(task)
+    merges = [t for t in run.tasks if t.outcome == "succeeded"]
+    if merges:
+        lines.append("To review and merge:")
+        lines += [f"  git diff {base}...{t.branch}" for t in merges]
+    if not run.tasks:
+        lines.append("(no tasks ran)")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _task_lines(task: TaskView) -> list[str]:
+    mark = _TASK_MARKS.get(task.outcome, "?")
+    where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
+    why = f" ({task.reason})" if task.reason and task.outcome != "succeeded" else ""
+    badge = _badge([s for it in task.iterations for s in it.signals])
+    lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {len(task.iterations)} iteration(s){badge}"]
+    for it in task.iterations:
+        reason = f" {it.reason}" if it.reason else ""
+        lines.append(f"    #{it.number} {it.outcome}{reason} · {it.turns} turns · {it.tokens} tokens{_badge(it.signals)}")
+    lines.append("")
+    return lines
+
+
+def _badge(signals: Iterable[Signal]) -> str:
+    """The worst signal, like a status-bar badge, and how many others there were."""
+    signals = list(signals)
+    worst = worst_signal(signals)
+    if worst is None:
+        return ""
+    others = len(signals) - 1
+    more = f" (+{others})" if others else ""
+    return f" · {_LEVEL_MARKS[worst.level.value]} {worst.kind}: {worst.message}{more}"
+
+
+def _counts(signals: Iterable[Signal]) -> dict[str, int]:
+    return dict(Counter(s.level.value for s in signals))
+
+
+def _signal_json(signal: Signal | None) -> dict[str, str] | None:
+    return signal.as_dict() if signal else None
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _short(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if value else "?"

@@ -1,0 +1,377 @@
+"""Turn a model response into tool calls, checked against the tools' schemas.
+
+Calls come natively (`response.tool_calls`) or, from small models that ignore
+the tools API, written in the text: in `<tool_call>` tags, in a JSON code
+fence, in `<function=name>` blocks, or as a bare JSON object. Every call either
+fits a tool's parameters exactly and becomes a `ToolCall`, or becomes a
+`BrokenCall` that says what is wrong, so the guards can count it and the
+model can be told how to fix it. Nothing is coerced silently, except arguments
+sent as a JSON string that encodes an object.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
+
+DESCRIBE_LIMIT = 120
+_VALUE_LIMIT = 60
+_CUT_OFF = "cut off at the length limit"
+# Fence languages a model uses for a call; a ```python fence is never a call.
+_CALL_FENCE_LANGUAGES = {"", "json", "json5", "jsonc", "tool_call", "tool", "tool_code", "function"}
+_TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FUNCTION_TAG = re.compile(r"<function=([^>\s]*)>(.*?)(</function>|\Z)", re.DOTALL)
+_PARAMETER_TAG = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
+_JSON_START = re.compile(r"^[ \t]*([\[{])", re.MULTILINE)
+_CALL_FORM = 'a JSON object like {"name": "read_file", "arguments": {"path": "a.py"}}'
+_NAME_IN_TEXT = re.compile(r'"(?:name|tool)"\s*:\s*"([^"]*)"')
+_JSON_TYPES = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+@dataclass(frozen=True)
+class _Arguments:
+    """Arguments as read: the value, and the JSON error if it only parsed after repair."""
+
+    value: Any
+    raw: str
+    json_error: str = ""
+
+
+def parse_calls(response: ModelResponse, schemas: list[dict[str, Any]]) -> list[ToolCall | BrokenCall]:
+    """Every call in `response`: native ones if any, else those written in the text."""
+    tools = _parameters_by_name(schemas)
+    cut = response.finish_reason == "length"
+    if response.tool_calls:
+        return [_check_native(raw, tools, cut) for raw in response.tool_calls]
+    return [_check_written(found, tools) for found in _calls_in_text(response.text, set(tools), cut)]
+
+
+def arguments_problem(parameters: dict[str, Any], arguments: Any) -> str:
+    """Why `arguments` do not fit a JSON-schema `parameters` object; "" when they fit."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {_json_type(arguments)}"
+    declared: dict[str, Any] = parameters.get("properties", {})
+    for name in parameters.get("required", []):
+        if name not in arguments:
+            return f"missing required parameter {name!r}"
+    for name, value in arguments.items():
+        if name not in declared:
+            takes = ", ".join(declared) or "no parameters"
+            return f"unknown parameter {name!r} (takes: {takes})"
+        expected = declared[name].get("type")
+        if expected and not _has_type(value, expected):
+            wanted = expected if isinstance(expected, str) else " or ".join(expected)
+            return f"parameter {name!r} must be {_article(wanted)} {wanted}, got {_json_type(value)}"
+    return ""
+
+
+def describe_call(call: ToolCall | BrokenCall, limit: int = DESCRIBE_LIMIT) -> str:
+    """A short one-line form such as `read_file(path="a.py")`, for notes and signals."""
+    if isinstance(call, ToolCall):
+        inner = ", ".join(f"{key}={_short_value(value)}" for key, value in call.arguments.items())
+    else:
+        inner = " ".join(call.raw_arguments.split())
+    text = f"{call.name or '?'}({inner})"
+    return text if len(text) <= limit else text[: limit - 4] + "...)"
+
+
+# --- checking one call -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A call found in the text, not yet checked."""
+
+    name: str
+    arguments: _Arguments
+    # Set when the call cannot be read at all; `arguments` then holds only the raw text.
+    problem: str = ""
+    detail: str = ""
+
+
+def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool) -> ToolCall | BrokenCall:
+    name = raw.name.strip()
+    early = _name_problem(name, tools)
+    if early:
+        return BrokenCall(name=name, raw_arguments=raw.arguments, problem=early[0], detail=early[1], id=raw.id)
+    arguments = _read_arguments(raw.arguments)
+    if arguments.json_error and cut:
+        return BrokenCall(name=name, raw_arguments=raw.arguments, problem="unparseable", detail=_CUT_OFF, id=raw.id)
+    return _fit(name, arguments, tools[name], call_id=raw.id, source="native")
+
+
+def _check_written(found: _Written, tools: dict[str, dict[str, Any]]) -> ToolCall | BrokenCall:
+    name = found.name.strip()
+    raw = found.arguments.raw
+    if found.problem:
+        return BrokenCall(name=name, raw_arguments=raw, problem=found.problem, detail=found.detail, source="text")
+    early = _name_problem(name, tools)
+    if early:
+        return BrokenCall(name=name, raw_arguments=raw, problem=early[0], detail=early[1], source="text")
+    return _fit(name, found.arguments, tools[name], call_id="", source="text")
+
+
+def _name_problem(name: str, tools: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
+    if not name:
+        return "empty_tool_name", "the tool call has no tool name"
+    if name not in tools:
+        return "unknown_tool", f"there is no tool named {name!r}; the tools are {', '.join(tools)}"
+    return None
+
+
+def _fit(
+    name: str, arguments: _Arguments, parameters: dict[str, Any], *, call_id: str, source: str
+) -> ToolCall | BrokenCall:
+    value = _decode_string_object(arguments.value)
+    if not isinstance(value, dict):
+        detail = (
+            f"arguments are not valid JSON: {arguments.json_error}"
+            if arguments.json_error
+            else f"arguments must be a JSON object, got {_json_type(value)}"
+        )
+        return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
+    reason = arguments_problem(parameters, value)
+    if reason:
+        if arguments.json_error:
+            reason = f"arguments are not valid JSON ({arguments.json_error}); even repaired: {reason}"
+        return BrokenCall(name, arguments.raw, "invalid", reason, id=call_id, source=source)
+    return ToolCall(name=name, arguments=value, id=call_id, source=source)
+
+
+def _read_arguments(text: str) -> _Arguments:
+    """Parse arguments JSON; if it is not valid, keep the repaired value and the error."""
+    if not text.strip():
+        return _Arguments({}, text)
+    try:
+        # strict=False: a raw newline inside a string is unambiguous, and small models write them.
+        return _Arguments(json.loads(text, strict=False), text)
+    except ValueError as exc:
+        return _Arguments(_repair(text), text, _json_error(exc))
+
+
+def _repair(text: str) -> Any:
+    try:
+        import json_repair
+
+        return json_repair.loads(text)
+    except Exception:  # the repair library fails in its own ways on garbage; garbage stays unparseable
+        return None
+
+
+def _decode_string_object(value: Any) -> Any:
+    """Arguments sent as a JSON string that encodes an object: the one coercion allowed."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            decoded = json.loads(value, strict=False)
+        except ValueError:
+            return value
+        if isinstance(decoded, dict):
+            return decoded
+    return value
+
+
+# --- finding calls in text ---------------------------------------------------
+
+
+def _calls_in_text(text: str, known: set[str], cut: bool) -> list[_Written]:
+    """Calls in the first form that has any: tags, then fences, then bare JSON."""
+    tagged = [body for body in _TOOL_CALL_TAG.findall(text)]
+    if tagged:
+        return [found for body in tagged for found in _calls_in_tag(body, known, cut)]
+    for finder in (_calls_in_fences, _calls_in_function_tags, _calls_in_bare_json):
+        found = finder(text, known, cut)
+        if found:
+            return found
+    return []
+
+
+def _calls_in_tag(body: str, known: set[str], cut: bool) -> list[_Written]:
+    """A `<tool_call>` body is surely meant as a call: if it cannot be read, say so."""
+    inner = body.strip()
+    fenced = _FENCE.match(inner)
+    if fenced:
+        inner = fenced.group(2).strip()
+    if inner.startswith("<function="):
+        return _calls_in_function_tags(inner, known, cut)
+    found = _calls_in_block(inner, known, cut)
+    if found:
+        return found
+    guess = _NAME_IN_TEXT.search(inner)
+    detail = _CUT_OFF if cut else f"the <tool_call> body is not {_CALL_FORM}"
+    return [_Written(guess.group(1) if guess else "", _Arguments(None, inner), "unparseable", detail)]
+
+
+def _calls_in_fences(text: str, known: set[str], cut: bool) -> list[_Written]:
+    found: list[_Written] = []
+    for language, body in _FENCE.findall(text):
+        if language.lower() in _CALL_FENCE_LANGUAGES:
+            found.extend(_calls_in_block(body, known, cut) or _calls_in_bare_json(body, known, cut))
+    return found
+
+
+def _calls_in_function_tags(text: str, known: set[str], cut: bool) -> list[_Written]:
+    """`<function=name>{json}</function>` or `<function=name><parameter=p>v</parameter></function>`."""
+    found: list[_Written] = []
+    for name, body, closing in _FUNCTION_TAG.findall(text):
+        if cut and not closing:
+            found.append(_Written(name, _Arguments(None, body), "unparseable", _CUT_OFF))
+        elif "<parameter=" in body:
+            values = {key: value for key, value in _PARAMETER_TAG.findall(body)}
+            found.append(_Written(name, _Arguments(values, body)))
+        else:
+            found.append(_Written(name, _read_arguments(body.strip())))
+    return found
+
+
+def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]:
+    """JSON objects starting a line; one cut off at the end of a truncated answer counts too."""
+    found: list[_Written] = []
+    decoder = json.JSONDecoder(strict=False)
+    resume = 0
+    for match in _JSON_START.finditer(text):
+        start = match.start(1)
+        if start < resume:
+            continue
+        try:
+            value, resume = decoder.raw_decode(text, start)
+        except ValueError:
+            if cut:
+                found.extend(_calls_in_block(text[start:], known, cut))
+                break
+            line_end = text.find("\n", start)
+            found.extend(_calls_in_block(text[start : line_end if line_end >= 0 else len(text)], known, cut))
+            continue
+        found.extend(_written_from_value(value, text[start:resume], "", known, cut) or [])
+    return found
+
+
+def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
+    """The calls in one JSON block, or [] when the block is not shaped like a call."""
+    block = block.strip()
+    if not block.startswith(("{", "[")):
+        return []
+    try:
+        value, error = json.loads(block, strict=False), ""
+    except ValueError as exc:
+        value, error = _repair(block), _json_error(exc)
+    return _written_from_value(value, block, error, known, cut) or []
+
+
+def _written_from_value(value: Any, raw: str, error: str, known: set[str], cut: bool) -> list[_Written] | None:
+    shapes = _call_shapes(value, known)
+    if shapes is None:
+        return None
+    if error and cut:
+        return [_Written(name, _Arguments(None, raw), "unparseable", _CUT_OFF) for name, _ in shapes]
+    return [_Written(name, _arguments_of(arguments, error)) for name, arguments in shapes]
+
+
+def _arguments_of(value: Any, error: str) -> _Arguments:
+    if isinstance(value, str):
+        parsed = _read_arguments(value)
+        return _Arguments(parsed.value, value, parsed.json_error or error)
+    return _Arguments(value, json.dumps(value, ensure_ascii=False), error)
+
+
+def _call_shapes(value: Any, known: set[str]) -> list[tuple[str, Any]] | None:
+    """[(name, arguments)] when `value` is a call or a list of calls, else None."""
+    if isinstance(value, list):
+        shapes = [_call_shape(item, known) for item in value]
+        if not shapes or any(shape is None for shape in shapes):
+            return None
+        return shapes  # type: ignore[return-value]
+    if isinstance(value, dict) and set(value) == {"tool_calls"}:
+        return _call_shapes(value["tool_calls"], known)
+    shape = _call_shape(value, known)
+    return [shape] if shape else None
+
+
+def _call_shape(value: Any, known: set[str]) -> tuple[str, Any] | None:
+    """The accepted shapes; any other key means it is some other JSON, not a call."""
+    if not isinstance(value, dict):
+        return None
+    keys = set(value) - {"id", "type"}
+    inner = value.get("function")
+    if keys == {"function"} and isinstance(inner, dict):
+        return _call_shape(inner, known)
+    for name_key, argument_keys in (
+        ("name", ("arguments", "parameters")),
+        ("tool", ("args", "arguments", "parameters")),
+        ("function", ("arguments", "parameters", "args")),
+    ):
+        name = value.get(name_key)
+        if not isinstance(name, str) or keys - {name_key, *argument_keys}:
+            continue
+        present = [key for key in argument_keys if key in value]
+        if len(present) == 1:
+            return name, value[present[0]]
+        # A bare {"name": ...} is a call only when it names a tool: {"name": "app"} is not one.
+        if not present and name.strip() in known:
+            return name, {}
+    return None
+
+
+# --- small helpers -----------------------------------------------------------
+
+
+def _parameters_by_name(schemas: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    tools: dict[str, dict[str, Any]] = {}
+    for schema in schemas:
+        function = schema.get("function", schema)
+        tools[function["name"]] = function.get("parameters") or {"type": "object", "properties": {}}
+    return tools
+
+
+def _has_type(value: Any, expected: str | list[str]) -> bool:
+    for name in [expected] if isinstance(expected, str) else expected:
+        python_types = _JSON_TYPES.get(name)
+        if python_types is None:
+            return True  # a type we do not know is not ours to reject
+        if isinstance(value, bool) and name in ("integer", "number"):
+            continue
+        if isinstance(value, python_types):
+            return True
+    return False
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    for name in ("boolean", "integer", "number", "string", "array", "object"):
+        if isinstance(value, _JSON_TYPES[name]):
+            return name
+    return type(value).__name__
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _json_error(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at char {exc.pos}"
+    return str(exc)
+
+
+def _short_value(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) <= _VALUE_LIMIT:
+        return text
+    return text[: _VALUE_LIMIT - 4] + ('..."' if isinstance(value, str) else "...")

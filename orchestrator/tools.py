@@ -1,0 +1,339 @@
+"""The agent's tools, bound to one task's worktree.
+
+Every path stays inside the worktree and out of `.git`. Each tool judges its
+own outcome (`ToolResult.ok`) and, when it fails, says in one line what the
+model should do instead: a small model follows a plain instruction better than
+it debugs an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from orchestrator.commands import cap_text, run_shell
+from orchestrator.config import ALL_TOOLS
+from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
+from orchestrator.toolcalls import arguments_problem, parse_calls
+
+MAX_SEARCH_MATCHES = 100
+_SEARCH_LINE_CHARS = 200
+_SEARCH_MAX_FILE_BYTES = 2_000_000
+_BINARY_SNIFF_BYTES = 8192
+# Folders a search from above skips: they are big and never the code to change.
+_SEARCH_SKIP_DIRS = {".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache", ".tox"}
+
+
+def _string(description: str) -> dict[str, str]:
+    return {"type": "string", "description": description}
+
+
+def _function(name: str, description: str, properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": list(required)},
+        },
+    }
+
+
+_PATH = _string("File path relative to the project root, like src/app.py")
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    "read_file": _function("read_file", "Show the whole text of one file.", {"path": _PATH}, ["path"]),
+    "write_file": _function(
+        "write_file",
+        "Create a file, or replace ALL of its text. Give the complete new file content.",
+        {"path": _PATH, "content": _string("The complete text the file should have")},
+        ["path", "content"],
+    ),
+    "edit_file": _function(
+        "edit_file",
+        "Replace one exact piece of text in a file. `old` must appear exactly once in the file, "
+        "with the same spaces and indentation; include nearby lines to make it unique.",
+        {
+            "path": _PATH,
+            "old": _string("The exact text to replace, copied from the file"),
+            "new": _string("The text to put in its place"),
+        },
+        ["path", "old", "new"],
+    ),
+    "list_dir": _function(
+        "list_dir",
+        "List the files and folders in a folder. Folders end with /.",
+        {"path": _string('Folder path relative to the project root; "." is the root (default)')},
+        [],
+    ),
+    "search": _function(
+        "search",
+        "Find lines matching a regex or plain text in the project's files. Shows file:line: text.",
+        {
+            "pattern": _string("Regular expression or plain text to look for"),
+            "path": _string('File or folder to search in; "." is the whole project (default)'),
+        },
+        ["pattern"],
+    ),
+    "run_check": _function(
+        "run_check",
+        "Run the task's check (its tests). Exit code 0 means the task is done.",
+        {},
+        [],
+    ),
+    "submit": _function(
+        "submit",
+        "Say you are finished. Call it only after run_check passes.",
+        {"summary": _string("One or two sentences on what you changed")},
+        ["summary"],
+    ),
+    "run_command": _function(
+        "run_command",
+        "Run a shell command in the project root and show its output. It cannot read input.",
+        {"command": _string("The shell command, like: python -m pytest -x tests/test_app.py")},
+        ["command"],
+    ),
+}
+
+
+class _Refused(Exception):
+    """A tool cannot do what was asked; the message tells the model what to do instead."""
+
+
+class Toolbox:
+    """The tools one task may use, confined to `root`."""
+
+    def __init__(
+        self,
+        root: Path,
+        allowed: Sequence[str],
+        *,
+        check_command: str,
+        check_timeout_s: float = 600,
+        command_timeout_s: float = 120,
+        max_output_chars: int = 8000,
+    ) -> None:
+        unknown = [name for name in allowed if name not in ALL_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
+        self.root = Path(root).resolve()
+        self._allowed = [name for name in ALL_TOOLS if name in allowed]
+        self._check_command = check_command
+        self._check_timeout_s = check_timeout_s
+        self._command_timeout_s = command_timeout_s
+        self._max_output_chars = max_output_chars
+        self._handlers: dict[str, Callable[..., ToolResult]] = {
+            "read_file": self._read_file,
+            "write_file": self._write_file,
+            "edit_file": self._edit_file,
+            "list_dir": self._list_dir,
+            "search": self._search,
+            "run_check": self._run_check,
+            "submit": self._submit,
+            "run_command": self._run_command,
+        }
+
+    def names(self) -> list[str]:
+        return list(self._allowed)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [_SCHEMAS[name] for name in self._allowed]
+
+    def parse(self, response: ModelResponse) -> list[ToolCall | BrokenCall]:
+        return parse_calls(response, self.schemas())
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        if call.name not in self._allowed:
+            return ToolResult(False, f"there is no tool named {call.name!r}; use one of: {', '.join(self._allowed)}")
+        problem = arguments_problem(_SCHEMAS[call.name]["function"]["parameters"], call.arguments)
+        if problem:
+            return ToolResult(False, f"{call.name}: {problem}")
+        try:
+            result = self._handlers[call.name](**call.arguments)
+        except _Refused as refusal:
+            return ToolResult(False, str(refusal))
+        except (OSError, UnicodeError) as exc:
+            return ToolResult(False, f"{call.name} failed: {exc.__class__.__name__}: {exc}")
+        return ToolResult(result.ok, cap_text(result.output, self._max_output_chars), result.submitted)
+
+    # --- paths ---------------------------------------------------------------
+
+    def _resolve(self, path: str) -> Path:
+        """`path` inside the root, or _Refused: no absolute paths, no escapes, no .git."""
+        if not path.strip():
+            raise _Refused("the path is empty; give a path relative to the project root, like src/app.py")
+        if Path(path).is_absolute() or path.startswith("~"):
+            raise _Refused(f"{path!r} is an absolute path; use a path relative to the project root, like src/app.py")
+        # resolve() follows symlinks, so a link pointing out of the project is caught too.
+        target = (self.root / path).resolve()
+        if not target.is_relative_to(self.root):
+            raise _Refused(f"{path!r} is outside the project; only files under the project root can be used")
+        if ".git" in target.relative_to(self.root).parts or ".git" in Path(path).parts:
+            raise _Refused(f"{path!r} is inside .git, which the tools may not touch")
+        return target
+
+    def _shown(self, target: Path) -> str:
+        return target.relative_to(self.root).as_posix() or "."
+
+    def _existing_file(self, path: str) -> Path:
+        target = self._resolve(path)
+        if target.is_dir():
+            raise _Refused(f"{path!r} is a folder, not a file; use list_dir to see what is in it")
+        if not target.is_file():
+            raise _Refused(f"file not found: {path!r}; use list_dir or search to find the right path")
+        return target
+
+    # --- tools ---------------------------------------------------------------
+
+    def _read_file(self, path: str) -> ToolResult:
+        target = self._existing_file(path)
+        data = target.read_bytes()
+        if b"\0" in data[:_BINARY_SNIFF_BYTES]:
+            return ToolResult(False, f"{path!r} is a binary file ({len(data)} bytes); it cannot be shown as text")
+        text = data.decode("utf-8", errors="replace")
+        if not text:
+            return ToolResult(True, f"({path} is empty)")
+        if len(text) <= self._max_output_chars:
+            return ToolResult(True, text)
+        note = (
+            f"\n[... {path} has {len(text)} chars; only the first {{shown}} are shown. "
+            "Use search to find the lines you need further down.]"
+        )
+        shown = max(self._max_output_chars - len(note) - 10, 0)
+        return ToolResult(True, text[:shown] + note.format(shown=shown))
+
+    def _write_file(self, path: str, content: str) -> ToolResult:
+        target = self._resolve(path)
+        if target.is_dir():
+            raise _Refused(f"{path!r} is a folder; give a file path")
+        existed = target.exists()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", encoding="utf-8", newline="") as handle:
+            handle.write(content)
+        verb = "replaced" if existed else "created"
+        return ToolResult(True, f"{verb} {self._shown(target)} ({_count_lines(content)} lines)")
+
+    def _edit_file(self, path: str, old: str, new: str) -> ToolResult:
+        target = self._existing_file(path)
+        if not old:
+            raise _Refused("`old` is empty; copy the exact text to replace from the file, or use write_file")
+        if old == new:
+            raise _Refused("`old` and `new` are the same, so nothing would change")
+        with open(target, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+        if "\r\n" in text and "\r\n" not in old:
+            # The model sees plain newlines; match the file's own line endings.
+            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+        count = text.count(old)
+        if count == 0:
+            raise _Refused(_not_found_message(path, old, text))
+        if count > 1:
+            raise _Refused(
+                f"`old` appears {count} times in {path}; include more of the surrounding lines so it appears once"
+            )
+        with open(target, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text.replace(old, new, 1))
+        return ToolResult(
+            True, f"edited {self._shown(target)}: replaced {_count_lines(old)} lines with {_count_lines(new)} lines"
+        )
+
+    def _list_dir(self, path: str = ".") -> ToolResult:
+        target = self._resolve(path)
+        if target.is_file():
+            raise _Refused(f"{path!r} is a file, not a folder; use read_file to see it")
+        if not target.is_dir():
+            raise _Refused(f"folder not found: {path!r}; use list_dir on \".\" to see the project's top level")
+        entries = sorted(
+            entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir() if entry.name != ".git"
+        )
+        return ToolResult(True, "\n".join(entries) if entries else f"({path} is empty)")
+
+    def _search(self, pattern: str, path: str = ".") -> ToolResult:
+        if not pattern:
+            raise _Refused("the pattern is empty; give the text or regular expression to look for")
+        try:
+            regex = re.compile(pattern)
+        except re.error:
+            # Not a valid regex, so the model meant the plain text.
+            regex = re.compile(re.escape(pattern))
+        target = self._resolve(path)
+        if not target.exists():
+            raise _Refused(f"not found: {path!r}; use \".\" to search the whole project")
+        matches: list[str] = []
+        for file in self._files_under(target):
+            matches.extend(self._matches_in(file, regex, MAX_SEARCH_MATCHES + 1 - len(matches)))
+            if len(matches) > MAX_SEARCH_MATCHES:
+                shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
+                return ToolResult(
+                    True,
+                    f"{shown}\n[stopped after {MAX_SEARCH_MATCHES} matches; use a narrower pattern or path]",
+                )
+        if not matches:
+            return ToolResult(True, f"no matches for {pattern!r} in {path}")
+        return ToolResult(True, "\n".join(matches))
+
+    def _files_under(self, target: Path):
+        if target.is_file():
+            yield target
+            return
+        for folder, dirs, files in os.walk(target):
+            dirs[:] = sorted(d for d in dirs if d != ".git" and d not in _SEARCH_SKIP_DIRS)
+            for name in sorted(files):
+                file = Path(folder) / name
+                # A symlinked file may point out of the project; such files are not searched.
+                if file.resolve().is_relative_to(self.root):
+                    yield file
+
+    def _matches_in(self, file: Path, regex: re.Pattern[str], limit: int) -> list[str]:
+        try:
+            if file.stat().st_size > _SEARCH_MAX_FILE_BYTES:
+                return []
+            data = file.read_bytes()
+        except OSError:
+            return []
+        if b"\0" in data[:_BINARY_SNIFF_BYTES]:
+            return []
+        shown = file.relative_to(self.root).as_posix() if file.is_relative_to(self.root) else file.name
+        found: list[str] = []
+        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+            if regex.search(line):
+                found.append(f"{shown}:{number}: {line.strip()[:_SEARCH_LINE_CHARS]}")
+                if len(found) >= limit:
+                    break
+        return found
+
+    def _run_check(self) -> ToolResult:
+        result = run_shell(self._check_command, self.root, self._check_timeout_s, self._max_output_chars)
+        if result.timed_out:
+            return ToolResult(False, f"the check timed out after {self._check_timeout_s:g}s\n{result.output}")
+        if result.exit_code == 0:
+            return ToolResult(True, f"the check passed (exit code 0)\n{result.output}".rstrip())
+        return ToolResult(False, f"the check failed (exit code {result.exit_code})\n{result.output}".rstrip())
+
+    def _submit(self, summary: str) -> ToolResult:
+        return ToolResult(True, "submitted", submitted=True)
+
+    def _run_command(self, command: str) -> ToolResult:
+        if not command.strip():
+            raise _Refused("the command is empty; give a shell command to run")
+        result = run_shell(command, self.root, self._command_timeout_s, self._max_output_chars)
+        return ToolResult(result.exit_code == 0, f"exit code {result.exit_code}\n{result.output}".rstrip())
+
+
+def _count_lines(text: str) -> int:
+    return len(text.splitlines())
+
+
+def _not_found_message(path: str, old: str, text: str) -> str:
+    if _squeeze(old) and _squeeze(old) in _squeeze(text):
+        return (
+            f"`old` was not found exactly in {path}, but similar text with different spaces or indentation is "
+            "there; read_file and copy the text exactly"
+        )
+    return f"`old` was not found in {path}; read_file to see its current text and copy `old` exactly from it"
+
+
+def _squeeze(text: str) -> str:
+    """Text with each line's surrounding whitespace and blank lines removed."""
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())

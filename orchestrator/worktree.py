@@ -1,0 +1,139 @@
+"""A task's git worktree: its own branch, a checkpoint, an exact rollback.
+
+The user's checkout is never touched: everything happens in
+`<state.dir>/worktrees/<task>` on `overnight/<task>`. Rollback is
+`git reset --hard` plus `git clean -ffdx` in the worktree only, which costs
+milliseconds where re-creating the worktree would cost seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from orchestrator.errors import ConfigError, StateError
+from orchestrator.records import CheckResult
+
+BRANCH_PREFIX = "overnight/"
+# The agent's commits say who made them, whatever the user's git identity is.
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "overnight",
+    "GIT_AUTHOR_EMAIL": "overnight@localhost",
+    "GIT_COMMITTER_NAME": "overnight",
+    "GIT_COMMITTER_EMAIL": "overnight@localhost",
+}
+_QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true"}
+
+
+def branch_for(task: str) -> str:
+    return BRANCH_PREFIX + task
+
+
+def open_repo(path: Path):
+    """The user's repository, or ConfigError naming [repo] path."""
+    import git
+
+    try:
+        repo = git.Repo(path)
+    except (git.NoSuchPathError, git.InvalidGitRepositoryError):
+        raise ConfigError(f"[repo] path: {path} is not a git repository") from None
+    if not repo.head.is_valid():
+        raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
+    return repo
+
+
+class Worktree:
+    """Implements protocols.Workspace for one task."""
+
+    def __init__(self, path: Path, branch: str, keep: Sequence[str] = ()) -> None:
+        import git
+
+        self.path = path
+        self.branch = branch
+        self.keep = tuple(keep)
+        self._git = git.Repo(path).git
+        self._git.update_environment(**_QUIET)
+
+    @classmethod
+    def ensure(cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = ()) -> "Worktree":
+        """The task's worktree, created from `base` the first time and reused after."""
+        import git
+
+        repo = open_repo(repo_path)
+        repo.git.update_environment(**_QUIET)
+        _exclude_state_dir(repo, state_dir)
+        path = state_dir / "worktrees" / task
+        branch = branch_for(task)
+        if not _is_worktree_of(repo, path):
+            repo.git.worktree("prune")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                if branch in repo.heads:
+                    repo.git.worktree("add", str(path), branch)
+                else:
+                    repo.git.worktree("add", "-b", branch, str(path), base)
+            except git.GitCommandError as exc:
+                raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
+        return cls(path, branch, keep)
+
+    def checkpoint(self) -> str:
+        return self._git.rev_parse("HEAD")
+
+    def rollback(self, checkpoint: str) -> None:
+        self._git.reset("--hard", "--quiet", checkpoint)
+        excludes = [arg for path in self.keep for arg in ("-e", path)]
+        # -ff: also remove nested repositories the agent may have created.
+        self._git.clean("-ffdxq", *excludes)
+
+    def is_clean(self) -> bool:
+        return not self._git.status("--porcelain", "--ignored", "--untracked-files=all").strip()
+
+    def commit(self, message: str) -> str:
+        """Commit everything the agent left; the current HEAD if it changed nothing."""
+        self._git.add("-A")
+        if self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] == 0:
+            return self.checkpoint()
+        with self._git.custom_environment(**_IDENTITY):
+            self._git.commit("--quiet", "--no-verify", "-m", message)
+        return self.checkpoint()
+
+    def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000) -> CheckResult:
+        from orchestrator.commands import run_shell
+
+        result = run_shell(command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars)
+        return CheckResult(exit_code=result.exit_code, output=result.output, timed_out=result.timed_out)
+
+
+def _is_worktree_of(repo, path: Path) -> bool:
+    if not (path / ".git").is_file():
+        return False
+    listed = repo.git.worktree("list", "--porcelain").splitlines()
+    return f"worktree {path.resolve()}" in {line.strip() for line in listed}
+
+
+def _exclude_state_dir(repo, state_dir: Path) -> None:
+    """Keep the state dir out of the user's `git status` when it lives inside the checkout.
+
+    Written to .git/info/exclude, never to a tracked file.
+    """
+    top = Path(repo.working_tree_dir).resolve()
+    try:
+        relative = state_dir.resolve().relative_to(top)
+    except ValueError:
+        return
+    exclude = Path(repo.git_dir) / "info" / "exclude"
+    line = f"/{relative.as_posix()}/"
+    try:
+        existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+        if line not in existing.splitlines():
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            with exclude.open("a", encoding="utf-8") as handle:
+                handle.write(("" if existing.endswith("\n") or not existing else "\n") + line + "\n")
+    except OSError as exc:
+        raise StateError(f"cannot write {exclude}: {exc.strerror}") from None
+
+
+def _last_line(exc: Exception) -> str:
+    text = str(getattr(exc, "stderr", "") or exc).strip()
+    return text.splitlines()[-1].strip().removeprefix("stderr: ").strip("'") if text else "git failed"
+

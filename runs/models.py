@@ -1,0 +1,128 @@
+"""The run store's tables: runs, task runs, iterations and their events.
+
+Only portable column types are used, so the same schema works on SQLite (the
+default) and on PostgreSQL given through the store URL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend.
+
+    SQLite keeps no offset and hands back naive values; storing UTC and tagging
+    it again on the way out keeps comparisons with `utc_now()` valid everywhere.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the run store only takes aware datetimes")
+        utc = value.astimezone(timezone.utc)
+        # SQLite would store the offset as text and compare strings; keep it plain UTC there.
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    """One night: one process of `overnight run`."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # 'running' | 'finished' | 'cancelled' | 'crashed'
+    status: Mapped[str] = mapped_column(String, default="running")
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String)
+    config_path: Mapped[str] = mapped_column(String)
+
+
+class TaskRun(Base):
+    """One task as worked on during one run."""
+
+    __tablename__ = "task_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    name: Mapped[str] = mapped_column(String, index=True)
+    branch: Mapped[str] = mapped_column(String)
+    # A TaskOutcome value.
+    outcome: Mapped[str] = mapped_column(String, default="running")
+    reason: Mapped[str] = mapped_column(String, default="")
+    commit: Mapped[str] = mapped_column(String, default="")
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class Iteration(Base):
+    """One attempt at a task: checkpoint, agent run, check, commit or rollback."""
+
+    __tablename__ = "iterations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_run_id: Mapped[int] = mapped_column(ForeignKey("task_runs.id"), index=True)
+    # 1-based within the task for this run.
+    number: Mapped[int] = mapped_column(Integer)
+    # An IterationOutcome value; indexed because recovery looks for 'running'.
+    outcome: Mapped[str] = mapped_column(String, default="running", index=True)
+    reason: Mapped[str] = mapped_column(String, default="")
+    correction: Mapped[str] = mapped_column(Text, default="")
+    checkpoint: Mapped[str] = mapped_column(String)
+    commit: Mapped[str] = mapped_column(String, default="")
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    transcript: Mapped[str] = mapped_column(String, default="")
+    # The process that owns the iteration; recovery checks whether it is still alive.
+    pid: Mapped[int] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class Event(Base):
+    """Something that happened inside an iteration: a model call, a tool call, a signal."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    iteration_id: Mapped[int] = mapped_column(ForeignKey("iterations.id"), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    # 'model_call' | 'tool_call' | 'signal' | others
+    type: Mapped[str] = mapped_column(String)
+    # Tool name, signal kind, or the model's finish reason.
+    name: Mapped[str] = mapped_column(String, default="")
+    # A Level value for signals, '' otherwise.
+    level: Mapped[str] = mapped_column(String, default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[int] = mapped_column(Integer, default=0)
+    ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -1,0 +1,133 @@
+"""What the run store hands back: frozen snapshots, detached from the database.
+
+Readers (the morning report, crash recovery, the CLI) get these instead of ORM
+rows, so nothing they do can write to the store by accident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+from orchestrator.records import Level, Signal
+
+_SEVERITY = {Level.WARNING: 0, Level.SEVERE: 1}
+
+
+def worst_signal(signals: Iterable[Signal]) -> Signal | None:
+    """The signal that best explains an iteration: severe beats warning, then the latest wins."""
+    worst: Signal | None = None
+    for signal in signals:
+        if worst is None or _SEVERITY[signal.level] >= _SEVERITY[worst.level]:
+            worst = signal
+    return worst
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+@dataclass(frozen=True)
+class IterationView:
+    """One iteration as stored, with its signals and how many calls it made."""
+
+    id: int
+    task_run_id: int
+    task_name: str
+    number: int
+    outcome: str
+    reason: str
+    correction: str
+    checkpoint: str
+    commit: str
+    turns: int
+    tokens: int
+    transcript: str
+    pid: int
+    started_at: datetime
+    finished_at: datetime | None
+    signals: tuple[Signal, ...] = ()
+    model_calls: int = 0
+    tool_calls: int = 0
+    # Last sign of life of the owning process; recovery may use it to spot stale ones.
+    heartbeat_at: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task_run_id": self.task_run_id,
+            "task_name": self.task_name,
+            "number": self.number,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "correction": self.correction,
+            "checkpoint": self.checkpoint,
+            "commit": self.commit,
+            "turns": self.turns,
+            "tokens": self.tokens,
+            "transcript": self.transcript,
+            "pid": self.pid,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "heartbeat_at": _iso(self.heartbeat_at),
+            "signals": [signal.as_dict() for signal in self.signals],
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+        }
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task within one run, with its iterations in order."""
+
+    id: int
+    name: str
+    branch: str
+    outcome: str
+    reason: str
+    commit: str
+    iterations: tuple[IterationView, ...] = ()
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "branch": self.branch,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "commit": self.commit,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "iterations": [iteration.as_dict() for iteration in self.iterations],
+        }
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One night, with its tasks in the order they were started."""
+
+    id: int
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    exit_code: int | None
+    tasks: tuple[TaskView, ...] = ()
+    pid: int = 0
+    host: str = ""
+    config_path: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "pid": self.pid,
+            "host": self.host,
+            "config_path": self.config_path,
+            "tasks": [task.as_dict() for task in self.tasks],
+        }

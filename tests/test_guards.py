@@ -1,0 +1,521 @@
+"""The guard suite: each guard's hooks on a real RunContext, then whole agent runs."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from guards import (
+    BrokenCallGuard,
+    ContextGuard,
+    DeadLoopGuard,
+    EmptyResponseGuard,
+    FailingStreakGuard,
+    RepeatedCallGuard,
+    UnknownToolGuard,
+    build_guards,
+    default_guards,
+    load_guard,
+    user_guards,
+)
+from orchestrator.agent import RunContext, run_agent
+from orchestrator.config import GuardsConfig
+from orchestrator.errors import ConfigError, QualityError
+from orchestrator.records import BrokenCall, Level, ModelResponse, RawToolCall, Signal, ToolCall, ToolResult
+from orchestrator.scripted import ScriptedModel, call, calls, say
+from orchestrator.tools import Toolbox
+
+TOOLS = ["read_file", "write_file", "edit_file", "list_dir", "run_check", "submit"]
+OK = ToolResult(ok=True, output="ok")
+
+
+def make_ctx(context_window: int | None = None) -> tuple[RunContext, list[Signal]]:
+    sink: list[Signal] = []
+    return RunContext(max_turns=30, tool_names=list(TOOLS), sink=sink.append, context_window=context_window), sink
+
+
+def started(guard, context_window: int | None = None):
+    ctx, sink = make_ctx(context_window)
+    guard.before_run(ctx)
+    return ctx, sink
+
+
+def read(path: str = "a.py") -> ToolCall:
+    return ToolCall(name="read_file", arguments={"path": path})
+
+
+def answer(*calls: ToolCall | BrokenCall, text: str = "") -> tuple[ModelResponse, list]:
+    raw = tuple(RawToolCall(name=c.name, arguments="{}") for c in calls)
+    return ModelResponse(text=text, tool_calls=raw), list(calls)
+
+
+def broken(problem: str, name: str = "write_file") -> BrokenCall:
+    return BrokenCall(name=name, raw_arguments='{"path": "a.py", "content": "x', problem=problem, detail="bad JSON")
+
+
+def kinds(sink: list[Signal]) -> list[tuple[Level, str]]:
+    return [(s.level, s.kind) for s in sink]
+
+
+class TestRepeatedCallGuard:
+    def test_same_call_same_result_reminds_at_third_and_stops_at_fourth(self):
+        """Three identical calls with identical results remind and warn; the fourth raises."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        for _ in range(2):
+            guard.after_tool_call(ctx, read(), OK)
+        assert sink == [] and ctx.take_reminders() == []
+        guard.after_tool_call(ctx, read(), OK)
+        assert sink == [Signal(Level.WARNING, "repeated_tool_call", "loop: read_file ×3")]
+        assert "read_file" in ctx.take_reminders()[0]
+        with pytest.raises(QualityError) as stop:
+            guard.after_tool_call(ctx, read(), OK)
+        assert stop.value.reason == "repeated_tool_call"
+        assert stop.value.message == "loop: read_file ×4"
+        assert stop.value.evidence == 'read_file(path="a.py") ×4'
+        assert len(sink) == 1  # the loop, not the guard, reports the severe signal
+
+    def test_same_call_with_new_result_is_progress(self):
+        """Re-running the check after each edit gives a new output every time and never stops."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        check = ToolCall(name="run_check", arguments={})
+        for attempt in range(8):
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output=f"{8 - attempt} failed"))
+        assert sink == []
+
+    def test_reading_a_file_again_after_editing_it_is_not_a_repeat(self):
+        """A read whose output changed because of an edit in between starts the count again."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        for version in range(4):
+            guard.after_tool_call(ctx, read(), ToolResult(ok=True, output=f"v{version}"))
+            guard.after_tool_call(ctx, read(), ToolResult(ok=True, output=f"v{version}"))
+        assert sink == []
+
+    def test_another_call_in_between_resets_the_count(self):
+        """Only consecutive identical calls count."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        for _ in range(3):
+            guard.after_tool_call(ctx, read(), OK)
+            guard.after_tool_call(ctx, read("b.py"), OK)
+        assert sink == []
+
+    def test_before_run_resets(self):
+        """A guard reused for a second run starts counting from zero."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, _ = started(guard)
+        for _ in range(3):
+            guard.after_tool_call(ctx, read(), OK)
+        ctx, sink = started(guard)
+        for _ in range(2):
+            guard.after_tool_call(ctx, read(), OK)
+        assert sink == []
+
+
+class TestEmptyResponseGuard:
+    def test_first_empty_nudges_second_stops(self):
+        """One empty answer is nudged and warned; the second in a row raises empty_response."""
+        guard = EmptyResponseGuard(stop_at=2)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, ModelResponse(text="  \n"), [])
+        assert sink == [Signal(Level.WARNING, "empty_response", "empty response")]
+        assert ctx.take_reminders() != []
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, ModelResponse(text=""), [])
+        assert stop.value.reason == "empty_response"
+        assert stop.value.message == "empty response ×2"
+
+    def test_an_answer_in_between_resets(self):
+        """Text or a call between two empty answers means neither is the second in a row."""
+        guard = EmptyResponseGuard(stop_at=2)
+        ctx, sink = started(guard)
+        for response, calls in [
+            (ModelResponse(text=""), []),
+            (ModelResponse(text="thinking"), []),
+            (ModelResponse(text=""), []),
+            answer(read()),
+            (ModelResponse(text=""), []),
+        ]:
+            guard.after_model_response(ctx, response, calls)
+        assert [s.kind for s in sink] == ["empty_response"] * 3
+
+
+class TestUnknownToolGuard:
+    def test_unknown_tool_twice_stops(self):
+        """A missing tool warns once, then a second answer in a row with one raises unknown_tool."""
+        guard = UnknownToolGuard(stop_at=2)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name="foo")))
+        assert sink == [Signal(Level.WARNING, "unknown_tool", "unknown tool: foo")]
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, *answer(broken("unknown_tool", name="foo")))
+        assert stop.value.reason == "unknown_tool"
+        assert "read_file" in stop.value.correction
+
+    def test_empty_tool_name_uses_its_own_kind(self):
+        """A call without a name is reported and stopped as empty_tool_name."""
+        guard = UnknownToolGuard(stop_at=2)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("empty_tool_name", name="")))
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, *answer(broken("empty_tool_name", name="")))
+        assert kinds(sink) == [(Level.WARNING, "empty_tool_name")]
+        assert stop.value.reason == "empty_tool_name"
+
+    def test_a_clean_answer_resets(self):
+        """An answer without a missing tool in between means no stop."""
+        guard = UnknownToolGuard(stop_at=2)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name="foo")))
+        guard.after_model_response(ctx, *answer(read()))
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name="foo")))
+        assert len(sink) == 2
+
+    def test_broken_arguments_are_not_its_business(self):
+        """Unparseable arguments to a real tool are left to the broken-call guard."""
+        guard = UnknownToolGuard(stop_at=1)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unparseable")))
+        assert sink == []
+
+
+class TestBrokenCallGuard:
+    def test_three_broken_answers_stop(self):
+        """Unparseable or invalid arguments warn each time and the third answer in a row raises."""
+        guard = BrokenCallGuard(stop_at=3)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unparseable")))
+        guard.after_model_response(ctx, *answer(broken("invalid")))
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, *answer(broken("unparseable")))
+        assert [s.message for s in sink] == ["broken call: write_file", "broken call: write_file ×2"]
+        assert stop.value.reason == "broken_tool_call"
+        assert stop.value.message == "broken call: write_file ×3"
+
+    def test_a_good_call_resets(self):
+        """An answer with a usable call starts the count again."""
+        guard = BrokenCallGuard(stop_at=3)
+        ctx, sink = started(guard)
+        for _ in range(3):
+            guard.after_model_response(ctx, *answer(broken("unparseable")))
+            guard.after_model_response(ctx, *answer(broken("invalid")))
+            guard.after_model_response(ctx, *answer(read()))
+        assert len(sink) == 6 and all(s.level is Level.WARNING for s in sink)
+
+    def test_prose_in_between_does_not_reset(self):
+        """Text without any call between broken calls still counts towards the stop."""
+        guard = BrokenCallGuard(stop_at=2)
+        ctx, _ = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unparseable")))
+        guard.after_model_response(ctx, *answer(text="Let me try again."))
+        with pytest.raises(QualityError):
+            guard.after_model_response(ctx, *answer(broken("unparseable")))
+
+
+class TestFailingStreakGuard:
+    def test_warns_from_the_third_failure_and_never_stops(self):
+        """Different failing calls warn from the third on, with the count, and never raise."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        for index in range(6):
+            guard.after_tool_call(ctx, read(f"guess{index}.py"), ToolResult(ok=False, output="not found"))
+        assert [s.message for s in sink] == [f"failing: {n} tool calls in a row" for n in range(3, 7)]
+        assert {s.kind for s in sink} == {"failing_streak"}
+        assert "list_dir" in ctx.take_reminders()[0]
+
+    def test_a_success_resets(self):
+        """A successful call breaks the streak."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        for _ in range(3):
+            guard.after_tool_call(ctx, read("x"), ToolResult(ok=False, output="no"))
+            guard.after_tool_call(ctx, read("y"), ToolResult(ok=False, output="no"))
+            guard.after_tool_call(ctx, read("a.py"), OK)
+        assert sink == []
+
+
+def play_round(guard, ctx, *pairs: tuple[ToolCall, ToolResult]) -> None:
+    guard.after_model_response(ctx, *answer(*(c for c, _ in pairs)))
+    for call, result in pairs:
+        guard.after_tool_call(ctx, call, result)
+
+
+class TestDeadLoopGuard:
+    def test_alternating_rounds_warn_then_clear_the_window(self):
+        """A,B,A,B rounds warn and remind once; the window is cleared, so the next round is quiet."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        for path in ["a.py", "b.py", "a.py"]:
+            play_round(guard, ctx, (read(path), OK))
+        assert sink == []
+        play_round(guard, ctx, (read("b.py"), OK))
+        assert sink == [Signal(Level.WARNING, "dead_loop", "dead loop: 2 calls over 4 rounds")]
+        assert ctx.take_reminders() != []
+        for path in ["a.py", "b.py", "a.py"]:
+            play_round(guard, ctx, (read(path), OK))
+        assert len(sink) == 1
+
+    def test_a_write_in_between_is_progress(self):
+        """A successful edit between the same reads clears the window; nothing is reported."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        edit = ToolCall(name="edit_file", arguments={"path": "a.py", "old": "x", "new": "y"})
+        for _ in range(3):
+            play_round(guard, ctx, (read("a.py"), OK))
+            play_round(guard, ctx, (read("b.py"), OK))
+            play_round(guard, ctx, (edit, OK))
+        assert sink == []
+
+    def test_a_failed_write_is_not_progress(self):
+        """An edit that failed changed nothing, so the rounds still count as circling."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        edit = ToolCall(name="edit_file", arguments={"path": "a.py", "old": "x", "new": "y"})
+        for _ in range(2):
+            play_round(guard, ctx, (read("a.py"), OK))
+            play_round(guard, ctx, (edit, ToolResult(ok=False, output="old text not found")))
+        assert kinds(sink) == [(Level.WARNING, "dead_loop")]
+
+    def test_rounds_of_several_calls_are_one_fingerprint(self):
+        """A round is every call of one answer; the order of calls within it does not matter."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=1)
+        ctx, sink = started(guard)
+        for index in range(4):
+            pair = [(read("a.py"), OK), (read("b.py"), OK)]
+            play_round(guard, ctx, *(pair if index % 2 else pair[::-1]))
+        assert kinds(sink) == [(Level.WARNING, "dead_loop")]
+
+    def test_varied_rounds_are_quiet(self):
+        """Rounds with more distinct fingerprints than allowed are exploration, not a loop."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        for path in ["a.py", "b.py", "c.py", "a.py", "b.py", "c.py"]:
+            play_round(guard, ctx, (read(path), OK))
+        assert sink == []
+
+    def test_custom_progress_callable(self):
+        """A progress callable replaces the progress tools."""
+        guard = DeadLoopGuard(recent=2, distinct=1, progress=lambda calls, results: calls[0].name == "run_check")
+        ctx, sink = started(guard)
+        check = ToolCall(name="run_check", arguments={})
+        for _ in range(3):
+            play_round(guard, ctx, (check, ToolResult(ok=False, output="1 failed")))
+        assert sink == []
+
+
+class TestContextGuard:
+    def test_warns_once_at_85_percent(self):
+        """A prompt at 85% of the window warns once with the percentage; later turns stay quiet."""
+        guard = ContextGuard(warn_ratio=0.8)
+        ctx, sink = started(guard, context_window=1000)
+        ctx._prompt_tokens = 700
+        guard.after_model_response(ctx, ModelResponse(text="hi"), [])
+        assert sink == []
+        ctx._prompt_tokens = 850
+        guard.after_model_response(ctx, ModelResponse(text="hi"), [])
+        ctx._prompt_tokens = 900
+        guard.after_model_response(ctx, ModelResponse(text="hi"), [])
+        assert sink == [Signal(Level.WARNING, "context_full", "context 85% full")]
+        assert "85%" in ctx.take_reminders()[0]
+
+    def test_unknown_window_is_quiet(self):
+        """Without a known context window the guard says nothing."""
+        guard = ContextGuard()
+        ctx, sink = started(guard)
+        ctx._prompt_tokens = 10**9
+        guard.after_model_response(ctx, ModelResponse(text="hi"), [])
+        assert sink == []
+
+
+USER_GUARD = textwrap.dedent(
+    """
+    class Quiet:
+        def after_tool_call(self, ctx, call, result):
+            pass
+
+    class NoHooks:
+        pass
+
+    class NeedsArgs:
+        def __init__(self, x):
+            self.x = x
+
+        def before_run(self, ctx):
+            pass
+    """
+)
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = f"user_guard_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(USER_GUARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+class TestBuilding:
+    def test_default_guards_follow_the_config(self):
+        """Thresholds come from [guards]: a stop_at of 2 stops the second repeat."""
+        guards = default_guards(GuardsConfig(repeat_remind_at=2, repeat_stop_at=2))
+        repeat = next(g for g in guards if isinstance(g, RepeatedCallGuard))
+        ctx, _ = started(repeat)
+        repeat.after_tool_call(ctx, read(), OK)
+        with pytest.raises(QualityError):
+            repeat.after_tool_call(ctx, read(), OK)
+        assert len({type(g) for g in guards}) == 7
+
+    def test_load_guard_instantiates_module_class(self, user_module: str):
+        """A "module:Class" spec gives a fresh instance of that class."""
+        guard = load_guard(f"{user_module}:Quiet")
+        assert type(guard).__name__ == "Quiet"
+        assert type(build_guards(GuardsConfig(custom=(f"{user_module}:Quiet",)))[-1]).__name__ == "Quiet"
+
+    @pytest.mark.parametrize(
+        "spec",
+        ["no_colon", "missing_module_xyz:Guard", "{mod}:Absent", "{mod}:NoHooks", "{mod}:NeedsArgs", ":Quiet"],
+    )
+    def test_bad_spec_is_a_config_error_naming_the_key(self, user_module: str, spec: str):
+        """Every bad spec becomes one line that names [guards] custom."""
+        with pytest.raises(ConfigError) as error:
+            load_guard(spec.format(mod=user_module))
+        assert str(error.value).startswith("[guards] custom:")
+        assert "\n" not in str(error.value)
+
+    def test_entry_point_guards_are_added(self, user_module: str, tmp_path: Path):
+        """An installed package's entry point in overnight.guards joins the user guards."""
+        dist = tmp_path / "overnight_user_guard-1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: overnight-user-guard\nVersion: 1.0\n")
+        (dist / "entry_points.txt").write_text(f"[overnight.guards]\nquiet = {user_module}:Quiet\n")
+        guards = user_guards(GuardsConfig())
+        assert [type(g).__name__ for g in guards] == ["Quiet"]
+
+
+class ListRecorder:
+    """The loop's trace kept in lists; the loop never reads it back."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+        self.tool_calls: list[tuple[ToolCall, ToolResult]] = []
+
+    def message(self, message: dict) -> None:
+        self.messages.append(message)
+
+    def model_call(self, response: ModelResponse) -> None:
+        pass
+
+    def tool_call(self, call: ToolCall, result: ToolResult) -> None:
+        self.tool_calls.append((call, result))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text("def answer():\n    return 41\n")
+    return tmp_path
+
+
+def run_with_guards(project: Path, *replies, check: str = "grep -q 'return 42' app.py"):
+    """Run the real loop over a real toolbox with the default guards; return (signals, error, model)."""
+    model = ScriptedModel(replies)
+    toolbox = Toolbox(project, [*TOOLS, "search"], check_command=check)
+    ctx, sink = make_ctx(context_window=100_000)
+    ctx.tool_names = toolbox.names()
+    messages = [{"role": "system", "content": "Fix app.py."}, {"role": "user", "content": "Make answer() return 42."}]
+    error = None
+    try:
+        run_agent(model, toolbox, build_guards(GuardsConfig()), messages, ctx, ListRecorder())
+    except QualityError as stop:
+        error = stop
+    return sink, error, model
+
+
+def reminders_seen(model: ScriptedModel) -> str:
+    return "\n".join(str(m.get("content")) for request in model.requests for m in request if m["role"] == "user")
+
+
+class TestThroughTheAgentLoop:
+    def test_repeated_read_warns_then_stops(self, project: Path):
+        """Reading the same unchanged file four times: a warning at the third, severe at the fourth."""
+        sink, error, model = run_with_guards(project, *[call("read_file", {"path": "app.py"})] * 6)
+        assert error is not None and error.reason == "repeated_tool_call"
+        assert [(s.level, s.kind, s.message) for s in sink] == [
+            (Level.WARNING, "repeated_tool_call", "loop: read_file ×3"),
+            (Level.SEVERE, "repeated_tool_call", "loop: read_file ×4"),
+        ]
+        assert "Do not call it again" in reminders_seen(model)
+
+    def test_edit_and_recheck_runs_to_submit(self, project: Path):
+        """Checking, editing, re-reading and re-checking until it passes is never stopped."""
+        sink, error, _ = run_with_guards(
+            project,
+            call("run_check"),
+            call("read_file", {"path": "app.py"}),
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 40"}),
+            call("run_check"),
+            call("read_file", {"path": "app.py"}),
+            call("edit_file", {"path": "app.py", "old": "return 40", "new": "return 42"}),
+            call("read_file", {"path": "app.py"}),
+            call("run_check"),
+            call("submit", {"summary": "answer() returns 42"}),
+        )
+        assert error is None
+        assert sink == []
+
+    def test_two_empty_answers_stop(self, project: Path):
+        """An empty answer is nudged; a second one in a row ends the run with empty_response."""
+        sink, error, model = run_with_guards(project, say(""), say(""))
+        assert error is not None and error.reason == "empty_response"
+        assert kinds(sink) == [(Level.WARNING, "empty_response"), (Level.SEVERE, "empty_response")]
+        assert "Your last answer was empty" in reminders_seen(model)
+
+    def test_unknown_tool_twice_stops(self, project: Path):
+        """Calling a tool that does not exist in two answers in a row ends the run with unknown_tool."""
+        sink, error, _ = run_with_guards(project, call("bash", {"cmd": "ls"}), call("bash", {"cmd": "ls"}))
+        assert error is not None and error.reason == "unknown_tool"
+        assert [(s.level, s.message) for s in sink] == [
+            (Level.WARNING, "unknown tool: bash"),
+            (Level.SEVERE, "unknown tool: bash ×2"),
+        ]
+
+    def test_broken_arguments_three_times_stop(self, project: Path):
+        """Arguments that never parse or fit end the run with broken_tool_call at the third answer."""
+        sink, error, _ = run_with_guards(
+            project,
+            call("write_file", "{{{"),
+            call("write_file", '{"path": "app.py"}'),
+            call("write_file", "{{{"),
+            call("submit", {"summary": "x"}),
+        )
+        assert error is not None and error.reason == "broken_tool_call"
+        assert kinds(sink) == [(Level.WARNING, "broken_tool_call")] * 2 + [(Level.SEVERE, "broken_tool_call")]
+
+    def test_failing_guesses_warn_and_dead_loop_reminds(self, project: Path):
+        """Guessed paths warn as a failing streak; circling between two reads gets a dead-loop reminder."""
+        sink, error, model = run_with_guards(
+            project,
+            call("read_file", {"path": "src/app.py"}),
+            call("read_file", {"path": "lib/app.py"}),
+            call("read_file", {"path": "app/app.py"}),
+            calls(("list_dir", {}), ("read_file", {"path": "app.py"})),
+            call("search", {"pattern": "answer"}),
+            calls(("read_file", {"path": "app.py"}), ("list_dir", {})),
+            call("search", {"pattern": "answer"}),
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            call("run_check"),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert error is None
+        assert [(s.level, s.message) for s in sink] == [
+            (Level.WARNING, "failing: 3 tool calls in a row"),
+            (Level.WARNING, "dead loop: 2 calls over 4 rounds"),
+        ]
+        seen = reminders_seen(model)
+        assert "list_dir" in seen and "same few calls" in seen

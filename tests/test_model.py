@@ -1,0 +1,291 @@
+"""LiteLLMModel against a real HTTP server: real litellm, scripted replies."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orchestrator.config import ModelConfig
+from orchestrator.errors import ModelUnreachable, QualityError
+from orchestrator.fake_server import ScriptedServer
+from orchestrator.model import LiteLLMModel
+from orchestrator.records import RawToolCall
+from orchestrator.scripted import Reply, calls, say
+
+MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+]
+
+
+@pytest.fixture
+def server():
+    with ScriptedServer() as scripted:
+        yield scripted
+
+
+def make_model(url: str, **options) -> tuple[LiteLLMModel, list[tuple[int, str]]]:
+    config = ModelConfig(
+        name=options.pop("name", "openai/scripted"),
+        api_base=url,
+        request_timeout_s=options.pop("request_timeout_s", 5.0),
+        retries=options.pop("retries", 2),
+        retry_backoff_s=options.pop("retry_backoff_s", 0.0),
+    )
+    retries: list[tuple[int, str]] = []
+    model = LiteLLMModel(config, sleep=lambda s: None, on_retry=lambda n, why: retries.append((n, why)), **options)
+    return model, retries
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TestAnswers:
+    def test_streamed_text(self, server):
+        """Streamed text arrives whole, with a stop reason and a latency."""
+        server.enqueue(say("The bug is in parse(); it drops the last line of the input."))
+        model, _ = make_model(server.url)
+        response = model.complete(MESSAGES, TOOLS)
+        assert response.text == "The bug is in parse(); it drops the last line of the input."
+        assert response.tool_calls == ()
+        assert response.finish_reason == "stop"
+        assert response.latency_s > 0
+
+    def test_request_carries_messages_tools_and_settings(self, server):
+        """The server sees the messages, the tools with tool_choice auto, and a streamed request."""
+        server.enqueue(say("ok"))
+        model, _ = make_model(server.url)
+        model.complete(MESSAGES, TOOLS)
+        body = server.requests[0]
+        assert body["messages"] == MESSAGES
+        assert body["tools"][0]["function"]["name"] == "read_file"
+        assert body["tool_choice"] == "auto"
+        assert body["stream"] is True
+        assert body["max_tokens"] == 2048
+
+    def test_no_tools_sends_no_tool_choice(self, server):
+        """Without tools the request has neither tools nor tool_choice."""
+        server.enqueue(say("ok"))
+        model, _ = make_model(server.url)
+        model.complete(MESSAGES, [])
+        assert "tools" not in server.requests[0]
+        assert "tool_choice" not in server.requests[0]
+
+    def test_streamed_native_tool_calls(self, server):
+        """Two tool calls in one reply, arguments split over many chunks, come back whole and in order."""
+        long_path = "src/" + "deeply/" * 6 + "module.py"
+        server.enqueue(calls(("read_file", {"path": long_path}), ("list_dir", {"path": "tests"}), chunk_chars=5))
+        model, _ = make_model(server.url)
+        response = model.complete(MESSAGES, TOOLS)
+        assert response.tool_calls == (
+            RawToolCall(name="read_file", arguments=json.dumps({"path": long_path}), id="call_0"),
+            RawToolCall(name="list_dir", arguments=json.dumps({"path": "tests"}), id="call_1"),
+        )
+        assert response.finish_reason == "tool_calls"
+
+    def test_not_streamed(self, server):
+        """With stream=False the plain completion is read, tool calls and usage included."""
+        server.enqueue(calls(("read_file", {"path": "a.py"}), prompt_tokens=70, completion_tokens=9))
+        model, _ = make_model(server.url, stream=False)
+        response = model.complete(MESSAGES, TOOLS)
+        assert "stream" not in server.requests[0] or server.requests[0]["stream"] is False
+        assert response.tool_calls == (RawToolCall(name="read_file", arguments='{"path": "a.py"}', id="call_0"),)
+        assert (response.prompt_tokens, response.completion_tokens) == (70, 9)
+
+    def test_usage_figures_from_server(self, server):
+        """The server's usage figures are kept as they are."""
+        server.enqueue(say("done", prompt_tokens=1234, completion_tokens=56))
+        model, _ = make_model(server.url)
+        response = model.complete(MESSAGES, TOOLS)
+        assert (response.prompt_tokens, response.completion_tokens) == (1234, 56)
+
+    def test_reasoning_kept_apart(self, server):
+        """Reasoning deltas go to response.reasoning, not into the text."""
+        server.enqueue(say("Answer.", reasoning="First I think about the parser, then the tests."))
+        model, _ = make_model(server.url)
+        response = model.complete(MESSAGES, TOOLS)
+        assert response.reasoning == "First I think about the parser, then the tests."
+        assert response.text == "Answer."
+
+    def test_context_window_falls_back_to_config(self):
+        """A model litellm does not know gets the configured context window."""
+        config = ModelConfig(name="openai/no-such-model-xyz", api_base="http://127.0.0.1:9/v1", context_window=8192)
+        assert LiteLLMModel(config).context_window() == 8192
+
+    def test_context_window_from_litellm(self):
+        """A model litellm knows gets its input token limit from litellm."""
+        window = LiteLLMModel(ModelConfig(name="gpt-4o", context_window=1000)).context_window()
+        assert window is not None and window > 100_000
+
+
+class TestFailures:
+    def test_5xx_is_retried(self, server):
+        """A 503 then a success: retried once, on_retry told why, the answer returned."""
+        server.enqueue(Reply(status=503), say("back again"))
+        model, retries = make_model(server.url)
+        assert model.complete(MESSAGES, TOOLS).text == "back again"
+        assert [n for n, _ in retries] == [1]
+        assert "503" in retries[0][1] or "ServiceUnavailable" in retries[0][1]
+        assert len(server.requests) == 2
+
+    def test_rate_limit_is_retried(self, server):
+        """A 429 counts as a passing outage and is retried."""
+        server.enqueue(Reply(status=429), say("ok"))
+        model, retries = make_model(server.url)
+        assert model.complete(MESSAGES, TOOLS).text == "ok"
+        assert len(retries) == 1
+
+    def test_server_down_is_unreachable_after_retries(self):
+        """Nothing listening: every retry is spent, then ModelUnreachable names the endpoint."""
+        url = f"http://127.0.0.1:{free_port()}/v1"
+        model, retries = make_model(url, retries=2)
+        with pytest.raises(ModelUnreachable) as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert [n for n, _ in retries] == [1, 2]
+        assert url in str(caught.value)
+        assert "\n" not in str(caught.value)
+
+    def test_backoff_doubles(self, server):
+        """Backoff starts at retry_backoff_s and doubles, with jitter."""
+        server.enqueue(Reply(status=500), Reply(status=502), Reply(status=500))
+        slept: list[float] = []
+        config = ModelConfig(name="openai/scripted", api_base=server.url, retries=3, retry_backoff_s=1.0)
+        model = LiteLLMModel(config, sleep=slept.append)
+        assert model.complete(MESSAGES, TOOLS).text == ""  # the script ran out: empty answer
+        assert len(slept) == 3
+        assert 0.7 <= slept[0] <= 1.3 and 1.4 <= slept[1] <= 2.6 and 2.9 <= slept[2] <= 5.1
+
+    @pytest.mark.parametrize("status", [401, 403, 404])
+    def test_refused_configuration_is_unreachable_at_once(self, server, status):
+        """A bad key or unknown model is never retried: ModelUnreachable at once."""
+        server.enqueue(Reply(status=status), say("never reached"))
+        model, retries = make_model(server.url)
+        with pytest.raises(ModelUnreachable, match=str(status)):
+            model.complete(MESSAGES, TOOLS)
+        assert retries == []
+        assert len(server.requests) == 1
+
+    def test_bad_request_is_a_plain_error(self, server):
+        """A 400 is neither an outage nor the model's struggle: a RuntimeError, not retried."""
+        server.enqueue(Reply(status=400))
+        model, retries = make_model(server.url)
+        with pytest.raises(RuntimeError, match="400") as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert not isinstance(caught.value, (ModelUnreachable, QualityError))
+        assert retries == []
+
+    def test_unroutable_model_name_is_unreachable(self, server):
+        """A name litellm cannot route is a configuration problem, reported at once."""
+        model, retries = make_model(server.url, name="no-provider-model-xyz")
+        with pytest.raises(ModelUnreachable, match="no-provider-model-xyz"):
+            model.complete(MESSAGES, TOOLS)
+        assert retries == []
+
+    def test_errors_print_nothing(self, server, capfd):
+        """litellm's help banners stay off stdout and stderr."""
+        server.enqueue(Reply(status=404))
+        model, _ = make_model(server.url)
+        with pytest.raises(ModelUnreachable):
+            model.complete(MESSAGES, TOOLS)
+        out, err = capfd.readouterr()
+        assert "Give Feedback" not in out + err and "LiteLLM.Info" not in out + err
+
+
+class TestWatchdog:
+    def test_stall_after_first_chunk(self, server):
+        """A stream that falls silent past the timeout is cut: watchdog_timeout, not retried."""
+        server.enqueue(Reply(text="starting to answer", stall_s=6), say("never reached"))
+        model, retries = make_model(server.url, request_timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert caught.value.reason == "watchdog_timeout"
+        assert "1 s" in caught.value.evidence
+        assert time.monotonic() - started < 1.0 + 1.5
+        assert retries == [] and len(server.requests) == 1
+
+    def test_silence_before_first_byte(self, server):
+        """No headers within the timeout is the same watchdog_timeout."""
+        server.enqueue(Reply(text="late", delay_s=6))
+        model, _ = make_model(server.url, request_timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(QualityError, match="watchdog_timeout"):
+            model.complete(MESSAGES, TOOLS)
+        assert time.monotonic() - started < 1.0 + 1.5
+
+    def test_slow_living_stream_is_not_cut(self, server):
+        """Chunks every 0.3 s for longer than the timeout in total are a living stream."""
+        text = "slow but steady " * 4
+        server.enqueue(Reply(text=text, chunk_chars=8, chunk_interval_s=0.3))
+        model, _ = make_model(server.url, request_timeout_s=1.0)
+        response = model.complete(MESSAGES, TOOLS)
+        assert response.text == text
+        assert response.latency_s > 1.5
+
+    def test_non_streamed_silence(self, server):
+        """Without streaming the whole request is bounded by the timeout."""
+        server.enqueue(Reply(text="late", delay_s=6))
+        model, _ = make_model(server.url, request_timeout_s=1.0, stream=False)
+        started = time.monotonic()
+        with pytest.raises(QualityError, match="watchdog_timeout"):
+            model.complete(MESSAGES, TOOLS)
+        assert time.monotonic() - started < 1.0 + 1.5
+
+
+class TestRunaway:
+    def test_endless_repetition_is_cut(self, server):
+        """A stream repeating one chunk over and over is cut as runaway_output, long before the cap."""
+        server.enqueue(Reply(text="Let me check. ", endless="I will read the file again. "))
+        model, retries = make_model(server.url)
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert caught.value.reason == "runaway_output"
+        assert "repeats" in caught.value.evidence
+        assert retries == []
+
+    def test_too_long_output_is_cut(self, server):
+        """Varied output past max_output_chars is cut as runaway_output."""
+        varied = " ".join(f"word{i}" for i in range(600))
+        server.enqueue(say(varied))
+        model, _ = make_model(server.url, max_output_chars=1000)
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert caught.value.reason == "runaway_output"
+        assert "1000" in caught.value.evidence
+
+    def test_runaway_tool_arguments_are_cut(self, server):
+        """Tool arguments that loop count as runaway output too."""
+        server.enqueue(Reply(tool_calls=(RawToolCall("write_file", '{"content": "' + "ab" * 400),)))
+        model, _ = make_model(server.url)
+        with pytest.raises(QualityError, match="runaway_output"):
+            model.complete(MESSAGES, TOOLS)
+
+    def test_varied_long_text_is_kept(self, server):
+        """Long output that does not repeat and stays under the cap is an answer, not a runaway."""
+        varied = "\n".join(f"line {i}: value {i * i}" for i in range(120))
+        server.enqueue(say(varied))
+        model, _ = make_model(server.url)
+        assert model.complete(MESSAGES, TOOLS).text == varied
+
+
+class TestImport:
+    def test_import_does_not_load_litellm(self):
+        """Importing the module is quick and leaves litellm unimported."""
+        code = "import sys, orchestrator.model; print('litellm' in sys.modules)"
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert result.stdout.strip() == "False", result.stderr

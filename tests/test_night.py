@@ -1,0 +1,242 @@
+"""A whole night through the CLI: real git, real litellm over HTTP to a scripted server, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.scripted import Reply, call, say
+from tests.conftest import git
+
+FIX = [
+    call("list_dir", {"path": "."}),
+    call("read_file", {"path": "greet.py"}),
+    call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+    call("run_check", {}),
+    call("submit", {"summary": "fixed the typo"}),
+]
+
+
+def overnight(*args: str, capsys: Any = None) -> int:
+    """Run the real CLI entry point in-process; return its exit code."""
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["overnight", *args]
+    try:
+        main()
+    except SystemExit as done:
+        return int(done.code or 0)
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def report_json(config: Path, capsys: Any) -> dict[str, Any]:
+    capsys.readouterr()
+    assert overnight("report", "--config", str(config)) == 0
+    capsys.readouterr()
+    assert overnight("report", "--config", str(config), "--json") == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def notes_text(config: Path) -> str:
+    path = config.parent / "state" / "notes.md"
+    return path.read_text() if path.exists() else ""
+
+
+def worktree(config: Path, task: str = "fix-greet") -> Path:
+    return config.parent / "state" / "worktrees" / task
+
+
+def user_messages(request: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content")) for m in request["messages"] if m["role"] == "user")
+
+
+class TestSuccess:
+    def test_passing_check_commits_on_the_task_branch(self, config_file, server, repo, capsys):
+        """A model that fixes the bug and submits gets its work committed on overnight/<task>; exit 0."""
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        assert "fix-greet iteration 1" in git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        report = report_json(config, capsys)
+        task = report["tasks"][0]
+        assert task["name"] == "fix-greet" and task["outcome"] == "succeeded"
+        assert task["branch"] == "overnight/fix-greet"
+        assert task["commit"] == git(repo, "rev-parse", "overnight/fix-greet")
+        iteration = task["iterations"][0]
+        assert iteration["number"] == 1 and iteration["outcome"] == "committed"
+        assert iteration["turns"] == 5 and iteration["tokens"] > 0 and iteration["signals"] == []
+
+    def test_user_checkout_is_never_touched(self, config_file, server, repo):
+        """The user's branch, HEAD, and uncommitted files are exactly as before the night."""
+        (repo / "greet.py").write_text("def greet():\n    return 'work in progress'\n")
+        (repo / "scratch.txt").write_text("mine\n")
+        before = (git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--show-current"), git(repo, "status", "--porcelain"))
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        after = (git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--show-current"), git(repo, "status", "--porcelain"))
+        assert after == before
+        assert (repo / "greet.py").read_text() == "def greet():\n    return 'work in progress'\n"
+        assert (repo / "scratch.txt").read_text() == "mine\n"
+
+    def test_text_mode_tool_calls_are_executed(self, config_file, server, repo):
+        """Calls written as <tool_call> tags in prose run like native ones."""
+        config = config_file()
+        server.enqueue(
+            say('<tool_call>{"name": "edit_file", "arguments": {"path": "greet.py", "old": "\'helo\'", "new": "\'hello\'"}}</tool_call>'),
+            say('```json\n{"name": "submit", "arguments": {"summary": "done"}}\n```'),
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        assert "'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+    def test_worktree_is_reused_on_a_later_night(self, config_file, server, repo):
+        """A second night continues on the same branch instead of starting over from base."""
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        first = git(repo, "rev-parse", "overnight/fix-greet")
+        server.enqueue(call("submit", {"summary": "already done"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(repo, "rev-parse", "overnight/fix-greet") == first
+
+
+class TestRollback:
+    def test_rollback_leaves_no_trace(self, config_file, server, repo):
+        """Modified, new, ignored and deleted files all return to the checkpoint."""
+        config = config_file(tasks=[{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["write_file", "edit_file", "run_command", "read_file"]}])
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hullo'"}),
+            call("write_file", {"path": "new/file.txt", "content": "x"}),
+            call("write_file", {"path": "cache.pyc", "content": "ignored"}),
+            call("run_command", {"command": "rm check_greet.py"}),
+            *[call("read_file", {"path": "greet.py"})] * 4,
+        )
+        assert overnight("run", "--config", str(config)) == 1
+        tree = worktree(config)
+        assert git(tree, "status", "--porcelain", "--ignored") == ""
+        assert (tree / "greet.py").read_text() == "def greet():\n    return 'helo'\n"
+        assert (tree / "check_greet.py").exists()
+        assert not (tree / "new").exists() and not (tree / "cache.pyc").exists()
+
+    def test_next_prompt_carries_the_note(self, config_file, server):
+        """The reason code and correction of iteration 1 appear in iteration 2's prompt."""
+        config = config_file()
+        server.enqueue(*[call("read_file", {"path": "greet.py"})] * 4, *FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        notes = notes_text(config)
+        assert "`repeated_tool_call`" in notes and "iteration 1" in notes
+        second_first_request = next(r for r in server.requests[4:] if len(r["messages"]) == 2)
+        assert "repeated_tool_call" in user_messages(second_first_request)
+
+    def test_check_failed_keeps_the_output_tail(self, config_file, server):
+        """Submitting while the check fails rolls back with check_failed and the check's output as evidence."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "nothing"}))
+        assert overnight("run", "--config", str(config)) == 1
+        notes = notes_text(config)
+        assert "`check_failed`" in notes and "AssertionError" in notes
+
+
+def _reason_of_first_iteration(config: Path, capsys: Any) -> tuple[str, list[dict[str, str]]]:
+    iteration = report_json(config, capsys)["tasks"][0]["iterations"][0]
+    return iteration["reason"], iteration["signals"]
+
+
+class TestReasonCodes:
+    @pytest.mark.parametrize(
+        ("script", "reason"),
+        [
+            ([say(""), say("")], "empty_response"),
+            ([call("rm_rf", {}), call("rm_rf", {})], "unknown_tool"),
+            ([call("", {}), call("", {})], "empty_tool_name"),
+            ([call("read_file", '{"pth": "a.py"}'), call("read_file", "}{ path => x ;; ]["), call("read_file", "{}")], "broken_tool_call"),
+            ([call("read_file", {"path": "greet.py"})] * 4, "repeated_tool_call"),
+        ],
+    )
+    def test_each_struggle_rolls_back_with_its_reason(self, config_file, server, capsys, script, reason):
+        """Each struggle ends the iteration with its exact reason code in the report and notes.md."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*script)
+        assert overnight("run", "--config", str(config)) == 1
+        found, signals = _reason_of_first_iteration(config, capsys)
+        assert found == reason
+        assert signals[-1]["level"] == "severe" and signals[-1]["kind"] == reason
+        assert f"`{reason}`" in notes_text(config)
+
+    def test_max_turns(self, config_file, server, capsys):
+        """Running out of turns without submitting is max_turns."""
+        config = config_file(night={"max_iterations": 1, "max_turns": 3})
+        server.enqueue(*[call("read_file", {"path": p}) for p in ("greet.py", "check_greet.py", ".gitignore")])
+        assert overnight("run", "--config", str(config)) == 1
+        assert _reason_of_first_iteration(config, capsys)[0] == "max_turns"
+
+    def test_watchdog_timeout(self, config_file, server, capsys):
+        """A model silent for longer than request_timeout_s stops the iteration with watchdog_timeout."""
+        config = config_file(night={"max_iterations": 1}, model={"request_timeout_s": 1})
+        server.enqueue(Reply(text="thinking", stall_s=3))
+        assert overnight("run", "--config", str(config)) == 1
+        assert _reason_of_first_iteration(config, capsys)[0] == "watchdog_timeout"
+
+    def test_broken_arguments_are_never_sent_back_as_tool_calls(self, config_file, server):
+        """A call whose arguments did not parse reaches the next request as a note, not as a tool call."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(call("read_file", "}{ path => x ;; ]["), *FIX[2:])
+        assert overnight("run", "--config", str(config)) == 0
+        second = server.requests[1]["messages"]
+        assert not any(m.get("tool_calls") for m in second)
+        assert "was not run" in user_messages(server.requests[1])
+
+    def test_repaired_arguments_go_back_as_valid_json(self, config_file, server):
+        """A call cut short but repairable runs, and the history holds the repaired JSON, not the broken text."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(call("read_file", '{"path": "greet.py"'), *FIX[2:])
+        assert overnight("run", "--config", str(config)) == 0
+        [sent] = [m for m in server.requests[1]["messages"] if m.get("tool_calls")]
+        assert json.loads(sent["tool_calls"][0]["function"]["arguments"]) == {"path": "greet.py"}
+
+    def test_model_unreachable_exits_3_without_blame(self, tmp_path, repo, capsys):
+        """A dead endpoint is infrastructure: exit 3, no note in notes.md, the task paused."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        from tests.conftest import write_config
+
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{port}/v1", repo=repo)
+        assert overnight("run", "--config", str(config)) == 3
+        assert "`model_unreachable`" not in notes_text(config)
+        task = report_json(config, capsys)["tasks"][0]
+        assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
+
+
+class TestMorning:
+    def test_notes_command_filters_by_task(self, config_file, server, capsys):
+        """`overnight notes --task` prints only that task's entries."""
+        tasks = [
+            {"name": "one", "prompt": "p", "check": "false"},
+            {"name": "two", "prompt": "p", "check": "false"},
+        ]
+        config = config_file(tasks=tasks, night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "a"}), call("submit", {"summary": "b"}))
+        assert overnight("run", "--config", str(config)) == 1
+        capsys.readouterr()
+        assert overnight("notes", "--config", str(config), "--task", "two") == 0
+        out = capsys.readouterr().out
+        assert "task `two`" in out and "task `one`" not in out
+
+    def test_transcript_records_the_iteration(self, config_file, server):
+        """Each iteration leaves a JSONL transcript with its messages and tool calls."""
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        [path] = (config.parent / "state" / "transcripts").glob("*.jsonl")
+        kinds = [json.loads(line)["entry"] for line in path.read_text().splitlines()]
+        assert kinds.count("tool_call") == 5 and "check" in kinds

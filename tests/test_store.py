@@ -1,0 +1,260 @@
+"""The run store, on real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from datetime import timezone
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import StateError
+from orchestrator.records import IterationOutcome, Level, Signal, TaskOutcome
+from runs import RunStore, worst_signal
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "runs.db"
+
+
+@pytest.fixture
+def store(db_path: Path):
+    opened = RunStore.open(f"sqlite:///{db_path}")
+    yield opened
+    opened.close()
+
+
+def _iteration(store: RunStore, task: str = "fix-bug", number: int = 1) -> tuple[int, int, int]:
+    """A run with one task and one running iteration; returns their ids."""
+    run_id = store.begin_run(config_path="/repo/overnight.toml", pid=100, host="box")
+    task_id = store.begin_task(run_id, name=task, branch=f"overnight/{task}")
+    iteration_id = store.begin_iteration(task_id, number=number, checkpoint="abc123", pid=101)
+    return run_id, task_id, iteration_id
+
+
+class TestOpening:
+    def test_creates_missing_parent_directory(self, db_path: Path) -> None:
+        """Opening a store under a directory that does not exist yet creates it and the file."""
+        RunStore.open(f"sqlite:///{db_path}").close()
+        assert db_path.is_file()
+
+    def test_sqlite_file_is_in_wal_mode(self, store: RunStore, db_path: Path) -> None:
+        """The database file is switched to write-ahead logging, so readers never block the night."""
+        with sqlite3.connect(db_path) as raw:
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    def test_foreign_keys_are_enforced(self, store: RunStore) -> None:
+        """An event for an iteration that does not exist is refused, as a one-line StateError."""
+        with pytest.raises(StateError, match="FOREIGN KEY") as caught:
+            store.record_tool_call(999, name="read_file", ok=True)
+        assert "\n" not in str(caught.value)
+
+    def test_parent_is_a_regular_file(self, tmp_path: Path) -> None:
+        """A store path below a regular file raises StateError with a one-line message naming the path."""
+        blocker = tmp_path / "state"
+        blocker.write_text("not a directory")
+        with pytest.raises(StateError) as caught:
+            RunStore.open(f"sqlite:///{blocker / 'runs.db'}")
+        message = str(caught.value)
+        assert "\n" not in message
+        assert "is not a directory" in message
+
+    def test_file_that_is_not_a_database(self, tmp_path: Path) -> None:
+        """A garbage file where the database should be raises StateError with a one-line message."""
+        garbage = tmp_path / "runs.db"
+        garbage.write_bytes(b"\x00\xffthis is not sqlite at all" * 200)
+        with pytest.raises(StateError, match="not a database") as caught:
+            RunStore.open(f"sqlite:///{garbage}")
+        assert "\n" not in str(caught.value)
+
+    def test_reopening_keeps_what_was_written(self, db_path: Path) -> None:
+        """A store closed and opened again on the same file still has its runs."""
+        first = RunStore.open(f"sqlite:///{db_path}")
+        run_id = first.begin_run(config_path="c.toml", pid=1, host="h")
+        first.close()
+        second = RunStore.open(f"sqlite:///{db_path}")
+        try:
+            assert second.latest_run().id == run_id
+        finally:
+            second.close()
+
+
+class TestRoundTrip:
+    def test_whole_run_reads_back_as_written(self, store: RunStore) -> None:
+        """A run with two tasks, their iterations and events reads back with every field intact."""
+        run_id = store.begin_run(config_path="/repo/overnight.toml", pid=100, host="box")
+        first = store.begin_task(run_id, name="fix-bug", branch="overnight/fix-bug")
+        failed = store.begin_iteration(first, number=1, checkpoint="c0", pid=100, transcript="t/1.jsonl")
+        store.record_model_call(failed, prompt_tokens=900, completion_tokens=40, latency_ms=1200, finish_reason="tool_calls")
+        store.record_tool_call(failed, name="edit_file", ok=False, message="no match", data={"path": "a.py"})
+        store.record_signal(failed, level=Level.WARNING, kind="repeat", message="same call twice")
+        store.record_signal(failed, level="severe", kind="loop", message="same call five times")
+        store.finish_iteration(
+            failed,
+            outcome=IterationOutcome.ROLLED_BACK,
+            reason="loop",
+            correction="read the file before editing",
+            turns=7,
+            tokens=940,
+        )
+        passed = store.begin_iteration(first, number=2, checkpoint="c0", pid=100)
+        store.record_model_call(passed, prompt_tokens=500, completion_tokens=20, latency_ms=800)
+        store.finish_iteration(passed, outcome="committed", commit="c1", turns=3, tokens=520)
+        store.finish_task(first, outcome=TaskOutcome.SUCCEEDED, commit="c1")
+        second = store.begin_task(run_id, name="add-docs", branch="overnight/add-docs")
+        store.finish_task(second, outcome="paused", reason="model_unreachable")
+        store.finish_run(run_id, status="finished", exit_code=0)
+
+        run = store.run(run_id)
+
+        assert (run.status, run.exit_code, run.pid, run.host) == ("finished", 0, 100, "box")
+        assert [(t.name, t.outcome, t.reason, t.commit) for t in run.tasks] == [
+            ("fix-bug", "succeeded", "", "c1"),
+            ("add-docs", "paused", "model_unreachable", ""),
+        ]
+        one, two = run.tasks[0].iterations
+        assert (one.number, one.outcome, one.reason, one.correction) == (
+            1,
+            "rolled_back",
+            "loop",
+            "read the file before editing",
+        )
+        assert (one.turns, one.tokens, one.transcript, one.task_name) == (7, 940, "t/1.jsonl", "fix-bug")
+        assert one.signals == (
+            Signal(Level.WARNING, "repeat", "same call twice"),
+            Signal(Level.SEVERE, "loop", "same call five times"),
+        )
+        assert (one.model_calls, one.tool_calls) == (1, 1)
+        assert (two.number, two.outcome, two.commit, two.model_calls, two.signals) == (2, "committed", "c1", 1, ())
+        assert run.tasks[1].iterations == ()
+
+    def test_datetimes_are_aware_utc(self, store: RunStore) -> None:
+        """Every timestamp comes back timezone-aware in UTC, and finishing sets finished_at."""
+        run_id, task_id, iteration_id = _iteration(store)
+        store.finish_iteration(iteration_id, outcome="committed")
+        store.finish_task(task_id, outcome="succeeded")
+        store.finish_run(run_id, status="finished", exit_code=0)
+        run = store.run(run_id)
+        iteration = run.tasks[0].iterations[0]
+        stamps = [run.started_at, run.finished_at, iteration.started_at, iteration.finished_at, iteration.heartbeat_at]
+        assert all(stamp.tzinfo == timezone.utc for stamp in stamps)
+        assert run.started_at <= iteration.started_at <= iteration.finished_at <= run.finished_at
+
+    def test_as_dict_is_json_ready(self, store: RunStore) -> None:
+        """A run's as_dict goes through json.dumps, with ISO timestamps and signals as plain dicts."""
+        run_id, _, iteration_id = _iteration(store)
+        store.record_signal(iteration_id, level="warning", kind="slow", message="30 s for one answer")
+        loaded = json.loads(json.dumps(store.run(run_id).as_dict()))
+        iteration = loaded["tasks"][0]["iterations"][0]
+        assert iteration["signals"] == [{"level": "warning", "kind": "slow", "message": "30 s for one answer"}]
+        assert iteration["finished_at"] is None
+        assert loaded["started_at"].endswith("+00:00")
+
+    def test_missing_run_reads_as_none(self, store: RunStore) -> None:
+        """Asking for a run id that does not exist, or the latest run of an empty store, gives None."""
+        assert store.run(42) is None
+        assert store.latest_run() is None
+
+    def test_finishing_unknown_row_is_an_error(self, store: RunStore) -> None:
+        """Finishing an iteration that was never begun raises LookupError instead of passing silently."""
+        with pytest.raises(LookupError, match="iterations"):
+            store.finish_iteration(7, outcome="committed")
+
+
+class TestCommitPerEvent:
+    def test_second_store_sees_events_at_once(self, store: RunStore, db_path: Path) -> None:
+        """Each event is committed when recorded, so another store on the same file sees it right away."""
+        run_id, _, iteration_id = _iteration(store)
+        reader = RunStore.open(f"sqlite:///{db_path}")
+        try:
+            store.record_tool_call(iteration_id, name="read_file", ok=True)
+            assert reader.run(run_id).tasks[0].iterations[0].tool_calls == 1
+            store.record_signal(iteration_id, level="severe", kind="loop", message="stuck")
+            assert reader.run(run_id).tasks[0].iterations[0].signals[-1].kind == "loop"
+        finally:
+            reader.close()
+
+    def test_concurrent_writers_all_land(self, store: RunStore) -> None:
+        """Four threads recording fifty events each through one store lose none of them."""
+        run_id = store.begin_run(config_path="c.toml", pid=1, host="h")
+        task_id = store.begin_task(run_id, name="t", branch="b")
+        iteration_ids = [store.begin_iteration(task_id, number=n, checkpoint="c", pid=1) for n in range(1, 5)]
+        errors: list[BaseException] = []
+
+        def write(iteration_id: int) -> None:
+            try:
+                for i in range(50):
+                    store.record_tool_call(iteration_id, name="read_file", ok=True, data={"i": i})
+            except BaseException as exc:  # reported below; a thread's exception would vanish otherwise
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(iteration_id,)) for iteration_id in iteration_ids]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        assert errors == []
+        assert [it.tool_calls for it in store.run(run_id).tasks[0].iterations] == [50, 50, 50, 50]
+
+
+class TestQueries:
+    def test_running_iterations_finds_unfinished_ones(self, store: RunStore) -> None:
+        """Only iterations never finished are returned, each with its task name, pid and checkpoint."""
+        _, _, finished = _iteration(store, task="done")
+        store.finish_iteration(finished, outcome="committed")
+        _, _, orphan = _iteration(store, task="crashed")
+
+        running = store.running_iterations()
+
+        assert [(it.id, it.task_name, it.pid, it.checkpoint, it.outcome) for it in running] == [
+            (orphan, "crashed", 101, "abc123", "running")
+        ]
+
+    def test_latest_run_is_the_newest(self, store: RunStore) -> None:
+        """latest_run returns the run begun last, with its own tasks."""
+        old, _, _ = _iteration(store, task="old-task")
+        store.finish_run(old, status="crashed", exit_code=1)
+        new, _, _ = _iteration(store, task="new-task")
+
+        latest = store.latest_run()
+
+        assert latest.id == new
+        assert latest.status == "running"
+        assert [task.name for task in latest.tasks] == ["new-task"]
+
+    def test_iterations_for_task_newest_first_across_runs(self, store: RunStore) -> None:
+        """A task's iterations from every run come newest first, other tasks left out, up to the limit."""
+        _, _, first = _iteration(store, task="fix-bug", number=1)
+        _iteration(store, task="other")
+        _, task_id, second = _iteration(store, task="fix-bug", number=1)
+        third = store.begin_iteration(task_id, number=2, checkpoint="c", pid=5)
+
+        assert [it.id for it in store.iterations_for_task("fix-bug")] == [third, second, first]
+        assert [it.id for it in store.iterations_for_task("fix-bug", limit=2)] == [third, second]
+
+    def test_heartbeat_moves_forward(self, store: RunStore) -> None:
+        """A heartbeat updates the iteration's last sign of life."""
+        _, _, iteration_id = _iteration(store)
+        before = store.running_iterations()[0].heartbeat_at
+        store.heartbeat(iteration_id)
+        assert store.running_iterations()[0].heartbeat_at > before
+
+
+class TestWorstSignal:
+    def test_severe_beats_a_later_warning(self) -> None:
+        """A severe signal outranks a warning that came after it."""
+        severe = Signal(Level.SEVERE, "loop", "stuck")
+        assert worst_signal([severe, Signal(Level.WARNING, "slow", "slow")]) == severe
+
+    def test_latest_wins_among_equals(self) -> None:
+        """Among signals of the same level, the last one is chosen."""
+        last = Signal(Level.WARNING, "b", "second")
+        assert worst_signal([Signal(Level.WARNING, "a", "first"), last]) == last
+
+    def test_no_signals(self) -> None:
+        """An iteration without signals has no worst signal."""
+        assert worst_signal([]) is None

@@ -1,0 +1,264 @@
+"""Parsing tool calls, native and written in text, against the tools' schemas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
+from orchestrator.toolcalls import arguments_problem, describe_call, parse_calls
+from orchestrator.tools import Toolbox
+
+SCHEMAS = Toolbox(
+    Path("."),
+    ["read_file", "write_file", "edit_file", "list_dir", "search", "run_check", "submit"],
+    check_command="true",
+).schemas()
+
+
+def native(*pairs: tuple[str, str], finish_reason: str = "tool_calls") -> list[ToolCall | BrokenCall]:
+    raw = tuple(RawToolCall(name=name, arguments=args, id=f"call_{i}") for i, (name, args) in enumerate(pairs))
+    return parse_calls(ModelResponse(text="", tool_calls=raw, finish_reason=finish_reason), SCHEMAS)
+
+
+def written(text: str, finish_reason: str = "stop") -> list[ToolCall | BrokenCall]:
+    return parse_calls(ModelResponse(text=text, finish_reason=finish_reason), SCHEMAS)
+
+
+def only(calls: list[ToolCall | BrokenCall]) -> ToolCall | BrokenCall:
+    assert len(calls) == 1, calls
+    return calls[0]
+
+
+class TestNativeCalls:
+    def test_valid_call_becomes_tool_call(self):
+        """A native call whose arguments fit the schema becomes a ToolCall with its id."""
+        call = only(native(("read_file", '{"path": "a.py"}')))
+        assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0", source="native")
+
+    def test_empty_arguments_mean_no_arguments(self):
+        """An empty arguments string is an empty object, fine for a tool without parameters."""
+        assert only(native(("run_check", ""))) == ToolCall("run_check", {}, id="call_0")
+
+    def test_several_calls_keep_their_order(self):
+        """Several native calls come back in order, each checked on its own."""
+        calls = native(("read_file", '{"path": "a"}'), ("nope", "{}"), ("list_dir", "{}"))
+        assert [type(c).__name__ for c in calls] == ["ToolCall", "BrokenCall", "ToolCall"]
+        assert calls[1].problem == "unknown_tool"
+
+    def test_empty_name_is_reported(self):
+        """A call with a whitespace-only name is an empty_tool_name BrokenCall."""
+        call = only(native(("  ", '{"path": "a"}')))
+        assert isinstance(call, BrokenCall) and call.problem == "empty_tool_name"
+
+    def test_unknown_tool_names_the_tools(self):
+        """A call to a tool not in the schemas is unknown_tool, and the detail lists the real tools."""
+        call = only(native(("run_command", '{"command": "ls"}')))
+        assert isinstance(call, BrokenCall) and call.problem == "unknown_tool"
+        assert "read_file" in call.detail and "run_command" in call.detail
+
+    def test_missing_required_parameter_is_invalid(self):
+        """Valid JSON missing a required parameter is invalid, naming the parameter."""
+        call = only(native(("write_file", '{"path": "a.py"}')))
+        assert isinstance(call, BrokenCall)
+        assert (call.problem, call.detail) == ("invalid", "missing required parameter 'content'")
+
+    def test_wrong_type_is_invalid(self):
+        """A parameter of the wrong JSON type is invalid, saying what was expected."""
+        call = only(native(("read_file", '{"path": ["a.py"]}')))
+        assert isinstance(call, BrokenCall) and call.problem == "invalid"
+        assert call.detail == "parameter 'path' must be a string, got array"
+
+    def test_unknown_parameter_is_invalid(self):
+        """An extra parameter the tool does not declare is invalid, not dropped."""
+        call = only(native(("read_file", '{"path": "a.py", "lines": "1-5"}')))
+        assert isinstance(call, BrokenCall) and call.problem == "invalid"
+        assert "unknown parameter 'lines'" in call.detail
+
+    def test_json_string_encoding_an_object_is_decoded(self):
+        """Arguments sent as a JSON string holding an object are the one coercion allowed."""
+        call = only(native(("read_file", json.dumps(json.dumps({"path": "a.py"})))))
+        assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0")
+
+    def test_non_object_json_is_unparseable(self):
+        """Arguments that are valid JSON but not an object cannot be a call."""
+        call = only(native(("read_file", "[1, 2]")))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable"
+
+    def test_repairable_json_that_fits_is_accepted(self):
+        """A trailing comma is repaired, and the repaired arguments fit, so the call runs."""
+        assert only(native(("read_file", '{"path": "a.py",}'))) == ToolCall("read_file", {"path": "a.py"}, id="call_0")
+
+    def test_raw_newline_inside_a_string_is_accepted(self):
+        """A literal newline inside a JSON string, as small models write, still parses."""
+        call = only(native(("write_file", '{"path": "a.py", "content": "x = 1\ny = 2\n"}')))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": "x = 1\ny = 2\n"}, id="call_0")
+
+    def test_garbage_stays_unparseable(self):
+        """Garbage that repair turns into a non-object is unparseable, with the JSON error."""
+        call = only(native(("write_file", "}{ path => x ;; ][")))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable"
+        assert call.detail.startswith("arguments are not valid JSON: Expecting value at char 0")
+
+    def test_garbage_repaired_into_an_object_that_does_not_fit_is_broken(self):
+        """Garbage that repair turns into {"content": []} is a BrokenCall, never a call."""
+        call = only(native(("write_file", "{content: [}{ path => x")))
+        assert isinstance(call, BrokenCall) and call.problem == "invalid"
+        assert "not valid JSON" in call.detail and "missing required parameter 'path'" in call.detail
+
+    def test_arguments_cut_at_the_length_limit_are_unparseable(self):
+        """Arguments cut off at the length limit are never completed by repair."""
+        call = only(native(("write_file", '{"path": "a.py", "content": "def f('), finish_reason="length"))
+        assert isinstance(call, BrokenCall)
+        assert (call.problem, call.detail) == ("unparseable", "cut off at the length limit")
+
+    def test_complete_arguments_at_the_length_limit_are_accepted(self):
+        """A call whose arguments parse as they are is fine even when the answer hit the limit."""
+        call = only(native(("read_file", '{"path": "a.py"}'), finish_reason="length"))
+        assert isinstance(call, ToolCall)
+
+    def test_native_calls_win_over_text(self):
+        """With native calls present, JSON in the text is not parsed as more calls."""
+        raw = (RawToolCall("read_file", '{"path": "a"}'),)
+        text = '{"name": "read_file", "arguments": {"path": "b"}}'
+        calls = parse_calls(ModelResponse(text=text, tool_calls=raw), SCHEMAS)
+        assert [c.arguments for c in calls] == [{"path": "a"}]
+
+
+class TestTextCalls:
+    @pytest.mark.parametrize(
+        "text",
+        [
+            'Reading it.\n```json\n{"name": "read_file", "arguments": {"path": "a.py"}}\n```',
+            '```\n{"name": "read_file", "parameters": {"path": "a.py"}}\n```',
+            '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>',
+            '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}',
+            '{"tool": "read_file", "args": {"path": "a.py"}}',
+            '{"function": {"name": "read_file", "arguments": "{\\"path\\": \\"a.py\\"}"}}',
+            '{"type": "function", "function": {"name": "read_file", "arguments": {"path": "a.py"}}}',
+            'I will look.\n{\n  "name": "read_file",\n  "arguments": {"path": "a.py"}\n}\nDone.',
+            "<function=read_file>{\"path\": \"a.py\"}</function>",
+            "<tool_call>\n<function=read_file>\n<parameter=path>\na.py\n</parameter>\n</function>\n</tool_call>",
+        ],
+        ids=[
+            "json-fence",
+            "plain-fence-parameters",
+            "tool-call-tag",
+            "unclosed-tag",
+            "tool-args",
+            "function-string-arguments",
+            "openai-shape",
+            "bare-multiline",
+            "function-tag-json",
+            "function-tag-parameters",
+        ],
+    )
+    def test_each_text_shape_is_a_call(self, text):
+        """Every accepted way of writing a call in text gives the same ToolCall, marked as text."""
+        assert only(written(text)) == ToolCall("read_file", {"path": "a.py"}, source="text")
+
+    def test_several_tags_are_several_calls(self):
+        """Several <tool_call> tags give one call each, in order."""
+        text = (
+            '<tool_call>{"name": "read_file", "arguments": {"path": "a"}}</tool_call>\n'
+            '<tool_call>{"name": "run_check", "arguments": {}}</tool_call>'
+        )
+        assert [c.name for c in written(text)] == ["read_file", "run_check"]
+
+    def test_a_list_is_several_calls(self):
+        """A JSON list of call objects is several calls."""
+        text = '```json\n[{"name": "read_file", "arguments": {"path": "a"}}, {"name": "run_check"}]\n```'
+        assert written(text) == [
+            ToolCall("read_file", {"path": "a"}, source="text"),
+            ToolCall("run_check", {}, source="text"),
+        ]
+
+    def test_several_bare_lines_are_several_calls(self):
+        """One call object per line gives one call per line."""
+        text = '{"name": "read_file", "arguments": {"path": "a"}}\n{"name": "list_dir", "arguments": {}}'
+        assert [c.name for c in written(text)] == ["read_file", "list_dir"]
+
+    def test_json_that_is_not_a_call_is_ignored(self):
+        """An example config in a fence, or a {"name": ...} that names no tool, is not a call."""
+        text = (
+            'Here is the config:\n```json\n{"name": "app", "version": "1.0", "arguments": []}\n```\n'
+            '{"name": "my-package"}\n[1, 2, 3]'
+        )
+        assert written(text) == []
+
+    def test_code_fence_of_another_language_is_not_a_call(self):
+        """A ```python fence with dict literals is not a call."""
+        assert written('```python\nconfig = {"name": "read_file", "size": 3}\n```') == []
+
+    def test_prose_without_calls_gives_nothing(self):
+        """Plain prose yields no calls."""
+        assert written("I think the bug is in the parser. {not json}") == []
+
+    def test_unknown_tool_in_text_is_reported(self):
+        """A call-shaped object naming no tool is an unknown_tool BrokenCall from the text."""
+        call = only(written('<tool_call>{"name": "delete_repo", "arguments": {}}</tool_call>'))
+        assert isinstance(call, BrokenCall) and (call.problem, call.source) == ("unknown_tool", "text")
+
+    def test_empty_name_in_text_is_reported(self):
+        """A call object with an empty name is an empty_tool_name BrokenCall."""
+        call = only(written('```json\n{"name": "", "arguments": {"path": "a"}}\n```'))
+        assert isinstance(call, BrokenCall) and call.problem == "empty_tool_name"
+
+    def test_missing_parameter_in_text_is_invalid(self):
+        """A text call missing a required parameter is invalid."""
+        call = only(written('<tool_call>{"name": "write_file", "arguments": {"path": "a"}}</tool_call>'))
+        assert isinstance(call, BrokenCall) and call.problem == "invalid"
+        assert call.detail == "missing required parameter 'content'"
+
+    def test_unreadable_tag_is_unparseable(self):
+        """A <tool_call> tag that holds no call object is an unparseable BrokenCall, not silence."""
+        call = only(written("<tool_call>read the file a.py please</tool_call>"))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable"
+
+    def test_broken_tag_json_is_repaired(self):
+        """A tag whose JSON misses a closing brace is repaired when the call then fits."""
+        text = '<tool_call>{"name": "read_file", "arguments": {"path": "a.py"}</tool_call>'
+        assert only(written(text)) == ToolCall("read_file", {"path": "a.py"}, source="text")
+
+    def test_text_call_cut_at_the_length_limit_is_unparseable(self):
+        """A written call cut off at the length limit is a BrokenCall with the tool's name."""
+        text = 'Writing:\n<tool_call>\n{"name": "write_file", "arguments": {"path": "a.py", "content": "def f('
+        call = only(written(text, finish_reason="length"))
+        assert isinstance(call, BrokenCall)
+        assert (call.name, call.problem, call.detail) == ("write_file", "unparseable", "cut off at the length limit")
+
+    def test_bare_call_cut_at_the_length_limit_is_unparseable(self):
+        """A bare JSON call cut off at the length limit is reported, not dropped or completed."""
+        text = 'I will write it.\n{"name": "write_file", "arguments": {"path": "a.py", "content": "def f('
+        call = only(written(text, finish_reason="length"))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable"
+
+
+class TestArgumentsProblem:
+    def test_fitting_arguments_have_no_problem(self):
+        """Arguments that fit give an empty string."""
+        parameters = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        assert arguments_problem(parameters, {"n": 3}) == ""
+
+    def test_boolean_is_not_an_integer(self):
+        """true is not accepted where an integer is declared."""
+        parameters = {"type": "object", "properties": {"n": {"type": "integer"}}}
+        assert arguments_problem(parameters, {"n": True}) == "parameter 'n' must be an integer, got boolean"
+
+
+class TestDescribeCall:
+    def test_call_reads_like_a_function_call(self):
+        """A ToolCall is shown as name(key="value", ...)."""
+        assert describe_call(ToolCall("read_file", {"path": "a.py"})) == 'read_file(path="a.py")'
+
+    def test_long_call_is_truncated(self):
+        """A call with a long argument stays within the limit on one line."""
+        text = describe_call(ToolCall("write_file", {"path": "a.py", "content": "x\n" * 500}))
+        assert len(text) <= 120 and "\n" not in text and text.startswith('write_file(path="a.py", content="x\\n')
+
+    def test_broken_call_shows_its_raw_arguments(self):
+        """A BrokenCall shows its raw arguments on one line, and '?' for a missing name."""
+        call = BrokenCall(name="", raw_arguments='{"a":\n 1}', problem="empty_tool_name", detail="")
+        assert describe_call(call) == '?({"a": 1})'

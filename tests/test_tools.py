@@ -1,0 +1,283 @@
+"""The agent's tools in a real git worktree, and the shell runner under them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.commands import TIMEOUT_EXIT_CODE, cap_text, run_shell
+from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
+from orchestrator.records import ModelResponse, RawToolCall, ToolCall
+from orchestrator.tools import MAX_SEARCH_MATCHES, Toolbox
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    (root / "src").mkdir()
+    (root / "src" / "util.py").write_text("X = 1\nY = 2\n")
+    return root
+
+
+def toolbox(root: Path, allowed=DEFAULT_TOOLS, **options) -> Toolbox:
+    return Toolbox(root, allowed, check_command=options.pop("check_command", "true"), **options)
+
+
+def run(box: Toolbox, name: str, **arguments):
+    return box.execute(ToolCall(name, arguments))
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie nobody reaped yet is dead for our purposes.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+class TestRunShell:
+    def test_output_and_exit_code(self, tmp_path):
+        """stdout and stderr come back merged, with the exit code."""
+        result = run_shell("echo out; echo err >&2; exit 3", tmp_path, 10, 1000)
+        assert (result.exit_code, result.timed_out) == (3, False)
+        assert "out" in result.output and "err" in result.output
+
+    def test_stdin_is_closed(self, tmp_path):
+        """A command that reads input gets end-of-file at once instead of waiting."""
+        started = time.monotonic()
+        result = run_shell("read x; echo got:$x", tmp_path, 10, 1000)
+        assert result.output == "got:\n" and time.monotonic() - started < 5
+
+    def test_timeout_kills_grandchildren(self, tmp_path):
+        """On timeout the whole process group dies, background children included, and exit is 124."""
+        started = time.monotonic()
+        result = run_shell("sleep 30 & echo $! > bg.pid; sleep 30", tmp_path, 0.5, 1000)
+        assert time.monotonic() - started < 5
+        assert (result.exit_code, result.timed_out) == (TIMEOUT_EXIT_CODE, True)
+        assert "timed out" in result.output
+        pid = int((tmp_path / "bg.pid").read_text())
+        deadline = time.monotonic() + 3
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not process_alive(pid)
+
+    def test_git_never_prompts(self, tmp_path):
+        """The environment tells git not to prompt or page."""
+        result = run_shell("echo $GIT_TERMINAL_PROMPT $GIT_PAGER $PAGER", tmp_path, 10, 1000)
+        assert result.output.split() == ["0", "cat", "cat"]
+
+    def test_flood_is_capped_head_and_tail(self, tmp_path):
+        """A flood of output keeps its start and end within the cap and says how much was cut."""
+        result = run_shell("echo START; yes | head -c 3000000; echo END", tmp_path, 20, 500)
+        assert len(result.output) <= 500
+        assert result.output.startswith("START") and result.output.rstrip().endswith("END")
+        assert "chars cut ...]" in result.output
+
+    def test_cap_text_keeps_short_text(self):
+        """Text within the cap is returned unchanged."""
+        assert cap_text("hello", 10) == "hello"
+
+
+class TestPaths:
+    @pytest.mark.parametrize("path", ["../outside.txt", "src/../../outside.txt", "/etc/passwd", "~/x"])
+    def test_escapes_are_refused(self, repo, path):
+        """Paths that leave the worktree are refused for reading and writing."""
+        (repo.parent / "outside.txt").write_text("secret")
+        box = toolbox(repo)
+        assert not run(box, "read_file", path=path).ok
+        assert not run(box, "write_file", path=path, content="x").ok
+        assert (repo.parent / "outside.txt").read_text() == "secret"
+
+    def test_symlink_out_of_the_root_is_refused(self, repo):
+        """A symlink in the worktree pointing to /etc cannot be read or written through."""
+        (repo / "etc").symlink_to("/etc")
+        box = toolbox(repo)
+        result = run(box, "read_file", path="etc/passwd")
+        assert not result.ok and "outside the project" in result.output
+        assert not run(box, "list_dir", path="etc").ok
+
+    @pytest.mark.parametrize("path", [".git/config", ".git", "src/../.git/HEAD"])
+    def test_git_dir_is_refused(self, repo, path):
+        """Nothing inside .git can be read, listed or written."""
+        box = toolbox(repo)
+        assert not run(box, "read_file", path=path).ok
+        assert not run(box, "write_file", path=path, content="x").ok
+        assert "[core]" in (repo / ".git" / "config").read_text()
+
+    def test_worktree_git_file_is_refused(self, tmp_path):
+        """In a worktree .git is a file, and it is refused too."""
+        (tmp_path / ".git").write_text("gitdir: /somewhere/else\n")
+        result = run(toolbox(tmp_path), "read_file", path=".git")
+        assert not result.ok and ".git" in result.output
+
+    def test_inner_dot_dot_that_stays_inside_is_fine(self, repo):
+        """A path with .. that stays inside the root is allowed."""
+        assert run(toolbox(repo), "read_file", path="src/../app.py").ok
+
+
+class TestFileTools:
+    def test_read_file(self, repo):
+        """read_file returns the file's text."""
+        result = run(toolbox(repo), "read_file", path="app.py")
+        assert result.ok and result.output == "def add(a, b):\n    return a - b\n"
+
+    def test_read_missing_file_says_what_to_do(self, repo):
+        """A missing file is a failure that points to list_dir or search."""
+        result = run(toolbox(repo), "read_file", path="nope.py")
+        assert not result.ok and "not found" in result.output and "list_dir" in result.output
+
+    def test_read_big_file_is_capped_with_a_note(self, repo):
+        """A file bigger than the cap shows its start and a note saying it was cut."""
+        (repo / "big.txt").write_text("line\n" * 5000)
+        result = run(toolbox(repo, max_output_chars=1000), "read_file", path="big.txt")
+        assert result.ok and len(result.output) <= 1000
+        assert result.output.startswith("line\n") and "25000 chars" in result.output
+
+    def test_write_file_creates_parent_folders(self, repo):
+        """write_file creates missing folders and the file."""
+        result = run(toolbox(repo), "write_file", path="new/deep/mod.py", content="A = 1\n")
+        assert result.ok and (repo / "new" / "deep" / "mod.py").read_text() == "A = 1\n"
+
+    def test_edit_file_replaces_one_occurrence(self, repo):
+        """edit_file replaces the one exact occurrence of `old`."""
+        result = run(toolbox(repo), "edit_file", path="app.py", old="a - b", new="a + b")
+        assert result.ok and (repo / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+    def test_edit_file_old_not_found(self, repo):
+        """An `old` that is not in the file fails and leaves the file alone."""
+        result = run(toolbox(repo), "edit_file", path="app.py", old="a * b", new="a + b")
+        assert not result.ok and "not found" in result.output
+        assert "a - b" in (repo / "app.py").read_text()
+
+    def test_edit_file_hints_at_whitespace(self, repo):
+        """An `old` that differs only in indentation gets a hint to copy it exactly."""
+        result = run(toolbox(repo), "edit_file", path="src/util.py", old="X = 1\n  Y = 2", new="Z")
+        assert not result.ok and "indentation" in result.output
+
+    def test_edit_file_old_found_several_times(self, repo):
+        """An `old` found more than once fails and says how many times."""
+        (repo / "dup.py").write_text("x = 1\nx = 1\nx = 1\n")
+        result = run(toolbox(repo), "edit_file", path="dup.py", old="x = 1", new="x = 2")
+        assert not result.ok and "3 times" in result.output
+        assert (repo / "dup.py").read_text() == "x = 1\nx = 1\nx = 1\n"
+
+    def test_edit_file_keeps_windows_line_endings(self, repo):
+        """A CRLF file is edited with a plain-newline `old`, keeping its CRLF endings."""
+        (repo / "win.txt").write_bytes(b"a\r\nb\r\n")
+        result = run(toolbox(repo), "edit_file", path="win.txt", old="a\nb", new="a\nc")
+        assert result.ok and (repo / "win.txt").read_bytes() == b"a\r\nc\r\n"
+
+    def test_list_dir(self, repo):
+        """list_dir shows folders with a slash, hides .git, and defaults to the root."""
+        result = run(toolbox(repo), "list_dir")
+        assert result.ok and result.output.splitlines() == ["app.py", "src/"]
+
+    def test_list_dir_of_a_file_fails(self, repo):
+        """list_dir on a file fails and points to read_file."""
+        result = run(toolbox(repo), "list_dir", path="app.py")
+        assert not result.ok and "read_file" in result.output
+
+
+class TestSearch:
+    def test_regex_matches_as_file_line_text(self, repo):
+        """search reports matches as file:line: text, skipping .git."""
+        result = run(toolbox(repo), "search", pattern=r"[XY] = \d")
+        assert result.ok and result.output.splitlines() == ["src/util.py:1: X = 1", "src/util.py:2: Y = 2"]
+
+    def test_invalid_regex_is_plain_text(self, repo):
+        """A pattern that is not a valid regex is searched as plain text."""
+        (repo / "p.py").write_text("call(a, b\n")
+        result = run(toolbox(repo), "search", pattern="call(a", path="p.py")
+        assert result.ok and result.output == "p.py:1: call(a, b"
+
+    def test_no_match_says_so(self, repo):
+        """A search without matches succeeds and says nothing matched."""
+        result = run(toolbox(repo), "search", pattern="nothing-like-this")
+        assert result.ok and "no matches" in result.output
+
+    def test_matches_are_capped(self, repo):
+        """Too many matches stop at the cap with a note to narrow the search."""
+        (repo / "many.txt").write_text("hit\n" * (MAX_SEARCH_MATCHES + 50))
+        result = run(toolbox(repo), "search", pattern="hit")
+        assert result.ok and len(result.output.splitlines()) == MAX_SEARCH_MATCHES + 1
+        assert "narrower" in result.output
+
+
+class TestCommands:
+    def test_run_check_passes_on_exit_zero(self, repo):
+        """run_check runs the check command in the root and is ok on exit 0."""
+        result = run(toolbox(repo, check_command="test -f app.py && echo fine"), "run_check")
+        assert result.ok and "fine" in result.output
+
+    def test_run_check_fails_with_exit_code_and_output(self, repo):
+        """A failing check is not ok and shows the exit code and output."""
+        result = run(toolbox(repo, check_command="echo broken; exit 2"), "run_check")
+        assert not result.ok and "exit code 2" in result.output and "broken" in result.output
+
+    def test_run_check_output_is_capped(self, repo):
+        """The check's output is capped at max_output_chars."""
+        box = toolbox(repo, check_command="seq 1 100000; exit 1", max_output_chars=600)
+        result = run(box, "run_check")
+        assert not result.ok and len(result.output) <= 600 and "100000" in result.output
+
+    def test_run_command_timeout(self, repo):
+        """run_command stops at its timeout and is not ok."""
+        box = toolbox(repo, allowed=ALL_TOOLS, command_timeout_s=0.5)
+        started = time.monotonic()
+        result = run(box, "run_command", command="sleep 30")
+        assert not result.ok and "timed out" in result.output and time.monotonic() - started < 5
+
+    def test_run_command_runs_in_the_root(self, repo):
+        """run_command runs in the worktree and reports its exit code."""
+        result = run(toolbox(repo, allowed=ALL_TOOLS), "run_command", command="ls src")
+        assert result.ok and result.output == "exit code 0\nutil.py"
+
+    def test_submit(self, repo):
+        """submit marks the result as submitted."""
+        result = run(toolbox(repo), "submit", summary="fixed add")
+        assert (result.ok, result.output, result.submitted) == (True, "submitted", True)
+
+
+class TestAllowlist:
+    def test_run_command_absent_by_default(self, repo):
+        """Without run_command allowed it is not named, has no schema and cannot run."""
+        box = toolbox(repo)
+        assert box.names() == list(DEFAULT_TOOLS)
+        assert "run_command" not in [s["function"]["name"] for s in box.schemas()]
+        result = run(box, "run_command", command="touch pwned")
+        assert not result.ok and not (repo / "pwned").exists()
+
+    def test_parse_reports_disallowed_tool_as_unknown(self, repo):
+        """A call to a tool that is not allowed parses as unknown_tool."""
+        response = ModelResponse(text="", tool_calls=(RawToolCall("run_command", '{"command": "ls"}'),))
+        (call,) = toolbox(repo, allowed=["read_file", "submit"]).parse(response)
+        assert call.problem == "unknown_tool"
+
+    def test_names_follow_the_fixed_order(self, repo):
+        """names() follows the order of ALL_TOOLS whatever order they were allowed in."""
+        assert toolbox(repo, allowed=["submit", "run_command", "read_file"]).names() == [
+            "read_file",
+            "submit",
+            "run_command",
+        ]
+
+    def test_every_schema_has_a_description(self, repo):
+        """Each schema is an OpenAI function with a description and an object of parameters."""
+        for schema in toolbox(repo, allowed=ALL_TOOLS).schemas():
+            function = schema["function"]
+            assert schema["type"] == "function" and function["description"]
+            assert function["parameters"]["type"] == "object"
+
+    def test_execute_checks_arguments(self, repo):
+        """execute refuses arguments that do not fit, even when called directly."""
+        result = run(toolbox(repo), "read_file", file="app.py")
+        assert not result.ok and "missing required parameter 'path'" in result.output
