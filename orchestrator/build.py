@@ -39,8 +39,11 @@ def open_store(config: Config):
 @contextlib.contextmanager
 def night_parts(config: Config) -> Iterator[NightParts]:
     from guards import build_guards
+    from orchestrator.worktree import open_repo
 
-    build_guards(config.guards)  # fail on a bad user guard before anything starts
+    # Fail on a bad repository or user guard before anything is recorded or started.
+    open_repo(config.repo_path)
+    build_guards(config.guards)
     store = open_store(config)
     try:
         with model_for(config) as model:

@@ -204,7 +204,7 @@ def _key_name(loc: tuple[Any, ...]) -> str:
         prefix = f"[[task]] #{index + 1}"
     elif head == "task":
         prefix = "[[task]]"
-    elif rest:
+    elif head in Config.model_fields:
         prefix = f"[{head}]"
     else:
         return str(head)

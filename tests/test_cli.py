@@ -1,0 +1,122 @@
+"""The CLI as cron and CI see it: a real subprocess, exit codes, one-line errors, no tracebacks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_config
+
+
+def overnight(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("overnight: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+class TestHelp:
+    def test_help_does_not_import_heavy_libraries(self):
+        """`overnight --help` imports neither litellm, SQLAlchemy nor GitPython, so it answers at once."""
+        probe = (
+            "import sys, runpy; sys.argv=['overnight','--help']\n"
+            "try:\n    runpy.run_module('orchestrator.cli', run_name='__main__')\n"
+            "except SystemExit: pass\n"
+            "print(sorted(m for m in ('litellm','sqlalchemy','git') if m in sys.modules))"
+        )
+        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert result.stdout.strip().splitlines()[-1] == "[]"
+        assert "run" in result.stdout and "report" in result.stdout
+
+    def test_help_is_fast(self):
+        """`overnight --help` answers well inside a second even on a busy machine."""
+        started = time.perf_counter()
+        result = overnight("--help")
+        assert result.returncode == 0
+        assert time.perf_counter() - started < 2.0
+
+
+class TestInit:
+    def test_init_writes_the_commented_example(self, tmp_path):
+        """`overnight init` writes a config that loads, with every section commented."""
+        result = overnight("init", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        text = (tmp_path / "overnight.toml").read_text()
+        assert "[model]" in text and "[guards]" in text and "request_timeout_s" in text
+
+    def test_init_refuses_to_overwrite(self, tmp_path):
+        """A second `overnight init` leaves the user's config alone and says so in one line."""
+        (tmp_path / "overnight.toml").write_text("mine")
+        assert_one_line_error(overnight("init", cwd=tmp_path), 2, "already exists")
+        assert (tmp_path / "overnight.toml").read_text() == "mine"
+
+
+class TestBadConfig:
+    @pytest.mark.parametrize(
+        ("extra", "fragments"),
+        [
+            ("[store]\nnmae = 'x'\n", ("unknown key [store] nmae",)),
+            ("[guards]\nrepeat_stop_at = 'four'\n", ("[guards] repeat_stop_at",)),
+            ("[guards]\nbroken_stop_at = 0\n", ("[guards] broken_stop_at",)),
+            ("[guards]\nrepeat_remind_at = 5\n", ("[guards]", "repeat_remind_at")),
+            ("[[task]]\nname = 'a b'\nprompt = 'p'\ncheck = 'true'\n", ("[[task]] #2 name",)),
+            ("[[task]]\nname = 'fix-greet'\nprompt = 'p'\ncheck = 'true'\n", ("appears twice",)),
+            ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = ['sudo']\n", ("[[task]] #2 tools", "sudo")),
+            ("[[task]]\nname = 'y'\nprompt = 'p'\n", ("[[task]] #2 check", "missing")),
+            ("this is = = not toml\n", ("not valid TOML",)),
+        ],
+    )
+    def test_bad_config_exits_2_with_one_line(self, tmp_path, repo, extra, fragments):
+        """Each broken config exits 2 with one stderr line naming the key, and no traceback."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra=extra)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, *fragments)
+
+    def test_missing_config_file(self, tmp_path):
+        """A missing config file says where it looked and how to make one."""
+        assert_one_line_error(overnight("run", "--config", str(tmp_path / "nope.toml")), 2, "not found", "overnight init")
+
+    def test_no_tasks(self, tmp_path):
+        """A config without tasks is a configuration error."""
+        config = tmp_path / "overnight.toml"
+        config.write_text("[model]\nname = 'openai/x'\n")
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[[task]]")
+
+    def test_repo_that_is_not_git(self, tmp_path):
+        """A [repo] path that is not a git repository is named, before any run is recorded."""
+        plain = tmp_path / "plain"
+        plain.mkdir()
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=plain)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "not a git repository")
+        assert not (tmp_path / "state" / "runs.db").exists()
+
+    def test_unknown_log_format(self, tmp_path, repo):
+        """A bad option value is a usage error (exit 2)."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = overnight("run", "--config", str(config), "--log-format", "xml")
+        assert_one_line_error(result, 2, "--log-format")
+
+    def test_report_before_any_run(self, tmp_path, repo):
+        """`overnight report` with no runs yet says so in one line."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = overnight("report", "--config", str(config))
+        assert result.returncode != 0 and "no runs recorded yet" in result.stderr and "Traceback" not in result.stderr
