@@ -62,6 +62,25 @@ class NightConfig(_Section):
     check_timeout_s: float = Field(600.0, gt=0)
     command_timeout_s: float = Field(120.0, gt=0)
     notes_budget_chars: int = Field(4000, ge=0, description="how much of a task's notes goes into its prompt")
+    deadline: str | None = Field(None, description='local time "HH:MM" by which the night must end')
+    max_tokens_per_task: int | None = Field(None, gt=0)
+    max_tokens_per_night: int | None = Field(None, gt=0)
+    concurrency: int = Field(1, ge=1, le=64, description="tasks worked on in parallel")
+
+    @field_validator("deadline")
+    @classmethod
+    def _clock_time(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", value):
+            raise ValueError('must be a time of day "HH:MM", e.g. "06:30"')
+        return value
+
+
+class ScheduleConfig(_Section):
+    """When `overnight serve` starts a night."""
+
+    cron: str = Field("30 1 * * *", description="crontab expression: minute hour day month weekday")
+    timezone: str = Field("local", description='IANA name such as "Europe/Berlin", or "local"')
+    misfire_grace_s: int = Field(3600, ge=1, description="a night missed by less than this (host down) still starts")
 
 
 class GuardsConfig(_Section):
@@ -119,6 +138,7 @@ class Config(_Section):
     state: StateConfig = StateConfig()
     store: StoreConfig = StoreConfig()
     night: NightConfig = NightConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
     guards: GuardsConfig = GuardsConfig()
     task: tuple[TaskConfig, ...] = Field(default=(), alias="task")
     # Where the file was read from; relative paths resolve against its folder.
