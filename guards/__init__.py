@@ -48,7 +48,11 @@ def default_guards(config: GuardsConfig) -> list[Any]:
         EmptyResponseGuard(stop_at=config.empty_stop_at),
         UnknownToolGuard(stop_at=config.unknown_tool_stop_at),
         BrokenCallGuard(stop_at=config.broken_stop_at),
-        RepeatedCallGuard(remind_at=config.repeat_remind_at, stop_at=config.repeat_stop_at),
+        RepeatedCallGuard(
+            remind_at=config.repeat_remind_at,
+            stop_at=config.repeat_stop_at,
+            progress_tools=config.progress_tools,
+        ),
         FailingStreakGuard(at=config.failing_streak_at),
         DeadLoopGuard(
             window=config.dead_loop_window,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from typing import Callable, Sequence
 
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
+
+from guards._normalise import call_key
 
 KIND = "dead_loop"
 REMINDER = (
@@ -24,6 +25,16 @@ class DeadLoopGuard:
 
     Every call may succeed, so the repeat and failure guards miss this. It only
     reminds: a false stop would cut real work short, a miss costs a few turns.
+
+    Two shapes count as circling: the last `recent` rounds have at most
+    `distinct` fingerprints (A B A B), or the rounds go round the same longer
+    cycle twice and start a third time (A B C A B C A), which the distinct
+    count alone would miss. Going round once more is a second look; a third
+    time is circling.
+
+    Progress clears the window: a successful write, or (without a custom
+    `progress` callable) a call that now returns something other than it did
+    before, as a poll whose status changed.
     """
 
     def __init__(
@@ -34,17 +45,22 @@ class DeadLoopGuard:
         progress_tools: Sequence[str] = ("write_file", "edit_file"),
         progress: Progress | None = None,
     ) -> None:
+        self.window = max(window, recent)
         self.recent = recent
         self.distinct = distinct
         self.progress_tools = frozenset(progress_tools)
         self.progress = progress
-        self._rounds: deque[str] = deque(maxlen=max(window, recent))
+        # One round more than the window: a cycle of window/2 rounds needs 2 turns plus one.
+        self._rounds: deque[str] = deque(maxlen=self.window + 1)
+        # Last result of each call since the last write: a changed one is news.
+        self._seen: dict[str, tuple[bool, str]] = {}
         self._pending = 0
         self._calls: list[ToolCall] = []
         self._results: list[ToolResult] = []
 
     def before_run(self, ctx: GuardContext) -> None:
         self._rounds.clear()
+        self._seen.clear()
         self._start_round(0)
 
     def after_model_response(
@@ -72,27 +88,45 @@ class DeadLoopGuard:
             self._rounds.clear()
             return
         self._rounds.append(round_print(calls))
-        if len(self._rounds) < self.recent:
-            return
-        distinct = len(set(list(self._rounds)[-self.recent :]))
-        if distinct > self.distinct:
+        message = self._circling()
+        if message is None:
             return
         self._rounds.clear()
         ctx.remind(REMINDER)
-        ctx.report(Level.WARNING, KIND, f"dead loop: {distinct} calls over {self.recent} rounds")
+        ctx.report(Level.WARNING, KIND, message)
+
+    def _circling(self) -> str | None:
+        rounds = list(self._rounds)
+        if len(rounds) >= self.recent:
+            distinct = len(set(rounds[-self.recent :]))
+            if distinct <= self.distinct:
+                return f"dead loop: {distinct} calls over {self.recent} rounds"
+        for period in range(self.distinct + 1, (len(rounds) - 1) // 2 + 1):
+            if _cycles(rounds, period):
+                return f"dead loop: a cycle of {period} rounds, a third time"
+        return None
 
     def _made_progress(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> bool:
         if self.progress is not None:
             return bool(self.progress(calls, results))
-        return any(r.ok and c.name in self.progress_tools for c, r in zip(calls, results))
+        if any(r.ok and c.name in self.progress_tools for c, r in zip(calls, results)):
+            self._seen.clear()
+            return True
+        changed = False
+        for call, result in zip(calls, results):
+            key, outcome = call_key(call), (result.ok, result.output)
+            changed = changed or self._seen.get(key, outcome) != outcome
+            self._seen[key] = outcome
+        return changed
+
+
+def _cycles(rounds: Sequence[str], period: int) -> bool:
+    """The last 2*period+1 rounds repeat with this period (A B C A B C A for 3)."""
+    tail = rounds[-(2 * period + 1) :]
+    return len(tail) == 2 * period + 1 and all(tail[i] == tail[i + period] for i in range(period + 1))
 
 
 def round_print(calls: Sequence[ToolCall]) -> str:
-    """Each call as `name:` + normalised arguments cut to 100 chars, sorted, joined."""
-    prints = sorted(_call_print(c) for c in calls)
+    """Each call as `name:` + noise-free arguments cut to 100 chars, sorted, joined."""
+    prints = sorted(call_key(c).replace(" ", ":", 1)[:_CALL_PRINT_CHARS] for c in calls)
     return "\n".join(prints)
-
-
-def _call_print(call: ToolCall) -> str:
-    arguments = " ".join(json.dumps(call.arguments, sort_keys=True, ensure_ascii=False).split())
-    return f"{call.name}:{arguments}"[:_CALL_PRINT_CHARS]

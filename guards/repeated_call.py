@@ -2,49 +2,76 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import Level, ToolCall, ToolResult
 
 from guards._describe import describe_call
+from guards._normalise import call_key
 
 KIND = "repeated_tool_call"
+# A result shorter than this ("exit code 0", "ok") says too little to call two different calls one loop.
+_INFORMATIVE_CHARS = 32
 
 
 class RepeatedCallGuard:
-    """Counts identical consecutive calls with identical results.
+    """Counts consecutive calls that repeat the one before with an identical result.
 
     The result is part of the identity: re-running the check after an edit, or
     reading a file again after changing it, returns something new and is progress.
+    Arguments are compared without noise (`./a.py` is `a.py`, spaces squeezed).
+
+    A looser streak, the same tool returning the same informative result while an
+    argument keeps changing (`cat a.py`, `cat a.py 2>&1`), only reminds: its
+    calls differ, so a stop could cut a legitimate sequence.
     """
 
-    def __init__(self, remind_at: int = 3, stop_at: int = 4) -> None:
+    def __init__(
+        self, remind_at: int = 3, stop_at: int = 4, progress_tools: Sequence[str] = ("write_file", "edit_file")
+    ) -> None:
         self.remind_at = remind_at
         self.stop_at = stop_at
-        self._previous: tuple[str, bool, str] | None = None
+        self.progress_tools = frozenset(progress_tools)
+        self._previous: tuple[str, str, bool, str] | None = None
         self._count = 0
+        self._loose_count = 0
 
     def before_run(self, ctx: GuardContext) -> None:
         self._previous = None
         self._count = 0
+        self._loose_count = 0
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
-        key = (call.canonical, result.ok, result.output)
-        self._count = self._count + 1 if key == self._previous else 1
-        self._previous = key
-        if self._count < self.remind_at and self._count < self.stop_at:
-            return
+        key = (call.name, call_key(call), result.ok, result.output)
+        previous, self._previous = self._previous, key
+        self._count = self._count + 1 if key == previous else 1
+        self._loose_count = self._loose_count + 1 if self._loosely_same(key, previous) else 1
+        if self._count >= self.remind_at or self._count >= self.stop_at:
+            self._repeat(ctx, call)
+        elif self._loose_count == self.remind_at:
+            message = f"loop: {call.name} ×{self._loose_count} (varied arguments)"
+            ctx.remind(_correction(call, self._loose_count, "the same result"))
+            ctx.report(Level.WARNING, KIND, message)
+
+    def _repeat(self, ctx: GuardContext, call: ToolCall) -> None:
         message = f"loop: {call.name} ×{self._count}"
-        correction = _correction(call, self._count)
+        correction = _correction(call, self._count, "the same result each time")
         if self._count >= self.stop_at:
             raise QualityError(KIND, correction, evidence=f"{describe_call(call)} ×{self._count}", message=message)
         ctx.remind(correction)
         ctx.report(Level.WARNING, KIND, message)
 
+    def _loosely_same(self, key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
+        if previous is None or key[0] != previous[0] or key[0] in self.progress_tools:
+            return False
+        return key[2:] == previous[2:] and len(key[3].strip()) >= _INFORMATIVE_CHARS
 
-def _correction(call: ToolCall, count: int) -> str:
+
+def _correction(call: ToolCall, count: int, what: str) -> str:
     return (
-        f"You called {describe_call(call)} {count} times in a row and got the same result each time. "
+        f"You called {describe_call(call)} {count} times in a row and got {what}. "
         "Do not call it again. Use what it already returned, or do something different: "
         "change the code, look at another file, or run the check."
     )

@@ -37,6 +37,9 @@ class RunContext:
     tool_names: list[str]
     sink: SignalSink
     context_window: int | None = None
+    # orchestrator.cancel.CancelToken and TokenBudgets: stopping on purpose, never a struggle.
+    cancel: Any = None
+    budgets: Sequence[Any] = ()
     turn: int = 0
     signals: list[Signal] = field(default_factory=list)
     _reminders: list[str] = field(default_factory=list)
@@ -53,6 +56,14 @@ class RunContext:
 
     def prompt_tokens(self) -> int:
         return self._prompt_tokens
+
+    def check_cancelled(self) -> None:
+        if self.cancel is not None:
+            self.cancel.raise_if_cancelled()
+
+    def spend(self, tokens: int) -> None:
+        for budget in self.budgets:
+            budget.spend(tokens)
 
     def take_reminders(self) -> list[str]:
         reminders, self._reminders = self._reminders, []
@@ -72,11 +83,13 @@ def run_agent(
     try:
         _each(guards, "before_run", ctx)
         for ctx.turn in range(1, ctx.max_turns + 1):
+            ctx.check_cancelled()
             request = history.with_reminders(messages, ctx.take_reminders())
             response = model.complete(request, toolbox.schemas())
             tokens += response.tokens
             ctx._prompt_tokens = response.prompt_tokens
             recorder.model_call(response)
+            ctx.spend(response.tokens)
             calls = toolbox.parse(response)
             _each(guards, "after_model_response", ctx, response, calls)
             submitted = _act(toolbox, guards, messages, ctx, recorder, response, calls)
@@ -114,6 +127,7 @@ def _act(
         if isinstance(call, BrokenCall):
             feedback.append(history.broken_call_note(call, ctx.tool_names))
             continue
+        ctx.check_cancelled()
         result = toolbox.execute(call)
         recorder.tool_call(call, result)
         if call.source == "native":

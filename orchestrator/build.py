@@ -9,24 +9,26 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
+from orchestrator.cancel import CancelToken
 from orchestrator.config import LOCAL_MODEL, Config
 from orchestrator.console import SignalPrinter
-from orchestrator.logs import get_logger
+from orchestrator.logs import get_logger, json_mode
 from orchestrator.night import NightParts
 
 
 @contextlib.contextmanager
-def model_for(config: Config) -> Iterator[object]:
+def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
     """The configured model; for "local", the embedded server, started for the night and stopped after."""
     from orchestrator.model import LiteLLMModel
 
     if config.model.name != LOCAL_MODEL:
-        yield LiteLLMModel(config.model, max_output_chars=config.guards.max_output_chars)
+        yield LiteLLMModel(config.model, max_output_chars=config.guards.max_output_chars, cancel=cancel)
         return
     from orchestrator.local_model import local_model_config, serve_local_model
 
     with serve_local_model(config, log=get_logger()) as server:
-        yield LiteLLMModel(local_model_config(config.model, server), max_output_chars=config.guards.max_output_chars)
+        model_config = local_model_config(config.model, server)
+        yield LiteLLMModel(model_config, max_output_chars=config.guards.max_output_chars, cancel=cancel)
 
 
 def open_store(config: Config):
@@ -45,17 +47,20 @@ def night_parts(config: Config) -> Iterator[NightParts]:
     open_repo(config.repo_path)
     build_guards(config.guards)
     store = open_store(config)
+    cancel = CancelToken()
     try:
-        with model_for(config) as model:
+        with model_for(config, cancel) as model:
             context_window = model.context_window() if hasattr(model, "context_window") else None
             yield NightParts(
                 config=config,
                 model=model,
                 store=store,
                 guards_factory=lambda: build_guards(config.guards),
-                on_signal=SignalPrinter(),
+                # With JSON logs the `signal` event says it all; stderr stays pure JSON lines.
+                on_signal=(lambda signal: None) if json_mode() else SignalPrinter(),
                 log=get_logger(),
                 context_window=context_window,
+                cancel=cancel,
             )
     finally:
         store.close()

@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from orchestrator.config import DEFAULT_CONFIG_NAME
 from orchestrator.errors import Cancelled, ConfigError, StateError
+
+if TYPE_CHECKING:
+    from orchestrator.cancel import CancelToken as Cancel
 
 EXIT_USAGE = 2
 EXIT_STATE = 4
@@ -48,8 +52,13 @@ def init(
 def run(
     config: Path = ConfigOption,
     log_format: str = typer.Option("auto", "--log-format", help="auto (human on a terminal, else json), human or json."),
+    junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML report here (a task = a test case)."),
 ) -> None:
-    """Work through the tasks tonight. Exit 0 all succeeded, 1 some did not, 2 bad config, 3 model unreachable."""
+    """Work through the tasks tonight.
+
+    Exit 0 all succeeded, 1 some did not, 2 bad config, 3 model unreachable,
+    4 state dir unusable, 75 another run holds the state dir, 130/143 cancelled.
+    """
     from orchestrator.build import night_parts
     from orchestrator.config import load_config
     from orchestrator.logs import LOG_FORMATS, configure_logging
@@ -59,10 +68,26 @@ def run(
         raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     settings = load_config(config)
     configure_logging(log_format)
-    _cancel_on_sigterm()
     with night_parts(settings) as parts:
-        result = run_night(parts)
+        _cancel_on_signals(parts.cancel)
+        try:
+            result = run_night(parts)
+        finally:
+            _publish_for_ci(parts.store, junit, notes=settings.state_dir / "notes.md")
     raise typer.Exit(result.exit_code)
+
+
+def _publish_for_ci(store: object, junit: Path | None, *, notes: Path) -> None:
+    """The JUnit file and the GitHub step summary, from what the store recorded; also after a cancel."""
+    from orchestrator.ci_summary import append_step_summary
+    from orchestrator.junit import write_junit
+
+    latest = store.latest_run()  # type: ignore[attr-defined]
+    if latest is None:
+        return
+    if junit is not None:
+        write_junit(latest, junit)
+    append_step_summary(latest, notes=notes)
 
 
 @app.command()
@@ -109,6 +134,41 @@ def notes(
     typer.echo("\n\n".join(entries) if entries else f"(no notes for task {task!r})")
 
 
+@app.command()
+def serve(
+    config: Path = ConfigOption,
+    log_format: str = typer.Option("auto", "--log-format", help="auto (human on a terminal, else json), human or json."),
+    show_next: bool = typer.Option(False, "--next", help="Print the next three fire times and exit."),
+) -> None:
+    """Start a night on [schedule] cron, in the foreground until SIGTERM; each night is a child `overnight run`."""
+    from orchestrator import schedule
+    from orchestrator.config import load_config
+    from orchestrator.logs import LOG_FORMATS, configure_logging
+
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    if show_next:
+        for moment in schedule.next_fire_times(load_config(config)):
+            typer.echo(moment.isoformat())
+        return
+    configure_logging(log_format)
+    raise typer.Exit(schedule.serve(config))
+
+
+@app.command()
+def gc(
+    config: Path = ConfigOption,
+    force: bool = typer.Option(False, "--force", help="Also delete branches whose commits are neither merged nor pushed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
+) -> None:
+    """Remove worktrees and overnight/ branches of tasks no longer in the config; unmerged work is kept."""
+    from orchestrator.config import load_config
+    from orchestrator.gc import collect_garbage
+
+    result = collect_garbage(load_config(config, require_tasks=False), force=force, dry_run=dry_run)
+    typer.echo("\n".join(result.lines()))
+
+
 def main() -> None:
     """Entry point: map our errors to one stderr line and an exit code."""
     try:
@@ -135,14 +195,20 @@ def main() -> None:
         raise
 
 
-def _cancel_on_sigterm() -> None:
-    """SIGTERM cancels the iteration in flight (rolled back, noted `cancelled`), like Ctrl-C."""
+def _cancel_on_signals(token: Cancel) -> None:
+    """SIGTERM or Ctrl-C cancels the iterations in flight: rolled back, noted `cancelled`.
+
+    A second Ctrl-C stops at once, for a person who will not wait for the rollback.
+    """
     import signal
 
     def cancel(signum: int, frame: object) -> None:
-        raise Cancelled("SIGTERM")
+        if token.cancelled and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        token.cancel("SIGTERM" if signum == signal.SIGTERM else "SIGINT")
 
     signal.signal(signal.SIGTERM, cancel)
+    signal.signal(signal.SIGINT, cancel)
 
 
 def _fail(message: str, code: int) -> None:

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TIMEOUT_EXIT_CODE = 124
 # Keep-alive env for unattended runs: git and pagers must never wait for a person.
@@ -29,6 +30,8 @@ _QUIET_ENV = {
 _READ_CHUNK = 65536
 # How long to wait for the output pipe to close once the command's processes are gone.
 _DRAIN_GRACE_S = 2.0
+# How often a running command looks at the cancel token.
+_CANCEL_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,12 @@ class CommandResult:
     duration_s: float
 
 
-def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int) -> CommandResult:
-    """Run `command` with bash in `cwd`; kill its whole process group after `timeout_s`."""
+def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, cancel: Any = None) -> CommandResult:
+    """Run `command` with bash in `cwd`; kill its whole process group after `timeout_s`.
+
+    With a `cancel` token (orchestrator.cancel.CancelToken), a cancellation kills
+    the command too and raises Cancelled once the process group is gone.
+    """
     started = time.monotonic()
     process = subprocess.Popen(
         command,
@@ -59,7 +66,7 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int) 
     collector.start()
     timed_out = False
     try:
-        exit_code = process.wait(timeout=timeout_s)
+        exit_code = _wait(process, timeout_s, cancel)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
@@ -77,6 +84,22 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int) 
     return CommandResult(
         exit_code=exit_code, output=output, timed_out=timed_out, duration_s=time.monotonic() - started
     )
+
+
+def _wait(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any) -> int:
+    """process.wait(timeout_s), but giving up at once when `cancel` is set."""
+    if cancel is None:
+        return process.wait(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cancel.raise_if_cancelled()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        try:
+            return process.wait(timeout=min(remaining, _CANCEL_POLL_S))
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def cap_text(text: str, max_chars: int, *, already_cut: int = 0) -> str:

@@ -20,10 +20,13 @@ import textwrap
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from orchestrator.config import Config, parse_config
 from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestrator.night import NightResult
 
 SAMPLE_FILES = {
     "README.md": """\
@@ -155,6 +158,8 @@ def demo_toml(repo: Path, state_dir: Path) -> str:
         'name = "local"',
         "request_timeout_s = 60",
         "max_tokens = 512",
+        "# Six turns of a chatty small model outgrow 4096 tokens; the KV cache of 270M is small.",
+        "context_window = 8192",
         "",
         "[repo]",
         f"path = {json.dumps(str(repo))}",
@@ -164,7 +169,7 @@ def demo_toml(repo: Path, state_dir: Path) -> str:
         "",
         "[night]",
         "max_iterations = 2",
-        "max_turns = 8",
+        "max_turns = 6",
         "check_timeout_s = 60",
         "command_timeout_s = 30",
     ]
@@ -180,29 +185,43 @@ def demo_config(repo: Path, state_dir: Path) -> Config:
     return parse_config(tomllib.loads(demo_toml(repo, state_dir)), source=source)
 
 
+def prepare_sample(workdir: Path) -> Config:
+    """Make the sample repository under `workdir` and write its overnight.toml; return the config."""
+    workdir = workdir.resolve()
+    repo = make_sample_repo(workdir / "sample-repo")
+    state_dir = workdir / "state"
+    (workdir / "overnight.toml").write_text(demo_toml(repo, state_dir), encoding="utf-8")
+    return demo_config(repo, state_dir)
+
+
+def run_sample_night(config: Config, on_signal: Any = None) -> "NightResult":
+    """One night on the sample with the embedded model; the server is stopped whatever happens."""
+    from orchestrator.build import night_parts
+    from orchestrator.night import run_night
+
+    with night_parts(config) as parts:
+        if on_signal is not None:
+            parts = dataclasses.replace(parts, on_signal=on_signal)
+        return run_night(parts)
+
+
 def run_demo(workdir: Path | None, out: TextIO) -> int:
     """Make the sample, run a night on it with the embedded model, print the report and notes.
 
     Returns 0 when the night ran to its end (the tiny model failing tasks is the
     expected show), 3 when the embedded model could not be reached.
     """
-    from orchestrator.build import night_parts
     from orchestrator.console import SignalPrinter
-    from orchestrator.night import EXIT_MODEL_UNREACHABLE, run_night
+    from orchestrator.night import EXIT_MODEL_UNREACHABLE
 
-    workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
-    workdir = workdir.resolve()
-    repo = make_sample_repo(workdir / "sample-repo")
-    state_dir = workdir / "state"
-    config = demo_config(repo, state_dir)
-    (workdir / "overnight.toml").write_text(demo_toml(repo, state_dir), encoding="utf-8")
+    workdir = Path(workdir).resolve() if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
+    config = prepare_sample(workdir)
     _say(out, f"overnight demo in {workdir}")
-    _say(out, f"sample repository: {repo} ({len(config.task)} tasks); starting the embedded model…")
+    _say(out, f"sample repository: {config.repo_path} ({len(config.task)} tasks); starting the embedded model…")
     started = time.monotonic()
     try:
-        with _progress_logging(out, state_dir / "night.log"):
-            with night_parts(config) as parts:
-                result = run_night(dataclasses.replace(parts, on_signal=SignalPrinter(out)))
+        with _progress_logging(out, config.state_dir / "night.log"):
+            result = run_sample_night(config, on_signal=SignalPrinter(out))
         _say(out, f"night finished in {time.monotonic() - started:.0f} s\n")
         _print_morning(config, out)
     finally:

@@ -40,6 +40,9 @@ class TaskSetup:
     on_signal: SignalSink
     log: Any  # a structlog logger bound to run and task
     context_window: int | None = None
+    # Shared by the whole night (signals, deadline) and per task (token budgets).
+    cancel: Any = None
+    budgets: tuple[Any, ...] = ()
 
 
 def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
@@ -58,6 +61,8 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             tool_names=setup.toolbox.names(),
             sink=lambda signal: recorder.signal(signal, setup.on_signal),
             context_window=setup.context_window,
+            cancel=setup.cancel,
+            budgets=setup.budgets,
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
         messages = build_messages(
@@ -72,7 +77,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             recorder.message(message)
         try:
             result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
-            check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s)
+            check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel)
             transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
             if not check.passed:
                 ctx.report(Level.SEVERE, "check_failed", f"check failed: exit {check.exit_code}")

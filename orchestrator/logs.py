@@ -14,11 +14,19 @@ from typing import Any, TextIO
 import structlog
 
 LOG_FORMATS = ("auto", "human", "json")
+_json_mode = False
+
+
+def json_mode() -> bool:
+    """Whether logs go out as JSON lines: then stderr carries nothing else."""
+    return _json_mode
 
 
 def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None, level: int = logging.INFO) -> None:
+    global _json_mode
     stream = stream or sys.stderr
     as_json = log_format == "json" or (log_format == "auto" and not (hasattr(stream, "isatty") and stream.isatty()))
+    _json_mode = as_json
     renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
@@ -29,7 +37,8 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        # Looked up when a logger is made, not now: stderr may be replaced later (tests, daemons).
+        logger_factory=(lambda *_: structlog.PrintLogger(sys.stderr)) if stream is sys.stderr else structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
 

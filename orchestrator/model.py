@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from orchestrator.errors import ModelUnreachable, QualityError
+from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
 
 if TYPE_CHECKING:  # pydantic is not needed to import this module
@@ -43,6 +44,10 @@ RUNAWAY_CORRECTION = (
 )
 
 
+# How often a waiting caller looks at the cancel token.
+_CANCEL_POLL_S = 0.1
+
+
 class LiteLLMModel:
     """Answers through `litellm.completion`, streaming by default.
 
@@ -66,8 +71,11 @@ class LiteLLMModel:
         stream: bool = True,
         sleep: Callable[[float], None] = time.sleep,
         on_retry: Callable[[int, str], None] | None = None,
+        cancel: Any = None,
     ) -> None:
         self.config = config
+        # orchestrator.cancel.CancelToken: checked per chunk and between retries.
+        self._cancel = cancel
         self.max_output_chars = max_output_chars
         self.stream = stream
         self._sleep = sleep
@@ -77,7 +85,7 @@ class LiteLLMModel:
         failures = 0
         while True:
             try:
-                return self._attempt(messages, tools)
+                return self._attempt_until_cancelled(messages, tools)
             except _Retryable as failure:
                 failures += 1
                 if failures > self.config.retries:
@@ -87,6 +95,8 @@ class LiteLLMModel:
                 if self._on_retry is not None:
                     self._on_retry(failures, failure.reason)
                 self._sleep(self._backoff(failures))
+                if self._cancel is not None:
+                    self._cancel.raise_if_cancelled()
 
     def context_window(self) -> int | None:
         """Input tokens the model accepts: litellm's figure when it knows the model, else the config's."""
@@ -100,6 +110,31 @@ class LiteLLMModel:
 
     # -- one request ---------------------------------------------------------
 
+    def _attempt_until_cancelled(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        """One attempt; with a cancel token it runs in a helper thread so a silent server cannot hold a cancel back.
+
+        An abandoned request ends by itself at the read timeout; its thread is a daemon.
+        """
+        if self._cancel is None:
+            return self._attempt(messages, tools)
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def attempt() -> None:
+            try:
+                outcome["response"] = self._attempt(messages, tools)
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="model-call", daemon=True).start()
+        while not done.wait(_CANCEL_POLL_S):
+            self._cancel.raise_if_cancelled()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["response"]
+
     def _attempt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         litellm = _litellm()
         started = time.monotonic()
@@ -110,7 +145,7 @@ class LiteLLMModel:
             else:
                 draft = _read_whole(raw)
                 self._check_runaway(draft)
-        except (QualityError, _Retryable):
+        except (QualityError, _Retryable, Cancelled):
             raise
         except Exception as exc:
             raise self._classify(exc) from exc
@@ -156,6 +191,8 @@ class LiteLLMModel:
                 if now - last > limit:
                     raise _watchdog(limit)
                 last = now
+                if self._cancel is not None:
+                    self._cancel.raise_if_cancelled()
                 draft.add_chunk(chunk)
                 self._check_runaway(draft)
         finally:

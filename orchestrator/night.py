@@ -1,16 +1,21 @@
-"""A night: every task in order, each through iterations until it succeeds or stops.
+"""A night: every task through iterations until it succeeds or stops; up to N tasks at once.
 
 Exit codes are the public contract of `overnight run`:
-0 every task succeeded; 1 at least one did not; 3 the model endpoint was unreachable.
+0 every task succeeded; 1 at least one did not; 3 the model endpoint was unreachable;
+130/143 the night was cancelled by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable, Sequence
 
+from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after
 from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable
 from orchestrator.iteration import TaskSetup, run_iteration
@@ -21,7 +26,10 @@ from orchestrator.worktree import Worktree
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
-PARK_CORRECTION = "Parked for the night: the same problem stopped {count} iterations in a row ({reason}). A person should look at the task or the model."
+PARK_CORRECTION = (
+    "Parked for the night: the same problem stopped {count} iterations in a row ({reason}). "
+    "A person should look at the task or the model."
+)
 
 
 @dataclass(frozen=True)
@@ -51,38 +59,130 @@ class NightParts:
     on_signal: SignalSink
     log: Any
     context_window: int | None = None
+    cancel: CancelToken = field(default_factory=CancelToken)
+    now: Callable[[], datetime] = lambda: datetime.now().astimezone()
+
+
+class _Night:
+    """State shared by the tasks of one night (possibly running in parallel)."""
+
+    def __init__(self, parts: NightParts, run_id: int) -> None:
+        self.parts = parts
+        self.run_id = run_id
+        self.notes = NotesBook(parts.config.state_dir / "notes.md")
+        self.log = parts.log.bind(run_id=run_id)
+        self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
+        deadline = parts.config.night.deadline
+        self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
+        self._slowest_iteration_s = 0.0
+        self._lock = threading.Lock()
+
+    def may_start_iteration(self) -> bool:
+        """No iteration starts that could not finish by the deadline, judged by the slowest so far."""
+        if self.parts.cancel.cancelled:
+            return False
+        if self.budget.exhausted:
+            self.parts.cancel.cancel("night token budget spent")
+            return False
+        if not self.deadline.allows(self._slowest_iteration_s):
+            self.parts.cancel.cancel("deadline")
+            return False
+        return True
+
+    def iteration_took(self, seconds: float) -> None:
+        with self._lock:
+            self._slowest_iteration_s = max(self._slowest_iteration_s, seconds)
 
 
 def run_night(parts: NightParts) -> NightResult:
     config, store = parts.config, parts.store
-    notes = NotesBook(config.state_dir / "notes.md")
     run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host=socket.gethostname())
-    log = parts.log.bind(run_id=run_id)
-    log.info("night_started", tasks=len(config.task), model=config.model.name)
-    summaries: list[TaskSummary] = []
+    night = _Night(parts, run_id)
+    night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
+    pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
+    futures = [pool.submit(_run_task, night, task) for task in config.task]
     try:
-        for task in config.task:
-            summaries.append(_run_task(parts, task, run_id, notes, log))
-    except (Cancelled, KeyboardInterrupt) as stop:
-        exit_code = EXIT_SIGTERM if getattr(stop, "why", "") == "SIGTERM" else EXIT_SIGINT
+        summaries = _results(futures)
+    except KeyboardInterrupt:
+        # Tasks run in worker threads; tell them, then wait while they roll back.
+        parts.cancel.cancel("SIGINT")
+        summaries = _results(futures)
+    finally:
+        pool.shutdown(wait=True)
+        night.deadline.stop()
+    if parts.cancel.cancelled and parts.cancel.why in ("SIGINT", "SIGTERM"):
+        exit_code = EXIT_SIGTERM if parts.cancel.why == "SIGTERM" else EXIT_SIGINT
         store.finish_run(run_id, status="cancelled", exit_code=exit_code)
-        log.info("night_cancelled", exit_code=exit_code)
-        raise
+        night.log.info("night_cancelled", why=parts.cancel.why, exit_code=exit_code)
+        return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
     exit_code = _exit_code(summaries)
     store.finish_run(run_id, status="finished", exit_code=exit_code)
-    log.info("night_finished", exit_code=exit_code, succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries))
+    night.log.info(
+        "night_finished",
+        exit_code=exit_code,
+        succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
+        stopped_early=parts.cancel.why or None,
+    )
     return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
 
 
-def _run_task(parts: NightParts, task: TaskConfig, run_id: int, notes: NotesBook, night_log: Any) -> TaskSummary:
-    config, store = parts.config, parts.store
-    workspace = Worktree.ensure(config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep)
-    task_run_id = store.begin_task(run_id, name=task.name, branch=workspace.branch)
-    log = night_log.bind(task=task.name, task_run_id=task_run_id)
+def _results(futures: Sequence[Any]) -> list[TaskSummary]:
+    return [future.result() for future in futures]
+
+
+_worktree_lock = threading.Lock()
+
+
+def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
+    parts, config, store = night.parts, night.parts.config, night.parts.store
+    if not night.may_start_iteration():
+        return TaskSummary(task.name, TaskOutcome.CANCELLED, parts.cancel.why, "", ())
+    with _worktree_lock:  # `git worktree add` takes locks in the shared .git
+        workspace = Worktree.ensure(config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep)
+    task_run_id = store.begin_task(night.run_id, name=task.name, branch=workspace.branch)
+    log = night.log.bind(task=task.name, task_run_id=task_run_id)
     log.info("task_started", branch=workspace.branch)
+    setup = _task_setup(night, task, workspace, task_run_id, log)
+    reports: list[IterationReport] = []
+    outcome, reason = TaskOutcome.FAILED, ""
+    try:
+        for number in range(1, config.night.max_iterations + 1):
+            if not night.may_start_iteration():
+                outcome, reason = TaskOutcome.CANCELLED, parts.cancel.why
+                break
+            started = parts.now()
+            report = run_iteration(setup, number)
+            night.iteration_took((parts.now() - started).total_seconds())
+            reports.append(report)
+            if report.outcome is IterationOutcome.COMMITTED:
+                outcome, reason = TaskOutcome.SUCCEEDED, ""
+                break
+            reason = report.reason
+            if number < config.night.max_iterations and _should_park(reports, config.guards.park_after):
+                outcome = TaskOutcome.PARKED
+                night.notes.append(
+                    task=task.name,
+                    iteration=number,
+                    reason="parked",
+                    correction=PARK_CORRECTION.format(count=config.guards.park_after, reason=reason),
+                )
+                break
+    except ModelUnreachable:
+        outcome, reason = TaskOutcome.PAUSED, "model_unreachable"
+    except Cancelled as stop:
+        outcome, reason = TaskOutcome.CANCELLED, stop.why
+    commit = next((r.commit for r in reports if r.commit), "")
+    store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
+    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=len(reports))
+    return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
+
+
+def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any) -> TaskSetup:
     from orchestrator.tools import Toolbox
 
-    setup = TaskSetup(
+    parts, config = night.parts, night.parts.config
+    on_signal = parts.on_signal.for_task(task.name) if hasattr(parts.on_signal, "for_task") else parts.on_signal
+    return TaskSetup(
         task=task,
         night=config.night,
         workspace=workspace,
@@ -93,44 +193,19 @@ def _run_task(parts: NightParts, task: TaskConfig, run_id: int, notes: NotesBook
             check_command=task.check,
             check_timeout_s=config.night.check_timeout_s,
             command_timeout_s=config.night.command_timeout_s,
+            cancel=parts.cancel,
         ),
         guards=parts.guards_factory(),
-        notes=notes,
-        store=store,
+        notes=night.notes,
+        store=parts.store,
         task_run_id=task_run_id,
         transcripts_dir=config.state_dir / "transcripts",
-        on_signal=parts.on_signal.for_task(task.name) if hasattr(parts.on_signal, "for_task") else parts.on_signal,
+        on_signal=on_signal,
         log=log,
         context_window=parts.context_window,
+        cancel=parts.cancel,
+        budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
     )
-    reports: list[IterationReport] = []
-    outcome, reason = TaskOutcome.FAILED, ""
-    try:
-        for number in range(1, config.night.max_iterations + 1):
-            report = run_iteration(setup, number)
-            reports.append(report)
-            if report.outcome is IterationOutcome.COMMITTED:
-                outcome, reason = TaskOutcome.SUCCEEDED, ""
-                break
-            reason = report.reason
-            if number < config.night.max_iterations and _should_park(reports, config.guards.park_after):
-                outcome = TaskOutcome.PARKED
-                notes.append(
-                    task=task.name,
-                    iteration=number,
-                    reason="parked",
-                    correction=PARK_CORRECTION.format(count=config.guards.park_after, reason=reason),
-                )
-                break
-    except ModelUnreachable:
-        outcome, reason = TaskOutcome.PAUSED, "model_unreachable"
-    except (Cancelled, KeyboardInterrupt):
-        store.finish_task(task_run_id, outcome=TaskOutcome.CANCELLED.value, reason="cancelled")
-        raise
-    commit = next((r.commit for r in reports if r.commit), "")
-    store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
-    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=len(reports))
-    return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
 
 
 def _should_park(reports: Sequence[IterationReport], park_after: int) -> bool:
@@ -145,6 +220,6 @@ def _should_park(reports: Sequence[IterationReport], park_after: int) -> bool:
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:
     if any(s.reason == "model_unreachable" for s in summaries):
         return EXIT_MODEL_UNREACHABLE
-    if all(s.outcome is TaskOutcome.SUCCEEDED for s in summaries):
+    if summaries and all(s.outcome is TaskOutcome.SUCCEEDED for s in summaries):
         return EXIT_OK
     return EXIT_TASKS_FAILED

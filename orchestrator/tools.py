@@ -113,6 +113,7 @@ class Toolbox:
         check_timeout_s: float = 600,
         command_timeout_s: float = 120,
         max_output_chars: int = 8000,
+        cancel: Any = None,
     ) -> None:
         unknown = [name for name in allowed if name not in ALL_TOOLS]
         if unknown:
@@ -123,6 +124,7 @@ class Toolbox:
         self._check_timeout_s = check_timeout_s
         self._command_timeout_s = command_timeout_s
         self._max_output_chars = max_output_chars
+        self._cancel = cancel
         self._handlers: dict[str, Callable[..., ToolResult]] = {
             "read_file": self._read_file,
             "write_file": self._write_file,
@@ -304,7 +306,9 @@ class Toolbox:
         return found
 
     def _run_check(self) -> ToolResult:
-        result = run_shell(self._check_command, self.root, self._check_timeout_s, self._max_output_chars)
+        result = run_shell(
+            self._check_command, self.root, self._check_timeout_s, self._max_output_chars, cancel=self._cancel
+        )
         if result.timed_out:
             return ToolResult(False, f"the check timed out after {self._check_timeout_s:g}s\n{result.output}")
         if result.exit_code == 0:
@@ -317,7 +321,7 @@ class Toolbox:
     def _run_command(self, command: str) -> ToolResult:
         if not command.strip():
             raise _Refused("the command is empty; give a shell command to run")
-        result = run_shell(command, self.root, self._command_timeout_s, self._max_output_chars)
+        result = run_shell(command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel)
         return ToolResult(result.exit_code == 0, f"exit code {result.exit_code}\n{result.output}".rstrip())
 
 

@@ -97,10 +97,10 @@ class Worktree:
             self._git.commit("--quiet", "--no-verify", "-m", message)
         return self.checkpoint()
 
-    def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000) -> CheckResult:
+    def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None) -> CheckResult:
         from orchestrator.commands import run_shell
 
-        result = run_shell(command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars)
+        result = run_shell(command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars, cancel=cancel)
         return CheckResult(exit_code=result.exit_code, output=result.output, timed_out=result.timed_out)
 
 

@@ -126,3 +126,19 @@ class Event(Base):
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
     ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Lease(Base):
+    """Who works on a task right now; a process keeps it alive by renewing before `expires_at`.
+
+    Leases let several processes (even on several machines sharing one store)
+    agree that a task has one worker at a time, without trusting pids across hosts.
+    """
+
+    __tablename__ = "leases"
+
+    task: Mapped[str] = mapped_column(String, primary_key=True)
+    # "host:pid:nonce" of the holder.
+    owner: Mapped[str] = mapped_column(String)
+    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
-from runs.models import Base, Event, Iteration, Run, TaskRun, utc_now
-from runs.views import IterationView, RunView, TaskView, worst_signal
+from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
+from runs.views import IterationView, LeaseView, RunView, TaskView, worst_signal
 
-__all__ = ["RunStore", "RunView", "TaskView", "IterationView", "worst_signal"]
+__all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "worst_signal"]
 
 MODEL_CALL = "model_call"
 TOOL_CALL = "tool_call"
@@ -223,6 +224,101 @@ class RunStore:
             data={},
         )
         self._add("record_signal", row)
+
+    # --- leases: one worker per task, across processes and hosts -------------
+
+    def acquire_lease(self, task: str, owner: str, ttl_s: float) -> bool:
+        """Take the task's lease if it is free, expired or already ours; False if someone else holds it."""
+        now = utc_now()
+        expires = now + timedelta(seconds=ttl_s)
+        # A conditional UPDATE is atomic on every backend: two takers of an
+        # expired lease cannot both see rowcount 1.
+        with self._writing("acquire_lease") as session:
+            taken = session.execute(
+                update(Lease)
+                .where(Lease.task == task, or_(Lease.owner == owner, Lease.expires_at <= now))
+                .values(owner=owner, acquired_at=now, expires_at=expires)
+            ).rowcount
+        if taken:
+            return True
+        try:
+            with self._sessions.begin() as session:
+                session.add(Lease(task=task, owner=owner, acquired_at=now, expires_at=expires))
+        except IntegrityError:
+            return False  # the row exists and is someone else's, or a concurrent insert won
+        except SQLAlchemyError as exc:
+            raise StateError(f"run store: acquire_lease failed: {_one_line(exc)}") from exc
+        return True
+
+    def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
+        """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""
+        expires = utc_now() + timedelta(seconds=ttl_s)
+        with self._writing("renew_lease") as session:
+            statement = update(Lease).where(Lease.task == task, Lease.owner == owner).values(expires_at=expires)
+            return session.execute(statement).rowcount == 1
+
+    def release_lease(self, task: str, owner: str) -> None:
+        """Give the lease back; nothing happens if it is not ours any more."""
+        with self._writing("release_lease") as session:
+            session.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
+
+    def leases(self) -> list[LeaseView]:
+        with self._reading() as session:
+            rows = session.scalars(select(Lease).order_by(Lease.task)).all()
+            return [LeaseView(task=r.task, owner=r.owner, acquired_at=r.acquired_at, expires_at=r.expires_at) for r in rows]
+
+    # --- crash recovery -------------------------------------------------------
+
+    def running_runs(self) -> list[RunView]:
+        """Runs still marked running: in progress, or left behind by a process that died."""
+        with self._reading() as session:
+            runs = session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)).all()
+            return [_run_view(session, run) for run in runs]
+
+    def run_of_task_run(self, task_run_id: int) -> RunView:
+        """The run a task run belongs to (without its tasks): who owned it, on which host."""
+        with self._reading() as session:
+            run = session.get(Run, session.get(TaskRun, task_run_id).run_id)
+            return RunView(
+                id=run.id, started_at=run.started_at, finished_at=run.finished_at, status=run.status,
+                exit_code=run.exit_code, pid=run.pid, host=run.host, config_path=run.config_path,
+            )
+
+    def interrupt_iteration(self, iteration_id: int, *, correction: str) -> bool:
+        """Mark a still-running iteration `interrupted`; False if it had already ended."""
+        now = utc_now()
+        with self._writing("interrupt_iteration") as session:
+            statement = (
+                update(Iteration)
+                .where(Iteration.id == iteration_id, Iteration.outcome == "running")
+                .values(outcome="interrupted", reason="interrupted", correction=correction, finished_at=now)
+            )
+            return session.execute(statement).rowcount == 1
+
+    def close_interrupted_run(self, run_id: int) -> None:
+        """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`."""
+        now = utc_now()
+        with self._writing("close_interrupted_run") as session:
+            open_tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run_id, TaskRun.outcome == "running")).all()
+            for task in open_tasks:
+                commit = session.scalars(
+                    select(Iteration.commit)
+                    .where(Iteration.task_run_id == task.id, Iteration.outcome == "committed")
+                    .order_by(Iteration.id.desc())
+                ).first()
+                task.outcome, task.reason = ("succeeded", "") if commit else ("failed", "interrupted")
+                task.commit, task.finished_at = commit or "", now
+            session.execute(
+                update(Run).where(Run.id == run_id, Run.status == "running").values(status="crashed", finished_at=now)
+            )
+
+    def integrity_problems(self) -> list[str]:
+        """SQLite's own integrity check ([] when sound); always [] on other backends."""
+        if self._engine.dialect.name != "sqlite":
+            return []
+        with self._engine.connect() as connection:
+            rows = [row[0] for row in connection.exec_driver_sql("PRAGMA integrity_check")]
+        return [] if rows == ["ok"] else rows
 
     # --- reads --------------------------------------------------------------
 

@@ -131,3 +131,22 @@ class RunView:
             "config_path": self.config_path,
             "tasks": [task.as_dict() for task in self.tasks],
         }
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """Who holds a task's lease, and until when unless renewed."""
+
+    task: str
+    owner: str
+    acquired_at: datetime
+    expires_at: datetime
+
+    @property
+    def host(self) -> str:
+        return self.owner.split(":", 1)[0]
+
+    @property
+    def pid(self) -> int | None:
+        parts = self.owner.split(":")
+        return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None

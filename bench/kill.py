@@ -1,0 +1,353 @@
+"""Kill a real night with SIGKILL at random points, recover, and check every invariant.
+
+    .venv/bin/python bench/kill.py [--kills 50] [--seed 7]
+
+Each trial starts a night (3 tasks, a scripted model server with small
+delays) in a subprocess, kills its process group at a random moment (during
+startup, or anywhere in the night: model calls, tools, checks, commits,
+rollbacks, note writes), runs crash recovery the way `overnight run` does
+first, and checks: the lock is free, no iteration/task/run is left running,
+every worktree is clean at its branch head, no branch lost a commit and every
+new commit passes its task's check, notes.md parses, SQLite's integrity_check
+is ok. The child composes lock + recovery + night itself (`--child`) until the
+CLI does the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+FILES = {
+    "greet.py": "def greet():\n    return 'helo'\n",
+    "check_greet.py": "import greet\nassert greet.greet() == 'hello'\n",
+    "shout.py": "def shout(s):\n    return s\n",
+    "check_shout.py": "import shout\nassert shout.shout('a') == 'A'\n",
+    ".gitignore": "*.pyc\n__pycache__/\n",
+}
+TASKS = [
+    {"name": "greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+    {"name": "shout", "prompt": "shout() should upper-case.", "check": "python check_shout.py"},
+    {"name": "journal", "prompt": "keep a journal.", "check": "test -s log/journal.txt"},
+]
+DELAY_S = 0.03
+FINAL = {"committed", "rolled_back", "cancelled", "interrupted"}
+GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+    if done.returncode:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def script(night: int) -> list:
+    """Replies for one whole night: greet commits, shout fails once then commits, journal commits."""
+    from orchestrator.scripted import call
+
+    def c(name: str, args: dict) -> object:
+        return call(name, args, delay_s=DELAY_S)
+
+    stamp = {"path": "log/night.txt", "content": f"night {night}\n"}
+    return [
+        c("write_file", stamp),
+        c("write_file", {"path": "greet.py", "content": "def greet():\n    return 'hello'\n"}),
+        c("run_check", {}),
+        c("submit", {"summary": f"greet night {night}"}),
+        c("write_file", {"path": "shout.py", "content": "def shout(s):\n    return s.lower()\n"}),
+        c("write_file", {"path": "junk.pyc", "content": "x"}),
+        c("submit", {"summary": "wrong"}),
+        c("write_file", {"path": "shout.py", "content": "def shout(s):\n    return s.upper()\n"}),
+        c("write_file", stamp),
+        c("submit", {"summary": f"shout night {night}"}),
+        c("write_file", {"path": "log/journal.txt", "content": f"night {night}\n"}),
+        c("submit", {"summary": f"journal night {night}"}),
+    ]
+
+
+def write_config(work: Path, api_base: str) -> Path:
+    lines = [
+        "[model]", 'name = "openai/scripted"', f'api_base = "{api_base}"', "request_timeout_s = 10", "retries = 0",
+        "", "[repo]", f'path = "{work / "repo"}"', "", "[state]", f'dir = "{work / "state"}"',
+        "", "[night]", "max_iterations = 2", "max_turns = 8",
+    ]
+    for task in TASKS:
+        lines += ["", "[[task]]", *(f"{k} = {json.dumps(v)}" for k, v in task.items())]
+    path = work / "overnight.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --- the child: what `overnight run` will do once the CLI takes the lock and recovers ---------
+
+
+def child(config_path: str) -> int:
+    from orchestrator.build import night_parts, open_store
+    from orchestrator.config import load_config
+    from orchestrator.lock import StateLock
+    from orchestrator.logs import configure_logging, get_logger
+    from orchestrator.night import run_night
+    from orchestrator.recovery import recover_interrupted
+
+    import logging
+
+    config = load_config(config_path)
+    # Debug events (each model and tool call) tell the parent where a kill landed.
+    configure_logging("json", level=logging.DEBUG)
+    with StateLock(config.state_dir):
+        store = open_store(config)
+        try:
+            recover_interrupted(store, config, get_logger())
+        finally:
+            store.close()
+        with night_parts(config) as parts:
+            return run_night(parts).exit_code
+
+
+# --- the parent: kill, recover, check ------------------------------------------------------
+
+
+class Night:
+    """A child night whose JSON log events are collected as they arrive."""
+
+    def __init__(self, config: Path) -> None:
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", str(config)],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )
+        self.events: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                record = json.loads(line)
+                event = record["event"] + (f" {record['tool']}" if "tool" in record else "")
+            except (ValueError, KeyError, TypeError):
+                continue
+            self.events.append((time.monotonic() - self.started, event))
+
+    def wait_for(self, event: str, timeout_s: float) -> float | None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            for at, name in list(self.events):
+                if name == event:
+                    return at
+            time.sleep(0.01)
+        return None
+
+    def kill(self) -> str:
+        """SIGKILL the whole process group (git and check children too); the phase it landed in."""
+        finished = self.proc.poll() is not None
+        if not finished:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(timeout=2)
+        if finished:
+            return "after exit"
+        return f"after {self.events[-1][1]}" if self.events else "startup"
+
+
+def recover(config_path: Path) -> float:
+    from orchestrator.config import load_config
+    from orchestrator.lock import StateLock
+    from orchestrator.logs import get_logger
+    from orchestrator.recovery import recover_interrupted
+    from runs import RunStore
+
+    config = load_config(config_path)
+    began = time.perf_counter()
+    with StateLock(config.state_dir):
+        store = RunStore.open(config.store_url)
+        try:
+            recover_interrupted(store, config, get_logger())
+        finally:
+            store.close()
+    return time.perf_counter() - began
+
+
+def branch_heads(repo: Path) -> dict[str, str]:
+    out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/overnight/")
+    return dict(line.split() for line in out.splitlines() if line)
+
+
+def violations(work: Path, before: dict[str, str]) -> list[str]:
+    """Every invariant that does not hold after recovery."""
+    import sqlite3
+
+    from orchestrator.lock import StateLock
+    from orchestrator.notes import HEADER, NotesBook
+
+    found: list[str] = []
+    state, repo = work / "state", work / "repo"
+    try:
+        with StateLock(state):
+            pass
+    except Exception as exc:
+        found.append(f"lock: {exc}")
+    with sqlite3.connect(state / "runs.db") as db:
+        if db.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+            found.append("db: integrity_check failed")
+        for (outcome,) in db.execute("SELECT outcome FROM iterations"):
+            if outcome not in FINAL:
+                found.append(f"db: iteration left {outcome}")
+        if db.execute("SELECT count(*) FROM task_runs WHERE outcome = 'running'").fetchone()[0]:
+            found.append("db: task run left running")
+        if db.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]:
+            found.append("db: run left running")
+    after = branch_heads(repo)
+    for task in TASKS:
+        branch = f"overnight/{task['name']}"
+        tree = state / "worktrees" / task["name"]
+        if tree.exists():
+            if git(tree, "status", "--porcelain", "--ignored"):
+                found.append(f"{task['name']}: worktree not clean")
+            if git(tree, "symbolic-ref", "HEAD") != f"refs/heads/{branch}":
+                found.append(f"{task['name']}: worktree not on its branch")
+        old, new = before.get(branch), after.get(branch)
+        if old and not new:
+            found.append(f"{task['name']}: branch lost")
+        if not new:
+            continue
+        if old and subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=repo).returncode:
+            found.append(f"{task['name']}: committed work lost ({old[:8]} not in {new[:8]})")
+        span = f"{old}..{new}" if old else f"main..{new}"
+        for commit in git(repo, "rev-list", span).split():
+            if not passes_check(repo, commit, task["check"]):
+                found.append(f"{task['name']}: commit {commit[:8]} fails its check")
+    notes = state / "notes.md"
+    if notes.exists():
+        text = notes.read_text(encoding="utf-8")
+        headings = [line for line in text.splitlines() if line.startswith("## ")]
+        entries = NotesBook(notes).entries()
+        if not text.startswith(HEADER.rstrip("\n")) or len(entries) != len(headings):
+            found.append("notes: malformed heading")
+        if any("**Correction:**" not in e.text or e.text.count("```") % 2 for e in entries):
+            found.append("notes: partial entry")
+    if list(state.glob(".notes.md.*.tmp")):
+        found.append("notes: temp file left")
+    return found
+
+
+def passes_check(repo: Path, commit: str, check: str) -> bool:
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = subprocess.run(["git", "archive", commit], cwd=repo, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", scratch], input=archive, check=True)
+        return subprocess.run(check, shell=True, cwd=scratch, capture_output=True).returncode == 0
+
+
+def setup(work: Path) -> None:
+    repo = work / "repo"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    for name, text in FILES.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "initial")
+
+
+def run_trial(work: Path, night: int, kill_at: str, startup_s: float, night_s: float, rng: random.Random, night_durations: list[float]) -> tuple[str, float, list[str]]:
+    from orchestrator.fake_server import ScriptedServer
+
+    with ScriptedServer(script(night)) as server:
+        config = write_config(work, server.url)
+        before = branch_heads(work / "repo")
+        child_night = Night(config)
+        if kill_at == "startup":
+            time.sleep(rng.uniform(0, startup_s))
+        elif (started := child_night.wait_for("night_started", 60)) is not None:
+            time.sleep(rng.uniform(0, night_s))
+        phase = child_night.kill()
+        finished = [at for at, name in child_night.events if name == "night_finished"]
+        if kill_at == "night" and finished and started is not None:
+            # Nights get faster once the machine is warm: aim within what they take now.
+            night_durations.append(finished[0] - started)
+    recovery_s = recover(config)
+    return phase, recovery_s, violations(work, before)
+
+
+def calibrate(work: Path) -> tuple[float, float]:
+    """One whole night, unkilled: how long startup and the night itself take."""
+    from orchestrator.fake_server import ScriptedServer
+
+    with ScriptedServer(script(0)) as server:
+        night = Night(write_config(work, server.url))
+        started = night.wait_for("night_started", 60) or 0.0
+        night.proc.wait()
+        night._reader.join(timeout=2)
+        ended = time.monotonic() - night.started
+        if night.proc.returncode != 0:
+            raise SystemExit(f"calibration night exited {night.proc.returncode}; events: {[e for _, e in night.events]}")
+    return started, ended - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--startup-share", type=float, default=0.2, help="fraction of kills aimed at startup")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        sys.exit(child(args.child))
+    rng = random.Random(args.seed)
+    import structlog
+
+    # Recovery's own log lines would drown the table.
+    structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
+    with tempfile.TemporaryDirectory(prefix="overnight-kill-") as scratch:
+        work = Path(scratch)
+        setup(work)
+        startup_s, night_s = calibrate(work)
+        print(f"calibration: startup {startup_s:.2f} s, night {night_s:.2f} s")
+        phases: Counter[str] = Counter()
+        problems: list[str] = []
+        recoveries: list[float] = []
+        durations: list[float] = []
+        began = time.monotonic()
+        for trial in range(1, args.kills + 1):
+            aim = "startup" if rng.random() < args.startup_share else "night"
+            aim_s = min([night_s, *durations])
+            phase, recovery_s, found = run_trial(work, trial, aim, startup_s, aim_s, rng, durations)
+            phases[phase] += 1
+            recoveries.append(recovery_s)
+            problems += [f"kill {trial} ({phase}): {p}" for p in found]
+            print(f"  kill {trial:3d}  {phase:26s} recovery {recovery_s * 1000:6.0f} ms  {'OK' if not found else found}", flush=True)
+        elapsed = time.monotonic() - began
+        print()
+        print(f"| kills | violations | recovery median | recovery max | wall |")
+        print(f"|------:|-----------:|----------------:|-------------:|-----:|")
+        print(f"| {args.kills} | {len(problems)} | {statistics.median(recoveries) * 1000:.0f} ms | {max(recoveries) * 1000:.0f} ms | {elapsed:.0f} s |")
+        print()
+        print("| phase (last log event before the kill) | kills |")
+        print("|---|---:|")
+        for phase, count in phases.most_common():
+            print(f"| {phase} | {count} |")
+        for problem in problems:
+            print("VIOLATION", problem)
+        sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Stopping a night on purpose: SIGTERM, Ctrl-C, the deadline, a token budget.
+
+One token is shared by everything that can block for long (the model stream,
+shell commands, the agent loop); each checks it at its own safe points and
+raises `Cancelled`, so the iteration in flight is rolled back, not abandoned.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Callable
+
+from orchestrator.errors import Cancelled
+
+
+class CancelToken:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.why = ""
+
+    def cancel(self, why: str) -> None:
+        if not self._event.is_set():
+            self.why = why
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise Cancelled(self.why)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True if cancelled meanwhile."""
+        return self._event.wait(seconds)
+
+
+class TokenBudget:
+    """Tokens a task or a night may spend; thread-safe, shared by parallel tasks."""
+
+    def __init__(self, limit: int | None, scope: str) -> None:
+        self.limit = limit
+        self.scope = scope
+        self.spent = 0
+        self._lock = threading.Lock()
+
+    def spend(self, tokens: int) -> None:
+        with self._lock:
+            self.spent += tokens
+            over = self.limit is not None and self.spent >= self.limit
+        if over:
+            raise Cancelled(f"{self.scope} token budget of {self.limit} spent")
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.spent >= self.limit
+
+
+def deadline_after(start: datetime, clock: str) -> datetime:
+    """The first `HH:MM` (in `start`'s time zone) after `start`: 06:30 after 01:30 is the same morning."""
+    hour, minute = (int(part) for part in clock.split(":"))
+    candidate = start.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return candidate if candidate > start else candidate + timedelta(days=1)
+
+
+class Deadline:
+    """No iteration starts that cannot finish by the deadline; at the deadline, cancel."""
+
+    def __init__(self, at: datetime | None, token: CancelToken, now: Callable[[], datetime]) -> None:
+        self.at = at
+        self._now = now
+        self._timer: threading.Timer | None = None
+        if at is not None:
+            seconds = max((at - now()).total_seconds(), 0.0)
+            self._timer = threading.Timer(seconds, token.cancel, args=("deadline",))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def allows(self, expected_s: float) -> bool:
+        if self.at is None:
+            return True
+        return (self.at - self._now()).total_seconds() > expected_s
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

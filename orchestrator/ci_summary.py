@@ -1,0 +1,69 @@
+"""A night as a markdown table on the GitHub Actions job page.
+
+GitHub renders whatever a step appends to the file named by
+$GITHUB_STEP_SUMMARY; several steps (and several nights in one job) share that
+file, so this only ever appends.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchestrator.errors import StateError
+from runs.views import RunView, TaskView, worst_signal
+
+STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
+_MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "⏸️", "cancelled": "⏹️"}
+
+
+def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path | None = None) -> bool:
+    """Append the summary to `path`, else to $GITHUB_STEP_SUMMARY; False when neither is set."""
+    target = path or os.environ.get(STEP_SUMMARY_VARIABLE) or None
+    if target is None:
+        return False
+    try:
+        with open(target, "a", encoding="utf-8") as out:
+            out.write(step_summary(run, notes=notes))
+    except OSError as exc:
+        raise StateError(f"cannot append the step summary to {target}: {exc.strerror or exc}") from None
+    return True
+
+
+def step_summary(run: RunView, *, notes: Path | None = None) -> str:
+    """The markdown appended: a heading, one table row per task, where to read why."""
+    succeeded = sum(task.outcome == "succeeded" for task in run.tasks)
+    exit_text = f", exit {run.exit_code}" if run.exit_code is not None else ""
+    lines = [
+        f"## overnight run #{run.id}: {succeeded}/{len(run.tasks)} task(s) succeeded ({run.status}{exit_text})",
+        "",
+        "| task | outcome | reason | iterations | worst signal | branch / commit |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [_row(task) for task in run.tasks]
+    if not run.tasks:
+        lines.append("| (no tasks ran) | | | | | |")
+    where = f"`{notes}`" if notes else "the `notes.md` artifact"
+    lines += ["", f"notes.md: why each iteration was rolled back and what the next one was told: {where} (or `overnight notes`).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _row(task: TaskView) -> str:
+    worst = worst_signal(s for it in task.iterations for s in it.signals)
+    signal = f"{worst.level.value} `{worst.kind}`: {worst.message}" if worst else ""
+    commit = f" @ `{task.commit[:10]}`" if task.commit else ""
+    reason = f"`{task.reason}`" if task.reason else ""
+    cells = [
+        task.name,
+        f"{_MARKS.get(task.outcome, '')} {task.outcome}".strip(),
+        reason,
+        str(len(task.iterations)),
+        signal,
+        f"`{task.branch}`{commit}",
+    ]
+    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+
+
+def _cell(text: str) -> str:
+    """One table cell: a pipe or a newline would break the row."""
+    return " ".join(text.replace("|", "\\|").split())

@@ -1,0 +1,128 @@
+"""A night as a JUnit XML report, so CI systems show each task as a test case.
+
+One task is one <testcase>: succeeded passes; failed and parked carry a
+<failure> whose message is the iterations' reason codes; paused (the model
+was unreachable) is an <error>, because it is the infrastructure's fault,
+not the task's; cancelled is <skipped>. The layout is the common subset that
+GitHub's test-report actions, GitLab's `reports: junit` and Jenkins all read:
+<testsuites> around one <testsuite name="overnight">.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator.errors import StateError
+from runs.views import IterationView, RunView, TaskView, worst_signal
+
+SUITE = "overnight"
+_FAILED = ("failed", "parked")
+# Characters XML 1.0 cannot carry at all; model output and check logs may contain them.
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def write_junit(run: RunView, path: Path) -> None:
+    """Write `run` as JUnit XML to `path`, atomically: a reader never sees half a file."""
+    tree = ET.ElementTree(junit_element(run))
+    ET.indent(tree)
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                tree.write(out, encoding="utf-8", xml_declaration=True)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise StateError(f"cannot write JUnit report {path}: {exc.strerror or exc}") from None
+
+
+def junit_element(run: RunView) -> ET.Element:
+    """The <testsuites> element for `run`; separate from writing so it can be inspected."""
+    cases = [_testcase(task) for task in run.tasks]
+    counts = {
+        "tests": str(len(cases)),
+        "failures": str(sum(task.outcome in _FAILED for task in run.tasks)),
+        "errors": str(sum(task.outcome not in (*_FAILED, "succeeded", "cancelled") for task in run.tasks)),
+        "skipped": str(sum(task.outcome == "cancelled" for task in run.tasks)),
+        "time": _seconds(run.started_at, run.finished_at),
+    }
+    root = ET.Element("testsuites", {"name": SUITE, **counts})
+    suite = ET.SubElement(root, "testsuite", {"name": SUITE, **counts, "timestamp": _timestamp(run.started_at)})
+    if run.host:
+        suite.set("hostname", _clean(run.host))
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (("run_id", run.id), ("status", run.status), ("exit_code", run.exit_code), ("config", run.config_path)):
+        if value not in (None, ""):
+            ET.SubElement(properties, "property", {"name": name, "value": _clean(str(value))})
+    suite.extend(cases)
+    return root
+
+
+def _testcase(task: TaskView) -> ET.Element:
+    case = ET.Element("testcase", {"classname": SUITE, "name": _clean(task.name), "time": _seconds(task.started_at, task.finished_at)})
+    reasons = _reason_codes(task)
+    last = task.reason or (reasons[-1] if reasons else task.outcome)
+    if task.outcome in _FAILED:
+        _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))
+    elif task.outcome == "cancelled":
+        ET.SubElement(case, "skipped", {"message": "cancelled"})
+    elif task.outcome != "succeeded":
+        # paused (model_unreachable), or still "running" because the night died under it.
+        why = task.reason or f"task left {task.outcome}"
+        _child(case, "error", why, task.reason or task.outcome, _iteration_lines(task))
+    where = f"branch: {task.branch}\ncommit: {task.commit or '(none)'}\n"
+    ET.SubElement(case, "system-out").text = _clean(where)
+    return case
+
+
+def _child(case: ET.Element, tag: str, message: str, kind: str, body: str) -> None:
+    element = ET.SubElement(case, tag, {"message": _clean(message), "type": _clean(kind)})
+    element.text = _clean(body)
+
+
+def _reason_codes(task: TaskView) -> list[str]:
+    """Each distinct reason once, in the order the iterations met them."""
+    codes: list[str] = []
+    for iteration in task.iterations:
+        if iteration.reason and iteration.reason not in codes:
+            codes.append(iteration.reason)
+    return codes
+
+
+def _iteration_lines(task: TaskView) -> str:
+    lines = [f"{task.name}: {task.outcome}" + (f" ({task.reason})" if task.reason else "")]
+    lines += [_iteration_line(iteration) for iteration in task.iterations]
+    return "\n".join(lines) + "\n"
+
+
+def _iteration_line(iteration: IterationView) -> str:
+    worst = worst_signal(iteration.signals)
+    signal = f"{worst.level.value} {worst.kind}: {worst.message}" if worst else "no signal"
+    reason = iteration.reason or "-"
+    return f"#{iteration.number} {iteration.outcome} · reason {reason} · worst signal {signal} · {iteration.turns} turns"
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return "0.000"
+    return f"{max(0.0, (end - start).total_seconds()):.3f}"
+
+
+def _timestamp(moment: datetime | None) -> str:
+    # The JUnit schema's timestamp has no zone; the store's times are UTC.
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") if moment else ""
+
+
+def _clean(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)

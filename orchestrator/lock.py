@@ -1,0 +1,120 @@
+"""One night per state dir: an flock on `<state_dir>/overnight.lock`.
+
+The kernel drops an flock when its process dies, even by kill -9, so a lock
+left by a dead process is never "stale": the next run simply gets it. The
+holder's pid, host and start time are written into the file for the one-line
+message a second run prints before exiting 75.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from orchestrator.errors import StateError
+
+LOCK_NAME = "overnight.lock"
+EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
+
+
+class LockHeld(Exception):
+    """Another live process holds the state dir's lock."""
+
+    def __init__(self, path: Path, holder: "Holder | None") -> None:
+        who = holder.describe() if holder else "holder not recorded yet"
+        super().__init__(f"another overnight run holds {path}: {who}")
+        self.path = path
+        self.holder = holder
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    host: str
+    since: datetime
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host} since {self.since.strftime('%Y-%m-%d %H:%M UTC')}"
+
+
+class StateLock:
+    """Exclusive use of a state dir for the length of a with-block."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> "StateLock":
+        _make_dir(self.state_dir)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StateError(f"cannot open {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = read_holder(self.path)
+            os.close(fd)
+            raise LockHeld(self.path, holder) from None
+        except OSError as exc:
+            os.close(fd)
+            raise StateError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
+        self._fd = fd
+        try:
+            self._write_holder(Holder(pid=os.getpid(), host=socket.gethostname(), since=datetime.now(timezone.utc)))
+        except OSError as exc:
+            self._release()
+            raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._release()
+
+    def _write_holder(self, holder: Holder) -> None:
+        record = {"pid": holder.pid, "host": holder.host, "since": holder.since.isoformat()}
+        data = (json.dumps(record) + "\n").encode()
+        assert self._fd is not None
+        # Rewritten in place, never replaced: a new inode would not carry our flock.
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+
+    def _release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+        except OSError:
+            pass  # a read-only or full disk must not keep the lock: the kernel frees it below
+        # The file stays: unlinking it would let a newcomer lock a fresh inode
+        # while a waiter still holds the old one.
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+def read_holder(path: Path) -> Holder | None:
+    """Who wrote the lock file last; None if empty (free, or just being taken) or unreadable."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        return Holder(pid=int(record["pid"]), host=str(record["host"]), since=datetime.fromisoformat(record["since"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StateError(f"cannot create state dir {path}: a file is in the way") from None
+    except NotADirectoryError:
+        raise StateError(f"cannot create state dir {path}: a parent is a file, not a directory") from None
+    except OSError as exc:
+        reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+        raise StateError(f"cannot create state dir {path}: {reason}") from None

@@ -1,0 +1,197 @@
+"""Crash recovery: what a killed night left behind, put right before the next one starts.
+
+Call `recover_interrupted` while holding the state lock (`orchestrator.lock`),
+before any task starts. Under that lock no process of ours is using this state
+dir, so every task worktree here is idle: an iteration still marked `running`
+by a dead process is rolled back to its checkpoint and recorded `interrupted`
+(not a struggle: no note, no blame), and any other uncommitted change in a
+worktree is leftover from a death too. One exception keeps committed work: if
+the process died after committing but before recording it, the commit (which
+passed the check) stays and the iteration is recorded `committed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import Config
+from orchestrator.leases import owner_host_pid
+from orchestrator.worktree import Worktree, branch_for
+
+INTERRUPTED_CORRECTION = (
+    "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
+)
+_GIT_LOCKS = ("index.lock", "HEAD.lock")
+
+
+def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
+    """Settle every iteration and run left `running` by a dead process; returns the iterations settled."""
+    host, me, now = socket.gethostname(), os.getpid(), datetime.now(timezone.utc)
+    _remove_stale_temp_files(config.state_dir, log)
+    leases = {lease.task: lease for lease in store.leases()}
+    stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
+    settled, dead_runs, touched = [], set(), set()
+    for iteration in store.running_iterations():
+        run = store.run_of_task_run(iteration.task_run_id)
+        if not _is_orphaned(iteration, run, leases.get(iteration.task_name), host, me, now, stale_after):
+            continue
+        commit = _settle_worktree(config, iteration, log)
+        if commit:
+            store.finish_iteration(
+                iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
+            )
+            view = dataclasses.replace(iteration, outcome="committed", commit=commit)
+        else:
+            store.interrupt_iteration(iteration.id, correction=INTERRUPTED_CORRECTION)
+            view = dataclasses.replace(iteration, outcome="interrupted", reason="interrupted", correction=INTERRUPTED_CORRECTION)
+        log.info(
+            "iteration_recovered",
+            run_id=run.id,
+            task=iteration.task_name,
+            iteration=iteration.number,
+            iteration_id=iteration.id,
+            outcome=view.outcome,
+            checkpoint=iteration.checkpoint[:12],
+            dead_pid=iteration.pid,
+            dead_host=run.host,
+        )
+        settled.append(view)
+        dead_runs.add(run.id)
+        touched.add(iteration.task_name)
+    for run in store.running_runs():
+        if run.id in dead_runs or (run.host == host and (run.pid == me or not pid_alive(run.pid))):
+            store.close_interrupted_run(run.id)
+            log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
+    _release_dead_leases(store, leases.values(), host, me, log)
+    _clean_idle_worktrees(config, skip=touched, log=log)
+    return settled
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid runs on this host (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def _is_orphaned(iteration: Any, run: Any, lease: Any, host: str, me: int, now: datetime, stale_after: timedelta) -> bool:
+    if run.host == host and (iteration.pid == me or not pid_alive(iteration.pid)):
+        return True
+    if lease is not None:
+        lease_host, lease_pid = owner_host_pid(lease.owner)
+        # Expired, or already taken over by another worker: the old one is gone.
+        return lease.expires_at <= now or (lease_host, lease_pid) != (run.host, iteration.pid)
+    # No lease to ask: another host's iteration is dead once it has been silent too long.
+    heartbeat = iteration.heartbeat_at or iteration.started_at
+    return run.host != host and now - heartbeat > stale_after
+
+
+def _settle_worktree(config: Config, iteration: Any, log: Any) -> str:
+    """Roll the task's worktree back to the checkpoint; return the commit instead if the iteration had committed."""
+    import git
+
+    path = config.state_dir / "worktrees" / iteration.task_name
+    if not path.exists():
+        return ""  # the worktree lives on another host, or was never created
+    _remove_git_locks(path, iteration.task_name, log)
+    repo = git.Repo(config.repo_path)
+    branch = branch_for(iteration.task_name)
+    head = repo.heads[branch].commit.hexsha if branch in repo.heads else ""
+    committed = head if head and head != iteration.checkpoint and _is_iteration_commit(repo, head, iteration) else ""
+    try:
+        Worktree(path, branch, config.repo.keep).rollback(committed or iteration.checkpoint)
+    except Exception as exc:  # a worktree too broken for git: rebuilt from its branch by the next night
+        _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+        if head and not committed:
+            repo.git.branch("-f", branch, iteration.checkpoint)
+    return committed
+
+
+def _is_iteration_commit(repo: Any, head: str, iteration: Any) -> bool:
+    """`head` is the commit this iteration made (only ever after its check passed), right on its checkpoint."""
+    commit = repo.commit(head)
+    return (
+        [parent.hexsha for parent in commit.parents] == [iteration.checkpoint]
+        and commit.author.name == "overnight"
+        and commit.summary == f"overnight: {iteration.task_name} iteration {iteration.number}"
+    )
+
+
+def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
+    """Under the state lock nobody works in these: anything uncommitted is debris of a death."""
+    root = config.state_dir / "worktrees"
+    if not root.is_dir():
+        return
+    for path in sorted(p for p in root.iterdir() if p.name not in skip):
+        if not (path / ".git").is_file():
+            _remove_worktree(config, path, log, why="not a registered worktree (creation was interrupted)")
+            continue
+        _remove_git_locks(path, path.name, log)
+        try:
+            worktree = Worktree(path, branch_for(path.name), config.repo.keep)
+            if not worktree.is_clean():
+                worktree.rollback("HEAD")
+                log.info("worktree_cleaned", task=path.name)
+        except Exception as exc:
+            _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+
+
+def _remove_git_locks(path: Path, task: str, log: Any) -> None:
+    """Lock files a killed git left; they would make every later git command in the worktree fail."""
+    try:
+        gitdir = Path((path / ".git").read_text(encoding="utf-8").split("gitdir:", 1)[1].strip())
+        common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    except (OSError, IndexError):
+        return
+    candidates = [gitdir / name for name in _GIT_LOCKS]
+    candidates.append(common / "refs" / "heads" / (branch_for(task) + ".lock"))
+    initializing = gitdir / "locked"  # `git worktree add` killed half way
+    if initializing.is_file() and initializing.read_text(encoding="utf-8", errors="replace").startswith("initializing"):
+        candidates.append(initializing)
+    for lock in candidates:
+        if lock.exists():
+            lock.unlink(missing_ok=True)
+            log.info("git_lock_removed", task=task, path=str(lock))
+
+
+def _remove_worktree(config: Config, path: Path, log: Any, why: str) -> None:
+    import git
+
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        git.Repo(config.repo_path).git.worktree("prune")
+    except git.GitError:
+        pass  # prune again happens in Worktree.ensure
+    log.warning("worktree_removed", task=path.name, why=why[:200])
+
+
+def _release_dead_leases(store: Any, leases: Any, host: str, me: int, log: Any) -> None:
+    """Leases of dead processes on this host: free now rather than after their ttl."""
+    for lease in leases:
+        lease_host, lease_pid = owner_host_pid(lease.owner)
+        if lease_host == host and lease_pid is not None and (lease_pid == me or not pid_alive(lease_pid)):
+            store.release_lease(lease.task, lease.owner)
+            log.info("lease_released", task=lease.task, dead_owner=lease.owner)
+
+
+def _remove_stale_temp_files(state_dir: Path, log: Any) -> None:
+    """notes.md's half-written temporary files: never renamed into place, so only debris."""
+    for temporary in state_dir.glob(".notes.md.*.tmp"):
+        temporary.unlink(missing_ok=True)
+        log.info("temp_file_removed", path=str(temporary))

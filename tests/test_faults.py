@@ -1,0 +1,339 @@
+"""Faults a night must survive: a second run, kill -9, a dead worker's lease, an unusable state dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import structlog
+
+from orchestrator.config import load_config
+from orchestrator.errors import StateError
+from orchestrator.leases import LeaseHeld, LeaseKeeper, new_owner
+from orchestrator.lock import LockHeld, StateLock, read_holder
+from orchestrator.notes import NotesBook
+from orchestrator.recovery import recover_interrupted
+from orchestrator.scripted import Reply, call
+from orchestrator.worktree import Worktree
+from runs import RunStore
+from tests.conftest import git, write_config
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOLD_LOCK = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from orchestrator.lock import StateLock
+    with StateLock(Path(sys.argv[1])):
+        print("locked", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """Another live process holding the lock of tmp_path/state."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / "state")], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen]:
+    """A live process that is not an overnight run."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+class TestStateLock:
+    def test_second_run_is_refused_naming_the_holder(self, tmp_path: Path, holder: subprocess.Popen) -> None:
+        """While another live process holds the lock, taking it raises LockHeld with one line naming pid and host."""
+        with pytest.raises(LockHeld) as caught:
+            with StateLock(tmp_path / "state"):
+                pass
+        message = str(caught.value)
+        assert f"pid {holder.pid} on {socket.gethostname()} since " in message and "UTC" in message
+        assert "\n" not in message and caught.value.holder.pid == holder.pid
+
+    def test_lock_of_a_killed_process_is_taken_over(self, tmp_path: Path, holder: subprocess.Popen) -> None:
+        """After kill -9 of the holder, the next run gets the lock and records itself as holder."""
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        with StateLock(tmp_path / "state") as lock:
+            assert read_holder(lock.path).pid == os.getpid()
+
+    def test_lock_is_exclusive_within_one_process_too(self, tmp_path: Path) -> None:
+        """Two StateLocks on one state dir in the same process do not both succeed; release frees it."""
+        with StateLock(tmp_path / "state") as first:
+            with pytest.raises(LockHeld):
+                StateLock(tmp_path / "state").__enter__()
+        assert read_holder(first.path) is None
+        with StateLock(tmp_path / "state"):
+            pass
+
+    def test_state_dir_that_cannot_be_created_is_one_line(self, tmp_path: Path) -> None:
+        """A state dir below a regular file gives a one-line StateError naming the path."""
+        (tmp_path / "blocker").write_text("a file")
+        with pytest.raises(StateError) as caught:
+            with StateLock(tmp_path / "blocker" / "state"):
+                pass
+        assert "blocker/state" in str(caught.value) and "\n" not in str(caught.value)
+
+    @pytest.mark.xfail(strict=True, reason="passes once cli.run takes StateLock before night_parts")
+    def test_cli_exits_4_when_state_dir_cannot_be_created(self, tmp_path: Path, repo: Path, capsys: Any) -> None:
+        """`overnight run` with a state dir below a regular file exits 4 with one line on stderr."""
+        from orchestrator.cli import main
+
+        (tmp_path / "blocker").write_text("a file")
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        config.write_text(config.read_text().replace('dir = "state"', 'dir = "blocker/state"'))
+        argv, sys.argv = sys.argv, ["overnight", "run", "--config", str(config)]
+        try:
+            with pytest.raises(SystemExit) as done:
+                main()
+        finally:
+            sys.argv = argv
+        err = capsys.readouterr().err.strip()
+        assert done.value.code == 4 and len(err.splitlines()) == 1 and "blocker" in err
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunStore]:
+    opened = RunStore.open(f"sqlite:///{tmp_path / 'state' / 'runs.db'}")
+    yield opened
+    opened.close()
+
+
+class TestLeases:
+    def test_only_one_owner_at_a_time(self, store: RunStore) -> None:
+        """A held lease refuses another owner but lets its own owner take it again."""
+        assert store.acquire_lease("t", "a", 30)
+        assert not store.acquire_lease("t", "b", 30)
+        assert store.acquire_lease("t", "a", 30)
+        assert store.acquire_lease("other", "b", 30)
+
+    def test_expired_lease_is_taken_over_and_the_old_owner_cannot_renew(self, store: RunStore) -> None:
+        """After its ttl an unrenewed lease goes to the next taker, and the old owner's renewal fails."""
+        assert store.acquire_lease("t", "a", 0.2)
+        assert not store.acquire_lease("t", "b", 0.2)
+        time.sleep(0.3)
+        assert store.acquire_lease("t", "b", 30)
+        assert not store.renew_lease("t", "a", 30)
+        assert store.renew_lease("t", "b", 30)
+
+    def test_release_frees_only_ones_own_lease(self, store: RunStore) -> None:
+        """Releasing someone else's lease does nothing; releasing one's own frees the task."""
+        assert store.acquire_lease("t", "a", 30)
+        store.release_lease("t", "b")
+        assert not store.acquire_lease("t", "b", 30)
+        store.release_lease("t", "a")
+        assert store.acquire_lease("t", "b", 30)
+
+    def test_racing_threads_get_exactly_one_lease(self, tmp_path: Path) -> None:
+        """Eight threads with their own connections racing for a free (then an expired) lease: one wins each time."""
+        url = f"sqlite:///{tmp_path / 'race.db'}"
+        stores = [RunStore.open(url) for _ in range(8)]
+        try:
+            for round_ in range(2):
+                if round_:
+                    time.sleep(0.25)  # every round-0 lease has expired
+                barrier, wins = threading.Barrier(len(stores)), []
+
+                def take(index: int) -> None:
+                    barrier.wait()
+                    if stores[index].acquire_lease("t", f"owner-{round_}-{index}", 0.2):
+                        wins.append(index)
+
+                threads = [threading.Thread(target=take, args=(i,)) for i in range(len(stores))]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                assert len(wins) == 1
+        finally:
+            for each in stores:
+                each.close()
+
+    def test_keeper_renews_past_the_ttl_and_releases_at_exit(self, store: RunStore) -> None:
+        """A LeaseKeeper keeps its lease alive for longer than the ttl, refuses a second keeper, and frees it on exit."""
+        with LeaseKeeper(store, "t", ttl_s=0.3) as keeper:
+            time.sleep(0.7)
+            assert not store.acquire_lease("t", "intruder", 30)
+            with pytest.raises(LeaseHeld, match=keeper.owner):
+                with LeaseKeeper(store, "t", ttl_s=0.3):
+                    pass
+            assert not keeper.lost.is_set()
+        assert store.leases() == []
+
+    def test_keeper_notices_a_lost_lease(self, store: RunStore) -> None:
+        """If someone else took the lease, the keeper's next renewal sets `lost` and calls on_lost."""
+        called = threading.Event()
+        with LeaseKeeper(store, "t", ttl_s=0.3, on_lost=called.set) as keeper:
+            store.release_lease("t", keeper.owner)
+            assert store.acquire_lease("t", "thief", 30)
+            assert called.wait(2) and keeper.lost.is_set()
+        assert [lease.owner for lease in store.leases()] == ["thief"]
+
+
+def _config(tmp_path: Path, repo: Path, api_base: str = "http://127.0.0.1:9/v1", **night: Any):
+    tasks = [
+        {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+        {"name": "second", "prompt": "fix it too", "check": "python check_greet.py"},
+    ]
+    path = write_config(tmp_path / "overnight.toml", api_base=api_base, repo=repo, tasks=tasks, model={"request_timeout_s": 60}, night=night)
+    return load_config(path)
+
+
+def recover(config: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+    """What `overnight run` does first: take the lock, open the store, recover."""
+    with StateLock(config.state_dir), structlog.testing.capture_logs() as logs:
+        store = RunStore.open(config.store_url)
+        try:
+            return recover_interrupted(store, config, structlog.get_logger()), logs
+        finally:
+            store.close()
+
+
+class TestRecoveryOfStoredState:
+    """Recovery from states a killed night can leave, built with the real store and worktrees."""
+
+    def _running(self, config: Any, task: str, pid: int) -> tuple[RunStore, Worktree, int, int, str]:
+        store = RunStore.open(config.store_url)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, task, "HEAD")
+        run_id = store.begin_run(config_path=str(config.source), pid=pid, host=socket.gethostname())
+        task_run = store.begin_task(run_id, name=task, branch=worktree.branch)
+        checkpoint = worktree.checkpoint()
+        iteration = store.begin_iteration(task_run, number=1, checkpoint=checkpoint, pid=pid)
+        return store, worktree, run_id, iteration, checkpoint
+
+    def test_commit_made_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
+        """Killed after committing but before recording it: the commit stays and the iteration is `committed`."""
+        config = _config(tmp_path, repo)
+        store, worktree, run_id, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        commit = worktree.commit("overnight: fix-greet iteration 1\n\nfixed")
+        store.close()
+        [settled], logs = recover(config)
+        assert settled.outcome == "committed" and settled.commit == commit != checkpoint
+        assert git(repo, "rev-parse", "overnight/fix-greet") == commit
+        reopened = RunStore.open(config.store_url)
+        run = reopened.run(run_id)
+        reopened.close()
+        assert run.status == "crashed" and run.tasks[0].outcome == "succeeded" and run.tasks[0].commit == commit
+        assert [e["event"] for e in logs].count("iteration_recovered") == 1
+
+    def test_commit_the_agent_made_itself_is_rolled_back(self, tmp_path: Path, repo: Path) -> None:
+        """A commit not made by overnight's commit step (e.g. the agent ran git commit) never survives recovery."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        (worktree.path / "greet.py").write_text("broken\n")
+        git(worktree.path, "commit", "-qam", "agent did this")
+        store.close()
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
+
+    def test_live_process_is_left_alone_and_debris_is_cleared(self, tmp_path: Path, repo: Path, sleeper: subprocess.Popen) -> None:
+        """An iteration of a live process is untouched; temp files and dead processes' leases are cleared."""
+        config = _config(tmp_path, repo)
+        store, _, run_id, iteration, _ = self._running(config, "fix-greet", sleeper.pid)
+        dead = f"{socket.gethostname()}:{dead_pid()}:abcd"
+        store.acquire_lease("second", dead, 600)
+        store.close()
+        (config.state_dir / ".notes.md.12345.tmp").write_text("## half an ent")
+        settled, _ = recover(config)
+        assert settled == []
+        reopened = RunStore.open(config.store_url)
+        try:
+            assert [it.id for it in reopened.running_iterations()] == [iteration]
+            assert reopened.run(run_id).status == "running" and reopened.leases() == []
+        finally:
+            reopened.close()
+        assert not list(config.state_dir.glob(".notes.md.*.tmp"))
+
+    def test_git_lock_left_by_a_killed_git_is_removed(self, tmp_path: Path, repo: Path) -> None:
+        """A stale index.lock in the worktree's git dir would break every later git command; recovery removes it."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half\n")
+        gitdir = Path((worktree.path / ".git").read_text().split("gitdir:")[1].strip())
+        (gitdir / "index.lock").write_text("")
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain", "--ignored") == ""
+
+
+def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class TestKilledNight:
+    def test_kill_9_mid_iteration_is_recovered(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """A real `overnight run` killed while an iteration had written files: recovery restores every invariant."""
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": "fixed"}),
+            call("write_file", {"path": "greet.py", "content": "def greet():\n    return 'half done'\n"}),
+            call("write_file", {"path": "build/out.pyc", "content": "ignored junk"}),
+            Reply(text="thinking", delay_s=60),
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+        second = config.state_dir / "worktrees" / "second"
+        try:
+            _wait_for(lambda: (second / "build" / "out.pyc").exists() or proc.poll() is not None, 60, "the second task's files")
+            assert proc.poll() is None, "the night ended before it could be killed"
+        finally:
+            proc.kill()
+            proc.wait()
+        committed = git(repo, "rev-parse", "overnight/fix-greet")
+        settled, logs = recover(config)
+        assert [(s.task_name, s.outcome, s.reason) for s in settled] == [("second", "interrupted", "interrupted")]
+        assert git(second, "status", "--porcelain", "--ignored") == ""
+        assert (second / "greet.py").read_text() == "def greet():\n    return 'helo'\n"
+        assert git(repo, "rev-parse", "overnight/fix-greet") == committed
+        assert "'hello'" in git(repo, "show", f"{committed}:greet.py")
+        notes = NotesBook(config.state_dir / "notes.md")
+        assert all(entry.reason != "interrupted" for entry in notes.entries())
+        with sqlite3.connect(config.state_dir / "runs.db") as db:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert db.execute("SELECT count(*) FROM iterations WHERE outcome = 'running'").fetchone()[0] == 0
+            assert db.execute("SELECT status FROM runs").fetchall() == [("crashed",)]
+            assert db.execute("SELECT name, outcome, reason FROM task_runs ORDER BY id").fetchall() == [
+                ("fix-greet", "succeeded", ""),
+                ("second", "failed", "interrupted"),
+            ]
+        assert "iteration_recovered" in [e["event"] for e in logs]
+        with StateLock(config.state_dir):
+            pass  # the kernel freed whatever the dead night held

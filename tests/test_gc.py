@@ -1,0 +1,129 @@
+"""`overnight gc` on real git repositories: stale task worktrees and branches go, unsaved work stays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Config, load_config
+from orchestrator.gc import collect_garbage
+from orchestrator.worktree import Worktree
+from tests.conftest import git, write_config
+
+CURRENT = {"name": "current", "prompt": "p", "check": "true"}
+
+
+@pytest.fixture
+def settings(tmp_path: Path, repo: Path) -> Config:
+    """A config whose only task is `current`, for the `repo` fixture."""
+    path = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[CURRENT])
+    return load_config(path)
+
+
+def task_worktree(settings: Config, name: str, *, commit: bool = False) -> Worktree:
+    """The task's worktree as a night makes it, optionally with one commit of agent work."""
+    tree = Worktree.ensure(settings.repo_path, settings.state_dir, name, "HEAD")
+    if commit:
+        (tree.path / f"{name}.txt").write_text("agent work\n")
+        tree.commit(f"{name} iteration 1")
+    return tree
+
+
+def branches(repo: Path) -> set[str]:
+    return set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split())
+
+
+def worktree_paths(repo: Path) -> set[str]:
+    return {line.removeprefix("worktree ") for line in git(repo, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")}
+
+
+class TestStaleTasks:
+    def test_merged_stale_branch_and_worktree_are_removed(self, settings, repo):
+        """A task gone from the config whose branch holds nothing beyond base loses branch and worktree."""
+        old = task_worktree(settings, "old")
+        result = collect_garbage(settings)
+        assert result.removed_branches == ("overnight/old",)
+        assert result.removed_worktrees == (old.path,)
+        assert "overnight/old" not in branches(repo)
+        assert not old.path.exists() and str(old.path) not in worktree_paths(repo)
+
+    def test_branch_merged_into_base_after_work_is_removed(self, settings, repo):
+        """Agent commits that the user merged into base make the branch safe to delete."""
+        task_worktree(settings, "done", commit=True)
+        git(repo, "merge", "-q", "--no-edit", "overnight/done")
+        result = collect_garbage(settings)
+        assert result.removed_branches == ("overnight/done",) and result.kept_branches == ()
+
+    def test_unmerged_branch_is_kept_but_its_worktree_goes(self, settings, repo):
+        """Unmerged, unpushed work keeps its branch (with the reason); the worktree is removed."""
+        wip = task_worktree(settings, "wip", commit=True)
+        tip = git(repo, "rev-parse", "overnight/wip")
+        result = collect_garbage(settings)
+        assert result.removed_branches == ()
+        [kept] = result.kept_branches
+        assert kept.branch == "overnight/wip" and "1 commit(s) not merged" in kept.reason
+        assert git(repo, "rev-parse", "overnight/wip") == tip
+        assert result.removed_worktrees == (wip.path,) and not wip.path.exists()
+
+    def test_force_deletes_an_unmerged_branch(self, settings, repo):
+        """With force, unmerged work is deleted too."""
+        task_worktree(settings, "wip", commit=True)
+        result = collect_garbage(settings, force=True)
+        assert result.removed_branches == ("overnight/wip",) and result.kept_branches == ()
+        assert "overnight/wip" not in branches(repo)
+
+    def test_pushed_branch_is_removed(self, settings, repo, tmp_path):
+        """A branch whose tip is on a remote-tracking branch loses nothing when deleted."""
+        remote = tmp_path / "remote.git"
+        git(tmp_path, "init", "-q", "--bare", str(remote))
+        git(repo, "remote", "add", "origin", str(remote))
+        task_worktree(settings, "shipped", commit=True)
+        git(repo, "push", "-q", "origin", "overnight/shipped")
+        result = collect_garbage(settings)
+        assert result.removed_branches == ("overnight/shipped",)
+        assert "overnight/shipped" not in branches(repo)
+
+    def test_worktree_deleted_by_hand_is_pruned(self, settings, repo):
+        """A worktree folder someone removed with rm is forgotten, and its branch collected."""
+        import shutil
+
+        gone = task_worktree(settings, "gone")
+        shutil.rmtree(gone.path)
+        result = collect_garbage(settings)
+        assert result.removed_branches == ("overnight/gone",)
+        assert str(gone.path) not in worktree_paths(repo)
+
+
+class TestUntouched:
+    def test_current_tasks_and_other_branches_are_untouched(self, settings, repo):
+        """Tasks still in the config, the user's branches and non-task overnight/ refs stay exactly as they were."""
+        current = task_worktree(settings, "current", commit=True)
+        git(repo, "branch", "feature")
+        git(repo, "branch", "overnight/team/shared")
+        before = {b: git(repo, "rev-parse", b) for b in branches(repo)}
+        result = collect_garbage(settings, force=True)
+        assert result.removed_branches == () and result.removed_worktrees == ()
+        assert {b: git(repo, "rev-parse", b) for b in branches(repo)} == before
+        assert current.path.exists() and (current.path / "current.txt").exists()
+
+    def test_branch_checked_out_in_the_user_checkout_is_kept(self, settings, repo):
+        """Even with force, the branch the user has checked out for review is not deleted."""
+        git(repo, "branch", "overnight/review")
+        git(repo, "checkout", "-q", "overnight/review")
+        result = collect_garbage(settings, force=True)
+        assert [k.branch for k in result.kept_branches] == ["overnight/review"]
+        assert git(repo, "branch", "--show-current") == "overnight/review"
+
+    def test_dry_run_changes_nothing(self, settings, repo):
+        """dry_run reports what would go, and every branch and worktree is still there."""
+        old = task_worktree(settings, "old")
+        wip = task_worktree(settings, "wip", commit=True)
+        before = (branches(repo), worktree_paths(repo))
+        result = collect_garbage(settings, dry_run=True)
+        assert result.dry_run and result.removed_branches == ("overnight/old",)
+        assert set(result.removed_worktrees) == {old.path, wip.path}
+        assert [k.branch for k in result.kept_branches] == ["overnight/wip"]
+        assert (branches(repo), worktree_paths(repo)) == before
+        assert old.path.exists() and wip.path.exists()
+        assert result.lines()[0].startswith("would remove worktree")

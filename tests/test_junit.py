@@ -1,0 +1,248 @@
+"""CI reports from a real night: JUnit XML, the GitHub step summary, and JSON-lines logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.build import open_store
+from orchestrator.ci_summary import append_step_summary
+from orchestrator.config import load_config
+from orchestrator.errors import StateError
+from orchestrator.fake_server import ScriptedServer
+from orchestrator.junit import write_junit
+from orchestrator.records import Level, Signal
+from orchestrator.scripted import Reply, call
+from runs.views import IterationView, RunView, TaskView
+from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
+from tests.test_night import FIX, overnight
+
+TASKS = [
+    {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+    {"name": "never", "prompt": "make false succeed", "check": "false"},
+]
+# fix-greet succeeds at once; `never` loops on read_file, then submits while its check fails.
+SCRIPT = [*FIX, *[call("read_file", {"path": "greet.py"})] * 4, call("submit", {"summary": "done?"})]
+
+
+def run_night(folder: Path, script: list[Reply], tasks: list[dict[str, Any]] = TASKS) -> tuple[int, Path, RunView]:
+    """Run a real night through the CLI against a scripted server; return exit code, config and the stored run."""
+    repo = make_repo(folder / "repo", SAMPLE_FILES)
+    with ScriptedServer(script) as server:
+        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks)
+        code = overnight("run", "--config", str(config), "--log-format", "json")
+    store = open_store(load_config(config))
+    try:
+        run = store.latest_run()
+    finally:
+        store.close()
+    assert run is not None
+    return code, config, run
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, RunView]:
+    """One succeeding and one failing task, run once for the whole module."""
+    return run_night(tmp_path_factory.mktemp("night"), SCRIPT)
+
+
+def junit_of(run: RunView, path: Path) -> ET.Element:
+    write_junit(run, path)
+    return ET.parse(path).getroot()
+
+
+def case_named(root: ET.Element, name: str) -> ET.Element:
+    [case] = [c for c in root.iter("testcase") if c.get("name") == name]
+    return case
+
+
+def view(outcome: str, reason: str = "", *, signal_message: str = "") -> RunView:
+    """A stored-run snapshot with one task, for outcomes a scripted night cannot reach cheaply."""
+    start = datetime(2024, 5, 1, 1, 30, tzinfo=timezone.utc)
+    signals = (Signal(Level.SEVERE, reason or "x", signal_message),) if signal_message else ()
+    iteration = IterationView(
+        id=1, task_run_id=1, task_name="t", number=1, outcome="cancelled" if outcome == "cancelled" else "rolled_back",
+        reason=reason, correction="", checkpoint="c", commit="", turns=2, tokens=10, transcript="", pid=1,
+        started_at=start, finished_at=start + timedelta(seconds=3), signals=signals,
+    )
+    task = TaskView(id=1, name="t", branch="overnight/t", outcome=outcome, reason=reason, commit="",
+                    iterations=(iteration,), started_at=start, finished_at=start + timedelta(seconds=4))
+    return RunView(id=7, started_at=start, finished_at=start + timedelta(seconds=5), status="finished", exit_code=1, tasks=(task,))
+
+
+class TestJunitFromARealNight:
+    def test_suite_counts_match_the_night(self, night, tmp_path):
+        """One <testsuite name="overnight"> counts two tests and one failure, with times that parse."""
+        code, _, run = night
+        assert code == 1
+        root = junit_of(run, tmp_path / "junit.xml")
+        assert root.tag == "testsuites"
+        [suite] = root.findall("testsuite")
+        assert suite.get("name") == "overnight"
+        assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("2", "1", "0", "0")
+        assert float(suite.get("time")) > 0
+        assert [(c.get("classname"), c.get("name")) for c in suite.findall("testcase")] == [("overnight", "fix-greet"), ("overnight", "never")]
+        assert all(float(c.get("time")) >= 0 for c in suite.findall("testcase"))
+
+    def test_succeeded_task_passes_with_branch_and_commit(self, night, tmp_path):
+        """The succeeding task has no failure, and its system-out names the branch and the committed tip."""
+        _, config, run = night
+        case = case_named(junit_of(run, tmp_path / "junit.xml"), "fix-greet")
+        assert [child.tag for child in case] == ["system-out"]
+        tip = git(config.parent / "repo", "rev-parse", "overnight/fix-greet")
+        assert case.findtext("system-out") == f"branch: overnight/fix-greet\ncommit: {tip}\n"
+
+    def test_failed_task_carries_reason_codes(self, night, tmp_path):
+        """The failure message lists each iteration's reason code; the type is the last; the body lists iterations."""
+        _, _, run = night
+        failure = case_named(junit_of(run, tmp_path / "junit.xml"), "never").find("failure")
+        assert failure is not None
+        assert failure.get("message") == "repeated_tool_call, check_failed"
+        assert failure.get("type") == "check_failed"
+        body = failure.text.splitlines()
+        assert body[1].startswith("#1 rolled_back · reason repeated_tool_call · worst signal severe repeated_tool_call")
+        assert body[2].startswith("#2 rolled_back · reason check_failed · worst signal severe check_failed")
+
+    def test_rewrite_is_atomic_and_leaves_no_temporary_file(self, night, tmp_path):
+        """Writing over an old report replaces it whole and leaves only the report in the folder."""
+        _, _, run = night
+        target = tmp_path / "junit.xml"
+        target.write_text("old, not xml")
+        junit_of(run, target)
+        assert [p.name for p in tmp_path.iterdir()] == ["junit.xml"]
+
+    def test_unwritable_target_is_a_state_error(self, night, tmp_path):
+        """A report path under a regular file fails with StateError naming the path."""
+        _, _, run = night
+        (tmp_path / "file").write_text("")
+        with pytest.raises(StateError, match="cannot write JUnit report"):
+            write_junit(run, tmp_path / "file" / "junit.xml")
+
+
+class TestJunitOutcomes:
+    def test_paused_task_is_an_error(self, tmp_path):
+        """A task paused because the endpoint refused (401) is an <error>, not a failure."""
+        code, _, run = run_night(tmp_path, [Reply(status=401)], tasks=TASKS[:1])
+        assert code == 3
+        root = junit_of(run, tmp_path / "junit.xml")
+        error = case_named(root, "fix-greet").find("error")
+        assert error is not None and error.get("message") == "model_unreachable"
+        assert root.find("testsuite").get("errors") == "1"
+
+    def test_cancelled_task_is_skipped(self, tmp_path):
+        """A cancelled task is <skipped message="cancelled">."""
+        root = junit_of(view("cancelled", "cancelled"), tmp_path / "junit.xml")
+        skipped = case_named(root, "t").find("skipped")
+        assert skipped is not None and skipped.get("message") == "cancelled"
+        assert root.find("testsuite").get("skipped") == "1"
+
+    def test_control_characters_from_the_model_stay_valid_xml(self, tmp_path):
+        """Escape codes and NULs in a signal message become replacement characters, and the file parses."""
+        run = view("failed", "runaway_output", signal_message="\x1b[31mred\x00")
+        failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
+        assert "\ufffd[31mred\ufffd" in failure.text
+
+    def test_task_left_running_is_an_error(self, tmp_path):
+        """A task still `running` (its night died) is reported as an error, not a pass."""
+        run = view("running")
+        run = replace(run, tasks=(replace(run.tasks[0], finished_at=None),))
+        error = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("error")
+        assert error is not None and error.get("message") == "task left running"
+
+
+class TestStepSummary:
+    def test_summary_is_appended_never_overwritten(self, night, tmp_path):
+        """An existing step summary keeps its text, and the night's table follows it."""
+        _, _, run = night
+        target = tmp_path / "summary.md"
+        target.write_text("# earlier step\n")
+        assert append_step_summary(run, target) is True
+        text = target.read_text()
+        assert text.startswith("# earlier step\n")
+        assert f"## overnight run #{run.id}: 1/2 task(s) succeeded" in text
+        assert "notes.md:" in text
+
+    def test_rows_hold_outcome_reason_iterations_signal_and_branch(self, night, tmp_path):
+        """Each task is one row: name, outcome, reason, iteration count, worst signal, branch and commit."""
+        _, _, run = night
+        target = tmp_path / "summary.md"
+        append_step_summary(run, target)
+        rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in target.read_text().splitlines() if line.startswith("| ")}
+        assert rows["never"][1:4] == ["❌ failed", "`check_failed`", "2"]
+        assert rows["never"][4].startswith("severe `check_failed`")
+        assert rows["fix-greet"][1:4] == ["✅ succeeded", "", "1"]
+        assert rows["fix-greet"][5].startswith("`overnight/fix-greet` @ `")
+
+    def test_environment_variable_selects_the_file(self, night, tmp_path, monkeypatch):
+        """With $GITHUB_STEP_SUMMARY set the summary goes there; unset, nothing is written."""
+        _, _, run = night
+        target = tmp_path / "step.md"
+        monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+        assert append_step_summary(run) is False
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+        assert append_step_summary(run) is True
+        assert "| never |" in target.read_text()
+
+    def test_pipes_in_messages_do_not_break_the_table(self, tmp_path):
+        """A signal message containing | and newlines stays inside its cell."""
+        target = tmp_path / "summary.md"
+        append_step_summary(view("failed", "loop", signal_message="a | b\nc"), target)
+        [row] = [line for line in target.read_text().splitlines() if line.startswith("| t |")]
+        assert "a \\| b c" in row and row.count(" | ") == 5
+
+
+def json_night(folder: Path) -> subprocess.CompletedProcess[str]:
+    """`overnight run --log-format json` as CI runs it: a subprocess, stdin closed."""
+    repo = make_repo(folder / "repo", SAMPLE_FILES)
+    with ScriptedServer(SCRIPT) as server:
+        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=TASKS)
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+
+
+@pytest.fixture(scope="module")
+def json_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    return json_night(tmp_path_factory.mktemp("json"))
+
+
+def log_events(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+class TestJsonLogs:
+    def test_every_log_line_is_json_with_event_and_run_id(self, json_run):
+        """Each JSON log line names a stable event and the run it belongs to."""
+        assert json_run.returncode == 1, json_run.stderr
+        events = log_events(json_run.stderr)
+        names = [e["event"] for e in events]
+        assert names[0] == "night_started" and names[-1] == "night_finished"
+        assert all(isinstance(e.get("run_id"), int) for e in events)
+        assert {e["run_id"] for e in events} == {events[0]["run_id"]}
+
+    def test_task_and_iteration_events_carry_their_ids(self, json_run):
+        """Task events carry the task and its id; iteration events add the iteration number and id."""
+        events = log_events(json_run.stderr)
+        for event in events:
+            if event["event"].startswith(("task_", "iteration_", "signal")):
+                assert event.get("task") in {"fix-greet", "never"} and isinstance(event.get("task_run_id"), int), event
+            if event["event"].startswith("iteration_") or event["event"] == "signal":
+                assert isinstance(event.get("iteration"), int) and isinstance(event.get("iteration_id"), int), event
+        rolled = [e for e in events if e["event"] == "iteration_rolled_back"]
+        assert [(e["task"], e["iteration"], e["reason"]) for e in rolled] == [("never", 1, "repeated_tool_call"), ("never", 2, "check_failed")]
+
+    def test_json_mode_writes_nothing_but_json_on_stderr(self, json_run):
+        """With --log-format json every stderr line is a JSON object, so a log pipeline can parse the stream."""
+        lines = [line for line in json_run.stderr.splitlines() if line.strip()]
+        assert all(line.startswith("{") for line in lines), [line for line in lines if not line.startswith("{")]

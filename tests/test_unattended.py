@@ -1,0 +1,154 @@
+"""Nobody watches a night: signals, deadlines, budgets, a flaky server, tasks in parallel."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from orchestrator.build import night_parts
+from orchestrator.config import load_config
+from orchestrator.night import run_night
+from orchestrator.notes import NotesBook
+from orchestrator.scripted import Reply, call
+from tests.conftest import git
+from tests.test_night import FIX, notes_text, overnight, report_json, worktree
+
+EDIT_THEN_WAIT = [
+    call("write_file", {"path": "scratch.txt", "content": "half-done"}),
+    Reply(text="thinking", delay_s=30),
+]
+
+
+def clock_from(moment: datetime, speed: float = 1.0):
+    """A clock that reads `moment` when the night first asks, then runs at `speed` times real time."""
+    first: list[float] = []
+
+    def now() -> datetime:
+        if not first:
+            first.append(time.monotonic())
+        return moment + timedelta(seconds=speed * (time.monotonic() - first[0]))
+
+    return now
+
+
+def run_in_process(config_path: Path, **replace: object):
+    """A night through the same objects the CLI builds, with some parts swapped (clock)."""
+    config = load_config(config_path)
+    with night_parts(config) as parts:
+        return run_night(dataclasses.replace(parts, **replace))
+
+
+class TestCancellation:
+    def test_sigterm_rolls_back_and_exits_143(self, config_file, server, capsys):
+        """SIGTERM mid-iteration: exit 143, worktree back at its checkpoint, note says cancelled, no blame."""
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(*EDIT_THEN_WAIT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        scratch = worktree(config) / "scratch.txt"
+        deadline = time.monotonic() + 60
+        while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert scratch.exists(), process.communicate()[1]
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 143, stderr
+        assert "Traceback" not in stderr
+        assert git(worktree(config), "status", "--porcelain", "--ignored") == ""
+        [entry] = NotesBook(config.parent / "state" / "notes.md").entries()
+        assert entry.reason == "cancelled" and "not because of the model" in entry.text
+        report = report_json(config, capsys)
+        assert report["run"]["status"] == "cancelled" and report["run"]["exit_code"] == 143
+        iteration = report["tasks"][0]["iterations"][0]
+        assert iteration["outcome"] == "cancelled"
+        assert not [s for s in iteration["signals"] if s["level"] == "severe"]
+
+
+class TestDeadline:
+    def test_deadline_cancels_the_iteration_in_flight(self, config_file, server, capsys):
+        """At the deadline the running iteration is cancelled and rolled back; later tasks do not start."""
+        tasks = [
+            {"name": "first", "prompt": "p", "check": "python check_greet.py"},
+            {"name": "second", "prompt": "p", "check": "python check_greet.py"},
+        ]
+        config = config_file(tasks=tasks, model={"request_timeout_s": 60}, night={"deadline": "06:30"})
+        server.enqueue(*EDIT_THEN_WAIT)
+        started = time.monotonic()
+        result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc)))
+        assert time.monotonic() - started < 20
+        assert result.exit_code == 1
+        first, second = result.tasks
+        assert first.outcome.value == "cancelled" and first.reason == "deadline"
+        assert second.outcome.value == "cancelled" and second.iterations == ()
+        [recorded] = report_json(config, capsys)["tasks"]
+        assert [it["outcome"] for it in recorded["iterations"]] == ["cancelled"]
+        assert git(worktree(config, "first"), "status", "--porcelain", "--ignored") == ""
+        assert "`cancelled`" in notes_text(config)
+
+    def test_no_iteration_starts_that_cannot_finish(self, config_file, server):
+        """After an iteration that took longer than the time left, no further iteration starts."""
+        config = config_file(night={"deadline": "06:30", "max_iterations": 3})
+        server.enqueue(call("read_file", {"path": "greet.py"}, delay_s=1.5), call("submit", {"summary": "x"}))
+        # The clock runs 5x fast: the ~2 s first iteration looks like ~10 s, all the time left.
+        result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 50, tzinfo=timezone.utc), speed=5))
+        [task] = result.tasks
+        assert len(task.iterations) == 1 and task.outcome.value == "cancelled" and task.reason == "deadline"
+
+
+class TestBudgets:
+    def test_task_token_budget_stops_that_task_only(self, config_file, server):
+        """A task over its token budget is cancelled (no blame); the next task still runs."""
+        tasks = [
+            {"name": "hungry", "prompt": "p", "check": "python check_greet.py"},
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"},
+        ]
+        config = config_file(tasks=tasks, night={"max_tokens_per_task": 5000})
+        server.enqueue(call("read_file", {"path": "greet.py"}, prompt_tokens=3000), call("list_dir", {}, prompt_tokens=3000), *FIX)
+        result = run_in_process(config)
+        hungry, fixed = result.tasks
+        assert hungry.outcome.value == "cancelled" and "token budget" in hungry.reason
+        assert fixed.outcome.value == "succeeded"
+
+
+class TestFlakyServer:
+    def test_server_down_pauses_the_task_and_later_tasks_run(self, config_file, server, capsys):
+        """5xx through every retry pauses that task (exit 3, no note); when the server is back, the next task runs."""
+        tasks = [
+            {"name": "unlucky", "prompt": "p", "check": "python check_greet.py"},
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"},
+        ]
+        config = config_file(tasks=tasks, model={"retries": 2})
+        server.enqueue(*[Reply(status=503)] * 3, *FIX)
+        assert overnight("run", "--config", str(config)) == 3
+        unlucky, fixed = report_json(config, capsys)["tasks"]
+        assert unlucky["outcome"] == "paused" and unlucky["reason"] == "model_unreachable"
+        assert fixed["outcome"] == "succeeded"
+        assert "unlucky" not in notes_text(config)
+
+
+class TestConcurrency:
+    def test_tasks_run_in_parallel_without_interleaving_notes(self, config_file, server, repo):
+        """Four tasks at concurrency 4 overlap in time; every notes.md entry stays whole."""
+        tasks = [{"name": f"t{i}", "prompt": "p", "check": "false", "tools": ["read_file", "submit"]} for i in range(4)]
+        config = config_file(tasks=tasks, night={"concurrency": 4, "max_iterations": 2})
+        server.enqueue(*[call("submit", {"summary": "x"}, delay_s=0.5)] * 8)
+        started = time.monotonic()
+        result = run_in_process(config)
+        elapsed = time.monotonic() - started
+        assert [t.outcome.value for t in result.tasks] == ["failed"] * 4
+        assert elapsed < 8 * 0.5, "eight 0.5 s model calls took as long as running them one by one"
+        entries = NotesBook(config.parent / "state" / "notes.md").entries()
+        assert sorted((e.task, e.iteration) for e in entries) == [(f"t{i}", n) for i in range(4) for n in (1, 2)]
+        assert all(e.reason == "check_failed" and e.text.count("**Correction:**") == 1 for e in entries)
