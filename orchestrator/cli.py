@@ -16,6 +16,7 @@ import typer
 
 from orchestrator.config import DEFAULT_CONFIG_NAME
 from orchestrator.errors import Cancelled, ConfigError, StateError
+from orchestrator.lock import EXIT_LOCKED, LockHeld
 
 if TYPE_CHECKING:
     from orchestrator.cancel import CancelToken as Cancel
@@ -68,8 +69,12 @@ def run(
         raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     settings = load_config(config)
     configure_logging(log_format)
-    with night_parts(settings) as parts:
+    from orchestrator.lock import StateLock
+    from orchestrator.recovery import recover_interrupted
+
+    with StateLock(settings.state_dir), night_parts(settings) as parts:
         _cancel_on_signals(parts.cancel)
+        recover_interrupted(parts.store, settings, parts.log)
         try:
             result = run_night(parts)
         finally:
@@ -165,7 +170,11 @@ def gc(
     from orchestrator.config import load_config
     from orchestrator.gc import collect_garbage
 
-    result = collect_garbage(load_config(config, require_tasks=False), force=force, dry_run=dry_run)
+    from orchestrator.lock import StateLock
+
+    settings = load_config(config, require_tasks=False)
+    with StateLock(settings.state_dir):
+        result = collect_garbage(settings, force=force, dry_run=dry_run)
     typer.echo("\n".join(result.lines()))
 
 
@@ -178,6 +187,8 @@ def main() -> None:
         sys.exit(done.exit_code)
     except ConfigError as exc:
         _fail(str(exc), EXIT_USAGE)
+    except LockHeld as exc:
+        _fail(str(exc), EXIT_LOCKED)
     except StateError as exc:
         _fail(str(exc), EXIT_STATE)
     except Cancelled as stop:

@@ -19,6 +19,7 @@ from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_aft
 from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable
 from orchestrator.iteration import TaskSetup, run_iteration
+from orchestrator.leases import LeaseHeld, LeaseKeeper
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
@@ -141,8 +142,22 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         workspace = Worktree.ensure(config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep)
     task_run_id = store.begin_task(night.run_id, name=task.name, branch=workspace.branch)
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
-    log.info("task_started", branch=workspace.branch)
-    setup = _task_setup(night, task, workspace, task_run_id, log)
+    try:
+        with LeaseKeeper(store, task.name, log=log):
+            log.info("task_started", branch=workspace.branch)
+            outcome, reason, reports = _iterate(night, task, _task_setup(night, task, workspace, task_run_id, log))
+    except LeaseHeld as held:
+        log.info("task_skipped_leased", holder=str(held))
+        outcome, reason, reports = TaskOutcome.SKIPPED, "leased", []
+    commit = next((r.commit for r in reports if r.commit), "")
+    store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
+    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=len(reports))
+    return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
+
+
+def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOutcome, str, list[IterationReport]]:
+    """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out."""
+    parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []
     outcome, reason = TaskOutcome.FAILED, ""
     try:
@@ -171,10 +186,7 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         outcome, reason = TaskOutcome.PAUSED, "model_unreachable"
     except Cancelled as stop:
         outcome, reason = TaskOutcome.CANCELLED, stop.why
-    commit = next((r.commit for r in reports if r.commit), "")
-    store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
-    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=len(reports))
-    return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
+    return outcome, reason, reports
 
 
 def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any) -> TaskSetup:

@@ -48,8 +48,10 @@ class TaskOutcome(str, enum.Enum):
     PARKED = "parked"
     # The model endpoint was unreachable; the task will be tried again another night.
     PAUSED = "paused"
-    # The night was cancelled while the task was running.
+    # The night was cancelled while the task was running (signal, deadline, token budget).
     CANCELLED = "cancelled"
+    # Another process holds the task's lease: it is being worked on elsewhere.
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from orchestrator.records import Signal
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
-_TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "⏸", "cancelled": "⏹", "running": "…"}
+_TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "⏸", "cancelled": "⏹", "skipped": "↷", "running": "…"}
 _LEVEL_MARKS = {"warning": "⚠", "severe": "✖"}
 
 

@@ -103,7 +103,6 @@ class TestStateLock:
                 pass
         assert "blocker/state" in str(caught.value) and "\n" not in str(caught.value)
 
-    @pytest.mark.xfail(strict=True, reason="passes once cli.run takes StateLock before night_parts")
     def test_cli_exits_4_when_state_dir_cannot_be_created(self, tmp_path: Path, repo: Path, capsys: Any) -> None:
         """`overnight run` with a state dir below a regular file exits 4 with one line on stderr."""
         from orchestrator.cli import main

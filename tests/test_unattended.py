@@ -152,3 +152,31 @@ class TestConcurrency:
         entries = NotesBook(config.parent / "state" / "notes.md").entries()
         assert sorted((e.task, e.iteration) for e in entries) == [(f"t{i}", n) for i in range(4) for n in (1, 2)]
         assert all(e.reason == "check_failed" and e.text.count("**Correction:**") == 1 for e in entries)
+
+
+class TestOverlap:
+    def test_second_run_exits_75_naming_the_holder(self, config_file, tmp_path):
+        """While a night holds the state dir, another `overnight run` exits 75 at once with who holds it."""
+        from orchestrator.lock import StateLock
+
+        config = config_file()
+        with StateLock(config.parent / "state"):
+            started = time.monotonic()
+            result = subprocess.run(
+                [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            )
+        assert result.returncode == 75
+        assert time.monotonic() - started < 10
+        assert f"pid {os.getpid()}" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+class TestParking:
+    def test_same_severe_reason_parks_the_task(self, config_file, server, capsys):
+        """The same severe reason on park_after iterations in a row parks the task, with a note saying so."""
+        config = config_file(night={"max_iterations": 5}, guards={"park_after": 2})
+        server.enqueue(*[call("read_file", {"path": "greet.py"})] * 8, *FIX)
+        assert overnight("run", "--config", str(config)) == 1
+        task = report_json(config, capsys)["tasks"][0]
+        assert task["outcome"] == "parked" and len(task["iterations"]) == 2
+        assert "`parked`" in notes_text(config)
