@@ -140,6 +140,18 @@ def notes(
 
 
 @app.command()
+def demo(
+    workdir: Path = typer.Option(
+        None, "--dir", help="An empty folder for the sample repository and the night's files (default: a new temp folder)."
+    ),
+) -> None:
+    """A real night with the embedded small model on a sample repository; prints the report, notes and where things are."""
+    from orchestrator.demo import run_demo
+
+    raise typer.Exit(run_demo(workdir, sys.stdout))
+
+
+@app.command()
 def serve(
     config: Path = ConfigOption,
     log_format: str = typer.Option("auto", "--log-format", help="auto (human on a terminal, else json), human or json."),

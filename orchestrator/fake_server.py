@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from orchestrator.scripted import Reply, estimate_tokens
 
@@ -45,8 +45,15 @@ class ScriptedServer:
     it in `exhausted`, so an under-scripted test fails on content, not a hang.
     """
 
-    def __init__(self, replies: Iterable[Reply] = (), port: int = 0) -> None:
+    def __init__(
+        self,
+        replies: Iterable[Reply] = (),
+        port: int = 0,
+        responder: Callable[[dict[str, Any]], Reply | None] | None = None,
+    ) -> None:
         self._replies: deque[Reply] = deque(replies)
+        # Answers from the request itself, for conversations run in parallel (benchmarks).
+        self._responder = responder
         self._lock = threading.Lock()
         self._port = port
         self._stopping = threading.Event()
@@ -106,6 +113,8 @@ class ScriptedServer:
             self._replies.extend(replies)
 
     def _take(self, body: dict[str, Any]) -> Reply | None:
+        if self._responder is not None:
+            return self._responder(body)
         with self._lock:
             self.requests.append(body)
             if self._replies:
