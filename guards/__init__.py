@@ -19,6 +19,7 @@ from guards.context import ContextGuard
 from guards.dead_loop import DeadLoopGuard
 from guards.empty_response import EmptyResponseGuard
 from guards.failing_streak import FailingStreakGuard
+from guards.no_tool_call import NoToolCallGuard
 from guards.repeated_call import RepeatedCallGuard
 from guards.unknown_tool import UnknownToolGuard
 
@@ -31,6 +32,7 @@ __all__ = [
     "DeadLoopGuard",
     "EmptyResponseGuard",
     "FailingStreakGuard",
+    "NoToolCallGuard",
     "RepeatedCallGuard",
     "UnknownToolGuard",
     "build_guards",
@@ -46,6 +48,7 @@ def default_guards(config: GuardsConfig) -> list[Any]:
     return [
         ContextGuard(warn_ratio=config.context_warn_ratio),
         EmptyResponseGuard(stop_at=config.empty_stop_at),
+        NoToolCallGuard(stop_at=config.no_tool_call_stop_at, many_calls_at=config.many_calls_warn_at),
         UnknownToolGuard(stop_at=config.unknown_tool_stop_at),
         BrokenCallGuard(stop_at=config.broken_stop_at),
         RepeatedCallGuard(

@@ -89,6 +89,8 @@ class GuardsConfig(_Section):
     repeat_remind_at: int = Field(3, ge=2)
     repeat_stop_at: int = Field(4, ge=2)
     empty_stop_at: int = Field(2, ge=1)
+    no_tool_call_stop_at: int = Field(3, ge=1, description="answers in a row with text but no tool call")
+    many_calls_warn_at: int = Field(4, ge=2, description="tool calls in one answer that draw a warning")
     unknown_tool_stop_at: int = Field(2, ge=1)
     broken_stop_at: int = Field(3, ge=1)
     failing_streak_at: int = Field(3, ge=2)

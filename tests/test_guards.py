@@ -370,7 +370,7 @@ class TestBuilding:
         repeat.after_tool_call(ctx, read(), OK)
         with pytest.raises(QualityError):
             repeat.after_tool_call(ctx, read(), OK)
-        assert len({type(g) for g in guards}) == 7
+        assert len({type(g) for g in guards}) == 8
 
     def test_load_guard_instantiates_module_class(self, user_module: str):
         """A "module:Class" spec gives a fresh instance of that class."""
@@ -519,3 +519,54 @@ class TestThroughTheAgentLoop:
         ]
         seen = reminders_seen(model)
         assert "list_dir" in seen and "same few calls" in seen
+
+
+class TestNoToolCallGuard:
+    """Prose without calls, and many calls at once: what real small models do."""
+
+    def _ctx(self):
+        from orchestrator.agent import RunContext
+
+        signals: list = []
+        return RunContext(max_turns=10, tool_names=["read_file"], sink=signals.append), signals
+
+    def test_prose_three_times_in_a_row_stops(self):
+        """The third answer in a row with text and no call raises no_tool_call."""
+        import pytest
+
+        from guards.no_tool_call import NoToolCallGuard
+        from orchestrator.errors import QualityError
+        from orchestrator.records import ModelResponse
+
+        guard, (ctx, _) = NoToolCallGuard(stop_at=3), self._ctx()
+        guard.before_run(ctx)
+        guard.after_model_response(ctx, ModelResponse(text="I will read the file."), [])
+        guard.after_model_response(ctx, ModelResponse(text="<tool_response>ok</tool_response>"), [])
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, ModelResponse(text="Done, I think."), [])
+        assert stop.value.reason == "no_tool_call"
+
+    def test_a_call_or_an_empty_answer_resets(self):
+        """A call in between, or an empty answer (another guard's business), resets the count."""
+        from guards.no_tool_call import NoToolCallGuard
+        from orchestrator.records import ModelResponse, ToolCall
+
+        guard, (ctx, _) = NoToolCallGuard(stop_at=2), self._ctx()
+        guard.before_run(ctx)
+        guard.after_model_response(ctx, ModelResponse(text="talk"), [])
+        guard.after_model_response(ctx, ModelResponse(text=""), [ToolCall("read_file", {"path": "a"})])
+        guard.after_model_response(ctx, ModelResponse(text="talk"), [])
+        guard.after_model_response(ctx, ModelResponse(text=""), [])
+        guard.after_model_response(ctx, ModelResponse(text="talk"), [])
+
+    def test_many_calls_in_one_answer_warns_and_reminds(self):
+        """Four calls in one answer: a many_calls warning and a one-at-a-time reminder, no stop."""
+        from guards.no_tool_call import NoToolCallGuard
+        from orchestrator.records import ModelResponse, ToolCall
+
+        guard, (ctx, signals) = NoToolCallGuard(many_calls_at=4), self._ctx()
+        guard.before_run(ctx)
+        calls = [ToolCall("read_file", {"path": str(i)}) for i in range(4)]
+        guard.after_model_response(ctx, ModelResponse(text=""), calls)
+        assert [(s.level.value, s.kind) for s in signals] == [("warning", "many_calls")]
+        assert any("one tool call" in r for r in ctx.take_reminders())
