@@ -69,9 +69,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             task_prompt=setup.task.prompt,
             check=setup.task.check,
             tool_names=ctx.tool_names,
-            notes=setup.notes.for_prompt(setup.task.name, setup.night.notes_budget_chars)
-            if hasattr(setup.notes, "for_prompt")
-            else "\n\n".join(setup.notes.for_task(setup.task.name)),
+            notes=setup.notes.for_prompt(setup.task.name, setup.night.notes_budget_chars),
         )
         for message in messages:
             recorder.message(message)
