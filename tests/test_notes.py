@@ -1,0 +1,54 @@
+"""notes.md: whole entries only, readable per task, bounded in the prompt."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from orchestrator.notes import NotesBook
+
+
+class TestNotesBook:
+    def test_entries_round_trip_with_reason_and_evidence(self, tmp_path: Path):
+        """An entry comes back with its task, iteration, reason, correction and fenced evidence."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=2, reason="repeated_tool_call", correction="Try another way.", evidence='read_file(path="a") ×4')
+        [entry] = book.entries()
+        assert (entry.task, entry.iteration, entry.reason) == ("t", 2, "repeated_tool_call")
+        assert "**Correction:** Try another way." in entry.text and '```\nread_file(path="a") ×4\n```' in entry.text
+
+    def test_evidence_with_backticks_cannot_break_the_fence(self, tmp_path: Path):
+        """Evidence containing ``` gets a longer fence, so the next entry still parses."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="a", iteration=1, reason="check_failed", correction="c", evidence="```\n## fake heading\n```")
+        book.append(task="b", iteration=1, reason="max_turns", correction="c")
+        assert [(e.task, e.reason) for e in book.entries()] == [("a", "check_failed"), ("b", "max_turns")]
+
+    def test_parallel_appends_never_interleave(self, tmp_path: Path):
+        """Eight threads appending at once leave every entry whole and none lost."""
+        book = NotesBook(tmp_path / "notes.md")
+
+        def write(worker: int) -> None:
+            for number in range(5):
+                book.append(task=f"t{worker}", iteration=number, reason="check_failed", correction="x" * 300, evidence="y" * 500)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        entries = book.entries()
+        assert len(entries) == 40
+        assert all(e.text.count("**Correction:**") == 1 and e.text.count("y" * 500) == 1 for e in entries)
+        assert not list(tmp_path.glob(".notes.md.*.tmp"))
+
+    def test_prompt_gets_the_newest_entries_within_budget(self, tmp_path: Path):
+        """for_prompt keeps the newest of one task's entries that fit, oldest first."""
+        book = NotesBook(tmp_path / "notes.md")
+        for number in range(1, 6):
+            book.append(task="t", iteration=number, reason=f"reason_{number}", correction="c" * 100)
+        book.append(task="other", iteration=1, reason="elsewhere", correction="c")
+        one = len(book.for_task("t")[0])
+        text = book.for_prompt("t", budget_chars=2 * one + 10)
+        assert "reason_4" in text and "reason_5" in text and "reason_3" not in text and "elsewhere" not in text
+        assert text.index("reason_4") < text.index("reason_5")
