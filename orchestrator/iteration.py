@@ -185,8 +185,7 @@ class _Recorder:
             completion_tokens=response.completion_tokens,
             latency_ms=latency_ms,
             finish_reason=response.finish_reason,
-        )
-        self.store.heartbeat(self.iteration_id)
+        )  # also the iteration's heartbeat, in the same transaction
         self.transcript.write(
             "model_call",
             text=response.text,

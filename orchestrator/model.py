@@ -141,7 +141,7 @@ class LiteLLMModel:
         try:
             raw = litellm.completion(**self._request(messages, tools))
             if self.stream:
-                draft = self._read_stream(raw)
+                draft = self._read_stream(_provider_chunks(raw))
             else:
                 draft = _read_whole(raw)
                 self._check_runaway(draft)
@@ -401,6 +401,21 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
 
+def _provider_chunks(wrapper: Any) -> Any:
+    """The OpenAI-compatible chunk stream litellm holds, when it holds one; else litellm's own wrapper.
+
+    litellm's CustomStreamWrapper rebuilds and prices the whole response at the
+    end of every stream (10 ms or more of CPU a call, most of our per-call cost).
+    For OpenAI-compatible servers the openai SDK stream it wraps carries the same
+    chunks, usage included, over the same HTTP response. Other providers keep
+    litellm's translation.
+    """
+    inner = getattr(wrapper, "completion_stream", None)
+    if inner is not None and type(inner).__module__.partition(".")[0] == "openai" and hasattr(inner, "__iter__"):
+        return inner
+    return wrapper
+
+
 def _litellm() -> Any:
     """Import litellm on first use: it takes seconds and must not fetch a price list."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -409,4 +424,11 @@ def _litellm() -> Any:
     # No "Give Feedback / Get Help" banners on errors: a cron job's output is a report.
     litellm.suppress_debug_info = True
     litellm.set_verbose = False
+    # Per-chunk success logging runs an event loop in a worker thread for every
+    # chunk (a few ms CPU a call); overnight registers no litellm callbacks, so it
+    # would log to nobody.
+    litellm.disable_streaming_logging = True
+    # Its cost estimate counts the prompt with tiktoken on every call (~2 ms CPU);
+    # overnight takes token counts from the server, or estimates them itself.
+    litellm.disable_token_counter = True
     return litellm

@@ -243,6 +243,13 @@ class TestQueries:
         store.heartbeat(iteration_id)
         assert store.running_iterations()[0].heartbeat_at > before
 
+    def test_model_call_is_a_heartbeat_too(self, store: RunStore) -> None:
+        """Recording a model call also moves the heartbeat, in the same commit."""
+        _, _, iteration_id = _iteration(store)
+        before = store.running_iterations()[0].heartbeat_at
+        store.record_model_call(iteration_id, prompt_tokens=1, completion_tokens=1, latency_ms=1)
+        assert store.running_iterations()[0].heartbeat_at > before
+
 
 class TestWorstSignal:
     def test_severe_beats_a_later_warning(self) -> None:
