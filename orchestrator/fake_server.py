@@ -204,7 +204,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
     def _answer(self, body: dict[str, Any], reply: Reply) -> None:
         self.scripted._pause(reply.delay_s)
         if reply.status != 200:
-            self._send_json(reply.status, _error_body(reply.status, f"scripted error {reply.status}"))
+            self._send_json(reply.status, _error_body(reply.status, reply.text or f"scripted error {reply.status}"))
             return
         if body.get("stream"):
             self._stream(body, reply)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,6 +44,13 @@ RUNAWAY_CORRECTION = (
     "make one tool call at a time, and stop once the call is written."
 )
 
+
+# llama.cpp, vLLM and Ollama word it differently; litellm maps only some to ContextWindowExceededError.
+_CONTEXT_FULL = re.compile(r"exceeds the available context size|context length|maximum context|context window", re.IGNORECASE)
+CONTEXT_OVERFLOW_CORRECTION = (
+    "The conversation grew past the model's context window. Read less at once (search, or read one file), "
+    "make one small change, run the check and submit in fewer turns."
+)
 
 # How often a waiting caller looks at the cancel token.
 _CANCEL_POLL_S = 0.1
@@ -226,6 +234,8 @@ class LiteLLMModel:
         reason = _one_line(exc)
         if isinstance(exc, openai.APITimeoutError) and status not in _RETRY_STATUSES - {408}:
             return _watchdog(self.config.request_timeout_s)
+        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or _CONTEXT_FULL.search(str(exc)):
+            return QualityError("context_overflow", CONTEXT_OVERFLOW_CORRECTION, evidence=reason, message="context window exceeded")
         if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in str(exc):
             return ModelUnreachable(f"litellm cannot route model {self.config.name!r}: {reason}")
         if status in _CONFIG_STATUSES:

@@ -19,7 +19,8 @@ from orchestrator.records import ModelResponse, RawToolCall
 class Reply:
     """One scripted answer.
 
-    `status` other than 200 makes the HTTP server answer with that error instead.
+    `status` other than 200 makes the HTTP server answer with that error instead
+    (with `text`, if any, as the error message).
     `delay_s` is silence before the first byte; `stall_s` silence after the first chunk.
     `chunk_interval_s` spaces the stream's chunks (a slow but living stream).
     `endless` streams that text over and over until the client hangs up (runaway output).

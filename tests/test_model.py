@@ -289,3 +289,21 @@ class TestImport:
         code = "import sys, orchestrator.model; print('litellm' in sys.modules)"
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert result.stdout.strip() == "False", result.stderr
+
+
+class TestContextOverflow:
+    def test_context_overflow_is_a_quality_stop_not_a_crash(self):
+        """llama.cpp's 400 for a prompt past the context becomes context_overflow, which the iteration notes."""
+        import pytest
+
+        from orchestrator.config import ModelConfig
+        from orchestrator.errors import QualityError
+        from orchestrator.fake_server import ScriptedServer
+        from orchestrator.model import LiteLLMModel
+        from orchestrator.scripted import Reply
+
+        with ScriptedServer([Reply(status=400, text="request (4130 tokens) exceeds the available context size (4096 tokens)")]) as server:
+            model = LiteLLMModel(ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0))
+            with pytest.raises(QualityError) as stop:
+                model.complete([{"role": "user", "content": "hi"}], [])
+        assert stop.value.reason == "context_overflow"
