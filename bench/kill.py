@@ -9,8 +9,8 @@ rollbacks, note writes), runs crash recovery the way `overnight run` does
 first, and checks: the lock is free, no iteration/task/run is left running,
 every worktree is clean at its branch head, no branch lost a commit and every
 new commit passes its task's check, notes.md parses, SQLite's integrity_check
-is ok. The child composes lock + recovery + night itself (`--child`) until the
-CLI does the same.
+is ok. The night is the real `overnight run` (lock, recovery, night), in
+its own process group.
 """
 
 from __future__ import annotations
@@ -95,32 +95,6 @@ def write_config(work: Path, api_base: str) -> Path:
     return path
 
 
-# --- the child: what `overnight run` will do once the CLI takes the lock and recovers ---------
-
-
-def child(config_path: str) -> int:
-    from orchestrator.build import night_parts, open_store
-    from orchestrator.config import load_config
-    from orchestrator.lock import StateLock
-    from orchestrator.logs import configure_logging, get_logger
-    from orchestrator.night import run_night
-    from orchestrator.recovery import recover_interrupted
-
-    import logging
-
-    config = load_config(config_path)
-    # Debug events (each model and tool call) tell the parent where a kill landed.
-    configure_logging("json", level=logging.DEBUG)
-    with StateLock(config.state_dir):
-        store = open_store(config)
-        try:
-            recover_interrupted(store, config, get_logger())
-        finally:
-            store.close()
-        with night_parts(config) as parts:
-            return run_night(parts).exit_code
-
-
 # --- the parent: kill, recover, check ------------------------------------------------------
 
 
@@ -130,7 +104,8 @@ class Night:
     def __init__(self, config: Path) -> None:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", str(config)],
+            # The real CLI; --verbose logs each model and tool call, which tells where a kill landed.
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", "--verbose"],
             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             start_new_session=True,
         )
@@ -307,10 +282,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--startup-share", type=float, default=0.2, help="fraction of kills aimed at startup")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        sys.exit(child(args.child))
     rng = random.Random(args.seed)
     import structlog
 

@@ -54,24 +54,26 @@ def run(
     config: Path = ConfigOption,
     log_format: str = typer.Option("auto", "--log-format", help="auto (human on a terminal, else json), human or json."),
     junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML report here (a task = a test case)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log every model call and tool call."),
 ) -> None:
     """Work through the tasks tonight.
 
     Exit 0 all succeeded, 1 some did not, 2 bad config, 3 model unreachable,
     4 state dir unusable, 75 another run holds the state dir, 130/143 cancelled.
     """
+    import logging
+
     from orchestrator.build import night_parts
     from orchestrator.config import load_config
+    from orchestrator.lock import StateLock
     from orchestrator.logs import LOG_FORMATS, configure_logging
     from orchestrator.night import run_night
+    from orchestrator.recovery import recover_interrupted
 
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     settings = load_config(config)
-    configure_logging(log_format)
-    from orchestrator.lock import StateLock
-    from orchestrator.recovery import recover_interrupted
-
+    configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     with StateLock(settings.state_dir), night_parts(settings) as parts:
         _cancel_on_signals(parts.cancel)
         recover_interrupted(parts.store, settings, parts.log)
