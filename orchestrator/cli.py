@@ -118,8 +118,20 @@ def report(
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
-        base = settings.repo.base if settings.repo.base != "HEAD" else "HEAD"
-        typer.echo(reports.as_text(latest, base=base), nl=False)
+        typer.echo(reports.as_text(latest, base=_merge_target(settings)), nl=False)
+
+
+def _merge_target(settings: object) -> str:
+    """What the morning diff compares against: `[repo] base`, or the branch checked out there."""
+    base = settings.repo.base  # type: ignore[attr-defined]
+    if base != "HEAD":
+        return base
+    try:
+        import git
+
+        return git.Repo(settings.repo_path).active_branch.name  # type: ignore[attr-defined]
+    except Exception:  # detached HEAD, repo moved: the plain name still works in git diff
+        return "HEAD"
 
 
 @app.command()

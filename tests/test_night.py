@@ -75,6 +75,16 @@ class TestSuccess:
         assert iteration["number"] == 1 and iteration["outcome"] == "committed"
         assert iteration["turns"] == 5 and iteration["tokens"] > 0 and iteration["signals"] == []
 
+    def test_text_report_tells_what_to_review(self, config_file, server, capsys):
+        """The morning report names the task, its outcome, and the diff to review against the user's branch."""
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        capsys.readouterr()
+        assert overnight("report", "--config", str(config)) == 0
+        text = capsys.readouterr().out
+        assert "✔ fix-greet: succeeded" in text and "git diff main...overnight/fix-greet" in text
+
     def test_user_checkout_is_never_touched(self, config_file, server, repo):
         """The user's branch, HEAD, and uncommitted files are exactly as before the night."""
         (repo / "greet.py").write_text("def greet():\n    return 'work in progress'\n")
