@@ -84,6 +84,9 @@ class LiteLLMModel:
         self.config = config
         # orchestrator.cancel.CancelToken: checked per chunk and between retries.
         self._cancel = cancel
+        # CPU seconds spent inside litellm and the HTTP client (measured per call thread, with a cancel token).
+        self.client_cpu_s = 0.0
+        self._cpu_lock = threading.Lock()
         self.max_output_chars = max_output_chars
         self.stream = stream
         self._sleep = sleep
@@ -129,11 +132,14 @@ class LiteLLMModel:
         done = threading.Event()
 
         def attempt() -> None:
+            started = time.thread_time()
             try:
                 outcome["response"] = self._attempt(messages, tools)
             except BaseException as exc:  # handed to the caller's thread below
                 outcome["error"] = exc
             finally:
+                with self._cpu_lock:
+                    self.client_cpu_s += time.thread_time() - started
                 done.set()
 
         threading.Thread(target=attempt, name="model-call", daemon=True).start()
