@@ -120,3 +120,23 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         result = overnight("report", "--config", str(config))
         assert result.returncode != 0 and "no runs recorded yet" in result.stderr and "Traceback" not in result.stderr
+
+
+class TestOtherCommands:
+    def test_serve_next_prints_the_coming_nights(self, tmp_path, repo):
+        """`overnight serve --next` prints the next three fire times of [schedule] cron and exits 0."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+            extra='[schedule]\ncron = "30 1 * * *"\ntimezone = "UTC"\n',
+        )
+        result = overnight("serve", "--config", str(config), "--next")
+        assert result.returncode == 0, result.stderr
+        times = result.stdout.split()
+        assert len(times) == 3 and all("T01:30:00" in t for t in times)
+
+    def test_gc_dry_run_through_the_cli(self, tmp_path, repo):
+        """`overnight gc --dry-run` takes the state lock, changes nothing and exits 0."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = overnight("gc", "--config", str(config), "--dry-run")
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
