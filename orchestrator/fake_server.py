@@ -18,7 +18,8 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Iterator
 
-from orchestrator.scripted import Reply, estimate_tokens
+from orchestrator.scripted import Reply
+from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 
 # An endless reply stops here even if the client never hangs up.
 ENDLESS_CAP_CHARS = 5_000_000
@@ -322,19 +323,9 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
 
 
 def _usage(body: dict[str, Any], reply: Reply, written: str) -> dict[str, int]:
-    prompt = reply.prompt_tokens or _prompt_tokens(body.get("messages") or [])
+    prompt = reply.prompt_tokens or estimate_prompt_tokens(body.get("messages") or [])
     completion = reply.completion_tokens or estimate_tokens(written)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _prompt_tokens(messages: list[Any]) -> int:
-    total = 0
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):  # content parts
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        total += estimate_tokens(str(content or ""))
-    return total
 
 
 def _error_body(status: int, message: str) -> dict[str, Any]:

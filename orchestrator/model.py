@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
+from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 
 if TYPE_CHECKING:  # pydantic is not needed to import this module
     from orchestrator.config import ModelConfig
@@ -391,8 +392,8 @@ class _Draft:
         return ModelResponse(
             text=text,
             tool_calls=calls,
-            prompt_tokens=self.prompt_tokens or sum(_estimate_tokens(str(m.get("content") or "")) for m in messages),
-            completion_tokens=self.completion_tokens or _estimate_tokens(written),
+            prompt_tokens=self.prompt_tokens or estimate_prompt_tokens(messages),
+            completion_tokens=self.completion_tokens or estimate_tokens(written),
             latency_s=latency_s,
             finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
             reasoning=self.reasoning.text(),
@@ -410,11 +411,6 @@ def _read_whole(response: Any) -> _Draft:
             draft.finish_reason = str(choice.finish_reason)
         break  # one choice asked for, one read
     return draft
-
-
-def _estimate_tokens(text: str) -> int:
-    """About four characters a token, for servers that report no usage."""
-    return max(1, len(text) // 4) if text else 0
 
 
 def _provider_chunks(wrapper: Any) -> Any:

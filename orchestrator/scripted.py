@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from orchestrator.records import ModelResponse, RawToolCall
+from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,6 @@ def _arguments_text(arguments: dict[str, Any] | str | None) -> str:
     return json.dumps(arguments or {})
 
 
-def estimate_tokens(text: str) -> int:
-    """Roughly four characters a token; good enough for scripted usage figures."""
-    return max(1, len(text) // 4) if text else 0
-
-
 class ScriptedModel:
     """Replays replies in order; records every request it was given.
 
@@ -89,18 +85,14 @@ class ScriptedModel:
         self.requests.append([dict(m) for m in messages])
         if not self._replies:
             self.exhausted += 1
-            return ModelResponse(text="", prompt_tokens=_prompt_tokens(messages))
+            return ModelResponse(text="", prompt_tokens=estimate_prompt_tokens(messages))
         reply = self._replies.popleft()
         written = reply.text + "".join(c.name + c.arguments for c in reply.tool_calls)
         return ModelResponse(
             text=reply.text,
             tool_calls=reply.tool_calls,
-            prompt_tokens=reply.prompt_tokens or _prompt_tokens(messages),
+            prompt_tokens=reply.prompt_tokens or estimate_prompt_tokens(messages),
             completion_tokens=reply.completion_tokens or estimate_tokens(written),
             finish_reason=reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
             reasoning=reply.reasoning,
         )
-
-
-def _prompt_tokens(messages: Sequence[dict[str, Any]]) -> int:
-    return sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
