@@ -49,7 +49,7 @@ def step_summary(run: RunView, *, notes: Path | None = None) -> str:
 
 
 def _row(task: TaskView) -> str:
-    worst = worst_signal(s for it in task.iterations for s in it.signals)
+    worst = worst_signal(task.signals)
     signal = f"{worst.level.value} `{worst.kind}`: {worst.message}" if worst else ""
     commit = f" @ `{task.commit[:10]}`" if task.commit else ""
     reason = f"`{task.reason}`" if task.reason else ""

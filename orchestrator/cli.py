@@ -66,12 +66,11 @@ def run(
     from orchestrator.build import night_parts
     from orchestrator.config import load_config
     from orchestrator.lock import StateLock
-    from orchestrator.logs import LOG_FORMATS, configure_logging
+    from orchestrator.logs import configure_logging
     from orchestrator.night import run_night
     from orchestrator.recovery import recover_interrupted
 
-    if log_format not in LOG_FORMATS:
-        raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    _check_log_format(log_format)
     settings = load_config(config)
     configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     with StateLock(settings.state_dir), night_parts(settings) as parts:
@@ -119,6 +118,13 @@ def report(
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
         typer.echo(reports.as_text(latest, base=_merge_target(settings)), nl=False)
+
+
+def _check_log_format(log_format: str) -> None:
+    from orchestrator.logs import LOG_FORMATS
+
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
 
 
 def _merge_target(settings: object) -> str:
@@ -174,10 +180,9 @@ def serve(
     """Start a night on [schedule] cron, in the foreground until SIGTERM; each night is a child `overnight run`."""
     from orchestrator import schedule
     from orchestrator.config import load_config
-    from orchestrator.logs import LOG_FORMATS, configure_logging
+    from orchestrator.logs import configure_logging
 
-    if log_format not in LOG_FORMATS:
-        raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+    _check_log_format(log_format)
     if show_next:
         for moment in schedule.next_fire_times(load_config(config)):
             typer.echo(moment.isoformat())

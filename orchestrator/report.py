@@ -32,7 +32,7 @@ def as_json(run: RunView) -> dict[str, Any]:
 
 
 def _task_json(task: TaskView) -> dict[str, Any]:
-    signals = [s for it in task.iterations for s in it.signals]
+    signals = task.signals
     return {
         "name": task.name,
         "outcome": task.outcome,
@@ -82,7 +82,7 @@ def _task_lines(task: TaskView) -> list[str]:
     mark = _TASK_MARKS.get(task.outcome, "?")
     where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
     why = f" ({task.reason})" if task.reason and task.outcome != "succeeded" else ""
-    badge = _badge([s for it in task.iterations for s in it.signals])
+    badge = _badge(task.signals)
     lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {len(task.iterations)} iteration(s){badge}"]
     for it in task.iterations:
         reason = f" {it.reason}" if it.reason else ""

@@ -91,6 +91,11 @@ class TaskView:
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
+    @property
+    def signals(self) -> tuple[Signal, ...]:
+        """Every iteration's signals, in order: what the task's badge is chosen from."""
+        return tuple(signal for iteration in self.iterations for signal in iteration.signals)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
