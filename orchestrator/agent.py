@@ -41,6 +41,8 @@ class RunContext:
     cancel: Any = None
     budgets: Sequence[Any] = ()
     turn: int = 0
+    # Tokens this run has used so far, whatever ends it.
+    tokens: int = 0
     signals: list[Signal] = field(default_factory=list)
     _reminders: list[str] = field(default_factory=list)
     _prompt_tokens: int = 0
@@ -79,14 +81,13 @@ def run_agent(
     recorder: Recorder,
 ) -> AgentResult:
     """Run until the model submits; raise QualityError when a guard (or the model client) stops it."""
-    tokens = 0
     try:
         _each(guards, "before_run", ctx)
         for ctx.turn in range(1, ctx.max_turns + 1):
             ctx.check_cancelled()
             request = history.with_reminders(messages, ctx.take_reminders())
             response = model.complete(request, toolbox.schemas())
-            tokens += response.tokens
+            ctx.tokens += response.tokens
             ctx._prompt_tokens = response.prompt_tokens
             recorder.model_call(response)
             ctx.spend(response.tokens)
@@ -94,7 +95,7 @@ def run_agent(
             _each(guards, "after_model_response", ctx, response, calls)
             submitted = _act(toolbox, guards, messages, ctx, recorder, response, calls)
             if submitted is not None:
-                return AgentResult(summary=submitted, turns=ctx.turn, tokens=tokens)
+                return AgentResult(summary=submitted, turns=ctx.turn, tokens=ctx.tokens)
         raise QualityError(
             "max_turns",
             f"You used all {ctx.max_turns} turns without submitting. Make a smaller change, "
@@ -104,7 +105,6 @@ def run_agent(
         )
     except QualityError as stop:
         ctx.report(Level.SEVERE, stop.reason, stop.message)
-        stop.turns, stop.tokens = ctx.turn, tokens  # type: ignore[attr-defined]
         raise
 
 

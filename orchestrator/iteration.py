@@ -83,7 +83,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip())
             return finish.committed(commit, result.turns, result.tokens)
         except QualityError as stop:
-            return finish.rolled_back(stop, getattr(stop, "turns", ctx.turn), getattr(stop, "tokens", 0))
+            return finish.rolled_back(stop, ctx.turn, ctx.tokens)
         except ModelUnreachable as down:
             finish.unreachable(str(down))
             raise
@@ -93,7 +93,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
         except Exception as exc:  # a bug or an environment failure: not the model's fault, but recorded
             log.exception("iteration_error")
             error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
-            return finish.rolled_back(error, ctx.turn, 0)
+            return finish.rolled_back(error, ctx.turn, ctx.tokens)
 
 
 def _check_failed(exit_code: int, output: str) -> QualityError:
@@ -145,7 +145,11 @@ class _Finisher:
         # Infrastructure, not a struggle: no note, no signal.
         self.setup.workspace.rollback(self.checkpoint)
         self.setup.store.finish_iteration(
-            self.iteration_id, outcome=IterationOutcome.ROLLED_BACK.value, reason="model_unreachable", turns=self.ctx.turn
+            self.iteration_id,
+            outcome=IterationOutcome.ROLLED_BACK.value,
+            reason="model_unreachable",
+            turns=self.ctx.turn,
+            tokens=self.ctx.tokens,
         )
         self.log.warning("iteration_model_unreachable", detail=detail)
 
@@ -155,7 +159,11 @@ class _Finisher:
             task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=CANCELLED_CORRECTION.format(why=why)
         )
         self.setup.store.finish_iteration(
-            self.iteration_id, outcome=IterationOutcome.CANCELLED.value, reason="cancelled", turns=self.ctx.turn
+            self.iteration_id,
+            outcome=IterationOutcome.CANCELLED.value,
+            reason="cancelled",
+            turns=self.ctx.turn,
+            tokens=self.ctx.tokens,
         )
         self.log.info("iteration_cancelled", why=why)
 
