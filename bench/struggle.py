@@ -28,7 +28,7 @@ from guards import HOOKS, default_guards
 from orchestrator.agent import RunContext, run_agent
 from orchestrator.config import ALL_TOOLS, GuardsConfig, ModelConfig
 from orchestrator.errors import QualityError
-from orchestrator.model import LiteLLMModel, _Draft
+from orchestrator.model import EndpointModel, _Draft
 from orchestrator.protocols import Message
 from orchestrator.records import Level, ModelResponse, Signal, ToolCall, ToolResult
 from orchestrator.scripted import ScriptedModel
@@ -76,12 +76,12 @@ class RunawayCheckedModel:
     """The scripted model, with each reply streamed through the real client's runaway detector.
 
     orchestrator.model has no public detector: this feeds a `_Draft` chunk by chunk
-    and calls `LiteLLMModel._check_runaway`, exactly as `_read_stream` does.
+    and calls `EndpointModel._check_runaway`, exactly as `_read_stream` does.
     """
 
     def __init__(self, inner: ScriptedModel, max_output_chars: int, ctx: RunContext, run: Run) -> None:
         self.inner, self.ctx, self.run = inner, ctx, run
-        self._client = LiteLLMModel(ModelConfig(name="openai/bench"), max_output_chars=max_output_chars)
+        self._client = EndpointModel(ModelConfig(name="openai/bench"), max_output_chars=max_output_chars)
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         response = self.inner.complete(messages, tools)

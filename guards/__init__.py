@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.config import GuardsConfig
 from orchestrator.errors import ConfigError
@@ -36,6 +36,7 @@ __all__ = [
     "RepeatedCallGuard",
     "UnknownToolGuard",
     "build_guards",
+    "guard_factory",
     "default_guards",
     "load_guard",
     "user_guards",
@@ -68,6 +69,10 @@ def default_guards(config: GuardsConfig) -> list[Any]:
 
 def load_guard(spec: str) -> Any:
     """Import "module:Class" and instantiate it with no arguments; ConfigError names the key."""
+    return _instantiate(_load_target(spec), f"[guards] custom: {spec!r}")
+
+
+def _load_target(spec: str) -> Any:
     where = f"[guards] custom: {spec!r}"
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name.strip() or not attribute.strip():
@@ -81,25 +86,42 @@ def load_guard(spec: str) -> Any:
         target = getattr(target, part, None)
         if target is None:
             raise ConfigError(f"{where}: module {module_name.strip()!r} has no {attribute.strip()!r}")
-    return _instantiate(target, where)
+    return target
 
 
 def user_guards(config: GuardsConfig) -> list[Any]:
     """Guards named in `[guards] custom`, then those registered as entry points."""
-    guards = [load_guard(spec) for spec in config.custom]
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {entry.name!r} ({entry.value}) in group {ENTRY_POINT_GROUP}"
-        try:
-            target = entry.load()
-        except Exception as exc:
-            raise ConfigError(f"{where}: cannot load ({type(exc).__name__}: {exc})") from None
-        guards.append(_instantiate(target, where))
-    return guards
+    return [_instantiate(target, where) for target, where in _user_guard_targets(config)]
 
 
 def build_guards(config: GuardsConfig) -> list[Any]:
     """Every guard of a run: the built-in ones, then the user's."""
-    return default_guards(config) + user_guards(config)
+    return guard_factory(config)()
+
+
+def guard_factory(config: GuardsConfig) -> Callable[[], list[Any]]:
+    """Find the user's guards once (imports, the entry-point scan); then make a fresh set per task.
+
+    Raises ConfigError now, before the night starts, for a guard that cannot be loaded or made.
+    """
+    targets = _user_guard_targets(config)
+
+    def build() -> list[Any]:
+        return default_guards(config) + [_instantiate(target, where) for target, where in targets]
+
+    build()
+    return build
+
+
+def _user_guard_targets(config: GuardsConfig) -> list[tuple[Any, str]]:
+    targets = [(_load_target(spec), f"[guards] custom: {spec!r}") for spec in config.custom]
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point {entry.name!r} ({entry.value}) in group {ENTRY_POINT_GROUP}"
+        try:
+            targets.append((entry.load(), where))
+        except Exception as exc:
+            raise ConfigError(f"{where}: cannot load ({type(exc).__name__}: {exc})") from None
+    return targets
 
 
 def _instantiate(target: Any, where: str) -> Any:

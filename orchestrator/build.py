@@ -19,16 +19,18 @@ from orchestrator.night import NightParts
 @contextlib.contextmanager
 def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
     """The configured model; for "local", the embedded server, started for the night and stopped after."""
-    from orchestrator.model import LiteLLMModel
+    from orchestrator.model import EndpointModel
 
-    if config.model.name != LOCAL_MODEL:
-        yield LiteLLMModel(config.model, max_output_chars=config.guards.max_output_chars, cancel=cancel)
-        return
-    from orchestrator.local_model import local_model_config, serve_local_model
+    with contextlib.ExitStack() as stack:
+        model_config = config.model
+        if model_config.name == LOCAL_MODEL:
+            from orchestrator.local_model import local_model_config, serve_local_model
 
-    with serve_local_model(config, log=get_logger()) as server:
-        model_config = local_model_config(config.model, server)
-        yield LiteLLMModel(model_config, max_output_chars=config.guards.max_output_chars, cancel=cancel)
+            server = stack.enter_context(serve_local_model(config, log=get_logger()))
+            model_config = local_model_config(config.model, server)
+        model = EndpointModel(model_config, max_output_chars=config.guards.max_output_chars, cancel=cancel)
+        stack.callback(model.close)
+        yield model
 
 
 def open_store(config: Config):
@@ -40,12 +42,12 @@ def open_store(config: Config):
 
 @contextlib.contextmanager
 def night_parts(config: Config) -> Iterator[NightParts]:
-    from guards import build_guards
+    from guards import guard_factory
     from orchestrator.worktree import open_repo
 
     # Fail on a bad repository or user guard before anything is recorded or started.
     open_repo(config.repo_path)
-    build_guards(config.guards)
+    make_guards = guard_factory(config.guards)
     store = open_store(config)
     cancel = CancelToken()
     try:
@@ -55,7 +57,7 @@ def night_parts(config: Config) -> Iterator[NightParts]:
                 config=config,
                 model=model,
                 store=store,
-                guards_factory=lambda: build_guards(config.guards),
+                guards_factory=make_guards,
                 # With JSON logs the `signal` event says it all; stderr stays pure JSON lines.
                 on_signal=(lambda signal: None) if json_mode() else SignalPrinter(),
                 log=get_logger(),

@@ -17,12 +17,30 @@ from orchestrator.errors import Cancelled
 class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._hooks: list[Callable[[], None]] = []
         self.why = ""
 
     def cancel(self, why: str) -> None:
-        if not self._event.is_set():
+        with self._lock:
+            if self._event.is_set():
+                return
             self.why = why
             self._event.set()
+            hooks = list(self._hooks)
+        for hook in hooks:
+            hook()
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Call `hook` (from the cancelling thread) when cancelled; at once if already.
+
+        For waits that cannot poll the token, such as a read blocked on a silent socket.
+        """
+        with self._lock:
+            if not self._event.is_set():
+                self._hooks.append(hook)
+                return
+        hook()
 
     @property
     def cancelled(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -38,6 +38,15 @@ class ModelConfig(_Section):
     context_window: int | None = Field(None, gt=0, description="used when litellm does not know the model")
     retries: int = Field(3, ge=0, description="attempts after the first when the endpoint is down or answers 5xx")
     retry_backoff_s: float = Field(2.0, ge=0, description="first backoff; doubles each retry, with jitter")
+    transport: Literal["auto", "litellm", "direct"] = Field(
+        "auto", description='"direct": OpenAI-compatible HTTP; "auto": direct for "openai/..." with api_base, else litellm'
+    )
+
+    @model_validator(mode="after")
+    def _direct_needs_api_base(self) -> "ModelConfig":
+        if self.transport == "direct" and not self.api_base and self.name != LOCAL_MODEL:
+            raise ValueError('transport = "direct" needs api_base (the server\'s OpenAI-compatible /v1 URL)')
+        return self
 
 
 class RepoConfig(_Section):

@@ -62,6 +62,9 @@ class ScriptedServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[dict[str, Any]] = []
+        # The HTTP headers of each chat request, beside `requests`.
+        self.headers: list[dict[str, str]] = []
+        self.connections_opened = 0
         self.exhausted = 0
 
     # -- lifecycle -----------------------------------------------------------
@@ -113,11 +116,12 @@ class ScriptedServer:
         with self._lock:
             self._replies.extend(replies)
 
-    def _take(self, body: dict[str, Any]) -> Reply | None:
+    def _take(self, body: dict[str, Any], headers: dict[str, str]) -> Reply | None:
         if self._responder is not None:
             return self._responder(body)
         with self._lock:
             self.requests.append(body)
+            self.headers.append(headers)
             if self._replies:
                 return self._replies.popleft()
             self.exhausted += 1
@@ -125,7 +129,11 @@ class ScriptedServer:
 
     def _track(self, sock: socket.socket, open_: bool) -> None:
         with self._lock:
-            (self._open_sockets.add if open_ else self._open_sockets.discard)(sock)
+            if open_:
+                self._open_sockets.add(sock)
+                self.connections_opened += 1
+            else:
+                self._open_sockets.discard(sock)
 
     def _pause(self, seconds: float) -> None:
         """Sleep, but wake at once when the server stops."""
@@ -151,6 +159,9 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
 
 class _ChatHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # As llama-server, vLLM (uvicorn) and Ollama (Go) do: each SSE event leaves at once,
+    # not held back by Nagle's algorithm until the client's delayed ACK.
+    disable_nagle_algorithm = True
     # An idle keep-alive connection frees its thread after this long.
     timeout = 30
     scripted: ScriptedServer
@@ -178,6 +189,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
             self._send_json(404, _error_body(404, f"no route {self.path}"))
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        self._arrived = time.monotonic()
         body = self._read_body()
         if self.path not in _CHAT_PATHS:
             self._send_json(404, _error_body(404, f"no route {self.path}"))
@@ -185,7 +197,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
         if body is None:
             self._send_json(400, _error_body(400, "body is not JSON"))
             return
-        reply = self.scripted._take(body)
+        reply = self.scripted._take(body, dict(self.headers))
         try:
             self._answer(body, reply or Reply(text="", finish_reason="stop"))
         except (ClientGone, BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
@@ -203,7 +215,8 @@ class _ChatHandler(BaseHTTPRequestHandler):
         return body if isinstance(body, dict) else None
 
     def _answer(self, body: dict[str, Any], reply: Reply) -> None:
-        self.scripted._pause(reply.delay_s)
+        # Counted from the request's arrival, so the server's own work is inside the delay, not added to it.
+        self.scripted._pause(reply.delay_s - (time.monotonic() - self._arrived))
         if reply.status != 200:
             self._send_json(reply.status, _error_body(reply.status, reply.text or f"scripted error {reply.status}"))
             return

@@ -1,17 +1,16 @@
-"""The one real `Model`: any endpoint litellm can reach, streamed and watched.
+"""The one real `Model`: an endpoint reached through a transport, streamed and watched.
 
 Three things happen here and nowhere else: retries (an endpoint that is down
 or overloaded is retried with backoff, then reported as `ModelUnreachable`),
 the silence watchdog (`QualityError("watchdog_timeout")`), and the runaway
-cut-off (`QualityError("runaway_output")`). litellm and the openai SDK are
-told not to retry on their own, so retries never nest.
+cut-off (`QualityError("runaway_output")`). How the request travels (litellm,
+or plain OpenAI-compatible HTTP) is orchestrator/transports.py; neither
+transport retries on its own, so retries never nest.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
+from orchestrator import transports
 
 if TYPE_CHECKING:  # pydantic is not needed to import this module
     from orchestrator.config import ModelConfig
@@ -45,9 +45,6 @@ RUNAWAY_CORRECTION = (
     "make one tool call at a time, and stop once the call is written."
 )
 
-
-# llama.cpp, vLLM and Ollama word it differently; litellm maps only some to ContextWindowExceededError.
-_CONTEXT_FULL = re.compile(r"exceeds the available context size|context length|maximum context|context window", re.IGNORECASE)
 CONTEXT_OVERFLOW_CORRECTION = (
     "The conversation grew past the model's context window. Read less at once (search, or read one file), "
     "make one small change, run the check and submit in fewer turns."
@@ -57,19 +54,20 @@ CONTEXT_OVERFLOW_CORRECTION = (
 _CANCEL_POLL_S = 0.1
 
 
-class LiteLLMModel:
-    """Answers through `litellm.completion`, streaming by default.
+class EndpointModel:
+    """Answers from a model server, streaming by default.
 
-    `config.name` goes to litellm unchanged. For an OpenAI-compatible server
+    `config.name` is litellm's model name. For an OpenAI-compatible server
     (llama-server, vLLM, LM Studio, Ollama's /v1) set `api_base` and write the
-    name as "openai/<served-model-name>", litellm's OpenAI-compatible route;
-    a plain name with a custom `api_base` is not rewritten here.
+    name as "openai/<served-model-name>"; `[model] transport` decides whether
+    the request goes through litellm or straight over HTTP (see transports.py).
 
     Raises `QualityError` for silence longer than `config.request_timeout_s`
-    (watchdog_timeout) or output past `max_output_chars` or looping
-    (runaway_output); `ModelUnreachable` when the endpoint stays down or the
-    configuration is refused (401/403/404); `RuntimeError` when the server
-    rejects the request itself (400).
+    (watchdog_timeout), output past `max_output_chars` or looping
+    (runaway_output), or a prompt past the context window (context_overflow);
+    `ModelUnreachable` when the endpoint stays down or the configuration is
+    refused (401/403/404); `RuntimeError` when the server rejects the request
+    itself (400).
     """
 
     def __init__(
@@ -85,13 +83,17 @@ class LiteLLMModel:
         self.config = config
         # orchestrator.cancel.CancelToken: checked per chunk and between retries.
         self._cancel = cancel
-        # CPU seconds spent inside litellm and the HTTP client (measured per call thread, with a cancel token).
+        # CPU seconds spent in the transport and in reading its answers (the benchmark reports it).
         self.client_cpu_s = 0.0
         self._cpu_lock = threading.Lock()
         self.max_output_chars = max_output_chars
         self.stream = stream
         self._sleep = sleep
         self._on_retry = on_retry
+        self._transport: Any = None
+        self._transport_lock = threading.Lock()
+        if cancel is not None:
+            cancel.on_cancel(self._interrupt)
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         failures = 0
@@ -113,34 +115,46 @@ class LiteLLMModel:
     def context_window(self) -> int | None:
         """Input tokens the model accepts: litellm's figure when it knows the model, else the config's."""
         try:
-            known = _litellm().get_model_info(self.config.name).get("max_input_tokens")
+            known = transports.litellm_module().get_model_info(self.config.name).get("max_input_tokens")
             if known:
                 return int(known)
         except Exception:  # unknown model, odd map entry: fall back, never fail a night over it
             pass
         return self.config.context_window
 
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
     # -- one request ---------------------------------------------------------
 
     def _attempt_until_cancelled(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
-        """One attempt; with a cancel token it runs in a helper thread so a silent server cannot hold a cancel back.
+        """One attempt that a cancel can cut short, even while the server is silent.
 
-        An abandoned request ends by itself at the read timeout; its thread is a daemon.
+        The direct transport is interrupted in place (the cancel shuts its sockets);
+        litellm's request runs in a helper thread that is abandoned on cancel and
+        ends by itself at the read timeout (a daemon).
         """
-        if self._cancel is None:
-            return self._attempt(messages, tools)
+        transport = self._get_transport()
+        if self._cancel is not None:
+            self._cancel.raise_if_cancelled()
+        if self._cancel is None or hasattr(transport, "interrupt"):
+            started = time.thread_time()
+            try:
+                return self._attempt(transport, messages, tools)
+            finally:
+                self._count_cpu(time.thread_time() - started)
         outcome: dict[str, Any] = {}
         done = threading.Event()
 
         def attempt() -> None:
             started = time.thread_time()
             try:
-                outcome["response"] = self._attempt(messages, tools)
+                outcome["response"] = self._attempt(transport, messages, tools)
             except BaseException as exc:  # handed to the caller's thread below
                 outcome["error"] = exc
             finally:
-                with self._cpu_lock:
-                    self.client_cpu_s += time.thread_time() - started
+                self._count_cpu(time.thread_time() - started)
                 done.set()
 
         threading.Thread(target=attempt, name="model-call", daemon=True).start()
@@ -150,21 +164,38 @@ class LiteLLMModel:
             raise outcome["error"]
         return outcome["response"]
 
-    def _attempt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
-        litellm = _litellm()
+    def _attempt(self, transport: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         started = time.monotonic()
         try:
-            raw = litellm.completion(**self._request(messages, tools))
+            raw = transport.send(self._request(messages, tools), stream=self.stream)
             if self.stream:
-                draft = self._read_stream(_provider_chunks(raw))
+                draft = self._read_stream(raw)
             else:
                 draft = _read_whole(raw)
                 self._check_runaway(draft)
-        except (QualityError, _Retryable, Cancelled):
-            raise
-        except Exception as exc:
-            raise self._classify(exc) from exc
+        except transports.TransportError as failure:
+            if self._cancel is not None:
+                self._cancel.raise_if_cancelled()  # the failure is the cancel cutting the connection
+            raise self._decide(failure) from None
         return draft.finish(messages, latency_s=time.monotonic() - started)
+
+    def _interrupt(self) -> None:
+        interrupt = getattr(self._transport, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
+    def _count_cpu(self, seconds: float) -> None:
+        with self._cpu_lock:
+            self.client_cpu_s += seconds
+
+    def _get_transport(self) -> Any:
+        # Built on first use: litellm's import takes seconds, and a night that never calls needs neither.
+        with self._transport_lock:
+            if self._transport is None:
+                self._transport = transports.transport_for(self.config)
+                if self._cancel is not None and self._cancel.cancelled:
+                    self._interrupt()  # the cancel came while it was being made
+            return self._transport
 
     def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
         config = self.config
@@ -173,21 +204,10 @@ class LiteLLMModel:
             "messages": [dict(m) for m in messages],
             "temperature": config.temperature,
             "max_tokens": config.max_tokens,
-            # litellm's own default is 6000 s; this is also the per-read silence limit.
-            "timeout": config.request_timeout_s,
-            # Retries live in `complete` only; the openai SDK would nest its own.
-            "num_retries": 0,
-            "max_retries": 0,
         }
         if tools:
             request["tools"] = list(tools)
             request["tool_choice"] = "auto"
-        if config.api_base:
-            request["api_base"] = config.api_base
-            # The openai SDK refuses to send a request without some key.
-            request["api_key"] = config.api_key or "sk-none"
-        elif config.api_key:
-            request["api_key"] = config.api_key
         if self.stream:
             request["stream"] = True
             request["stream_options"] = {"include_usage": True}
@@ -211,9 +231,7 @@ class LiteLLMModel:
                 draft.add_chunk(chunk)
                 self._check_runaway(draft)
         finally:
-            close = getattr(stream, "close", None)
-            if callable(close):
-                close()
+            stream.close()
         return draft
 
     def _check_runaway(self, draft: "_Draft") -> None:
@@ -232,26 +250,21 @@ class LiteLLMModel:
 
     # -- failures ------------------------------------------------------------
 
-    def _classify(self, exc: Exception) -> Exception:
-        """Turn a litellm/openai exception into the decision it stands for."""
-        import openai
-
-        litellm = _litellm()
-        status = _status_of(exc)
-        reason = _one_line(exc)
-        if isinstance(exc, openai.APITimeoutError) and status not in _RETRY_STATUSES - {408}:
+    def _decide(self, failure: transports.TransportError) -> Exception:
+        """What a transport failure means for the night."""
+        reason = failure.message[:200]
+        status = failure.status
+        if failure.kind == transports.TIMEOUT:
             return _watchdog(self.config.request_timeout_s)
-        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or _CONTEXT_FULL.search(str(exc)):
+        if failure.kind == transports.CONTEXT_FULL:
             return QualityError("context_overflow", CONTEXT_OVERFLOW_CORRECTION, evidence=reason, message="context window exceeded")
-        if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in str(exc):
+        if failure.kind == transports.UNROUTABLE:
             return ModelUnreachable(f"litellm cannot route model {self.config.name!r}: {reason}")
+        if failure.kind == transports.CONNECTION or status in _RETRY_STATUSES:
+            return _Retryable(reason)
         if status in _CONFIG_STATUSES:
             return ModelUnreachable(f"model endpoint {self._where()} refused the request ({status}): {reason}")
-        if status in _RETRY_STATUSES or isinstance(exc, openai.APIConnectionError):
-            return _Retryable(reason)
-        if isinstance(exc, openai.APIStatusError) or status is not None:
-            return RuntimeError(f"model request rejected ({status}): {reason}")
-        return exc
+        return RuntimeError(f"model request rejected ({status}): {reason}")
 
     def _where(self) -> str:
         return f"{self.config.api_base} ({self.config.name})" if self.config.api_base else self.config.name
@@ -271,16 +284,6 @@ class _Retryable(Exception):
 
 def _watchdog(limit: float) -> QualityError:
     return QualityError("watchdog_timeout", WATCHDOG_CORRECTION, evidence=f"no output for {limit:g} s")
-
-
-def _status_of(exc: Exception) -> int | None:
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _one_line(exc: Exception) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:200]
 
 
 # -- assembling a response ---------------------------------------------------
@@ -411,36 +414,3 @@ def _read_whole(response: Any) -> _Draft:
             draft.finish_reason = str(choice.finish_reason)
         break  # one choice asked for, one read
     return draft
-
-
-def _provider_chunks(wrapper: Any) -> Any:
-    """The OpenAI-compatible chunk stream litellm holds, when it holds one; else litellm's own wrapper.
-
-    litellm's CustomStreamWrapper rebuilds and prices the whole response at the
-    end of every stream (10 ms or more of CPU a call, most of our per-call cost).
-    For OpenAI-compatible servers the openai SDK stream it wraps carries the same
-    chunks, usage included, over the same HTTP response. Other providers keep
-    litellm's translation.
-    """
-    inner = getattr(wrapper, "completion_stream", None)
-    if inner is not None and type(inner).__module__.partition(".")[0] == "openai" and hasattr(inner, "__iter__"):
-        return inner
-    return wrapper
-
-
-def _litellm() -> Any:
-    """Import litellm on first use: it takes seconds and must not fetch a price list."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    # No "Give Feedback / Get Help" banners on errors: a cron job's output is a report.
-    litellm.suppress_debug_info = True
-    litellm.set_verbose = False
-    # Per-chunk success logging runs an event loop in a worker thread for every
-    # chunk (a few ms CPU a call); overnight registers no litellm callbacks, so it
-    # would log to nobody.
-    litellm.disable_streaming_logging = True
-    # Its cost estimate counts the prompt with tiktoken on every call (~2 ms CPU);
-    # overnight takes token counts from the server, or estimates them itself.
-    litellm.disable_token_counter = True
-    return litellm

@@ -22,7 +22,7 @@ class Reply:
 
     `status` other than 200 makes the HTTP server answer with that error instead
     (with `text`, if any, as the error message).
-    `delay_s` is silence before the first byte; `stall_s` silence after the first chunk.
+    `delay_s` is silence from the request's arrival to the first byte; `stall_s` silence after the first chunk.
     `chunk_interval_s` spaces the stream's chunks (a slow but living stream).
     `endless` streams that text over and over until the client hangs up (runaway output).
     """

@@ -51,7 +51,8 @@ class Worktree:
         self.path = path
         self.branch = branch
         self.keep = tuple(keep)
-        self._git = git.Repo(path).git
+        self._repo = git.Repo(path)
+        self._git = self._repo.git
         self._git.update_environment(**_QUIET)
 
     @classmethod
@@ -65,19 +66,24 @@ class Worktree:
         path = state_dir / "worktrees" / task
         branch = branch_for(task)
         if not _is_worktree_of(repo, path):
-            repo.git.worktree("prune")
             path.parent.mkdir(parents=True, exist_ok=True)
+            add = ("add", str(path), branch) if branch in repo.heads else ("add", "-b", branch, str(path), base)
             try:
-                if branch in repo.heads:
-                    repo.git.worktree("add", str(path), branch)
-                else:
-                    repo.git.worktree("add", "-b", branch, str(path), base)
+                try:
+                    repo.git.worktree(*add)
+                except git.GitCommandError:
+                    # A worktree folder deleted by hand is still registered: prune, then once more.
+                    repo.git.worktree("prune")
+                    repo.git.worktree(*add)
             except git.GitCommandError as exc:
                 raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
         return cls(path, branch, keep)
 
     def checkpoint(self) -> str:
-        return self._git.rev_parse("HEAD")
+        from git.refs.symbolic import SymbolicReference
+
+        # Read from the ref files, not `git rev-parse`: this runs twice an iteration.
+        return SymbolicReference.dereference_recursive(self._repo, "HEAD")
 
     def rollback(self, checkpoint: str) -> None:
         self._git.reset("--hard", "--quiet", checkpoint)

@@ -1,4 +1,4 @@
-"""LiteLLMModel against a real HTTP server: real litellm, scripted replies."""
+"""EndpointModel against a real HTTP server, through both transports: direct HTTP and real litellm."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from orchestrator.config import ModelConfig
-from orchestrator.errors import ModelUnreachable, QualityError
+from orchestrator.cancel import CancelToken
+from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
 from orchestrator.fake_server import ScriptedServer
-from orchestrator.model import LiteLLMModel
+from orchestrator import transports
+from orchestrator.model import EndpointModel
 from orchestrator.records import RawToolCall
 from orchestrator.scripted import Reply, calls, say
 
@@ -36,17 +39,27 @@ def server():
         yield scripted
 
 
-def make_model(url: str, **options) -> tuple[LiteLLMModel, list[tuple[int, str]]]:
-    config = ModelConfig(
-        name=options.pop("name", "openai/scripted"),
-        api_base=url,
-        request_timeout_s=options.pop("request_timeout_s", 5.0),
-        retries=options.pop("retries", 2),
-        retry_backoff_s=options.pop("retry_backoff_s", 0.0),
-    )
-    retries: list[tuple[int, str]] = []
-    model = LiteLLMModel(config, sleep=lambda s: None, on_retry=lambda n, why: retries.append((n, why)), **options)
-    return model, retries
+@pytest.fixture(params=["direct", "litellm"])
+def transport(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_model(transport):
+    def make(url: str, **options) -> tuple[EndpointModel, list[tuple[int, str]]]:
+        config = ModelConfig(
+            name=options.pop("name", "openai/scripted"),
+            api_base=url,
+            request_timeout_s=options.pop("request_timeout_s", 5.0),
+            retries=options.pop("retries", 2),
+            retry_backoff_s=options.pop("retry_backoff_s", 0.0),
+            transport=options.pop("transport", transport),
+        )
+        retries: list[tuple[int, str]] = []
+        model = EndpointModel(config, sleep=lambda s: None, on_retry=lambda n, why: retries.append((n, why)), **options)
+        return model, retries
+
+    return make
 
 
 def free_port() -> int:
@@ -56,7 +69,7 @@ def free_port() -> int:
 
 
 class TestAnswers:
-    def test_streamed_text(self, server):
+    def test_streamed_text(self, server, make_model):
         """Streamed text arrives whole, with a stop reason and a latency."""
         server.enqueue(say("The bug is in parse(); it drops the last line of the input."))
         model, _ = make_model(server.url)
@@ -66,7 +79,7 @@ class TestAnswers:
         assert response.finish_reason == "stop"
         assert response.latency_s > 0
 
-    def test_request_carries_messages_tools_and_settings(self, server):
+    def test_request_carries_messages_tools_and_settings(self, server, make_model):
         """The server sees the messages, the tools with tool_choice auto, and a streamed request."""
         server.enqueue(say("ok"))
         model, _ = make_model(server.url)
@@ -77,8 +90,9 @@ class TestAnswers:
         assert body["tool_choice"] == "auto"
         assert body["stream"] is True
         assert body["max_tokens"] == 2048
+        assert body["model"] == "scripted"  # litellm's "openai/" route prefix is not sent
 
-    def test_no_tools_sends_no_tool_choice(self, server):
+    def test_no_tools_sends_no_tool_choice(self, server, make_model):
         """Without tools the request has neither tools nor tool_choice."""
         server.enqueue(say("ok"))
         model, _ = make_model(server.url)
@@ -86,7 +100,7 @@ class TestAnswers:
         assert "tools" not in server.requests[0]
         assert "tool_choice" not in server.requests[0]
 
-    def test_streamed_native_tool_calls(self, server):
+    def test_streamed_native_tool_calls(self, server, make_model):
         """Two tool calls in one reply, arguments split over many chunks, come back whole and in order."""
         long_path = "src/" + "deeply/" * 6 + "module.py"
         server.enqueue(calls(("read_file", {"path": long_path}), ("list_dir", {"path": "tests"}), chunk_chars=5))
@@ -98,7 +112,7 @@ class TestAnswers:
         )
         assert response.finish_reason == "tool_calls"
 
-    def test_not_streamed(self, server):
+    def test_not_streamed(self, server, make_model):
         """With stream=False the plain completion is read, tool calls and usage included."""
         server.enqueue(calls(("read_file", {"path": "a.py"}), prompt_tokens=70, completion_tokens=9))
         model, _ = make_model(server.url, stream=False)
@@ -107,14 +121,14 @@ class TestAnswers:
         assert response.tool_calls == (RawToolCall(name="read_file", arguments='{"path": "a.py"}', id="call_0"),)
         assert (response.prompt_tokens, response.completion_tokens) == (70, 9)
 
-    def test_usage_figures_from_server(self, server):
+    def test_usage_figures_from_server(self, server, make_model):
         """The server's usage figures are kept as they are."""
         server.enqueue(say("done", prompt_tokens=1234, completion_tokens=56))
         model, _ = make_model(server.url)
         response = model.complete(MESSAGES, TOOLS)
         assert (response.prompt_tokens, response.completion_tokens) == (1234, 56)
 
-    def test_reasoning_kept_apart(self, server):
+    def test_reasoning_kept_apart(self, server, make_model):
         """Reasoning deltas go to response.reasoning, not into the text."""
         server.enqueue(say("Answer.", reasoning="First I think about the parser, then the tests."))
         model, _ = make_model(server.url)
@@ -125,16 +139,16 @@ class TestAnswers:
     def test_context_window_falls_back_to_config(self):
         """A model litellm does not know gets the configured context window."""
         config = ModelConfig(name="openai/no-such-model-xyz", api_base="http://127.0.0.1:9/v1", context_window=8192)
-        assert LiteLLMModel(config).context_window() == 8192
+        assert EndpointModel(config).context_window() == 8192
 
     def test_context_window_from_litellm(self):
         """A model litellm knows gets its input token limit from litellm."""
-        window = LiteLLMModel(ModelConfig(name="gpt-4o", context_window=1000)).context_window()
+        window = EndpointModel(ModelConfig(name="gpt-4o", context_window=1000)).context_window()
         assert window is not None and window > 100_000
 
 
 class TestFailures:
-    def test_5xx_is_retried(self, server):
+    def test_5xx_is_retried(self, server, make_model):
         """A 503 then a success: retried once, on_retry told why, the answer returned."""
         server.enqueue(Reply(status=503), say("back again"))
         model, retries = make_model(server.url)
@@ -143,14 +157,14 @@ class TestFailures:
         assert "503" in retries[0][1] or "ServiceUnavailable" in retries[0][1]
         assert len(server.requests) == 2
 
-    def test_rate_limit_is_retried(self, server):
+    def test_rate_limit_is_retried(self, server, make_model):
         """A 429 counts as a passing outage and is retried."""
         server.enqueue(Reply(status=429), say("ok"))
         model, retries = make_model(server.url)
         assert model.complete(MESSAGES, TOOLS).text == "ok"
         assert len(retries) == 1
 
-    def test_server_down_is_unreachable_after_retries(self):
+    def test_server_down_is_unreachable_after_retries(self, make_model):
         """Nothing listening: every retry is spent, then ModelUnreachable names the endpoint."""
         url = f"http://127.0.0.1:{free_port()}/v1"
         model, retries = make_model(url, retries=2)
@@ -160,18 +174,18 @@ class TestFailures:
         assert url in str(caught.value)
         assert "\n" not in str(caught.value)
 
-    def test_backoff_doubles(self, server):
+    def test_backoff_doubles(self, server, transport):
         """Backoff starts at retry_backoff_s and doubles, with jitter."""
         server.enqueue(Reply(status=500), Reply(status=502), Reply(status=500))
         slept: list[float] = []
-        config = ModelConfig(name="openai/scripted", api_base=server.url, retries=3, retry_backoff_s=1.0)
-        model = LiteLLMModel(config, sleep=slept.append)
+        config = ModelConfig(name="openai/scripted", api_base=server.url, retries=3, retry_backoff_s=1.0, transport=transport)
+        model = EndpointModel(config, sleep=slept.append)
         assert model.complete(MESSAGES, TOOLS).text == ""  # the script ran out: empty answer
         assert len(slept) == 3
         assert 0.7 <= slept[0] <= 1.3 and 1.4 <= slept[1] <= 2.6 and 2.9 <= slept[2] <= 5.1
 
     @pytest.mark.parametrize("status", [401, 403, 404])
-    def test_refused_configuration_is_unreachable_at_once(self, server, status):
+    def test_refused_configuration_is_unreachable_at_once(self, server, status, make_model):
         """A bad key or unknown model is never retried: ModelUnreachable at once."""
         server.enqueue(Reply(status=status), say("never reached"))
         model, retries = make_model(server.url)
@@ -180,7 +194,7 @@ class TestFailures:
         assert retries == []
         assert len(server.requests) == 1
 
-    def test_bad_request_is_a_plain_error(self, server):
+    def test_bad_request_is_a_plain_error(self, server, make_model):
         """A 400 is neither an outage nor the model's struggle: a RuntimeError, not retried."""
         server.enqueue(Reply(status=400))
         model, retries = make_model(server.url)
@@ -189,14 +203,14 @@ class TestFailures:
         assert not isinstance(caught.value, (ModelUnreachable, QualityError))
         assert retries == []
 
-    def test_unroutable_model_name_is_unreachable(self, server):
+    def test_unroutable_model_name_is_unreachable(self, server, make_model):
         """A name litellm cannot route is a configuration problem, reported at once."""
-        model, retries = make_model(server.url, name="no-provider-model-xyz")
+        model, retries = make_model(server.url, name="no-provider-model-xyz", transport="litellm")
         with pytest.raises(ModelUnreachable, match="no-provider-model-xyz"):
             model.complete(MESSAGES, TOOLS)
         assert retries == []
 
-    def test_errors_print_nothing(self, server, capfd):
+    def test_errors_print_nothing(self, server, capfd, make_model):
         """litellm's help banners stay off stdout and stderr."""
         server.enqueue(Reply(status=404))
         model, _ = make_model(server.url)
@@ -207,7 +221,7 @@ class TestFailures:
 
 
 class TestWatchdog:
-    def test_stall_after_first_chunk(self, server):
+    def test_stall_after_first_chunk(self, server, make_model):
         """A stream that falls silent past the timeout is cut: watchdog_timeout, not retried."""
         server.enqueue(Reply(text="starting to answer", stall_s=6), say("never reached"))
         model, retries = make_model(server.url, request_timeout_s=1.0)
@@ -219,7 +233,7 @@ class TestWatchdog:
         assert time.monotonic() - started < 1.0 + 1.5
         assert retries == [] and len(server.requests) == 1
 
-    def test_silence_before_first_byte(self, server):
+    def test_silence_before_first_byte(self, server, make_model):
         """No headers within the timeout is the same watchdog_timeout."""
         server.enqueue(Reply(text="late", delay_s=6))
         model, _ = make_model(server.url, request_timeout_s=1.0)
@@ -228,7 +242,7 @@ class TestWatchdog:
             model.complete(MESSAGES, TOOLS)
         assert time.monotonic() - started < 1.0 + 1.5
 
-    def test_slow_living_stream_is_not_cut(self, server):
+    def test_slow_living_stream_is_not_cut(self, server, make_model):
         """Chunks every 0.3 s for longer than the timeout in total are a living stream."""
         text = "slow but steady " * 4
         server.enqueue(Reply(text=text, chunk_chars=8, chunk_interval_s=0.3))
@@ -237,7 +251,7 @@ class TestWatchdog:
         assert response.text == text
         assert response.latency_s > 1.5
 
-    def test_non_streamed_silence(self, server):
+    def test_non_streamed_silence(self, server, make_model):
         """Without streaming the whole request is bounded by the timeout."""
         server.enqueue(Reply(text="late", delay_s=6))
         model, _ = make_model(server.url, request_timeout_s=1.0, stream=False)
@@ -247,8 +261,31 @@ class TestWatchdog:
         assert time.monotonic() - started < 1.0 + 1.5
 
 
+class TestCancel:
+    def test_cancel_cuts_a_silent_request_at_once(self, server, transport):
+        """A cancel (SIGTERM, the deadline) while the server is silent ends the call within a moment, not at the timeout."""
+        server.enqueue(Reply(text="late", delay_s=20))
+        token = CancelToken()
+        config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=30, transport=transport)
+        model = EndpointModel(config, cancel=token)
+        transports.litellm_module()  # its import takes seconds; not what is timed here
+        threading.Timer(0.3, token.cancel, args=("SIGTERM",)).start()
+        started = time.monotonic()
+        with pytest.raises(Cancelled, match="SIGTERM"):
+            model.complete(MESSAGES, TOOLS)
+        assert time.monotonic() - started < 2.0
+
+    def test_a_cancelled_token_stops_the_next_call_before_it_is_sent(self, server, transport):
+        token = CancelToken()
+        token.cancel("deadline")
+        model = EndpointModel(ModelConfig(name="openai/scripted", api_base=server.url, transport=transport), cancel=token)
+        with pytest.raises(Cancelled, match="deadline"):
+            model.complete(MESSAGES, TOOLS)
+        assert server.requests == []
+
+
 class TestRunaway:
-    def test_endless_repetition_is_cut(self, server):
+    def test_endless_repetition_is_cut(self, server, make_model):
         """A stream repeating one chunk over and over is cut as runaway_output, long before the cap."""
         server.enqueue(Reply(text="Let me check. ", endless="I will read the file again. "))
         model, retries = make_model(server.url)
@@ -258,7 +295,7 @@ class TestRunaway:
         assert "repeats" in caught.value.evidence
         assert retries == []
 
-    def test_too_long_output_is_cut(self, server):
+    def test_too_long_output_is_cut(self, server, make_model):
         """Varied output past max_output_chars is cut as runaway_output."""
         varied = " ".join(f"word{i}" for i in range(600))
         server.enqueue(say(varied))
@@ -268,14 +305,14 @@ class TestRunaway:
         assert caught.value.reason == "runaway_output"
         assert "1000" in caught.value.evidence
 
-    def test_runaway_tool_arguments_are_cut(self, server):
+    def test_runaway_tool_arguments_are_cut(self, server, make_model):
         """Tool arguments that loop count as runaway output too."""
         server.enqueue(Reply(tool_calls=(RawToolCall("write_file", '{"content": "' + "ab" * 400),)))
         model, _ = make_model(server.url)
         with pytest.raises(QualityError, match="runaway_output"):
             model.complete(MESSAGES, TOOLS)
 
-    def test_varied_long_text_is_kept(self, server):
+    def test_varied_long_text_is_kept(self, server, make_model):
         """Long output that does not repeat and stays under the cap is an answer, not a runaway."""
         varied = "\n".join(f"line {i}: value {i * i}" for i in range(120))
         server.enqueue(say(varied))
@@ -292,18 +329,43 @@ class TestImport:
 
 
 class TestContextOverflow:
-    def test_context_overflow_is_a_quality_stop_not_a_crash(self):
+    def test_context_overflow_is_a_quality_stop_not_a_crash(self, transport):
         """llama.cpp's 400 for a prompt past the context becomes context_overflow, which the iteration notes."""
-        import pytest
-
-        from orchestrator.config import ModelConfig
-        from orchestrator.errors import QualityError
-        from orchestrator.fake_server import ScriptedServer
-        from orchestrator.model import LiteLLMModel
-        from orchestrator.scripted import Reply
-
         with ScriptedServer([Reply(status=400, text="request (4130 tokens) exceeds the available context size (4096 tokens)")]) as server:
-            model = LiteLLMModel(ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0))
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0, transport=transport)
+            model = EndpointModel(config)
             with pytest.raises(QualityError) as stop:
                 model.complete([{"role": "user", "content": "hi"}], [])
         assert stop.value.reason == "context_overflow"
+
+
+class TestTransportChoice:
+    @pytest.mark.parametrize(
+        ("name", "api_base", "transport", "direct"),
+        [
+            ("openai/qwen2.5-coder", "http://127.0.0.1:8080/v1", "auto", True),
+            ("ollama_chat/qwen2.5-coder", "http://127.0.0.1:11434", "auto", False),
+            ("openai/gpt-4o", None, "auto", False),
+            ("openai/qwen2.5-coder", "http://127.0.0.1:8080/v1", "litellm", False),
+            ("qwen2.5-coder", "http://127.0.0.1:8080/v1", "direct", True),
+        ],
+    )
+    def test_auto_goes_direct_only_for_openai_compatible_servers(self, name, api_base, transport, direct):
+        """auto: plain HTTP for "openai/<name>" with an api_base; litellm for every other provider."""
+        config = ModelConfig(name=name, api_base=api_base, transport=transport)
+        assert transports.uses_direct_http(config) is direct
+
+    def test_direct_sends_the_key_as_a_bearer_token_and_reuses_its_connection(self, server):
+        """The api key travels in the Authorization header, never in the body; calls share one connection."""
+        server.enqueue(say("one"), say("two"))
+        config = ModelConfig(name="openai/scripted", api_base=server.url, api_key="sk-test", transport="direct")
+        model = EndpointModel(config)
+        assert [model.complete(MESSAGES, TOOLS).text for _ in range(2)] == ["one", "two"]
+        model.close()
+        assert all("api_key" not in body and "sk-test" not in json.dumps(body) for body in server.requests)
+        assert server.headers[0]["Authorization"] == "Bearer sk-test"
+        assert server.connections_opened == 1
+
+    def test_direct_transport_needs_an_api_base(self):
+        with pytest.raises(ValueError, match="api_base"):
+            ModelConfig(name="qwen2.5-coder", transport="direct")

@@ -1,0 +1,371 @@
+"""How a chat request reaches the model server: through litellm, or straight over HTTP.
+
+Both transports take the same OpenAI-style request and give back chunks (or one
+whole response) with the same attribute names, so `model.EndpointModel` reads
+either alike. Failures leave a transport as `TransportError` with a `kind` the
+model turns into a decision (retry, watchdog, context overflow, unreachable).
+
+Why two: litellm reaches every provider, but its per-call work (request
+mapping, cost lookups, response rebuilding, a fresh connection per call) costs
+5-10 ms of CPU a call. The servers overnight is for — llama-server, vLLM,
+Ollama's /v1, LM Studio — speak the OpenAI chat API already, and for them a
+pooled httpx client does the same job in about a millisecond. `auto` picks the
+direct route for those ("openai/<name>" with an `api_base`) and litellm for
+everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import weakref
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import urlsplit
+
+import httpcore
+
+if TYPE_CHECKING:
+    from orchestrator.config import ModelConfig
+
+# The kinds of TransportError.
+TIMEOUT = "timeout"  # no byte for request_timeout_s
+CONNECTION = "connection"  # refused, reset, dropped mid-stream
+STATUS = "status"  # the server answered with an error status
+CONTEXT_FULL = "context_full"  # the prompt does not fit the model's window
+UNROUTABLE = "unroutable"  # litellm does not know where to send this model
+
+OPENAI_PREFIX = "openai/"
+
+# llama.cpp, vLLM and Ollama word it differently; litellm maps only some to ContextWindowExceededError.
+_CONTEXT_FULL = re.compile(r"exceeds the available context size|context length|maximum context|context window", re.IGNORECASE)
+
+
+class TransportError(Exception):
+    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.message = message
+
+
+def uses_direct_http(config: ModelConfig) -> bool:
+    """Whether `config` is answered over plain OpenAI-compatible HTTP rather than litellm."""
+    if config.transport == "direct":
+        return True
+    if config.transport == "litellm":
+        return False
+    return bool(config.api_base) and config.name.startswith(OPENAI_PREFIX)
+
+
+def transport_for(config: ModelConfig) -> "DirectHTTP | LiteLLMTransport":
+    return DirectHTTP(config) if uses_direct_http(config) else LiteLLMTransport(config)
+
+
+def _kind_of(message: str) -> str:
+    return CONTEXT_FULL if _CONTEXT_FULL.search(message) else STATUS
+
+
+class DirectHTTP:
+    """POST /chat/completions on a pool of kept-alive connections; Server-Sent Events read as they come.
+
+    httpcore (the connection layer under httpx) rather than httpx itself: the
+    request is always the same shape, and httpx's cookie, redirect and URL
+    handling would double the CPU of a call for nothing. The read timeout
+    bounds every blocking read, so `request_timeout_s` is a silence limit,
+    not a cap on a long but living stream.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        self._network_errors = (
+            httpcore.TimeoutException,
+            httpcore.NetworkError,
+            httpcore.ProtocolError,
+            httpcore.UnsupportedProtocol,
+        )
+        self._url = (config.api_base or "").rstrip("/") + "/chat/completions"
+        self._model = config.name.removeprefix(OPENAI_PREFIX)
+        host = urlsplit(self._url).netloc.rpartition("@")[2]
+        self._headers = [
+            (b"Host", host.encode("idna")),
+            (b"Content-Type", b"application/json"),
+            (b"Accept", b"application/json, text/event-stream"),
+        ]
+        if config.api_key:
+            self._headers.append((b"Authorization", f"Bearer {config.api_key}".encode()))
+        timeout = config.request_timeout_s
+        self._extensions = {"timeout": {"connect": min(timeout, 10.0), "read": timeout, "write": timeout, "pool": timeout}}
+        # httpcore sets TCP_NODELAY itself: a kept-alive connection never waits on a delayed ACK.
+        self._sockets = _SocketRegistry()
+        self._pool = httpcore.ConnectionPool(network_backend=self._sockets)
+
+    def interrupt(self) -> None:
+        """Cut every connection, now and from now on: a blocked read returns at once (from any thread)."""
+        self._sockets.shut_down()
+
+    def send(self, request: dict[str, Any], *, stream: bool) -> Any:
+        """Chunks (an iterator with `close`) when streaming, else the whole response."""
+        content = _dumps({**request, "model": self._model})
+        headers = [*self._headers, (b"Content-Length", str(len(content)).encode())]
+        try:
+            if not stream:
+                response = self._pool.request("POST", self._url, headers=headers, content=content, extensions=self._extensions)
+                if response.status >= 400:
+                    raise self._status_error(response.status, response.content)
+                return _loads(response.content)
+            response = self._open_stream(headers, content)
+        except self._network_errors as exc:
+            raise self._network_error(exc) from exc
+        if response.status >= 400:
+            try:
+                body = response.read()
+            except self._network_errors:
+                body = b""
+            finally:
+                response.close()
+            raise self._status_error(response.status, body)
+        return _Events(response, self._network_errors, self._network_error)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _open_stream(self, headers: list[tuple[bytes, bytes]], content: bytes) -> Any:
+        request = httpcore.Request("POST", self._url, headers=headers, content=content, extensions=self._extensions)
+        return self._pool.handle_request(request)
+
+    def _network_error(self, exc: Exception) -> TransportError:
+        if isinstance(exc, httpcore.UnsupportedProtocol):
+            return TransportError(UNROUTABLE, f"api_base {self._url.removesuffix('/chat/completions')!r}: {exc}")
+        kind = TIMEOUT if isinstance(exc, httpcore.ReadTimeout) else CONNECTION
+        return TransportError(kind, f"{type(exc).__name__}: {exc}".strip(": "))
+
+    @staticmethod
+    def _status_error(status: int, body: bytes) -> TransportError:
+        message = _error_message(body.decode("utf-8", "replace")) or f"HTTP {status}"
+        return TransportError(_kind_of(message), message, status)
+
+
+class _SocketRegistry(httpcore.SyncBackend):
+    """httpcore's own network backend, remembering its sockets so that `shut_down` can cut them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._open: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._shut = False
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        stream = super().connect_tcp(*args, **kwargs)
+        sock = stream.get_extra_info("socket")
+        with self._lock:
+            self._open.add(sock)
+            shut = self._shut
+        if shut:  # cancelled while this connection was being made
+            _shut_down(sock)
+        return stream
+
+    def shut_down(self) -> None:
+        with self._lock:
+            self._shut = True
+            sockets = list(self._open)
+        for sock in sockets:
+            _shut_down(sock)
+
+
+def _shut_down(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+class _Events:
+    """The `data:` payloads of an SSE response, as attribute objects, until `[DONE]`."""
+
+    def __init__(self, response: Any, network_errors: tuple[type[Exception], ...], network_error: Any) -> None:
+        self._response = response
+        self._network_errors = network_errors
+        self._network_error = network_error
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._events()
+        except self._network_errors as exc:
+            raise self._network_error(exc) from exc
+
+    def _events(self) -> Iterator[Any]:
+        data: list[bytes] = []
+        pending = b""
+        done = False
+        for piece in self._response.iter_stream():
+            # Read on past [DONE] to the end of the body, so the connection goes back to the pool.
+            if done:
+                continue
+            lines = (pending + piece).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                payload = _take_line(line.removesuffix(b"\r"), data)
+                if payload == b"[DONE]":
+                    done = True
+                    break
+                if payload is not None:
+                    yield _event(payload)
+        if not done:  # a body that ends without the blank line after its last event
+            payload = _take_line(pending, data) if pending else None
+            payload = payload if payload is not None else _take_line(b"", data)
+            if payload is not None and payload != b"[DONE]":
+                yield _event(payload)
+
+    def close(self) -> None:
+        self._response.close()
+
+
+def _take_line(line: bytes, data: list[bytes]) -> bytes | None:
+    """Add one SSE line to the event being read; at its blank line, the event's payload."""
+    if line.startswith(b"data:"):
+        data.append(line[5:].removeprefix(b" "))
+    elif line.startswith(b"error:"):  # llama-server reports a failure mid-stream this way
+        text = line[6:].decode("utf-8", "replace")
+        message = _error_message(text) or text.strip()
+        raise TransportError(_kind_of(message), message)
+    elif not line and data:
+        payload = b"\n".join(data).strip()
+        data.clear()
+        return payload
+    return None
+
+
+def _event(payload: bytes) -> Any:
+    event = _loads(payload)
+    if getattr(event, "error", None) is not None:
+        message = _error_message(payload.decode("utf-8", "replace")) or payload[:200].decode("utf-8", "replace")
+        raise TransportError(_kind_of(message), message)
+    return event
+
+
+class LiteLLMTransport:
+    """`litellm.completion` for any provider it knows."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self._litellm = litellm_module()
+        self._settings: dict[str, Any] = {
+            # litellm's own default is 6000 s; this is also the per-read silence limit.
+            "timeout": config.request_timeout_s,
+            # Retries live in EndpointModel.complete only; the openai SDK would nest its own.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if config.api_base:
+            self._settings["api_base"] = config.api_base
+            # The openai SDK refuses to send a request without some key.
+            self._settings["api_key"] = config.api_key or "sk-none"
+        elif config.api_key:
+            self._settings["api_key"] = config.api_key
+
+    def send(self, request: dict[str, Any], *, stream: bool) -> Any:
+        litellm = self._litellm
+        try:
+            raw = litellm.completion(**request, **self._settings)
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        return _LiteLLMChunks(_provider_chunks(raw), self._translate) if stream else raw
+
+    def close(self) -> None:
+        pass
+
+    def _translate(self, exc: Exception) -> Exception:
+        import openai
+
+        if isinstance(exc, TransportError):
+            return exc
+        litellm = self._litellm
+        status = getattr(exc, "status_code", None)
+        status = status if isinstance(status, int) else None
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, openai.APITimeoutError) and status in (None, 408):
+            return TransportError(TIMEOUT, message, status)
+        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or _CONTEXT_FULL.search(message):
+            return TransportError(CONTEXT_FULL, message, status)
+        if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in message:
+            return TransportError(UNROUTABLE, message, status)
+        if status is not None:
+            return TransportError(STATUS, message, status)
+        if isinstance(exc, openai.APIConnectionError):
+            return TransportError(CONNECTION, message)
+        return exc
+
+
+class _LiteLLMChunks:
+    def __init__(self, stream: Any, translate: Any) -> None:
+        self._stream = stream
+        self._translate = translate
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._stream
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if callable(close):
+            close()
+
+
+def _provider_chunks(wrapper: Any) -> Any:
+    """The OpenAI-compatible chunk stream litellm holds, when it holds one; else litellm's own wrapper.
+
+    litellm's CustomStreamWrapper rebuilds and prices the whole response at the
+    end of every stream (10 ms or more of CPU a call). For OpenAI-compatible
+    servers the openai SDK stream it wraps carries the same chunks, usage
+    included, over the same HTTP response. Other providers keep litellm's translation.
+    """
+    inner = getattr(wrapper, "completion_stream", None)
+    if inner is not None and type(inner).__module__.partition(".")[0] == "openai" and hasattr(inner, "__iter__"):
+        return inner
+    return wrapper
+
+
+def litellm_module() -> Any:
+    """Import litellm on first use: it takes seconds and must not fetch a price list."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    # No "Give Feedback / Get Help" banners on errors: a cron job's output is a report.
+    litellm.suppress_debug_info = True
+    litellm.set_verbose = False
+    # Per-chunk success logging runs an event loop in a worker thread for every
+    # chunk (a few ms CPU a call); overnight registers no litellm callbacks, so it
+    # would log to nobody.
+    litellm.disable_streaming_logging = True
+    # Its cost estimate counts the prompt with tiktoken on every call (~2 ms CPU);
+    # overnight takes token counts from the server, or estimates them itself.
+    litellm.disable_token_counter = True
+    return litellm
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _loads(data: str | bytes) -> Any:
+    """JSON with objects as attribute namespaces, read the way the openai SDK's objects are."""
+    try:
+        return json.loads(data, object_hook=lambda fields: SimpleNamespace(**fields))
+    except ValueError as exc:
+        raise TransportError(STATUS, f"the server sent something that is not JSON: {str(data)[:120]!r}") from exc
+
+
+def _error_message(text: str) -> str:
+    """The message of an OpenAI-style error body, or the body itself, on one line."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:500]
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        error = error.get("message") or error
+    return " ".join(str(error).split())[:500]
