@@ -3,13 +3,23 @@
     python bench/concurrency.py [--tasks 8] [--calls 20] [--latency 0.05]
 
 The scripted model server runs in a separate process with a fixed latency per
-model call, so its CPU is not counted as ours. For N in 1, 2, 4, 8 the same
-night (8 tasks, each `--calls` model calls: writes, then submit, check `true`)
-runs at concurrency N, after one untimed warm-up night (imports and first-use
-caches are a once-per-process cost). Ideal throughput is N / latency model calls per second.
+model call (from the request's arrival to its answer), so its CPU is not
+counted as ours. For N in 1, 2, 4, 8 the same night (8 tasks, each `--calls`
+model calls: writes, then submit, check `true`) runs at concurrency N, after
+one untimed warm-up night (imports and first-use caches are a once-per-process
+cost). Ideal throughput is N / latency model calls per second.
+
+Each N is measured three ways, side by side in one run:
+  first night  a fresh state dir: every task's worktree is created (git cannot
+               create two at once, so at high N the last task starts late)
+  later night  the same state dir again: worktrees are reused, as on every
+               night after a task's first
+  client only  the model client alone (EndpointModel, the same growing
+               conversation, N threads): the ceiling this machine and server
+               allow, with no orchestrator around the calls
 Bars: at least 90% of ideal at every N; under 5 ms of orchestrator CPU per call.
-"of which litellm" is the CPU of the model-call threads (litellm and its HTTP
-client), a part of the process CPU shown beside it.
+"transport" is the CPU of sending requests and reading answers, a part of the
+process CPU shown beside it; "git+check" is the CPU of git and check processes.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -42,6 +53,8 @@ print(server.url, flush=True)
 sys.stdin.read()
 """
 
+CONCURRENCY = (1, 2, 4, 8)
+
 
 def make_repo(path: Path) -> Path:
     path.mkdir(parents=True)
@@ -52,12 +65,10 @@ def make_repo(path: Path) -> Path:
     return path
 
 
-def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> dict[str, float]:
-    from orchestrator.build import night_parts
-    from orchestrator.config import load_config
-    from orchestrator.night import run_night
-
-    repo = make_repo(workdir / "repo")
+def write_config(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> Path:
+    repo = workdir / "repo"
+    if not repo.exists():
+        make_repo(repo)
     config_path = workdir / "overnight.toml"
     lines = [
         "[model]", 'name = "openai/bench"', f'api_base = "{url}"', "request_timeout_s = 30", "retries = 0",
@@ -67,7 +78,16 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> 
     for index in range(tasks):
         lines += ["[[task]]", f'name = "t{index}"', 'prompt = "write"', 'check = "true"', 'tools = ["write_file", "submit"]']
     config_path.write_text("\n".join(lines) + "\n")
-    config = load_config(config_path)
+    return config_path
+
+
+def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> dict[str, float]:
+    """One night in `workdir` (a second call on the same workdir is a later night)."""
+    from orchestrator.build import night_parts
+    from orchestrator.config import load_config
+    from orchestrator.night import run_night
+
+    config = load_config(write_config(url, workdir, tasks, concurrency, calls))
     with night_parts(config) as parts:
         parts = dataclasses.replace(parts, on_signal=lambda signal: None)
         cpu0, children0, wall0 = time.process_time(), os.times(), time.perf_counter()
@@ -79,11 +99,42 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> 
         after = os.times()
         child_cpu = (after.children_user - children0.children_user) + (after.children_system - children0.children_system)
         run = parts.store.run(result.run_id)
-    model_calls = sum(
-        1 for task in run.tasks for it in task.iterations for _ in range(it.turns)
-    )
+    model_calls = sum(it.turns for task in run.tasks for it in task.iterations)
     succeeded = sum(1 for task in run.tasks if task.outcome == "succeeded")
     return {"wall": wall, "cpu": cpu, "client_cpu": client_cpu, "child_cpu": child_cpu, "calls": model_calls, "succeeded": succeeded}
+
+
+def client_only(url: str, tasks: int, concurrency: int, calls: int) -> dict[str, float]:
+    """The model client with nothing around it: `tasks` conversations of `calls` calls, `concurrency` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from orchestrator.cancel import CancelToken
+    from orchestrator.config import ModelConfig
+    from orchestrator.model import EndpointModel
+    from orchestrator.tools import Toolbox
+
+    model = EndpointModel(ModelConfig(name="openai/bench", api_base=url, request_timeout_s=30, retries=0), cancel=CancelToken())
+    schemas = Toolbox(ROOT, ("write_file", "submit")).schemas()
+    done = [0]
+    lock = threading.Lock()
+
+    def conversation(_: int) -> None:
+        messages = [{"role": "system", "content": "bench"}, {"role": "user", "content": "write"}]
+        for turn in range(calls):
+            response = model.complete(messages, schemas)
+            call = response.tool_calls[0]
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"c{turn}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
+            messages.append({"role": "tool", "tool_call_id": f"c{turn}", "content": "ok"})
+            with lock:
+                done[0] += 1
+
+    wall0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(conversation, range(tasks)))
+    wall = time.perf_counter() - wall0
+    model.close()
+    return {"wall": wall, "calls": done[0]}
 
 
 def main() -> int:
@@ -97,7 +148,9 @@ def main() -> int:
 
     # The product's own logging (JSON lines, info level), written to nowhere: its cost counts, its text does not.
     configure_logging("json", stream=open(os.devnull, "w"))
-    import litellm  # noqa: F401  - imported before timing: a one-off cost, not per call
+    from orchestrator import transports
+
+    transports.litellm_module()  # imported before timing (context windows are looked up there): a one-off cost
 
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, str(args.calls), str(args.latency)],
@@ -106,35 +159,39 @@ def main() -> int:
     url = server.stdout.readline().strip()
     rows = []
     try:
-        # One untimed night first: imports (SQLAlchemy, litellm's lazy modules) and
-        # first-use caches are paid once per process, not per model call.
+        # One untimed night first: imports (SQLAlchemy, git) and first-use caches
+        # are paid once per process, not per model call.
         with tempfile.TemporaryDirectory() as tmp:
             night(url, Path(tmp), 1, 1, args.calls)
-        for concurrency in (1, 2, 4, 8):
+        for concurrency in CONCURRENCY:
             with tempfile.TemporaryDirectory() as tmp:
-                figures = night(url, Path(tmp), args.tasks, concurrency, args.calls)
-            ideal = concurrency / args.latency
-            throughput = figures["calls"] / figures["wall"]
-            rows.append((concurrency, figures, throughput, ideal))
+                first = night(url, Path(tmp), args.tasks, concurrency, args.calls)
+                later = night(url, Path(tmp), args.tasks, concurrency, args.calls)
+            alone = client_only(url, args.tasks, concurrency, args.calls)
+            rows.append((concurrency, first, later, alone))
     finally:
         server.stdin.close()
         server.wait(timeout=10)
 
+    ideal_of = lambda n: n / args.latency  # noqa: E731
+    fraction = lambda figures, n: figures["calls"] / figures["wall"] / ideal_of(n)  # noqa: E731
+    per_call = lambda figures, key: 1000 * figures[key] / figures["calls"]  # noqa: E731
     print(f"{args.tasks} tasks × {args.calls} model calls, {args.latency * 1000:.0f} ms latency per call (server in its own process)\n")
     print(
-        f"{'N':>2}  {'tasks ok':>8}  {'calls':>5}  {'wall s':>6}  {'calls/s':>7}  {'ideal':>6}  {'of ideal':>8}  "
-        f"{'CPU ms/call':>11}  {'of which litellm':>16}  {'git+check ms/call':>17}"
+        f"{'':>2}  {'':>5}  {'---------- first night ----------':>33}  {'---------- later night ----------':>33}  {'client only':>11}\n"
+        f"{'N':>2}  {'ideal':>5}  {'of ideal':>8}  {'CPU ms/call':>11}  {'transport':>9}  "
+        f"{'of ideal':>8}  {'CPU ms/call':>11}  {'git+check':>9}  {'of ideal':>11}"
     )
     passed = True
-    for concurrency, figures, throughput, ideal in rows:
-        fraction = throughput / ideal
-        cpu_ms = 1000 * figures["cpu"] / figures["calls"]
-        child_ms = 1000 * figures["child_cpu"] / figures["calls"]
-        client_ms = 1000 * figures["client_cpu"] / figures["calls"]
-        passed &= fraction >= 0.9 and cpu_ms < 5 and figures["succeeded"] == args.tasks
+    for concurrency, first, later, alone in rows:
+        for figures in (first, later):
+            passed &= fraction(figures, concurrency) >= 0.9 and per_call(figures, "cpu") < 5
+            passed &= figures["succeeded"] == args.tasks
         print(
-            f"{concurrency:>2}  {figures['succeeded']:>8.0f}  {figures['calls']:>5.0f}  {figures['wall']:>6.2f}  "
-            f"{throughput:>7.1f}  {ideal:>6.0f}  {fraction:>7.0%}  {cpu_ms:>11.2f}  {client_ms:>16.2f}  {child_ms:>17.2f}"
+            f"{concurrency:>2}  {ideal_of(concurrency):>5.0f}  "
+            f"{fraction(first, concurrency):>8.0%}  {per_call(first, 'cpu'):>11.2f}  {per_call(first, 'client_cpu'):>9.2f}  "
+            f"{fraction(later, concurrency):>8.0%}  {per_call(later, 'cpu'):>11.2f}  {per_call(later, 'child_cpu'):>9.2f}  "
+            f"{fraction(alone, concurrency):>11.0%}"
         )
     print("\nbars: >= 90% of ideal at every N, < 5 ms orchestrator CPU per model call:", "PASS" if passed else "FAIL")
     return 0 if passed else 1

@@ -94,6 +94,16 @@ class ScriptedServer:
             self._thread.join(timeout=2)
         self._httpd = None
 
+    def drop_connections(self) -> None:
+        """Close every open connection, as a server does when a kept-alive connection idles too long."""
+        with self._lock:
+            sockets = list(self._open_sockets)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def __enter__(self) -> "ScriptedServer":
         return self.start()
 
@@ -215,42 +225,49 @@ class _ChatHandler(BaseHTTPRequestHandler):
         return body if isinstance(body, dict) else None
 
     def _answer(self, body: dict[str, Any], reply: Reply) -> None:
+        streamed = bool(body.get("stream")) and reply.status == 200
+        # A finite stream is rendered before the delay, so the delay is all the client waits:
+        # the server's own work does not pile up behind it when many requests end at once.
+        frames = None if not streamed or reply.endless else list(self._frames(body, reply))
         # Counted from the request's arrival, so the server's own work is inside the delay, not added to it.
         self.scripted._pause(reply.delay_s - (time.monotonic() - self._arrived))
         if reply.status != 200:
             self._send_json(reply.status, _error_body(reply.status, reply.text or f"scripted error {reply.status}"))
             return
-        if body.get("stream"):
-            self._stream(body, reply)
+        if streamed:
+            self._stream(reply, frames if frames is not None else self._frames(body, reply))
         else:
             self.scripted._pause(reply.stall_s)
             self._send_json(200, _completion(body, reply))
 
     # -- streaming -----------------------------------------------------------
 
-    def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+    def _stream(self, reply: Reply, frames: Iterable[tuple[bytes, bool]]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        for index, (frame, is_delta) in enumerate(frames):
+            self._write_chunk(frame)
+            if is_delta:
+                self.scripted._pause(reply.stall_s if index == 0 else reply.chunk_interval_s)
+        self._write_chunk(b"")
+
+    def _frames(self, body: dict[str, Any], reply: Reply) -> Iterator[tuple[bytes, bool]]:
+        """The SSE events of a streamed reply, encoded, each with whether it is a delta (paced)."""
         model = str(body.get("model") or "scripted")
         created = int(time.time())
         sent: list[str] = []
-        for index, delta in enumerate(_deltas(reply, sent)):
-            self._event(_chunk(model, created, delta, None))
-            self.scripted._pause(reply.stall_s if index == 0 else reply.chunk_interval_s)
+        for delta in _deltas(reply, sent):
+            yield _sse(_chunk(model, created, delta, None)), True
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-        self._event(_chunk(model, created, {}, finish))
+        yield _sse(_chunk(model, created, {}, finish)), False
         usage_chunk = _chunk(model, created, {}, None)
         usage_chunk["choices"] = []
         usage_chunk["usage"] = _usage(body, reply, "".join(sent))
-        self._event(usage_chunk)
-        self._write_chunk(b"data: [DONE]\n\n")
-        self._write_chunk(b"")
-
-    def _event(self, payload: dict[str, Any]) -> None:
-        self._write_chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        yield _sse(usage_chunk), False
+        yield b"data: [DONE]\n\n", False
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -289,6 +306,10 @@ def _deltas(reply: Reply, sent: list[str]) -> Iterator[dict[str, Any]]:
                 written += len(piece)
                 sent.append(piece)
                 yield {"content": piece}
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def _pieces(text: str, size: int) -> Iterator[str]:

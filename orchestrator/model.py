@@ -135,7 +135,10 @@ class EndpointModel:
         litellm's request runs in a helper thread that is abandoned on cancel and
         ends by itself at the read timeout (a daemon).
         """
-        transport = self._get_transport()
+        try:
+            transport = self._get_transport()
+        except transports.TransportError as failure:  # an api_base no transport can use
+            raise self._decide(failure) from None
         if self._cancel is not None:
             self._cancel.raise_if_cancelled()
         if self._cancel is None or hasattr(transport, "interrupt"):
@@ -259,7 +262,7 @@ class EndpointModel:
         if failure.kind == transports.CONTEXT_FULL:
             return QualityError("context_overflow", CONTEXT_OVERFLOW_CORRECTION, evidence=reason, message="context window exceeded")
         if failure.kind == transports.UNROUTABLE:
-            return ModelUnreachable(f"litellm cannot route model {self.config.name!r}: {reason}")
+            return ModelUnreachable(f"cannot route model {self.config.name!r}: {reason}")
         if failure.kind == transports.CONNECTION or status in _RETRY_STATUSES:
             return _Retryable(reason)
         if status in _CONFIG_STATUSES:

@@ -77,6 +77,23 @@ class _Night:
         self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
+        # Worktrees are made in task order, ahead of need: the next task's checkout overlaps the
+        # running tasks' model calls. (Registering them is serialised inside Worktree.ensure.)
+        self._worktree_maker = ThreadPoolExecutor(max_workers=parts.config.night.concurrency, thread_name_prefix="worktrees")
+        config = parts.config
+        self._worktrees = {
+            task.name: self._worktree_maker.submit(
+                Worktree.ensure, config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep
+            )
+            for task in config.task
+        }
+
+    def worktree(self, task: TaskConfig) -> Worktree:
+        return self._worktrees[task.name].result()
+
+    def close(self) -> None:
+        """After every task has ended: stop making worktrees nobody will use."""
+        self._worktree_maker.shutdown(wait=True, cancel_futures=True)
 
     def may_start_iteration(self) -> bool:
         """No iteration starts that could not finish by the deadline, judged by the slowest so far."""
@@ -110,6 +127,7 @@ def run_night(parts: NightParts) -> NightResult:
         summaries = _results(futures)
     finally:
         pool.shutdown(wait=True)
+        night.close()
         night.deadline.stop()
     if parts.cancel.cancelled and parts.cancel.why in ("SIGINT", "SIGTERM"):
         exit_code = EXIT_SIGTERM if parts.cancel.why == "SIGTERM" else EXIT_SIGINT
@@ -131,15 +149,11 @@ def _results(futures: Sequence[Any]) -> list[TaskSummary]:
     return [future.result() for future in futures]
 
 
-_worktree_lock = threading.Lock()
-
-
 def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     parts, config, store = night.parts, night.parts.config, night.parts.store
     if not night.may_start_iteration():
         return TaskSummary(task.name, TaskOutcome.CANCELLED, parts.cancel.why, "", ())
-    with _worktree_lock:  # `git worktree add` takes locks in the shared .git
-        workspace = Worktree.ensure(config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep)
+    workspace = night.worktree(task)
     task_run_id = store.begin_task(night.run_id, name=task.name, branch=workspace.branch)
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
     try:

@@ -8,6 +8,7 @@ milliseconds where re-creating the worktree would cost seconds.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +23,15 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "overnight",
     "GIT_COMMITTER_EMAIL": "overnight@localhost",
 }
+# No `git maintenance run --auto` after each of our commits (a process, and 3 ms, per commit);
+# the user's own git commands still run it on their repository. Config through the environment: git >= 2.31.
+_NO_AUTO_MAINTENANCE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "maintenance.auto", "GIT_CONFIG_VALUE_0": "false"}
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true"}
+
+
+# `git worktree add` run concurrently in one repository corrupts its neighbours
+# (seen: "failed to read .git/worktrees/<name>/commondir"); one at a time per process.
+_REGISTER_LOCK = threading.Lock()
 
 
 def branch_for(task: str) -> str:
@@ -57,27 +66,37 @@ class Worktree:
 
     @classmethod
     def ensure(cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = ()) -> "Worktree":
-        """The task's worktree, created from `base` the first time and reused after."""
+        """The task's worktree, created from `base` the first time and reused after.
+
+        Safe to call from several threads: only registering the worktree is serialised,
+        the checkout of its files (the slow part in a large repository) runs in parallel.
+        """
         import git
 
         repo = open_repo(repo_path)
         repo.git.update_environment(**_QUIET)
-        _exclude_state_dir(repo, state_dir)
         path = state_dir / "worktrees" / task
         branch = branch_for(task)
-        if not _is_worktree_of(repo, path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            add = ("add", str(path), branch) if branch in repo.heads else ("add", "-b", branch, str(path), base)
-            try:
+        with _REGISTER_LOCK:
+            _exclude_state_dir(repo, state_dir)
+            fresh = not _is_worktree_of(repo, path)
+            if fresh:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                new_branch = () if branch in repo.heads else ("-b", branch)
+                add = ("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
                 try:
-                    repo.git.worktree(*add)
-                except git.GitCommandError:
-                    # A worktree folder deleted by hand is still registered: prune, then once more.
-                    repo.git.worktree("prune")
-                    repo.git.worktree(*add)
-            except git.GitCommandError as exc:
-                raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
-        return cls(path, branch, keep)
+                    try:
+                        repo.git.worktree(*add)
+                    except git.GitCommandError:
+                        # A worktree folder deleted by hand is still registered: prune, then once more.
+                        repo.git.worktree("prune")
+                        repo.git.worktree(*add)
+                except git.GitCommandError as exc:
+                    raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
+        worktree = cls(path, branch, keep)
+        if fresh:
+            worktree._git.reset("--hard", "--quiet")  # the checkout --no-checkout left out
+        return worktree
 
     def checkpoint(self) -> str:
         from git.refs.symbolic import SymbolicReference
@@ -99,7 +118,7 @@ class Worktree:
         self._git.add("-A")
         if self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] == 0:
             return self.checkpoint()
-        with self._git.custom_environment(**_IDENTITY):
+        with self._git.custom_environment(**_IDENTITY, **_NO_AUTO_MAINTENANCE):
             self._git.commit("--quiet", "--no-verify", "-m", message)
         return self.checkpoint()
 

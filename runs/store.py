@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
+from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.views import IterationView, LeaseView, RunView, TaskView, worst_signal
 
@@ -77,6 +78,7 @@ class RunStore:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._events = EventWriter(engine, _write_events, _one_line)
 
     @classmethod
     def open(cls, url: str) -> RunStore:
@@ -93,11 +95,17 @@ class RunStore:
         return cls(engine)
 
     def close(self) -> None:
+        self._events.close()
         self._engine.dispose()
+
+    def flush(self) -> None:
+        """Wait until the queued events are written (every other read and write does this first)."""
+        self._events.flush()
 
     @contextlib.contextmanager
     def _writing(self, action: str) -> Iterator[Session]:
         """One short transaction, committed on exit; database failures become StateError."""
+        self._events.flush()
         try:
             with self._sessions.begin() as session:
                 yield session
@@ -117,20 +125,9 @@ class RunStore:
             if result.rowcount == 0:
                 raise LookupError(f"run store: {action}: no {model.__tablename__} row with id {row_id}")
 
-    def _add_event(self, action: str, values: dict[str, Any], *, heartbeat: bool = False) -> None:
-        """Insert one event (and, if asked, beat the iteration's heartbeat) in one short transaction.
-
-        Events are the hot path (several per model call): a Core insert on a pooled
-        connection costs a fraction of an ORM session's unit of work.
-        """
-        iteration_id = values["iteration_id"]
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(_INSERT_EVENT, values)
-                if heartbeat:
-                    connection.execute(_BEAT, {"beat_id": iteration_id, "beat_at": values["at"]})
-        except SQLAlchemyError as exc:
-            raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
+    def _add_event(self, values: dict[str, Any], *, heartbeat: bool = False) -> None:
+        """Queue one event (and, if asked, a beat of the iteration's heartbeat): see runs/event_writer.py."""
+        self._events.put(values, beat=heartbeat)
 
     # --- writes -------------------------------------------------------------
 
@@ -205,19 +202,19 @@ class RunStore:
         """Record a model call; it also beats the iteration's heartbeat, in the same transaction (an answer is a sign of life)."""
         values = _event(iteration_id, MODEL_CALL, name=finish_reason, data=data)
         values.update(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms)
-        self._add_event("record_model_call", values, heartbeat=True)
+        self._add_event(values, heartbeat=True)
 
     def record_tool_call(
         self, iteration_id: int, *, name: str, ok: bool, message: str = "", data: dict[str, Any] | None = None
     ) -> None:
         values = _event(iteration_id, TOOL_CALL, name=name, message=message, data=data)
         values["ok"] = ok
-        self._add_event("record_tool_call", values)
+        self._add_event(values)
 
     def record_signal(self, iteration_id: int, *, level: str, kind: str, message: str) -> None:
         values = _event(iteration_id, SIGNAL, name=kind, message=message)
         values["level"] = _text(level)
-        self._add_event("record_signal", values)
+        self._add_event(values)
 
     # --- leases: one worker per task, across processes and hosts -------------
 
@@ -308,6 +305,7 @@ class RunStore:
 
     def integrity_problems(self) -> list[str]:
         """SQLite's own integrity check ([] when sound); always [] on other backends."""
+        self._events.flush()
         if self._engine.dialect.name != "sqlite":
             return []
         with self._engine.connect() as connection:
@@ -353,6 +351,7 @@ class RunStore:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Session]:
+        self._events.flush()
         try:
             with self._sessions() as session:
                 yield session
@@ -369,6 +368,12 @@ _BEAT = (
     .where(_ITERATIONS.c.id == bindparam("beat_id"))
     .values(heartbeat_at=bindparam("beat_at"))
 )
+
+
+def _write_events(connection: Any, rows: list[dict[str, Any]], beats: dict[int, Any]) -> None:
+    connection.execute(_INSERT_EVENT, rows)
+    if beats:
+        connection.execute(_BEAT, [{"beat_id": iteration_id, "beat_at": at} for iteration_id, at in beats.items()])
 
 
 def _event(iteration_id: int, event_type: str, *, name: str = "", message: str = "", data: dict[str, Any] | None = None) -> dict[str, Any]:

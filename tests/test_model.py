@@ -366,6 +366,23 @@ class TestTransportChoice:
         assert server.headers[0]["Authorization"] == "Bearer sk-test"
         assert server.connections_opened == 1
 
+    def test_a_connection_the_server_closed_while_idle_is_replaced_quietly(self, server):
+        """Servers close idle kept-alive connections; the next call opens a new one, with no retry counted."""
+        server.enqueue(say("one"), say("two"))
+        retries: list[tuple[int, str]] = []
+        config = ModelConfig(name="openai/scripted", api_base=server.url, transport="direct")
+        model = EndpointModel(config, on_retry=lambda n, why: retries.append((n, why)))
+        assert model.complete(MESSAGES, TOOLS).text == "one"
+        server.drop_connections()
+        time.sleep(0.1)
+        assert model.complete(MESSAGES, TOOLS).text == "two"
+        assert retries == [] and server.connections_opened == 2
+
+    def test_an_api_base_that_is_not_http_is_unreachable_at_once(self):
+        config = ModelConfig(name="openai/x", api_base="localhost:8080/v1", transport="direct")
+        with pytest.raises(ModelUnreachable, match="not an http"):
+            EndpointModel(config).complete(MESSAGES, TOOLS)
+
     def test_direct_transport_needs_an_api_base(self):
         with pytest.raises(ValueError, match="api_base"):
             ModelConfig(name="qwen2.5-coder", transport="direct")

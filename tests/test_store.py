@@ -47,10 +47,12 @@ class TestOpening:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
     def test_foreign_keys_are_enforced(self, store: RunStore) -> None:
-        """An event for an iteration that does not exist is refused, as a one-line StateError."""
+        """An event for an iteration that does not exist is refused, as a one-line StateError at the next flush."""
+        store.record_tool_call(999, name="read_file", ok=True)  # queued: events are written in the background
         with pytest.raises(StateError, match="FOREIGN KEY") as caught:
-            store.record_tool_call(999, name="read_file", ok=True)
+            store.flush()
         assert "\n" not in str(caught.value)
+        assert store.latest_run() is None  # said once; the store goes on working
 
     def test_parent_is_a_regular_file(self, tmp_path: Path) -> None:
         """A store path below a regular file raises StateError with a one-line message naming the path."""
@@ -164,18 +166,37 @@ class TestRoundTrip:
             store.finish_iteration(7, outcome="committed")
 
 
-class TestCommitPerEvent:
-    def test_second_store_sees_events_at_once(self, store: RunStore, db_path: Path) -> None:
-        """Each event is committed when recorded, so another store on the same file sees it right away."""
+class TestEventsInTheBackground:
+    def test_second_store_sees_events_once_flushed(self, store: RunStore, db_path: Path) -> None:
+        """Events are committed by the writer thread; after a flush another store on the same file sees them."""
         run_id, _, iteration_id = _iteration(store)
         reader = RunStore.open(f"sqlite:///{db_path}")
         try:
             store.record_tool_call(iteration_id, name="read_file", ok=True)
+            store.flush()
             assert reader.run(run_id).tasks[0].iterations[0].tool_calls == 1
             store.record_signal(iteration_id, level="severe", kind="loop", message="stuck")
+            store.flush()
             assert reader.run(run_id).tasks[0].iterations[0].signals[-1].kind == "loop"
         finally:
             reader.close()
+
+    def test_an_iteration_never_ends_before_its_events_are_in(self, store: RunStore, db_path: Path) -> None:
+        """finish_iteration waits for the queued events: whoever sees the end sees every event before it."""
+        _, _, iteration_id = _iteration(store)
+        for i in range(300):
+            store.record_tool_call(iteration_id, name="read_file", ok=True, data={"i": i})
+        store.finish_iteration(iteration_id, outcome="committed", commit="abc", turns=300)
+        with sqlite3.connect(db_path) as raw:
+            events = raw.execute("SELECT count(*) FROM events WHERE iteration_id = ?", (iteration_id,)).fetchone()[0]
+            outcome = raw.execute("SELECT outcome FROM iterations WHERE id = ?", (iteration_id,)).fetchone()[0]
+        assert (outcome, events) == ("committed", 300)
+
+    def test_a_model_call_beats_the_heartbeat(self, store: RunStore) -> None:
+        run_id, _, iteration_id = _iteration(store)
+        before = store.run(run_id).tasks[0].iterations[0].heartbeat_at
+        store.record_model_call(iteration_id, prompt_tokens=10, completion_tokens=2, latency_ms=5)
+        assert store.run(run_id).tasks[0].iterations[0].heartbeat_at > before
 
     def test_concurrent_writers_all_land(self, store: RunStore) -> None:
         """Four threads recording fifty events each through one store lose none of them."""
