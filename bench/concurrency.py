@@ -114,7 +114,7 @@ def client_only(url: str, tasks: int, concurrency: int, calls: int) -> dict[str,
     from orchestrator.tools import Toolbox
 
     model = EndpointModel(ModelConfig(name="openai/bench", api_base=url, request_timeout_s=30, retries=0), cancel=CancelToken())
-    schemas = Toolbox(ROOT, ("write_file", "submit")).schemas()
+    schemas = Toolbox(ROOT, ("write_file", "submit"), check_command="true").schemas()
     done = [0]
     lock = threading.Lock()
 

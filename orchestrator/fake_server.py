@@ -83,13 +83,7 @@ class ScriptedServer:
         self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
-        with self._lock:
-            sockets = list(self._open_sockets)
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.drop_connections()
         if self._thread is not None:
             self._thread.join(timeout=2)
         self._httpd = None

@@ -23,7 +23,7 @@ from orchestrator.leases import LeaseHeld, LeaseKeeper
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
-from orchestrator.worktree import Worktree
+from orchestrator.worktree import Worktree, open_repo
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -81,9 +81,10 @@ class _Night:
         # running tasks' model calls. (Registering them is serialised inside Worktree.ensure.)
         self._worktree_maker = ThreadPoolExecutor(max_workers=parts.config.night.concurrency, thread_name_prefix="worktrees")
         config = parts.config
+        repo = open_repo(config.repo_path)
         self._worktrees = {
             task.name: self._worktree_maker.submit(
-                Worktree.ensure, config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep
+                Worktree.ensure, config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep, repo=repo
             )
             for task in config.task
         }

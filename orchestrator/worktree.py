@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.records import CheckResult
@@ -65,15 +65,18 @@ class Worktree:
         self._git.update_environment(**_QUIET)
 
     @classmethod
-    def ensure(cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = ()) -> "Worktree":
+    def ensure(
+        cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = (), *, repo: Any = None
+    ) -> "Worktree":
         """The task's worktree, created from `base` the first time and reused after.
 
-        Safe to call from several threads: only registering the worktree is serialised,
-        the checkout of its files (the slow part in a large repository) runs in parallel.
+        Safe to call from several threads, sharing one opened `repo` or not: only
+        registering the worktree is serialised, the checkout of its files (the
+        slow part in a large repository) runs in parallel.
         """
         import git
 
-        repo = open_repo(repo_path)
+        repo = repo if repo is not None else open_repo(repo_path)
         repo.git.update_environment(**_QUIET)
         path = state_dir / "worktrees" / task
         branch = branch_for(task)
@@ -130,10 +133,26 @@ class Worktree:
 
 
 def _is_worktree_of(repo, path: Path) -> bool:
-    if not (path / ".git").is_file():
+    """Whether `path` is a worktree registered in `repo`, read from the two files that make the link.
+
+    `path/.git` names the repository's `worktrees/<id>` folder, whose `gitdir` file names
+    `path/.git` back; `git worktree list` reads the same files, at the cost of a process a task.
+    """
+    try:
+        link = (path / ".git").read_text(encoding="utf-8").strip()
+    except OSError:  # missing, or a folder: not a linked worktree
         return False
-    listed = repo.git.worktree("list", "--porcelain").splitlines()
-    return f"worktree {path.resolve()}" in {line.strip() for line in listed}
+    if not link.startswith("gitdir:"):
+        return False
+    admin = Path(link.removeprefix("gitdir:").strip())
+    if not admin.is_absolute():
+        admin = path / admin
+    try:
+        back = Path((admin / "gitdir").read_text(encoding="utf-8").strip())
+    except OSError:
+        return False
+    common = Path(repo.common_dir).resolve()
+    return admin.resolve().parent == common / "worktrees" and back.resolve() == (path / ".git").resolve()
 
 
 def _exclude_state_dir(repo, state_dir: Path) -> None:

@@ -1,0 +1,77 @@
+"""Task worktrees on real git repositories: made once, reused, made again, made from many threads."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+from orchestrator.worktree import Worktree, open_repo
+from tests.conftest import git
+
+
+def test_made_once_then_reused(repo: Path, tmp_path: Path) -> None:
+    """The second ensure finds the worktree and its branch as the first left them."""
+    state = tmp_path / "state"
+    first = Worktree.ensure(repo, state, "fix", "HEAD")
+    (first.path / "new.txt").write_text("work\n")
+    commit = first.commit("overnight: fix iteration 1")
+    again = Worktree.ensure(repo, state, "fix", "HEAD")
+    assert again.path == first.path and again.checkpoint() == commit
+    assert (again.path / "new.txt").read_text() == "work\n"
+
+
+def test_a_worktree_folder_removed_by_hand_comes_back_on_its_branch(repo: Path, tmp_path: Path) -> None:
+    """rm -rf of a worktree leaves it registered; ensure prunes and re-creates it, commits kept."""
+    state = tmp_path / "state"
+    tree = Worktree.ensure(repo, state, "fix", "HEAD")
+    (tree.path / "new.txt").write_text("work\n")
+    commit = tree.commit("overnight: fix iteration 1")
+    shutil.rmtree(tree.path)
+    back = Worktree.ensure(repo, state, "fix", "HEAD")
+    assert back.checkpoint() == commit
+    assert (back.path / "new.txt").read_text() == "work\n"
+    assert back.is_clean()
+
+
+def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -> None:
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")
+    (tree.path / "a.txt").write_text("a\n")
+    tree.commit("one")
+    git(repo, "pack-refs", "--all")  # refs moved into packed-refs are still found
+    assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")
+
+
+def test_many_threads_sharing_one_repository_all_get_their_worktree(repo: Path, tmp_path: Path) -> None:
+    """`git worktree add` is not safe twice at once; ensure serialises it, so eight at once all land."""
+    state = tmp_path / "state"
+    shared = open_repo(repo)
+    made: dict[str, Worktree] = {}
+    errors: list[BaseException] = []
+
+    def make(task: str) -> None:
+        try:
+            made[task] = Worktree.ensure(repo, state, task, "HEAD", repo=shared)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(f"t{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    listed = git(repo, "worktree", "list", "--porcelain")
+    for task, tree in made.items():
+        assert f"worktree {tree.path.resolve()}" in listed
+        assert tree.is_clean() and (tree.path / "greet.py").exists()
+    assert len(made) == 8
+
+
+def test_the_users_checkout_is_untouched(repo: Path, tmp_path: Path) -> None:
+    before = git(repo, "status", "--porcelain"), git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    tree = Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
+    (tree.path / "x.txt").write_text("x\n")
+    tree.commit("x")
+    assert (git(repo, "status", "--porcelain"), git(repo, "rev-parse", "--abbrev-ref", "HEAD")) == before
