@@ -7,11 +7,12 @@ model turns into a decision (retry, watchdog, context overflow, unreachable).
 
 Why two: litellm reaches every provider, but its per-call work (request
 mapping, cost lookups, response rebuilding, a fresh connection per call) costs
-5-10 ms of CPU a call. The servers overnight is for — llama-server, vLLM,
-Ollama's /v1, LM Studio — speak the OpenAI chat API already, and for them a
-pooled httpx client does the same job in about a millisecond. `auto` picks the
-direct route for those ("openai/<name>" with an `api_base`) and litellm for
-everything else.
+8-10 ms of CPU a call, more than the rest of a night's work per call. The
+servers overnight is for — llama-server, vLLM, Ollama's /v1, LM Studio — speak
+the OpenAI chat API already, and for them kept-alive http.client connections do
+the same job in about a millisecond (bench/concurrency.py). `auto` picks the
+direct route for those ("openai/<name>" with an `api_base`, no proxy in the way)
+and litellm for everything else.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import queue
 import re
 import socket
 import threading
+import urllib.request
 import weakref
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import urlsplit
-
 
 if TYPE_CHECKING:
     from orchestrator.config import ModelConfig
@@ -37,7 +38,7 @@ TIMEOUT = "timeout"  # no byte for request_timeout_s
 CONNECTION = "connection"  # refused, reset, dropped mid-stream
 STATUS = "status"  # the server answered with an error status
 CONTEXT_FULL = "context_full"  # the prompt does not fit the model's window
-UNROUTABLE = "unroutable"  # litellm does not know where to send this model
+UNROUTABLE = "unroutable"  # no known way to this model (litellm's provider, the api_base's scheme)
 
 OPENAI_PREFIX = "openai/"
 
@@ -59,7 +60,13 @@ def uses_direct_http(config: ModelConfig) -> bool:
         return True
     if config.transport == "litellm":
         return False
-    return bool(config.api_base) and config.name.startswith(OPENAI_PREFIX)
+    return bool(config.api_base) and config.name.startswith(OPENAI_PREFIX) and not _behind_proxy(config.api_base or "")
+
+
+def _behind_proxy(url: str) -> bool:
+    """Whether HTTP(S)_PROXY applies to `url` (and NO_PROXY does not exempt it): litellm honours those, http.client does not."""
+    parts = urlsplit(url)
+    return bool(urllib.request.getproxies().get(parts.scheme)) and not urllib.request.proxy_bypass(parts.hostname or "")
 
 
 def transport_for(config: ModelConfig) -> "DirectHTTP | LiteLLMTransport":

@@ -355,6 +355,16 @@ class TestTransportChoice:
         config = ModelConfig(name=name, api_base=api_base, transport=transport)
         assert transports.uses_direct_http(config) is direct
 
+    def test_auto_leaves_a_proxied_server_to_litellm(self, monkeypatch):
+        """http.client ignores HTTP(S)_PROXY; litellm honours it, so auto sends proxied servers through litellm."""
+        config = ModelConfig(name="openai/qwen", api_base="http://models.internal:8000/v1")
+        monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        assert transports.uses_direct_http(config) is False
+        monkeypatch.setenv("NO_PROXY", "models.internal")
+        assert transports.uses_direct_http(config) is True
+
     def test_direct_sends_the_key_as_a_bearer_token_and_reuses_its_connection(self, server):
         """The api key travels in the Authorization header, never in the body; calls share one connection."""
         server.enqueue(say("one"), say("two"))
