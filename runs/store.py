@@ -1,8 +1,11 @@
 """The run store: what happened each night, written as it happens.
 
-Every write commits at once in its own short session, so a crash in the
-middle of the night loses at most the event in flight, and another process
-(the CLI's `status`, a second night after a crash) sees it immediately.
+Every state change (a run, task or iteration begun or ended, a lease) commits
+at once in its own short transaction, so another process (the CLI's `report`,
+a second night after a crash) sees it immediately. Events (model calls, tool
+calls, signals) are queued and written a few at a time by runs/event_writer.py;
+every state change first waits for them, so the store never shows an iteration
+ended before its events.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, delete, event, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -112,18 +115,27 @@ class RunStore:
         except SQLAlchemyError as exc:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
 
-    def _add(self, action: str, row: Base) -> int:
-        with self._writing(action) as session:
-            session.add(row)
-            session.flush()
-            return row.id  # type: ignore[attr-defined]
+    @contextlib.contextmanager
+    def _statements(self, action: str) -> Iterator[Connection]:
+        """Like `_writing`, on a plain connection: the per-task writes are single statements,
+        and the ORM's unit of work would double their cost when N tasks start at once."""
+        self._events.flush()
+        try:
+            with self._engine.begin() as connection:
+                yield connection
+        except SQLAlchemyError as exc:
+            raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
+
+    def _add(self, action: str, model: type[Base], **values: Any) -> int:
+        with self._statements(action) as connection:
+            return connection.execute(insert(model.__table__), values).inserted_primary_key[0]
 
     def _update(self, action: str, model: type[Base], row_id: int, **values: Any) -> None:
-        with self._writing(action) as session:
-            statement = update(model).where(model.id == row_id).values(**values)  # type: ignore[attr-defined]
-            result = session.execute(statement)
+        table = model.__table__
+        with self._statements(action) as connection:
+            result = connection.execute(update(table).where(table.c.id == row_id).values(**values))
             if result.rowcount == 0:
-                raise LookupError(f"run store: {action}: no {model.__tablename__} row with id {row_id}")
+                raise LookupError(f"run store: {action}: no {table.name} row with id {row_id}")
 
     def _add_event(self, values: dict[str, Any], *, heartbeat: bool = False) -> None:
         """Queue one event (and, if asked, a beat of the iteration's heartbeat): see runs/event_writer.py."""
@@ -132,15 +144,13 @@ class RunStore:
     # --- writes -------------------------------------------------------------
 
     def begin_run(self, *, config_path: str, pid: int, host: str) -> int:
-        row = Run(config_path=str(config_path), pid=pid, host=host, status="running", started_at=utc_now())
-        return self._add("begin_run", row)
+        return self._add("begin_run", Run, config_path=str(config_path), pid=pid, host=host, status="running", started_at=utc_now())
 
     def finish_run(self, run_id: int, *, status: str, exit_code: int) -> None:
         self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=utc_now())
 
     def begin_task(self, run_id: int, *, name: str, branch: str) -> int:
-        row = TaskRun(run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now())
-        return self._add("begin_task", row)
+        return self._add("begin_task", TaskRun, run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now())
 
     def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "") -> None:
         values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": utc_now()}
@@ -148,7 +158,9 @@ class RunStore:
 
     def begin_iteration(self, task_run_id: int, *, number: int, checkpoint: str, pid: int, transcript: str = "") -> int:
         now = utc_now()
-        row = Iteration(
+        return self._add(
+            "begin_iteration",
+            Iteration,
             task_run_id=task_run_id,
             number=number,
             outcome="running",
@@ -158,7 +170,6 @@ class RunStore:
             heartbeat_at=now,
             started_at=now,
         )
-        return self._add("begin_iteration", row)
 
     def heartbeat(self, iteration_id: int) -> None:
         self._update("heartbeat", Iteration, iteration_id, heartbeat_at=utc_now())
@@ -224,8 +235,8 @@ class RunStore:
         expires = now + timedelta(seconds=ttl_s)
         # A conditional UPDATE is atomic on every backend: two takers of an
         # expired lease cannot both see rowcount 1.
-        with self._writing("acquire_lease") as session:
-            taken = session.execute(
+        with self._statements("acquire_lease") as connection:
+            taken = connection.execute(
                 update(Lease)
                 .where(Lease.task == task, or_(Lease.owner == owner, Lease.expires_at <= now))
                 .values(owner=owner, acquired_at=now, expires_at=expires)
@@ -233,8 +244,8 @@ class RunStore:
         if taken:
             return True
         try:
-            with self._sessions.begin() as session:
-                session.add(Lease(task=task, owner=owner, acquired_at=now, expires_at=expires))
+            with self._engine.begin() as connection:
+                connection.execute(insert(Lease.__table__), {"task": task, "owner": owner, "acquired_at": now, "expires_at": expires})
         except IntegrityError:
             return False  # the row exists and is someone else's, or a concurrent insert won
         except SQLAlchemyError as exc:
@@ -244,14 +255,14 @@ class RunStore:
     def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""
         expires = utc_now() + timedelta(seconds=ttl_s)
-        with self._writing("renew_lease") as session:
+        with self._statements("renew_lease") as connection:
             statement = update(Lease).where(Lease.task == task, Lease.owner == owner).values(expires_at=expires)
-            return session.execute(statement).rowcount == 1
+            return connection.execute(statement).rowcount == 1
 
     def release_lease(self, task: str, owner: str) -> None:
         """Give the lease back; nothing happens if it is not ours any more."""
-        with self._writing("release_lease") as session:
-            session.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
+        with self._statements("release_lease") as connection:
+            connection.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
 
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:
@@ -278,13 +289,13 @@ class RunStore:
     def interrupt_iteration(self, iteration_id: int, *, correction: str) -> bool:
         """Mark a still-running iteration `interrupted`; False if it had already ended."""
         now = utc_now()
-        with self._writing("interrupt_iteration") as session:
+        with self._statements("interrupt_iteration") as connection:
             statement = (
                 update(Iteration)
                 .where(Iteration.id == iteration_id, Iteration.outcome == "running")
                 .values(outcome="interrupted", reason="interrupted", correction=correction, finished_at=now)
             )
-            return session.execute(statement).rowcount == 1
+            return connection.execute(statement).rowcount == 1
 
     def close_interrupted_run(self, run_id: int) -> None:
         """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`."""
