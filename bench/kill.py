@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import statistics
 import subprocess
@@ -308,8 +307,8 @@ def main() -> None:
             print(f"  kill {trial:3d}  {phase:26s} recovery {recovery_s * 1000:6.0f} ms  {'OK' if not found else found}", flush=True)
         elapsed = time.monotonic() - began
         print()
-        print(f"| kills | violations | recovery median | recovery max | wall |")
-        print(f"|------:|-----------:|----------------:|-------------:|-----:|")
+        print("| kills | violations | recovery median | recovery max | wall |")
+        print("|------:|-----------:|----------------:|-------------:|-----:|")
         print(f"| {args.kills} | {len(problems)} | {statistics.median(recoveries) * 1000:.0f} ms | {max(recoveries) * 1000:.0f} ms | {elapsed:.0f} s |")
         print()
         print("| phase (last log event before the kill) | kills |")

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
+from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 from orchestrator import transports

@@ -151,7 +151,7 @@ def _results(futures: Sequence[Any]) -> list[TaskSummary]:
 
 
 def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
-    parts, config, store = night.parts, night.parts.config, night.parts.store
+    parts, store = night.parts, night.parts.store
     if not night.may_start_iteration():
         return TaskSummary(task.name, TaskOutcome.CANCELLED, parts.cancel.why, "", ())
     workspace = night.worktree(task)

@@ -19,7 +19,7 @@ import structlog
 
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
-from orchestrator.leases import LeaseHeld, LeaseKeeper, new_owner
+from orchestrator.leases import LeaseHeld, LeaseKeeper
 from orchestrator.lock import LockHeld, StateLock, read_holder
 from orchestrator.notes import NotesBook
 from orchestrator.recovery import recover_interrupted

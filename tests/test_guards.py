@@ -135,14 +135,14 @@ class TestEmptyResponseGuard:
         """Text or a call between two empty answers means neither is the second in a row."""
         guard = EmptyResponseGuard(stop_at=2)
         ctx, sink = started(guard)
-        for response, calls in [
+        for response, parsed in [
             (ModelResponse(text=""), []),
             (ModelResponse(text="thinking"), []),
             (ModelResponse(text=""), []),
             answer(read()),
             (ModelResponse(text=""), []),
         ]:
-            guard.after_model_response(ctx, response, calls)
+            guard.after_model_response(ctx, response, parsed)
         assert [s.kind for s in sink] == ["empty_response"] * 3
 
 
@@ -242,8 +242,8 @@ class TestFailingStreakGuard:
 
 def play_round(guard, ctx, *pairs: tuple[ToolCall, ToolResult]) -> None:
     guard.after_model_response(ctx, *answer(*(c for c, _ in pairs)))
-    for call, result in pairs:
-        guard.after_tool_call(ctx, call, result)
+    for made, result in pairs:
+        guard.after_tool_call(ctx, made, result)
 
 
 class TestDeadLoopGuard:
