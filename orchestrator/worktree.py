@@ -46,9 +46,19 @@ def open_repo(path: Path):
         repo = git.Repo(path)
     except (git.NoSuchPathError, git.InvalidGitRepositoryError):
         raise ConfigError(f"[repo] path: {path} is not a git repository") from None
-    if not repo.head.is_valid():
+    if _head_commit(repo) is None:
         raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
     return repo
+
+
+def _head_commit(repo) -> str | None:
+    """HEAD's commit, read from the ref files: `repo.head.is_valid()` would start a `git cat-file` process."""
+    from git.refs.symbolic import SymbolicReference
+
+    try:
+        return SymbolicReference.dereference_recursive(repo, "HEAD")
+    except ValueError:  # HEAD names a branch with no commit yet
+        return None
 
 
 class Worktree:
@@ -102,10 +112,11 @@ class Worktree:
         return worktree
 
     def checkpoint(self) -> str:
-        from git.refs.symbolic import SymbolicReference
-
         # Read from the ref files, not `git rev-parse`: this runs twice an iteration.
-        return SymbolicReference.dereference_recursive(self._repo, "HEAD")
+        commit = _head_commit(self._repo)
+        if commit is None:
+            raise StateError(f"worktree {self.path} has no commit checked out")
+        return commit
 
     def rollback(self, checkpoint: str) -> None:
         self._git.reset("--hard", "--quiet", checkpoint)
@@ -118,11 +129,16 @@ class Worktree:
 
     def commit(self, message: str) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing."""
+        import git
+
         self._git.add("-A")
-        if self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] == 0:
-            return self.checkpoint()
-        with self._git.custom_environment(**_IDENTITY, **_NO_AUTO_MAINTENANCE):
-            self._git.commit("--quiet", "--no-verify", "-m", message)
+        try:
+            with self._git.custom_environment(**_IDENTITY, **_NO_AUTO_MAINTENANCE):
+                self._git.commit("--quiet", "--no-verify", "-m", message)
+        except git.GitCommandError:
+            # Asked only when the commit failed: nothing staged is "no change", anything else is an error.
+            if self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0:
+                raise
         return self.checkpoint()
 
     def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None) -> CheckResult:

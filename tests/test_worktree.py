@@ -75,3 +75,15 @@ def test_the_users_checkout_is_untouched(repo: Path, tmp_path: Path) -> None:
     (tree.path / "x.txt").write_text("x\n")
     tree.commit("x")
     assert (git(repo, "status", "--porcelain"), git(repo, "rev-parse", "--abbrev-ref", "HEAD")) == before
+
+
+def test_commit_of_nothing_is_the_checkpoint_and_of_something_a_new_commit(repo: Path, tmp_path: Path) -> None:
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    start = tree.checkpoint()
+    assert tree.commit("nothing changed") == start
+    (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+    (tree.path / "new.txt").write_text("new\n")
+    made = tree.commit("overnight: fix iteration 1")
+    assert made != start and git(tree.path, "rev-parse", "HEAD~1") == start
+    assert git(tree.path, "log", "-1", "--format=%an %s") == "overnight overnight: fix iteration 1"
+    assert tree.is_clean()
