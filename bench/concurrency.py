@@ -1,6 +1,6 @@
 """Several tasks at once: throughput against the ideal, and the orchestrator's own CPU per model call.
 
-    python bench/concurrency.py [--tasks 8] [--calls 20] [--latency 0.05]
+    python bench/concurrency.py [--tasks 8] [--calls 20] [--latency 0.05] [--repeat 3]
 
 The scripted model server runs in a separate process with a fixed latency per
 model call (from the request's arrival to its answer), so its CPU is not
@@ -17,6 +17,7 @@ Each N is measured three ways, side by side in one run:
   client only  the model client alone (EndpointModel, the same growing
                conversation, N threads): the ceiling this machine and server
                allow, with no orchestrator around the calls
+Each cell is the median of `--repeat` runs (the machines are shared and noisy).
 Bars: at least 90% of ideal at every N; under 5 ms of orchestrator CPU per call.
 "transport" is the CPU of sending requests and reading answers, a part of the
 process CPU shown beside it; "git+check" is the CPU of git and check processes.
@@ -137,11 +138,21 @@ def client_only(url: str, tasks: int, concurrency: int, calls: int) -> dict[str,
     return {"wall": wall, "calls": done[0]}
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run with the median throughput, with its own CPU figures; `succeeded` is the fewest of any run."""
+    ranked = sorted(runs, key=lambda figures: figures["calls"] / figures["wall"])
+    middle = dict(ranked[len(ranked) // 2])
+    if "succeeded" in middle:
+        middle["succeeded"] = min(figures["succeeded"] for figures in runs)
+    return middle
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is shown")
     args = parser.parse_args()
 
     from orchestrator.logs import configure_logging
@@ -164,11 +175,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             night(url, Path(tmp), 1, 1, args.calls)
         for concurrency in CONCURRENCY:
-            with tempfile.TemporaryDirectory() as tmp:
-                first = night(url, Path(tmp), args.tasks, concurrency, args.calls)
-                later = night(url, Path(tmp), args.tasks, concurrency, args.calls)
-            alone = client_only(url, args.tasks, concurrency, args.calls)
-            rows.append((concurrency, first, later, alone))
+            firsts, laters, alones = [], [], []
+            for _ in range(args.repeat):
+                with tempfile.TemporaryDirectory() as tmp:
+                    firsts.append(night(url, Path(tmp), args.tasks, concurrency, args.calls))
+                    laters.append(night(url, Path(tmp), args.tasks, concurrency, args.calls))
+                alones.append(client_only(url, args.tasks, concurrency, args.calls))
+            rows.append((concurrency, _median(firsts), _median(laters), _median(alones)))
     finally:
         server.stdin.close()
         server.wait(timeout=10)

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from orchestrator.config import ModelConfig
+from orchestrator.config import ModelConfig, load_config
 from orchestrator.cancel import CancelToken
-from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
+from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, QualityError
 from orchestrator.fake_server import ScriptedServer
 from orchestrator import transports
 from orchestrator.model import EndpointModel
@@ -396,3 +396,9 @@ class TestTransportChoice:
     def test_direct_transport_needs_an_api_base(self):
         with pytest.raises(ValueError, match="api_base"):
             ModelConfig(name="qwen2.5-coder", transport="direct")
+
+    def test_an_unknown_transport_is_refused_naming_the_choices(self, tmp_path):
+        config = tmp_path / "overnight.toml"
+        config.write_text('[model]\nname = "openai/x"\ntransport = "fast"\n[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n')
+        with pytest.raises(ConfigError, match=r"\[model\] transport: .*'auto', 'litellm' or 'direct'"):
+            load_config(config)
