@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Sequence
@@ -77,20 +78,32 @@ class _Night:
         self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
-        # Worktrees are made in task order, ahead of need: the next task's checkout overlaps the
-        # running tasks' model calls. (Registering them is serialised inside Worktree.ensure.)
-        self._worktree_maker = ThreadPoolExecutor(max_workers=parts.config.night.concurrency, thread_name_prefix="worktrees")
-        config = parts.config
-        repo = open_repo(config.repo_path)
-        self._worktrees = {
-            task.name: self._worktree_maker.submit(
-                Worktree.ensure, config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep, repo=repo
-            )
-            for task in config.task
-        }
+        # Worktrees are made in task order, a little ahead of need: the next tasks' checkouts
+        # overlap the running tasks' model calls, spread over the night rather than all at its
+        # start. (Registering them is serialised inside Worktree.ensure.)
+        concurrency = parts.config.night.concurrency
+        self._worktree_maker = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="worktrees")
+        self._repo = open_repo(parts.config.repo_path)
+        self._worktrees: dict[str, Future[Worktree]] = {}
+        self._not_asked = deque(parts.config.task)
+        for _ in range(concurrency + 1):
+            self._ask_for_next_worktree()
 
     def worktree(self, task: TaskConfig) -> Worktree:
+        """The task's worktree; asking for it also asks for the next task's."""
+        with self._lock:
+            while task.name not in self._worktrees:
+                self._ask_for_next_worktree()
+            self._ask_for_next_worktree()
         return self._worktrees[task.name].result()
+
+    def _ask_for_next_worktree(self) -> None:
+        if not self._not_asked:
+            return
+        task, config = self._not_asked.popleft(), self.parts.config
+        self._worktrees[task.name] = self._worktree_maker.submit(
+            Worktree.ensure, config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep, repo=self._repo
+        )
 
     def close(self) -> None:
         """After every task has ended: stop making worktrees nobody will use."""
