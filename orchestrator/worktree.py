@@ -92,8 +92,7 @@ class Worktree:
         branch = branch_for(task)
         with _REGISTER_LOCK:
             _exclude_state_dir(repo, state_dir)
-            fresh = not _is_worktree_of(repo, path)
-            if fresh:
+            if not _is_worktree_of(repo, path):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 new_branch = () if branch in repo.heads else ("-b", branch)
                 add = ("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
@@ -107,8 +106,10 @@ class Worktree:
                 except git.GitCommandError as exc:
                     raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
         worktree = cls(path, branch, keep)
-        if fresh:
-            worktree._git.reset("--hard", "--quiet")  # the checkout --no-checkout left out
+        if not (Path(worktree._repo.git_dir) / "index").exists():
+            # Registered with --no-checkout, just now or by a night killed before this step:
+            # check the files out (an empty index would commit every file as deleted).
+            worktree._git.reset("--hard", "--quiet")
         return worktree
 
     def checkpoint(self) -> str:

@@ -34,6 +34,16 @@ def test_a_worktree_folder_removed_by_hand_comes_back_on_its_branch(repo: Path, 
     assert back.is_clean()
 
 
+def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, tmp_path: Path) -> None:
+    """A night killed between `worktree add --no-checkout` and the checkout leaves an empty worktree; the next ensure fills it."""
+    state = tmp_path / "state"
+    path = state / "worktrees" / "fix"
+    path.parent.mkdir(parents=True)
+    git(repo, "worktree", "add", "-q", "--no-checkout", "-b", "overnight/fix", str(path), "HEAD")
+    tree = Worktree.ensure(repo, state, "fix", "HEAD")
+    assert (tree.path / "greet.py").exists() and tree.is_clean()
+
+
 def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -> None:
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
     assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")
