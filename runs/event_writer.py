@@ -22,7 +22,6 @@ import threading
 from typing import Any, Callable
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import StateError
 
@@ -113,6 +112,6 @@ class EventWriter:
         try:
             with self._engine.begin() as connection:
                 self._write(connection, rows, beats)
-        except SQLAlchemyError as exc:
+        except Exception as exc:  # whatever it is, the writer thread must live on, or every flush would wait forever
             with self._lock:
                 self._failure = self._failure or StateError(f"run store: recording events failed: {self._describe(exc)}")

@@ -192,6 +192,28 @@ class TestEventsInTheBackground:
             outcome = raw.execute("SELECT outcome FROM iterations WHERE id = ?", (iteration_id,)).fetchone()[0]
         assert (outcome, events) == ("committed", 300)
 
+    def test_a_failing_batch_is_reported_once_and_the_writer_lives_on(self, tmp_path: Path) -> None:
+        """Whatever a batch raises reaches the next flush as StateError; later rows are still written."""
+        from sqlalchemy import create_engine
+
+        from runs.event_writer import EventWriter
+
+        written: list[int] = []
+
+        def write(connection, rows, beats) -> None:
+            if any(row["n"] < 0 for row in rows):
+                raise TypeError("cannot store this row")
+            written.extend(row["n"] for row in rows)
+
+        writer = EventWriter(create_engine(f"sqlite:///{tmp_path / 'w.db'}"), write, str)
+        writer.put({"n": -1, "iteration_id": 1, "at": None})
+        with pytest.raises(StateError, match="cannot store this row"):
+            writer.flush()
+        writer.put({"n": 7, "iteration_id": 1, "at": None})
+        writer.flush()
+        writer.close()
+        assert written == [7]
+
     def test_a_model_call_beats_the_heartbeat(self, store: RunStore) -> None:
         run_id, _, iteration_id = _iteration(store)
         before = store.run(run_id).tasks[0].iterations[0].heartbeat_at
