@@ -1,6 +1,6 @@
 """Several tasks at once: throughput against the ideal, and the orchestrator's own CPU per model call.
 
-    python bench/concurrency.py [--tasks 8] [--calls 20] [--latency 0.05] [--repeat 3]
+    python bench/concurrency.py [--tasks 8] [--calls 20] [--latency 0.05] [--repeat 3] [--concurrency N ...]
 
 The scripted model server runs in a separate process with a fixed latency per
 model call (from the request's arrival to its answer), so its CPU is not
@@ -77,12 +77,55 @@ def write_config(url: str, workdir: Path, tasks: int, concurrency: int, calls: i
         "[night]", "max_iterations = 1", f"max_turns = {calls + 2}", f"concurrency = {concurrency}",
     ]
     for index in range(tasks):
-        lines += ["[[task]]", f'name = "t{index}"', 'prompt = "write"', 'check = "true"', 'tools = ["write_file", "submit"]']
+        # Each task's prompt names it, so the timed model can tell whose call it saw.
+        lines += ["[[task]]", f'name = "t{index}"', f'prompt = "write (t{index})"', 'check = "true"', 'tools = ["write_file", "submit"]']
     config_path.write_text("\n".join(lines) + "\n")
     return config_path
 
 
-def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> dict[str, float]:
+class TimedModel:
+    """The night's model, noting when each task's calls left and returned (wall clock, as the run store's times)."""
+
+    def __init__(self, model: object) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+        self.calls: dict[str, list[tuple[float, float]]] = {}
+
+    def complete(self, messages, tools):
+        task = next(m["content"] for m in messages if m["role"] == "user").split("(", 1)[1].split(")", 1)[0]
+        sent = time.time()
+        try:
+            return self._model.complete(messages, tools)
+        finally:
+            with self._lock:
+                self.calls.setdefault(task, []).append((sent, time.time()))
+
+
+def where_time_went(run, calls: dict[str, list[tuple[float, float]]], concurrency: int, wall: float, latency: float) -> dict[str, float]:
+    """The night's N x wall slot-seconds, by what each slot was doing; the shares add up to 1.
+
+    model: the calls' first `latency` seconds (the "of ideal" figure); slower: calls beyond it;
+    start: a task begun, its first request not yet sent; between: a task between two calls
+    (answer read, tools run, next request built); end: after the last answer (check, commit,
+    bookkeeping); idle: no task in the slot (night start and end, waiting for a free slot).
+    """
+    total = concurrency * wall
+    spans = {"model": 0.0, "slower": 0.0, "start": 0.0, "between": 0.0, "end": 0.0}
+    for task in run.tasks:
+        own = sorted(calls.get(task.name, []))
+        begun, ended = task.started_at.timestamp(), task.finished_at.timestamp()
+        in_calls = sum(back - sent for sent, back in own)
+        spans["model"] += len(own) * latency
+        spans["slower"] += in_calls - len(own) * latency
+        spans["start"] += own[0][0] - begun
+        spans["between"] += own[-1][1] - own[0][0] - in_calls
+        spans["end"] += ended - own[-1][1]
+    shares = {name: seconds / total for name, seconds in spans.items()}
+    shares["idle"] = 1 - sum(shares.values())
+    return shares
+
+
+def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int, latency: float = 0.05) -> dict[str, float]:
     """One night in `workdir` (a second call on the same workdir is a later night)."""
     from orchestrator.build import night_parts
     from orchestrator.config import load_config
@@ -90,11 +133,12 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> 
 
     config = load_config(write_config(url, workdir, tasks, concurrency, calls))
     with night_parts(config) as parts:
-        parts = dataclasses.replace(parts, on_signal=lambda signal: None)
+        model, timed = parts.model, TimedModel(parts.model)
+        parts = dataclasses.replace(parts, on_signal=lambda signal: None, model=timed)
         cpu0, children0, wall0 = time.process_time(), os.times(), time.perf_counter()
-        client0 = parts.model.client_cpu_s
+        client0 = model.client_cpu_s
         result = run_night(parts)
-        client_cpu = parts.model.client_cpu_s - client0
+        client_cpu = model.client_cpu_s - client0
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
         after = os.times()
@@ -102,7 +146,8 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int) -> 
         run = parts.store.run(result.run_id)
     model_calls = sum(it.turns for task in run.tasks for it in task.iterations)
     succeeded = sum(1 for task in run.tasks if task.outcome == "succeeded")
-    return {"wall": wall, "cpu": cpu, "client_cpu": client_cpu, "child_cpu": child_cpu, "calls": model_calls, "succeeded": succeeded}
+    figures = {"wall": wall, "cpu": cpu, "client_cpu": client_cpu, "child_cpu": child_cpu, "calls": model_calls, "succeeded": succeeded}
+    return figures | {f"share_{name}": share for name, share in where_time_went(run, timed.calls, concurrency, wall, latency).items()}
 
 
 def client_only(url: str, tasks: int, concurrency: int, calls: int) -> dict[str, float]:
@@ -153,6 +198,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is shown")
+    parser.add_argument("--concurrency", type=int, action="append", help="only this N (repeatable); default 1, 2, 4 and 8")
     args = parser.parse_args()
 
     from orchestrator.logs import configure_logging
@@ -174,12 +220,12 @@ def main() -> int:
         # are paid once per process, not per model call.
         with tempfile.TemporaryDirectory() as tmp:
             night(url, Path(tmp), 1, 1, args.calls)
-        for concurrency in CONCURRENCY:
+        for concurrency in args.concurrency or CONCURRENCY:
             firsts, laters, alones = [], [], []
             for _ in range(args.repeat):
                 with tempfile.TemporaryDirectory() as tmp:
-                    firsts.append(night(url, Path(tmp), args.tasks, concurrency, args.calls))
-                    laters.append(night(url, Path(tmp), args.tasks, concurrency, args.calls))
+                    firsts.append(night(url, Path(tmp), args.tasks, concurrency, args.calls, args.latency))
+                    laters.append(night(url, Path(tmp), args.tasks, concurrency, args.calls, args.latency))
                 alones.append(client_only(url, args.tasks, concurrency, args.calls))
             rows.append((concurrency, _median(firsts), _median(laters), _median(alones)))
     finally:
@@ -206,6 +252,11 @@ def main() -> int:
             f"{fraction(later, concurrency):>8.0%}  {per_call(later, 'cpu'):>11.2f}  {per_call(later, 'child_cpu'):>9.2f}  "
             f"{fraction(alone, concurrency):>11.0%}"
         )
+    names = ("model", "slower", "start", "between", "end", "idle")
+    print(f"\nwhere the slots' time went (N x wall), later night: {', '.join(names)} (see where_time_went)")
+    print(f"{'N':>2}  " + "  ".join(f"{name:>7}" for name in names))
+    for concurrency, _, later, _ in rows:
+        print(f"{concurrency:>2}  " + "  ".join(f"{later['share_' + name]:>7.1%}" for name in names))
     print("\nbars: >= 90% of ideal at every N, < 5 ms orchestrator CPU per model call:", "PASS" if passed else "FAIL")
     return 0 if passed else 1
 

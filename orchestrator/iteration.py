@@ -65,12 +65,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             budgets=setup.budgets,
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
-        messages = build_messages(
-            task_prompt=setup.task.prompt,
-            check=setup.task.check,
-            tool_names=ctx.tool_names,
-            notes=setup.notes.for_prompt(setup.task.name, setup.night.notes_budget_chars),
-        )
+        messages = first_messages(setup.task, setup.night, ctx.tool_names, setup.notes)
         for message in messages:
             recorder.message(message)
         try:
@@ -94,6 +89,13 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             log.exception("iteration_error")
             error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
             return finish.rolled_back(error, ctx.turn, ctx.tokens)
+
+
+def first_messages(task: TaskConfig, night: NightConfig, tool_names: Sequence[str], notes: NotesBook) -> list[Message]:
+    """An iteration's prompt: how to work, the task, and the notes of its earlier iterations."""
+    return build_messages(
+        task_prompt=task.prompt, check=task.check, tool_names=tool_names, notes=notes.for_prompt(task.name, night.notes_budget_chars)
+    )
 
 
 def _check_failed(exit_code: int, output: str) -> QualityError:

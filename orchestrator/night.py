@@ -19,12 +19,14 @@ from typing import Any, Callable, Sequence
 from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after
 from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable
-from orchestrator.iteration import TaskSetup, run_iteration
+from orchestrator.ahead import AskedAhead
+from orchestrator.iteration import TaskSetup, first_messages, run_iteration
 from orchestrator.leases import LeaseHeld, LeaseKeeper
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
-from orchestrator.worktree import Worktree, open_repo
+from orchestrator.tools import Toolbox, offered, schemas_of
+from orchestrator.worktree import Worktree, branch_for, open_repo
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -97,6 +99,15 @@ class _Night:
             self._ask_for_next_worktree()
         return self._worktrees[task.name].result()
 
+    def ask_ahead(self, task: TaskConfig) -> AskedAhead:
+        """The model, with the task's first request already on its way (see orchestrator/ahead.py)."""
+        import contextlib
+        if os.environ.get("NO_AHEAD"):
+            return contextlib.nullcontext(self.parts.model)
+        tool_names = offered(task.tools)
+        messages = first_messages(task, self.parts.config.night, tool_names, self.notes)
+        return AskedAhead(self.parts.model, messages, schemas_of(tool_names))
+
     def _ask_for_next_worktree(self) -> None:
         if not self._not_asked:
             return
@@ -167,13 +178,13 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     parts, store = night.parts, night.parts.store
     if not night.may_start_iteration():
         return TaskSummary(task.name, TaskOutcome.CANCELLED, parts.cancel.why, "", ())
-    workspace = night.worktree(task)
-    task_run_id = store.begin_task(night.run_id, name=task.name, branch=workspace.branch)
+    task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name))
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
     try:
-        with LeaseKeeper(store, task.name, log=log):
+        with LeaseKeeper(store, task.name, log=log), night.ask_ahead(task) as model:
+            workspace = night.worktree(task)
             log.info("task_started", branch=workspace.branch)
-            outcome, reason, reports = _iterate(night, task, _task_setup(night, task, workspace, task_run_id, log))
+            outcome, reason, reports = _iterate(night, task, _task_setup(night, task, workspace, task_run_id, log, model))
     except LeaseHeld as held:
         log.info("task_skipped_leased", holder=str(held))
         outcome, reason, reports = TaskOutcome.SKIPPED, "leased", []
@@ -217,16 +228,14 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
     return outcome, reason, reports
 
 
-def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any) -> TaskSetup:
-    from orchestrator.tools import Toolbox
-
+def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any, model: Model) -> TaskSetup:
     parts, config = night.parts, night.parts.config
     on_signal = parts.on_signal.for_task(task.name) if hasattr(parts.on_signal, "for_task") else parts.on_signal
     return TaskSetup(
         task=task,
         night=config.night,
         workspace=workspace,
-        model=parts.model,
+        model=model,
         toolbox=Toolbox(
             workspace.path,
             task.tools,

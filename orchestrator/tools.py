@@ -97,6 +97,15 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+def offered(allowed: Sequence[str]) -> list[str]:
+    """The tools a task offers the model, in the order the model sees them."""
+    return [name for name in ALL_TOOLS if name in allowed]
+
+
+def schemas_of(names: Sequence[str]) -> list[dict[str, Any]]:
+    return [_SCHEMAS[name] for name in names]
+
+
 class _Refused(Exception):
     """A tool cannot do what was asked; the message tells the model what to do instead."""
 
@@ -119,7 +128,7 @@ class Toolbox:
         if unknown:
             raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
         self.root = Path(root).resolve()
-        self._allowed = [name for name in ALL_TOOLS if name in allowed]
+        self._allowed = offered(allowed)
         self._check_command = check_command
         self._check_timeout_s = check_timeout_s
         self._command_timeout_s = command_timeout_s
@@ -140,7 +149,7 @@ class Toolbox:
         return list(self._allowed)
 
     def schemas(self) -> list[dict[str, Any]]:
-        return [_SCHEMAS[name] for name in self._allowed]
+        return schemas_of(self._allowed)
 
     def parse(self, response: ModelResponse) -> list[ToolCall | BrokenCall]:
         return parse_calls(response, self.schemas())

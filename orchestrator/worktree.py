@@ -84,27 +84,15 @@ class Worktree:
         registering the worktree is serialised, the checkout of its files (the
         slow part in a large repository) runs in parallel.
         """
-        import git
-
         repo = repo if repo is not None else open_repo(repo_path)
         repo.git.update_environment(**_QUIET)
         path = state_dir / "worktrees" / task
         branch = branch_for(task)
-        with _REGISTER_LOCK:
-            _exclude_state_dir(repo, state_dir)
-            if not _is_worktree_of(repo, path):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                new_branch = () if branch in repo.heads else ("-b", branch)
-                add = ("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
-                try:
-                    try:
-                        repo.git.worktree(*add)
-                    except git.GitCommandError:
-                        # A worktree folder deleted by hand is still registered: prune, then once more.
-                        repo.git.worktree("prune")
-                        repo.git.worktree(*add)
-                except git.GitCommandError as exc:
-                    raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
+        # Found registered on every night after a task's first, from two small files: no lock needed.
+        if not _is_worktree_of(repo, path):
+            with _REGISTER_LOCK:
+                if not _is_worktree_of(repo, path):
+                    _register(repo, state_dir, path, task, branch, base)
         worktree = cls(path, branch, keep)
         if not (Path(worktree._repo.git_dir) / "index").exists():
             # Registered with --no-checkout, just now or by a night killed before this step:
@@ -147,6 +135,25 @@ class Worktree:
 
         result = run_shell(command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars, cancel=cancel)
         return CheckResult(exit_code=result.exit_code, output=result.output, timed_out=result.timed_out)
+
+
+def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: str) -> None:
+    """`git worktree add --no-checkout` for `task` on `branch` (made from `base` if new); under _REGISTER_LOCK."""
+    import git
+
+    _exclude_state_dir(repo, state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new_branch = () if branch in repo.heads else ("-b", branch)
+    add = ("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
+    try:
+        try:
+            repo.git.worktree(*add)
+        except git.GitCommandError:
+            # A worktree folder deleted by hand is still registered: prune, then once more.
+            repo.git.worktree("prune")
+            repo.git.worktree(*add)
+    except git.GitCommandError as exc:
+        raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
 
 
 def _is_worktree_of(repo, path: Path) -> bool:

@@ -233,24 +233,26 @@ class RunStore:
         """Take the task's lease if it is free, expired or already ours; False if someone else holds it."""
         now = utc_now()
         expires = now + timedelta(seconds=ttl_s)
-        # A conditional UPDATE is atomic on every backend: two takers of an
-        # expired lease cannot both see rowcount 1.
-        with self._statements("acquire_lease") as connection:
-            taken = connection.execute(
-                update(Lease)
-                .where(Lease.task == task, or_(Lease.owner == owner, Lease.expires_at <= now))
-                .values(owner=owner, acquired_at=now, expires_at=expires)
-            ).rowcount
-        if taken:
-            return True
+        self._events.flush()
+        # Free is the usual case (a lease is deleted when its task ends): one INSERT takes it.
         try:
             with self._engine.begin() as connection:
                 connection.execute(insert(Lease.__table__), {"task": task, "owner": owner, "acquired_at": now, "expires_at": expires})
+            return True
         except IntegrityError:
-            return False  # the row exists and is someone else's, or a concurrent insert won
+            pass  # a row exists: ours, expired, or someone else's
         except SQLAlchemyError as exc:
             raise StateError(f"run store: acquire_lease failed: {_one_line(exc)}") from exc
-        return True
+        # A conditional UPDATE is atomic on every backend: two takers of an
+        # expired lease cannot both see rowcount 1.
+        with self._statements("acquire_lease") as connection:
+            return bool(
+                connection.execute(
+                    update(Lease)
+                    .where(Lease.task == task, or_(Lease.owner == owner, Lease.expires_at <= now))
+                    .values(owner=owner, acquired_at=now, expires_at=expires)
+                ).rowcount
+            )
 
     def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""

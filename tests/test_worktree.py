@@ -44,6 +44,18 @@ def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, 
     assert (tree.path / "greet.py").exists() and tree.is_clean()
 
 
+def test_a_state_dir_inside_the_checkout_stays_out_of_git_status(repo: Path) -> None:
+    """The state dir is excluded in .git/info/exclude (never a tracked file) when a worktree is made in it, and stays so."""
+    state = repo / ".overnight"
+    tree = Worktree.ensure(repo, state, "fix", "HEAD")
+    (state / "notes.md").write_text("notes\n")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    assert Worktree.ensure(repo, state, "fix", "HEAD").path == tree.path
+    assert Worktree.ensure(repo, state, "other", "HEAD").path != tree.path
+    assert (repo / ".git" / "info" / "exclude").read_text().splitlines().count("/.overnight/") == 1
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+
+
 def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -> None:
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
     assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")

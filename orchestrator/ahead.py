@@ -1,0 +1,55 @@
+"""A task's first model request leaves before its worktree is ready.
+
+The request needs only the prompt (the task, its notes, the tool list). The
+worktree (a checkout that takes seconds in a large repository on a task's
+first night) and the run store's rows are made while the model reads it.
+Nothing acts on the answer earlier than before: the agent loop receives it
+as the answer to its first turn, after the checkpoint is taken and recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any, Sequence
+
+from orchestrator.protocols import Message, Model
+from orchestrator.records import ModelResponse
+
+
+class AskedAhead:
+    """Implements protocols.Model: `model`, with its answer to one request asked for at construction.
+
+    A `complete` with exactly that request gets that answer (or its exception:
+    watchdog, unreachable, cancelled), once. Any other request goes to `model`,
+    and so does everything after the first call. The request runs in a daemon
+    thread, so an answer nobody takes never holds up the end of the process.
+    """
+
+    def __init__(self, model: Model, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+        self._model = model
+        self._request = (list(messages), list(tools))
+        self._answer: Future[ModelResponse] | None = Future()
+        threading.Thread(target=self._ask, args=(self._answer,), name="first-request", daemon=True).start()
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        answer, self._answer = self._answer, None
+        if answer is not None and (list(messages), list(tools)) == self._request:
+            return answer.result()
+        return self._model.complete(messages, tools)
+
+    def drop(self) -> None:
+        """Nobody will take the answer (the task ended before its first turn); the call finishes unseen."""
+        self._answer = None
+
+    def __enter__(self) -> "AskedAhead":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.drop()
+
+    def _ask(self, answer: Future[ModelResponse]) -> None:
+        try:
+            answer.set_result(self._model.complete(*self._request))
+        except BaseException as exc:  # noqa: BLE001 - delivered to whoever takes the answer
+            answer.set_exception(exc)
