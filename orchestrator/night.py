@@ -101,9 +101,6 @@ class _Night:
 
     def ask_ahead(self, task: TaskConfig) -> AskedAhead:
         """The model, with the task's first request already on its way (see orchestrator/ahead.py)."""
-        import contextlib
-        if os.environ.get("NO_AHEAD"):
-            return contextlib.nullcontext(self.parts.model)
         tool_names = offered(task.tools)
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes)
         return AskedAhead(self.parts.model, messages, schemas_of(tool_names))

@@ -1,0 +1,105 @@
+"""A task's first request, asked ahead: against a real HTTP server, and in a real night."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from orchestrator import worktree
+from orchestrator.ahead import AskedAhead
+from orchestrator.cancel import CancelToken
+from orchestrator.config import ModelConfig
+from orchestrator.errors import ModelUnreachable
+from orchestrator.fake_server import ScriptedServer
+from orchestrator.model import EndpointModel
+from orchestrator.scripted import call, say
+from tests.conftest import git
+from tests.test_night import FIX, overnight
+
+MESSAGES = [{"role": "system", "content": "work"}, {"role": "user", "content": "Task: fix it"}]
+TOOLS: list[dict] = []
+
+
+def model_for(url: str) -> EndpointModel:
+    return EndpointModel(ModelConfig(name="openai/scripted", api_base=url, request_timeout_s=10, retries=0), cancel=CancelToken())
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_request_leaves_at_once_and_its_answer_is_the_first_turns() -> None:
+    with ScriptedServer([say("first"), say("second")]) as server:
+        model = model_for(server.url)
+        ahead = AskedAhead(model, MESSAGES, TOOLS)
+        assert wait_for(lambda: len(server.requests) == 1), "the request did not leave before anyone asked"
+        assert ahead.complete(list(MESSAGES), TOOLS).text == "first"
+        assert ahead.complete(list(MESSAGES), TOOLS).text == "second"  # once only: then the model itself
+        assert len(server.requests) == 2
+        model.close()
+
+
+def test_a_different_first_request_goes_to_the_model() -> None:
+    """A guard's reminder before the first turn changes the request: the answer asked ahead is not used."""
+    with ScriptedServer([say("asked ahead"), say("asked now")]) as server:
+        model = model_for(server.url)
+        ahead = AskedAhead(model, MESSAGES, TOOLS)
+        assert wait_for(lambda: len(server.requests) == 1)
+        changed = [*MESSAGES, {"role": "user", "content": "Reminder: call one tool at a time."}]
+        assert ahead.complete(changed, TOOLS).text == "asked now"
+        assert server.requests[1]["messages"][-1]["content"].startswith("Reminder")
+        model.close()
+
+
+def test_the_first_requests_failure_reaches_the_first_turn() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    model = model_for(url)
+    ahead = AskedAhead(model, MESSAGES, TOOLS)
+    with pytest.raises(ModelUnreachable):
+        ahead.complete(MESSAGES, TOOLS)
+    model.close()
+
+
+def test_a_dropped_answer_is_not_waited_for() -> None:
+    """A task that ends before its first turn leaves the slow call behind instead of waiting for it."""
+    with ScriptedServer([call("submit", {"summary": "late"}, delay_s=5), say("now")]) as server:
+        model = model_for(server.url)
+        with AskedAhead(model, MESSAGES, TOOLS) as ahead:
+            assert wait_for(lambda: len(server.requests) == 1)
+            started = time.monotonic()
+        assert time.monotonic() - started < 1
+        assert ahead.complete(MESSAGES, TOOLS).text == "now"
+        model.close()
+
+
+def test_a_tasks_first_request_leaves_while_its_worktree_cannot_be_made(config_file, server, repo) -> None:
+    """Worktrees cannot be registered until the first request has reached the server; the night goes on as always."""
+    config = config_file()
+    server.enqueue(*FIX)
+    seen: list[bool] = []
+    holding = threading.Event()
+
+    def hold_worktrees_back() -> None:
+        with worktree._REGISTER_LOCK:
+            holding.set()
+            seen.append(wait_for(lambda: len(server.requests) >= 1))
+            seen.append((config.parent / "state" / "worktrees" / "fix-greet").exists())
+
+    holder = threading.Thread(target=hold_worktrees_back)
+    holder.start()
+    holding.wait(5)
+    assert overnight("run", "--config", str(config)) == 0
+    holder.join(timeout=30)
+    assert seen == [True, False], "the first request waited for the worktree"
+    assert len(server.requests) == len(FIX)
+    assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
