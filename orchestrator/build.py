@@ -43,10 +43,10 @@ def open_store(config: Config):
 @contextlib.contextmanager
 def night_parts(config: Config) -> Iterator[NightParts]:
     from guards import guard_factory
-    from orchestrator.worktree import open_repo
+    from orchestrator.worktree import check_base, open_repo
 
-    # Fail on a bad repository or user guard before anything is recorded or started.
-    open_repo(config.repo_path)
+    # Fail on a bad repository, base or user guard before anything is recorded or started.
+    check_base(open_repo(config.repo_path), config.repo.base)
     make_guards = guard_factory(config.guards)
     store = open_store(config)
     cancel = CancelToken()

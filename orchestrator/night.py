@@ -7,6 +7,7 @@ Exit codes are the public contract of `overnight run`:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -18,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after
 from orchestrator.config import Config, TaskConfig
-from orchestrator.errors import Cancelled, ModelUnreachable
+from orchestrator.errors import Cancelled, ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
 from orchestrator.iteration import TaskSetup, first_messages, run_iteration
 from orchestrator.leases import LeaseHeld, LeaseKeeper
@@ -147,6 +148,14 @@ def run_night(parts: NightParts) -> NightResult:
         # Tasks run in worker threads; tell them, then wait while they roll back.
         parts.cancel.cancel("SIGINT")
         summaries = _results(futures)
+    except Exception:
+        # A task died of something that is not the model's doing (a broken worktree, a bug).
+        # The other tasks end as they would; then the run says `crashed` instead of staying
+        # "running" in the morning report (unless the store itself is what broke).
+        pool.shutdown(wait=True)
+        with contextlib.suppress(StateError):
+            store.close_interrupted_run(run_id)
+        raise
     finally:
         pool.shutdown(wait=True)
         night.close()

@@ -51,6 +51,16 @@ def open_repo(path: Path):
     return repo
 
 
+def check_base(repo, base: str) -> None:
+    """ConfigError unless `[repo] base` names a commit (new task branches start there)."""
+    import git
+
+    try:
+        repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
+    except git.GitCommandError:
+        raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
+
+
 def _head_commit(repo) -> str | None:
     """HEAD's commit, read from the ref files: `repo.head.is_valid()` would start a `git cat-file` process."""
     from git.refs.symbolic import SymbolicReference
@@ -153,7 +163,7 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
             repo.git.worktree("prune")
             repo.git.worktree(*add)
     except git.GitCommandError as exc:
-        raise ConfigError(f"[repo] base: cannot create worktree for {task!r} from {base!r}: {_last_line(exc)}") from None
+        raise ConfigError(f"cannot create the worktree of task {task!r} at {path}: {_last_line(exc)}") from None
 
 
 def _is_worktree_of(repo, path: Path) -> bool:

@@ -109,6 +109,13 @@ class TestBadConfig:
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "not a git repository")
         assert not (tmp_path / "state" / "runs.db").exists()
 
+    def test_base_that_names_no_commit(self, tmp_path, repo):
+        """A [repo] base that is no branch, tag or commit is named, before any run is recorded."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        config.write_text(config.read_text().replace("[repo]\n", '[repo]\nbase = "no-such-branch"\n'))
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] base", "no-such-branch")
+        assert not (tmp_path / "state" / "runs.db").exists()
+
     def test_unknown_log_format(self, tmp_path, repo):
         """A bad option value is a usage error (exit 2)."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)

@@ -227,6 +227,27 @@ class TestReasonCodes:
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
 
 
+class TestBrokenNight:
+    def test_a_task_whose_worktree_cannot_be_made_ends_the_run_as_crashed(self, config_file, server, repo, capsys):
+        """Exit 2 with one line; the task before it is committed, and the morning report says `crashed`, not `running`."""
+        tasks = [
+            {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+            {"name": "blocked", "prompt": "p", "check": "true"},
+        ]
+        config = config_file(tasks=tasks)
+        (config.parent / "state" / "worktrees").mkdir(parents=True)
+        (config.parent / "state" / "worktrees" / "blocked").write_text("a file where the worktree would go\n")
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("overnight: error: cannot create the worktree of task 'blocked'") and "already exists" in err[-1]
+        report = report_json(config, capsys)
+        assert report["run"]["status"] == "crashed"
+        outcomes = {task["name"]: (task["outcome"], task["reason"]) for task in report["tasks"]}
+        assert outcomes == {"fix-greet": ("succeeded", ""), "blocked": ("failed", "interrupted")}
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+
 class TestMorning:
     def test_notes_command_filters_by_task(self, config_file, server, capsys):
         """`overnight notes --task` prints only that task's entries."""
