@@ -96,7 +96,7 @@ def user_guards(config: GuardsConfig) -> list[Any]:
 
 def build_guards(config: GuardsConfig) -> list[Any]:
     """Every guard of a run: the built-in ones, then the user's."""
-    return guard_factory(config)()
+    return default_guards(config) + user_guards(config)
 
 
 def guard_factory(config: GuardsConfig) -> Callable[[], list[Any]]:

@@ -46,7 +46,8 @@ def night_parts(config: Config) -> Iterator[NightParts]:
     from orchestrator.worktree import check_base, open_repo
 
     # Fail on a bad repository, base or user guard before anything is recorded or started.
-    check_base(open_repo(config.repo_path), config.repo.base)
+    repo = open_repo(config.repo_path)
+    check_base(repo, config.repo.base)
     make_guards = guard_factory(config.guards)
     store = open_store(config)
     cancel = CancelToken()
@@ -61,6 +62,7 @@ def night_parts(config: Config) -> Iterator[NightParts]:
                 # With JSON logs the `signal` event says it all; stderr stays pure JSON lines.
                 on_signal=(lambda signal: None) if json_mode() else SignalPrinter(),
                 log=get_logger(),
+                repo=repo,
                 context_window=context_window,
                 cancel=cancel,
             )

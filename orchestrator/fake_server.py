@@ -246,7 +246,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if isinstance(frames, list) and not reply.stall_s and not reply.chunk_interval_s:
+        if not reply.endless and not reply.stall_s and not reply.chunk_interval_s:
             # Nothing paces this stream: every event and the end leave in one write, as a fast
             # server's would, instead of a packet (and a wake-up of the client) each.
             events = b"".join(frame for frame, _ in frames)

@@ -142,22 +142,16 @@ class EndpointModel:
         if self._cancel is not None:
             self._cancel.raise_if_cancelled()
         if self._cancel is None or hasattr(transport, "interrupt"):
-            started = time.thread_time()
-            try:
-                return self._attempt(transport, messages, tools)
-            finally:
-                self._count_cpu(time.thread_time() - started)
+            return self._attempt(transport, messages, tools)
         outcome: dict[str, Any] = {}
         done = threading.Event()
 
         def attempt() -> None:
-            started = time.thread_time()
             try:
                 outcome["response"] = self._attempt(transport, messages, tools)
             except BaseException as exc:  # handed to the caller's thread below
                 outcome["error"] = exc
             finally:
-                self._count_cpu(time.thread_time() - started)
                 done.set()
 
         threading.Thread(target=attempt, name="model-call", daemon=True).start()
@@ -168,7 +162,7 @@ class EndpointModel:
         return outcome["response"]
 
     def _attempt(self, transport: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.thread_time()
         try:
             raw = transport.send(self._request(messages, tools), stream=self.stream)
             if self.stream:
@@ -180,6 +174,8 @@ class EndpointModel:
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()  # the failure is the cancel cutting the connection
             raise self._decide(failure) from None
+        finally:
+            self._count_cpu(time.thread_time() - cpu_started)
         return draft.finish(messages, latency_s=time.monotonic() - started)
 
     def _interrupt(self) -> None:

@@ -27,7 +27,7 @@ from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
 from orchestrator.tools import Toolbox, offered, schemas_of
-from orchestrator.worktree import Worktree, branch_for, open_repo
+from orchestrator.worktree import Worktree, branch_for
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -63,6 +63,7 @@ class NightParts:
     guards_factory: Callable[[], Sequence[Guard]]
     on_signal: SignalSink
     log: Any
+    repo: Any  # the user's git.Repo, opened and checked once (worktree.open_repo, check_base)
     context_window: int | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
     now: Callable[[], datetime] = lambda: datetime.now().astimezone()
@@ -86,7 +87,7 @@ class _Night:
         # start. (Registering them is serialised inside Worktree.ensure.)
         concurrency = parts.config.night.concurrency
         self._worktree_maker = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="worktrees")
-        self._repo = open_repo(parts.config.repo_path)
+        self._repo = parts.repo
         self._worktrees: dict[str, Future[Worktree]] = {}
         self._not_asked = deque(parts.config.task)
         for _ in range(concurrency + 1):
