@@ -82,16 +82,14 @@ class _Night:
         self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
-        # Worktrees are made in task order, a little ahead of need: the next tasks' checkouts
-        # overlap the running tasks' model calls, spread over the night rather than all at its
-        # start. (Registering them is serialised inside Worktree.ensure.)
-        concurrency = parts.config.night.concurrency
-        self._worktree_maker = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="worktrees")
+        # Worktrees are made in task order, a little ahead of need: a task asks for its own
+        # once its first request has left (the checkout overlaps that model call, and does not
+        # compete with the other tasks' first requests for the CPU), and for the next task's,
+        # which is then ready before that task starts. (Registering is serialised in Worktree.ensure.)
+        self._worktree_maker = ThreadPoolExecutor(max_workers=parts.config.night.concurrency, thread_name_prefix="worktrees")
         self._repo = parts.repo
         self._worktrees: dict[str, Future[Worktree]] = {}
         self._not_asked = deque(parts.config.task)
-        for _ in range(concurrency + 1):
-            self._ask_for_next_worktree()
 
     def worktree(self, task: TaskConfig) -> Worktree:
         """The task's worktree; asking for it also asks for the next task's."""

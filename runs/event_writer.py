@@ -17,6 +17,7 @@ hit is rolled back whole.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from typing import Any, Callable
@@ -39,11 +40,15 @@ class EventWriter:
         engine: Engine,
         write: Callable[[Any, list[dict[str, Any]], dict[int, Any]], None],
         describe: Callable[[BaseException], str],
+        *,
+        write_lock: Any = None,
     ) -> None:
         # write(connection, rows, {iteration_id: beat_at}) inside one transaction.
         self._engine = engine
         self._write = write
         self._describe = describe
+        # Held around each batch's transaction: the store's own writes take it too.
+        self._write_lock = write_lock if write_lock is not None else contextlib.nullcontext()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -110,7 +115,7 @@ class EventWriter:
         # One beat per iteration: its latest.
         beats = {row["iteration_id"]: row["at"] for row, beat in items if beat}
         try:
-            with self._engine.begin() as connection:
+            with self._write_lock, self._engine.begin() as connection:
                 self._write(connection, rows, beats)
         except Exception as exc:  # whatever it is, the writer thread must live on, or every flush would wait forever
             with self._lock:

@@ -11,6 +11,7 @@ ended before its events.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -81,7 +82,13 @@ class RunStore:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-        self._events = EventWriter(engine, _write_events, _one_line)
+        # SQLite takes one writer at a time, and its busy handler retries after sleeping
+        # 1, 2, 5, 10, 15... ms: N tasks starting or ending together would wait tens of
+        # milliseconds for a write of a fraction of one. This process's threads queue here
+        # instead and are woken the moment the write before theirs commits; another
+        # process (rare: the state dir's lock keeps out a second night) still meets busy_timeout.
+        self._one_writer: Any = threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
+        self._events = EventWriter(engine, _write_events, _one_line, write_lock=self._one_writer)
 
     @classmethod
     def open(cls, url: str) -> RunStore:
@@ -110,7 +117,7 @@ class RunStore:
         """One short transaction, committed on exit; database failures become StateError."""
         self._events.flush()
         try:
-            with self._sessions.begin() as session:
+            with self._one_writer, self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
@@ -121,7 +128,7 @@ class RunStore:
         and the ORM's unit of work would double their cost when N tasks start at once."""
         self._events.flush()
         try:
-            with self._engine.begin() as connection:
+            with self._one_writer, self._engine.begin() as connection:
                 yield connection
         except SQLAlchemyError as exc:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
@@ -236,7 +243,7 @@ class RunStore:
         self._events.flush()
         # Free is the usual case (a lease is deleted when its task ends): one INSERT takes it.
         try:
-            with self._engine.begin() as connection:
+            with self._one_writer, self._engine.begin() as connection:
                 connection.execute(insert(Lease.__table__), {"task": task, "owner": owner, "acquired_at": now, "expires_at": expires})
             return True
         except IntegrityError:
