@@ -17,7 +17,8 @@ Each N is measured three ways, side by side in one run:
   client only  the model client alone (EndpointModel, the same growing
                conversation, N threads): the ceiling this machine and server
                allow, with no orchestrator around the calls
-Each cell is the median of `--repeat` runs (the machines are shared and noisy).
+Each cell is the median of `--repeat` runs (the machines are shared and noisy); the
+repeats go round-robin over N, so a noisy minute does not land on one N alone.
 Bars: at least 90% of ideal at every N; under 5 ms of orchestrator CPU per call.
 "transport" is the CPU of sending requests and reading answers, a part of the
 process CPU shown beside it; "git+check" is the CPU of git and check processes.
@@ -214,20 +215,23 @@ def main() -> int:
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     url = server.stdout.readline().strip()
-    rows = []
     try:
         # One untimed night first: imports (SQLAlchemy, git) and first-use caches
         # are paid once per process, not per model call.
         with tempfile.TemporaryDirectory() as tmp:
             night(url, Path(tmp), 1, 1, args.calls)
-        for concurrency in args.concurrency or CONCURRENCY:
-            firsts, laters, alones = [], [], []
-            for _ in range(args.repeat):
+        levels = args.concurrency or CONCURRENCY
+        runs: dict[int, tuple[list, list, list]] = {concurrency: ([], [], []) for concurrency in levels}
+        # Round-robin over N, so a noisy minute on a shared host spreads over every N
+        # instead of landing on one.
+        for _ in range(args.repeat):
+            for concurrency in levels:
+                firsts, laters, alones = runs[concurrency]
                 with tempfile.TemporaryDirectory() as tmp:
                     firsts.append(night(url, Path(tmp), args.tasks, concurrency, args.calls, args.latency))
                     laters.append(night(url, Path(tmp), args.tasks, concurrency, args.calls, args.latency))
                 alones.append(client_only(url, args.tasks, concurrency, args.calls))
-            rows.append((concurrency, _median(firsts), _median(laters), _median(alones)))
+        rows = [(concurrency, *map(_median, runs[concurrency])) for concurrency in levels]
     finally:
         server.stdin.close()
         server.wait(timeout=10)
