@@ -123,13 +123,16 @@ class RunStore:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
 
     @contextlib.contextmanager
-    def _statements(self, action: str) -> Iterator[Connection]:
+    def _statements(self, action: str, *, expected: tuple[type[SQLAlchemyError], ...] = ()) -> Iterator[Connection]:
         """Like `_writing`, on a plain connection: the per-task writes are single statements,
-        and the ORM's unit of work would double their cost when N tasks start at once."""
+        and the ORM's unit of work would double their cost when N tasks start at once.
+        Errors in `expected` are an answer, not a failure: they reach the caller as they are."""
         self._events.flush()
         try:
             with self._one_writer, self._engine.begin() as connection:
                 yield connection
+        except expected:
+            raise
         except SQLAlchemyError as exc:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
 
@@ -240,16 +243,13 @@ class RunStore:
         """Take the task's lease if it is free, expired or already ours; False if someone else holds it."""
         now = utc_now()
         expires = now + timedelta(seconds=ttl_s)
-        self._events.flush()
         # Free is the usual case (a lease is deleted when its task ends): one INSERT takes it.
         try:
-            with self._one_writer, self._engine.begin() as connection:
+            with self._statements("acquire_lease", expected=(IntegrityError,)) as connection:
                 connection.execute(insert(Lease.__table__), {"task": task, "owner": owner, "acquired_at": now, "expires_at": expires})
             return True
         except IntegrityError:
             pass  # a row exists: ours, expired, or someone else's
-        except SQLAlchemyError as exc:
-            raise StateError(f"run store: acquire_lease failed: {_one_line(exc)}") from exc
         # A conditional UPDATE is atomic on every backend: two takers of an
         # expired lease cannot both see rowcount 1.
         with self._statements("acquire_lease") as connection:
