@@ -220,8 +220,7 @@ class Toolbox:
             raise _Refused(f"{path!r} is a folder; give a file path")
         existed = target.exists()
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "w", encoding="utf-8", newline="") as handle:
-            handle.write(content)
+        _overwrite(target, content)
         verb = "replaced" if existed else "created"
         return ToolResult(True, f"{verb} {self._shown(target)} ({_count_lines(content)} lines)")
 
@@ -243,8 +242,7 @@ class Toolbox:
             raise _Refused(
                 f"`old` appears {count} times in {path}; include more of the surrounding lines so it appears once"
             )
-        with open(target, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text.replace(old, new, 1))
+        _overwrite(target, text.replace(old, new, 1))
         return ToolResult(
             True, f"edited {self._shown(target)}: replaced {_count_lines(old)} lines with {_count_lines(new)} lines"
         )
@@ -332,6 +330,25 @@ class Toolbox:
             raise _Refused("the command is empty; give a shell command to run")
         result = run_shell(command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel)
         return ToolResult(result.exit_code == 0, f"exit code {result.exit_code}\n{result.output}".rstrip())
+
+
+def _overwrite(target: Path, text: str) -> None:
+    """Write `text` as the whole of `target`, creating it if need be.
+
+    Written over the old bytes, then cut to length, instead of opened with O_TRUNC:
+    ext4 (auto_da_alloc) forces a file truncated to zero onto the disk when it is
+    closed, 0.3-1 ms for every edit of a file that git has committed. A crash halfway
+    leaves a mixed file either way, and the iteration's rollback restores it.
+    """
+    data = text.encode("utf-8")  # before opening: a text that cannot be encoded leaves the file untouched
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        remaining = memoryview(data)
+        while remaining:
+            remaining = remaining[os.write(fd, remaining) :]
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _count_lines(text: str) -> int:

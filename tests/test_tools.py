@@ -147,6 +147,29 @@ class TestFileTools:
         result = run(toolbox(repo), "write_file", path="new/deep/mod.py", content="A = 1\n")
         assert result.ok and (repo / "new" / "deep" / "mod.py").read_text() == "A = 1\n"
 
+    def test_write_file_replaces_a_longer_file_exactly(self, repo):
+        """Over a longer file, a file that is written holds only the new text, with no tail of the old."""
+        (repo / "long.txt").write_text("0123456789\n" * 100)
+        os.chmod(repo / "long.txt", 0o640)
+        result = run(toolbox(repo), "write_file", path="long.txt", content="short\n")
+        assert result.ok and "replaced long.txt" in result.output
+        assert (repo / "long.txt").read_bytes() == b"short\n"
+        assert (repo / "long.txt").stat().st_mode & 0o777 == 0o640
+        assert run(toolbox(repo), "write_file", path="long.txt", content="").ok
+        assert (repo / "long.txt").read_bytes() == b""
+
+    def test_write_file_that_cannot_be_encoded_leaves_the_file_alone(self, repo):
+        """A text with a lone surrogate fails as a tool result, and the file keeps its old bytes."""
+        result = run(toolbox(repo), "write_file", path="app.py", content="x = '\ud800'\n")
+        assert not result.ok and "UnicodeEncodeError" in result.output
+        assert (repo / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+
+    def test_edit_file_to_a_shorter_text(self, repo):
+        """An edit that shortens a file leaves no tail of the old text."""
+        (repo / "cfg.txt").write_text("keep\n" + "drop this line\n" * 50 + "end\n")
+        result = run(toolbox(repo), "edit_file", path="cfg.txt", old="drop this line\n" * 50, new="")
+        assert result.ok and (repo / "cfg.txt").read_text() == "keep\nend\n"
+
     def test_edit_file_replaces_one_occurrence(self, repo):
         """edit_file replaces the one exact occurrence of `old`."""
         result = run(toolbox(repo), "edit_file", path="app.py", old="a - b", new="a + b")
