@@ -130,15 +130,22 @@ class Worktree:
         """Commit everything the agent left; the current HEAD if it changed nothing."""
         import git
 
-        self._git.add("-A")
+        # --verbose names every path it stages. Silence means the files match the index, so
+        # only changes staged earlier (by a `git add` of the agent's) could still be committed:
+        # asked of git only then, an unchanged worktree costs two processes instead of three.
+        if not self._git.add("--all", "--verbose").strip() and not self._has_staged_changes():
+            return self.checkpoint()
         try:
             with self._git.custom_environment(**_IDENTITY, **_NO_AUTO_MAINTENANCE):
                 self._git.commit("--quiet", "--no-verify", "-m", message)
         except git.GitCommandError:
-            # Asked only when the commit failed: nothing staged is "no change", anything else is an error.
-            if self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0:
+            # Paths staged back to what HEAD has are "no change"; anything else is an error.
+            if self._has_staged_changes():
                 raise
         return self.checkpoint()
+
+    def _has_staged_changes(self) -> bool:
+        return self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0
 
     def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None) -> CheckResult:
         from orchestrator.commands import run_shell

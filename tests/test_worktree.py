@@ -6,6 +6,9 @@ import shutil
 import threading
 from pathlib import Path
 
+import git as gitpython
+import pytest
+
 from orchestrator.worktree import Worktree, open_repo
 from tests.conftest import git
 
@@ -109,3 +112,40 @@ def test_commit_of_nothing_is_the_checkpoint_and_of_something_a_new_commit(repo:
     assert made != start and git(tree.path, "rev-parse", "HEAD~1") == start
     assert git(tree.path, "log", "-1", "--format=%an %s") == "overnight overnight: fix iteration 1"
     assert tree.is_clean()
+
+
+def test_commit_takes_what_the_agent_staged_itself(repo: Path, tmp_path: Path) -> None:
+    """Changes the agent already staged with `git add` (so the final add stages nothing more) are committed."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    start = tree.checkpoint()
+    (tree.path / "staged.txt").write_text("staged by the agent\n")
+    git(tree.path, "add", "staged.txt")
+    made = tree.commit("overnight: fix iteration 1")
+    assert made != start and git(tree.path, "show", "--name-only", "--format=", "HEAD") == "staged.txt"
+    assert tree.is_clean()
+
+
+def test_commit_of_a_file_rewritten_with_its_own_content_or_staged_back_is_no_change(repo: Path, tmp_path: Path) -> None:
+    """A file written again with the same bytes, or changed, staged, then changed back, is no change: HEAD stays."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    start = tree.checkpoint()
+    same = (tree.path / "greet.py").read_bytes()
+    (tree.path / "greet.py").write_bytes(same)
+    assert tree.commit("rewritten") == start
+    (tree.path / "greet.py").write_text("changed\n")
+    git(tree.path, "add", "greet.py")
+    (tree.path / "greet.py").write_bytes(same)
+    assert tree.commit("changed back") == start and tree.is_clean()
+
+
+def test_a_commit_that_fails_for_another_reason_is_raised(repo: Path, tmp_path: Path) -> None:
+    """A failing prepare-commit-msg hook (which --no-verify does not skip) is an error, not "no change"."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    hooks = Path(git(tree.path, "rev-parse", "--git-common-dir"))
+    hooks = (hooks if hooks.is_absolute() else tree.path / hooks) / "hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "prepare-commit-msg").write_text("#!/bin/sh\nexit 1\n")
+    (hooks / "prepare-commit-msg").chmod(0o755)
+    (tree.path / "new.txt").write_text("work\n")
+    with pytest.raises(gitpython.GitCommandError):
+        tree.commit("overnight: fix iteration 1")
