@@ -136,11 +136,12 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int, lat
     with night_parts(config) as parts:
         model, timed = parts.model, TimedModel(parts.model)
         parts = dataclasses.replace(parts, on_signal=lambda signal: None, model=timed)
-        cpu0, children0, wall0 = time.process_time(), os.times(), time.perf_counter()
+        cpu0, children0, wall0, began = time.process_time(), os.times(), time.perf_counter(), time.time()
         client0 = model.client_cpu_s
         result = run_night(parts)
         client_cpu = model.client_cpu_s - client0
         wall = time.perf_counter() - wall0
+        ended = time.time()
         cpu = time.process_time() - cpu0
         after = os.times()
         child_cpu = (after.children_user - children0.children_user) + (after.children_system - children0.children_system)
@@ -148,6 +149,8 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int, lat
     model_calls = sum(it.turns for task in run.tasks for it in task.iterations)
     succeeded = sum(1 for task in run.tasks if task.outcome == "succeeded")
     figures = {"wall": wall, "cpu": cpu, "client_cpu": client_cpu, "child_cpu": child_cpu, "calls": model_calls, "succeeded": succeeded}
+    # Wall-clock span too, for nights in several processes (bench/processes.py).
+    figures |= {"began": began, "ended": ended}
     return figures | {f"share_{name}": share for name, share in where_time_went(run, timed.calls, concurrency, wall, latency).items()}
 
 
