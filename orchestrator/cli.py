@@ -177,7 +177,8 @@ def serve(
     log_format: str = typer.Option("auto", "--log-format", help="auto (human on a terminal, else json), human or json."),
     show_next: bool = typer.Option(False, "--next", help="Print the next three fire times and exit."),
 ) -> None:
-    """Start a night on [schedule] cron, in the foreground until SIGTERM; each night is a child `overnight run`."""
+    # The backslash keeps rich (typer's help) from reading [schedule] as markup and dropping it.
+    """Start a night on \\[schedule] cron, in the foreground until SIGTERM; each night is a child `overnight run`."""
     from orchestrator import schedule
     from orchestrator.config import load_config
     from orchestrator.logs import configure_logging

@@ -48,6 +48,12 @@ class TestHelp:
         assert result.stdout.strip().splitlines()[-1] == "[]"
         assert "run" in result.stdout and "report" in result.stdout
 
+    def test_help_keeps_config_table_names(self):
+        """Help texts that name a config table show it: `[schedule]` is not swallowed as rich markup."""
+        result = overnight("serve", "--help")
+        assert result.returncode == 0
+        assert "[schedule] cron" in " ".join(result.stdout.split())
+
     def test_help_is_fast(self):
         """`overnight --help` answers well inside a second even on a busy machine."""
         started = time.perf_counter()
