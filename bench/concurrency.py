@@ -27,6 +27,7 @@ process CPU shown beside it; "git+check" is the CPU of git and check processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -35,6 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -126,6 +128,20 @@ def where_time_went(run, calls: dict[str, list[tuple[float, float]]], concurrenc
     return shares
 
 
+@contextlib.contextmanager
+def scripted_server(calls: int, latency: float) -> Iterator[str]:
+    """SERVER in its own process, so its CPU is not counted as ours; yields its URL."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(calls), str(latency)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        yield server.stdout.readline().strip()
+    finally:
+        server.stdin.close()
+        server.wait(timeout=10)
+
+
 def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int, latency: float = 0.05) -> dict[str, float]:
     """One night in `workdir` (a second call on the same workdir is a later night)."""
     from orchestrator.build import night_parts
@@ -149,7 +165,7 @@ def night(url: str, workdir: Path, tasks: int, concurrency: int, calls: int, lat
     model_calls = sum(it.turns for task in run.tasks for it in task.iterations)
     succeeded = sum(1 for task in run.tasks if task.outcome == "succeeded")
     figures = {"wall": wall, "cpu": cpu, "client_cpu": client_cpu, "child_cpu": child_cpu, "calls": model_calls, "succeeded": succeeded}
-    # Wall-clock span too, for nights in several processes (bench/processes.py).
+    # The wall-clock span too, for nights in several processes (bench/processes.py).
     figures |= {"began": began, "ended": ended}
     return figures | {f"share_{name}": share for name, share in where_time_went(run, timed.calls, concurrency, wall, latency).items()}
 
@@ -213,12 +229,7 @@ def main() -> int:
 
     transports.litellm_module()  # imported before timing (context windows are looked up there): a one-off cost
 
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(args.calls), str(args.latency)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    url = server.stdout.readline().strip()
-    try:
+    with scripted_server(args.calls, args.latency) as url:
         # One untimed night first: imports (SQLAlchemy, git) and first-use caches
         # are paid once per process, not per model call.
         with tempfile.TemporaryDirectory() as tmp:
@@ -235,9 +246,6 @@ def main() -> int:
                     laters.append(night(url, Path(tmp), args.tasks, concurrency, args.calls, args.latency))
                 alones.append(client_only(url, args.tasks, concurrency, args.calls))
         rows = [(concurrency, *map(_median, runs[concurrency])) for concurrency in levels]
-    finally:
-        server.stdin.close()
-        server.wait(timeout=10)
 
     ideal_of = lambda n: n / args.latency  # noqa: E731
     fraction = lambda figures, n: figures["calls"] / figures["wall"] / ideal_of(n)  # noqa: E731

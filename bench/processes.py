@@ -75,13 +75,8 @@ def main() -> int:
     from orchestrator.logs import configure_logging
 
     configure_logging("json", stream=open(os.devnull, "w"))
-    server = subprocess.Popen(
-        [sys.executable, "-c", concurrency.SERVER, str(args.calls), str(args.latency)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    url = server.stdout.readline().strip()
     workers: list[subprocess.Popen[str]] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with concurrency.scripted_server(args.calls, args.latency) as url, tempfile.TemporaryDirectory() as tmp:
         try:
             for index in range(max(levels)):
                 workdir = Path(tmp) / f"process-{index}"
@@ -105,8 +100,6 @@ def main() -> int:
             for worker in workers:
                 worker.stdin.close()
                 worker.wait(timeout=30)
-            server.stdin.close()
-            server.wait(timeout=10)
 
     share = lambda figures, n: figures["calls"] / figures["wall"] / (n / args.latency)  # noqa: E731
     median = lambda figures, n: statistics.median(share(f, n) for f in figures)  # noqa: E731
