@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -128,6 +129,7 @@ class Toolbox:
         if unknown:
             raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
         self.root = Path(root).resolve()
+        self._root_text = str(self.root)
         self._allowed = offered(allowed)
         self._check_command = check_command
         self._check_timeout_s = check_timeout_s
@@ -174,15 +176,38 @@ class Toolbox:
         """`path` inside the root, or _Refused: no absolute paths, no escapes, no .git."""
         if not path.strip():
             raise _Refused("the path is empty; give a path relative to the project root, like src/app.py")
-        if Path(path).is_absolute() or path.startswith("~"):
+        if "\0" in path:
+            raise _Refused(f"{path!r} contains a NUL character, which no file name can hold; give a path like src/app.py")
+        if os.path.isabs(path) or path.startswith("~"):
             raise _Refused(f"{path!r} is an absolute path; use a path relative to the project root, like src/app.py")
-        # resolve() follows symlinks, so a link pointing out of the project is caught too.
-        target = (self.root / path).resolve()
-        if not target.is_relative_to(self.root):
-            raise _Refused(f"{path!r} is outside the project; only files under the project root can be used")
-        if ".git" in target.relative_to(self.root).parts or ".git" in Path(path).parts:
+        names = [name for name in path.split("/") if name not in ("", ".")]
+        if ".git" in names:
             raise _Refused(f"{path!r} is inside .git, which the tools may not touch")
+        target = None if ".." in names else self._joined_without_links(names)
+        if target is None:
+            # resolve() follows the links and the "..", so a way out of the project is caught too.
+            target = (self.root / path).resolve()
+            if not target.is_relative_to(self.root):
+                raise _Refused(f"{path!r} is outside the project; only files under the project root can be used")
+            if ".git" in target.relative_to(self.root).parts:
+                raise _Refused(f"{path!r} is inside .git, which the tools may not touch")
         return target
+
+    def _joined_without_links(self, names: list[str]) -> Path | None:
+        """root/names if no part of it below the root is a symlink, else None.
+
+        Then it is what resolve() would give, for one lstat a part below the root
+        instead of one for every part from / down: tools run on every turn.
+        """
+        current = self._root_text
+        for name in names:
+            current = os.path.join(current, name)
+            try:
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    return None
+            except OSError:
+                break  # missing from here down, so no link below either
+        return Path(self._root_text, *names)
 
     def _shown(self, target: Path) -> str:
         return target.relative_to(self.root).as_posix() or "."
@@ -216,10 +241,13 @@ class Toolbox:
 
     def _write_file(self, path: str, content: str) -> ToolResult:
         target = self._resolve(path)
-        if target.is_dir():
-            raise _Refused(f"{path!r} is a folder; give a file path")
-        existed = target.exists()
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            existed = True
+            if stat.S_ISDIR(os.stat(target).st_mode):
+                raise _Refused(f"{path!r} is a folder; give a file path")
+        except OSError:
+            existed = False
+            target.parent.mkdir(parents=True, exist_ok=True)
         _overwrite(target, content)
         verb = "replaced" if existed else "created"
         return ToolResult(True, f"{verb} {self._shown(target)} ({_count_lines(content)} lines)")
@@ -328,6 +356,8 @@ class Toolbox:
     def _run_command(self, command: str) -> ToolResult:
         if not command.strip():
             raise _Refused("the command is empty; give a shell command to run")
+        if "\0" in command:
+            raise _Refused("the command contains a NUL character, which a shell command cannot hold; write it without one")
         result = run_shell(command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel)
         return ToolResult(result.exit_code == 0, f"exit code {result.exit_code}\n{result.output}".rstrip())
 

@@ -123,6 +123,45 @@ class TestPaths:
         """A path with .. that stays inside the root is allowed."""
         assert run(toolbox(repo), "read_file", path="src/../app.py").ok
 
+    def test_links_below_the_root_are_followed_and_judged(self, repo, tmp_path):
+        """A link anywhere along the path is followed: inside the root it works, out of it or into .git it is refused."""
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (repo / "src" / "app_link.py").symlink_to(repo / "app.py")
+        (repo / "src" / "away").symlink_to(outside)
+        (repo / "dangling.txt").symlink_to(outside / "new.txt")
+        (repo / "gitlink").symlink_to(repo / ".git")
+        box = toolbox(repo)
+        assert run(box, "write_file", path="src/app_link.py", content="linked\n").ok
+        assert (repo / "app.py").read_text() == "linked\n"
+        for path in ("src/away/x.txt", "src/away/deeper/x.txt", "dangling.txt"):
+            result = run(box, "write_file", path=path, content="x")
+            assert not result.ok and "outside the project" in result.output
+        assert not run(box, "read_file", path="gitlink/config").ok
+        assert list(outside.iterdir()) == []
+
+    @pytest.mark.parametrize(
+        "path",
+        ["app.py", "src/util.py", "./src//util.py", "src/new/deep/file.txt", "app.py/not_a_folder", "src/", "link/util.py", "src/../app.py"],
+    )
+    def test_paths_resolve_as_resolve_does(self, repo, path):
+        """The short way to a path inside the root gives exactly what Path.resolve() gives."""
+        (repo / "link").symlink_to(repo / "src")
+        box = toolbox(repo)
+        assert box._resolve(path) == (repo / path).resolve()
+
+    def test_nul_character_is_refused_in_a_line(self, repo):
+        """A path or command with a NUL in it (a model can write \\u0000) is refused, not raised."""
+        box = toolbox(repo, allowed=ALL_TOOLS)
+        for name, arguments in (
+            ("read_file", {"path": "app\0.py"}),
+            ("write_file", {"path": "a\0b", "content": "x"}),
+            ("list_dir", {"path": "src\0"}),
+            ("run_command", {"command": "echo a\0b"}),
+        ):
+            result = run(box, name, **arguments)
+            assert not result.ok and "NUL" in result.output and "\n" not in result.output
+
 
 class TestFileTools:
     def test_read_file(self, repo):
