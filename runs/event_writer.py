@@ -6,9 +6,9 @@ they record, and every agent thread would wait on SQLite. Here an agent
 thread only queues the row; one writer thread takes whatever has queued up
 and inserts it in one transaction.
 
-What stays true: the run store's own writes (an iteration begun or finished,
-a lease) first wait for the queue to drain (`flush`), so the database never
-says an iteration ended before its events are in. A crash loses at most the
+What stays true: the run store's reads, and its writes that close something
+(an iteration or a run ended), first wait for the queue to drain (`flush`), so
+the database never says an iteration ended before its events are in. A crash loses at most the
 events of the last few tens of milliseconds, which the recovery treats as it always
 did: the iteration was in flight. A database failure (disk full, read-only)
 is raised as StateError to the next caller of `put` or `flush`; the batch it

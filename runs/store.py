@@ -109,7 +109,7 @@ class RunStore:
         self._engine.dispose()
 
     def flush(self) -> None:
-        """Wait until the queued events are written (every other read and write does this first)."""
+        """Wait until the queued events are written (reads and the writes that must follow them do this first)."""
         self._events.flush()
 
     @contextlib.contextmanager
@@ -123,11 +123,19 @@ class RunStore:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
 
     @contextlib.contextmanager
-    def _statements(self, action: str, *, expected: tuple[type[SQLAlchemyError], ...] = ()) -> Iterator[Connection]:
+    def _statements(
+        self, action: str, *, expected: tuple[type[SQLAlchemyError], ...] = (), after_events: bool = True
+    ) -> Iterator[Connection]:
         """Like `_writing`, on a plain connection: the per-task writes are single statements,
         and the ORM's unit of work would double their cost when N tasks start at once.
-        Errors in `expected` are an answer, not a failure: they reach the caller as they are."""
-        self._events.flush()
+        Errors in `expected` are an answer, not a failure: they reach the caller as they are.
+
+        `after_events=False` for a write that needs no queued event before it (a task or an
+        iteration begun, a task ended after its iterations, a lease): waiting for the queue
+        would wait for the other tasks' events, and hurry their batch, for nothing.
+        """
+        if after_events:
+            self._events.flush()
         try:
             with self._one_writer, self._engine.begin() as connection:
                 yield connection
@@ -136,13 +144,13 @@ class RunStore:
         except SQLAlchemyError as exc:
             raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
 
-    def _add(self, action: str, model: type[Base], **values: Any) -> int:
-        with self._statements(action) as connection:
+    def _add(self, action: str, model: type[Base], *, after_events: bool = True, **values: Any) -> int:
+        with self._statements(action, after_events=after_events) as connection:
             return connection.execute(insert(model.__table__), values).inserted_primary_key[0]
 
-    def _update(self, action: str, model: type[Base], row_id: int, **values: Any) -> None:
+    def _update(self, action: str, model: type[Base], row_id: int, *, after_events: bool = True, **values: Any) -> None:
         table = model.__table__
-        with self._statements(action) as connection:
+        with self._statements(action, after_events=after_events) as connection:
             result = connection.execute(update(table).where(table.c.id == row_id).values(**values))
             if result.rowcount == 0:
                 raise LookupError(f"run store: {action}: no {table.name} row with id {row_id}")
@@ -160,17 +168,19 @@ class RunStore:
         self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=utc_now())
 
     def begin_task(self, run_id: int, *, name: str, branch: str) -> int:
-        return self._add("begin_task", TaskRun, run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now())
+        return self._add("begin_task", TaskRun, after_events=False, run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now())
 
     def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "") -> None:
         values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": utc_now()}
-        self._update("finish_task", TaskRun, task_run_id, **values)
+        # Its iterations' events are in: each iteration's end waited for them.
+        self._update("finish_task", TaskRun, task_run_id, after_events=False, **values)
 
     def begin_iteration(self, task_run_id: int, *, number: int, checkpoint: str, pid: int, transcript: str = "") -> int:
         now = utc_now()
         return self._add(
             "begin_iteration",
             Iteration,
+            after_events=False,
             task_run_id=task_run_id,
             number=number,
             outcome="running",
@@ -182,7 +192,7 @@ class RunStore:
         )
 
     def heartbeat(self, iteration_id: int) -> None:
-        self._update("heartbeat", Iteration, iteration_id, heartbeat_at=utc_now())
+        self._update("heartbeat", Iteration, iteration_id, after_events=False, heartbeat_at=utc_now())
 
     def finish_iteration(
         self,
@@ -245,14 +255,14 @@ class RunStore:
         expires = now + timedelta(seconds=ttl_s)
         # Free is the usual case (a lease is deleted when its task ends): one INSERT takes it.
         try:
-            with self._statements("acquire_lease", expected=(IntegrityError,)) as connection:
+            with self._statements("acquire_lease", expected=(IntegrityError,), after_events=False) as connection:
                 connection.execute(insert(Lease.__table__), {"task": task, "owner": owner, "acquired_at": now, "expires_at": expires})
             return True
         except IntegrityError:
             pass  # a row exists: ours, expired, or someone else's
         # A conditional UPDATE is atomic on every backend: two takers of an
         # expired lease cannot both see rowcount 1.
-        with self._statements("acquire_lease") as connection:
+        with self._statements("acquire_lease", after_events=False) as connection:
             return bool(
                 connection.execute(
                     update(Lease)
@@ -264,13 +274,13 @@ class RunStore:
     def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""
         expires = utc_now() + timedelta(seconds=ttl_s)
-        with self._statements("renew_lease") as connection:
+        with self._statements("renew_lease", after_events=False) as connection:
             statement = update(Lease).where(Lease.task == task, Lease.owner == owner).values(expires_at=expires)
             return connection.execute(statement).rowcount == 1
 
     def release_lease(self, task: str, owner: str) -> None:
         """Give the lease back; nothing happens if it is not ours any more."""
-        with self._statements("release_lease") as connection:
+        with self._statements("release_lease", after_events=False) as connection:
             connection.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
 
     def leases(self) -> list[LeaseView]:
