@@ -9,15 +9,19 @@ it debugs an error.
 from __future__ import annotations
 
 import os
-import re
 import stat
+import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.commands import cap_text, run_shell
 from orchestrator.config import ALL_TOOLS
+from orchestrator import search
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.toolcalls import arguments_problem, parse_calls
+
+if TYPE_CHECKING:
+    import regex
 
 MAX_SEARCH_MATCHES = 100
 _SEARCH_LINE_CHARS = 200
@@ -289,23 +293,28 @@ class Toolbox:
     def _search(self, pattern: str, path: str = ".") -> ToolResult:
         if not pattern:
             raise _Refused("the pattern is empty; give the text or regular expression to look for")
-        try:
-            regex = re.compile(pattern)
-        except re.error:
-            # Not a valid regex, so the model meant the plain text.
-            regex = re.compile(re.escape(pattern))
+        compiled = search.compile_pattern(pattern)
         target = self._resolve(path)
         if not target.exists():
             raise _Refused(f"not found: {path!r}; use \".\" to search the whole project")
+        deadline = time.monotonic() + search.SEARCH_TIMEOUT_S
         matches: list[str] = []
-        for file in self._files_under(target):
-            matches.extend(self._matches_in(file, regex, MAX_SEARCH_MATCHES + 1 - len(matches)))
-            if len(matches) > MAX_SEARCH_MATCHES:
-                shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
-                return ToolResult(
-                    True,
-                    f"{shown}\n[stopped after {MAX_SEARCH_MATCHES} matches; use a narrower pattern or path]",
-                )
+        try:
+            for file in self._files_under(target):
+                if self._cancel is not None:
+                    self._cancel.raise_if_cancelled()
+                matches.extend(self._matches_in(file, compiled, MAX_SEARCH_MATCHES + 1 - len(matches), deadline))
+                if len(matches) > MAX_SEARCH_MATCHES:
+                    shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
+                    return ToolResult(
+                        True,
+                        f"{shown}\n[stopped after {MAX_SEARCH_MATCHES} matches; use a narrower pattern or path]",
+                    )
+        except TimeoutError:
+            raise _Refused(
+                f"search stopped after {search.SEARCH_TIMEOUT_S:g}s: the pattern {pattern!r} backtracks too much; "
+                "search for plain text, or a pattern without nested repeats like (a+)+"
+            ) from None
         if not matches:
             return ToolResult(True, f"no matches for {pattern!r} in {path}")
         return ToolResult(True, "\n".join(matches))
@@ -322,7 +331,8 @@ class Toolbox:
                 if file.resolve().is_relative_to(self.root):
                     yield file
 
-    def _matches_in(self, file: Path, regex: re.Pattern[str], limit: int) -> list[str]:
+    def _matches_in(self, file: Path, pattern: regex.Pattern[str], limit: int, deadline: float) -> list[str]:
+        """`file:line: text` for the first `limit` matching lines of a text file; see orchestrator/search.py."""
         try:
             if file.stat().st_size > _SEARCH_MAX_FILE_BYTES:
                 return []
@@ -332,13 +342,8 @@ class Toolbox:
         if b"\0" in data[:_BINARY_SNIFF_BYTES]:
             return []
         shown = file.relative_to(self.root).as_posix() if file.is_relative_to(self.root) else file.name
-        found: list[str] = []
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-            if regex.search(line):
-                found.append(f"{shown}:{number}: {line.strip()[:_SEARCH_LINE_CHARS]}")
-                if len(found) >= limit:
-                    break
-        return found
+        lines = search.matching_lines(data.decode("utf-8", errors="replace"), pattern, limit, deadline)
+        return [f"{shown}:{number}: {line.strip()[:_SEARCH_LINE_CHARS]}" for number, line in lines]
 
     def _run_check(self) -> ToolResult:
         result = run_shell(

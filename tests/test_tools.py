@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from orchestrator.commands import TIMEOUT_EXIT_CODE, cap_text, run_shell
 from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
 from orchestrator.records import ModelResponse, RawToolCall, ToolCall
+from orchestrator import search
 from orchestrator.tools import MAX_SEARCH_MATCHES, Toolbox
 
 
@@ -272,6 +274,39 @@ class TestSearch:
         result = run(toolbox(repo), "search", pattern="hit")
         assert result.ok and len(result.output.splitlines()) == MAX_SEARCH_MATCHES + 1
         assert "narrower" in result.output
+
+    def test_backtracking_pattern_stops_without_freezing_the_night(self, repo, monkeypatch):
+        """A pattern that backtracks forever is stopped at the search's time limit with a note,
+        and the other threads (the other tasks, the watchdog, the signal handler) go on meanwhile."""
+        monkeypatch.setattr(search, "SEARCH_TIMEOUT_S", 1.0)
+        (repo / "long.txt").write_text("a" * 5000 + "!\n")
+        ticks: list[float] = []
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.05)
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        started = time.monotonic()
+        try:
+            result = run(toolbox(repo), "search", pattern=r"(a+)+$", path="long.txt")
+        finally:
+            stop.set()
+            ticker.join()
+        took = time.monotonic() - started
+        assert not result.ok and "backtracks" in result.output and "\n" not in result.output
+        assert 0.9 < took < 5
+        assert sum(started < t < started + took for t in ticks) >= 10  # ~20 if never blocked
+
+    def test_search_is_line_by_line(self, repo):
+        """^ and $ hold at each line, and a match never spans two lines."""
+        (repo / "lines.txt").write_text("alpha\nbeta gamma\ngamma\n")
+        box = toolbox(repo)
+        assert run(box, "search", pattern="^gamma$", path="lines.txt").output == "lines.txt:3: gamma"
+        assert "no matches" in run(box, "search", pattern=r"alpha\sbeta", path="lines.txt").output
 
 
 class TestCommands:

@@ -1,0 +1,68 @@
+"""The search tool's engine: the whole-text way finds exactly the lines the line-by-line way finds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestrator.search import compile_pattern, matching_lines, stays_on_one_line
+
+TEXTS = [
+    "alpha\nbeta gamma\ngamma\n",
+    "first line\r\nsecond  line\r\n\r\nlast",  # Windows line ends and an empty line
+    "x = 1\n\n\ny = 22\nz=333",
+    "tab\there\u2028unicode line break\x0bvertical tab\x85next line",  # splitlines() breaks on these too
+    "",
+    "\n\n",
+    "word\nsword\nwords and swords\n",
+    "def f():\n    return a - b\n\ndef g():\n    pass\n",
+]
+PATTERNS = [
+    "gamma", "^gamma$", "^$", "line$", "^s", r"\d+", r"\w+ \w+", r"\bword\b", r"\Bword", "a.*a", "x*", ".",
+    "return a - b", "def .*\\(", r"[a-c]+", r"\S+$", "e\\.", "(ab|cd)+",
+]
+
+
+def line_by_line(text: str, pattern: str) -> list[tuple[int, str]]:
+    compiled = compile_pattern(pattern)
+    return [(n, line) for n, line in enumerate(text.splitlines(), start=1) if compiled.search(line)]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_whole_text_finds_what_each_line_finds(pattern):
+    """For every pattern taken the fast way, the lines found are those of a search line by line."""
+    assert stays_on_one_line(pattern), pattern
+    for text in TEXTS:
+        assert matching_lines(text, compile_pattern(pattern), 1000, time.monotonic() + 10) == line_by_line(text, pattern), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"a\sb", r"gamma\n", "[^x]+", "(?s)a.b", "(?<=a)b", r"\Agamma", r"gamma\Z", r"(a)\1", r"\x0a", r"\p{L}", "[[:space:]]", "a\nb"],
+)
+def test_patterns_that_may_cross_a_line_go_line_by_line(pattern):
+    """A pattern that can match a line break or look past one is judged line by line, with the same result."""
+    assert not stays_on_one_line(pattern)
+    for text in TEXTS:
+        assert matching_lines(text, compile_pattern(pattern), 1000, time.monotonic() + 10) == line_by_line(text, pattern)
+
+
+def test_limit_counts_lines_not_matches():
+    """Several matches on one line count once; the search stops at `limit` lines."""
+    text = "a a a\nb\na\na\n"
+    assert matching_lines(text, compile_pattern("a"), 2, time.monotonic() + 10) == [(1, "a a a"), (3, "a")]
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a+)+\s$"])
+def test_deadline_stops_a_backtracking_pattern(pattern):
+    """Either way, a pattern that backtracks without end raises TimeoutError at the deadline."""
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        matching_lines("ok\n" + "a" * 5000 + "!\n", compile_pattern(pattern), 10, started + 0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_not_a_regex_is_plain_text():
+    """A pattern that does not compile is searched as the plain text it is."""
+    assert matching_lines("call(a, b\n", compile_pattern("call(a"), 10, time.monotonic() + 10) == [(1, "call(a, b")]
