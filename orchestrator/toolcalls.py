@@ -21,10 +21,14 @@ from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCal
 DESCRIBE_LIMIT = 120
 _VALUE_LIMIT = 60
 _CUT_OFF = "cut off at the length limit"
+# Arguments never need more; deeper JSON is refused as unparseable rather than met by a RecursionError.
+MAX_JSON_DEPTH = 64
 # Fence languages a model uses for a call; a ```python fence is never a call.
 _CALL_FENCE_LANGUAGES = {"", "json", "json5", "jsonc", "tool_call", "tool", "tool_code", "function"}
 _TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# Possessive (*+): a fence line with no line break after it fails at once instead of being
+# re-split between the three parts in every way (quadratic in the reply's length).
+_FENCE = re.compile(r"```[ \t]*+([\w+-]*+)[^\n]*+\n(.*?)(?:```|\Z)", re.DOTALL)
 _FUNCTION_TAG = re.compile(r"<function=([^>\s]*)>(.*?)(</function>|\Z)", re.DOTALL)
 _PARAMETER_TAG = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 _JSON_START = re.compile(r"^[ \t]*([\[{])", re.MULTILINE)
@@ -156,8 +160,7 @@ def _read_arguments(text: str) -> _Arguments:
     if not text.strip():
         return _Arguments({}, text)
     try:
-        # strict=False: a raw newline inside a string is unambiguous, and small models write them.
-        return _Arguments(json.loads(text, strict=False), text)
+        return _Arguments(_loads(text), text)
     except ValueError as exc:
         return _Arguments(_repair(text), text, _json_error(exc))
 
@@ -166,9 +169,10 @@ def _repair(text: str) -> Any:
     try:
         import json_repair
 
-        return json_repair.loads(text)
-    except Exception:  # the repair library fails in its own ways on garbage; garbage stays unparseable
+        repaired = json_repair.loads(text)
+    except Exception:  # the repair library fails in its own ways on garbage (RecursionError too); garbage stays unparseable
         return None
+    return None if _nested_deeper_than(repaired, MAX_JSON_DEPTH) else repaired
 
 
 def _decode_string_object(value: Any) -> Any:
@@ -179,7 +183,7 @@ def _decode_string_object(value: Any) -> Any:
         if not value.strip():
             return {}
         try:
-            decoded = json.loads(value, strict=False)
+            decoded = _loads(value)
         except ValueError:
             return value
         if isinstance(decoded, dict):
@@ -250,7 +254,7 @@ def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]
         if start < resume:
             continue
         try:
-            value, resume = decoder.raw_decode(text, start)
+            value, resume = _raw_decode(decoder, text, start)
         except ValueError:
             if cut:
                 found.extend(_calls_in_block(text[start:], known, cut))
@@ -268,7 +272,7 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
     if not block.startswith(("{", "[")):
         return []
     try:
-        value, error = json.loads(block, strict=False), ""
+        value, error = _loads(block), ""
     except ValueError as exc:
         value, error = _repair(block), _json_error(exc)
     return _written_from_value(value, block, error, known, cut) or []
@@ -362,6 +366,32 @@ def _json_type(value: Any) -> str:
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
+
+
+def _loads(text: str) -> Any:
+    # strict=False: a raw newline inside a string is unambiguous, and small models write them.
+    return _raw_decode(json.JSONDecoder(strict=False), text, 0, whole=True)[0]
+
+
+def _raw_decode(decoder: json.JSONDecoder, text: str, start: int, *, whole: bool = False) -> tuple[Any, int]:
+    """decoder.raw_decode (or, if `whole`, decoder.decode), with JSON nested too deeply to read or to
+    use (json's recursion, our guards' own) refused as a ValueError, like any other unreadable JSON."""
+    try:
+        value, end = (decoder.decode(text), len(text)) if whole else decoder.raw_decode(text, start)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    if _nested_deeper_than(value, MAX_JSON_DEPTH):
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+    return value, end
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    level = [value]
+    for _ in range(limit + 1):
+        level = [item for node in level if isinstance(node, (dict, list)) for item in (node.values() if isinstance(node, dict) else node)]
+        if not level:
+            return False
+    return True
 
 
 def _json_error(exc: ValueError) -> str:

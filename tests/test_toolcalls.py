@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
-from orchestrator.toolcalls import arguments_problem, describe_call, parse_calls
+from orchestrator.toolcalls import MAX_JSON_DEPTH, arguments_problem, describe_call, parse_calls
 from orchestrator.tools import Toolbox
 
 SCHEMAS = Toolbox(
@@ -234,6 +235,41 @@ class TestTextCalls:
         text = 'I will write it.\n{"name": "write_file", "arguments": {"path": "a.py", "content": "def f('
         call = only(written(text, finish_reason="length"))
         assert isinstance(call, BrokenCall) and call.problem == "unparseable"
+
+
+class TestHostileInput:
+    """Whatever a model writes, parsing answers with calls or broken calls, quickly, and never raises."""
+
+    @pytest.mark.parametrize(
+        "response",
+        [
+            ModelResponse(text="", tool_calls=(RawToolCall(name="write_file", arguments="[" * 5000, id="c0"),), finish_reason="tool_calls"),
+            ModelResponse(text="<tool_call>" + "[" * 5000, finish_reason="stop"),
+            ModelResponse(text="```json\n" + "[" * 5000, finish_reason="stop"),
+            ModelResponse(text='{"name": "write_file", "arguments": ' + "[" * 3000 + "]" * 3000 + "}", finish_reason="stop"),
+            ModelResponse(text="[" * 5000, finish_reason="length"),
+        ],
+        ids=["native", "tag", "fence", "bare-json", "cut"],
+    )
+    def test_json_nested_too_deeply_is_not_a_crash(self, response):
+        """JSON deeper than Python's recursion limit was a RecursionError, which ended the iteration as iteration_error."""
+        calls = parse_calls(response, SCHEMAS)
+        assert all(isinstance(call, BrokenCall) for call in calls)
+
+    def test_arguments_nested_past_the_limit_are_refused_with_the_reason(self):
+        """Valid JSON nested more than MAX_JSON_DEPTH levels is refused, and the note says why."""
+        deep = '{"path": "a.py", "content": ' + "[" * (MAX_JSON_DEPTH + 5) + "]" * (MAX_JSON_DEPTH + 5) + "}"
+        call = only(native(("write_file", deep)))
+        assert isinstance(call, BrokenCall) and f"nested more than {MAX_JSON_DEPTH} levels deep" in call.detail
+        shallow = '{"path": "a.py", "content": ' + "[" * 10 + "]" * 10 + "}"
+        call = only(native(("write_file", shallow)))
+        assert isinstance(call, BrokenCall) and "must be a string, got array" in call.detail
+
+    def test_a_fence_line_without_its_line_break_is_linear(self):
+        """A long reply that opens a fence and never breaks the line parses at once (it was quadratic: seconds at 64k chars)."""
+        started = time.perf_counter()
+        assert written("```" + "a" * 64000) == []
+        assert time.perf_counter() - started < 1
 
 
 class TestArgumentsProblem:
