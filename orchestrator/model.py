@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
+from orchestrator.surrogates import mend
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 from orchestrator import transports
 
@@ -386,9 +387,9 @@ class _Draft:
         return None
 
     def finish(self, messages: Sequence[Message], *, latency_s: float) -> ModelResponse:
-        text = self.content.text()
+        text = mend(self.content.text())
         calls = tuple(
-            RawToolCall(name=c.name, arguments=c.arguments.text(), id=c.id) for _, c in sorted(self.calls.items())
+            RawToolCall(name=mend(c.name), arguments=mend(c.arguments.text()), id=c.id) for _, c in sorted(self.calls.items())
         )
         written = text + "".join(c.name + c.arguments for c in calls)
         return ModelResponse(
@@ -398,7 +399,7 @@ class _Draft:
             completion_tokens=self.completion_tokens or estimate_tokens(written),
             latency_s=latency_s,
             finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
-            reasoning=self.reasoning.text(),
+            reasoning=mend(self.reasoning.text()),
         )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
+from orchestrator.surrogates import mend_all
 
 DESCRIBE_LIMIT = 120
 _VALUE_LIMIT = 60
@@ -172,7 +173,7 @@ def _repair(text: str) -> Any:
         repaired = json_repair.loads(text)
     except Exception:  # the repair library fails in its own ways on garbage (RecursionError too); garbage stays unparseable
         return None
-    return None if _nested_deeper_than(repaired, MAX_JSON_DEPTH) else repaired
+    return None if _nested_deeper_than(repaired, MAX_JSON_DEPTH) else mend_all(repaired)
 
 
 def _decode_string_object(value: Any) -> Any:
@@ -382,7 +383,8 @@ def _raw_decode(decoder: json.JSONDecoder, text: str, start: int, *, whole: bool
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
     if _nested_deeper_than(value, MAX_JSON_DEPTH):
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
-    return value, end
+    # Only a \u escape in the JSON can have made half a surrogate pair (see orchestrator/surrogates.py).
+    return (mend_all(value) if text.find("\\u", start, end) >= 0 else value), end
 
 
 def _nested_deeper_than(value: Any, limit: int) -> bool:

@@ -271,3 +271,24 @@ class TestMorning:
         [path] = (config.parent / "state" / "transcripts").glob("*.jsonl")
         kinds = [json.loads(line)["entry"] for line in path.read_text().splitlines()]
         assert kinds.count("tool_call") == 5 and "check" in kinds
+
+
+class TestOddCharacters:
+    def test_lone_surrogates_from_the_model_end_nowhere_near_a_crash(self, config_file, server, capsys):
+        """Half a surrogate pair ("\\ud83d": an escape a small model writes in code, or a pair split
+        across stream chunks) in the text or the arguments is written down as its escape: the
+        transcript, the run store, notes.md and the report all take it, and the night goes on."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(
+            say("thinking about \ud83d"),
+            call("write_file", '{"path": "u.py", "content": "S = \\"\\ud83d\\"\\n"}'),
+            call("read_file", {"path": "nope-\ud83d.py"}),
+            *FIX[2:],
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        assert (worktree(config) / "u.py").read_text(encoding="utf-8") == 'S = "\\ud83d"\n'
+        report = report_json(config, capsys)
+        assert report["tasks"][0]["outcome"] == "succeeded"
+        [path] = (config.parent / "state" / "transcripts").glob("*.jsonl")
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        assert any("nope-" in json.dumps(line) for line in lines)
