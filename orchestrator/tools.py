@@ -247,8 +247,12 @@ class Toolbox:
         target = self._resolve(path)
         try:
             existed = True
-            if stat.S_ISDIR(os.stat(target).st_mode):
+            mode = os.stat(target).st_mode
+            if stat.S_ISDIR(mode):
                 raise _Refused(f"{path!r} is a folder; give a file path")
+            if not stat.S_ISREG(mode):
+                # A pipe would wait for a reader that never comes, and hang the iteration.
+                raise _Refused(f"{path!r} is not a regular file (a pipe, socket or device); write another path")
         except OSError:
             existed = False
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -334,7 +338,9 @@ class Toolbox:
     def _matches_in(self, file: Path, pattern: regex.Pattern[str], limit: int, deadline: float) -> list[str]:
         """`file:line: text` for the first `limit` matching lines of a text file; see orchestrator/search.py."""
         try:
-            if file.stat().st_size > _SEARCH_MAX_FILE_BYTES:
+            info = file.stat()
+            # A pipe (made by a command the model ran) would block the read for ever.
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _SEARCH_MAX_FILE_BYTES:
                 return []
             data = file.read_bytes()
         except OSError:

@@ -378,3 +378,18 @@ class TestAllowlist:
         """execute refuses arguments that do not fit, even when called directly."""
         result = run(toolbox(repo), "read_file", file="app.py")
         assert not result.ok and "missing required parameter 'path'" in result.output
+
+
+class TestSpecialFiles:
+    def test_a_pipe_in_the_worktree_never_blocks_a_tool(self, repo):
+        """A named pipe (a command the model ran can make one) is refused or skipped; no tool waits on it."""
+        os.mkfifo(repo / "src" / "pipe")
+        box = toolbox(repo)
+        started = time.monotonic()
+        written = run(box, "write_file", path="src/pipe", content="x")
+        assert not written.ok and "not a regular file" in written.output
+        assert not run(box, "read_file", path="src/pipe").ok
+        assert not run(box, "edit_file", path="src/pipe", old="a", new="b").ok
+        found = run(box, "search", pattern="X = 1", path="src")
+        assert found.ok and found.output == "src/util.py:1: X = 1"
+        assert time.monotonic() - started < 5
