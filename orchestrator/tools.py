@@ -27,6 +27,8 @@ MAX_SEARCH_MATCHES = 100
 _SEARCH_LINE_CHARS = 200
 _SEARCH_MAX_FILE_BYTES = 2_000_000
 _BINARY_SNIFF_BYTES = 8192
+# A file this big is data or a log, not code to edit; read whole, it could exhaust the memory.
+_EDIT_MAX_FILE_BYTES = 20_000_000
 # Folders a search from above skips: they are big and never the code to change.
 _SEARCH_SKIP_DIRS = {".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache", ".tox"}
 
@@ -228,16 +230,20 @@ class Toolbox:
 
     def _read_file(self, path: str) -> ToolResult:
         target = self._existing_file(path)
-        data = target.read_bytes()
+        with open(target, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            # No more than can be shown: a log of gigabytes must not be read whole into memory.
+            data = handle.read(4 * self._max_output_chars + _BINARY_SNIFF_BYTES)
         if b"\0" in data[:_BINARY_SNIFF_BYTES]:
-            return ToolResult(False, f"{path!r} is a binary file ({len(data)} bytes); it cannot be shown as text")
+            return ToolResult(False, f"{path!r} is a binary file ({size} bytes); it cannot be shown as text")
         text = data.decode("utf-8", errors="replace")
         if not text:
             return ToolResult(True, f"({path} is empty)")
-        if len(text) <= self._max_output_chars:
+        if len(text) <= self._max_output_chars and len(data) >= size:
             return ToolResult(True, text)
+        length = f"{len(text)} chars" if len(data) >= size else f"{size} bytes"
         note = (
-            f"\n[... {path} has {len(text)} chars; only the first {{shown}} are shown. "
+            f"\n[... {path} has {length}; only the first {{shown}} chars are shown. "
             "Use search to find the lines you need further down.]"
         )
         shown = max(self._max_output_chars - len(note) - 10, 0)
@@ -266,6 +272,9 @@ class Toolbox:
             raise _Refused("`old` is empty; copy the exact text to replace from the file, or use write_file")
         if old == new:
             raise _Refused("`old` and `new` are the same, so nothing would change")
+        size = target.stat().st_size
+        if size > _EDIT_MAX_FILE_BYTES:
+            raise _Refused(f"{path!r} has {size} bytes, more than edit_file takes ({_EDIT_MAX_FILE_BYTES}); leave it as it is")
         with open(target, encoding="utf-8", newline="") as handle:
             text = handle.read()
         if "\r\n" in text and "\r\n" not in old:

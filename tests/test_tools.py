@@ -181,7 +181,21 @@ class TestFileTools:
         (repo / "big.txt").write_text("line\n" * 5000)
         result = run(toolbox(repo, max_output_chars=1000), "read_file", path="big.txt")
         assert result.ok and len(result.output) <= 1000
-        assert result.output.startswith("line\n") and "25000 chars" in result.output
+        assert result.output.startswith("line\n") and "25000 bytes" in result.output
+
+    def test_read_file_reads_no_more_than_it_can_show(self, repo):
+        """A huge file is not read whole: what is shown is its start, and the note gives its size."""
+        big = repo / "huge.log"
+        with open(big, "wb") as handle:
+            handle.write(b"start\n")
+            handle.truncate(3 * 1024**3)  # 3 GiB, sparse: reading it whole would take seconds and the memory
+        started = time.monotonic()
+        result = run(toolbox(repo, max_output_chars=1000), "read_file", path="huge.log")
+        assert time.monotonic() - started < 2
+        assert not result.ok and "binary" in result.output and str(3 * 1024**3) in result.output
+        assert "more than edit_file takes" in run(toolbox(repo), "edit_file", path="huge.log", old="start", new="x").output
+        (repo / "text.log").write_text("é" * 300)  # 300 chars, 600 bytes: fits whole
+        assert run(toolbox(repo, max_output_chars=1000), "read_file", path="text.log").output == "é" * 300
 
     def test_write_file_creates_parent_folders(self, repo):
         """write_file creates missing folders and the file."""
