@@ -22,6 +22,8 @@ from orchestrator.surrogates import mend_all
 DESCRIBE_LIMIT = 120
 _VALUE_LIMIT = 60
 _CUT_OFF = "cut off at the length limit"
+# strict=False: a raw newline inside a string is unambiguous, and small models write them.
+_DECODER = json.JSONDecoder(strict=False)
 # Arguments never need more; deeper JSON is refused as unparseable rather than met by a RecursionError.
 MAX_JSON_DEPTH = 64
 # Fence languages a model uses for a call; a ```python fence is never a call.
@@ -248,14 +250,13 @@ def _calls_in_function_tags(text: str, known: set[str], cut: bool) -> list[_Writ
 def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]:
     """JSON objects starting a line; one cut off at the end of a truncated answer counts too."""
     found: list[_Written] = []
-    decoder = json.JSONDecoder(strict=False)
     resume = 0
     for match in _JSON_START.finditer(text):
         start = match.start(1)
         if start < resume:
             continue
         try:
-            value, resume = _raw_decode(decoder, text, start)
+            value, resume = _raw_decode(_DECODER, text, start)
         except ValueError:
             if cut:
                 found.extend(_calls_in_block(text[start:], known, cut))
@@ -370,8 +371,7 @@ def _article(word: str) -> str:
 
 
 def _loads(text: str) -> Any:
-    # strict=False: a raw newline inside a string is unambiguous, and small models write them.
-    return _raw_decode(json.JSONDecoder(strict=False), text, 0, whole=True)[0]
+    return _raw_decode(_DECODER, text, 0, whole=True)[0]
 
 
 def _raw_decode(decoder: json.JSONDecoder, text: str, start: int, *, whole: bool = False) -> tuple[Any, int]:
