@@ -192,7 +192,8 @@ def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
     """Read and validate `path`; raise ConfigError with one line naming the key."""
     source = Path(path)
     try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+        # utf-8-sig: Windows editors start a UTF-8 file with a byte-order mark, which TOML does not allow.
+        raw = tomllib.loads(source.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {source} (create one with `overnight init`)") from None
     except (OSError, UnicodeDecodeError) as exc:

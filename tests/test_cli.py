@@ -101,6 +101,13 @@ class TestBadConfig:
         """A missing config file says where it looked and how to make one."""
         assert_one_line_error(overnight("run", "--config", str(tmp_path / "nope.toml")), 2, "not found", "overnight init")
 
+    def test_config_saved_with_a_byte_order_mark_is_read(self, tmp_path, repo):
+        """Windows editors start UTF-8 files with a byte-order mark; the config reads as without one."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        config.write_bytes(b"\xef\xbb\xbf" + config.read_bytes())
+        result = overnight("report", "--config", str(config))
+        assert "no runs recorded yet" in result.stderr and "TOML" not in result.stderr
+
     def test_no_tasks(self, tmp_path):
         """A config without tasks is a configuration error."""
         config = tmp_path / "overnight.toml"
