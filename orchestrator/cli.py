@@ -152,7 +152,7 @@ def notes(
     settings = load_config(config, require_tasks=False)
     book = NotesBook(settings.state_dir / "notes.md")
     if task is None:
-        text = book.path.read_text(encoding="utf-8") if book.path.exists() else ""
+        text = book.text()
         typer.echo(text or "(no notes yet)", nl=not text.endswith("\n"))
         return
     entries = book.for_task(task)

@@ -45,16 +45,23 @@ class NotesBook:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with _locked(self.path.with_name(self.path.name + ".lock")):
-                current = self.path.read_text(encoding="utf-8") if self.path.exists() else HEADER
-                _write_atomically(self.path, current.rstrip("\n") + "\n\n" + entry)
+                # Bytes, not text: whatever a person wrote into the file stays exactly as written.
+                current = self.path.read_bytes() if self.path.exists() else HEADER.encode("utf-8")
+                _write_atomically(self.path, current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8"))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
-    def entries(self, task: str | None = None) -> list[NoteEntry]:
+    def text(self) -> str:
+        """The whole file ("" if there is none yet); bytes that are not UTF-8 (a hand edit) read as U+FFFD."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            return self.path.read_bytes().decode("utf-8", errors="replace")
         except FileNotFoundError:
-            return []
+            return ""
+        except OSError as exc:
+            raise StateError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+
+    def entries(self, task: str | None = None) -> list[NoteEntry]:
+        text = self.text()
         found = list(_ENTRY.finditer(text))
         entries = []
         for match, following in zip(found, [*found[1:], None]):
@@ -102,11 +109,11 @@ def _longest_backtick_run(text: str) -> int:
     return max((len(r) for r in runs), default=0)
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with temporary.open("w", encoding="utf-8") as handle:
-            handle.write(text)
+        with temporary.open("wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)

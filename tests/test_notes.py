@@ -52,3 +52,15 @@ class TestNotesBook:
         text = book.for_prompt("t", budget_chars=2 * one + 10)
         assert "reason_4" in text and "reason_5" in text and "reason_3" not in text and "elsewhere" not in text
         assert text.index("reason_4") < text.index("reason_5")
+
+    def test_a_hand_edit_that_is_not_utf8_is_kept_and_read_past(self, tmp_path: Path):
+        """A person's remark saved in another encoding neither stops the night nor is rewritten:
+        its bytes stay as they are, the entries around it still reach the prompt."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="max_turns", correction="Finish sooner.")
+        remark = b"\n\nmy remark: caf\xe9 was fine\n"
+        book.path.write_bytes(book.path.read_bytes() + remark)
+        book.append(task="t", iteration=2, reason="check_failed", correction="Run the check.")
+        assert remark.strip() in book.path.read_bytes()
+        assert [entry.iteration for entry in book.entries("t")] == [1, 2]
+        assert "Run the check." in book.for_prompt("t", 10_000) and "caf\ufffd" in book.text()
