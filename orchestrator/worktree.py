@@ -207,13 +207,14 @@ def _exclude_state_dir(repo, state_dir: Path) -> None:
     except ValueError:
         return
     exclude = Path(repo.git_dir) / "info" / "exclude"
-    line = f"/{relative.as_posix()}/"
+    # Bytes: the file is the user's, in whatever encoding they wrote it.
+    line = f"/{relative.as_posix()}/".encode()
     try:
-        existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+        existing = exclude.read_bytes() if exclude.exists() else b""
         if line not in existing.splitlines():
             exclude.parent.mkdir(parents=True, exist_ok=True)
-            with exclude.open("a", encoding="utf-8") as handle:
-                handle.write(("" if existing.endswith("\n") or not existing else "\n") + line + "\n")
+            with exclude.open("ab") as handle:
+                handle.write((b"" if existing.endswith(b"\n") or not existing else b"\n") + line + b"\n")
     except OSError as exc:
         raise StateError(f"cannot write {exclude}: {exc.strerror}") from None
 

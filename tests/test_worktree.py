@@ -59,6 +59,17 @@ def test_a_state_dir_inside_the_checkout_stays_out_of_git_status(repo: Path) -> 
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
 
 
+def test_an_exclude_file_in_another_encoding_is_appended_to_as_it_is(repo: Path) -> None:
+    """.git/info/exclude is the user's file: a line in latin-1 stays byte for byte, and ours is added once."""
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    exclude.write_bytes(b"# r\xe9sum\xe9 builds\n/build/")
+    state = repo / ".overnight"
+    Worktree.ensure(repo, state, "fix", "HEAD")
+    Worktree.ensure(repo, state, "other", "HEAD")
+    assert exclude.read_bytes() == b"# r\xe9sum\xe9 builds\n/build/\n/.overnight/\n"
+
+
 def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -> None:
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
     assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")
