@@ -155,8 +155,8 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
 def _remove_git_locks(path: Path, task: str, log: Any) -> None:
     """Lock files a killed git left; they would make every later git command in the worktree fail."""
     try:
-        gitdir = Path((path / ".git").read_text(encoding="utf-8").split("gitdir:", 1)[1].strip())
-        common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        gitdir = Path(os.fsdecode((path / ".git").read_bytes()).split("gitdir:", 1)[1].strip())
+        common = (gitdir / os.fsdecode((gitdir / "commondir").read_bytes()).strip()).resolve()
     except (OSError, IndexError):
         return
     candidates = [gitdir / name for name in _GIT_LOCKS]

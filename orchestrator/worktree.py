@@ -8,6 +8,7 @@ milliseconds where re-creating the worktree would cost seconds.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -180,7 +181,8 @@ def _is_worktree_of(repo, path: Path) -> bool:
     `path/.git` back; `git worktree list` reads the same files, at the cost of a process a task.
     """
     try:
-        link = (path / ".git").read_text(encoding="utf-8").strip()
+        # os.fsdecode: git writes paths as the file system's bytes, which need not be UTF-8.
+        link = os.fsdecode((path / ".git").read_bytes()).strip()
     except OSError:  # missing, or a folder: not a linked worktree
         return False
     if not link.startswith("gitdir:"):
@@ -189,7 +191,7 @@ def _is_worktree_of(repo, path: Path) -> bool:
     if not admin.is_absolute():
         admin = path / admin
     try:
-        back = Path((admin / "gitdir").read_text(encoding="utf-8").strip())
+        back = Path(os.fsdecode((admin / "gitdir").read_bytes()).strip())
     except OSError:
         return False
     common = Path(repo.common_dir).resolve()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ import git as gitpython
 import pytest
 
 from orchestrator.worktree import Worktree, open_repo
-from tests.conftest import git
+from tests.conftest import SAMPLE_FILES, git, make_repo
 
 
 def test_made_once_then_reused(repo: Path, tmp_path: Path) -> None:
@@ -68,6 +69,17 @@ def test_an_exclude_file_in_another_encoding_is_appended_to_as_it_is(repo: Path)
     Worktree.ensure(repo, state, "fix", "HEAD")
     Worktree.ensure(repo, state, "other", "HEAD")
     assert exclude.read_bytes() == b"# r\xe9sum\xe9 builds\n/build/\n/.overnight/\n"
+
+
+def test_a_repository_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """Linux names are bytes; git writes the worktree's links in them, and they are read back as the file system's."""
+    repo = make_repo(tmp_path / os.fsdecode(b"caf\xe9") / "repo", SAMPLE_FILES)
+    state = repo.parent / "state"
+    tree = Worktree.ensure(repo, state, "fix", "HEAD")
+    assert Worktree.ensure(repo, state, "fix", "HEAD").path == tree.path  # found registered, from its link files
+    before = tree.checkpoint()
+    (tree.path / "new.txt").write_text("x\n")
+    assert tree.commit("add new.txt") != before and tree.is_clean()
 
 
 def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -> None:
