@@ -10,10 +10,12 @@ transport retries on its own, so retries never nest.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.errors import ModelUnreachable, QualityError
@@ -348,9 +350,9 @@ class _Draft:
 
     def add_message(self, message: Any) -> None:
         if getattr(message, "content", None):
-            self.content.add(message.content)
+            self.content.add(_as_text(message.content))
         if getattr(message, "reasoning_content", None):
-            self.reasoning.add(message.reasoning_content)
+            self.reasoning.add(_as_text(message.reasoning_content))
         for position, call in enumerate(getattr(message, "tool_calls", None) or ()):
             self._add_call(position, call)
 
@@ -366,15 +368,15 @@ class _Draft:
             return
         # Some servers repeat the name in every delta; it is never split.
         if getattr(function, "name", None) and not draft.name:
-            draft.name = function.name
+            draft.name = _as_text(function.name)
         if getattr(function, "arguments", None):
-            draft.arguments.add(function.arguments)
+            draft.arguments.add(_as_text(function.arguments))
 
     def add_usage(self, usage: Any) -> None:
         if usage is None:
             return
-        self.prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0) or self.prompt_tokens
-        self.completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0) or self.completion_tokens
+        self.prompt_tokens = _count(getattr(usage, "prompt_tokens", None)) or self.prompt_tokens
+        self.completion_tokens = _count(getattr(usage, "completion_tokens", None)) or self.completion_tokens
 
     def written_chars(self) -> int:
         return self.content.length + sum(c.arguments.length for c in self.calls.values())
@@ -401,6 +403,25 @@ class _Draft:
             finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
             reasoning=mend(self.reasoning.text()),
         )
+
+
+def _as_text(value: Any) -> str:
+    """A field the API says is a string, as one, whatever a server sent: content as a list of
+    parts, arguments as an object instead of its JSON text, a number."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_as_text(getattr(part, "text", part)) for part in value)
+    if isinstance(value, SimpleNamespace):
+        return json.dumps(value, default=vars, ensure_ascii=False)
+    return str(value)
+
+
+def _count(value: Any) -> int:
+    """A token count, or 0 for anything that is not a sane one (a string, null, NaN, below zero)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**53:
+        return 0
+    return int(value)
 
 
 def _read_whole(response: Any) -> _Draft:

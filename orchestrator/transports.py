@@ -381,6 +381,9 @@ def _dumps(body: dict[str, Any]) -> bytes:
 
 def _loads(data: str | bytes) -> Any:
     """JSON with objects as attribute namespaces, read the way the openai SDK's objects are."""
+    if isinstance(data, bytes):
+        # A server that cuts a character's bytes in two sends invalid UTF-8: that character is lost, not the answer.
+        data = data.decode("utf-8", errors="replace")
     try:
         return json.loads(data, object_hook=lambda fields: SimpleNamespace(**fields))
     except ValueError as exc:

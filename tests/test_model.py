@@ -402,3 +402,72 @@ class TestTransportChoice:
         config.write_text('[model]\nname = "openai/x"\ntransport = "fast"\n[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n')
         with pytest.raises(ConfigError, match=r"\[model\] transport: .*'auto', 'litellm' or 'direct'"):
             load_config(config)
+
+
+class _RawServer:
+    """Answers every chat request with the same raw SSE body: a server that bends the API."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            with client:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += client.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+                while len(body) < length:
+                    body += client.recv(65536)
+                client.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                    % len(self.body) + self.body
+                )
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _sse(*payloads: str) -> bytes:
+    return b"".join(b"data: " + p.encode("utf-8", "surrogateescape") + b"\n\n" for p in payloads) + b"data: [DONE]\n\n"
+
+
+class TestSloppyServers:
+    """Answers that bend the API's types are read for what they mean, never a TypeError in the night."""
+
+    @pytest.mark.parametrize(
+        ("body", "text", "call", "tokens"),
+        [
+            (_sse('{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": {"path": "a.py"}}}]}}]}'),
+             "", ("read_file", '{"path": "a.py"}'), None),
+            (_sse('{"choices": [{"delta": {"content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}}]}'), "hello", None, None),
+            (_sse('{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": 7, "arguments": "{}"}}]}}]}'), "", ("7", "{}"), None),
+            (_sse('{"choices": [{"delta": {"content": "x"}}], "usage": {"prompt_tokens": "many", "completion_tokens": NaN}}'), "x", None, (0, 0)),
+            (_sse('{"choices": [{"delta": {"content": "x"}}], "usage": {"prompt_tokens": -3, "completion_tokens": 5}}'), "x", None, (0, 5)),
+            (_sse('{"choices": [{"delta": {"content": "caf\udce9"}}]}'), "caf\ufffd", None, None),
+        ],
+        ids=["arguments-object", "content-parts", "name-number", "usage-junk", "usage-negative", "invalid-utf8"],
+    )
+    def test_bent_types_are_read(self, body, text, call, tokens):
+        raw = _RawServer(body)
+        model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport="direct"))
+        try:
+            response = model.complete([{"role": "user", "content": "hi"}], [])
+        finally:
+            model.close()
+            raw.close()
+        assert response.text == text
+        assert [(c.name, c.arguments) for c in response.tool_calls] == ([call] if call else [])
+        if tokens is not None:
+            # Junk counts are ignored: the prompt is then estimated, the answer counted from the server if it can be.
+            assert response.prompt_tokens > 0 and (tokens[1] == 0 or response.completion_tokens == tokens[1])
