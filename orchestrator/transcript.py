@@ -33,7 +33,3 @@ class Transcript:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def read_transcript(path: Path) -> list[dict[str, Any]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
