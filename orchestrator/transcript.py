@@ -32,4 +32,3 @@ class Transcript:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
