@@ -24,9 +24,23 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "overnight",
     "GIT_COMMITTER_EMAIL": "overnight@localhost",
 }
-# No `git maintenance run --auto` after each of our commits (a process, and 3 ms, per commit);
-# the user's own git commands still run it on their repository. Config through the environment: git >= 2.31.
-_NO_AUTO_MAINTENANCE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "maintenance.auto", "GIT_CONFIG_VALUE_0": "false"}
+# How the agent's commits are made, whatever the user's git config says (through the
+# environment: git >= 2.31; the user's own commits are untouched):
+_COMMIT_CONFIG = {
+    # no `git maintenance run --auto` after each commit (a process, and 3 ms, per commit);
+    "maintenance.auto": "false",
+    # not signed: they are the agent's, not the user's, and gpg would fail (no key for
+    # "overnight") or wait for a passphrase nobody types;
+    "commit.gpgsign": "false",
+    # none of the user's hooks (--no-verify skips only pre-commit and commit-msg): a
+    # prepare-commit-msg that opens an editor, a post-commit that pushes, would run unattended.
+    "core.hooksPath": os.devnull,
+}
+_COMMIT_CONFIG_ENV = {
+    "GIT_CONFIG_COUNT": str(len(_COMMIT_CONFIG)),
+    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_COMMIT_CONFIG)},
+    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_COMMIT_CONFIG.values())},
+}
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true"}
 
 
@@ -137,7 +151,7 @@ class Worktree:
         if not self._git.add("--all", "--verbose").strip() and not self._has_staged_changes():
             return self.checkpoint()
         try:
-            with self._git.custom_environment(**_IDENTITY, **_NO_AUTO_MAINTENANCE):
+            with self._git.custom_environment(**_IDENTITY, **_COMMIT_CONFIG_ENV):
                 self._git.commit("--quiet", "--no-verify", "-m", message)
         except git.GitCommandError:
             # Paths staged back to what HEAD has are "no change"; anything else is an error.

@@ -82,6 +82,26 @@ def test_a_repository_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> No
     assert tree.commit("add new.txt") != before and tree.is_clean()
 
 
+def test_commits_are_unsigned_and_run_none_of_the_users_hooks(repo: Path, tmp_path: Path) -> None:
+    """A user who signs every commit, with hooks after and around commits: the agent's commit is made,
+    unsigned (gpg would fail or wait for a passphrase), and no hook runs unattended."""
+    git(repo, "config", "commit.gpgsign", "true")
+    git(repo, "config", "user.signingkey", "0000DEADBEEF0000")
+    ran = tmp_path / "hooks-ran"
+    for hook in ("prepare-commit-msg", "post-commit"):
+        script = repo / ".git" / "hooks" / hook
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(f"#!/bin/sh\necho {hook} >> {ran}\n")
+        script.chmod(0o755)
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    before = tree.checkpoint()
+    (tree.path / "new.txt").write_text("x\n")
+    after = tree.commit("add new.txt")
+    assert after != before and tree.is_clean()
+    assert git(repo, "log", "-1", "--format=%an %G?", after) == "overnight N"
+    assert not ran.exists()
+
+
 def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -> None:
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
     assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")
@@ -162,13 +182,11 @@ def test_commit_of_a_file_rewritten_with_its_own_content_or_staged_back_is_no_ch
 
 
 def test_a_commit_that_fails_for_another_reason_is_raised(repo: Path, tmp_path: Path) -> None:
-    """A failing prepare-commit-msg hook (which --no-verify does not skip) is an error, not "no change"."""
+    """A branch git cannot update (a lock left by a killed git) is an error, not "no change"."""
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
-    hooks = Path(git(tree.path, "rev-parse", "--git-common-dir"))
-    hooks = (hooks if hooks.is_absolute() else tree.path / hooks) / "hooks"
-    hooks.mkdir(exist_ok=True)
-    (hooks / "prepare-commit-msg").write_text("#!/bin/sh\nexit 1\n")
-    (hooks / "prepare-commit-msg").chmod(0o755)
+    common = Path(git(tree.path, "rev-parse", "--git-common-dir"))
+    common = common if common.is_absolute() else tree.path / common
+    (common / "refs" / "heads" / "overnight" / "fix.lock").write_text("")
     (tree.path / "new.txt").write_text("work\n")
     with pytest.raises(gitpython.GitCommandError):
         tree.commit("overnight: fix iteration 1")
