@@ -24,22 +24,24 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "overnight",
     "GIT_COMMITTER_EMAIL": "overnight@localhost",
 }
-# How the agent's commits are made, whatever the user's git config says (through the
-# environment: git >= 2.31; the user's own commits are untouched):
-_COMMIT_CONFIG = {
+# How git runs in the agent's worktrees, whatever the user's git config says (through the
+# environment: git >= 2.31; the user's own git commands are untouched):
+_WORKTREE_CONFIG = {
     # no `git maintenance run --auto` after each commit (a process, and 3 ms, per commit);
     "maintenance.auto": "false",
-    # not signed: they are the agent's, not the user's, and gpg would fail (no key for
-    # "overnight") or wait for a passphrase nobody types;
+    # commits not signed: they are the agent's, not the user's, and gpg would fail (no key
+    # for "overnight") or wait for a passphrase nobody types;
     "commit.gpgsign": "false",
     # none of the user's hooks (--no-verify skips only pre-commit and commit-msg): a
-    # prepare-commit-msg that opens an editor, a post-commit that pushes, would run unattended.
+    # prepare-commit-msg that opens an editor, a post-commit that pushes, would run unattended;
     "core.hooksPath": os.devnull,
+    # no file-system monitor hook or daemon started for each task's worktree.
+    "core.fsmonitor": "false",
 }
-_COMMIT_CONFIG_ENV = {
-    "GIT_CONFIG_COUNT": str(len(_COMMIT_CONFIG)),
-    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_COMMIT_CONFIG)},
-    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_COMMIT_CONFIG.values())},
+_WORKTREE_CONFIG_ENV = {
+    "GIT_CONFIG_COUNT": str(len(_WORKTREE_CONFIG)),
+    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_WORKTREE_CONFIG)},
+    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_WORKTREE_CONFIG.values())},
 }
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true"}
 
@@ -97,7 +99,7 @@ class Worktree:
         self.keep = tuple(keep)
         self._repo = git.Repo(path)
         self._git = self._repo.git
-        self._git.update_environment(**_QUIET)
+        self._git.update_environment(**_QUIET, **_WORKTREE_CONFIG_ENV)
 
     @classmethod
     def ensure(
@@ -151,7 +153,7 @@ class Worktree:
         if not self._git.add("--all", "--verbose").strip() and not self._has_staged_changes():
             return self.checkpoint()
         try:
-            with self._git.custom_environment(**_IDENTITY, **_COMMIT_CONFIG_ENV):
+            with self._git.custom_environment(**_IDENTITY):
                 self._git.commit("--quiet", "--no-verify", "-m", message)
         except git.GitCommandError:
             # Paths staged back to what HEAD has are "no change"; anything else is an error.

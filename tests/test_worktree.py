@@ -83,16 +83,18 @@ def test_a_repository_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> No
 
 
 def test_commits_are_unsigned_and_run_none_of_the_users_hooks(repo: Path, tmp_path: Path) -> None:
-    """A user who signs every commit, with hooks after and around commits: the agent's commit is made,
-    unsigned (gpg would fail or wait for a passphrase), and no hook runs unattended."""
+    """A user who signs every commit, with hooks after and around commits and a file-system monitor:
+    the agent's commit is made, unsigned (gpg would fail or wait for a passphrase), and no hook runs unattended."""
     git(repo, "config", "commit.gpgsign", "true")
     git(repo, "config", "user.signingkey", "0000DEADBEEF0000")
     ran = tmp_path / "hooks-ran"
-    for hook in ("prepare-commit-msg", "post-commit"):
+    for hook in ("prepare-commit-msg", "post-commit", "fsmonitor"):
         script = repo / ".git" / "hooks" / hook
         script.parent.mkdir(exist_ok=True)
-        script.write_text(f"#!/bin/sh\necho {hook} >> {ran}\n")
+        script.write_text(f"#!/bin/sh\necho {hook} >> {ran}\nexit 1\n" if hook == "fsmonitor" else f"#!/bin/sh\necho {hook} >> {ran}\n")
         script.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(repo / ".git" / "hooks" / "fsmonitor"))
+    ran.unlink(missing_ok=True)  # the git calls above ran the monitor in the user's own checkout, as they should
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
     before = tree.checkpoint()
     (tree.path / "new.txt").write_text("x\n")
