@@ -8,6 +8,7 @@ when its time is up everything it started dies with it.
 from __future__ import annotations
 
 import os
+import re
 import select
 import shutil
 import signal
@@ -29,6 +30,8 @@ _QUIET_ENV = {
     "GIT_EDITOR": "true",
 }
 _READ_CHUNK = 65536
+# ECMA-48 control sequences (CSI: colours, cursor moves; OSC: titles, links) and two-character escapes.
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 # How long to wait for the output pipe to close once the command's processes are gone.
 _DRAIN_GRACE_S = 2.0
 # How often a running command looks at the cancel token.
@@ -180,4 +183,5 @@ class _OutputCollector(threading.Thread):
         with self._lock:
             head = bytes(self._head).decode("utf-8", errors="replace")
             tail = b"".join(self._tail).decode("utf-8", errors="replace")
-        return head + tail
+        # Colours and cursor moves (a tool run with FORCE_COLOR, say) are noise to a small model and to notes.md.
+        return _TERMINAL_ESCAPE.sub("", head + tail)

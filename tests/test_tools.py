@@ -84,6 +84,11 @@ class TestRunShell:
         assert result.output.startswith("START") and result.output.rstrip().endswith("END")
         assert "chars cut ...]" in result.output
 
+    def test_terminal_escapes_are_taken_out(self, tmp_path):
+        """Colours, cursor moves and window titles (a tool forced to colour) reach neither the model nor notes.md."""
+        result = run_shell(r"printf '\033[1;31mFAILED\033[0m t1 \033]0;title\007\033[2K\033[1Gok\n'", tmp_path, 10, 1000)
+        assert result.output == "FAILED t1 ok\n"
+
     def test_cap_text_keeps_short_text(self):
         """Text within the cap is returned unchanged."""
         assert cap_text("hello", 10) == "hello"
