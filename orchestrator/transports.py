@@ -110,7 +110,9 @@ class DirectHTTP:
         """Chunks (an iterator with `close`) when streaming, else the whole response."""
         content = _dumps({**request, "model": self._model})
         response, connection = self._post(content)
-        if response.status >= 400 or not stream:
+        # A server that does not stream answers a stream request with the whole JSON response.
+        whole = not stream or _media_type(response) == "application/json"
+        if response.status >= 400 or whole:
             try:
                 body = response.read()
             except _NETWORK_ERRORS as exc:
@@ -119,7 +121,7 @@ class DirectHTTP:
             self._release(connection, response)
             if response.status >= 400:
                 raise _status_error(response.status, body)
-            return _loads(body)
+            return _OneChunk(_loads(body)) if stream else _loads(body)
         return _Events(response, lambda: self._release(connection, response), connection.close)
 
     def interrupt(self) -> None:
@@ -200,6 +202,24 @@ def _shut_down(sock: socket.socket | None) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass  # already closed
+
+
+def _media_type(response: http.client.HTTPResponse) -> str:
+    return (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+
+
+class _OneChunk(list):
+    """A whole response as the one chunk of a stream: each choice's message becomes its delta."""
+
+    def __init__(self, response: Any) -> None:
+        choices = [
+            SimpleNamespace(delta=getattr(choice, "message", None), finish_reason=getattr(choice, "finish_reason", None))
+            for choice in getattr(response, "choices", None) or ()
+        ]
+        super().__init__([SimpleNamespace(choices=choices, usage=getattr(response, "usage", None))])
+
+    def close(self) -> None:
+        pass
 
 
 class _Events:

@@ -407,8 +407,9 @@ class TestTransportChoice:
 class _RawServer:
     """Answers every chat request with the same raw SSE body: a server that bends the API."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, content_type: bytes = b"text/event-stream") -> None:
         self.body = body
+        self.content_type = content_type
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -430,8 +431,8 @@ class _RawServer:
                 while len(body) < length:
                     body += client.recv(65536)
                 client.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-                    % len(self.body) + self.body
+                    b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                    % (self.content_type, len(self.body)) + self.body
                 )
 
     def close(self) -> None:
@@ -471,3 +472,25 @@ class TestSloppyServers:
         if tokens is not None:
             # Junk counts are ignored: the prompt is then estimated, the answer counted from the server if it can be.
             assert response.prompt_tokens > 0 and (tokens[1] == 0 or response.completion_tokens == tokens[1])
+
+    def test_a_server_that_does_not_stream_is_read_whole(self):
+        """Asked for a stream, a server that answers the whole JSON response is read as one chunk,
+        not as an empty answer (which would have been blamed on the model as empty_response)."""
+        whole = {
+            "choices": [{
+                "message": {"role": "assistant", "content": "reading", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+                "finish_reason": "tool_calls",
+            }],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 7},
+        }
+        raw = _RawServer(json.dumps(whole).encode(), content_type=b"application/json; charset=utf-8")
+        model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport="direct"))
+        try:
+            response = model.complete([{"role": "user", "content": "hi"}], [])
+        finally:
+            model.close()
+            raw.close()
+        assert response.text == "reading" and response.finish_reason == "tool_calls"
+        assert [(c.name, c.arguments, c.id) for c in response.tool_calls] == [("read_file", '{"path": "a.py"}', "c1")]
+        assert (response.prompt_tokens, response.completion_tokens) == (12, 7)
