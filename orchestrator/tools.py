@@ -192,7 +192,10 @@ class Toolbox:
         target = None if ".." in names else self._joined_without_links(names)
         if target is None:
             # resolve() follows the links and the "..", so a way out of the project is caught too.
-            target = (self.root / path).resolve()
+            try:
+                target = (self.root / path).resolve()
+            except RuntimeError:  # Python's word for a symlink loop
+                raise _Refused(f"{path!r} goes through a symbolic link that loops back on itself; use another path") from None
             if not target.is_relative_to(self.root):
                 raise _Refused(f"{path!r} is outside the project; only files under the project root can be used")
             if ".git" in target.relative_to(self.root).parts:
@@ -340,8 +343,12 @@ class Toolbox:
             dirs[:] = sorted(d for d in dirs if d != ".git" and d not in _SEARCH_SKIP_DIRS)
             for name in sorted(files):
                 file = Path(folder) / name
-                # A symlinked file may point out of the project; such files are not searched.
-                if file.resolve().is_relative_to(self.root):
+                # A symlinked file may point out of the project, or loop; such files are not searched.
+                try:
+                    inside = file.resolve().is_relative_to(self.root)
+                except RuntimeError:
+                    continue
+                if inside:
                     yield file
 
     def _matches_in(self, file: Path, pattern: regex.Pattern[str], limit: int, deadline: float) -> list[str]:

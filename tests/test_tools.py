@@ -400,6 +400,24 @@ class TestAllowlist:
 
 
 class TestSpecialFiles:
+    def test_a_symlink_loop_is_refused_or_skipped(self, repo):
+        """Links that point at each other (a test fixture can hold some) are a refusal for the path, and
+        skipped by search; they raised RuntimeError, which ended the iteration as iteration_error."""
+        (repo / "a").symlink_to("b")
+        (repo / "b").symlink_to("a")
+        (repo / "src" / "self").symlink_to("self")
+        box = toolbox(repo)
+        for name, arguments in (
+            ("read_file", {"path": "a"}),
+            ("write_file", {"path": "src/self/x.py", "content": "x"}),
+            ("list_dir", {"path": "src/self"}),
+            ("edit_file", {"path": "b", "old": "x", "new": "y"}),
+        ):
+            result = run(box, name, **arguments)
+            assert not result.ok and "loops back on itself" in result.output, (name, result)
+        found = run(box, "search", pattern="X = 1")
+        assert found.ok and found.output == "src/util.py:1: X = 1"
+
     def test_a_pipe_in_the_worktree_never_blocks_a_tool(self, repo):
         """A named pipe (a command the model ran can make one) is refused or skipped; no tool waits on it."""
         os.mkfifo(repo / "src" / "pipe")
