@@ -47,7 +47,7 @@ class NotesBook:
             with _locked(self.path.with_name(self.path.name + ".lock")):
                 # Bytes, not text: whatever a person wrote into the file stays exactly as written.
                 current = self.path.read_bytes() if self.path.exists() else HEADER.encode("utf-8")
-                _write_atomically(self.path, current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8"))
+                _write_atomically(self.path, current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace"))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 

@@ -18,6 +18,7 @@ from orchestrator.commands import cap_text, run_shell
 from orchestrator.config import ALL_TOOLS
 from orchestrator import search
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
+from orchestrator.surrogates import mend
 from orchestrator.toolcalls import arguments_problem, parse_calls
 
 if TYPE_CHECKING:
@@ -174,7 +175,9 @@ class Toolbox:
             return ToolResult(False, str(refusal))
         except (OSError, UnicodeError) as exc:
             return ToolResult(False, f"{call.name} failed: {exc.__class__.__name__}: {exc}")
-        return ToolResult(result.ok, cap_text(result.output, self._max_output_chars), result.submitted)
+        # A file name that is not UTF-8 comes back from the file system as lone surrogates, which
+        # no transcript or database could write: shown as escapes (orchestrator/surrogates.py).
+        return ToolResult(result.ok, cap_text(mend(result.output), self._max_output_chars), result.submitted)
 
     # --- paths ---------------------------------------------------------------
 

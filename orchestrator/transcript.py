@@ -15,7 +15,8 @@ class Transcript:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("a", encoding="utf-8")
+        # backslashreplace: a lone surrogate that got this far is written as its JSON escape, not a crash.
+        self._handle = path.open("a", encoding="utf-8", errors="backslashreplace")
 
     def write(self, entry: str, **fields: Any) -> None:
         if self._handle.closed:

@@ -30,3 +30,15 @@ def test_every_string_of_a_value_is_mended():
     lone = json.loads('"\\udc80"')
     value = {"a" + lone: [1, None, {"b": "x" + lone}], "n": 2.5}
     assert mend_all(value) == {"a\\udc80": [1, None, {"b": "x\\udc80"}], "n": 2.5}
+
+
+def test_the_transcript_writes_a_stray_half_as_its_escape(tmp_path):
+    """The last line of defence: a lone surrogate that reached the transcript is written as its JSON
+    escape (the line still parses, to the same string), not raised."""
+    from orchestrator.transcript import Transcript
+
+    lone = json.loads('"\\ud83d"')
+    with Transcript(tmp_path / "t.jsonl") as transcript:
+        transcript.write("tool_call", output="name " + lone)
+    [line] = (tmp_path / "t.jsonl").read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["output"] == "name " + lone

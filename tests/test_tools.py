@@ -418,6 +418,17 @@ class TestSpecialFiles:
         found = run(box, "search", pattern="X = 1")
         assert found.ok and found.output == "src/util.py:1: X = 1"
 
+    def test_a_file_name_that_is_not_utf8_is_shown_as_an_escape(self, repo):
+        """Linux names are bytes; one that is not UTF-8 reaches Python as lone surrogates, which no
+        transcript or database can write. Tools show it as an escape."""
+        with open(os.fsencode(repo / "src") + b"/caf\xe9.py", "w") as handle:
+            handle.write("X = 3\n")
+        box = toolbox(repo)
+        listed = run(box, "list_dir", path="src").output
+        found = run(box, "search", pattern="X = 3").output
+        assert "caf\\udce9.py" in listed and found == "src/caf\\udce9.py:1: X = 3"
+        assert (listed + found).encode("utf-8")
+
     def test_a_pipe_in_the_worktree_never_blocks_a_tool(self, repo):
         """A named pipe (a command the model ran can make one) is refused or skipped; no tool waits on it."""
         os.mkfifo(repo / "src" / "pipe")
