@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
+from orchestrator.surrogates import mend
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.views import IterationView, LeaseView, RunView, TaskView, worst_signal
@@ -412,9 +413,10 @@ def _event(iteration_id: int, event_type: str, *, name: str = "", message: str =
         "iteration_id": iteration_id,
         "at": utc_now(),
         "type": event_type,
-        "name": name,
+        # mend: a stray lone surrogate would fail the whole batch, and with it the night's store.
+        "name": mend(name),
         "level": "",
-        "message": message,
+        "message": mend(message),
         "prompt_tokens": 0,
         "completion_tokens": 0,
         "latency_ms": 0,

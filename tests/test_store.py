@@ -192,6 +192,15 @@ class TestEventsInTheBackground:
             outcome = raw.execute("SELECT outcome FROM iterations WHERE id = ?", (iteration_id,)).fetchone()[0]
         assert (outcome, events) == ("committed", 300)
 
+    def test_half_a_surrogate_pair_never_fails_the_batch(self, store: RunStore, db_path: Path) -> None:
+        """A stray lone surrogate in an event would fail its whole batch, and so the night's store; it is stored as its escape."""
+        run_id, _, iteration_id = _iteration(store)
+        lone = json.loads('"\\ud83d"')
+        store.record_tool_call(iteration_id, name="read_file", ok=False, message="no file " + lone)
+        store.record_signal(iteration_id, level="warning", kind="odd", message="saw " + lone)
+        store.finish_iteration(iteration_id, outcome="committed", commit="abc", turns=1)
+        assert store.run(run_id).tasks[0].iterations[0].signals[-1].message == "saw \\ud83d"
+
     def test_a_failing_batch_is_reported_once_and_the_writer_lives_on(self, tmp_path: Path) -> None:
         """Whatever a batch raises reaches the next flush as StateError; later rows are still written."""
         from sqlalchemy import create_engine
