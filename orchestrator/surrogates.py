@@ -2,12 +2,14 @@
 
 A lone surrogate ("\\ud83d") is a str that no UTF-8 file or database can take:
 the transcript, the run store, notes.md, the report and the log would each fail
-on it. It reaches us through JSON: an escape that a small model writes into
+on it. It reaches us through JSON (an escape that a small model writes into
 code it is asked to produce, or a pair that a server split across two stream
-chunks. Both are mended where model output comes in (the model client, and the
-parsing of tool-call arguments), so nothing after ever meets one: a pair that
-meets again is joined into its character, and a lone half becomes the six
-characters of its escape, which is most often what the model meant to write.
+chunks) and from the file system (a file name that is not UTF-8). It is mended
+where such text comes in: the model client, the parsing of tool-call arguments,
+the tools' output. A pair that meets again is joined into its character; a lone
+half becomes the six characters of its escape, which is most often what the
+model meant to write. The transcript, notes.md and the run store's events mend
+or escape whatever might still slip through.
 """
 
 from __future__ import annotations
