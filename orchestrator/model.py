@@ -341,7 +341,7 @@ class _Draft:
 
     def add_chunk(self, chunk: Any) -> None:
         self.add_usage(getattr(chunk, "usage", None))
-        for choice in getattr(chunk, "choices", None) or ():
+        for choice in _list(getattr(chunk, "choices", None)):
             delta = getattr(choice, "delta", None)
             if delta is not None:
                 self.add_message(delta)
@@ -353,7 +353,7 @@ class _Draft:
             self.content.add(_as_text(message.content))
         if getattr(message, "reasoning_content", None):
             self.reasoning.add(_as_text(message.reasoning_content))
-        for position, call in enumerate(getattr(message, "tool_calls", None) or ()):
+        for position, call in enumerate(_list(getattr(message, "tool_calls", None))):
             self._add_call(position, call)
 
     def _add_call(self, position: int, call: Any) -> None:
@@ -417,6 +417,13 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
+def _list(value: Any) -> list[Any]:
+    """A field the API says is a list (choices, tool calls), or [] for whatever else a server sent there."""
+    if isinstance(value, list):
+        return value
+    return [value] if isinstance(value, SimpleNamespace) else []
+
+
 def _count(value: Any) -> int:
     """A token count, or 0 for anything that is not a sane one (a string, null, NaN, below zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**53:
@@ -427,7 +434,7 @@ def _count(value: Any) -> int:
 def _read_whole(response: Any) -> _Draft:
     draft = _Draft()
     draft.add_usage(getattr(response, "usage", None))
-    for choice in getattr(response, "choices", None) or ():
+    for choice in _list(getattr(response, "choices", None)):
         message = getattr(choice, "message", None)
         if message is not None:
             draft.add_message(message)

@@ -212,9 +212,10 @@ class _OneChunk(list):
     """A whole response as the one chunk of a stream: each choice's message becomes its delta."""
 
     def __init__(self, response: Any) -> None:
+        whole = getattr(response, "choices", None)
         choices = [
             SimpleNamespace(delta=getattr(choice, "message", None), finish_reason=getattr(choice, "finish_reason", None))
-            for choice in getattr(response, "choices", None) or ()
+            for choice in (whole if isinstance(whole, list) else [whole])
         ]
         super().__init__([SimpleNamespace(choices=choices, usage=getattr(response, "usage", None))])
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
 import threading
 import time
+
+from typing import Any
 
 import pytest
 
@@ -494,3 +497,57 @@ class TestSloppyServers:
         assert response.text == "reading" and response.finish_reason == "tool_calls"
         assert [(c.name, c.arguments, c.id) for c in response.tool_calls] == [("read_file", '{"path": "a.py"}', "c1")]
         assert (response.prompt_tokens, response.completion_tokens) == (12, 7)
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> Any:
+    roll = rng.random()
+    if depth > 4 or roll < 0.3:
+        return rng.choice(["", "x", "read_file", '{"path": "a"}', 0, -1, 1.5, None, True, [], {}, "\ud83d", 10**20])
+    if roll < 0.6:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    keys = ["choices", "delta", "message", "content", "tool_calls", "function", "name", "arguments", "index", "id",
+            "usage", "prompt_tokens", "completion_tokens", "finish_reason", "reasoning_content", "error", "text"]
+    return {rng.choice(keys): _random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def _random_body(rng: random.Random) -> bytes:
+    parts = []
+    for _ in range(rng.randint(0, 6)):
+        roll = rng.random()
+        if roll < 0.5:
+            field = rng.choice(["content", "tool_calls", "reasoning_content"])
+            chunk = {"choices": [{"delta": {field: _random_value(rng, 1)}, "finish_reason": rng.choice([None, "stop", 3])}]}
+            parts.append(b"data: " + json.dumps(chunk).encode("utf-8", "surrogatepass") + b"\n\n")
+        elif roll < 0.8:
+            parts.append(b"data: " + json.dumps(_random_value(rng)).encode("utf-8", "surrogatepass") + b"\n\n")
+        elif roll < 0.9:
+            parts.append(bytes(rng.randrange(256) for _ in range(rng.randint(0, 30))))
+        else:
+            parts.append(rng.choice([b": ping\n\n", b"event: x\n", b'error: {"message": "e"}\n\n', b"data: [DONE]\n\n", b"\r\n"]))
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_answers_end_as_an_answer_or_a_known_failure(seed):
+    """Whatever bytes come back with status 200, the client gives an answer that encodes as UTF-8, a
+    QualityError, ModelUnreachable, or "model request rejected" (an iteration_error: the server's
+    fault); never a TypeError of its own."""
+    rng = random.Random(seed)
+    raw = _RawServer(b"")
+    model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=2, retries=0, transport="direct"))
+    try:
+        for _ in range(60):
+            raw.body = _random_body(rng)
+            raw.content_type = rng.choice([b"text/event-stream", b"application/json"])
+            try:
+                response = model.complete([{"role": "user", "content": "hi"}], [])
+            except (QualityError, ModelUnreachable):
+                continue
+            except RuntimeError as rejected:
+                assert "model request rejected" in str(rejected)
+                continue
+            (response.text + response.reasoning + "".join(c.name + c.arguments for c in response.tool_calls)).encode("utf-8")
+            assert response.prompt_tokens >= 0 and response.completion_tokens >= 0
+    finally:
+        model.close()
+        raw.close()
