@@ -43,12 +43,16 @@ def open_store(config: Config):
 @contextlib.contextmanager
 def night_parts(config: Config) -> Iterator[NightParts]:
     from guards import guard_factory
+    from orchestrator.lock import make_dir
     from orchestrator.worktree import check_base, open_repo
 
     # Fail on a bad repository, base or user guard before anything is recorded or started.
     repo = open_repo(config.repo_path)
     check_base(repo, config.repo.base)
     make_guards = guard_factory(config.guards)
+    # A file where the night's folders go is one clear line (exit 4) before anything is recorded.
+    for folder in ("worktrees", "transcripts"):
+        make_dir(config.state_dir / folder, "state folder")
     store = open_store(config)
     cancel = CancelToken()
     try:

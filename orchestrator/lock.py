@@ -52,7 +52,7 @@ class StateLock:
         self._fd: int | None = None
 
     def __enter__(self) -> "StateLock":
-        _make_dir(self.state_dir)
+        make_dir(self.state_dir)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -108,13 +108,14 @@ def read_holder(path: Path) -> Holder | None:
         return None
 
 
-def _make_dir(path: Path) -> None:
+def make_dir(path: Path, what: str = "state dir") -> None:
+    """`path` (and its parents) as a folder, or StateError in one line saying what is in the way."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise StateError(f"cannot create state dir {path}: a file is in the way") from None
+        raise StateError(f"cannot create {what} {path}: a file is in the way") from None
     except NotADirectoryError:
-        raise StateError(f"cannot create state dir {path}: a parent is a file, not a directory") from None
+        raise StateError(f"cannot create {what} {path}: a parent is a file, not a directory") from None
     except OSError as exc:
         reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-        raise StateError(f"cannot create state dir {path}: {reason}") from None
+        raise StateError(f"cannot create {what} {path}: {reason}") from None

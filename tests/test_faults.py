@@ -119,6 +119,24 @@ class TestStateLock:
         err = capsys.readouterr().err.strip()
         assert done.value.code == 4 and len(err.splitlines()) == 1 and "blocker" in err
 
+    @pytest.mark.parametrize("folder", ["worktrees", "transcripts"])
+    def test_a_file_where_a_state_folder_goes_exits_4_before_any_run(self, tmp_path: Path, repo: Path, capsys: Any, folder: str) -> None:
+        """A file named like one of the state dir's folders was a traceback (exit 1) mid-night; now one line, exit 4, nothing recorded."""
+        from orchestrator.cli import main
+
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / folder).write_text("a file")
+        argv, sys.argv = sys.argv, ["overnight", "run", "--config", str(config)]
+        try:
+            with pytest.raises(SystemExit) as done:
+                main()
+        finally:
+            sys.argv = argv
+        err = capsys.readouterr().err.strip()
+        assert done.value.code == 4 and err.splitlines() == [err] and folder in err and "file is in the way" in err
+        assert not (tmp_path / "state" / "runs.db").exists()
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RunStore]:
