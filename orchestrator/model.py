@@ -362,7 +362,7 @@ class _Draft:
             index = position
         draft = self.calls.setdefault(index, _CallDraft())
         if getattr(call, "id", None) and not draft.id:
-            draft.id = call.id
+            draft.id = _as_text(call.id)
         function = getattr(call, "function", None)
         if function is None:
             return

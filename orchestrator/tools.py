@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from orchestrator import search
 from orchestrator.commands import cap_text, run_shell
 from orchestrator.config import ALL_TOOLS
-from orchestrator import search
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.surrogates import mend
 from orchestrator.toolcalls import arguments_problem, parse_calls
