@@ -227,9 +227,11 @@ class EndpointModel:
                 # server that keeps the socket busy without producing output.
                 if now - last > limit:
                     raise _watchdog(limit)
-                last = now
                 if self._cancel is not None:
                     self._cancel.raise_if_cancelled()
+                if chunk is transports.KEEPALIVE:
+                    continue
+                last = now
                 draft.add_chunk(chunk)
                 self._check_runaway(draft)
         finally:

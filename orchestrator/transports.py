@@ -41,6 +41,8 @@ CONTEXT_FULL = "context_full"  # the prompt does not fit the model's window
 UNROUTABLE = "unroutable"  # no known way to this model (litellm's provider, the api_base's scheme)
 
 OPENAI_PREFIX = "openai/"
+# Yielded by a stream for a keep-alive: a sign the connection lives, not that the model speaks.
+KEEPALIVE = None
 
 # llama.cpp, vLLM and Ollama word it differently; litellm maps only some to ContextWindowExceededError.
 _CONTEXT_FULL = re.compile(r"exceeds the available context size|context length|maximum context|context window", re.IGNORECASE)
@@ -252,7 +254,13 @@ class _Events:
             lines = (pending + piece).split(b"\n")
             pending = lines.pop()
             for line in lines:
-                payload = _take_line(line.removesuffix(b"\r"), data)
+                line = line.removesuffix(b"\r")
+                if line.startswith(b":"):
+                    # An SSE comment: a proxy's keep-alive, not the model. The reader gets KEEPALIVE,
+                    # so that its watchdog still sees how long the model itself has been silent.
+                    yield KEEPALIVE
+                    continue
+                payload = _take_line(line, data)
                 if payload == b"[DONE]":
                     done = True
                     break

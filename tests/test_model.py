@@ -236,6 +236,39 @@ class TestWatchdog:
         assert time.monotonic() - started < 1.0 + 1.5
         assert retries == [] and len(server.requests) == 1
 
+    def test_keep_alive_comments_are_not_the_model_speaking(self):
+        """A proxy that sends SSE keep-alive comments while the model says nothing is still silence:
+        the watchdog cuts it. (Before, the comments kept the socket busy and the night waited forever.)"""
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        stop = threading.Event()
+
+        def keep_alive() -> None:
+            client, _ = listener.accept()
+            with client:
+                client.recv(65536)
+                client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+                client.sendall(b'data: {"choices": [{"delta": {"content": "thinking"}}]}\n\n')
+                while not stop.wait(0.1):
+                    try:
+                        client.sendall(b": keep-alive\n\n")
+                    except OSError:
+                        return
+
+        threading.Thread(target=keep_alive, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        model = EndpointModel(ModelConfig(name="openai/x", api_base=url, request_timeout_s=1.0, retries=0, transport="direct"))
+        started = time.monotonic()
+        try:
+            with pytest.raises(QualityError) as caught:
+                model.complete(MESSAGES, TOOLS)
+        finally:
+            stop.set()
+            model.close()
+            listener.close()
+        assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
+
     def test_silence_before_first_byte(self, server, make_model):
         """No headers within the timeout is the same watchdog_timeout."""
         server.enqueue(Reply(text="late", delay_s=6))
