@@ -342,9 +342,10 @@ class _Draft:
     completion_tokens: int = 0
 
     def add_chunk(self, chunk: Any) -> None:
+        """A stream chunk; or a whole response, from a server that does not stream (its `message` for the delta)."""
         self.add_usage(getattr(chunk, "usage", None))
         for choice in _list(getattr(chunk, "choices", None)):
-            delta = getattr(choice, "delta", None)
+            delta = getattr(choice, "delta", None) or getattr(choice, "message", None)
             if delta is not None:
                 self.add_message(delta)
             if getattr(choice, "finish_reason", None):

@@ -256,7 +256,7 @@ def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]
         if start < resume:
             continue
         try:
-            value, resume = _raw_decode(_DECODER, text, start)
+            value, resume = _raw_decode(text, start)
         except ValueError:
             if cut:
                 found.extend(_calls_in_block(text[start:], known, cut))
@@ -371,14 +371,14 @@ def _article(word: str) -> str:
 
 
 def _loads(text: str) -> Any:
-    return _raw_decode(_DECODER, text, 0, whole=True)[0]
+    return _raw_decode(text, 0, whole=True)[0]
 
 
-def _raw_decode(decoder: json.JSONDecoder, text: str, start: int, *, whole: bool = False) -> tuple[Any, int]:
-    """decoder.raw_decode (or, if `whole`, decoder.decode), with JSON nested too deeply to read or to
-    use (json's recursion, our guards' own) refused as a ValueError, like any other unreadable JSON."""
+def _raw_decode(text: str, start: int, *, whole: bool = False) -> tuple[Any, int]:
+    """The JSON value at `start` (or, if `whole`, all of `text`), with JSON nested too deeply to read or
+    to use (json's recursion, our guards' own) refused as a ValueError, like any other unreadable JSON."""
     try:
-        value, end = (decoder.decode(text), len(text)) if whole else decoder.raw_decode(text, start)
+        value, end = (_DECODER.decode(text), len(text)) if whole else _DECODER.raw_decode(text, start)
     except RecursionError:
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
     if _nested_deeper_than(value, MAX_JSON_DEPTH):

@@ -123,7 +123,7 @@ class DirectHTTP:
             self._release(connection, response)
             if response.status >= 400:
                 raise _status_error(response.status, body)
-            return _OneChunk(_loads(body)) if stream else _loads(body)
+            return _OneChunk([_loads(body)]) if stream else _loads(body)
         return _Events(response, lambda: self._release(connection, response), connection.close)
 
     def interrupt(self) -> None:
@@ -211,15 +211,7 @@ def _media_type(response: http.client.HTTPResponse) -> str:
 
 
 class _OneChunk(list):
-    """A whole response as the one chunk of a stream: each choice's message becomes its delta."""
-
-    def __init__(self, response: Any) -> None:
-        whole = getattr(response, "choices", None)
-        choices = [
-            SimpleNamespace(delta=getattr(choice, "message", None), finish_reason=getattr(choice, "finish_reason", None))
-            for choice in (whole if isinstance(whole, list) else [whole])
-        ]
-        super().__init__([SimpleNamespace(choices=choices, usage=getattr(response, "usage", None))])
+    """A whole response as a stream of one chunk (the model's reader takes a choice's message for its delta)."""
 
     def close(self) -> None:
         pass
