@@ -27,6 +27,7 @@ from orchestrator.scripted import Reply, call
 from orchestrator.worktree import Worktree
 from runs import RunStore
 from tests.conftest import git, write_config
+from tests.test_night import overnight
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD_LOCK = textwrap.dedent(
@@ -105,36 +106,22 @@ class TestStateLock:
 
     def test_cli_exits_4_when_state_dir_cannot_be_created(self, tmp_path: Path, repo: Path, capsys: Any) -> None:
         """`overnight run` with a state dir below a regular file exits 4 with one line on stderr."""
-        from orchestrator.cli import main
-
         (tmp_path / "blocker").write_text("a file")
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         config.write_text(config.read_text().replace('dir = "state"', 'dir = "blocker/state"'))
-        argv, sys.argv = sys.argv, ["overnight", "run", "--config", str(config)]
-        try:
-            with pytest.raises(SystemExit) as done:
-                main()
-        finally:
-            sys.argv = argv
+        code = overnight("run", "--config", str(config))
         err = capsys.readouterr().err.strip()
-        assert done.value.code == 4 and len(err.splitlines()) == 1 and "blocker" in err
+        assert code == 4 and len(err.splitlines()) == 1 and "blocker" in err
 
     @pytest.mark.parametrize("folder", ["worktrees", "transcripts"])
     def test_a_file_where_a_state_folder_goes_exits_4_before_any_run(self, tmp_path: Path, repo: Path, capsys: Any, folder: str) -> None:
         """A file named like one of the state dir's folders was a traceback (exit 1) mid-night; now one line, exit 4, nothing recorded."""
-        from orchestrator.cli import main
-
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         (tmp_path / "state").mkdir()
         (tmp_path / "state" / folder).write_text("a file")
-        argv, sys.argv = sys.argv, ["overnight", "run", "--config", str(config)]
-        try:
-            with pytest.raises(SystemExit) as done:
-                main()
-        finally:
-            sys.argv = argv
+        code = overnight("run", "--config", str(config))
         err = capsys.readouterr().err.strip()
-        assert done.value.code == 4 and err.splitlines() == [err] and folder in err and "file is in the way" in err
+        assert code == 4 and err.splitlines() == [err] and folder in err and "file is in the way" in err
         assert not (tmp_path / "state" / "runs.db").exists()
 
 

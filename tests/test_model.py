@@ -20,7 +20,7 @@ from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, Qualit
 from orchestrator.fake_server import ScriptedServer
 from orchestrator import transports
 from orchestrator.model import EndpointModel
-from orchestrator.records import RawToolCall
+from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.scripted import Reply, calls, say
 
 MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
@@ -475,6 +475,16 @@ class _RawServer:
         self.sock.close()
 
 
+def _answer_from(raw: _RawServer) -> ModelResponse:
+    """One request to `raw` through the direct transport, the model and the server closed after."""
+    model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport="direct"))
+    try:
+        return model.complete([{"role": "user", "content": "hi"}], [])
+    finally:
+        model.close()
+        raw.close()
+
+
 def _sse(*payloads: str) -> bytes:
     return b"".join(b"data: " + p.encode("utf-8", "surrogateescape") + b"\n\n" for p in payloads) + b"data: [DONE]\n\n"
 
@@ -496,13 +506,7 @@ class TestSloppyServers:
         ids=["arguments-object", "content-parts", "name-number", "usage-junk", "usage-negative", "invalid-utf8"],
     )
     def test_bent_types_are_read(self, body, text, call, tokens):
-        raw = _RawServer(body)
-        model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport="direct"))
-        try:
-            response = model.complete([{"role": "user", "content": "hi"}], [])
-        finally:
-            model.close()
-            raw.close()
+        response = _answer_from(_RawServer(body))
         assert response.text == text
         assert [(c.name, c.arguments) for c in response.tool_calls] == ([call] if call else [])
         if tokens is not None:
@@ -520,13 +524,7 @@ class TestSloppyServers:
             }],
             "usage": {"prompt_tokens": 12, "completion_tokens": 7},
         }
-        raw = _RawServer(json.dumps(whole).encode(), content_type=b"application/json; charset=utf-8")
-        model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport="direct"))
-        try:
-            response = model.complete([{"role": "user", "content": "hi"}], [])
-        finally:
-            model.close()
-            raw.close()
+        response = _answer_from(_RawServer(json.dumps(whole).encode(), content_type=b"application/json; charset=utf-8"))
         assert response.text == "reading" and response.finish_reason == "tool_calls"
         assert [(c.name, c.arguments, c.id) for c in response.tool_calls] == [("read_file", '{"path": "a.py"}', "c1")]
         assert (response.prompt_tokens, response.completion_tokens) == (12, 7)
