@@ -51,8 +51,8 @@ def night_parts(config: Config) -> Iterator[NightParts]:
     check_base(repo, config.repo.base)
     make_guards = guard_factory(config.guards)
     # A file where the night's folders go is one clear line (exit 4) before anything is recorded.
-    for folder in ("worktrees", "transcripts"):
-        make_dir(config.state_dir / folder, "state folder")
+    for folder in (config.worktrees_dir, config.transcripts_dir):
+        make_dir(folder, "state folder")
     store = open_store(config)
     cancel = CancelToken()
     try:

@@ -79,7 +79,7 @@ def run(
         try:
             result = run_night(parts)
         finally:
-            _publish_for_ci(parts.store, junit, notes=settings.state_dir / "notes.md")
+            _publish_for_ci(parts.store, junit, notes=settings.notes_path)
     raise typer.Exit(result.exit_code)
 
 
@@ -150,7 +150,7 @@ def notes(
     from orchestrator.notes import NotesBook
 
     settings = load_config(config, require_tasks=False)
-    book = NotesBook(settings.state_dir / "notes.md")
+    book = NotesBook(settings.notes_path)
     if task is None:
         text = book.text()
         typer.echo(text or "(no notes yet)", nl=not text.endswith("\n"))

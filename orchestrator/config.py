@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.errors import ConfigError
 
 DEFAULT_CONFIG_NAME = "overnight.toml"
+# What a night keeps in the state dir (docs/reference.md, "Files"), named once here.
+NOTES_FILE, STORE_FILE, WORKTREES_FOLDER, TRANSCRIPTS_FOLDER = "notes.md", "runs.db", "worktrees", "transcripts"
 ALL_TOOLS = ("read_file", "write_file", "edit_file", "list_dir", "search", "run_check", "submit", "run_command")
 DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
 LOCAL_MODEL = "local"
@@ -179,7 +181,19 @@ class Config(_Section):
 
     @property
     def store_url(self) -> str:
-        return self.store.url or f"sqlite:///{self.state_dir / 'runs.db'}"
+        return self.store.url or f"sqlite:///{self.state_dir / STORE_FILE}"
+
+    @property
+    def notes_path(self) -> Path:
+        return self.state_dir / NOTES_FILE
+
+    @property
+    def worktrees_dir(self) -> Path:
+        return self.state_dir / WORKTREES_FOLDER
+
+    @property
+    def transcripts_dir(self) -> Path:
+        return self.state_dir / TRANSCRIPTS_FOLDER
 
     def task_named(self, name: str) -> TaskConfig:
         for task in self.task:

@@ -240,7 +240,7 @@ def _print_morning(config: Config, out: TextIO) -> None:
         store.close()
     _say(out, "──── morning report (overnight report) ────")
     out.write(as_text(latest, base="main") if latest else "(no run recorded)\n")
-    notes = config.state_dir / "notes.md"
+    notes = config.notes_path
     _say(out, "\n──── notes.md (overnight notes) ────")
     out.write(notes.read_text(encoding="utf-8") if notes.exists() else "(no notes: every iteration committed)\n")
     out.flush()
@@ -252,10 +252,10 @@ def _print_locations(workdir: Path, config: Config, out: TextIO) -> None:
     for label, where in (
         ("sample repository", config.repo_path),
         ("config", workdir / "overnight.toml"),
-        ("task worktrees", state / "worktrees"),
-        ("notes", state / "notes.md"),
+        ("task worktrees", config.worktrees_dir),
+        ("notes", config.notes_path),
         ("run database", Path(config.store_url.removeprefix("sqlite:///"))),
-        ("transcripts", state / "transcripts"),
+        ("transcripts", config.transcripts_dir),
         ("night log", state / "night.log"),
         ("model server log", state / "llama-server.log"),
     ):

@@ -75,7 +75,7 @@ class _Night:
     def __init__(self, parts: NightParts, run_id: int) -> None:
         self.parts = parts
         self.run_id = run_id
-        self.notes = NotesBook(parts.config.state_dir / "notes.md")
+        self.notes = NotesBook(parts.config.notes_path)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
         deadline = parts.config.night.deadline
@@ -253,7 +253,7 @@ def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_i
         notes=night.notes,
         store=parts.store,
         task_run_id=task_run_id,
-        transcripts_dir=config.state_dir / "transcripts",
+        transcripts_dir=config.transcripts_dir,
         on_signal=on_signal,
         log=log,
         context_window=parts.context_window,

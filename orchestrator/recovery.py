@@ -106,7 +106,7 @@ def _settle_worktree(config: Config, iteration: Any, log: Any) -> str:
     """Roll the task's worktree back to the checkpoint; return the commit instead if the iteration had committed."""
     import git
 
-    path = config.state_dir / "worktrees" / iteration.task_name
+    path = config.worktrees_dir / iteration.task_name
     if not path.exists():
         return ""  # the worktree lives on another host, or was never created
     _remove_git_locks(path, iteration.task_name, log)
@@ -135,7 +135,7 @@ def _is_iteration_commit(repo: Any, head: str, iteration: Any) -> bool:
 
 def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
     """Under the state lock nobody works in these: anything uncommitted is debris of a death."""
-    root = config.state_dir / "worktrees"
+    root = config.worktrees_dir
     if not root.is_dir():
         return
     for path in sorted(p for p in root.iterdir() if p.name not in skip):

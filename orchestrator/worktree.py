@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.records import CheckResult
 
@@ -113,7 +114,7 @@ class Worktree:
         """
         repo = repo if repo is not None else open_repo(repo_path)
         repo.git.update_environment(**_QUIET)
-        path = state_dir / "worktrees" / task
+        path = state_dir / WORKTREES_FOLDER / task
         branch = branch_for(task)
         # Found registered on every night after a task's first, from two small files: no lock needed.
         if not _is_worktree_of(repo, path):
