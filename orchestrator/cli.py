@@ -229,13 +229,23 @@ def main() -> None:
         sys.exit(130)
     except (typer.Abort, EOFError):
         _fail("aborted", 1)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
+    except Exception as exc:
+        if not _is_usage_error(exc):
+            raise
+        context = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and context is not None:
+            typer.echo(context.get_help())  # `overnight` alone: the help, as `overnight --help`
+            sys.exit(0)
+        hint = f" (see `{context.command_path} --help`)" if context is not None else ""
+        _fail(exc.format_message() + hint, exc.exit_code)
 
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+
+def _is_usage_error(exc: Exception) -> bool:
+    """A click exception (a bad option, a missing value), which carries its own exit code.
+
+    Recognised by shape: typer raises them from click, or (typer >= 0.22) from its own copy of click.
+    """
+    return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
 
 
 def _cancel_on_signals(token: Cancel) -> None:

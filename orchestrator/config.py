@@ -24,8 +24,13 @@ LOCAL_MODEL = "local"
 _TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+# A second longer than a day has no place in a night; past it, sleeps and dates overflow.
+_DAY_S = 86400.0
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan would pass every bound below, then overflow the first timedelta made of them.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -34,15 +39,31 @@ class ModelConfig(_Section):
     name: str = Field(LOCAL_MODEL, min_length=1, description='litellm model name, or "local" for the embedded model')
     api_base: str | None = None
     api_key: str | None = None
-    request_timeout_s: float = Field(120.0, gt=0, description="silence longer than this stops the iteration")
+    request_timeout_s: float = Field(120.0, gt=0, le=_DAY_S, description="silence longer than this stops the iteration")
     temperature: float = Field(0.2, ge=0, le=2)
     max_tokens: int = Field(2048, gt=0, description="cap on one response")
     context_window: int | None = Field(None, gt=0, description="used when litellm does not know the model")
     retries: int = Field(3, ge=0, description="attempts after the first when the endpoint is down or answers 5xx")
-    retry_backoff_s: float = Field(2.0, ge=0, description="first backoff; doubles each retry, with jitter")
+    retry_backoff_s: float = Field(2.0, ge=0, le=3600, description="first backoff; doubles each retry, with jitter")
     transport: Literal["auto", "litellm", "direct"] = Field(
         "auto", description='"direct": OpenAI-compatible HTTP; "auto": direct for "openai/..." with api_base, else litellm'
     )
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a URL: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        return value
 
     @model_validator(mode="after")
     def _direct_needs_api_base(self) -> "ModelConfig":
@@ -66,12 +87,29 @@ class StateConfig(_Section):
 class StoreConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL; default sqlite under state.dir")
 
+    @field_validator("url")
+    @classmethod
+    def _lasting_database(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError(f"{value!r} is not a SQLAlchemy URL (e.g. postgresql+psycopg://user@host/overnight)") from None
+        if url.get_backend_name() == "sqlite" and ((url.database or ":memory:") == ":memory:" or url.query.get("mode") == "memory"):
+            # Each thread and each later command would see its own empty database.
+            raise ValueError("an in-memory database would not outlive the night; name a file or a server")
+        return value
+
 
 class NightConfig(_Section):
     max_iterations: int = Field(3, ge=1)
     max_turns: int = Field(30, ge=1)
-    check_timeout_s: float = Field(600.0, gt=0)
-    command_timeout_s: float = Field(120.0, gt=0)
+    check_timeout_s: float = Field(600.0, gt=0, le=_DAY_S)
+    command_timeout_s: float = Field(120.0, gt=0, le=_DAY_S)
     notes_budget_chars: int = Field(4000, ge=0, description="how much of a task's notes goes into its prompt")
     deadline: str | None = Field(None, description='local time "HH:MM" by which the night must end')
     max_tokens_per_task: int | None = Field(None, gt=0)
@@ -130,8 +168,9 @@ class TaskConfig(_Section):
     @field_validator("name")
     @classmethod
     def _name_is_branch_safe(cls, value: str) -> str:
-        if not _TASK_NAME.match(value) or value.endswith(".lock") or ".." in value:
-            raise ValueError("must be letters, digits, '.', '_' or '-' (it names a branch and a folder)")
+        # Also git's rules for a branch name that these characters can break.
+        if not _TASK_NAME.match(value) or value.endswith((".lock", ".")) or ".." in value:
+            raise ValueError("must be letters, digits, '.', '_' or '-', not ending in '.' or '.lock' (it names a branch and a folder)")
         return value
 
     @field_validator("tools")

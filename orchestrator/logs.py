@@ -27,7 +27,13 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
     stream = stream or sys.stderr
     as_json = log_format == "json" or (log_format == "auto" and not (hasattr(stream, "isatty") and stream.isatty()))
     _json_mode = as_json
-    renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    # Plain tracebacks: structlog's default, rich's, prints every frame's local variables,
+    # and among them the model's api_key.
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

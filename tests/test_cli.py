@@ -97,6 +97,44 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra=extra)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, *fragments)
 
+    @pytest.mark.parametrize(
+        ("sections", "fragments"),
+        [
+            ({"night": {"check_timeout_s": float("inf")}}, ("[night] check_timeout_s", "finite")),
+            ({"night": {"command_timeout_s": 1e300}}, ("[night] command_timeout_s",)),
+            ({"model": {"request_timeout_s": float("nan")}}, ("[model] request_timeout_s",)),
+            ({"model": {"retry_backoff_s": float("inf")}}, ("[model] retry_backoff_s",)),
+            ({"model": {"api_base": "http://127.0.0.1:99999/v1"}}, ("[model] api_base", "Port out of range")),
+            ({"model": {"api_base": "127.0.0.1:8080/v1"}}, ("[model] api_base", "http://")),
+            ({"extra": "[store]\nurl = 'nonsense'\n"}, ("[store] url", "not a SQLAlchemy URL")),
+            ({"extra": "[store]\nurl = 'sqlite:///:memory:'\n"}, ("[store] url", "in-memory")),
+            ({"tasks": [{"name": "foo.", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "not ending in '.'")),
+        ],
+    )
+    def test_values_that_would_fail_the_night_later_are_refused_at_load(self, tmp_path, repo, sections, fragments):
+        """Infinite timeouts, a port past 65535, an in-memory store, a name git refuses: exit 2 before anything starts."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, **sections)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, *fragments)
+        assert not (tmp_path / "state" / "runs.db").exists()
+
+    @pytest.mark.parametrize(
+        ("args", "fragment"),
+        [
+            (("run", "--bogus"), "No such option: --bogus"),
+            (("run", "--config"), "'--config' requires an argument"),
+            (("nosuchcmd",), "No such command 'nosuchcmd'"),
+            (("report", "--json=1"), "'--json' does not take a value"),
+        ],
+    )
+    def test_a_command_line_mistake_exits_2_with_one_line(self, tmp_path, args, fragment):
+        """Usage errors are one line and exit 2, whichever copy of click typer raises them from."""
+        assert_one_line_error(overnight(*args, cwd=tmp_path), 2, fragment)
+
+    def test_no_command_prints_the_help(self, tmp_path):
+        result = overnight(cwd=tmp_path)
+        assert result.returncode == 0 and "Traceback" not in result.stderr
+        assert "run" in result.stdout and "report" in result.stdout
+
     def test_missing_config_file(self, tmp_path):
         """A missing config file says where it looked and how to make one."""
         assert_one_line_error(overnight("run", "--config", str(tmp_path / "nope.toml")), 2, "not found", "overnight init")

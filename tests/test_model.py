@@ -424,10 +424,9 @@ class TestTransportChoice:
         assert model.complete(MESSAGES, TOOLS).text == "two"
         assert retries == [] and server.connections_opened == 2
 
-    def test_an_api_base_that_is_not_http_is_unreachable_at_once(self):
-        config = ModelConfig(name="openai/x", api_base="localhost:8080/v1", transport="direct")
-        with pytest.raises(ModelUnreachable, match="not an http"):
-            EndpointModel(config).complete(MESSAGES, TOOLS)
+    def test_an_api_base_that_is_not_http_is_refused_with_the_config(self):
+        with pytest.raises(ValueError, match="not an http"):
+            ModelConfig(name="openai/x", api_base="localhost:8080/v1", transport="direct")
 
     def test_direct_transport_needs_an_api_base(self):
         with pytest.raises(ValueError, match="api_base"):
