@@ -70,6 +70,25 @@ class TestInit:
         text = (tmp_path / "overnight.toml").read_text()
         assert "[model]" in text and "[guards]" in text and "request_timeout_s" in text
 
+    def test_the_example_names_every_key_and_shows_its_default(self):
+        """Every key of every section is in the example (set, or commented out when it has no default)."""
+        import re
+        import tomllib
+
+        from orchestrator.config import Config, example_config_text
+
+        text = example_config_text()
+        written = tomllib.loads(text)
+        for section, field in Config.model_fields.items():
+            if field.exclude:
+                continue
+            model = field.annotation.__args__[0] if section == "task" else field.annotation
+            for key, spec in model.model_fields.items():
+                assert re.search(rf"^(# )?{key} = ", text, re.MULTILINE), f"[{section}] {key} is not in the example"
+                shown = written.get(section, {}).get(key) if section != "task" else None
+                if shown is not None:  # set in the example: to its default (a TOML list for a tuple, a string for a Path)
+                    assert type(spec.default)(shown) == spec.default, f"[{section}] {key}: {shown!r} is not the default"
+
     def test_init_refuses_to_overwrite(self, tmp_path):
         """A second `overnight init` leaves the user's config alone and says so in one line."""
         (tmp_path / "overnight.toml").write_text("mine")
