@@ -22,7 +22,7 @@ from typing import Any
 
 from orchestrator.config import Config
 from orchestrator.leases import owner_host_pid
-from orchestrator.worktree import Worktree, branch_for
+from orchestrator.worktree import Worktree, is_worktree_of, branch_for, linked_admin_dir, open_repo
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -134,13 +134,25 @@ def _is_iteration_commit(repo: Any, head: str, iteration: Any) -> bool:
 
 
 def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
-    """Under the state lock nobody works in these: anything uncommitted is debris of a death."""
+    """Under the state lock nobody works in these: anything uncommitted is debris of a death.
+
+    Only what overnight made is touched: worktrees of this repository, and what a
+    `git worktree add` killed half way leaves (an empty folder, or one holding only its
+    `.git` link). Anything else found there (a person's folder, another repository's
+    checkout) is left as it is.
+    """
     root = config.worktrees_dir
     if not root.is_dir():
         return
-    for path in sorted(p for p in root.iterdir() if p.name not in skip):
-        if not (path / ".git").is_file():
-            _remove_worktree(config, path, log, why="not a registered worktree (creation was interrupted)")
+    repo = open_repo(config.repo_path)
+    for path in sorted(p for p in root.iterdir() if p.name not in skip and p.is_dir() and not p.is_symlink()):
+        link = linked_admin_dir(repo, path)
+        if link is None or not is_worktree_of(repo, path):
+            contents = [entry.name for entry in path.iterdir()]
+            if not contents or (contents == [".git"] and link is not None):
+                _remove_worktree(config, path, log, why="creation was interrupted")
+            else:
+                log.warning("worktree_folder_kept", task=path.name, why="not a worktree of this repository: left as it is")
             continue
         _remove_git_locks(path, path.name, log)
         try:

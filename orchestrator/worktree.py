@@ -117,9 +117,9 @@ class Worktree:
         path = state_dir / WORKTREES_FOLDER / task
         branch = branch_for(task)
         # Found registered on every night after a task's first, from two small files: no lock needed.
-        if not _is_worktree_of(repo, path):
+        if not is_worktree_of(repo, path):
             with _REGISTER_LOCK:
-                if not _is_worktree_of(repo, path):
+                if not is_worktree_of(repo, path):
                     _register(repo, state_dir, path, task, branch, base)
         worktree = cls(path, branch, keep)
         if not (Path(worktree._repo.git_dir) / "index").exists():
@@ -191,28 +191,35 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
         raise ConfigError(f"cannot create the worktree of task {task!r} at {path}: {_last_line(exc)}") from None
 
 
-def _is_worktree_of(repo, path: Path) -> bool:
+def is_worktree_of(repo, path: Path) -> bool:
     """Whether `path` is a worktree registered in `repo`, read from the two files that make the link.
 
     `path/.git` names the repository's `worktrees/<id>` folder, whose `gitdir` file names
     `path/.git` back; `git worktree list` reads the same files, at the cost of a process a task.
     """
-    try:
-        # os.fsdecode: git writes paths as the file system's bytes, which need not be UTF-8.
-        link = os.fsdecode((path / ".git").read_bytes()).strip()
-    except OSError:  # missing, or a folder: not a linked worktree
+    admin = linked_admin_dir(repo, path)
+    if admin is None:
         return False
-    if not link.startswith("gitdir:"):
-        return False
-    admin = Path(link.removeprefix("gitdir:").strip())
-    if not admin.is_absolute():
-        admin = path / admin
     try:
         back = Path(os.fsdecode((admin / "gitdir").read_bytes()).strip())
     except OSError:
         return False
-    common = Path(repo.common_dir).resolve()
-    return admin.resolve().parent == common / "worktrees" and back.resolve() == (path / ".git").resolve()
+    return back.resolve() == (path / ".git").resolve()
+
+
+def linked_admin_dir(repo, path: Path) -> Path | None:
+    """The folder in `repo`'s own `worktrees/` (git's, in the .git dir) that `path/.git` links to, if it links to one there."""
+    try:
+        # os.fsdecode: git writes paths as the file system's bytes, which need not be UTF-8.
+        link = os.fsdecode((path / ".git").read_bytes()).strip()
+    except OSError:  # missing, or a folder: not a linked worktree
+        return None
+    if not link.startswith("gitdir:"):
+        return None
+    admin = Path(link.removeprefix("gitdir:").strip())
+    if not admin.is_absolute():
+        admin = path / admin
+    return admin if admin.resolve().parent == Path(repo.common_dir).resolve() / "worktrees" else None
 
 
 def _exclude_state_dir(repo, state_dir: Path) -> None:

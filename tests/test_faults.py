@@ -289,6 +289,26 @@ class TestRecoveryOfStoredState:
         [settled], _ = recover(config)
         assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain", "--ignored") == ""
 
+    def test_only_what_a_killed_worktree_add_left_is_removed(self, tmp_path: Path, repo: Path) -> None:
+        """An empty folder, or one holding only the .git link, is debris; a person's folder or clone there is kept whole."""
+        config = _config(tmp_path, repo)
+        Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        root = config.worktrees_dir
+        (root / "empty").mkdir()
+        (root / "link-only").mkdir()
+        (root / "link-only" / ".git").write_text(f"gitdir: {repo / '.git' / 'worktrees' / 'link-only'}\n")
+        (root / "my-notes").mkdir()
+        (root / "my-notes" / "ideas.txt").write_text("keep me\n")
+        git(repo, "clone", "-q", str(repo), str(root / "a-clone"))
+        (root / "a-clone" / "wip.txt").write_text("uncommitted\n")
+        (root / "fix-greet" / "debris.txt").write_text("left by a death\n")
+        _, logs = recover(config)
+        assert sorted(p.name for p in root.iterdir()) == ["a-clone", "fix-greet", "my-notes"]
+        assert (root / "my-notes" / "ideas.txt").read_text() == "keep me\n" and (root / "a-clone" / "wip.txt").exists()
+        assert not (root / "fix-greet" / "debris.txt").exists()
+        kept = sorted(e["task"] for e in logs if e["event"] == "worktree_folder_kept")
+        assert kept == ["a-clone", "my-notes"]
+
 
 def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
