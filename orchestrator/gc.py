@@ -1,13 +1,15 @@
 """`overnight gc`: remove the worktrees and branches of tasks that left the config.
 
-Only `overnight/<name>` branches and the worktrees that hold them are ever
-touched; the user's checkout (the main worktree) and every other branch are
-not. A stale task's worktree is always removed: an iteration either commits
-or is rolled back, so the worktree holds nothing the branch does not, and
-`Worktree.ensure` recreates it from the branch if the task comes back. The
-branch is deleted only when its tip is merged into `[repo] base` or contained
-in a remote-tracking branch (pushed); otherwise it is kept, with the reason,
-unless `force`. Transcripts, notes.md and the run store keep their history.
+A task's worktree is `<state dir>/worktrees/<task>` on `overnight/<task>`; gc removes
+no other worktree. One elsewhere, even on an `overnight/` branch, is the user's
+(a review checkout, say): it and its branch are left alone, as are the main
+worktree and every branch outside `overnight/`. A stale task's worktree is
+removed when it holds no uncommitted change, since the branch then has all of
+it and `Worktree.ensure` recreates it if the task comes back; one with changes
+is kept unless `force`. The branch is deleted only when each of its commits is
+merged into `[repo] base` or on a remote-tracking branch (pushed); otherwise it
+is kept, with the reason, unless `force`. Transcripts, notes.md and the run
+store keep their history.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError
-from orchestrator.worktree import BRANCH_PREFIX
+from orchestrator.worktree import BRANCH_PREFIX, open_repo
 
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true", "LC_ALL": "C"}
 
@@ -31,6 +33,12 @@ class KeptBranch:
 
 
 @dataclass(frozen=True)
+class KeptWorktree:
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
 class GcResult:
     """What gc removed (or, with dry_run, would remove) and what it kept and why."""
 
@@ -38,10 +46,12 @@ class GcResult:
     removed_branches: tuple[str, ...] = ()
     kept_branches: tuple[KeptBranch, ...] = ()
     dry_run: bool = False
+    kept_worktrees: tuple[KeptWorktree, ...] = ()
 
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
         lines = [f"{verb} worktree {path}" for path in self.removed_worktrees]
+        lines += [f"kept worktree {kept.path}: {kept.reason}" for kept in self.kept_worktrees]
         lines += [f"{verb} branch {branch}" for branch in self.removed_branches]
         lines += [f"kept branch {kept.branch}: {kept.reason}" for kept in self.kept_branches]
         return lines or ["nothing to collect"]
@@ -49,49 +59,59 @@ class GcResult:
 
 def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = False) -> GcResult:
     """Remove worktrees and `overnight/` branches of tasks no longer in `config`."""
+    # The check `overnight run` makes: a path that is a file, or no repository, is a ConfigError.
+    open_repo(config.repo_path)
     git = _Git(config.repo_path)
-    current = {task.name for task in config.task}
-    worktrees = _task_worktrees(git)
-    stale = sorted({*_task_branches(git), *worktrees} - current)
+    stale = sorted(_task_branches(git) - {task.name for task in config.task})
+    ours, checked_out = _worktrees(git, config.worktrees_dir)
     removed_worktrees: list[Path] = []
+    kept_worktrees: list[KeptWorktree] = []
     for name in stale:
-        if name in worktrees:
-            # A folder deleted by hand is only a registration; prune below forgets it.
-            if not dry_run and worktrees[name].exists():
-                git.run("worktree", "remove", "--force", str(worktrees[name]))
-            removed_worktrees.append(worktrees[name])
-    if not dry_run:
-        git.run("worktree", "prune")
+        path = ours.get(name)
+        if path is None:
+            continue
+        # A folder deleted by hand holds nothing; `worktree remove` then only forgets it.
+        changes = 0 if force or not path.exists() else _uncommitted_changes(path, config.repo.keep)
+        if changes:
+            kept_worktrees.append(KeptWorktree(path, f"{changes} uncommitted change(s) (use --force to remove)"))
+            checked_out[BRANCH_PREFIX + name] = path
+            continue
+        if not dry_run:
+            git.run("worktree", "remove", "--force", str(path))
+        removed_worktrees.append(path)
     removed_branches: list[str] = []
-    kept: list[KeptBranch] = []
+    kept_branches: list[KeptBranch] = []
     base = git.resolve(config.repo.base)
-    user_branches = _branches_checked_out_by_user(git)
     for name in stale:
         branch = BRANCH_PREFIX + name
         tip = git.resolve(f"refs/heads/{branch}")
         if tip is None:
             continue
-        if branch in user_branches:
-            kept.append(KeptBranch(branch, "checked out in your own checkout"))
+        if branch in checked_out:
+            kept_branches.append(KeptBranch(branch, f"checked out at {checked_out[branch]}"))
             continue
         unsafe = None if force else _why_unsafe(git, tip, base, config.repo.base)
         if unsafe:
-            kept.append(KeptBranch(branch, unsafe))
+            kept_branches.append(KeptBranch(branch, unsafe))
             continue
         if not dry_run:
             git.run("branch", "-D", "--quiet", branch)
         removed_branches.append(branch)
-    return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept), dry_run)
+    return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
 
 
 def _why_unsafe(git: _Git, tip: str, base: str | None, base_name: str) -> str | None:
     """None when deleting the branch loses no commit; else why it would."""
-    if base is not None and git.ok("merge-base", "--is-ancestor", tip, base):
-        return None
-    if git.run("branch", "-r", "--contains", tip).strip():
-        return None
-    unmerged = git.run("rev-list", "--count", tip, *([f"^{base}"] if base else [])).strip()
-    return f"{unmerged} commit(s) not merged into {base_name} and not pushed (use --force to delete)"
+    # The commits lost are those neither in base nor on any remote-tracking branch.
+    not_base = [f"^{base}"] if base else []
+    lost = int(git.run("rev-list", "--count", tip, *not_base, "--not", "--remotes"))
+    return f"{lost} commit(s) not merged into {base_name} and not pushed (use --force to delete)" if lost else None
+
+
+def _uncommitted_changes(worktree: Path, keep: tuple[str, ...]) -> int:
+    """Modified, staged and untracked paths in `worktree`; ignored files and `[repo] keep` (build caches) are not work."""
+    outside_keep = [".", *(f":(exclude){path}" for path in keep)]
+    return len(_Git(worktree).run("status", "--porcelain", "--untracked-files=all", "--", *outside_keep).splitlines())
 
 
 def _task_branches(git: _Git) -> set[str]:
@@ -101,25 +121,29 @@ def _task_branches(git: _Git) -> set[str]:
     return {name for name in names if "/" not in name}
 
 
-def _task_worktrees(git: _Git) -> dict[str, Path]:
-    """Linked worktrees on an overnight/<task> branch; the main worktree is never one."""
-    found: dict[str, Path] = {}
-    for block in _worktree_blocks(git)[1:]:
-        ref = block.get("branch", "")
-        name = ref.removeprefix(f"refs/heads/{BRANCH_PREFIX}")
-        if ref.startswith(f"refs/heads/{BRANCH_PREFIX}") and "/" not in name and "worktree" in block:
-            found[name] = Path(block["worktree"])
-    return found
+def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """Task worktrees by task name, and the branch of every other worktree with its path.
 
-
-def _branches_checked_out_by_user(git: _Git) -> set[str]:
-    """The branch of the main worktree: the user's checkout, never ours to change."""
-    blocks = _worktree_blocks(git)
-    ref = blocks[0].get("branch", "") if blocks else ""
-    return {ref.removeprefix("refs/heads/")} if ref else set()
+    Only `<worktrees_dir>/<task>` on `overnight/<task>` is a task's; the main worktree and
+    any the user added are theirs, whatever their branch, and their branches stay.
+    """
+    ours: dict[str, Path] = {}
+    theirs: dict[str, Path] = {}
+    home = worktrees_dir.resolve()
+    for index, block in enumerate(_worktree_blocks(git)):
+        if "worktree" not in block:
+            continue
+        path = Path(block["worktree"])
+        branch = block.get("branch", "").removeprefix("refs/heads/")
+        if index > 0 and path.resolve().parent == home and branch == BRANCH_PREFIX + path.name:
+            ours[path.name] = path
+        elif branch:
+            theirs[branch] = path
+    return ours, theirs
 
 
 def _worktree_blocks(git: _Git) -> list[dict[str, str]]:
+    """`git worktree list --porcelain`, one dict a worktree; the main worktree first."""
     blocks: list[dict[str, str]] = []
     for chunk in git.run("worktree", "list", "--porcelain").split("\n\n"):
         fields = dict((line.split(" ", 1) + [""])[:2] for line in chunk.splitlines() if line)
@@ -129,17 +153,15 @@ def _worktree_blocks(git: _Git) -> list[dict[str, str]]:
 
 
 class _Git:
-    """git in the user's repository; never prompts, never pages."""
+    """git in one folder of the user's repository; never prompts, never pages."""
 
-    def __init__(self, repo: Path) -> None:
-        self.repo = repo
-        if not self.ok("rev-parse", "--git-dir"):
-            raise ConfigError(f"[repo] path: {repo} is not a git repository")
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
 
     def _call(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["git", *args],
-            cwd=self.repo,
+            cwd=self.folder,
             env={**os.environ, **_QUIET},
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -151,11 +173,8 @@ class _Git:
         done = self._call(*args)
         if done.returncode != 0:
             detail = (done.stderr.strip().splitlines() or ["failed"])[-1]
-            raise ConfigError(f"gc: git {' '.join(args[:2])} failed in {self.repo}: {detail}")
+            raise ConfigError(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}")
         return done.stdout
-
-    def ok(self, *args: str) -> bool:
-        return self._call(*args).returncode == 0
 
     def resolve(self, revision: str) -> str | None:
         done = self._call("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,14 @@ def task_worktree(settings: Config, name: str, *, commit: bool = False) -> Workt
         (tree.path / f"{name}.txt").write_text("agent work\n")
         tree.commit(f"{name} iteration 1")
     return tree
+
+
+def overnight(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a child process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "NO_COLOR": "1"},
+    )
 
 
 def branches(repo: Path) -> set[str]:
@@ -73,6 +84,18 @@ class TestStaleTasks:
         assert result.removed_branches == ("overnight/wip",) and result.kept_branches == ()
         assert "overnight/wip" not in branches(repo)
 
+    def test_kept_reason_counts_only_commits_neither_merged_nor_pushed(self, settings, repo, tmp_path):
+        """With one commit pushed and one more not, the kept branch's reason says 1 commit, not 2."""
+        remote = tmp_path / "remote.git"
+        git(tmp_path, "init", "-q", "--bare", str(remote))
+        git(repo, "remote", "add", "origin", str(remote))
+        half = task_worktree(settings, "half", commit=True)
+        git(repo, "push", "-q", "origin", "overnight/half")
+        (half.path / "more.txt").write_text("not pushed\n")
+        half.commit("half iteration 2")
+        [kept] = collect_garbage(settings).kept_branches
+        assert kept.branch == "overnight/half" and kept.reason.startswith("1 commit(s) not merged")
+
     def test_pushed_branch_is_removed(self, settings, repo, tmp_path):
         """A branch whose tip is on a remote-tracking branch loses nothing when deleted."""
         remote = tmp_path / "remote.git"
@@ -93,6 +116,50 @@ class TestStaleTasks:
         result = collect_garbage(settings)
         assert result.removed_branches == ("overnight/gone",)
         assert str(gone.path) not in worktree_paths(repo)
+
+
+class TestUncommittedWork:
+    @pytest.mark.parametrize("change", ["untracked", "modified", "staged"])
+    def test_stale_worktree_with_uncommitted_changes_is_kept(self, settings, repo, change):
+        """A stale task's worktree holding changes not committed stays, with its branch and the reason."""
+        bad = task_worktree(settings, "bad")
+        edited = bad.path / ("user_edit.txt" if change == "untracked" else "greet.py")
+        edited.write_text("the user's edit\n")
+        if change == "staged":
+            git(bad.path, "add", "greet.py")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == () and result.removed_branches == ()
+        [kept] = result.kept_worktrees
+        assert kept.path == bad.path and "1 uncommitted change(s)" in kept.reason and "--force" in kept.reason
+        assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/bad", f"checked out at {bad.path}")]
+        assert edited.read_text() == "the user's edit\n" and "overnight/bad" in branches(repo)
+        assert f"kept worktree {bad.path}: 1 uncommitted change(s) (use --force to remove)" in result.lines()
+
+    def test_force_removes_a_worktree_with_uncommitted_changes(self, settings, repo):
+        """With force, the stale worktree goes even with changes in it, and its branch too."""
+        bad = task_worktree(settings, "bad")
+        (bad.path / "user_edit.txt").write_text("x\n")
+        result = collect_garbage(settings, force=True)
+        assert result.removed_worktrees == (bad.path,) and result.removed_branches == ("overnight/bad",)
+        assert not bad.path.exists()
+
+    def test_kept_build_caches_are_not_uncommitted_work(self, tmp_path, repo):
+        """What `[repo] keep` names (a cache rollbacks keep, even untracked) does not keep a stale worktree."""
+        path = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[CURRENT])
+        path.write_text(path.read_text().replace("[repo]\n", '[repo]\nkeep = [".cache"]\n'))
+        settings = load_config(path)
+        old = task_worktree(settings, "old")
+        (old.path / ".cache").mkdir()
+        (old.path / ".cache" / "blob").write_text("cached\n")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
+
+    def test_ignored_files_are_not_uncommitted_work(self, settings, repo):
+        """Files the repository ignores (build output) do not keep a stale worktree."""
+        old = task_worktree(settings, "old")
+        (old.path / "greet.pyc").write_bytes(b"\0")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
 
 
 class TestUntouched:
@@ -127,3 +194,39 @@ class TestUntouched:
         assert (branches(repo), worktree_paths(repo)) == before
         assert old.path.exists() and wip.path.exists()
         assert result.lines()[0].startswith("would remove worktree")
+
+    def test_worktree_the_user_added_on_an_overnight_branch_is_theirs(self, settings, repo, tmp_path):
+        """Even with force, a worktree outside the state dir on overnight/<name> keeps its files and branch."""
+        git(repo, "branch", "overnight/review-me")
+        mine = tmp_path / "myreview"
+        git(repo, "worktree", "add", "-q", str(mine), "overnight/review-me")
+        (mine / "notes.txt").write_text("my review notes\n")
+        result = collect_garbage(settings, force=True)
+        assert result.removed_worktrees == () and result.removed_branches == ()
+        assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/review-me", f"checked out at {mine}")]
+        assert (mine / "notes.txt").read_text() == "my review notes\n" and str(mine) in worktree_paths(repo)
+        assert "overnight/review-me" in branches(repo)
+
+    def test_stale_task_branch_checked_out_by_the_user_elsewhere_is_left_alone(self, settings, repo, tmp_path):
+        """A stale task's branch the user checked out in their own worktree: that worktree and its edits stay."""
+        old = task_worktree(settings, "old", commit=True)
+        git(repo, "worktree", "remove", str(old.path))
+        review = tmp_path / "review"
+        git(repo, "worktree", "add", "-q", str(review), "overnight/old")
+        (review / "old.txt").write_text("edited by the user\n")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == () and result.removed_branches == ()
+        assert f"kept branch overnight/old: checked out at {review}" in result.lines()
+        assert (review / "old.txt").read_text() == "edited by the user\n"
+
+
+class TestBadInput:
+    def test_repo_path_that_is_a_file_is_one_line_and_exit_2(self, tmp_path):
+        """`[repo] path` naming a file is one stderr line and exit 2, as for `overnight run`, never a traceback."""
+        not_a_repo = tmp_path / "file.txt"
+        not_a_repo.write_text("not a repository\n")
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=not_a_repo, tasks=[CURRENT])
+        result = overnight("gc", "--config", str(config))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [f"overnight: error: [repo] path: {not_a_repo} is not a git repository"]
+        assert not_a_repo.read_text() == "not a repository\n"
