@@ -45,7 +45,10 @@ def init(
 
     if config.exists() and not force:
         raise ConfigError(f"{config} already exists (use --force to overwrite)")
-    config.write_text(example_config_text(), encoding="utf-8")
+    try:
+        config.write_text(example_config_text(), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {config}: add your tasks, point [model] at a server, then `overnight run`")
 
 

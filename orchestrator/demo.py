@@ -188,6 +188,9 @@ def demo_config(repo: Path, state_dir: Path) -> Config:
 def prepare_sample(workdir: Path) -> Config:
     """Make the sample repository under `workdir` and write its overnight.toml; return the config."""
     workdir = workdir.resolve()
+    # The demo writes overnight.toml and state/ as well as the sample: nothing of a person's may be there.
+    if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
+        raise ConfigError(f"--dir {workdir} is not an empty folder; the demo needs a new or empty one")
     repo = make_sample_repo(workdir / "sample-repo")
     state_dir = workdir / "state"
     (workdir / "overnight.toml").write_text(demo_toml(repo, state_dir), encoding="utf-8")

@@ -89,6 +89,23 @@ class TestInit:
                 if shown is not None:  # set in the example: to its default (a TOML list for a tuple, a string for a Path)
                     assert type(spec.default)(shown) == spec.default, f"[{section}] {key}: {shown!r} is not the default"
 
+    @pytest.mark.parametrize("where", ["no-such-folder/overnight.toml", "a-folder"])
+    def test_init_that_cannot_write_says_why_in_one_line(self, tmp_path, where):
+        (tmp_path / "a-folder").mkdir()
+        assert_one_line_error(overnight("init", "--force", "--config", where, cwd=tmp_path), 2, "cannot write", where)
+
+    @pytest.mark.parametrize("mine", ["overnight.toml", "notes.txt"])
+    def test_demo_leaves_a_folder_with_anything_in_it_alone(self, tmp_path, mine):
+        """`demo --dir` writes overnight.toml and state/ there: a folder already holding files is refused, untouched."""
+        (tmp_path / "d").mkdir()
+        (tmp_path / "d" / mine).write_text("# mine\n")
+        assert_one_line_error(overnight("demo", "--dir", "d", cwd=tmp_path), 2, "not an empty folder")
+        assert [p.name for p in (tmp_path / "d").iterdir()] == [mine] and (tmp_path / "d" / mine).read_text() == "# mine\n"
+
+    def test_demo_dir_that_is_a_file_is_one_line(self, tmp_path):
+        (tmp_path / "f").write_text("x")
+        assert_one_line_error(overnight("demo", "--dir", "f", cwd=tmp_path), 2, "not an empty folder")
+
     def test_init_refuses_to_overwrite(self, tmp_path):
         """A second `overnight init` leaves the user's config alone and says so in one line."""
         (tmp_path / "overnight.toml").write_text("mine")
