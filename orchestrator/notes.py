@@ -21,6 +21,7 @@ _ENTRY = re.compile(
     r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`]+)` · iteration (?P<iteration>\d+) · `(?P<reason>[^`]+)`$",
     re.MULTILINE,
 )
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 MAX_EVIDENCE_CHARS = 1500
 
 
@@ -62,13 +63,11 @@ class NotesBook:
 
     def entries(self, task: str | None = None) -> list[NoteEntry]:
         text = self.text()
-        found = list(_ENTRY.finditer(text))
+        found = _headers(text)
         entries = []
-        for match, following in zip(found, [*found[1:], None]):
-            end = following.start() if following else len(text)
-            entry = NoteEntry(
-                task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[match.start() : end].strip()
-            )
+        for (start, match), following in zip(found, [*found[1:], None]):
+            end = following[0] if following else len(text)
+            entry = NoteEntry(task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[start:end].strip())
             if task is None or entry.task == task:
                 entries.append(entry)
         return entries
@@ -98,6 +97,25 @@ def render_entry(*, task: str, iteration: int, reason: str, correction: str, evi
         fence = "`" * max(3, _longest_backtick_run(shown) + 1)
         lines += ["", "**Evidence:**", "", fence, shown, fence]
     return "\n".join(lines) + "\n"
+
+
+def _headers(text: str) -> list[tuple[int, re.Match[str]]]:
+    """Each entry header with where it starts, outside fenced blocks: evidence quotes output
+    (a check's, the model's), and output can hold a line that looks like a header."""
+    found: list[tuple[int, re.Match[str]]] = []
+    fence, offset = "", 0
+    for line in text.splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        if fence:
+            # Closed only by a run of the same character at least as long (CommonMark).
+            if bare.strip() and set(bare.strip()) == {fence[0]} and len(bare.strip()) >= len(fence):
+                fence = ""
+        elif opened := _FENCE.match(bare):
+            fence = opened[1]
+        elif header := _ENTRY.match(bare):
+            found.append((offset, header))
+        offset += len(line)
+    return found
 
 
 def _one_paragraph(text: str) -> str:
