@@ -34,9 +34,10 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
 
 
 def open_store(config: Config):
+    from orchestrator.lock import make_dir
     from runs.store import RunStore
 
-    config.state_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(config.state_dir)
     return RunStore.open(config.store_url)
 
 

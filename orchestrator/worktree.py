@@ -64,6 +64,8 @@ def open_repo(path: Path):
         repo = git.Repo(path)
     except (git.NoSuchPathError, git.InvalidGitRepositoryError):
         raise ConfigError(f"[repo] path: {path} is not a git repository") from None
+    if repo.bare:
+        raise ConfigError(f"[repo] path: {path} is a bare repository; point it at a checkout (a clone) of it")
     if _head_commit(repo) is None:
         raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
     return repo

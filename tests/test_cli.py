@@ -171,6 +171,12 @@ class TestBadConfig:
         assert result.returncode == 0 and "Traceback" not in result.stderr
         assert "run" in result.stdout and "report" in result.stdout
 
+    @pytest.mark.parametrize("command", [("report",), ("report", "--json")])
+    def test_a_state_dir_that_is_a_file_is_one_line_exit_4(self, tmp_path, repo, command):
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        (tmp_path / "state").write_text("not a folder")
+        assert_one_line_error(overnight(*command, "--config", str(config)), 4, "a file is in the way")
+
     def test_missing_config_file(self, tmp_path):
         """A missing config file says where it looked and how to make one."""
         assert_one_line_error(overnight("run", "--config", str(tmp_path / "nope.toml")), 2, "not found", "overnight init")
@@ -194,6 +200,14 @@ class TestBadConfig:
         plain.mkdir()
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=plain)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "not a git repository")
+        assert not (tmp_path / "state" / "runs.db").exists()
+
+    def test_bare_repository(self, tmp_path, repo):
+        """A bare repository has no checkout to branch task worktrees beside: named, before any run is recorded."""
+        bare = tmp_path / "bare.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=bare)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "bare repository")
         assert not (tmp_path / "state" / "runs.db").exists()
 
     def test_base_that_names_no_commit(self, tmp_path, repo):
