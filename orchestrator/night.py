@@ -122,7 +122,7 @@ class _Night:
         if self.parts.cancel.cancelled:
             return False
         if self.budget.exhausted:
-            self.parts.cancel.cancel("night token budget spent")
+            self.parts.cancel.cancel(f"night token budget of {self.budget.limit} spent")  # as TokenBudget.spend says it
             return False
         if not self.deadline.allows(self._slowest_iteration_s):
             self.parts.cancel.cancel("deadline")
