@@ -74,6 +74,8 @@ def run(
     from orchestrator.recovery import recover_interrupted
 
     _check_log_format(log_format)
+    if junit is not None:
+        _check_writable(junit, "--junit")
     settings = load_config(config)
     configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     with StateLock(settings.state_dir), night_parts(settings) as parts:
@@ -82,21 +84,40 @@ def run(
         try:
             result = run_night(parts)
         finally:
-            _publish_for_ci(parts.store, junit, notes=settings.notes_path)
+            _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log)
     raise typer.Exit(result.exit_code)
 
 
-def _publish_for_ci(store: object, junit: Path | None, *, notes: Path) -> None:
-    """The JUnit file and the GitHub step summary, from what the store recorded; also after a cancel."""
+def _check_writable(path: Path, option: str) -> None:
+    """Before the night, not after it: a report that cannot be written is found out at once."""
+    import os
+
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        why = "is a folder" if path.is_dir() else f"{folder} is not a folder" if not folder.is_dir() else f"{folder} is not writable"
+        raise ConfigError(f"{option} {path}: {why}")
+
+
+def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object) -> None:
+    """The JUnit file and the GitHub step summary, from what the store recorded; also after a cancel.
+
+    A failure here (a disk filled in the night, an unwritable $GITHUB_STEP_SUMMARY) is logged,
+    and the exit code stays the night's: 143 must still say SIGTERM, 1 still say a task failed.
+    """
     from orchestrator.ci_summary import append_step_summary
     from orchestrator.junit import write_junit
 
     latest = store.latest_run()  # type: ignore[attr-defined]
     if latest is None:
         return
+    publishers = [lambda: append_step_summary(latest, notes=notes)]
     if junit is not None:
-        write_junit(latest, junit)
-    append_step_summary(latest, notes=notes)
+        publishers.insert(0, lambda: write_junit(latest, junit))
+    for publish in publishers:
+        try:
+            publish()
+        except StateError as error:
+            log.error("ci_report_failed", error=str(error))  # type: ignore[attr-defined]
 
 
 @app.command()
@@ -268,7 +289,12 @@ def _cancel_on_signals(token: Cancel) -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    print(f"overnight: error: {message}", file=sys.stderr)
+    from orchestrator.logs import get_logger, json_only
+
+    if json_only():  # --log-format json: stderr stays parseable to its end
+        get_logger().error("command_failed", error=message, exit_code=code)
+    else:
+        print(f"overnight: error: {message}", file=sys.stderr)
     sys.exit(code)
 
 

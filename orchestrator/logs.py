@@ -15,18 +15,24 @@ import structlog
 
 LOG_FORMATS = ("auto", "human", "json")
 _json_mode = False
+_json_asked = False
 
 
 def json_mode() -> bool:
-    """Whether logs go out as JSON lines: then stderr carries nothing else."""
+    """Whether logs go out as JSON lines (asked for, or stderr is not a terminal)."""
     return _json_mode
 
 
+def json_only() -> bool:
+    """Whether `--log-format json` was asked for: then stderr carries nothing but JSON lines, errors included."""
+    return _json_asked
+
+
 def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None, level: int = logging.INFO) -> None:
-    global _json_mode
+    global _json_mode, _json_asked
     stream = stream or sys.stderr
     as_json = log_format == "json" or (log_format == "auto" and not (hasattr(stream, "isatty") and stream.isatty()))
-    _json_mode = as_json
+    _json_mode, _json_asked = as_json, log_format == "json"
     # Plain tracebacks: structlog's default, rich's, prints every frame's local variables,
     # and among them the model's api_key.
     renderer: Any = (

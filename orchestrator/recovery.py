@@ -54,6 +54,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
             "iteration_recovered",
             run_id=run.id,
             task=iteration.task_name,
+            task_run_id=iteration.task_run_id,
             iteration=iteration.number,
             iteration_id=iteration.id,
             outcome=view.outcome,

@@ -200,15 +200,15 @@ class TestStepSummary:
         assert "a \\| b c" in row and row.count(" | ") == 5
 
 
-def json_night(folder: Path) -> subprocess.CompletedProcess[str]:
+def json_night(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight run --log-format json` as CI runs it: a subprocess, stdin closed."""
     repo = make_repo(folder / "repo", SAMPLE_FILES)
     with ScriptedServer(SCRIPT) as server:
         config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=TASKS)
         return subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", *args],
             capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
-            env={**os.environ, "NO_COLOR": "1"},
+            env={**os.environ, "NO_COLOR": "1", **(env or {})},
         )
 
 
@@ -219,6 +219,23 @@ def json_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedPr
 
 def log_events(stderr: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+class TestReportsThatCannotBeWritten:
+    def test_a_junit_path_that_cannot_be_written_stops_before_the_night(self, tmp_path):
+        """Found out at once, in one line (exit 2), not after a night whose report then goes nowhere."""
+        done = json_night(tmp_path, "--junit", str(tmp_path / "missing" / "junit.xml"))
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "--junit" in done.stderr, done.stderr
+        assert not (tmp_path / "state" / "runs.db").exists()
+
+    def test_an_unwritable_step_summary_is_logged_and_the_exit_code_stays_the_nights(self, tmp_path):
+        """$GITHUB_STEP_SUMMARY is GitHub's to get right: exit 1 still says a task failed, the log says what was not written."""
+        done = json_night(tmp_path, "--junit", str(tmp_path / "junit.xml"), env={"GITHUB_STEP_SUMMARY": str(tmp_path / "no" / "summary.md")})
+        assert done.returncode == 1, done.stderr
+        failed = [e for e in log_events(done.stderr) if e["event"] == "ci_report_failed"]
+        assert len(failed) == 1 and "step summary" in failed[0]["error"]
+        assert ET.parse(tmp_path / "junit.xml").getroot().get("tests") == "2"
+        assert all(line.startswith("{") for line in done.stderr.splitlines() if line.strip())
 
 
 class TestJsonLogs:
@@ -241,6 +258,17 @@ class TestJsonLogs:
                 assert isinstance(event.get("iteration"), int) and isinstance(event.get("iteration_id"), int), event
         rolled = [e for e in events if e["event"] == "iteration_rolled_back"]
         assert [(e["task"], e["iteration"], e["reason"]) for e in rolled] == [("never", 1, "repeated_tool_call"), ("never", 2, "check_failed")]
+
+    def test_an_error_that_ends_the_night_is_a_json_line_too(self, tmp_path):
+        """With --log-format json even the error that ends the command is an event a pipeline can parse."""
+        (tmp_path / "state" / "worktrees").mkdir(parents=True)
+        (tmp_path / "state" / "worktrees" / "never").write_text("a file where the worktree would go\n")
+        done = json_night(tmp_path)
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert all(line.startswith("{") for line in lines), lines
+        last = json.loads(lines[-1])
+        assert last["event"] == "command_failed" and last["exit_code"] == 2 and "cannot create the worktree" in last["error"]
 
     def test_json_mode_writes_nothing_but_json_on_stderr(self, json_run):
         """With --log-format json every stderr line is a JSON object, so a log pipeline can parse the stream."""

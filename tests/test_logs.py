@@ -13,10 +13,10 @@ from orchestrator import logs
 
 @pytest.fixture(autouse=True)
 def _logging_restored():
-    saved, json_mode = structlog.get_config(), logs._json_mode
+    saved, modes = structlog.get_config(), (logs._json_mode, logs._json_asked)
     yield
     structlog.configure(**saved)
-    logs._json_mode = json_mode
+    logs._json_mode, logs._json_asked = modes
 
 
 def _log_an_error(log_format: str) -> str:
