@@ -7,6 +7,7 @@ checkpoint, and the run store says which.
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +21,9 @@ from orchestrator.records import IterationOutcome, IterationReport, Level, Model
 from orchestrator.transcript import Transcript
 
 CHECK_TAIL_CHARS = 1200
+# Killed by SIGINT/SIGTERM: the process itself (negative), or the shell's child (128 + n).
+_SIGNAL_DEATHS = {-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM}
+SIGNAL_GRACE_S = 1.0
 CANCELLED_CORRECTION = "None needed: the iteration was stopped on purpose ({why}), not because of the model."
 
 
@@ -72,6 +76,8 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
             check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel)
             transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
+            if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
+                raise Cancelled(setup.cancel.why)
             if not check.passed:
                 ctx.report(Level.SEVERE, "check_failed", f"check failed: exit {check.exit_code}")
                 return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
@@ -86,6 +92,9 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             finish.cancelled(getattr(stop, "why", "interrupted"))
             raise
         except Exception as exc:  # a bug or an environment failure: not the model's fault, but recorded
+            if _died_of_the_nights_signal(setup.cancel, getattr(exc, "status", None)):  # git, killed with the night
+                finish.cancelled(setup.cancel.why)
+                raise Cancelled(setup.cancel.why) from None
             log.exception("iteration_error")
             error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
             return finish.rolled_back(error, ctx.turn, ctx.tokens)
@@ -96,6 +105,15 @@ def first_messages(task: TaskConfig, night: NightConfig, tool_names: Sequence[st
     return build_messages(
         task_prompt=task.prompt, check=task.check, tool_names=tool_names, notes=notes.for_prompt(task.name, night.notes_budget_chars)
     )
+
+
+def _died_of_the_nights_signal(cancel: Any, status: object) -> bool:
+    """Whether a process that died of SIGINT or SIGTERM died of the signal that is stopping the night.
+
+    systemd's control-group kill and Ctrl-C at a terminal signal the check and git as well as
+    overnight, and they can die of it a moment before the night's own handler has set the token.
+    """
+    return cancel is not None and status in _SIGNAL_DEATHS and cancel.wait(SIGNAL_GRACE_S)
 
 
 def _check_failed(exit_code: int, output: str) -> QualityError:

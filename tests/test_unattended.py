@@ -75,6 +75,31 @@ class TestCancellation:
         assert not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_sigterm_to_the_whole_service_while_the_check_runs_is_cancelled_not_check_failed(self, config_file, server, capsys):
+        """systemd's control-group kill signals the check too; dying of it first is no failed check, no blame."""
+        tasks = [{"name": "fix-greet", "prompt": "p", "check": "echo $$ > check.pid; sleep 10; python check_greet.py"}]
+        config = config_file(tasks=tasks)
+        server.enqueue(*FIX[:3], FIX[4])  # no run_check: the pid file is the task check's
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        pid_file = worktree(config) / "check.pid"
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        # The check dies first, and the night's own handler runs a moment later: the worst order.
+        os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 143, stderr
+        [entry] = NotesBook(config.parent / "state" / "notes.md").entries()
+        assert entry.reason == "cancelled"
+        iteration = report_json(config, capsys)["tasks"][0]["iterations"][0]
+        assert iteration["outcome"] == "cancelled" and not [s for s in iteration["signals"] if s["level"] == "severe"]
+
+
 class TestDeadline:
     def test_deadline_cancels_the_iteration_in_flight(self, config_file, server, capsys):
         """At the deadline the running iteration is cancelled and rolled back; later tasks do not start."""
