@@ -6,6 +6,7 @@ checkpoint, and the run store says which.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any, Sequence
 
 from orchestrator.agent import RunContext, run_agent
 from orchestrator.config import NightConfig, TaskConfig
-from orchestrator.errors import Cancelled, ModelUnreachable, QualityError
+from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
 from orchestrator.records import IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
@@ -52,13 +53,15 @@ class TaskSetup:
 def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
     """Raises ModelUnreachable and Cancelled after rolling back; every other failure becomes a report."""
     checkpoint = setup.workspace.checkpoint()
-    transcript_path = setup.transcripts_dir / f"task-run-{setup.task_run_id}-{setup.task.name}-{number}.jsonl"
+    # Opened before the iteration is recorded: a state dir that cannot take it (disk full) ends
+    # the night (StateError) before anything says an iteration began.
+    transcript = Transcript(setup.transcripts_dir / f"task-run-{setup.task_run_id}-{setup.task.name}-{number}.jsonl")
     iteration_id = setup.store.begin_iteration(
-        setup.task_run_id, number=number, checkpoint=checkpoint, pid=os.getpid(), transcript=str(transcript_path)
+        setup.task_run_id, number=number, checkpoint=checkpoint, pid=os.getpid(), transcript=str(transcript.path)
     )
     log = setup.log.bind(iteration=number, iteration_id=iteration_id)
     log.info("iteration_started", checkpoint=checkpoint[:12])
-    with Transcript(transcript_path) as transcript:
+    with transcript:
         recorder = _Recorder(setup.store, iteration_id, transcript, log)
         ctx = RunContext(
             max_turns=setup.night.max_turns,
@@ -70,9 +73,9 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
         messages = first_messages(setup.task, setup.night, ctx.tool_names, setup.notes)
-        for message in messages:
-            recorder.message(message)
         try:
+            for message in messages:
+                recorder.message(message)
             result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
             check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel)
             transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
@@ -90,6 +93,11 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             raise
         except (Cancelled, KeyboardInterrupt) as stop:
             finish.cancelled(getattr(stop, "why", "interrupted"))
+            raise
+        except StateError:
+            # The state dir or the run store failed (disk full, read-only): the night ends with
+            # that one line (exit 4), the worktree back at its checkpoint.
+            finish.state_failed()
             raise
         except Exception as exc:  # a bug or an environment failure: not the model's fault, but recorded
             if _died_of_the_nights_signal(setup.cancel, getattr(exc, "status", None)):  # git, killed with the night
@@ -137,35 +145,51 @@ class _Finisher:
     checkpoint: str
     ctx: RunContext
     log: Any
+    recorded: bool = False  # the store has the iteration's end
+    commit: str = ""
 
     def committed(self, commit: str, turns: int, tokens: int) -> IterationReport:
-        self.setup.store.finish_iteration(
-            self.iteration_id, outcome=IterationOutcome.COMMITTED.value, commit=commit, turns=turns, tokens=tokens
-        )
+        self.commit = commit
+        self._finish(outcome=IterationOutcome.COMMITTED.value, commit=commit, turns=turns, tokens=tokens)
         self.log.info("iteration_committed", commit=commit[:12], turns=turns, tokens=tokens)
         return self._report(IterationOutcome.COMMITTED, "", commit, turns, tokens)
 
     def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
         self.setup.workspace.rollback(self.checkpoint)
-        self.setup.notes.append(
-            task=self.setup.task.name, iteration=self.number, reason=stop.reason, correction=stop.correction, evidence=stop.evidence
-        )
-        self.setup.store.finish_iteration(
-            self.iteration_id,
+        # The store first: if notes.md cannot be written (StateError ends the night), the run
+        # store still tells the morning how the iteration ended, and why.
+        self._finish(
             outcome=IterationOutcome.ROLLED_BACK.value,
             reason=stop.reason,
             correction=stop.correction,
             turns=turns,
             tokens=tokens,
         )
+        self.setup.notes.append(
+            task=self.setup.task.name, iteration=self.number, reason=stop.reason, correction=stop.correction, evidence=stop.evidence
+        )
         self.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
         return self._report(IterationOutcome.ROLLED_BACK, stop.reason, "", turns, tokens)
+
+    def state_failed(self) -> None:
+        # Work that passed the check and was committed stays, as recovery would keep it.
+        self.setup.workspace.rollback(self.commit or self.checkpoint)
+        if self.recorded:  # what failed came after the store had the iteration's end (notes.md)
+            return
+        with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
+            self._finish(
+                outcome=IterationOutcome.ROLLED_BACK.value,
+                reason="iteration_error",
+                correction="None: the state dir could not be written (disk full or read-only).",
+                turns=self.ctx.turn,
+                tokens=self.ctx.tokens,
+            )
+        self.log.error("iteration_state_failed")
 
     def unreachable(self, detail: str) -> None:
         # Infrastructure, not a struggle: no note, no signal.
         self.setup.workspace.rollback(self.checkpoint)
-        self.setup.store.finish_iteration(
-            self.iteration_id,
+        self._finish(
             outcome=IterationOutcome.ROLLED_BACK.value,
             reason="model_unreachable",
             turns=self.ctx.turn,
@@ -175,17 +199,20 @@ class _Finisher:
 
     def cancelled(self, why: str) -> None:
         self.setup.workspace.rollback(self.checkpoint)
-        self.setup.notes.append(
-            task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=CANCELLED_CORRECTION.format(why=why)
-        )
-        self.setup.store.finish_iteration(
-            self.iteration_id,
+        self._finish(
             outcome=IterationOutcome.CANCELLED.value,
             reason="cancelled",
             turns=self.ctx.turn,
             tokens=self.ctx.tokens,
         )
+        self.setup.notes.append(
+            task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=CANCELLED_CORRECTION.format(why=why)
+        )
         self.log.info("iteration_cancelled", why=why)
+
+    def _finish(self, **values: Any) -> None:
+        self.setup.store.finish_iteration(self.iteration_id, **values)
+        self.recorded = True
 
     def _report(self, outcome: IterationOutcome, reason: str, commit: str, turns: int, tokens: int) -> IterationReport:
         return IterationReport(

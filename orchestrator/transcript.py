@@ -5,25 +5,36 @@ Each line is flushed as it is written, so a crash still leaves the record up to 
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import StateError
+
 
 class Transcript:
+    """Raises StateError (one line) when the file cannot be opened or written: a full disk, a read-only state dir."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # backslashreplace: a lone surrogate that got this far is written as its JSON escape, not a crash.
-        self._handle = path.open("a", encoding="utf-8", errors="backslashreplace")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # backslashreplace: a lone surrogate that got this far is written as its JSON escape, not a crash.
+            self._handle = path.open("a", encoding="utf-8", errors="backslashreplace")
+        except OSError as exc:
+            raise _cannot_write(path, exc) from None
 
     def write(self, entry: str, **fields: Any) -> None:
         if self._handle.closed:
             return
         line = json.dumps({"t": round(time.time(), 3), "entry": entry, **fields}, ensure_ascii=False, default=str)
-        self._handle.write(line + "\n")
-        self._handle.flush()
+        try:
+            self._handle.write(line + "\n")
+            self._handle.flush()
+        except OSError as exc:
+            raise _cannot_write(self.path, exc) from None
 
     def close(self) -> None:
         self._handle.close()
@@ -32,4 +43,12 @@ class Transcript:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        except OSError:
+            pass  # the flush of a line already reported as unwritable
+
+
+def _cannot_write(path: Path, exc: OSError) -> StateError:
+    reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+    return StateError(f"cannot write transcript {path}: {reason}")

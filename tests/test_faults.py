@@ -310,6 +310,46 @@ class TestRecoveryOfStoredState:
         assert kept == ["a-clone", "my-notes"]
 
 
+class TestStateDirFailingMidNight:
+    """What cannot be written mid-night ends it in one line (exit 4); the store says how the iteration ended."""
+
+    def _night(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> tuple[int, str, Any]:
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 1})
+        code = overnight("run", "--config", str(config))
+        err = capsys.readouterr().err.strip().splitlines()
+        store = RunStore.open(load_config(config).store_url)
+        try:
+            return code, err[-1], store.latest_run()
+        finally:
+            store.close()
+
+    def test_a_transcript_that_cannot_be_written(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        """Was a traceback (exit 1) with the iteration left `running`: now exit 4 before the iteration is recorded."""
+        (tmp_path / "state" / "transcripts" / "task-run-1-fix-greet-1.jsonl").mkdir(parents=True)
+        code, last, run = self._night(tmp_path, repo, server, capsys)
+        assert code == 4 and last.startswith("overnight: error: cannot write transcript"), last
+        assert run.status == "crashed" and [it for task in run.tasks for it in task.iterations] == []
+
+    def test_a_disk_that_fills_while_the_transcript_is_written(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        """/dev/full opens, then every write fails with ENOSPC: exit 4, worktree at its checkpoint, the iteration's end recorded."""
+        (tmp_path / "state" / "transcripts").mkdir(parents=True)
+        (tmp_path / "state" / "transcripts" / "task-run-1-fix-greet-1.jsonl").symlink_to("/dev/full")
+        code, last, run = self._night(tmp_path, repo, server, capsys)
+        assert code == 4 and last.startswith("overnight: error: cannot write transcript") and last.endswith("disk full"), last
+        [iteration] = run.tasks[0].iterations
+        assert (iteration.outcome, iteration.reason) == ("rolled_back", "iteration_error")
+        assert git(tmp_path / "state" / "worktrees" / "fix-greet", "status", "--porcelain", "--ignored") == ""
+
+    def test_a_notes_file_that_cannot_be_written(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        """Was exit 4 with the iteration left `running`: the store now records its real end before the note fails."""
+        (tmp_path / "state" / "notes.md.lock").mkdir(parents=True)  # readable notes, but no append can take the lock
+        server.enqueue(call("submit", {"summary": "done"}))
+        code, last, run = self._night(tmp_path, repo, server, capsys)
+        assert code == 4 and "notes.md" in last, last
+        [iteration] = run.tasks[0].iterations
+        assert (iteration.outcome, iteration.reason) == ("rolled_back", "check_failed")
+
+
 def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
