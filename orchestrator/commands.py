@@ -26,8 +26,12 @@ _QUIET_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_PAGER": "cat",
     "PAGER": "cat",
-    # `git commit` without -m would otherwise open an editor and wait forever.
+    # `git commit` without -m, `git rebase -i`, crontab -e: an editor would wait forever.
+    # (GIT_SEQUENCE_EDITOR too: a user's `sequence.editor` setting outranks GIT_EDITOR.)
     "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
+    "EDITOR": "true",
+    "VISUAL": "true",
 }
 _READ_CHUNK = 65536
 # ECMA-48 control sequences (CSI: colours, cursor moves; OSC: titles, links) and two-character escapes.

@@ -138,6 +138,17 @@ class Worktree:
         return commit
 
     def rollback(self, checkpoint: str) -> None:
+        gitdir = Path(self._repo.git_dir)
+        # What `reset --hard` would leave of the agent's own git: a rebase half done, and HEAD
+        # off the task's branch (later commits would land on no branch, or on another one).
+        if (gitdir / "rebase-merge").exists() or (gitdir / "rebase-apply").exists():
+            self._git.rebase("--quit")
+        try:
+            on_branch = (gitdir / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == f"ref: refs/heads/{self.branch}"
+        except OSError:
+            on_branch = False
+        if not on_branch:
+            self._git.symbolic_ref("HEAD", f"refs/heads/{self.branch}")
         self._git.reset("--hard", "--quiet", checkpoint)
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.

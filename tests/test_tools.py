@@ -77,6 +77,19 @@ class TestRunShell:
         result = run_shell("echo $GIT_TERMINAL_PROMPT $GIT_PAGER $PAGER", tmp_path, 10, 1000)
         assert result.output.split() == ["0", "cat", "cat"]
 
+    def test_an_interactive_rebase_does_not_wait_for_the_users_editor(self, tmp_path, monkeypatch):
+        """A user's `sequence.editor` outranks GIT_EDITOR; an agent's `git rebase -i` must not sit in it until the timeout."""
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / ".gitconfig").write_text("[sequence]\n\teditor = sleep 30\n[core]\n\teditor = sleep 30\n")
+        monkeypatch.setenv("HOME", str(home))
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        script = "git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && "
+        script += "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m two && git rebase -i HEAD~1 && echo rebased"
+        result = run_shell(script, repo, 10, 1000)
+        assert result.exit_code == 0 and "rebased" in result.output and result.duration_s < 5, result.output
+
     def test_flood_is_capped_head_and_tail(self, tmp_path):
         """A flood of output keeps its start and end within the cap and says how much was cut."""
         result = run_shell("echo START; yes | head -c 3000000; echo END", tmp_path, 20, 500)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -192,3 +193,27 @@ def test_a_commit_that_fails_for_another_reason_is_raised(repo: Path, tmp_path: 
     (tree.path / "new.txt").write_text("work\n")
     with pytest.raises(gitpython.GitCommandError):
         tree.commit("overnight: fix iteration 1")
+
+
+@pytest.mark.parametrize("left_by_the_agent", ["rebase stopped half way", "another branch", "a detached HEAD"])
+def test_rollback_puts_the_task_branch_back_whatever_git_the_agent_ran(repo: Path, tmp_path: Path, left_by_the_agent: str) -> None:
+    """`reset --hard` alone leaves a rebase in progress and HEAD where the agent moved it; later commits would miss the branch."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    checkpoint = tree.checkpoint()
+    (tree.path / "a.txt").write_text("1\n")
+    git(tree.path, "add", "a.txt")
+    git(tree.path, "commit", "-qm", "agent 1")
+    if left_by_the_agent == "rebase stopped half way":
+        subprocess.run(["git", "rebase", "-q", "-i", checkpoint], cwd=tree.path, check=True,
+                       env={**os.environ, "GIT_SEQUENCE_EDITOR": "sed -i 's/^pick/edit/'"}, capture_output=True)
+    elif left_by_the_agent == "another branch":
+        git(tree.path, "checkout", "-q", "-b", "elsewhere")
+    else:
+        git(tree.path, "checkout", "-q", "--detach", "HEAD")
+    tree.rollback(checkpoint)
+    assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
+    assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.is_clean()
+    assert "rebase" not in git(tree.path, "status")
+    (tree.path / "b.txt").write_text("2\n")
+    made = tree.commit("overnight: fix iteration 2")
+    assert git(repo, "rev-parse", "overnight/fix") == made != checkpoint
