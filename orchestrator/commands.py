@@ -33,6 +33,8 @@ _QUIET_ENV = {
     "EDITOR": "true",
     "VISUAL": "true",
 }
+# Set in every command's environment to the folder it runs in (inherited by all it starts).
+COMMAND_MARK = "OVERNIGHT_WORKTREE"
 _READ_CHUNK = 65536
 # ECMA-48 control sequences (CSI: colours, cursor moves; OSC: titles, links) and two-character escapes.
 _TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -67,7 +69,8 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, **_QUIET_ENV},
+        # The mark lets the next night's recovery find (and stop) a command a killed night left running.
+        env={**os.environ, **_QUIET_ENV, COMMAND_MARK: str(cwd)},
         start_new_session=True,
     )
     collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))

@@ -15,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands import COMMAND_MARK
 from orchestrator.config import Config
 from orchestrator.leases import owner_host_pid
 from orchestrator.worktree import Worktree, is_worktree_of, branch_for, linked_admin_dir, open_repo
@@ -34,6 +36,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     """Settle every iteration and run left `running` by a dead process; returns the iterations settled."""
     host, me, now = socket.gethostname(), os.getpid(), datetime.now(timezone.utc)
     _remove_stale_temp_files(config.state_dir, log)
+    _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     leases = {lease.task: lease for lease in store.leases()}
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
     settled, dead_runs, touched = [], set(), set()
@@ -163,6 +166,33 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
                 log.info("worktree_cleaned", task=path.name)
         except Exception as exc:
             _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+
+
+def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
+    """Checks and agent commands a killed night started: each runs in its own session, so it
+    outlives the night, and would go on writing into a worktree that is being rolled back
+    (its files then committed by the next night). Found by the mark in their environment
+    (orchestrator.commands.COMMAND_MARK); Linux's /proc, elsewhere nothing to do."""
+    inside = os.fsencode(str(worktrees_dir.resolve())) + b"/"
+    mark = os.fsencode(COMMAND_MARK) + b"="
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            worktree = next((var[len(mark):] for var in environ if var.startswith(mark)), b"")
+            if not (worktree + b"/").startswith(inside):
+                continue
+            group = os.getpgid(int(entry.name))
+            if group == os.getpgrp():
+                continue
+            os.killpg(group, signal.SIGKILL)
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+        log.warning("orphan_command_stopped", pid=int(entry.name), worktree=os.fsdecode(worktree))
 
 
 def _remove_git_locks(path: Path, task: str, log: Any) -> None:

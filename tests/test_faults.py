@@ -289,6 +289,29 @@ class TestRecoveryOfStoredState:
         [settled], _ = recover(config)
         assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain", "--ignored") == ""
 
+    def test_a_command_the_killed_night_left_running_is_stopped_before_the_rollback(self, tmp_path: Path, repo: Path) -> None:
+        """A check runs in its own session: `kill -9` of overnight alone (the OOM killer) leaves it writing into the worktree."""
+        from orchestrator.commands import COMMAND_MARK
+
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        script = "while true; do date >> stamp.txt; sleep 0.05; done"
+        orphan = subprocess.Popen(["bash", "-c", script], cwd=worktree.path, start_new_session=True,
+                                  env={**os.environ, COMMAND_MARK: str(worktree.path)})
+        elsewhere = subprocess.Popen(["sleep", "30"], start_new_session=True, env={**os.environ, COMMAND_MARK: str(tmp_path)})
+        try:
+            _wait_for(lambda: (worktree.path / "stamp.txt").exists(), 10, "the orphan to write")
+            [settled], logs = recover(config)
+            assert orphan.wait(timeout=5) == -signal.SIGKILL and elsewhere.poll() is None
+            time.sleep(0.2)
+            assert settled.outcome == "interrupted" and not (worktree.path / "stamp.txt").exists()
+            assert [e["pid"] for e in logs if e["event"] == "orphan_command_stopped"] == [orphan.pid]
+        finally:
+            for process in (orphan, elsewhere):
+                process.kill()
+                process.wait()
+
     def test_only_what_a_killed_worktree_add_left_is_removed(self, tmp_path: Path, repo: Path) -> None:
         """An empty folder, or one holding only the .git link, is debris; a person's folder or clone there is kept whole."""
         config = _config(tmp_path, repo)
