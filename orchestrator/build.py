@@ -33,12 +33,13 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
         yield model
 
 
-def open_store(config: Config):
+def open_store(config: Config, *, reading: bool = False):
+    """The run store; `reading`: for commands that only read it, also from a read-only state dir."""
     from orchestrator.lock import make_dir
     from runs.store import RunStore
 
     make_dir(config.state_dir)
-    return RunStore.open(config.store_url)
+    return RunStore.open_for_reading(config.store_url) if reading else RunStore.open(config.store_url)
 
 
 @contextlib.contextmanager

@@ -131,7 +131,7 @@ def report(
     from orchestrator.config import load_config
 
     settings = load_config(config, require_tasks=False)
-    store = open_store(settings)
+    store = open_store(settings, reading=True)
     try:
         latest = store.latest_run()
     finally:

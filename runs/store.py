@@ -105,6 +105,20 @@ class RunStore:
             raise StateError(f"cannot open run store {_safe(url)}: {_one_line(exc)}") from exc
         return cls(engine)
 
+    @classmethod
+    def open_for_reading(cls, url: str) -> RunStore:
+        """`open`, or, for a SQLite file that cannot be opened for writing (the file system went
+        read-only in the night), the file as it is: the morning can still read its account."""
+        try:
+            return cls.open(url)
+        except StateError:
+            parsed = make_url(url)
+            path = Path(parsed.database or "").expanduser()
+            if parsed.get_backend_name() != "sqlite" or not path.is_file():
+                raise
+        # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
+        return cls(create_engine(f"sqlite:///file:{path.resolve()}?mode=ro&immutable=1&uri=true"))
+
     def close(self) -> None:
         self._events.close()
         self._engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -371,6 +372,31 @@ class TestStateDirFailingMidNight:
         assert code == 4 and "notes.md" in last, last
         [iteration] = run.tasks[0].iterations
         assert (iteration.outcome, iteration.reason) == ("rolled_back", "check_failed")
+
+
+@pytest.fixture
+def state_mount(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs for the state dir, which the test can make read-only; skipped where mounting is not allowed."""
+    point = tmp_path / "state"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(point)], capture_output=True).returncode != 0:
+        pytest.skip("needs permission to mount a tmpfs")
+    yield point
+    subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def test_the_morning_report_reads_a_state_dir_gone_read_only(tmp_path: Path, repo: Path, server: Any, state_mount: Path, capsys: Any) -> None:
+    """errors=remount-ro at 03:00: the night's account is on disk, and `overnight report` still shows it."""
+    from tests.test_night import FIX
+
+    config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+    server.enqueue(*FIX)
+    assert overnight("run", "--config", str(config)) == 0
+    capsys.readouterr()
+    subprocess.run(["mount", "-o", "remount,ro", str(state_mount)], check=True)
+    assert overnight("report", "--config", str(config), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["run"]["status"] == "finished" and report["tasks"][0]["outcome"] == "succeeded"
 
 
 def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
