@@ -7,22 +7,34 @@ fire times into one, `max_instances = 1` refuses a second concurrent night.
 
 Each night runs as a child `overnight run` process: a crash or a leak in one
 night never takes the scheduler down, and the state lock in `run` makes a night
-started while another holds the state dir exit 75 at once.
+started while another holds the state dir exit 75 at once. A SIGTERM or Ctrl-C
+to `serve` is passed on to that night, which rolls back its iteration; `serve`
+waits for it.
+
+`cron` means what it means to crontab(5): weekday numbers count from Sunday = 0,
+a day matching either the day of month or the weekday runs when both are
+restricted, and the hour repeated when the clocks go back runs once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import pickle
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, cast
 
 from apscheduler.events import (
     EVENT_JOB_ERROR,
+    EVENT_JOB_EXECUTED,
     EVENT_JOB_MAX_INSTANCES,
     EVENT_JOB_MISSED,
     EVENT_SCHEDULER_STARTED,
@@ -32,17 +44,20 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.logs import get_logger
+from orchestrator.logs import get_logger, json_mode
 
 NIGHT_JOB_ID = "overnight-night"
 SCHEDULE_TABLE = "overnight_schedule"
 # Referenced by import path: a persistent job store pickles the reference, not the function.
 NIGHT_JOB = "orchestrator.schedule:run_scheduled_night"
-
+# How soon the foreground loop notices a stop request (a signal handler may not wake it: see below).
+_STOP_POLL_S = 0.25
 
 
 def _logger() -> Any:
@@ -50,39 +65,126 @@ def _logger() -> Any:
     return get_logger(component="schedule")
 
 
-class _NoFiresAfterShutdown:
-    """APScheduler 3 wakes its loop once more after `shutdown()` and processes due jobs.
+class _ForegroundScheduler(BlockingScheduler):
+    """Stops between two rounds of due jobs, never inside one.
+
+    APScheduler's `shutdown()` called from a signal handler runs in the middle of
+    `_process_jobs` when the signal comes just as a night falls due: the submission
+    then fails, while the job's next run time has already moved on, and the night is lost.
+    So a signal only sets `stop_requested`, and `serve` shuts down once the loop has returned.
+    """
+
+    stop_requested: str | None = None
+
+    def _main_loop(self) -> None:
+        due_at = 0.0  # wall clock, so that a host waking from sleep processes at once
+        while not self.stop_requested:
+            # Polled, because the handler must not set the event: the main thread may hold its lock.
+            woken = self._event.wait(min(max(due_at - time.time(), 0.0), _STOP_POLL_S))
+            if self.stop_requested:
+                break
+            if woken or time.time() >= due_at:
+                self._event.clear()
+                wait_s = self._process_jobs()
+                due_at = math.inf if wait_s is None else time.time() + wait_s
+
+
+class _BackgroundScheduler(BackgroundScheduler):
+    """For tests. APScheduler 3 wakes its loop once more after `shutdown()` and processes due jobs.
 
     Their executor is already shut down, so the submission fails, yet the job's next
     run time is advanced and stored: the due night would be lost, not run at the next start.
     """
 
     def _process_jobs(self) -> float | None:
-        if self.state == STATE_STOPPED:  # type: ignore[attr-defined]
+        if self.state == STATE_STOPPED:
             return None
-        return super()._process_jobs()  # type: ignore[misc]
+        return super()._process_jobs()
 
 
-class _ForegroundScheduler(_NoFiresAfterShutdown, BlockingScheduler):
-    pass
+class _NightInFlight:
+    """The child night now running, so that a SIGTERM or Ctrl-C to `serve` reaches it too.
+
+    Module-level, because the job runs by import path and cannot be handed an object.
+    """
+
+    def __init__(self) -> None:
+        # Reentrant: `stop` runs in a signal handler, which may interrupt another `stop` on the main thread.
+        self._lock = threading.RLock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+
+    def start(self, command: list[str]) -> subprocess.Popen[bytes] | None:
+        """The child, started; None once `serve` is stopping (the night then stays due)."""
+        with self._lock:
+            if self._stopping:
+                return None
+            # stdin closed: nothing in a night may wait for a person. Its own process group:
+            # a Ctrl-C on the terminal reaches it once, passed on by `stop`, not twice (twice stops at once).
+            self._child = subprocess.Popen(command, stdin=subprocess.DEVNULL, process_group=0)
+            return self._child
+
+    def finished(self) -> None:
+        with self._lock:
+            self._child = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self, signum: int) -> None:
+        """Pass the signal on to the night in flight, which rolls back its iteration; start no other."""
+        with self._lock:
+            self._stopping = True
+            if self._child is not None:
+                self._child.send_signal(signum)
 
 
-class _BackgroundScheduler(_NoFiresAfterShutdown, BackgroundScheduler):
-    pass
+_night = _NightInFlight()
 
 
-def run_scheduled_night(config_path: str) -> int:
-    """One night as a child `overnight run`; its exit code (75 when another night holds the lock)."""
-    command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path]
-    _logger().info("scheduled_night_started", config=config_path)
-    # stdin closed: nothing in a night may wait for a person.
-    finished = subprocess.run(command, stdin=subprocess.DEVNULL, check=False)
-    _logger().info("scheduled_night_finished", config=config_path, exit_code=finished.returncode)
-    return finished.returncode
+def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | None:
+    """One night as a child `overnight run`; its exit code (75 when another night holds the lock).
+
+    None when `serve` stopped before the night began a run (not started, or stopped while
+    starting up): it did no work, and `serve` keeps it due. `log_format` is serve's own
+    (json or human), so that the child's stderr matches serve's.
+    """
+    command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
+    child = _night.start(command)
+    if child is None:
+        return None
+    _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
+    try:
+        exit_code = child.wait()
+    finally:
+        _night.finished()
+    run_id = _run_id_of(config_path, child.pid)
+    _logger().info(
+        "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
+    )
+    if run_id is None and _night.stopping:
+        return None  # the signal came while it was starting up (a second or so of imports)
+    return exit_code
+
+
+def _run_id_of(config_path: str, pid: int) -> int | None:
+    """The run the child recorded: the store's latest run, if that process began it (not when it exited early)."""
+    from orchestrator.build import open_store
+
+    try:
+        store = open_store(load_config(Path(config_path), require_tasks=False))
+        try:
+            latest = store.latest_run()
+        finally:
+            store.close()
+    except Exception:  # the run id is a detail of a log line; the night has ended either way
+        return None
+    return latest.id if latest is not None and latest.pid == pid else None
 
 
 def build_scheduler(
-    config: Config, config_path: Path, *, blocking: bool = True, job: str = NIGHT_JOB
+    config: Config, config_path: Path, *, blocking: bool = True, job: str = NIGHT_JOB, log_format: str = "auto"
 ) -> BaseScheduler:
     """A scheduler holding the night job in the run store's database; not started.
 
@@ -105,7 +207,7 @@ def build_scheduler(
     scheduler.add_job(
         job,
         trigger,
-        args=[str(Path(config_path).resolve())],
+        args=[str(Path(config_path).resolve()), log_format],
         id=NIGHT_JOB_ID,
         name="overnight night",
         replace_existing=True,
@@ -115,41 +217,104 @@ def build_scheduler(
     return scheduler
 
 
-class _StopBeforeStart(Exception):
-    """A signal arrived before the scheduler ran: there is nothing to shut down."""
-
-
 def serve(config_path: Path) -> int:
-    """Run the scheduler in the foreground until SIGTERM or SIGINT; 0 on a clean stop."""
-    config = load_config(config_path)
-    scheduler = build_scheduler(config, config_path, blocking=True)
+    """Run the scheduler in the foreground until SIGTERM or SIGINT; 0 on a clean stop.
 
-    def stop(signum: int, frame: object) -> None:
-        _logger().info("scheduler_stopping", signal=signal.Signals(signum).name)
-        if not scheduler.running:
-            raise _StopBeforeStart
-        # wait=False: a night in flight gets its own SIGTERM from the service manager's process group.
-        scheduler.shutdown(wait=False)
+    The signal is passed on to the night in flight, and `serve` waits for its rollback and exit.
+    """
+    config = load_config(config_path)
+    scheduler = cast(_ForegroundScheduler, build_scheduler(config, config_path, log_format="json" if json_mode() else "human"))
+    deferred: list[datetime] = []
 
     def started(event: object) -> None:
-        upcoming = next_fire_times(config, count=1)
+        # The stored job's time, not one computed from now: after a missed night it is due at once.
+        job = scheduler.get_job(NIGHT_JOB_ID)
+        pending = job.next_run_time if job is not None else None
         _logger().info(
             "scheduler_started",
             cron=config.schedule.cron,
             timezone=str(schedule_timezone(config)),
-            next_fire_time=upcoming[0].isoformat() if upcoming else None,
+            next_fire_time=pending.isoformat() if pending else None,
             store=_safe_url(config.store_url),
         )
 
+    def executed(event: Any) -> None:
+        if event.retval is None:  # serve was stopping before the night began a run
+            deferred.append(event.scheduled_run_time)
+
     scheduler.add_listener(started, EVENT_SCHEDULER_STARTED)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        scheduler.start()
-    except _StopBeforeStart:
-        pass
+    scheduler.add_listener(executed, EVENT_JOB_EXECUTED)
+    with _stop_on_signals(scheduler), _library_logs_as_events():
+        scheduler.start()  # returns once a signal asked to stop
+        _logger().info("scheduler_stopping", signal=scheduler.stop_requested)
+        scheduler.shutdown(wait=True)  # the night in flight got the signal too: wait for its rollback
+    if deferred:
+        _keep_due(config, deferred[0])
     _logger().info("scheduler_stopped")
     return 0
+
+
+@contextlib.contextmanager
+def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
+    """SIGTERM and SIGINT stop the scheduler's loop and reach the night in flight; the old handlers after."""
+    global _night
+    _night = _NightInFlight()
+
+    def stop(signum: int, frame: object) -> None:
+        # Runs between two bytecodes of the main thread: no logging here (it may hold the stream's lock).
+        _night.stop(signum)
+        scheduler.stop_requested = signal.Signals(signum).name
+
+    handlers = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        _night = _NightInFlight()
+
+
+def _keep_due(config: Config, run_time: datetime) -> None:
+    """Put back the fire time of a night that did not begin its run, so that the next `serve` starts it (within the grace)."""
+    store = _job_store(config.store_url)
+    try:
+        job = store.lookup_job(NIGHT_JOB_ID)
+        if job is not None:
+            job.next_run_time = run_time
+            store.update_job(job)
+    finally:
+        store.shutdown()
+    _logger().info("scheduled_night_kept_due", scheduled_for=run_time.isoformat())
+
+
+class _LibraryWarnings(logging.Handler):
+    """APScheduler's own warnings and errors as our events: stderr stays JSON lines in JSON mode."""
+
+    # Already logged under stable names by `_log_unusual_fire`: missed, refused (overlap), failed.
+    _COVERED = ("Run time of job ", "Execution of job ", 'Job "')
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith(self._COVERED):
+            return
+        details: dict[str, Any] = {"logger": record.name, "message": (record.getMessage().splitlines() or [""])[0]}
+        if record.exc_info and record.exc_info[1] is not None:
+            details["error"] = _first_line(record.exc_info[1])
+        log = _logger()
+        (log.error if record.levelno >= logging.ERROR else log.warning)("scheduler_library_warning", **details)
+
+
+@contextlib.contextmanager
+def _library_logs_as_events() -> Iterator[None]:
+    library = logging.getLogger("apscheduler")
+    handler = _LibraryWarnings(logging.WARNING)
+    propagate = library.propagate
+    library.addHandler(handler)
+    library.propagate = False  # not also as plain lines through the root logger
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        library.propagate = propagate
 
 
 def next_fire_times(config: Config, count: int = 3, *, now: datetime | None = None) -> list[datetime]:
@@ -161,7 +326,7 @@ def next_fire_times(config: Config, count: int = 3, *, now: datetime | None = No
     previous: datetime | None = None
     while len(times) < count:
         upcoming = trigger.get_next_fire_time(previous, moment)
-        if upcoming is None:  # e.g. "0 0 30 2 *": never
+        if upcoming is None:  # cannot happen for a trigger night_trigger accepted; kept as a guard
             break
         times.append(upcoming)
         previous, moment = upcoming, upcoming + timedelta(seconds=1)
@@ -183,8 +348,8 @@ def schedule_timezone(config: Config) -> tzinfo:
         raise ConfigError(f"{config.source}: [schedule] timezone: unknown time zone {name!r}") from None
 
 
-def night_trigger(config: Config, zone: tzinfo) -> CronTrigger:
-    """The cron trigger, given its zone: a CronTrigger ignores the scheduler's zone otherwise."""
+def night_trigger(config: Config, zone: tzinfo) -> BaseTrigger:
+    """The cron trigger, read as crontab(5) reads it, in `zone`; ConfigError if it is bad or never fires."""
     expression = config.schedule.cron
     fields = expression.split()
     if len(fields) != 5:
@@ -192,10 +357,50 @@ def night_trigger(config: Config, zone: tzinfo) -> CronTrigger:
             f"{config.source}: [schedule] cron: {expression!r} needs 5 fields (minute hour day month weekday), got {len(fields)}"
         )
     try:
-        fields[4] = crontab_weekdays(fields[4])
-        return CronTrigger.from_crontab(" ".join(fields), timezone=zone)
+        trigger = crontab_trigger(*fields, zone=zone)
     except ValueError as exc:
         raise ConfigError(f"{config.source}: [schedule] cron: {expression!r}: {_first_line(exc)}") from None
+    if trigger.get_next_fire_time(None, datetime.now(zone)) is None:
+        raise ConfigError(f"{config.source}: [schedule] cron: {expression!r} never fires (no such day)")
+    return trigger
+
+
+def crontab_trigger(minute: str, hour: str, day: str, month: str, weekday: str, *, zone: tzinfo) -> BaseTrigger:
+    """A trigger that fires when crontab would; each CronTrigger carries `zone` (it ignores the scheduler's).
+
+    crontab(5): when both day of month and weekday are restricted (not `*`), a day matching
+    either runs; APScheduler 3 requires both. Picklable, for the persistent job store.
+    """
+    _names_alone(month, "month", "jan-mar", "1-3")
+    weekday_names = crontab_weekdays(weekday)
+
+    def cron(day: str, weekday: str) -> _CrontabTrigger:
+        return _CrontabTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=weekday, timezone=zone)
+
+    if day.startswith("*") or weekday.startswith("*"):
+        return cron(day, weekday_names)
+    return OrTrigger([cron(day, "*"), cron("*", weekday_names)])
+
+
+class _CrontabTrigger(CronTrigger):
+    """A CronTrigger that, like cron, never fires twice at the same wall-clock time.
+
+    When the clocks go back, the local times of the repeated hour happen twice;
+    APScheduler 3 fires at both (01:30-04:00, then 01:30-05:00), cron only at the first.
+    """
+
+    __slots__ = ()
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        fire = super().get_next_fire_time(previous_fire_time, now)
+        while fire is not None and _second_pass(fire):
+            fire = super().get_next_fire_time(fire, fire)
+        return fire
+
+
+def _second_pass(moment: datetime) -> bool:
+    """Whether `moment` is the second time its local wall-clock time happens (after the clocks went back)."""
+    return moment.fold == 1 and moment.utcoffset() != moment.replace(fold=0).utcoffset()
 
 
 def crontab_weekdays(field: str) -> str:
@@ -210,11 +415,13 @@ def crontab_weekdays(field: str) -> str:
 
 _WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _NUMERIC_PART = re.compile(r"^(\*|\d+(?:-\d+)?)(?:/(\d+))?$")
+_NAMES_PART = re.compile(r"^[a-z]+(?:-[a-z]+)?$", re.IGNORECASE)
 
 
 def _weekday_part(part: str) -> str:
     match = _NUMERIC_PART.match(part)
     if match is None or part == "*":
+        _names_alone(part, "weekday", "mon-fri", "1-5")
         return part
     span, step_text = match.groups()
     step = int(step_text) if step_text else 1
@@ -231,7 +438,14 @@ def _weekday_part(part: str) -> str:
     return ",".join(_WEEKDAY_NAMES[day] for day in range(first, last + 1, step))
 
 
-def _stored_next_run_time(store: SQLAlchemyJobStore, trigger: CronTrigger) -> datetime | None:
+def _names_alone(field: str, kind: str, names: str, numbers: str) -> None:
+    """Reject parts that mix names and numbers ("mon-5"): APScheduler 3 reads the name and drops the rest."""
+    for part in field.split(","):
+        if re.search("[a-z]", part, re.IGNORECASE) and not _NAMES_PART.match(part):
+            raise ValueError(f"{kind} {part!r}: names and numbers do not mix (write {names} or {numbers})")
+
+
+def _stored_next_run_time(store: SQLAlchemyJobStore, trigger: BaseTrigger) -> datetime | None:
     """When the stored night job is next due, if it keeps the same schedule."""
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -302,6 +516,7 @@ __all__ = [
     "NIGHT_JOB_ID",
     "SCHEDULE_TABLE",
     "build_scheduler",
+    "crontab_trigger",
     "crontab_weekdays",
     "next_fire_times",
     "run_scheduled_night",

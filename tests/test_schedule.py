@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pty
 import signal
 import sqlite3
 import subprocess
@@ -11,11 +13,15 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
 from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.combining import OrTrigger
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from structlog.testing import capture_logs
 
 from orchestrator.config import Config, load_config
@@ -27,13 +33,18 @@ from orchestrator.schedule import (
     crontab_weekdays,
     next_fire_times,
     run_scheduled_night,
+    serve,
 )
+from orchestrator.scripted import Reply, call
+from tests.conftest import write_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MARKER_JOB = "tests.test_schedule:marker_job"
 FIRED_LOG = "fired.log"
 
 
-def marker_job(config_path: str) -> int:
+def marker_job(config_path: str, log_format: str = "auto") -> int:
     """Stands in for a night: one line per fire, next to the config."""
     with open(Path(config_path).parent / FIRED_LOG, "a", encoding="utf-8") as fired:
         fired.write("fired\n")
@@ -91,6 +102,109 @@ def start_and_wait_for(scheduler: BaseScheduler, mask: int, timeout_s: float = 1
 def fires(folder: Path) -> int:
     log = folder / FIRED_LOG
     return len(log.read_text(encoding="utf-8").splitlines()) if log.exists() else 0
+
+
+def serve_signalled_while_picking_up(path: Path, *, store_fails: bool = False) -> list[dict[str, Any]]:
+    """`serve` in this process, sent SIGTERM while it reads the due jobs: past its stop check, before it submits.
+
+    With `store_fails`, that read also fails, as a locked or unreachable database would.
+    """
+    sent: list[bool] = []
+
+    def signal_once(connection: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not sent and SCHEDULE_TABLE in statement and "next_run_time <=" in statement:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            if store_fails:
+                raise RuntimeError("database is locked")
+
+    event.listen(Engine, "before_cursor_execute", signal_once)
+    fallback = threading.Timer(20, os.kill, (os.getpid(), signal.SIGTERM))  # never hang if the read is not seen
+    fallback.start()
+    try:
+        with capture_logs() as logs:
+            assert serve(path) == 0
+    finally:
+        fallback.cancel()
+        event.remove(Engine, "before_cursor_execute", signal_once)
+    assert sent
+    return logs
+
+
+def night_config(tmp_path: Path, repo: Path, server: Any, **model: Any) -> Path:
+    """A real night's config (scripted model server, real repository) with a [schedule] section."""
+    return write_config(
+        tmp_path / "overnight.toml", api_base=server.url, repo=repo, model=model or None,
+        extra='[schedule]\ncron = "30 1 * * *"\ntimezone = "UTC"\nmisfire_grace_s = 3600\n',
+    )
+
+
+def serve_process(path: Path, stderr: Any) -> subprocess.Popen[bytes]:
+    """`overnight serve --log-format json`, as a service manager starts it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(path), "--log-format", "json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"},
+    )
+
+
+def wait_until(condition: Any, process: subprocess.Popen[bytes], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"serve exited before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s}s"
+        time.sleep(0.05)
+
+
+def stop_leftovers(process: subprocess.Popen[bytes], path: Path) -> None:
+    """Kill serve and its night if a test left them running (the night is in its own process group)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    with sqlite3.connect(path.parent / "state" / "runs.db") as connection:
+        if not connection.execute("SELECT name FROM sqlite_master WHERE name = 'runs'").fetchall():
+            return
+        pids = [pid for (pid,) in connection.execute("SELECT pid FROM runs WHERE status = 'running'")]
+    for pid in pids:
+        try:
+            if b"orchestrator.cli" in Path(f"/proc/{pid}/cmdline").read_bytes():  # still our night, not a reused pid
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of `text` parsed; the test fails naming any line that is not JSON."""
+    lines = [line for line in text.replace("\r\n", "\n").splitlines() if line.strip()]
+    not_json = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            not_json.append(line)
+    assert not not_json, not_json
+    return [json.loads(line) for line in lines]
+
+
+def read_all(fd: int, into: bytearray) -> None:
+    """Read a pty until every writer has closed it (Linux then answers EIO)."""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            return
+        if not chunk:
+            return
+        into.extend(chunk)
+
+
+FIX = [
+    call("list_dir", {"path": "."}),
+    call("read_file", {"path": "greet.py"}),
+    call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+    call("run_check", {}),
+    call("submit", {"summary": "fixed the typo"}),
+]
 
 
 class TestJobStore:
@@ -179,6 +293,39 @@ class TestTimezone:
         assert crontab_weekdays("*/3") == "sun,wed,sat"
         assert crontab_weekdays("mon-fri") == "mon-fri"
 
+    def test_the_repeated_hour_of_a_fall_back_fires_once(self, tmp_path: Path) -> None:
+        """When New York's clocks go back, 01:30 happens twice; the night starts at the first only, as cron's would."""
+        config = load(write_schedule_config(tmp_path, zone="America/New_York"))
+        before = datetime(2027, 11, 6, 12, 0, tzinfo=ZoneInfo("America/New_York"))
+
+        times = next_fire_times(config, 3, now=before)
+
+        assert [moment.isoformat() for moment in times] == [
+            "2027-11-07T01:30:00-04:00",
+            "2027-11-08T01:30:00-05:00",
+            "2027-11-09T01:30:00-05:00",
+        ]
+        between = datetime(2027, 11, 7, 5, 45, tzinfo=timezone.utc)  # 01:45 EDT, before the second 01:30
+        assert next_fire_times(config, 1, now=between)[0].isoformat() == "2027-11-08T01:30:00-05:00"
+
+    def test_day_of_month_and_weekday_fire_on_either(self, tmp_path: Path) -> None:
+        """"0 1 1 * 1" starts on the 1st of each month and on every Monday (crontab's OR), in the stored job too."""
+        path = write_schedule_config(tmp_path, cron="0 1 1 * 1", zone="Europe/Berlin")
+        thursday_new_year = datetime(2026, 1, 1, 12, 0, tzinfo=ZoneInfo("Europe/Berlin"))
+
+        days = [moment.strftime("%a %d %b") for moment in next_fire_times(load(path), 6, now=thursday_new_year)]
+
+        assert days == ["Mon 05 Jan", "Mon 12 Jan", "Mon 19 Jan", "Mon 26 Jan", "Sun 01 Feb", "Mon 02 Feb"]
+        first = build_scheduler(load(path), path, blocking=False)
+        first.start(paused=True)
+        first.shutdown()
+        second = build_scheduler(load(path), path, blocking=False)
+        second.start(paused=True)
+        stored = second.get_job(NIGHT_JOB_ID)  # unpickled from the job store
+        second.shutdown()
+        assert isinstance(stored.trigger, OrTrigger)
+        assert [part.timezone for part in stored.trigger.triggers] == [ZoneInfo("Europe/Berlin")] * 2
+
 
 class TestMisfire:
     def test_several_missed_runs_within_grace_run_once(self, tmp_path: Path) -> None:
@@ -221,7 +368,10 @@ class TestConfigErrors:
         assert "\n" not in message
         assert not (tmp_path / "state").exists()
 
-    @pytest.mark.parametrize("cron", ["61 1 * * *", "30 1 * *", "30 1 * * 9", "thirty one * * *"])
+    @pytest.mark.parametrize(
+        "cron",
+        ["61 1 * * *", "30 1 * *", "30 1 * * 9", "thirty one * * *", "0 0 30 2 *", "30 1 * * mon-5", "30 1 * jan-5 *"],
+    )
     def test_bad_cron_is_one_line_naming_the_key(self, tmp_path: Path, cron: str) -> None:
         """A cron expression that cannot fire fails with one line naming [schedule] cron."""
         config = load(write_schedule_config(tmp_path, cron=cron))
@@ -232,6 +382,23 @@ class TestConfigErrors:
         message = str(raised.value)
         assert f"[schedule] cron: {cron!r}" in message
         assert "\n" not in message
+
+    @pytest.mark.parametrize("cron", ["0 0 30 2 *", "30 1 * * mon-5"])
+    @pytest.mark.parametrize("args", [("--next",), ()])
+    def test_serve_refuses_a_cron_that_never_fires_or_mixes_names(self, tmp_path: Path, cron: str, args: tuple[str, ...]) -> None:
+        """`overnight serve` (and `--next`) with such a cron: one stderr line naming [schedule] cron, exit 2."""
+        path = write_schedule_config(tmp_path, cron=cron)
+
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(path), *args],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        [line] = result.stderr.strip().splitlines()  # plain, or a JSON line once serve logs JSON
+        assert f"[schedule] cron: {cron!r}" in line and "Traceback" not in line
 
 
 class TestNight:
@@ -279,3 +446,133 @@ class TestServe:
         assert '"timezone": "Asia/Tokyo"' in output
         assert '"next_fire_time": "20' in output and "T01:30:00+09:00" in output
         assert "scheduler_stopped" in output
+
+    def test_a_signal_as_the_night_falls_due_keeps_it_due(self, tmp_path: Path) -> None:
+        """SIGTERM while serve picks up a due night: no failed submission; the night stays due, and the next start runs it."""
+        path = write_schedule_config(tmp_path)
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+
+        logs = serve_signalled_while_picking_up(path)
+
+        events = [log["event"] for log in logs]
+        assert "scheduled_night_kept_due" in events
+        assert not {"scheduled_night_started", "scheduled_night_failed", "scheduler_library_warning"} & set(events)
+        [(_, next_run)] = stored_jobs(load(path))
+        assert next_run == due.timestamp()
+        after = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+        assert start_and_wait_for(after, EVENT_JOB_EXECUTED)
+        assert fires(tmp_path) == 1
+
+    def test_started_logs_the_stored_fire_time_of_a_missed_night(self, tmp_path: Path) -> None:
+        """After a missed night within the grace, scheduler_started names that night's time (due now), not tomorrow's."""
+        path = write_schedule_config(tmp_path)
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+
+        logs = serve_signalled_while_picking_up(path)
+
+        [started] = [log for log in logs if log["event"] == "scheduler_started"]
+        assert datetime.fromisoformat(started["next_fire_time"]) == due
+
+    def test_apscheduler_warnings_become_named_events(self, tmp_path: Path) -> None:
+        """A warning APScheduler logs itself (the job store failing) reaches our log as scheduler_library_warning."""
+        path = write_schedule_config(tmp_path)
+
+        logs = serve_signalled_while_picking_up(path, store_fails=True)
+
+        [warning] = [log for log in logs if log["event"] == "scheduler_library_warning"]
+        assert "Error getting due jobs" in warning["message"] and "database is locked" in warning["message"]
+
+    def test_json_mode_stderr_holds_only_json_lines(self, tmp_path: Path) -> None:
+        """With --log-format json, a missed night is one scheduled_night_missed JSON line, not APScheduler's plain warning."""
+        missed = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(second=0, microsecond=0)
+        path = write_schedule_config(tmp_path, cron=f"{missed.minute} {missed.hour} * * *", grace_s=3600)
+        store_job_due_at(path, missed)
+        log_path = tmp_path / "serve.log"
+        with open(log_path, "wb") as log:
+            process = serve_process(path, log)
+        try:
+            wait_until(lambda: "scheduled_night_missed" in log_path.read_text(encoding="utf-8"), process, "the missed night")
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=20)
+        finally:
+            stop_leftovers(process, path)
+
+        events = [line["event"] for line in json_lines(log_path.read_text(encoding="utf-8"))]
+        assert code == 0
+        assert events.count("scheduled_night_missed") == 1
+        assert events[-1] == "scheduler_stopped"
+
+    def test_sigterm_to_serve_alone_stops_the_night_in_flight(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """SIGTERM to serve's pid only: serve passes it on, the night rolls back (exit 143, its run id logged), then serve exits 0."""
+        server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=30))
+        path = night_config(tmp_path, repo, server, request_timeout_s=60)
+        store_job_due_at(path, datetime.now(timezone.utc) - timedelta(minutes=1))
+        scratch = tmp_path / "state" / "worktrees" / "fix-greet" / "scratch.txt"
+        log_path = tmp_path / "serve.log"
+        with open(log_path, "wb") as log:
+            process = serve_process(path, log)
+        try:
+            wait_until(scratch.exists, process, "the night's first edit")
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=20)
+        finally:
+            stop_leftovers(process, path)
+
+        logs = json_lines(log_path.read_text(encoding="utf-8"))
+        events = [line["event"] for line in logs]
+        assert code == 0
+        [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
+        assert events.index("scheduled_night_finished") < events.index("scheduler_stopped")
+        with sqlite3.connect(tmp_path / "state" / "runs.db") as connection:
+            [(run_id, status, exit_code)] = connection.execute("SELECT id, status, exit_code FROM runs").fetchall()
+        assert (status, exit_code) == ("cancelled", 143)
+        assert (finished["exit_code"], finished["run_id"]) == (143, run_id)
+
+    def test_a_night_stopped_while_starting_up_stays_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """SIGTERM as the night has just been started, before it began a run: it did no work, so it stays due."""
+        path = night_config(tmp_path, repo, server)
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+        log_path = tmp_path / "serve.log"
+        with open(log_path, "wb") as log:
+            process = serve_process(path, log)
+        try:
+            wait_until(lambda: "scheduled_night_started" in log_path.read_text(encoding="utf-8"), process, "the night")
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=20)
+        finally:
+            stop_leftovers(process, path)
+
+        events = [line["event"] for line in json_lines(log_path.read_text(encoding="utf-8"))]
+        assert code == 0
+        assert events[-2:] == ["scheduled_night_kept_due", "scheduler_stopped"] and "scheduled_night_finished" in events
+        [(_, next_run)] = stored_jobs(load(path))
+        assert next_run == due.timestamp()
+
+    def test_the_night_logs_json_like_serve_on_a_terminal(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """`serve --log-format json` on a terminal: the night it starts logs JSON lines too, and its end names its run."""
+        server.enqueue(*FIX)
+        path = night_config(tmp_path, repo, server)
+        store_job_due_at(path, datetime.now(timezone.utc) - timedelta(minutes=1))
+        reader_end, terminal = pty.openpty()
+        process = serve_process(path, terminal)
+        os.close(terminal)
+        output = bytearray()
+        reader = threading.Thread(target=read_all, args=(reader_end, output), daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: b"scheduled_night_finished" in output, process, "the night's end")
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=20)
+        finally:
+            stop_leftovers(process, path)
+            reader.join(timeout=10)
+            os.close(reader_end)
+
+        logs = json_lines(output.decode("utf-8"))
+        assert code == 0
+        assert "night_started" in [line["event"] for line in logs]  # the child's own events, as JSON
+        [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
+        assert (finished["exit_code"], finished["run_id"]) == (0, 1)  # the night names the run it recorded
