@@ -17,7 +17,8 @@ from orchestrator.errors import Cancelled
 class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
-        self._lock = threading.Lock()
+        # Reentrant: `cancel` runs in signal handlers, and a second signal can land inside the first's.
+        self._lock = threading.RLock()
         self._hooks: list[Callable[[], None]] = []
         self.why = ""
 

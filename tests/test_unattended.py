@@ -100,6 +100,24 @@ class TestCancellation:
         assert iteration["outcome"] == "cancelled" and not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_a_second_signal_inside_the_first_handlers_cancel_does_not_deadlock(self):
+        """Signal handlers run between two bytecodes of the main thread: a second one can land while the first holds the token's lock."""
+        import threading
+
+        from orchestrator.cancel import CancelToken
+
+        token = CancelToken()
+        done = threading.Event()
+
+        def second_signal_inside_the_first() -> None:
+            with token._lock:  # the first handler, inside cancel()
+                token.cancel("SIGINT")
+            done.set()
+
+        threading.Thread(target=second_signal_inside_the_first, daemon=True).start()
+        assert done.wait(2) and token.cancelled and token.why == "SIGINT"
+
+
 class TestDeadline:
     def test_deadline_cancels_the_iteration_in_flight(self, config_file, server, capsys):
         """At the deadline the running iteration is cancelled and rolled back; later tasks do not start."""
