@@ -472,7 +472,9 @@ def _job_store(url: str) -> SQLAlchemyJobStore:
         options = {"connect_args": {"timeout": 30}}
         database = parsed.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            from orchestrator.lock import make_dir
+
+            make_dir(Path(database).expanduser().parent)  # a file in the way: StateError, one line
     try:
         return SQLAlchemyJobStore(url=url, tablename=SCHEDULE_TABLE, engine_options=options)
     except ImportError as exc:  # the URL names a driver that is not installed

@@ -400,6 +400,18 @@ class TestConfigErrors:
         [line] = result.stderr.strip().splitlines()  # plain, or a JSON line once serve logs JSON
         assert f"[schedule] cron: {cron!r}" in line and "Traceback" not in line
 
+    def test_serve_with_a_state_dir_that_is_a_file_is_one_line_exit_4(self, tmp_path: Path) -> None:
+        path = write_schedule_config(tmp_path)
+        (tmp_path / "state").write_text("not a folder")
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(path)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert result.returncode == 4, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert "a file is in the way" in line and "Traceback" not in line
+
 
 class TestNight:
     def test_scheduled_night_returns_the_run_exit_code(self, tmp_path: Path) -> None:
