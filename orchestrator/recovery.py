@@ -178,6 +178,7 @@ def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
     proc = Path("/proc")
     if not proc.is_dir():
         return
+    stopped: set[int] = set()
     for entry in proc.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -187,12 +188,14 @@ def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
             if not (worktree + b"/").startswith(inside):
                 continue
             group = os.getpgid(int(entry.name))
-            if group == os.getpgrp():
+            if group == os.getpgrp() or group in stopped:
                 continue
             os.killpg(group, signal.SIGKILL)
         except (OSError, ValueError):  # gone meanwhile, or not ours to read
             continue
-        log.warning("orphan_command_stopped", pid=int(entry.name), worktree=os.fsdecode(worktree))
+        stopped.add(group)
+        # The group is the command's: it ran in a session of its own, led by the shell overnight started.
+        log.warning("orphan_command_stopped", pid=group, worktree=os.fsdecode(worktree))
 
 
 def _remove_git_locks(path: Path, task: str, log: Any) -> None:
