@@ -92,10 +92,13 @@ def _check_writable(path: Path, option: str) -> None:
     """Before the night, not after it: a report that cannot be written is found out at once."""
     import os
 
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        why = "is a folder" if path.is_dir() else f"{folder} is not a folder" if not folder.is_dir() else f"{folder} is not writable"
-        raise ConfigError(f"{option} {path}: {why}")
+    folder = path.parent  # Path("x.xml").parent is Path("."): never empty
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder")
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"{option} {path}: {folder} is not writable")
 
 
 def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object) -> None:
