@@ -24,7 +24,7 @@ from typing import Any
 from orchestrator.commands import COMMAND_MARK
 from orchestrator.config import Config
 from orchestrator.leases import owner_host_pid
-from orchestrator.worktree import Worktree, is_worktree_of, branch_for, linked_admin_dir, open_repo
+from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -200,10 +200,12 @@ def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
 
 def _remove_git_locks(path: Path, task: str, log: Any) -> None:
     """Lock files a killed git left; they would make every later git command in the worktree fail."""
+    gitdir = gitdir_link(path)
+    if gitdir is None:
+        return
     try:
-        gitdir = Path(os.fsdecode((path / ".git").read_bytes()).split("gitdir:", 1)[1].strip())
         common = (gitdir / os.fsdecode((gitdir / "commondir").read_bytes()).strip()).resolve()
-    except (OSError, IndexError):
+    except OSError:
         return
     candidates = [gitdir / name for name in _GIT_LOCKS]
     candidates.append(common / "refs" / "heads" / (branch_for(task) + ".lock"))

@@ -222,6 +222,12 @@ def is_worktree_of(repo, path: Path) -> bool:
 
 def linked_admin_dir(repo, path: Path) -> Path | None:
     """The folder in `repo`'s own `worktrees/` (git's, in the .git dir) that `path/.git` links to, if it links to one there."""
+    admin = gitdir_link(path)
+    return admin if admin is not None and admin.resolve().parent == Path(repo.common_dir).resolve() / "worktrees" else None
+
+
+def gitdir_link(path: Path) -> Path | None:
+    """The git dir that `path/.git` names, when that is a linked worktree's link file; else None."""
     try:
         # os.fsdecode: git writes paths as the file system's bytes, which need not be UTF-8.
         link = os.fsdecode((path / ".git").read_bytes()).strip()
@@ -229,10 +235,8 @@ def linked_admin_dir(repo, path: Path) -> Path | None:
         return None
     if not link.startswith("gitdir:"):
         return None
-    admin = Path(link.removeprefix("gitdir:").strip())
-    if not admin.is_absolute():
-        admin = path / admin
-    return admin if admin.resolve().parent == Path(repo.common_dir).resolve() / "worktrees" else None
+    gitdir = Path(link.removeprefix("gitdir:").strip())
+    return gitdir if gitdir.is_absolute() else path / gitdir
 
 
 def _exclude_state_dir(repo, state_dir: Path) -> None:
