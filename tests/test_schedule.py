@@ -37,6 +37,7 @@ from orchestrator.schedule import (
 )
 from orchestrator.scripted import Reply, call
 from tests.conftest import write_config
+from tests.test_night import FIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,6 +174,20 @@ def stop_leftovers(process: subprocess.Popen[bytes], path: Path) -> None:
             pass
 
 
+def serve_then_sigterm(path: Path, ready: Any, what: str) -> tuple[int, list[dict[str, Any]]]:
+    """`serve` until `ready(its log so far)`, then SIGTERM to serve's pid alone: its exit code and log lines."""
+    log_path = path.parent / "serve.log"
+    with open(log_path, "wb") as log:
+        process = serve_process(path, log)
+    try:
+        wait_until(lambda: ready(log_path.read_text(encoding="utf-8")), process, what)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=20)
+    finally:
+        stop_leftovers(process, path)
+    return code, json_lines(log_path.read_text(encoding="utf-8"))
+
+
 def json_lines(text: str) -> list[dict[str, Any]]:
     """Every line of `text` parsed; the test fails naming any line that is not JSON."""
     lines = [line for line in text.replace("\r\n", "\n").splitlines() if line.strip()]
@@ -196,15 +211,6 @@ def read_all(fd: int, into: bytearray) -> None:
         if not chunk:
             return
         into.extend(chunk)
-
-
-FIX = [
-    call("list_dir", {"path": "."}),
-    call("read_file", {"path": "greet.py"}),
-    call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
-    call("run_check", {}),
-    call("submit", {"summary": "fixed the typo"}),
-]
 
 
 class TestJobStore:
@@ -501,17 +507,9 @@ class TestServe:
         missed = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(second=0, microsecond=0)
         path = write_schedule_config(tmp_path, cron=f"{missed.minute} {missed.hour} * * *", grace_s=3600)
         store_job_due_at(path, missed)
-        log_path = tmp_path / "serve.log"
-        with open(log_path, "wb") as log:
-            process = serve_process(path, log)
-        try:
-            wait_until(lambda: "scheduled_night_missed" in log_path.read_text(encoding="utf-8"), process, "the missed night")
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=20)
-        finally:
-            stop_leftovers(process, path)
+        code, logs = serve_then_sigterm(path, lambda log: "scheduled_night_missed" in log, "the missed night")
 
-        events = [line["event"] for line in json_lines(log_path.read_text(encoding="utf-8"))]
+        events = [line["event"] for line in logs]
         assert code == 0
         assert events.count("scheduled_night_missed") == 1
         assert events[-1] == "scheduler_stopped"
@@ -522,17 +520,8 @@ class TestServe:
         path = night_config(tmp_path, repo, server, request_timeout_s=60)
         store_job_due_at(path, datetime.now(timezone.utc) - timedelta(minutes=1))
         scratch = tmp_path / "state" / "worktrees" / "fix-greet" / "scratch.txt"
-        log_path = tmp_path / "serve.log"
-        with open(log_path, "wb") as log:
-            process = serve_process(path, log)
-        try:
-            wait_until(scratch.exists, process, "the night's first edit")
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=20)
-        finally:
-            stop_leftovers(process, path)
+        code, logs = serve_then_sigterm(path, lambda log: scratch.exists(), "the night's first edit")
 
-        logs = json_lines(log_path.read_text(encoding="utf-8"))
         events = [line["event"] for line in logs]
         assert code == 0
         [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
@@ -547,17 +536,9 @@ class TestServe:
         path = night_config(tmp_path, repo, server)
         due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
         store_job_due_at(path, due)
-        log_path = tmp_path / "serve.log"
-        with open(log_path, "wb") as log:
-            process = serve_process(path, log)
-        try:
-            wait_until(lambda: "scheduled_night_started" in log_path.read_text(encoding="utf-8"), process, "the night")
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=20)
-        finally:
-            stop_leftovers(process, path)
+        code, logs = serve_then_sigterm(path, lambda log: "scheduled_night_started" in log, "the night")
 
-        events = [line["event"] for line in json_lines(log_path.read_text(encoding="utf-8"))]
+        events = [line["event"] for line in logs]
         assert code == 0
         assert events[-2:] == ["scheduled_night_kept_due", "scheduler_stopped"] and "scheduled_night_finished" in events
         [(_, next_run)] = stored_jobs(load(path))
