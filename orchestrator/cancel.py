@@ -1,4 +1,4 @@
-"""Stopping a night on purpose: SIGTERM, Ctrl-C, the deadline, a token budget.
+"""Stopping a night on purpose: SIGTERM, Ctrl-C, a closed terminal, the deadline, a token budget.
 
 One token is shared by everything that can block for long (the model stream,
 shell commands, the agent loop); each checks it at its own safe points and
@@ -7,11 +7,18 @@ raises `Cancelled`, so the iteration in flight is rolled back, not abandoned.
 
 from __future__ import annotations
 
+import signal
 import threading
 from datetime import datetime, timedelta
 from typing import Callable
 
 from orchestrator.errors import Cancelled
+
+
+def stopping_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop `run` and `serve`, as SIGTERM does: SIGHUP (a closed terminal) only where not ignored (nohup)."""
+    hangup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGTERM, signal.SIGINT, *hangup)
 
 
 class CancelToken:

@@ -251,7 +251,9 @@ def main() -> None:
     except StateError as exc:
         _fail(str(exc), EXIT_STATE)
     except Cancelled as stop:
-        sys.exit(143 if stop.why == "SIGTERM" else 130)
+        from orchestrator.night import EXIT_SIGINT, SIGNAL_EXIT_CODES
+
+        sys.exit(SIGNAL_EXIT_CODES.get(stop.why, EXIT_SIGINT))
     except KeyboardInterrupt:
         sys.exit(130)
     except (typer.Abort, EOFError):
@@ -276,28 +278,30 @@ def _is_usage_error(exc: Exception) -> bool:
 
 
 def _cancel_on_signals(token: Cancel) -> None:
-    """SIGTERM or Ctrl-C cancels the iterations in flight: rolled back, noted `cancelled`.
+    """SIGTERM, Ctrl-C or a closed terminal (SIGHUP) cancels the iterations in flight: rolled back, noted `cancelled`.
 
     A second Ctrl-C stops at once, for a person who will not wait for the rollback.
     """
     import signal
 
+    from orchestrator.cancel import stopping_signals
+
     def cancel(signum: int, frame: object) -> None:
         if token.cancelled and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        token.cancel("SIGTERM" if signum == signal.SIGTERM else "SIGINT")
+        token.cancel(signal.Signals(signum).name)
 
-    signal.signal(signal.SIGTERM, cancel)
-    signal.signal(signal.SIGINT, cancel)
+    for number in stopping_signals():
+        signal.signal(number, cancel)
 
 
 def _fail(message: str, code: int) -> None:
-    from orchestrator.logs import get_logger, json_only
+    from orchestrator.logs import get_logger, json_only, lossy
 
     if json_only():  # --log-format json: stderr stays parseable to its end
         get_logger().error("command_failed", error=message, exit_code=code)
     else:
-        print(f"overnight: error: {message}", file=sys.stderr)
+        print(f"overnight: error: {message}", file=lossy(sys.stderr), flush=True)
     sys.exit(code)
 
 

@@ -22,8 +22,8 @@ from orchestrator.records import IterationOutcome, IterationReport, Level, Model
 from orchestrator.transcript import Transcript
 
 CHECK_TAIL_CHARS = 1200
-# Killed by SIGINT/SIGTERM: the process itself (negative), or the shell's child (128 + n).
-_SIGNAL_DEATHS = {-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM}
+# Killed by a signal that stops nights: the process itself (negative), or the shell's child (128 + n).
+_SIGNAL_DEATHS = {status for number in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM) for status in (-number, 128 + number)}
 SIGNAL_GRACE_S = 1.0
 CANCELLED_CORRECTION = "None needed: the iteration was stopped on purpose ({why}), not because of the model."
 
@@ -116,7 +116,7 @@ def first_messages(task: TaskConfig, night: NightConfig, tool_names: Sequence[st
 
 
 def _died_of_the_nights_signal(cancel: Any, status: object) -> bool:
-    """Whether a process that died of SIGINT or SIGTERM died of the signal that is stopping the night.
+    """Whether a process that died of SIGHUP, SIGINT or SIGTERM died of the signal that is stopping the night.
 
     systemd's control-group kill and Ctrl-C at a terminal signal the check and git as well as
     overnight, and they can die of it a moment before the night's own handler has set the token.

@@ -7,7 +7,9 @@ iteration ids bound where they become known.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import sys
 from typing import Any, TextIO
 
@@ -50,10 +52,53 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         # Looked up when a logger is made, not now: stderr may be replaced later (tests, daemons).
-        logger_factory=(lambda *_: structlog.PrintLogger(sys.stderr)) if stream is sys.stderr else structlog.PrintLoggerFactory(stream),
+        logger_factory=(lambda *_: structlog.PrintLogger(lossy(sys.stderr))) if stream is sys.stderr else structlog.PrintLoggerFactory(lossy(stream)),
         cache_logger_on_first_use=False,
     )
 
 
 def get_logger(**bound: Any) -> Any:
     return structlog.get_logger("overnight").bind(**bound)
+
+
+@functools.lru_cache(maxsize=8)  # one wrapper per stream: structlog keeps one write lock per file object
+def lossy(stream: TextIO) -> "_LossyStream":
+    """`stream`, for lines that may be lost but must never raise (see _LossyStream)."""
+    return _LossyStream(stream)
+
+
+class _LossyStream:
+    """A log stream whose reader may go away mid-night: a closed terminal, `| head`, a dead collector.
+
+    Losing log lines must not stop a night: the run store, notes.md and the transcripts
+    still hold its account. The first failed write sends the stream's file descriptor to
+    /dev/null, so that later lines, and the interpreter's own flush at exit, cost nothing
+    and fail no more.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        try:
+            descriptor = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return  # no file descriptor behind it (a StringIO): the lines are dropped
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, descriptor)
+        finally:
+            os.close(devnull)

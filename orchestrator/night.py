@@ -2,7 +2,8 @@
 
 Exit codes are the public contract of `overnight run`:
 0 every task succeeded; 1 at least one did not; 3 the model endpoint was unreachable;
-130/143 the night was cancelled by SIGINT/SIGTERM.
+129/130/143 the night was cancelled by SIGHUP/SIGINT/SIGTERM (128 + the signal's number,
+as a shell reports a process the signal killed).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from orchestrator.tools import Toolbox, offered, schemas_of
 from orchestrator.worktree import Worktree, branch_for
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
+# The signals that stop a night (its CancelToken's `why` names one), and the exit code each leaves.
+SIGNAL_EXIT_CODES = {"SIGHUP": EXIT_SIGHUP, "SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
 PARK_CORRECTION = (
     "Parked for the night: the same problem stopped {count} iterations in a row ({reason}). "
     "A person should look at the task or the model."
@@ -159,8 +162,8 @@ def run_night(parts: NightParts) -> NightResult:
         pool.shutdown(wait=True)
         night.close()
         night.deadline.stop()
-    if parts.cancel.cancelled and parts.cancel.why in ("SIGINT", "SIGTERM"):
-        exit_code = EXIT_SIGTERM if parts.cancel.why == "SIGTERM" else EXIT_SIGINT
+    if parts.cancel.cancelled and parts.cancel.why in SIGNAL_EXIT_CODES:
+        exit_code = SIGNAL_EXIT_CODES[parts.cancel.why]
         store.finish_run(run_id, status="cancelled", exit_code=exit_code)
         night.log.info("night_cancelled", why=parts.cancel.why, exit_code=exit_code)
         return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))

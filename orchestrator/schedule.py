@@ -7,8 +7,8 @@ fire times into one, `max_instances = 1` refuses a second concurrent night.
 
 Each night runs as a child `overnight run` process: a crash or a leak in one
 night never takes the scheduler down, and the state lock in `run` makes a night
-started while another holds the state dir exit 75 at once. A SIGTERM or Ctrl-C
-to `serve` is passed on to that night, which rolls back its iteration; `serve`
+started while another holds the state dir exit 75 at once. A SIGTERM, Ctrl-C or
+SIGHUP to `serve` is passed on to that night, which rolls back its iteration; `serve`
 waits for it.
 
 `cron` means what it means to crontab(5): weekday numbers count from Sunday = 0,
@@ -48,6 +48,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 
+from orchestrator.cancel import stopping_signals
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.logs import get_logger, json_mode
@@ -103,7 +104,7 @@ class _BackgroundScheduler(BackgroundScheduler):
 
 
 class _NightInFlight:
-    """The child night now running, so that a SIGTERM or Ctrl-C to `serve` reaches it too.
+    """The child night now running, so that a SIGTERM, Ctrl-C or SIGHUP to `serve` reaches it too.
 
     Module-level, because the job runs by import path and cannot be handed an object.
     """
@@ -218,7 +219,7 @@ def build_scheduler(
 
 
 def serve(config_path: Path) -> int:
-    """Run the scheduler in the foreground until SIGTERM or SIGINT; 0 on a clean stop.
+    """Run the scheduler in the foreground until SIGTERM, SIGINT or SIGHUP; 0 on a clean stop.
 
     The signal is passed on to the night in flight, and `serve` waits for its rollback and exit.
     """
@@ -256,7 +257,7 @@ def serve(config_path: Path) -> int:
 
 @contextlib.contextmanager
 def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
-    """SIGTERM and SIGINT stop the scheduler's loop and reach the night in flight; the old handlers after."""
+    """SIGTERM, SIGINT and SIGHUP stop the scheduler's loop and reach the night in flight; the old handlers after."""
     global _night
     _night = _NightInFlight()
 
@@ -265,7 +266,7 @@ def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
         _night.stop(signum)
         scheduler.stop_requested = signal.Signals(signum).name
 
-    handlers = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    handlers = {number: signal.signal(number, stop) for number in stopping_signals()}
     try:
         yield
     finally:

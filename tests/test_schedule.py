@@ -174,14 +174,14 @@ def stop_leftovers(process: subprocess.Popen[bytes], path: Path) -> None:
             pass
 
 
-def serve_then_sigterm(path: Path, ready: Any, what: str) -> tuple[int, list[dict[str, Any]]]:
-    """`serve` until `ready(its log so far)`, then SIGTERM to serve's pid alone: its exit code and log lines."""
+def serve_then_signal(path: Path, ready: Any, what: str, signum: int = signal.SIGTERM) -> tuple[int, list[dict[str, Any]]]:
+    """`serve` until `ready(its log so far)`, then `signum` to serve's pid alone: its exit code and log lines."""
     log_path = path.parent / "serve.log"
     with open(log_path, "wb") as log:
         process = serve_process(path, log)
     try:
         wait_until(lambda: ready(log_path.read_text(encoding="utf-8")), process, what)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         code = process.wait(timeout=20)
     finally:
         stop_leftovers(process, path)
@@ -507,20 +507,23 @@ class TestServe:
         missed = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(second=0, microsecond=0)
         path = write_schedule_config(tmp_path, cron=f"{missed.minute} {missed.hour} * * *", grace_s=3600)
         store_job_due_at(path, missed)
-        code, logs = serve_then_sigterm(path, lambda log: "scheduled_night_missed" in log, "the missed night")
+        code, logs = serve_then_signal(path, lambda log: "scheduled_night_missed" in log, "the missed night")
 
         events = [line["event"] for line in logs]
         assert code == 0
         assert events.count("scheduled_night_missed") == 1
         assert events[-1] == "scheduler_stopped"
 
-    def test_sigterm_to_serve_alone_stops_the_night_in_flight(self, tmp_path: Path, repo: Path, server: Any) -> None:
-        """SIGTERM to serve's pid only: serve passes it on, the night rolls back (exit 143, its run id logged), then serve exits 0."""
+    @pytest.mark.parametrize("signum, night_exit", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
+    def test_a_signal_to_serve_alone_stops_the_night_in_flight(
+        self, tmp_path: Path, repo: Path, server: Any, signum: int, night_exit: int
+    ) -> None:
+        """SIGTERM (or a closed terminal's SIGHUP) to serve's pid only: serve passes it on, the night rolls back (exit 143 / 129, its run id logged), then serve exits 0."""
         server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=30))
         path = night_config(tmp_path, repo, server, request_timeout_s=60)
         store_job_due_at(path, datetime.now(timezone.utc) - timedelta(minutes=1))
         scratch = tmp_path / "state" / "worktrees" / "fix-greet" / "scratch.txt"
-        code, logs = serve_then_sigterm(path, lambda log: scratch.exists(), "the night's first edit")
+        code, logs = serve_then_signal(path, lambda log: scratch.exists(), "the night's first edit", signum)
 
         events = [line["event"] for line in logs]
         assert code == 0
@@ -528,15 +531,15 @@ class TestServe:
         assert events.index("scheduled_night_finished") < events.index("scheduler_stopped")
         with sqlite3.connect(tmp_path / "state" / "runs.db") as connection:
             [(run_id, status, exit_code)] = connection.execute("SELECT id, status, exit_code FROM runs").fetchall()
-        assert (status, exit_code) == ("cancelled", 143)
-        assert (finished["exit_code"], finished["run_id"]) == (143, run_id)
+        assert (status, exit_code) == ("cancelled", night_exit)
+        assert (finished["exit_code"], finished["run_id"]) == (night_exit, run_id)
 
     def test_a_night_stopped_while_starting_up_stays_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """SIGTERM as the night has just been started, before it began a run: it did no work, so it stays due."""
         path = night_config(tmp_path, repo, server)
         due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
         store_job_due_at(path, due)
-        code, logs = serve_then_sigterm(path, lambda log: "scheduled_night_started" in log, "the night")
+        code, logs = serve_then_signal(path, lambda log: "scheduled_night_started" in log, "the night")
 
         events = [line["event"] for line in logs]
         assert code == 0

@@ -100,6 +100,49 @@ class TestCancellation:
         assert iteration["outcome"] == "cancelled" and not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_sighup_of_a_closed_terminal_rolls_back_and_exits_129(self, config_file, server, capsys):
+        """The terminal a night was started from goes away: SIGHUP, and every log line written after it fails."""
+        import pty
+
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(*EDIT_THEN_WAIT)
+        terminal, night_side = pty.openpty()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=night_side, stderr=night_side, start_new_session=True,
+        )
+        os.close(night_side)
+        scratch = worktree(config) / "scratch.txt"
+        deadline = time.monotonic() + 60
+        while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
+            _drain(terminal)
+        assert scratch.exists()
+        _drain(terminal)
+        os.close(terminal)  # from here on, writing to the terminal fails (EIO)
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=30) == 129
+        assert git(worktree(config), "status", "--porcelain", "--ignored") == ""
+        [entry] = NotesBook(config.parent / "state" / "notes.md").entries()
+        assert entry.reason == "cancelled" and "SIGHUP" in entry.text
+        report = report_json(config, capsys)
+        assert report["run"]["status"] == "cancelled" and report["run"]["exit_code"] == 129
+        assert report["tasks"][0]["outcome"] == "cancelled" and report["tasks"][0]["reason"] == "SIGHUP"
+
+    def test_sighup_under_nohup_is_ignored(self, config_file, server, capsys):
+        """Started with SIGHUP ignored (nohup), the night does not stop when the terminal goes."""
+        config = config_file()
+        server.enqueue(call("list_dir", {"path": "."}, delay_s=1.5), *FIX[1:])
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+        )
+        time.sleep(0.8)
+        process.send_signal(signal.SIGHUP)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, stderr
+        assert report_json(config, capsys)["tasks"][0]["outcome"] == "succeeded"
+
     def test_a_second_signal_inside_the_first_handlers_cancel_does_not_deadlock(self):
         """Signal handlers run between two bytecodes of the main thread: a second one can land while the first holds the token's lock."""
         import threading
@@ -116,6 +159,35 @@ class TestCancellation:
 
         threading.Thread(target=second_signal_inside_the_first, daemon=True).start()
         assert done.wait(2) and token.cancelled and token.why == "SIGINT"
+
+
+def _drain(terminal: int) -> None:
+    """Read what the night wrote to its terminal, so that it never blocks on a full one."""
+    import select
+
+    if select.select([terminal], [], [], 0.05)[0]:
+        try:
+            os.read(terminal, 65536)
+        except OSError:
+            pass
+
+
+class TestLogReaderGone:
+    def test_a_log_reader_that_goes_away_does_not_stop_the_night(self, config_file, server, capsys):
+        """`overnight run | head -1`, a CI log collector that died: the night's logs are lost, not its work."""
+        config = config_file()
+        server.enqueue(call("list_dir", {"path": "."}, delay_s=1.0), *FIX[1:])
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        while b"night_started" not in process.stderr.readline():
+            assert process.poll() is None
+        process.stderr.close()  # the reader is gone: every later write gets EPIPE
+        assert process.wait(timeout=60) == 0
+        [task] = report_json(config, capsys)["tasks"]
+        assert task["outcome"] == "succeeded"
+        assert NotesBook(config.parent / "state" / "notes.md").entries() == []
 
 
 class TestDeadline:
