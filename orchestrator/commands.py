@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 TIMEOUT_EXIT_CODE = 124
-# Keep-alive env for unattended runs: git and pagers must never wait for a person.
-_QUIET_ENV = {
+# In the environment of every process overnight starts (its own git too): nothing may wait for a person.
+UNATTENDED_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_PAGER": "cat",
     "PAGER": "cat",
@@ -70,7 +70,7 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         # The mark lets the next night's recovery find (and stop) a command a killed night left running.
-        env={**os.environ, **_QUIET_ENV, COMMAND_MARK: str(cwd)},
+        env={**os.environ, **UNATTENDED_ENV, COMMAND_MARK: str(cwd)},
         start_new_session=True,
     )
     collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))

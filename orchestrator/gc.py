@@ -19,11 +19,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError
 from orchestrator.worktree import BRANCH_PREFIX, open_repo
 
-_QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true", "LC_ALL": "C"}
+_GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class _Git:
         return subprocess.run(
             ["git", *args],
             cwd=self.folder,
-            env={**os.environ, **_QUIET},
+            env={**os.environ, **_GIT_ENV},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

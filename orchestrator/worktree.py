@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.records import CheckResult
@@ -44,7 +45,6 @@ _WORKTREE_CONFIG_ENV = {
     **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_WORKTREE_CONFIG)},
     **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_WORKTREE_CONFIG.values())},
 }
-_QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true"}
 
 
 # `git worktree add` run concurrently in one repository corrupts its neighbours
@@ -102,7 +102,7 @@ class Worktree:
         self.keep = tuple(keep)
         self._repo = git.Repo(path)
         self._git = self._repo.git
-        self._git.update_environment(**_QUIET, **_WORKTREE_CONFIG_ENV)
+        self._git.update_environment(**UNATTENDED_ENV, **_WORKTREE_CONFIG_ENV)
 
     @classmethod
     def ensure(
@@ -115,7 +115,7 @@ class Worktree:
         slow part in a large repository) runs in parallel.
         """
         repo = repo if repo is not None else open_repo(repo_path)
-        repo.git.update_environment(**_QUIET)
+        repo.git.update_environment(**UNATTENDED_ENV)
         path = state_dir / WORKTREES_FOLDER / task
         branch = branch_for(task)
         # Found registered on every night after a task's first, from two small files: no lock needed.
