@@ -21,7 +21,7 @@ NOTES_FILE, STORE_FILE, WORKTREES_FOLDER, TRANSCRIPTS_FOLDER = "notes.md", "runs
 ALL_TOOLS = ("read_file", "write_file", "edit_file", "list_dir", "search", "run_check", "submit", "run_command")
 DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
 LOCAL_MODEL = "local"
-_TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 # A second longer than a day has no place in a night; past it, sleeps and dates overflow.
@@ -169,7 +169,7 @@ class TaskConfig(_Section):
     @classmethod
     def _name_is_branch_safe(cls, value: str) -> str:
         # Also git's rules for a branch name that these characters can break.
-        if not _TASK_NAME.match(value) or value.endswith((".lock", ".")) or ".." in value:
+        if not _TASK_NAME.fullmatch(value) or value.endswith((".lock", ".")) or ".." in value:
             raise ValueError("must be letters, digits, '.', '_' or '-', not ending in '.' or '.lock' (it names a branch and a folder)")
         return value
 

@@ -145,6 +145,7 @@ class TestBadConfig:
             ({"extra": "[store]\nurl = 'nonsense'\n"}, ("[store] url", "not a SQLAlchemy URL")),
             ({"extra": "[store]\nurl = 'sqlite:///:memory:'\n"}, ("[store] url", "in-memory")),
             ({"tasks": [{"name": "foo.", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "not ending in '.'")),
+            ({"tasks": [{"name": "foo\n", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "letters, digits")),
         ],
     )
     def test_values_that_would_fail_the_night_later_are_refused_at_load(self, tmp_path, repo, sections, fragments):
