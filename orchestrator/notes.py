@@ -23,6 +23,7 @@ _ENTRY = re.compile(
 )
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 MAX_EVIDENCE_CHARS = 1500
+EVIDENCE_MARK = "**Evidence:**"
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,26 @@ class NotesBook:
         return [entry.text for entry in self.entries(task)]
 
     def for_prompt(self, task: str, budget_chars: int) -> str:
-        """The newest of the task's entries that fit in the budget, oldest first."""
+        """The newest of the task's entries that fit in the budget, oldest first.
+
+        A newest entry too long for the budget alone still gives its header and correction
+        (they come first), without its evidence: a small budget must not mean no notes.
+        """
         chosen: list[str] = []
         used = 0
         for text in reversed(self.for_task(task)):
             if used + len(text) > budget_chars:
+                if not chosen:
+                    chosen.append(_shortened(text, budget_chars))
                 break
             chosen.append(text)
             used += len(text)
         return "\n\n".join(reversed(chosen))
+
+
+def _shortened(entry: str, budget_chars: int) -> str:
+    head = entry.split(EVIDENCE_MARK, 1)[0].rstrip()
+    return head if len(head) <= budget_chars else head[: max(budget_chars - 1, 0)] + "…"[:budget_chars]
 
 
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
@@ -95,7 +107,7 @@ def render_entry(*, task: str, iteration: int, reason: str, correction: str, evi
         if len(shown) > MAX_EVIDENCE_CHARS:
             shown = "…" + shown[-MAX_EVIDENCE_CHARS:]
         fence = "`" * max(3, _longest_backtick_run(shown) + 1)
-        lines += ["", "**Evidence:**", "", fence, shown, fence]
+        lines += ["", EVIDENCE_MARK, "", fence, shown, fence]
     return "\n".join(lines) + "\n"
 
 

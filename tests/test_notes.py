@@ -64,6 +64,15 @@ class TestNotesBook:
         assert "reason_4" in text and "reason_5" in text and "reason_3" not in text and "elsewhere" not in text
         assert text.index("reason_4") < text.index("reason_5")
 
+    def test_a_newest_entry_past_the_budget_still_gives_its_correction(self, tmp_path: Path):
+        """A budget smaller than the newest entry (long evidence) keeps its header and correction, not nothing."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="Read the check's output.", evidence="E" * 1000)
+        text = book.for_prompt("t", budget_chars=300)
+        assert "`check_failed`" in text and "Read the check's output." in text
+        assert len(text) <= 300 and "E" * 10 not in text
+        assert len(book.for_prompt("t", budget_chars=20)) <= 20
+
     def test_a_hand_edit_that_is_not_utf8_is_kept_and_read_past(self, tmp_path: Path):
         """A person's remark saved in another encoding neither stops the night nor is rewritten:
         its bytes stay as they are, the entries around it still reach the prompt."""
