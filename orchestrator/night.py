@@ -184,18 +184,22 @@ def _results(futures: Sequence[Any]) -> list[TaskSummary]:
 
 def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     parts, store = night.parts, night.parts.store
-    if not night.may_start_iteration():
-        return TaskSummary(task.name, TaskOutcome.CANCELLED, parts.cancel.why, "", ())
+    # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
+    # the CI's test cases list every task of the night, not only those that began.
     task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name))
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
-    try:
-        with LeaseKeeper(store, task.name, log=log), night.ask_ahead(task) as model:
-            workspace = night.worktree(task)
-            log.info("task_started", branch=workspace.branch)
-            outcome, reason, reports = _iterate(night, task, _task_setup(night, task, workspace, task_run_id, log, model))
-    except LeaseHeld as held:
-        log.info("task_skipped_leased", holder=str(held))
-        outcome, reason, reports = TaskOutcome.SKIPPED, "leased", []
+    reports: list[IterationReport] = []
+    if not night.may_start_iteration():
+        outcome, reason = TaskOutcome.CANCELLED, parts.cancel.why
+    else:
+        try:
+            with LeaseKeeper(store, task.name, log=log), night.ask_ahead(task) as model:
+                workspace = night.worktree(task)
+                log.info("task_started", branch=workspace.branch)
+                outcome, reason, reports = _iterate(night, task, _task_setup(night, task, workspace, task_run_id, log, model))
+        except LeaseHeld as held:
+            log.info("task_skipped_leased", holder=str(held))
+            outcome, reason = TaskOutcome.SKIPPED, "leased"
     commit = next((r.commit for r in reports if r.commit), "")
     store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
     log.info("task_finished", outcome=outcome.value, reason=reason, iterations=len(reports))

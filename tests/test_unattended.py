@@ -206,8 +206,11 @@ class TestDeadline:
         first, second = result.tasks
         assert first.outcome.value == "cancelled" and first.reason == "deadline"
         assert second.outcome.value == "cancelled" and second.iterations == ()
-        [recorded] = report_json(config, capsys)["tasks"]
+        # The task that never started is in the morning's account too, cancelled by the deadline.
+        recorded, never_started = report_json(config, capsys)["tasks"]
         assert [it["outcome"] for it in recorded["iterations"]] == ["cancelled"]
+        assert (never_started["name"], never_started["outcome"], never_started["reason"]) == ("second", "cancelled", "deadline")
+        assert never_started["iterations"] == []
         assert git(worktree(config, "first"), "status", "--porcelain", "--ignored") == ""
         assert "`cancelled`" in notes_text(config)
 
