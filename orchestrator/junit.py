@@ -2,8 +2,9 @@
 
 One task is one <testcase>: succeeded passes; failed and parked carry a
 <failure> whose message is the iterations' reason codes; paused (the model
-was unreachable) is an <error>, because it is the infrastructure's fault,
-not the task's; cancelled is <skipped>. The layout is the common subset that
+was unreachable) and interrupted (the night died under it) are an <error>,
+because they are the infrastructure's fault, not the task's; cancelled, and
+skipped (leased by another worker), are <skipped>. The layout is the common subset that
 GitHub's test-report actions, GitLab's `reports: junit` and Jenkins all read:
 <testsuites> around one <testsuite name="overnight">.
 """
@@ -22,6 +23,7 @@ from runs.views import IterationView, RunView, TaskView, worst_signal
 
 SUITE = "overnight"
 _FAILED = ("failed", "parked")
+_SKIPPED = ("cancelled", "skipped")
 # Characters XML 1.0 cannot carry at all; model output and check logs may contain them.
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -50,11 +52,12 @@ def write_junit(run: RunView, path: Path) -> None:
 def junit_element(run: RunView) -> ET.Element:
     """The <testsuites> element for `run`; separate from writing so it can be inspected."""
     cases = [_testcase(task) for task in run.tasks]
+    verdicts = [_verdict(task) for task in run.tasks]
     counts = {
         "tests": str(len(cases)),
-        "failures": str(sum(task.outcome in _FAILED for task in run.tasks)),
-        "errors": str(sum(task.outcome not in (*_FAILED, "succeeded", "cancelled") for task in run.tasks)),
-        "skipped": str(sum(task.outcome == "cancelled" for task in run.tasks)),
+        "failures": str(verdicts.count("failure")),
+        "errors": str(verdicts.count("error")),
+        "skipped": str(verdicts.count("skipped")),
         "time": _seconds(run.started_at, run.finished_at),
     }
     root = ET.Element("testsuites", {"name": SUITE, **counts})
@@ -69,16 +72,28 @@ def junit_element(run: RunView) -> ET.Element:
     return root
 
 
+def _verdict(task: TaskView) -> str:
+    """passed, failure (the task's), error (the infrastructure's), or skipped."""
+    if task.outcome == "succeeded":
+        return "passed"
+    if task.outcome in _SKIPPED:
+        return "skipped"
+    if task.outcome in _FAILED and task.reason != "interrupted":
+        return "failure"
+    # paused (model_unreachable), interrupted, or still "running" because the night died under it.
+    return "error"
+
+
 def _testcase(task: TaskView) -> ET.Element:
     case = ET.Element("testcase", {"classname": SUITE, "name": _clean(task.name), "time": _seconds(task.started_at, task.finished_at)})
     reasons = _reason_codes(task)
     last = task.reason or (reasons[-1] if reasons else task.outcome)
-    if task.outcome in _FAILED:
+    verdict = _verdict(task)
+    if verdict == "failure":
         _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))
-    elif task.outcome == "cancelled":
-        ET.SubElement(case, "skipped", {"message": "cancelled"})
-    elif task.outcome != "succeeded":
-        # paused (model_unreachable), or still "running" because the night died under it.
+    elif verdict == "skipped":
+        ET.SubElement(case, "skipped", {"message": "leased" if task.outcome == "skipped" else "cancelled"})
+    elif verdict == "error":
         why = task.reason or f"task left {task.outcome}"
         _child(case, "error", why, task.reason or task.outcome, _iteration_lines(task))
     where = f"branch: {task.branch}\ncommit: {task.commit or '(none)'}\n"

@@ -145,6 +145,22 @@ class TestJunitOutcomes:
         assert skipped is not None and skipped.get("message") == "cancelled"
         assert root.find("testsuite").get("skipped") == "1"
 
+    def test_task_leased_by_another_worker_is_skipped(self, tmp_path):
+        """A task another machine is working on is <skipped message="leased">, not an error of this night."""
+        root = junit_of(replace(view("skipped", "leased"), tasks=(replace(view("skipped", "leased").tasks[0], iterations=()),)), tmp_path / "junit.xml")
+        skipped = case_named(root, "t").find("skipped")
+        assert skipped is not None and skipped.get("message") == "leased"
+        suite = root.find("testsuite")
+        assert (suite.get("skipped"), suite.get("errors"), suite.get("failures")) == ("1", "0", "0")
+
+    def test_task_interrupted_by_a_crash_is_an_error_not_a_failure(self, tmp_path):
+        """`interrupted` (the night died under the task) is not the task's fault: an <error>."""
+        root = junit_of(view("failed", "interrupted"), tmp_path / "junit.xml")
+        case = case_named(root, "t")
+        assert case.find("failure") is None and case.find("error").get("message") == "interrupted"
+        suite = root.find("testsuite")
+        assert (suite.get("errors"), suite.get("failures")) == ("1", "0")
+
     def test_control_characters_from_the_model_stay_valid_xml(self, tmp_path):
         """Escape codes and NULs in a signal message become replacement characters, and the file parses."""
         run = view("failed", "runaway_output", signal_message="\x1b[31mred\x00")
