@@ -21,8 +21,8 @@ from orchestrator.lock import EXIT_LOCKED, LockHeld
 if TYPE_CHECKING:
     from orchestrator.cancel import CancelToken as Cancel
 
-EXIT_USAGE = 2
-EXIT_STATE = 4
+EXIT_USAGE = ConfigError.exit_code
+EXIT_STATE = StateError.exit_code
 
 app = typer.Typer(
     name="overnight",

@@ -41,6 +41,10 @@ class Cancelled(Exception):
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the key."""
 
+    exit_code = 2
+
 
 class StateError(Exception):
     """The state directory or run store cannot be used (read-only, full, locked)."""
+
+    exit_code = 4

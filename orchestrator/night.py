@@ -150,13 +150,14 @@ def run_night(parts: NightParts) -> NightResult:
         # Tasks run in worker threads; tell them, then wait while they roll back.
         parts.cancel.cancel("SIGINT")
         summaries = _results(futures)
-    except Exception:
+    except Exception as crash:
         # A task died of something that is not the model's doing (a broken worktree, a bug).
         # The other tasks end as they would; then the run says `crashed` instead of staying
-        # "running" in the morning report (unless the store itself is what broke).
+        # "running" in the morning report (unless the store itself is what broke), with the
+        # exit code the process leaves with (a bug's traceback: 1).
         pool.shutdown(wait=True)
         with contextlib.suppress(StateError):
-            store.close_interrupted_run(run_id)
+            store.close_interrupted_run(run_id, exit_code=getattr(crash, "exit_code", 1))
         raise
     finally:
         pool.shutdown(wait=True)

@@ -331,8 +331,11 @@ class RunStore:
             )
             return connection.execute(statement).rowcount == 1
 
-    def close_interrupted_run(self, run_id: int) -> None:
-        """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`."""
+    def close_interrupted_run(self, run_id: int, exit_code: int | None = None) -> None:
+        """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`.
+
+        `exit_code`: the code its process left with, when known (None when found dead by recovery).
+        """
         now = utc_now()
         with self._writing("close_interrupted_run") as session:
             open_tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run_id, TaskRun.outcome == "running")).all()
@@ -345,7 +348,9 @@ class RunStore:
                 task.outcome, task.reason = ("succeeded", "") if commit else ("failed", "interrupted")
                 task.commit, task.finished_at = commit or "", now
             session.execute(
-                update(Run).where(Run.id == run_id, Run.status == "running").values(status="crashed", finished_at=now)
+                update(Run)
+                .where(Run.id == run_id, Run.status == "running")
+                .values(status="crashed", finished_at=now, exit_code=exit_code)
             )
 
     def integrity_problems(self) -> list[str]:

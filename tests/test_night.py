@@ -242,7 +242,7 @@ class TestBrokenNight:
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith("overnight: error: cannot create the worktree of task 'blocked'") and "already exists" in err[-1]
         report = report_json(config, capsys)
-        assert report["run"]["status"] == "crashed"
+        assert (report["run"]["status"], report["run"]["exit_code"]) == ("crashed", 2)  # the code the process left with
         outcomes = {task["name"]: (task["outcome"], task["reason"]) for task in report["tasks"]}
         assert outcomes == {"fix-greet": ("succeeded", ""), "blocked": ("failed", "interrupted")}
         assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
