@@ -33,6 +33,33 @@ UNATTENDED_ENV = {
     "EDITOR": "true",
     "VISUAL": "true",
 }
+# Who commits in the agent's worktrees, whatever the user's git identity is.
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "overnight",
+    "GIT_AUTHOR_EMAIL": "overnight@localhost",
+    "GIT_COMMITTER_NAME": "overnight",
+    "GIT_COMMITTER_EMAIL": "overnight@localhost",
+}
+# How git runs in the agent's worktrees, whatever the user's git config says (through the
+# environment: git >= 2.31; the user's own git commands are untouched). Overnight's own git
+# and every command run there (the agent's own `git commit` too) get it:
+WORKTREE_GIT_CONFIG = {
+    # no `git maintenance run --auto` after each commit (a process, and 3 ms, per commit);
+    "maintenance.auto": "false",
+    # commits not signed: they are the agent's, not the user's, and gpg would fail (no key
+    # for "overnight") or wait for a passphrase nobody types;
+    "commit.gpgsign": "false",
+    # none of the user's hooks (--no-verify skips only pre-commit and commit-msg): a
+    # prepare-commit-msg that opens an editor, a post-commit that pushes, would run unattended;
+    "core.hooksPath": os.devnull,
+    # no file-system monitor hook or daemon started for each task's worktree.
+    "core.fsmonitor": "false",
+}
+WORKTREE_GIT_ENV = {
+    "GIT_CONFIG_COUNT": str(len(WORKTREE_GIT_CONFIG)),
+    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(WORKTREE_GIT_CONFIG)},
+    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(WORKTREE_GIT_CONFIG.values())},
+}
 # Set in every command's environment to the folder it runs in (inherited by all it starts).
 COMMAND_MARK = "OVERNIGHT_WORKTREE"
 _READ_CHUNK = 65536
@@ -70,7 +97,7 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         # The mark lets the next night's recovery find (and stop) a command a killed night left running.
-        env={**os.environ, **UNATTENDED_ENV, COMMAND_MARK: str(cwd)},
+        env={**os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY, COMMAND_MARK: str(cwd)},
         start_new_session=True,
     )
     collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))
