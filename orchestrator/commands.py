@@ -18,7 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 TIMEOUT_EXIT_CODE = 124
 # In the environment of every process overnight starts (its own git too): nothing may wait for a person.
@@ -112,6 +112,8 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
         # the pipe open and outlive the iteration that started it.
         _kill_group(process.pid)
         process.wait()
+        # And what left the group (`setsid cmd &`): it would write into the worktree after a rollback.
+        stop_marked_processes(cwd)
     collector.join(_DRAIN_GRACE_S)
     note = f"[timed out after {timeout_s:g}s; the command was killed]" if timed_out else ""
     room = max(max_output_chars - len(note) - 1, 0) if note else max_output_chars
@@ -169,6 +171,50 @@ def cap_text(text: str, max_chars: int, *, already_cut: int = 0) -> str:
     tail = keep - head
     cut = len(text) - head - tail + already_cut
     return f"{text[:head]}\n[... {cut} chars cut ...]\n{text[len(text) - tail:] if tail else ''}"
+
+
+def stop_marked_processes(folder: Path, *, below: bool = False) -> dict[int, str]:
+    """Kill the process group of every process whose COMMAND_MARK names `folder` (with `below`,
+    `folder` or any folder under it); returns {group: the folder its mark names}.
+
+    The mark is inherited by all a command starts, also by what left its process group
+    (`setsid`, a daemon), which the group kill misses. Linux's /proc; elsewhere nothing is found.
+    """
+    wanted = os.fsencode(str(folder))
+    my_group = os.getpgrp()
+    stopped: dict[int, str] = {}
+    for pid, marked in _marked_processes():
+        if not (marked == wanted or below and marked.startswith(wanted + b"/")):
+            continue
+        try:
+            group = os.getpgid(pid)
+            if group == my_group or group in stopped:
+                continue
+            os.killpg(group, signal.SIGKILL)
+        except OSError:  # gone meanwhile
+            continue
+        stopped[group] = os.fsdecode(marked)
+    return stopped
+
+
+def _marked_processes() -> Iterator[tuple[int, bytes]]:
+    """(pid, folder) of each process, other than this one, with COMMAND_MARK in its environment."""
+    mark = b"\0" + os.fsencode(COMMAND_MARK) + b"="
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return
+    me = os.getpid()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                variables = b"\0" + environ.read() + b"\0"
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        at = variables.find(mark)
+        if at >= 0 and pid != me:
+            start = at + len(mark)
+            yield pid, variables[start : variables.index(b"\0", start)]
 
 
 def _kill_group(pid: int) -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
-from orchestrator.commands import run_shell
+from orchestrator.commands import COMMAND_MARK, run_shell, stop_marked_processes
+from orchestrator.scripted import call
 from tests.conftest import git, make_repo
+from tests.test_night import overnight
 
 
 class TestGitInCommands:
@@ -27,3 +33,81 @@ class TestGitInCommands:
         assert result.exit_code == 0, result.output
         assert result.output.strip() == "overnight <overnight@localhost> / overnight"
         assert not ran.exists(), ran.read_text()
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie nobody reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_dead(pid: int, within_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _alive(pid)
+
+
+def _marked_sleeper(folder: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sleep", "30"], start_new_session=True, env={**os.environ, COMMAND_MARK: str(folder)})
+
+
+# Leaves its process group and session, as `setsid` or a daemonising server does; writes its pid first.
+DAEMON = "setsid bash -c 'echo $$ > {pid}; while true; do date > injected.txt; sleep 0.05; done' >/dev/null 2>&1 </dev/null & sleep 0.3"
+
+
+class TestProcessesLeftBehind:
+    def test_a_process_that_left_the_commands_session_is_stopped_when_the_command_ends(self, tmp_path: Path):
+        """`setsid cmd &` escapes the process-group kill; the mark in its environment finds it."""
+        work, pid_file = tmp_path / "work", tmp_path / "daemon.pid"
+        work.mkdir()
+        neighbour = _marked_sleeper(tmp_path / "work-2")  # another worktree's command: not this one's to stop
+        try:
+            assert run_shell(DAEMON.format(pid=pid_file), work, 10, 1000).exit_code == 0
+            daemon = int(pid_file.read_text())
+            assert _wait_dead(daemon)
+            (work / "injected.txt").unlink()
+            time.sleep(0.2)
+            assert not (work / "injected.txt").exists() and neighbour.poll() is None
+        finally:
+            if pid_file.exists() and _alive(int(pid_file.read_text())):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            neighbour.kill()
+            neighbour.wait()
+
+    def test_below_stops_every_command_under_a_folder_and_nothing_beside_it(self, tmp_path: Path):
+        """What recovery needs: every worktree's leftovers under worktrees/, none of a sibling folder sharing its prefix."""
+        root = tmp_path / "worktrees"
+        inside, beside = _marked_sleeper(root / "task"), _marked_sleeper(tmp_path / "worktrees-old" / "task")
+        try:
+            stopped = stop_marked_processes(root, below=True)
+            assert stopped == {inside.pid: str(root / "task")}
+            assert inside.wait(timeout=5) == -signal.SIGKILL and beside.poll() is None
+        finally:
+            for process in (inside, beside):
+                process.kill()
+                process.wait()
+
+    def test_a_daemon_started_in_a_failed_iteration_does_not_reach_the_next_iterations_commit(
+        self, config_file, server, repo, tmp_path: Path
+    ):
+        """Iteration 1 starts a setsid daemon and fails; it must not write into the worktree after the rollback."""
+        pid_file = tmp_path / "daemon.pid"
+        tools = ["read_file", "edit_file", "run_command", "submit"]
+        config = config_file(tasks=[{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": tools}])
+        server.enqueue(
+            call("run_command", {"command": DAEMON.format(pid=pid_file)}),
+            call("submit", {"summary": "not yet"}),
+            call("run_command", {"command": "sleep 0.5; ls"}),
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        try:
+            assert overnight("run", "--config", str(config)) == 0
+            assert git(repo, "show", "--name-only", "--format=", "overnight/fix-greet") == "greet.py"
+            assert _wait_dead(int(pid_file.read_text()))
+        finally:
+            if pid_file.exists() and _alive(int(pid_file.read_text())):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
