@@ -4,11 +4,19 @@ The user's checkout is never touched: everything happens in
 `<state.dir>/worktrees/<task>` on `overnight/<task>`. Rollback is
 `git reset --hard` plus `git clean -ffdx` in the worktree only, which costs
 milliseconds where re-creating the worktree would cost seconds.
+
+The agent runs git in its worktree and may break the `.git` link file there
+(delete it, point it at the user's repository, `git init` over it), so overnight's
+own git never finds its repository by discovery: every command gets GIT_DIR (the
+worktree's admin folder in the repository) and GIT_WORK_TREE, and the link is put
+back as git wrote it before each rollback, commit and status check.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -94,15 +102,32 @@ def _head_commit(repo) -> str | None:
 class Worktree:
     """Implements protocols.Workspace for one task."""
 
-    def __init__(self, path: Path, branch: str, keep: Sequence[str] = ()) -> None:
+    def __init__(self, path: Path, branch: str, keep: Sequence[str] = (), *, common_dir: Path | None = None) -> None:
+        """The registered worktree at `path`, of the repository at `common_dir` (its git common dir).
+
+        Without `common_dir` (recovery), a link the agent broke is repaired when its
+        registration can be found from the broken link or the repository above `path`;
+        otherwise StateError.
+        """
         import git
 
         self.path = path
         self.branch = branch
         self.keep = tuple(keep)
+        admin = admin_dir(path, common_dir)
+        if admin is None:
+            raise StateError(f"worktree {path}: its .git link is missing or broken and no repository registers it")
+        self._admin = Path(os.path.abspath(admin))
+        # What `path/.git` must hold: as git wrote it when intact (it may be relative), else a fresh absolute link.
+        intact = admin == gitdir_link(path)
+        self._link = (path / ".git").read_bytes() if intact else b"gitdir: " + os.fsencode(self._admin) + b"\n"
+        self._restore_link()
         self._repo = git.Repo(path)
         self._git = self._repo.git
-        self._git.update_environment(**UNATTENDED_ENV, **_WORKTREE_CONFIG_ENV)
+        # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
+        self._git.update_environment(
+            **UNATTENDED_ENV, **_WORKTREE_CONFIG_ENV, GIT_DIR=str(self._admin), GIT_WORK_TREE=os.path.abspath(path)
+        )
 
     @classmethod
     def ensure(
@@ -118,13 +143,15 @@ class Worktree:
         repo.git.update_environment(**UNATTENDED_ENV)
         path = state_dir / WORKTREES_FOLDER / task
         branch = branch_for(task)
+        common = Path(repo.common_dir)
         # Found registered on every night after a task's first, from two small files: no lock needed.
-        if not is_worktree_of(repo, path):
+        # (Also when the agent broke the link: the registration names the folder, and the link is repaired.)
+        if admin_dir(path, common) is None:
             with _REGISTER_LOCK:
-                if not is_worktree_of(repo, path):
+                if admin_dir(path, common) is None:
                     _register(repo, state_dir, path, task, branch, base)
-        worktree = cls(path, branch, keep)
-        if not (Path(worktree._repo.git_dir) / "index").exists():
+        worktree = cls(path, branch, keep, common_dir=common)
+        if not (worktree._admin / "index").exists():
             # Registered with --no-checkout, just now or by a night killed before this step:
             # check the files out (an empty index would commit every file as deleted).
             worktree._git.reset("--hard", "--quiet")
@@ -138,7 +165,8 @@ class Worktree:
         return commit
 
     def rollback(self, checkpoint: str) -> None:
-        gitdir = Path(self._repo.git_dir)
+        self._restore_link()
+        gitdir = self._admin
         # What `reset --hard` would leave of the agent's own git: a rebase half done, and HEAD
         # off the task's branch (later commits would land on no branch, or on another one).
         if (gitdir / "rebase-merge").exists() or (gitdir / "rebase-apply").exists():
@@ -155,12 +183,14 @@ class Worktree:
         self._git.clean("-ffdxq", *excludes)
 
     def is_clean(self) -> bool:
+        self._restore_link()
         return not self._git.status("--porcelain", "--ignored", "--untracked-files=all").strip()
 
     def commit(self, message: str) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing."""
         import git
 
+        self._restore_link()
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
@@ -174,6 +204,26 @@ class Worktree:
             if self._has_staged_changes():
                 raise
         return self.checkpoint()
+
+    def _restore_link(self) -> None:
+        """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not).
+
+        overnight's git does not need it (GIT_DIR), but the agent's next commands, the check and
+        the person reviewing the worktree do; and a `.git` folder (`git init`) would otherwise
+        be a second repository inside the worktree that neither `clean` nor `add` touches.
+        """
+        link = self.path / ".git"
+        try:
+            if stat.S_ISREG(os.lstat(link).st_mode) and link.read_bytes() == self._link:
+                return
+        except OSError:
+            pass
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        elif os.path.lexists(link):
+            link.unlink()
+        self.path.mkdir(parents=True, exist_ok=True)  # the agent may have removed the whole folder: reset --hard refills it
+        link.write_bytes(self._link)
 
     def _has_staged_changes(self) -> bool:
         return self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0
@@ -211,13 +261,60 @@ def is_worktree_of(repo, path: Path) -> bool:
     `path/.git` back; `git worktree list` reads the same files, at the cost of a process a task.
     """
     admin = linked_admin_dir(repo, path)
-    if admin is None:
-        return False
+    return admin is not None and _names_back(admin, path)
+
+
+def admin_dir(path: Path, common: Path | None = None) -> Path | None:
+    """The folder `<common>/worktrees/<id>` that registers the worktree at `path` (its `gitdir` file names `path/.git`).
+
+    Read from `path/.git` when that link is intact (two small files). When the agent deleted or
+    rewrote it, found by the registration's own back link: in `common` if given, else in the
+    repository the broken link names or the one above `path` (where git's discovery would go).
+    """
+    link = gitdir_link(path)
+    if link is not None and _names_back(link, path) and (common is None or link.resolve().parent == common.resolve() / "worktrees"):
+        return link
+    if not path.is_dir():
+        return None  # a folder removed altogether is registered anew (after `git worktree prune`)
+    candidates = [common] if common is not None else [_common_of(gitdir) for gitdir in (link, _gitdir_above(path)) if gitdir]
+    for candidate in candidates:
+        try:
+            registered = sorted((candidate / "worktrees").iterdir())
+        except OSError:
+            continue
+        found = next((admin for admin in registered if _names_back(admin, path)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _names_back(admin: Path, path: Path) -> bool:
+    """Whether the registration folder `admin` names `path/.git` as its worktree's link."""
     try:
-        back = Path(os.fsdecode((admin / "gitdir").read_bytes()).strip())
+        back = admin / os.fsdecode((admin / "gitdir").read_bytes()).strip()  # relative: to `admin`
     except OSError:
         return False
-    return back.resolve() == (path / ".git").resolve()
+    # The folder resolved, not `.git` itself: a `.git` the agent made a symlink must not lead elsewhere.
+    return back.name == ".git" and back.parent.resolve() == path.resolve()
+
+
+def _common_of(gitdir: Path) -> Path:
+    """The common dir of a git dir: what its `commondir` file names (a linked worktree's), else itself."""
+    try:
+        return (gitdir / os.fsdecode((gitdir / "commondir").read_bytes()).strip()).resolve()
+    except OSError:
+        return gitdir.resolve()
+
+
+def _gitdir_above(path: Path) -> Path | None:
+    """The git dir git's discovery would find from `path`'s parent folder, if any."""
+    for folder in path.resolve().parents:
+        dotgit = folder / ".git"
+        if dotgit.is_dir():
+            return dotgit
+        if dotgit.exists():
+            return gitdir_link(folder)
+    return None
 
 
 def linked_admin_dir(repo, path: Path) -> Path | None:

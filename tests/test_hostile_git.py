@@ -1,0 +1,167 @@
+"""What the agent may do to git in its worktree, and what overnight's own git must still do:
+work on that worktree and its branch only, never on the user's checkout."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import StateError
+from orchestrator.scripted import call
+from orchestrator.worktree import Worktree
+from tests.conftest import git, write_config
+from tests.test_night import overnight
+
+USER_WORK = "def greet():\n    return 'USER UNCOMMITTED WORK'\n"
+
+
+def dirty(repo: Path) -> None:
+    """The user is mid-work: a change on disk, a change staged, a file git does not know yet."""
+    (repo / "greet.py").write_text(USER_WORK)
+    (repo / "staged.txt").write_text("staged by the user\n")
+    git(repo, "add", "staged.txt")
+    (repo / "user_notes.txt").write_text("mine\n")
+
+
+def user_state(repo: Path) -> tuple[str, ...]:
+    return (
+        git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main", "refs/heads/feature"),
+        git(repo, "symbolic-ref", "HEAD"),
+        git(repo, "status", "--porcelain", "--untracked-files=all"),
+        git(repo, "diff", "--cached"),
+        (repo / "greet.py").read_text(),
+    )
+
+
+def break_link(tree: Worktree, repo: Path, how: str) -> None:
+    link = tree.path / ".git"
+    if how == "deleted":
+        link.unlink()
+    elif how == "naming the user's .git":
+        link.write_text(f"gitdir: {repo / '.git'}\n")
+    elif how == "a symlink to the user's .git":
+        link.unlink()
+        link.symlink_to(repo / ".git")
+    else:  # "a new repository": `rm -rf .git && git init`
+        link.unlink()
+        git(tree.path, "init", "-q")
+
+
+BREAKAGES = ["deleted", "naming the user's .git", "a symlink to the user's .git", "a new repository"]
+
+
+class TestBrokenLink:
+    """The agent deleted or rewrote its worktree's `.git` link file; git's discovery would lead to the user's checkout."""
+
+    @pytest.mark.parametrize("how", BREAKAGES)
+    def test_rollback_resets_the_worktree_not_the_users_checkout(self, repo: Path, how: str) -> None:
+        """With the state dir inside the checkout, rollback still resets only the worktree, and the link comes back."""
+        tree = Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
+        (tree.path / "a.txt").write_text("1\n")
+        checkpoint = tree.commit("overnight: fix iteration 1")  # the branch is now ahead of the user's main
+        dirty(repo)
+        before = user_state(repo)
+        (tree.path / "greet.py").write_text("agent's\n")
+        (tree.path / "junk.txt").write_text("junk\n")
+        break_link(tree, repo, how)
+        tree.rollback(checkpoint)
+        assert user_state(repo) == before
+        assert git(tree.path, "rev-parse", "--absolute-git-dir").startswith(str(repo / ".git" / "worktrees"))
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
+        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and not (tree.path / "junk.txt").exists()
+
+    @pytest.mark.parametrize("how", BREAKAGES)
+    def test_commit_lands_on_the_task_branch_not_on_the_users(self, repo: Path, how: str) -> None:
+        """The agent's work is committed on overnight/<task> from the worktree's files; main and the user's index are untouched."""
+        tree = Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
+        start = tree.checkpoint()
+        dirty(repo)
+        before = user_state(repo)
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        break_link(tree, repo, how)
+        made = tree.commit("overnight: fix iteration 1")
+        assert user_state(repo) == before
+        assert git(repo, "rev-parse", "overnight/fix") == made != start
+        assert git(repo, "show", "--name-only", "--format=", made) == "greet.py"
+        assert tree.is_clean() and git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
+
+    def test_a_worktree_opened_again_after_the_link_was_deleted_is_found_and_repaired(self, repo: Path) -> None:
+        """Recovery opens a worktree by its folder alone: the registration in the repository above it is found by its back link."""
+        tree = Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
+        checkpoint = tree.checkpoint()
+        dirty(repo)
+        before = user_state(repo)
+        (tree.path / "greet.py").write_text("agent's\n")
+        (tree.path / ".git").unlink()
+        Worktree(tree.path, "overnight/fix").rollback(checkpoint)
+        assert user_state(repo) == before
+        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.is_clean()
+
+    def test_a_worktree_opened_again_with_its_link_naming_the_users_repository(self, repo: Path, tmp_path: Path) -> None:
+        """A link rewritten to name the user's `.git` leads to the repository, where the worktree's own registration is found."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        (tree.path / "a.txt").write_text("1\n")
+        checkpoint = tree.commit("overnight: fix iteration 1")
+        dirty(repo)
+        before = user_state(repo)
+        (tree.path / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+        Worktree(tree.path, "overnight/fix").rollback(checkpoint)
+        assert user_state(repo) == before
+        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.is_clean()
+
+    def test_a_worktree_whose_registration_cannot_be_found_is_refused(self, repo: Path, tmp_path: Path) -> None:
+        """No link and no repository above the folder: StateError, and no git runs anywhere."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        dirty(repo)
+        before = user_state(repo)
+        (tree.path / ".git").unlink()
+        with pytest.raises(StateError, match="no repository registers it"):
+            Worktree(tree.path, "overnight/fix")
+        assert user_state(repo) == before
+
+    def test_the_next_night_finds_the_worktree_whose_link_was_deleted(self, repo: Path, tmp_path: Path) -> None:
+        """ensure repairs the link of a registered worktree instead of failing to register the folder again."""
+        state = tmp_path / "state"
+        tree = Worktree.ensure(repo, state, "fix", "HEAD")
+        (tree.path / "a.txt").write_text("1\n")
+        made = tree.commit("overnight: fix iteration 1")
+        (tree.path / ".git").unlink()
+        again = Worktree.ensure(repo, state, "fix", "HEAD")
+        assert again.checkpoint() == made and again.is_clean()
+        assert git(again.path, "rev-parse", "HEAD") == made
+
+
+class TestNight:
+    """The whole CLI, with the state dir inside the user's checkout and the user's work uncommitted."""
+
+    def config(self, repo: Path, server: Any) -> Path:
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["edit_file", "run_command", "submit"]}
+        config = write_config(repo / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night={"max_iterations": 1})
+        dirty(repo)
+        return config
+
+    def test_an_agent_that_deletes_the_link_then_fixes_the_bug(self, repo: Path, server: Any) -> None:
+        """The fix is committed on overnight/fix-greet; the user's main, index and files stay as they were."""
+        config = self.config(repo, server)
+        before = user_state(repo)
+        server.enqueue(
+            call("run_command", {"command": "rm .git"}),
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        assert user_state(repo) == before
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+    def test_an_agent_that_deletes_the_link_then_fails_the_check(self, repo: Path, server: Any) -> None:
+        """The rollback resets the worktree only: the user's uncommitted work survives."""
+        config = self.config(repo, server)
+        before = user_state(repo)
+        server.enqueue(call("run_command", {"command": "rm .git"}), call("submit", {"summary": "done"}))
+        assert overnight("run", "--config", str(config)) == 1
+        assert user_state(repo) == before
+        worktree = repo / "state" / "worktrees" / "fix-greet"
+        assert subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=worktree, capture_output=True, text=True).stdout.strip() == "refs/heads/overnight/fix-greet"
