@@ -166,17 +166,7 @@ class Worktree:
 
     def rollback(self, checkpoint: str) -> None:
         self._restore_link()
-        gitdir = self._admin
-        # What `reset --hard` would leave of the agent's own git: a rebase half done, and HEAD
-        # off the task's branch (later commits would land on no branch, or on another one).
-        if (gitdir / "rebase-merge").exists() or (gitdir / "rebase-apply").exists():
-            self._git.rebase("--quit")
-        try:
-            on_branch = (gitdir / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == f"ref: refs/heads/{self.branch}"
-        except OSError:
-            on_branch = False
-        if not on_branch:
-            self._git.symbolic_ref("HEAD", f"refs/heads/{self.branch}")
+        self._onto_branch()
         self._git.reset("--hard", "--quiet", checkpoint)
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
@@ -191,6 +181,7 @@ class Worktree:
         import git
 
         self._restore_link()
+        self._onto_branch()
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
@@ -204,6 +195,22 @@ class Worktree:
             if self._has_staged_changes():
                 raise
         return self.checkpoint()
+
+    def _onto_branch(self) -> None:
+        """Undo what the agent's own git left that would send overnight's reset or commit off the task's branch.
+
+        A rebase half done is quit, and HEAD (moved to another branch, or detached) is pointed back
+        at `overnight/<task>` with the files and index as they are: a commit then records the
+        worktree exactly, on the branch's tip. Two file checks and a read; a process only if amiss.
+        """
+        if (self._admin / "rebase-merge").exists() or (self._admin / "rebase-apply").exists():
+            self._git.rebase("--quit")
+        try:
+            head = (self._admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            head = ""
+        if head != f"ref: refs/heads/{self.branch}":
+            self._git.symbolic_ref("HEAD", f"refs/heads/{self.branch}")
 
     def _restore_link(self) -> None:
         """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not).

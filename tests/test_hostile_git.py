@@ -3,6 +3,7 @@ work on that worktree and its branch only, never on the user's checkout."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,37 @@ class TestNight:
         assert user_state(repo) == before
         worktree = repo / "state" / "worktrees" / "fix-greet"
         assert subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=worktree, capture_output=True, text=True).stdout.strip() == "refs/heads/overnight/fix-greet"
+
+
+class TestHeadMoved:
+    """The agent left HEAD off the task's branch; overnight's commit must still land on overnight/<task>."""
+
+    @pytest.mark.parametrize("left_by_the_agent", ["the user's branch", "a detached HEAD", "rebase stopped half way"])
+    def test_commit_lands_on_the_task_branch_with_the_worktree_as_it_is(self, repo: Path, tmp_path: Path, left_by_the_agent: str) -> None:
+        """HEAD goes back to overnight/<task> first: the commit holds the worktree's files, its parent the branch's tip."""
+        git(repo, "checkout", "-q", "-b", "feature")
+        (repo / "feature.txt").write_text("the user's feature\n")
+        git(repo, "add", "feature.txt")
+        git(repo, "commit", "-qm", "feature")
+        git(repo, "checkout", "-q", "main")
+        before = user_state(repo)
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        start = tree.checkpoint()
+        if left_by_the_agent == "the user's branch":
+            git(tree.path, "switch", "-q", "feature")
+        elif left_by_the_agent == "a detached HEAD":
+            git(tree.path, "switch", "-q", "--detach")
+        else:
+            (tree.path / "a.txt").write_text("1\n")
+            git(tree.path, "add", "a.txt")
+            git(tree.path, "commit", "-qm", "agent 1")
+            subprocess.run(["git", "rebase", "-q", "-i", start], cwd=tree.path, check=True, capture_output=True,
+                           env={**os.environ, "GIT_SEQUENCE_EDITOR": "sed -i 's/^pick/edit/'"})
+        tip = git(repo, "rev-parse", "overnight/fix")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        made = tree.commit("overnight: fix iteration 1")
+        assert user_state(repo) == before  # the user's feature branch did not move
+        assert git(repo, "rev-parse", "overnight/fix") == made and git(repo, "rev-parse", f"{made}~1") == tip
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
+        assert "rebase" not in git(tree.path, "status")
+        assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
