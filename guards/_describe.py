@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
-from orchestrator.toolcalls import describe_call
+from orchestrator import toolcalls
+from orchestrator.records import BrokenCall, ToolCall
+from orchestrator.report import visible
 
-__all__ = ["describe_call", "times"]
+__all__ = ["describe_call", "name_for_message", "quoted", "times"]
+
+# A tool name the model made up is quoted at most this long: one was 15,000 characters.
+NAME_LIMIT = 60
+
+
+def describe_call(call: ToolCall | BrokenCall) -> str:
+    """A call's short one-line form, with any control character the model put in it escaped."""
+    return visible(toolcalls.describe_call(call))
+
+
+def quoted(name: str, limit: int = NAME_LIMIT) -> str:
+    """A model-chosen name as its repr (control characters escaped), cut to `limit` characters."""
+    return repr(name[:limit]) + ("…" if len(name) > limit else "")
+
+
+def name_for_message(name: str) -> str:
+    """A model-chosen name for a signal message: as it is when short and printable, else `quoted`."""
+    return name if len(name) <= NAME_LIMIT and name.isprintable() else quoted(name)
 
 
 def times(count: int) -> str:

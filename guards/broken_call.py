@@ -7,11 +7,14 @@ from typing import Sequence
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall
+from orchestrator.report import shortened, visible
 
-from guards._describe import describe_call, times
+from guards._describe import describe_call, name_for_message, times
 
 KIND = "broken_tool_call"
 _PROBLEMS = ("unparseable", "invalid")
+# `detail` may quote a parameter name the model made up, of any length.
+_DETAIL_LIMIT = 200
 
 
 class BrokenCallGuard:
@@ -37,16 +40,17 @@ class BrokenCallGuard:
                 self._count = 0
             return
         self._count += 1
-        message = f"broken call: {broken.name}{times(self._count)}"
+        message = f"broken call: {name_for_message(broken.name)}{times(self._count)}"
         if self._count >= self.stop_at:
-            evidence = f"{describe_call(broken)}: {broken.problem} ({broken.detail})"
+            evidence = f"{describe_call(broken)}: {broken.problem} ({visible(shortened(broken.detail, _DETAIL_LIMIT))})"
             raise QualityError(KIND, _correction(broken), evidence=evidence, message=message)
         ctx.report(Level.WARNING, KIND, message)
 
 
 def _correction(broken: BrokenCall) -> str:
+    why = visible(shortened(broken.detail, _DETAIL_LIMIT))
     return (
-        f"Your calls to {broken.name} could not be used ({broken.detail}). Give the arguments as one "
+        f"Your calls to {name_for_message(broken.name)} could not be used ({why}). Give the arguments as one "
         "JSON object with every required parameter and nothing else. If the content is long, "
         "change the file in smaller pieces with edit_file."
     )

@@ -8,7 +8,7 @@ from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall
 
-from guards._describe import describe_call, times
+from guards._describe import describe_call, name_for_message, quoted, times
 
 UNKNOWN_TOOL = "unknown_tool"
 EMPTY_TOOL_NAME = "empty_tool_name"
@@ -36,7 +36,7 @@ class UnknownToolGuard:
             self._count = 0
             return
         self._count += 1
-        what = f"unknown tool: {bad.name}" if bad.problem == UNKNOWN_TOOL else "empty tool name"
+        what = f"unknown tool: {name_for_message(bad.name)}" if bad.problem == UNKNOWN_TOOL else "empty tool name"
         message = f"{what}{times(self._count)}"
         if self._count >= self.stop_at:
             evidence = f"{describe_call(bad)} in {self._count} answers in a row"
@@ -48,4 +48,4 @@ def _correction(bad: BrokenCall, tool_names: Sequence[str]) -> str:
     available = ", ".join(tool_names)
     if bad.problem == EMPTY_TOOL_NAME:
         return f"Your tool calls had no tool name. Every call must name one of these tools: {available}."
-    return f"There is no tool named {bad.name!r}. Call only these tools, spelled exactly: {available}."
+    return f"There is no tool named {quoted(bad.name)}. Call only these tools, spelled exactly: {available}."

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from orchestrator.errors import StateError
+from orchestrator.report import MESSAGE_LIMIT, shortened, visible
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -50,7 +51,7 @@ def step_summary(run: RunView, *, notes: Path | None = None) -> str:
 
 def _row(task: TaskView) -> str:
     worst = worst_signal(task.signals)
-    signal = f"{worst.level.value} `{worst.kind}`: {worst.message}" if worst else ""
+    signal = f"{worst.level.value} `{worst.kind}`: {shortened(worst.message, MESSAGE_LIMIT)}" if worst else ""
     commit = f" @ `{task.commit[:10]}`" if task.commit else ""
     reason = f"`{task.reason}`" if task.reason else ""
     cells = [
@@ -65,5 +66,7 @@ def _row(task: TaskView) -> str:
 
 
 def _cell(text: str) -> str:
-    """One table cell: a pipe or a newline would break the row."""
-    return " ".join(text.replace("|", "\\|").split())
+    """One table cell: a pipe or a newline would break the row; a control character (a model-chosen
+    name in a signal) is shown escaped; `<` is an entity, so an HTML tag or `<!--` in such a name
+    cannot hide the rest of the page."""
+    return visible(" ".join(text.split())).replace("|", "\\|").replace("<", "&lt;")

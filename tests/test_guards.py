@@ -57,6 +57,10 @@ def broken(problem: str, name: str = "write_file") -> BrokenCall:
     return BrokenCall(name=name, raw_arguments='{"path": "a.py", "content": "x', problem=problem, detail="bad JSON")
 
 
+# A tool name a model chose to redraw the report's line on a terminal, then pad it out.
+HOSTILE_NAME = "x\r\x1b[2K\u2714 t1: succeeded\x1b[K\x1b[8m\x00\n" + "z" * 15000
+
+
 def kinds(sink: list[Signal]) -> list[tuple[Level, str]]:
     return [(s.level, s.kind) for s in sink]
 
@@ -177,6 +181,17 @@ class TestUnknownToolGuard:
         guard.after_model_response(ctx, *answer(broken("unknown_tool", name="foo")))
         assert len(sink) == 2
 
+    def test_a_made_up_name_is_quoted_escaped_and_cut(self):
+        """A name holding \\r, terminal escapes and 15,000 characters reaches no message, correction or evidence raw."""
+        guard = UnknownToolGuard(stop_at=2)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name=HOSTILE_NAME)))
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, *answer(broken("unknown_tool", name=HOSTILE_NAME)))
+        assert sink[0].message.startswith("unknown tool: 'x\\r\\x1b[2K✔ t1: succeeded")
+        for text in (sink[0].message, stop.value.message, stop.value.correction, stop.value.evidence):
+            assert text.isprintable() and len(text) < 400, text[:500]
+
     def test_broken_arguments_are_not_its_business(self):
         """Unparseable arguments to a real tool are left to the broken-call guard."""
         guard = UnknownToolGuard(stop_at=1)
@@ -186,6 +201,19 @@ class TestUnknownToolGuard:
 
 
 class TestBrokenCallGuard:
+    def test_a_made_up_name_and_parameter_are_escaped_and_cut(self):
+        """A call written in text names what it likes, and its detail may quote a parameter of any length."""
+        guard = BrokenCallGuard(stop_at=2)
+        ctx, sink = started(guard)
+        call = BrokenCall(
+            name=HOSTILE_NAME, raw_arguments='{"\x1b[8m": 1}', problem="invalid", detail=f"unknown parameter {HOSTILE_NAME!r}"
+        )
+        guard.after_model_response(ctx, *answer(call))
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, *answer(call))
+        for text in (sink[0].message, stop.value.message, stop.value.correction, stop.value.evidence):
+            assert text.isprintable() and len(text) < 600, text[:700]
+
     def test_three_broken_answers_stop(self):
         """Unparseable or invalid arguments warn each time and the third answer in a row raises."""
         guard = BrokenCallGuard(stop_at=3)

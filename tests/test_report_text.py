@@ -1,0 +1,92 @@
+"""The morning report and the step summary show model-chosen text; a terminal or a browser must not obey it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from orchestrator.scripted import call, say
+from tests.test_night import overnight, report_json
+
+# A tool name that, printed raw on a terminal, redraws the failed task's line as succeeded and hides the rest.
+SPOOF = "x\r\x1b[2K\u2714 t1: succeeded \u00b7 overnight/t1 \u00b7 1 iteration(s)\x1b[K\x1b[8m"
+TASKS = [{"name": "t1", "prompt": "p", "check": "false"}]
+
+# A user guard that stops the model and quotes its prose in the signal, as it is: text no built-in guard shortened.
+ECHO_GUARD = '''
+from orchestrator.errors import QualityError
+
+
+class Echo:
+    def after_model_response(self, ctx, response, calls):
+        if response.text:
+            raise QualityError("echo", "Call a tool.", message=response.text)
+'''
+PROSE = "\r\x1b[2K\u2714 t1: succeeded\n\u202e<!-- \x00\x85\x7f" + "".join(f"{i:05d} " for i in range(2500))
+
+
+def text_report(config: Path, capsys: Any) -> str:
+    capsys.readouterr()
+    assert overnight("report", "--config", str(config)) == 0
+    return capsys.readouterr().out
+
+
+def assert_shown_not_obeyed(text: str) -> None:
+    for number, line in enumerate(text.split("\n")):
+        assert line.isprintable(), f"line {number}: {line[:300]!r}"
+        assert len(line) < 400, f"line {number} is {len(line)} characters"
+
+
+@pytest.fixture
+def echo_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = f"echo_guard_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(ECHO_GUARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield f"{name}:Echo"
+    sys.modules.pop(name, None)
+
+
+class TestTextReport:
+    def test_a_tool_name_cannot_redraw_a_failed_task_as_succeeded(self, config_file, server, capsys):
+        """The unknown tool's name is shown escaped on the failed task's own line, and nothing reads "succeeded" first."""
+        config = config_file(tasks=TASKS, night={"max_iterations": 1})
+        server.enqueue(call(SPOOF, {}), call(SPOOF, {}))
+        assert overnight("run", "--config", str(config)) == 1
+        text = text_report(config, capsys)
+        assert_shown_not_obeyed(text)
+        task_line = text.split("\n")[2]
+        assert task_line.startswith("✖ t1: failed (unknown_tool)") and "\\r\\x1b[2K" in task_line
+
+    def test_control_characters_from_any_signal_are_escaped_and_long_messages_cut(
+        self, config_file, server, capsys, echo_guard
+    ):
+        """A user guard's raw message (\\r, ESC, NUL, newline, C1, DEL, bidi override, 15,000 chars) is escaped and cut
+        in the text report, and given whole in --json."""
+        config = config_file(tasks=TASKS, night={"max_iterations": 1}, guards={"custom": [echo_guard]})
+        server.enqueue(say(PROSE))
+        assert overnight("run", "--config", str(config)) == 1
+        text = text_report(config, capsys)
+        assert_shown_not_obeyed(text)
+        assert "echo: \\r\\x1b[2K✔ t1: succeeded\\n\\u202e<!-- \\x00\\x85\\x7f00000 00001" in text
+        # --json is the contract: JSON escapes the text itself, so the message stays whole and unchanged.
+        signals = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
+        assert {"level": "severe", "kind": "echo", "message": PROSE} in signals
+
+
+class TestStepSummary:
+    def test_control_characters_and_html_in_a_signal_stay_inside_their_cell(
+        self, config_file, server, tmp_path, monkeypatch, echo_guard
+    ):
+        """The task's row is one short line of printable text; `<!--` cannot comment out the rest of the page."""
+        summary = tmp_path / "summary.md"
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        config = config_file(tasks=TASKS, night={"max_iterations": 1}, guards={"custom": [echo_guard]})
+        server.enqueue(say(PROSE))
+        assert overnight("run", "--config", str(config)) == 1
+        [row] = [line for line in summary.read_text().split("\n") if line.startswith("| t1 |")]
+        assert row.isprintable() and "<" not in row and "&lt;!--" in row
+        assert row.count(" | ") == 5 and row.endswith(" |") and len(row) < 500
+
