@@ -167,6 +167,7 @@ class Worktree:
     def rollback(self, checkpoint: str) -> None:
         self._restore_link()
         self._onto_branch()
+        self._unhide_skipped_files()
         self._git.reset("--hard", "--quiet", checkpoint)
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
@@ -211,6 +212,26 @@ class Worktree:
             head = ""
         if head != f"ref: refs/heads/{self.branch}":
             self._git.symbolic_ref("HEAD", f"refs/heads/{self.branch}")
+
+    def _unhide_skipped_files(self) -> None:
+        """Clear the skip-worktree bits the agent set (`git update-index --skip-worktree`).
+
+        They survive `reset --hard`, which then leaves such a file as the agent changed it, and
+        hide it from status and add: the next check would pass on a change no commit holds.
+        """
+        try:
+            with (self._admin / "index").open("rb") as index:
+                version = int.from_bytes(index.read(8)[4:], "big")
+        except OSError:
+            return
+        # Index version 2 has no room for the bit: git writes version 3 exactly when an entry
+        # carries it (or an intent-to-add), so the usual rollback runs no process here. A sparse
+        # checkout's bits are its own (and git clears those of files present on disk itself).
+        if version == 2 or (self._admin / "info" / "sparse-checkout").exists():
+            return
+        hidden = [entry[2:] for entry in self._git.ls_files("-v", "-z").split("\0") if entry[:2] in ("S ", "s ")]
+        for start in range(0, len(hidden), 1000):  # a command line holds only so many paths
+            self._git.update_index("--no-skip-worktree", "--", *hidden[start : start + 1000])
 
     def _restore_link(self) -> None:
         """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not).

@@ -200,3 +200,35 @@ class TestHeadMoved:
         assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
         assert "rebase" not in git(tree.path, "status")
         assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
+
+
+class TestHiddenFiles:
+    """The agent hid a change from git with `git update-index --skip-worktree`."""
+
+    @pytest.mark.parametrize("index_version", ["3", "4"])
+    def test_rollback_clears_skip_worktree_and_restores_the_file(self, repo: Path, tmp_path: Path, index_version: str) -> None:
+        """The bit survives `reset --hard` on its own; after rollback the file is the checkpoint's and git sees it again."""
+        git(repo, "config", "index.version", index_version)  # 4: what feature.manyFiles gives large repositories
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        checkpoint = tree.checkpoint()
+        original = (tree.path / "greet.py").read_text()
+        git(tree.path, "update-index", "--skip-worktree", "greet.py", "check_greet.py")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        tree.rollback(checkpoint)
+        assert (tree.path / "greet.py").read_text() == original
+        assert git(tree.path, "ls-files", "-v", "greet.py", "check_greet.py") == "H check_greet.py\nH greet.py"
+        (tree.path / "greet.py").write_text("changed\n")
+        assert not tree.is_clean() and tree.commit("overnight: fix iteration 2") != checkpoint
+
+    def test_a_night_cannot_pass_its_check_on_a_hidden_change(self, repo: Path, server: Any, tmp_path: Path) -> None:
+        """Iteration 1 hides its fix and is rolled back; iteration 2 submits nothing: the check fails, no false success."""
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["edit_file", "read_file", "run_command", "submit"]}
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night={"max_iterations": 2})
+        server.enqueue(
+            call("run_command", {"command": "git update-index --skip-worktree greet.py"}),
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            *[call("read_file", {"path": "nope.py"})] * 4,  # a loop: the guard stops and rolls back iteration 1
+            call("submit", {"summary": "nothing to do"}),
+        )
+        assert overnight("run", "--config", str(config)) == 1
+        assert "'helo'" in (tmp_path / "state" / "worktrees" / "fix-greet" / "greet.py").read_text()
