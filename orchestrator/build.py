@@ -34,12 +34,17 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
 
 
 def open_store(config: Config, *, reading: bool = False):
-    """The run store; `reading`: for commands that only read it, also from a read-only state dir."""
+    """The run store; `reading`: for commands that only read it, also from a read-only state dir,
+    and None when there is nothing to read yet (reading creates neither the state dir nor the database)."""
     from orchestrator.lock import make_dir
     from runs.store import RunStore
 
+    if reading:
+        if config.state_dir.exists():
+            make_dir(config.state_dir)  # a file in the way: one line, exit 4
+        return RunStore.open_for_reading(config.store_url)
     make_dir(config.state_dir)
-    return RunStore.open_for_reading(config.store_url) if reading else RunStore.open(config.store_url)
+    return RunStore.open(config.store_url)
 
 
 @contextlib.contextmanager

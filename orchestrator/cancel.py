@@ -39,6 +39,12 @@ class CancelToken:
         for hook in hooks:
             hook()
 
+    def child(self) -> "CancelToken":
+        """A token cancelled with this one, and also on its own: one task stopped, not the night."""
+        child = CancelToken()
+        self.on_cancel(lambda: child.cancel(self.why))
+        return child
+
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call `hook` (from the cancelling thread) when cancelled; at once if already.
 

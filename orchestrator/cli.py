@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = ConfigError.exit_code
 EXIT_STATE = StateError.exit_code
+EXIT_NO_RUNS = 1  # `report` before this state dir's first night
 
 app = typer.Typer(
     name="overnight",
@@ -111,12 +112,14 @@ def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: obje
     from orchestrator.ci_summary import append_step_summary
     from orchestrator.junit import write_junit
 
-    latest = store.latest_run()  # type: ignore[attr-defined]
-    if latest is None:
+    begun = store.begun_run_id  # type: ignore[attr-defined]
+    # This night's run: in a store several state dirs share, the latest may be another machine's.
+    night_run = store.run(begun) if begun is not None else None  # type: ignore[attr-defined]
+    if night_run is None:
         return
-    publishers = [lambda: append_step_summary(latest, notes=notes)]
+    publishers = [lambda: append_step_summary(night_run, notes=notes)]
     if junit is not None:
-        publishers.insert(0, lambda: write_junit(latest, junit))
+        publishers.insert(0, lambda: write_junit(night_run, junit))
     for publish in publishers:
         try:
             publish()
@@ -129,19 +132,25 @@ def report(
     config: Path = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable: {run, tasks}."),
 ) -> None:
-    """What happened in the latest run, per task and iteration."""
+    """What happened in this state dir's latest run, per task and iteration."""
     from orchestrator import report as reports
     from orchestrator.build import open_store
     from orchestrator.config import load_config
+    from orchestrator.lock import state_identity
 
     settings = load_config(config, require_tasks=False)
     store = open_store(settings, reading=True)
-    try:
-        latest = store.latest_run()
-    finally:
-        store.close()
+    latest = None
+    if store is not None:
+        try:
+            # In a store several state dirs share, the night of this one, not another machine's.
+            latest = store.latest_run(state_id=state_identity(settings.state_dir, create=False))
+        finally:
+            store.close()
     if latest is None:
-        raise StateError(f"no runs recorded yet in {settings.store_url.removeprefix('sqlite:///')}")
+        if as_json:
+            typer.echo(json.dumps({"run": None, "tasks": []}))
+        _fail(f"no runs recorded yet in {settings.store_url.removeprefix('sqlite:///')}", EXIT_NO_RUNS)
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:

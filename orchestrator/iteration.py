@@ -48,6 +48,7 @@ class TaskSetup:
     # Shared by the whole night (signals, deadline) and per task (token budgets).
     cancel: Any = None
     budgets: tuple[Any, ...] = ()
+    lease: Any = None  # orchestrator.leases.LeaseKeeper: asked before committing
 
 
 def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
@@ -84,6 +85,8 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             if not check.passed:
                 ctx.report(Level.SEVERE, "check_failed", f"check failed: exit {check.exit_code}")
                 return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
+            if setup.lease is not None and not setup.lease.still_held():
+                raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
             commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip())
             return finish.committed(commit, result.turns, result.tokens)
         except QualityError as stop:

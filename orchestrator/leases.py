@@ -27,15 +27,23 @@ class LeaseHeld(Exception):
         self.holder = holder
 
 
-def new_owner() -> str:
-    """A lease owner name: host and pid say where, the nonce tells two keepers of one process apart."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+def new_owner(state_id: str | None = None) -> str:
+    """A lease owner name: host and pid say where, the nonce tells two keepers of one process apart,
+    and the state dir's name (orchestrator.lock.state_identity) whose night took it."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{owner}:{state_id}" if state_id else owner
 
 
 def owner_host_pid(owner: str) -> tuple[str, int | None]:
     host, _, rest = owner.partition(":")
     pid = rest.split(":", 1)[0]
     return host, int(pid) if pid.isdigit() else None
+
+
+def owner_state_id(owner: str) -> str | None:
+    """The state dir named in `owner`; None for an owner written before names were."""
+    parts = owner.split(":")
+    return parts[3] if len(parts) > 3 and parts[3] else None
 
 
 class LeaseKeeper:
@@ -64,6 +72,17 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._renew_until_stopped, name=f"lease-{self.task}", daemon=True)
         self._thread.start()
         return self
+
+    def still_held(self) -> bool:
+        """Renew now and say whether the lease is still ours: asked before work is committed,
+        since a stalled process (SIGSTOP, a frozen VM) may have lost it to another worker."""
+        if self.lost.is_set():
+            return False
+        if self.store.renew_lease(self.task, self.owner, self.ttl_s):
+            return True
+        self.lost.set()
+        self._log("lease_lost")
+        return False
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()

@@ -4,6 +4,11 @@ The kernel drops an flock when its process dies, even by kill -9, so a lock
 left by a dead process is never "stale": the next run simply gets it. The
 holder's pid, host and start time are written into the file for the one-line
 message a second run prints before exiting 75.
+
+A state dir also has a name of its own (`state_identity`), kept beside the lock:
+runs record it, so that in a run store several state dirs share (machines on one
+PostgreSQL) each knows its own nights from the others'. Whoever holds the lock
+knows that every run recorded under its name has ended, dead or not.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import fcntl
 import json
 import os
 import socket
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +26,7 @@ from pathlib import Path
 from orchestrator.errors import StateError
 
 LOCK_NAME = "overnight.lock"
+STATE_ID_NAME = "state-id"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
 
 
@@ -106,6 +113,32 @@ def read_holder(path: Path) -> Holder | None:
         return Holder(pid=int(record["pid"]), host=str(record["host"]), since=datetime.fromisoformat(record["since"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def state_identity(state_dir: Path, *, create: bool = True) -> str | None:
+    """The state dir's own name, a random id in `<state_dir>/state-id`, made on first use.
+
+    Not its path: two machines can use the same path, and a state dir can move.
+    `create=False` (read-only commands): None when there is none yet.
+    """
+    path = Path(state_dir) / STATE_ID_NAME
+    try:
+        known = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        known = ""
+    except OSError as exc:
+        raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if known or not create:
+        return known or None
+    identity = uuid.uuid4().hex
+    try:
+        # Written whole, then renamed into place: a crash leaves no half-written name.
+        temporary = path.with_name(f".{STATE_ID_NAME}.{identity}.tmp")
+        temporary.write_text(identity + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise StateError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return identity
 
 
 def make_dir(path: Path, what: str = "state dir") -> None:

@@ -23,7 +23,8 @@ from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
 from orchestrator.iteration import TaskSetup, first_messages, run_iteration
-from orchestrator.leases import LeaseHeld, LeaseKeeper
+from orchestrator.leases import LeaseHeld, LeaseKeeper, new_owner
+from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
@@ -75,9 +76,10 @@ class NightParts:
 class _Night:
     """State shared by the tasks of one night (possibly running in parallel)."""
 
-    def __init__(self, parts: NightParts, run_id: int) -> None:
+    def __init__(self, parts: NightParts, run_id: int, state_id: str | None) -> None:
         self.parts = parts
         self.run_id = run_id
+        self.state_id = state_id
         self.notes = NotesBook(parts.config.notes_path)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
@@ -139,8 +141,9 @@ class _Night:
 
 def run_night(parts: NightParts) -> NightResult:
     config, store = parts.config, parts.store
-    run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host=socket.gethostname())
-    night = _Night(parts, run_id)
+    state_id = state_identity(config.state_dir)
+    run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id)
+    night = _Night(parts, run_id, state_id)
     night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
     pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
     futures = [pool.submit(_run_task, night, task) for task in config.task]
@@ -190,14 +193,19 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name))
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
     reports: list[IterationReport] = []
+    # The task's own stop: the night's, or its lease lost to another worker (this process
+    # stalled past the lease's ttl), which ends this task's work and no other's.
+    cancel = parts.cancel.child()
+    lease = LeaseKeeper(store, task.name, owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
     if not night.may_start_iteration():
         outcome, reason = TaskOutcome.CANCELLED, parts.cancel.why
     else:
         try:
-            with LeaseKeeper(store, task.name, log=log), night.ask_ahead(task) as model:
+            with lease, night.ask_ahead(task) as model:
                 workspace = night.worktree(task)
                 log.info("task_started", branch=workspace.branch)
-                outcome, reason, reports = _iterate(night, task, _task_setup(night, task, workspace, task_run_id, log, model))
+                setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
+                outcome, reason, reports = _iterate(night, task, setup)
         except LeaseHeld as held:
             log.info("task_skipped_leased", holder=str(held))
             outcome, reason = TaskOutcome.SKIPPED, "leased"
@@ -241,7 +249,9 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
     return outcome, reason, reports
 
 
-def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any, model: Model) -> TaskSetup:
+def _task_setup(
+    night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any, model: Model, *, cancel: CancelToken, lease: LeaseKeeper
+) -> TaskSetup:
     parts, config = night.parts, night.parts.config
     on_signal = parts.on_signal.for_task(task.name) if hasattr(parts.on_signal, "for_task") else parts.on_signal
     return TaskSetup(
@@ -255,7 +265,7 @@ def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_i
             check_command=task.check,
             check_timeout_s=config.night.check_timeout_s,
             command_timeout_s=config.night.command_timeout_s,
-            cancel=parts.cancel,
+            cancel=cancel,
         ),
         guards=parts.guards_factory(),
         notes=night.notes,
@@ -265,8 +275,9 @@ def _task_setup(night: _Night, task: TaskConfig, workspace: Worktree, task_run_i
         on_signal=on_signal,
         log=log,
         context_window=parts.context_window,
-        cancel=parts.cancel,
+        cancel=cancel,
         budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
+        lease=lease,
     )
 
 

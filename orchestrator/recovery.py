@@ -8,6 +8,13 @@ by a dead process is rolled back to its checkpoint and recorded `interrupted`
 worktree is leftover from a death too. One exception keeps committed work: if
 the process died after committing but before recording it, the commit (which
 passed the check) stays and the iteration is recorded `committed`.
+
+In a run store several state dirs share (machines on one PostgreSQL), recovery
+settles only this state dir's runs (`orchestrator.lock.state_identity`): holding
+its lock proves them dead, without asking whether a pid lives. Another state
+dir's runs, worktrees and leases are left alone: its own next night settles
+them, and a lease it holds ends with its ttl. Runs recorded before state dirs
+had names are judged as before, by host, pid and lease.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Any
 
 from orchestrator.commands import COMMAND_MARK
 from orchestrator.config import Config
-from orchestrator.leases import owner_host_pid
+from orchestrator.leases import owner_host_pid, owner_state_id
+from orchestrator.lock import state_identity
 from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo
 
 INTERRUPTED_CORRECTION = (
@@ -35,6 +43,14 @@ _GIT_LOCKS = ("index.lock", "HEAD.lock")
 def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     """Settle every iteration and run left `running` by a dead process; returns the iterations settled."""
     host, me, now = socket.gethostname(), os.getpid(), datetime.now(timezone.utc)
+    state_id = state_identity(config.state_dir)
+
+    def ours(run: Any) -> bool:  # a run of this state dir: we hold its lock, so it has ended
+        return run.state_id == state_id and run.host == host
+
+    def elsewhere(run: Any) -> bool:  # another state dir's, or this one's copied to another host
+        return run.state_id is not None and not ours(run)
+
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     leases = {lease.task: lease for lease in store.leases()}
@@ -42,7 +58,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     settled, dead_runs, touched = [], set(), set()
     for iteration in store.running_iterations():
         run = store.run_of_task_run(iteration.task_run_id)
-        if not _is_orphaned(iteration, run, leases.get(iteration.task_name), host, me, now, stale_after):
+        if elsewhere(run):
+            continue
+        if not ours(run) and not _is_orphaned(iteration, run, leases.get(iteration.task_name), host, me, now, stale_after):
             continue
         commit = _settle_worktree(config, iteration, log)
         if commit:
@@ -69,10 +87,12 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         dead_runs.add(run.id)
         touched.add(iteration.task_name)
     for run in store.running_runs():
-        if run.id in dead_runs or (run.host == host and (run.pid == me or not pid_alive(run.pid))):
+        if elsewhere(run):
+            continue
+        if run.id in dead_runs or ours(run) or (run.host == host and (run.pid == me or not pid_alive(run.pid))):
             store.close_interrupted_run(run.id)
             log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
-    _release_dead_leases(store, leases.values(), host, me, log)
+    _release_dead_leases(store, leases.values(), host, me, state_id, log)
     _clean_idle_worktrees(config, skip=touched, log=log)
     return settled
 
@@ -229,11 +249,19 @@ def _remove_worktree(config: Config, path: Path, log: Any, why: str) -> None:
     log.warning("worktree_removed", task=path.name, why=why[:200])
 
 
-def _release_dead_leases(store: Any, leases: Any, host: str, me: int, log: Any) -> None:
-    """Leases of dead processes on this host: free now rather than after their ttl."""
+def _release_dead_leases(store: Any, leases: Any, host: str, me: int, state_id: str, log: Any) -> None:
+    """Leases of this state dir's dead nights (and, for owners without a state dir's name, of
+    dead processes on this host): free now rather than after their ttl. A pid alone does not
+    say a process is dead: another pid namespace (a container) under the same host name
+    reuses it."""
     for lease in leases:
         lease_host, lease_pid = owner_host_pid(lease.owner)
-        if lease_host == host and lease_pid is not None and (lease_pid == me or not pid_alive(lease_pid)):
+        owner_state = owner_state_id(lease.owner)
+        if owner_state is not None:
+            dead = owner_state == state_id and lease_host == host
+        else:
+            dead = lease_host == host and lease_pid is not None and (lease_pid == me or not pid_alive(lease_pid))
+        if dead:
             store.release_lease(lease.task, lease.owner)
             log.info("lease_released", task=lease.task, dead_owner=lease.owner)
 

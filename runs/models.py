@@ -62,6 +62,9 @@ class Run(Base):
     pid: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String)
     config_path: Mapped[str] = mapped_column(String)
+    # The state dir the night ran in (orchestrator.lock.state_identity), in a store several
+    # may share; null for runs recorded before it existed.
+    state_id: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class TaskRun(Base):

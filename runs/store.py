@@ -11,15 +11,17 @@ ended before its events.
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
+import time
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
@@ -77,6 +79,48 @@ def _create_engine(url: str) -> Engine:
     return engine
 
 
+_SCHEMA_ATTEMPTS = 8
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; None for other databases (and in-memory ones)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
+def _create_schema(engine: Engine) -> None:
+    """The tables, and columns added since a store was made; safe with another process doing the same.
+
+    Processes opening a new shared store at once each see tables missing, and all but one
+    CREATE (or ALTER) fails on "already exists": a new look finds more of it there, so a few
+    looks end it.
+    """
+    for attempt in range(_SCHEMA_ATTEMPTS):
+        try:
+            Base.metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except (OperationalError, ProgrammingError):
+            if attempt == _SCHEMA_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0.01, 0.05))
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Nullable columns a newer overnight added to a table an older one made (no migration tool for one column)."""
+    inspector = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present and column.nullable:
+                kind = column.type.compile(dialect=engine.dialect)
+                with engine.begin() as connection:
+                    connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+
+
 class RunStore:
     """Runs, task runs, iterations and their events, in one SQL database."""
 
@@ -90,6 +134,8 @@ class RunStore:
         # process (rare: the state dir's lock keeps out a second night) still meets busy_timeout.
         self._one_writer: Any = threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self._events = EventWriter(engine, _write_events, _one_line, write_lock=self._one_writer)
+        # The last run this object began: the night of this process, whatever others share the store.
+        self.begun_run_id: int | None = None
 
     @classmethod
     def open(cls, url: str) -> RunStore:
@@ -97,7 +143,7 @@ class RunStore:
         engine: Engine | None = None
         try:
             engine = _create_engine(url)
-            Base.metadata.create_all(engine)
+            _create_schema(engine)
         # ImportError: the URL names a database driver that is not installed.
         except (SQLAlchemyError, OSError, ImportError) as exc:
             if engine is not None:
@@ -106,15 +152,18 @@ class RunStore:
         return cls(engine)
 
     @classmethod
-    def open_for_reading(cls, url: str) -> RunStore:
+    def open_for_reading(cls, url: str) -> RunStore | None:
         """`open`, or, for a SQLite file that cannot be opened for writing (the file system went
-        read-only in the night), the file as it is: the morning can still read its account."""
+        read-only in the night), the file as it is: the morning can still read its account.
+        None when the SQLite file does not exist yet: reading creates nothing."""
+        database = _sqlite_file(url)
+        if database is not None and not database.exists():
+            return None
         try:
             return cls.open(url)
         except StateError:
-            parsed = make_url(url)
-            path = Path(parsed.database or "").expanduser()
-            if parsed.get_backend_name() != "sqlite" or not path.is_file():
+            path = database
+            if path is None or not path.is_file():
                 raise
         # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
         return cls(create_engine(f"sqlite:///file:{path.resolve()}?mode=ro&immutable=1&uri=true"))
@@ -176,8 +225,12 @@ class RunStore:
 
     # --- writes -------------------------------------------------------------
 
-    def begin_run(self, *, config_path: str, pid: int, host: str) -> int:
-        return self._add("begin_run", Run, config_path=str(config_path), pid=pid, host=host, status="running", started_at=utc_now())
+    def begin_run(self, *, config_path: str, pid: int, host: str, state_id: str | None = None) -> int:
+        run_id = self._add(
+            "begin_run", Run, config_path=str(config_path), pid=pid, host=host, state_id=state_id, status="running", started_at=utc_now()
+        )
+        self.begun_run_id = run_id
+        return run_id
 
     def finish_run(self, run_id: int, *, status: str, exit_code: int) -> None:
         self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=utc_now())
@@ -317,7 +370,7 @@ class RunStore:
             run = session.get(Run, session.get(TaskRun, task_run_id).run_id)
             return RunView(
                 id=run.id, started_at=run.started_at, finished_at=run.finished_at, status=run.status,
-                exit_code=run.exit_code, pid=run.pid, host=run.host, config_path=run.config_path,
+                exit_code=run.exit_code, pid=run.pid, host=run.host, config_path=run.config_path, state_id=run.state_id,
             )
 
     def interrupt_iteration(self, iteration_id: int, *, correction: str) -> bool:
@@ -364,11 +417,18 @@ class RunStore:
 
     # --- reads --------------------------------------------------------------
 
-    def latest_run(self) -> RunView | None:
-        """The most recently begun run, fully loaded."""
+    def latest_run(self, *, state_id: str | None = "") -> RunView | None:
+        """The most recently begun run, fully loaded.
+
+        With `state_id`, the latest of that state dir's runs (or of runs recorded before state
+        dirs had names); `None`: only such older runs. The default, "", means any run.
+        """
         # Ids grow with every insert on every backend, unlike clocks that can step back.
+        query = select(Run).order_by(Run.id.desc()).limit(1)
+        if state_id != "":
+            query = query.where(or_(Run.state_id.is_(None), Run.state_id == state_id) if state_id else Run.state_id.is_(None))
         with self._reading() as session:
-            run = session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
+            run = session.scalars(query).first()
             return _run_view(session, run) if run is not None else None
 
     def run(self, run_id: int) -> RunView | None:
@@ -486,6 +546,7 @@ def _run_view(session: Session, run: Run) -> RunView:
         pid=run.pid,
         host=run.host,
         config_path=run.config_path,
+        state_id=run.state_id,
     )
 
 

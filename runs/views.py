@@ -123,6 +123,7 @@ class RunView:
     pid: int = 0
     host: str = ""
     config_path: str = ""
+    state_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -117,3 +118,12 @@ def config_file(tmp_path: Path, repo: Path, server: Any) -> Callable[..., Path]:
         return write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, **overrides)
 
     return write
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen]:
+    """A live process that is not an overnight run."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()

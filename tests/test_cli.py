@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -225,10 +226,14 @@ class TestBadConfig:
         assert_one_line_error(result, 2, "--log-format")
 
     def test_report_before_any_run(self, tmp_path, repo):
-        """`overnight report` with no runs yet says so in one line."""
+        """`overnight report` with no runs yet says so in one line (exit 1, not 4: nothing is broken),
+        `--json` still prints JSON, and reading creates neither the state dir nor the database."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         result = overnight("report", "--config", str(config))
-        assert result.returncode != 0 and "no runs recorded yet" in result.stderr and "Traceback" not in result.stderr
+        assert result.returncode == 1 and "no runs recorded yet" in result.stderr and "Traceback" not in result.stderr
+        as_json = overnight("report", "--config", str(config), "--json")
+        assert as_json.returncode == 1 and json.loads(as_json.stdout) == {"run": None, "tasks": []}
+        assert not (tmp_path / "state").exists()
 
 
 class TestOtherCommands:

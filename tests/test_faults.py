@@ -56,15 +56,6 @@ def holder(tmp_path: Path) -> Iterator[subprocess.Popen]:
     proc.wait()
 
 
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen]:
-    """A live process that is not an overnight run."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped."""
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)

@@ -1,0 +1,193 @@
+"""Several state dirs, one run store (machines sharing a PostgreSQL; here a shared SQLite file).
+
+Each state dir has a name of its own (`orchestrator.lock.state_identity`) that its runs
+carry: recovery settles only its own nights, the morning report and the CI files show
+its own night, and a worker that lost a task's lease to another does not commit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import load_config
+from orchestrator.leases import new_owner
+from orchestrator.lock import state_identity
+from orchestrator.notes import NotesBook
+from orchestrator.scripted import Reply, call
+from runs import RunStore
+from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
+from tests.test_faults import dead_pid, recover
+from tests.test_night import FIX, overnight, report_json
+from tests.test_unattended import run_in_process
+
+
+def shared_config(folder: Path, repo: Path, server: Any, store: Path, **sections: Any) -> Path:
+    """A config whose state dir is `folder/state` and whose run store is the shared file `store`."""
+    (folder / "state").mkdir(parents=True, exist_ok=True)
+    return write_config(folder / "overnight.toml", api_base=server.url, repo=repo, extra=f'[store]\nurl = "sqlite:///{store}"\n', **sections)
+
+
+def clone(repo: Path, target: Path) -> Path:
+    """Another machine's checkout of the same project."""
+    git(repo.parent, "clone", "-q", str(repo), str(target))
+    git(target, "config", "user.email", "t@example.com")
+    git(target, "config", "user.name", "t")
+    return target
+
+
+def a_dead_night_of(config: Path, *, pid: int, task: str = "fix-greet") -> tuple[int, int]:
+    """What a night of `config`'s state dir killed mid-iteration leaves in the store: (run id, iteration id)."""
+    settings = load_config(config)
+    store = RunStore.open(settings.store_url)
+    try:
+        run = store.begin_run(config_path=str(config), pid=pid, host=socket.gethostname(), state_id=state_identity(settings.state_dir))
+        task_run = store.begin_task(run, name=task, branch=f"overnight/{task}")
+        checkpoint = git(settings.repo_path, "rev-parse", "HEAD")
+        return run, store.begin_iteration(task_run, number=1, checkpoint=checkpoint, pid=pid)
+    finally:
+        store.close()
+
+
+def outcome_of(store_path: Path, iteration_id: int) -> str:
+    with sqlite3.connect(store_path) as db:
+        return db.execute("SELECT outcome FROM iterations WHERE id = ?", (iteration_id,)).fetchone()[0]
+
+
+class TestRecovery:
+    def test_another_state_dirs_dead_night_is_left_to_it(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """B's recovery neither settles A's night nor touches B's own branch with A's checkpoint."""
+        store = tmp_path / "shared.db"
+        config_a = shared_config(tmp_path / "a", repo, server, store)
+        config_b = shared_config(tmp_path / "b", clone(repo, tmp_path / "b-repo"), server, store)
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config_b)) == 0
+        committed = git(tmp_path / "b-repo", "rev-parse", "overnight/fix-greet")
+        _, a_iteration = a_dead_night_of(config_a, pid=dead_pid())
+
+        settled, logs = recover(load_config(config_b))
+        assert settled == [] and "iteration_recovered" not in [e["event"] for e in logs]
+        assert git(tmp_path / "b-repo", "rev-parse", "overnight/fix-greet") == committed
+        assert outcome_of(store, a_iteration) == "running"
+        # A's own next night settles it.
+        [mine], _ = recover(load_config(config_a))
+        assert mine.id == a_iteration and outcome_of(store, a_iteration) == "interrupted"
+
+    def test_own_dead_night_is_settled_even_if_its_pid_now_names_a_live_process(self, tmp_path: Path, repo: Path, server: Any, sleeper) -> None:
+        """Holding the state dir's lock proves its nights dead: a reused pid does not keep one `running`."""
+        config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db")
+        run_id, iteration = a_dead_night_of(config, pid=sleeper.pid)
+        [settled], logs = recover(load_config(config))
+        assert settled.id == iteration and settled.outcome == "interrupted"
+        with sqlite3.connect(tmp_path / "state" / "runs.db") as db:
+            assert db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone() == ("crashed",)
+
+    def test_only_this_state_dirs_dead_leases_are_freed_early(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """A lease of another state dir's dead pid on this host (a container with the same host name) waits for its ttl."""
+        store = tmp_path / "shared.db"
+        config_a = shared_config(tmp_path / "a", repo, server, store)
+        config_b = shared_config(tmp_path / "b", repo, server, store)
+        settings_a, settings_b = load_config(config_a), load_config(config_b)
+        opened = RunStore.open(settings_a.store_url)
+        try:
+            own = new_owner(state_identity(settings_a.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+            other = new_owner(state_identity(settings_b.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+            assert opened.acquire_lease("mine", own, ttl_s=600) and opened.acquire_lease("theirs", other, ttl_s=600)
+        finally:
+            opened.close()
+        recover(settings_a)
+        reopened = RunStore.open(settings_a.store_url)
+        try:
+            assert [lease.task for lease in reopened.leases()] == ["theirs"]
+        finally:
+            reopened.close()
+
+
+class TestLostLease:
+    def test_a_worker_whose_lease_was_taken_over_does_not_commit(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
+        """Stalled past the ttl, the lease went to another worker: the work is rolled back, not committed on top of theirs."""
+        config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db")
+        base = git(repo, "rev-parse", "HEAD")
+        # The model is slow on its last answer; meanwhile another worker takes the task over.
+        server.enqueue(*FIX[:4], Reply(tool_calls=FIX[4].tool_calls, delay_s=1.5))
+
+        def take_over() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    with sqlite3.connect(tmp_path / "state" / "runs.db", timeout=10) as db:
+                        if db.execute("UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet'").rowcount:
+                            return
+                except sqlite3.OperationalError:
+                    pass
+                time.sleep(0.05)
+
+        thief = threading.Thread(target=take_over)
+        thief.start()
+        result = run_in_process(config)
+        thief.join()
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason) == ("cancelled", "lease_lost")
+        assert git(repo, "rev-parse", "overnight/fix-greet") == base
+        assert git(tmp_path / "state" / "worktrees" / "fix-greet", "status", "--porcelain", "--ignored") == ""
+        [entry] = NotesBook(tmp_path / "state" / "notes.md").entries()
+        assert entry.reason == "cancelled" and "lease_lost" in entry.text
+
+
+class TestMorning:
+    def test_report_and_junit_show_this_state_dirs_night(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
+        """A's night overlaps B's shorter one: A's JUnit file and A's report are A's, not the latest run in the store."""
+        store = tmp_path / "shared.db"
+        task_a = [{"name": "task-a", "prompt": "p", "check": "python check_greet.py"}]
+        task_b = [{"name": "task-b", "prompt": "p", "check": "python check_greet.py"}]
+        config_a = shared_config(tmp_path / "a", repo, server, store, tasks=task_a)
+        config_b = shared_config(tmp_path / "b", make_repo(tmp_path / "b-repo", SAMPLE_FILES), server, store, tasks=task_b)
+        server.enqueue(call("list_dir", {"path": "."}, delay_s=2.0), *FIX[1:])
+        night_a = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config_a), "--junit", str(tmp_path / "a.xml")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(1.0)  # A's first answer is on its way; B's whole night comes back first
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config_b)) == 0
+        _, stderr = night_a.communicate(timeout=60)
+        assert night_a.returncode == 0, stderr
+        [case] = ET.parse(tmp_path / "a.xml").getroot().iter("testcase")
+        assert case.get("name") == "task-a"
+        capsys.readouterr()
+        assert [task["name"] for task in report_json(config_a, capsys)["tasks"]] == ["task-a"]
+        assert [task["name"] for task in report_json(config_b, capsys)["tasks"]] == ["task-b"]
+
+
+class TestSchema:
+    def test_two_processes_opening_a_new_shared_store_at_once_both_succeed(self, tmp_path: Path) -> None:
+        """Each sees the tables missing and creates them; the slower one must not fail on "already exists"."""
+        opener = "import sys; from runs import RunStore; RunStore.open(sys.argv[1]).close()"
+        for attempt in range(6):
+            url = f"sqlite:///{tmp_path / f'new-{attempt}.db'}"
+            openers = [subprocess.Popen([sys.executable, "-c", opener, url], stderr=subprocess.PIPE, text=True) for _ in range(4)]
+            errors = [process.communicate(timeout=60)[1] for process in openers]
+            assert [process.returncode for process in openers] == [0] * 4, errors
+
+    def test_a_store_made_before_state_dirs_had_names_gets_the_column(self, tmp_path: Path) -> None:
+        """An older store's runs table lacks `state_id`: opening adds it, and its runs still read."""
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+        store = RunStore.open(url)
+        run = store.begin_run(config_path="c", pid=1, host="h")
+        store.close()
+        with sqlite3.connect(tmp_path / "old.db") as db:
+            db.execute("ALTER TABLE runs DROP COLUMN state_id")
+        store = RunStore.open(url)
+        try:
+            assert store.run(run).state_id is None and store.latest_run(state_id="any").id == run
+            assert store.run(store.begin_run(config_path="c", pid=1, host="h", state_id="x")).state_id == "x"
+        finally:
+            store.close()
