@@ -22,13 +22,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import signal
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands import COMMAND_MARK
+from orchestrator.commands import stop_marked_processes
 from orchestrator.config import Config
 from orchestrator.leases import owner_host_pid, owner_state_id
 from orchestrator.lock import state_identity
@@ -193,29 +192,9 @@ def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
     outlives the night, and would go on writing into a worktree that is being rolled back
     (its files then committed by the next night). Found by the mark in their environment
     (orchestrator.commands.COMMAND_MARK); Linux's /proc, elsewhere nothing to do."""
-    inside = os.fsencode(str(worktrees_dir.resolve())) + b"/"
-    mark = os.fsencode(COMMAND_MARK) + b"="
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return
-    stopped: set[int] = set()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            worktree = next((var[len(mark):] for var in environ if var.startswith(mark)), b"")
-            if not (worktree + b"/").startswith(inside):
-                continue
-            group = os.getpgid(int(entry.name))
-            if group == os.getpgrp() or group in stopped:
-                continue
-            os.killpg(group, signal.SIGKILL)
-        except (OSError, ValueError):  # gone meanwhile, or not ours to read
-            continue
-        stopped.add(group)
+    for group, worktree in stop_marked_processes(worktrees_dir.resolve(), below=True).items():
         # The group is the command's: it ran in a session of its own, led by the shell overnight started.
-        log.warning("orphan_command_stopped", pid=group, worktree=os.fsdecode(worktree))
+        log.warning("orphan_command_stopped", pid=group, worktree=worktree)
 
 
 def _remove_git_locks(path: Path, task: str, log: Any) -> None:
