@@ -165,6 +165,21 @@ class Worktree:
         return commit
 
     def rollback(self, checkpoint: str) -> None:
+        """Back to `checkpoint`, or StateError (one line) when git cannot get there."""
+        import git
+
+        try:
+            self._rollback(checkpoint)
+        except (git.GitCommandError, OSError):
+            # Most often what the agent made read-only (`chmod 555 folder`): git can neither
+            # rewrite nor remove the files in it. Made writable again, and tried once more.
+            _make_writable(self.path)
+            try:
+                self._rollback(checkpoint)
+            except (git.GitCommandError, OSError) as exc:
+                raise StateError(f"cannot roll back the worktree {self.path}: {_git_reason(exc)}") from None
+
+    def _rollback(self, checkpoint: str) -> None:
         self._restore_link()
         self._onto_branch()
         self._unhide_skipped_files()
@@ -364,6 +379,24 @@ def gitdir_link(path: Path) -> Path | None:
     return gitdir if gitdir.is_absolute() else path / gitdir
 
 
+def _make_writable(top: Path) -> None:
+    """u+rwX on `top` and everything under it; symbolic links left alone (what they name may be anyone's)."""
+    _add_owner_rights(str(top))
+    for folder, folders, files in os.walk(top):  # top down: each folder is made readable before it is listed
+        for name in folders + files:
+            _add_owner_rights(os.path.join(folder, name))
+
+
+def _add_owner_rights(path: str) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISLNK(mode):
+            executable = stat.S_ISDIR(mode) or mode & 0o111
+            os.chmod(path, stat.S_IMODE(mode) | stat.S_IRUSR | stat.S_IWUSR | (stat.S_IXUSR if executable else 0))
+    except OSError:
+        pass  # not ours to change: the retry then says what git still cannot do
+
+
 def _exclude_state_dir(repo, state_dir: Path) -> None:
     """Keep the state dir out of the user's `git status` when it lives inside the checkout.
 
@@ -391,3 +424,8 @@ def _last_line(exc: Exception) -> str:
     text = str(getattr(exc, "stderr", "") or exc).strip()
     return text.splitlines()[-1].strip().removeprefix("stderr: ").strip("'") if text else "git failed"
 
+
+def _git_reason(exc: Exception) -> str:
+    """git's own `fatal:` or `error:` line (advice may follow it), else its last line."""
+    lines = [line.strip().removeprefix("stderr: ").strip("'") for line in str(getattr(exc, "stderr", "") or "").splitlines()]
+    return next((line for line in lines if line.startswith(("fatal:", "error:"))), "") or _last_line(exc)

@@ -3,8 +3,12 @@ work on that worktree and its branch only, never on the user's checkout."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +236,72 @@ class TestHiddenFiles:
         )
         assert overnight("run", "--config", str(config)) == 1
         assert "'helo'" in (tmp_path / "state" / "worktrees" / "fix-greet" / "greet.py").read_text()
+
+
+READ_ONLY_ROLLBACK = """
+import json, os, sys
+from pathlib import Path
+from orchestrator.worktree import Worktree
+from tests.conftest import SAMPLE_FILES, make_repo
+
+base = Path(sys.argv[1])
+repo = make_repo(base / "repo", {**SAMPLE_FILES, "src/a.py": "v1\\n"})
+tree = Worktree.ensure(repo, base / "state", "fix", "HEAD")
+checkpoint = tree.checkpoint()
+(tree.path / "junk").mkdir()
+(tree.path / "junk" / "f").write_text("x\\n")
+(tree.path / "src" / "a.py").write_text("agent\\n")
+(tree.path / "src" / "new.py").write_text("new\\n")
+for folder in ("junk", "src"):
+    os.chmod(tree.path / folder, 0o555)
+tree.rollback(checkpoint)
+print(json.dumps({"clean": tree.is_clean(), "a.py": (tree.path / "src" / "a.py").read_text(), "junk": (tree.path / "junk").exists()}))
+"""
+
+
+def as_an_ordinary_user(script: str) -> subprocess.CompletedProcess[str]:
+    """Run a Python `script` (given a fresh folder) as this user, or as `nobody` when the tests run as root, whom no mode stops."""
+    base = Path(tempfile.mkdtemp(prefix="overnight-ro-"))  # not under pytest's folder, which nobody may not enter
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: no ordinary user to run as")
+        os.chown(base, 65534, 65534)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    env = {**os.environ, "HOME": str(base), "PYTHONPATH": str(Path(__file__).parent.parent)}
+    try:
+        return subprocess.run([*prefix, sys.executable, "-c", script, str(base)], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwX", str(base)], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class TestRollbackGitCannotDo:
+    """The agent left files git cannot reset or remove."""
+
+    def test_folders_made_read_only_are_made_writable_and_rolled_back(self) -> None:
+        """`chmod 555` on a new folder and on a tracked one: rollback adds u+rwX and succeeds the second time."""
+        done = as_an_ordinary_user(READ_ONLY_ROLLBACK)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"clean": True, "a.py": "v1\n", "junk": False}
+
+    def test_a_rollback_that_still_fails_is_one_line_naming_the_worktree(self, repo: Path, tmp_path: Path) -> None:
+        """An index lock left by a killed git of the agent's: StateError naming the worktree and git's last line."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        checkpoint = tree.checkpoint()
+        (tree.path / "greet.py").write_text("agent's\n")
+        (Path(git(tree.path, "rev-parse", "--absolute-git-dir")) / "index.lock").write_text("")
+        with pytest.raises(StateError) as failed:
+            tree.rollback(checkpoint)
+        message = str(failed.value)
+        assert "\n" not in message and str(tree.path) in message and "index.lock" in message
+
+    def test_a_night_whose_rollback_fails_ends_with_exit_4_and_one_line(self, repo: Path, server: Any, tmp_path: Path, capsys: Any) -> None:
+        """No traceback: the CLI prints the StateError's line and exits 4, the state dir's exit code."""
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night={"max_iterations": 1})
+        server.enqueue(call("run_command", {"command": 'touch "$(git rev-parse --absolute-git-dir)/index.lock"'}), call("submit", {"summary": "done"}))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config)) == 4
+        err = capsys.readouterr().err
+        assert "cannot roll back the worktree" in err and "Traceback" not in err
