@@ -51,6 +51,7 @@ from apscheduler.triggers.cron import CronTrigger
 from orchestrator.cancel import stopping_signals
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
+from orchestrator.lock import make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
 
 NIGHT_JOB_ID = "overnight-night"
@@ -193,7 +194,7 @@ def build_scheduler(
     """
     zone = schedule_timezone(config)
     trigger = night_trigger(config, zone)
-    store = _job_store(config.store_url)
+    store = _job_store(config)
     scheduler_class = _ForegroundScheduler if blocking else _BackgroundScheduler
     scheduler = scheduler_class(
         jobstores={"default": store},
@@ -277,7 +278,7 @@ def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
 
 def _keep_due(config: Config, run_time: datetime) -> None:
     """Put back the fire time of a night that did not begin its run, so that the next `serve` starts it (within the grace)."""
-    store = _job_store(config.store_url)
+    store = _job_store(config)
     try:
         job = store.lookup_job(NIGHT_JOB_ID)
         if job is not None:
@@ -463,21 +464,32 @@ def _stored_next_run_time(store: SQLAlchemyJobStore, trigger: BaseTrigger) -> da
     return stored.next_run_time
 
 
-def _job_store(url: str) -> SQLAlchemyJobStore:
+def schedule_table(config: Config) -> str:
+    """The job store's table: its own per state dir in a `[store] url` several may share.
+
+    Every APScheduler runs every job in its table: one table shared by two machines' `serve`
+    would start each machine's night on both, with the other's config path.
+    """
+    if config.store.url is None:  # the state dir's own SQLite file
+        return SCHEDULE_TABLE
+    make_dir(config.state_dir)
+    return f"{SCHEDULE_TABLE}_{state_identity(config.state_dir)}"
+
+
+def _job_store(config: Config) -> SQLAlchemyJobStore:
     """A job store on the run store's database; SQLite waits for the night's writes instead of failing."""
     from sqlalchemy.engine import make_url
 
+    url = config.store_url
     parsed = make_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "sqlite":
         options = {"connect_args": {"timeout": 30}}
         database = parsed.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):
-            from orchestrator.lock import make_dir
-
             make_dir(Path(database).expanduser().parent)  # a file in the way: StateError, one line
     try:
-        return SQLAlchemyJobStore(url=url, tablename=SCHEDULE_TABLE, engine_options=options)
+        return SQLAlchemyJobStore(url=url, tablename=schedule_table(config), engine_options=options)
     except ImportError as exc:  # the URL names a driver that is not installed
         raise StateError(f"schedule store {_safe_url(url)}: {exc}") from exc
 

@@ -225,6 +225,25 @@ class TestJobStore:
         assert config.store_url == f"sqlite:///{tmp_path / 'state' / 'runs.db'}"
         assert [job_id for job_id, _ in stored_jobs(config)] == [NIGHT_JOB_ID]
 
+    def test_state_dirs_sharing_a_store_url_each_schedule_only_their_own_night(self, tmp_path: Path) -> None:
+        """Two machines' serve on one `[store] url`, both running: each sees one job, for its own config."""
+        shared = f"sqlite:///{tmp_path / 'shared.db'}"
+        paths, schedulers = [], []
+        try:
+            for name in ("a", "b"):
+                path = write_schedule_config(tmp_path / name)
+                path.write_text(path.read_text(encoding="utf-8") + f'\n[store]\nurl = "{shared}"\n', encoding="utf-8")
+                scheduler = build_scheduler(load(path), path, blocking=False)
+                scheduler.start(paused=True)
+                paths.append(path)
+                schedulers.append(scheduler)
+            for path, scheduler in zip(paths, schedulers):
+                [job] = scheduler.get_jobs()
+                assert job.id == NIGHT_JOB_ID and job.args[0] == str(path.resolve())
+        finally:
+            for scheduler in schedulers:
+                scheduler.shutdown()
+
     def test_restarting_the_scheduler_keeps_one_job(self, tmp_path: Path) -> None:
         """A second scheduler on the same database replaces the job instead of adding another."""
         path = write_schedule_config(tmp_path)
