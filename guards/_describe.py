@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator import toolcalls
 from orchestrator.records import BrokenCall, ToolCall
-from orchestrator.report import visible
+from orchestrator.printable import visible
 
 __all__ = ["describe_call", "name_for_message", "quoted", "times"]
 

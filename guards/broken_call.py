@@ -7,7 +7,7 @@ from typing import Sequence
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall
-from orchestrator.report import shortened, visible
+from orchestrator.printable import shortened, visible
 
 from guards._describe import describe_call, name_for_message, times
 

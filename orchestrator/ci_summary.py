@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from orchestrator.errors import StateError
-from orchestrator.report import MESSAGE_LIMIT, shortened, visible
+from orchestrator.printable import shortened, visible
+from orchestrator.report import MESSAGE_LIMIT
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"

@@ -65,6 +65,9 @@ COMMAND_MARK = "OVERNIGHT_WORKTREE"
 _READ_CHUNK = 65536
 # ECMA-48 control sequences (CSI: colours, cursor moves; OSC: titles, links) and two-character escapes.
 _TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# A carriage return at a line's end (CRLF, a last redraw), then all a later one drew over.
+_LINE_END_RETURNS = re.compile(r"\r+(?=\n|\Z)")
+_DRAWN_OVER = re.compile(r"[^\n]*\r")
 # How long to wait for the output pipe to close once the command's processes are gone.
 _DRAIN_GRACE_S = 2.0
 # How often a running command looks at the cancel token.
@@ -155,6 +158,11 @@ def _wait(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any) -> in
     finally:
         if exited is not None:
             os.close(exited)
+
+
+def _as_a_terminal_shows(text: str) -> str:
+    """A line redrawn with carriage returns (a progress bar) as its last drawing; CRLF as LF."""
+    return _DRAWN_OVER.sub("", _LINE_END_RETURNS.sub("", text))
 
 
 def cap_text(text: str, max_chars: int, *, already_cut: int = 0) -> str:
@@ -264,4 +272,4 @@ class _OutputCollector(threading.Thread):
             head = bytes(self._head).decode("utf-8", errors="replace")
             tail = b"".join(self._tail).decode("utf-8", errors="replace")
         # Colours and cursor moves (a tool run with FORCE_COLOR, say) are noise to a small model and to notes.md.
-        return _TERMINAL_ESCAPE.sub("", head + tail)
+        return _as_a_terminal_shows(_TERMINAL_ESCAPE.sub("", head + tail))

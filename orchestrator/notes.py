@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.errors import StateError
+from orchestrator.printable import visible
 
 HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
 _ENTRY = re.compile(
@@ -101,9 +102,9 @@ def _shortened(entry: str, budget_chars: int) -> str:
 
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
     stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## {stamp} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {_one_paragraph(correction)}"]
+    lines = [f"## {stamp} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
     if evidence.strip():
-        shown = evidence.strip()
+        shown = visible(evidence.strip(), keep="\n\t")
         if len(shown) > MAX_EVIDENCE_CHARS:
             shown = "…" + shown[-MAX_EVIDENCE_CHARS:]
         fence = "`" * max(3, _longest_backtick_run(shown) + 1)

@@ -8,19 +8,15 @@ Other keys may be added, never removed or renamed.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any, Iterable
 
+from orchestrator.printable import shortened, visible
 from orchestrator.records import Signal
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
 _TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "⏸", "cancelled": "⏹", "skipped": "↷", "running": "…"}
 _LEVEL_MARKS = {"warning": "⚠", "severe": "✖"}
-# Characters a terminal obeys rather than shows: C0 (newline and tab too), DEL, C1, the line and
-# paragraph separators and the bidirectional overrides. In text a model chose (a tool's name in a
-# signal) they could redraw a line (\r, ESC[2K), hide the rest of it (ESC[8m) or split it.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 # A signal's message in the text report and the step summary: a glance, not the evidence (notes.md, --json).
 MESSAGE_LIMIT = 200
 
@@ -84,16 +80,6 @@ def as_text(run: RunView, base: str = "main") -> str:
         lines.append("(no tasks ran)")
     # Each item is one line: whatever was interpolated into it stays on it, shown, not obeyed.
     return "\n".join(visible(line) for line in lines).rstrip() + "\n"
-
-
-def visible(text: str) -> str:
-    """`text` with each control character written as its escape (`\\r`, `\\x1b`, `\\u202e`)."""
-    return _CONTROL.sub(lambda found: repr(found.group())[1:-1], text)
-
-
-def shortened(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, the last one `…` when cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _task_lines(task: TaskView) -> list[str]:

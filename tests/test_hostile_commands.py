@@ -111,3 +111,11 @@ class TestProcessesLeftBehind:
         finally:
             if pid_file.exists() and _alive(int(pid_file.read_text())):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+class TestOutputAsSeen:
+    def test_carriage_returns_keep_what_a_terminal_would_show(self, tmp_path: Path):
+        """A progress bar redraws its line with \\r: the output keeps the last drawing, as the terminal did."""
+        script = r"printf 'step 10%%\rstep 50%%\rstep 100%%\nnext\r\n'"
+        result = run_shell(script, cwd=tmp_path, timeout_s=30, max_output_chars=8000)
+        assert result.output == "step 100%\nnext\n"

@@ -73,6 +73,13 @@ class TestNotesBook:
         assert len(text) <= 300 and "E" * 10 not in text
         assert len(book.for_prompt("t", budget_chars=20)) <= 20
 
+    def test_control_characters_in_evidence_are_written_visibly(self, tmp_path: Path):
+        """A NUL, a bell or a bidi override in what a check printed shows as its escape; lines and tabs stay."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="c", evidence="a\x00b\x07\n\tc\u202ed")
+        [entry] = book.entries()
+        assert "a\\x00b\\x07\n\tc\\u202ed" in entry.text
+
     def test_a_hand_edit_that_is_not_utf8_is_kept_and_read_past(self, tmp_path: Path):
         """A person's remark saved in another encoding neither stops the night nor is rewritten:
         its bytes stay as they are, the entries around it still reach the prompt."""
