@@ -127,3 +127,85 @@ def sleeper() -> Iterator[subprocess.Popen]:
     yield proc
     proc.kill()
     proc.wait()
+
+
+# --- a throwaway PostgreSQL: the run store as machines sharing the work use it --------------
+
+
+def _postgres_bin_dir() -> Path | None:
+    """The folder holding initdb, pg_ctl and postgres: on PATH, else Debian's /usr/lib/postgresql/<n>/bin."""
+    import shutil
+
+    found = shutil.which("pg_ctl")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
+    for folder in candidates:
+        if all((folder / name).is_file() for name in ("initdb", "pg_ctl", "postgres")):
+            return folder
+    return None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL cluster of this test session on 127.0.0.1 (trust auth, no fsync): its server URL.
+
+    Skipped only when the PostgreSQL binaries are not installed; any other failure fails.
+    PostgreSQL refuses root, so as root the cluster is made and run as `nobody`.
+    """
+    import shutil
+    import tempfile
+
+    bin_dir = _postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl, postgres) are not installed")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="overnight-pg-"))
+    if os.geteuid() == 0:
+        as_user = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        shutil.chown(root, "nobody", "nogroup")
+    data = root / "data"
+    port = _free_port()
+    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
+
+    def pg(*args: str) -> None:
+        result = subprocess.run([*as_user, *args], env=env, cwd=root, capture_output=True, text=True, timeout=60)
+        log = root / "server.log"
+        assert result.returncode == 0, f"{Path(args[0]).name} failed:\n{result.stdout}{result.stderr}{log.read_text() if log.exists() else ''}"
+
+    started = False
+    try:
+        pg(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--no-instructions")
+        options = f"-h 127.0.0.1 -p {port} -k {root} -F -c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
+        started = True
+        pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-o", options, "-w", "-t", "30", "start")
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    finally:
+        if started:
+            subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], env=env, cwd=root, capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_store_url(postgres_url: str) -> Iterator[str]:
+    """A new, empty database of its own on the session's PostgreSQL: its SQLAlchemy URL; dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"overnight_test_{uuid.uuid4().hex[:12]}"
+    server = postgres_url.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{postgres_url}/{name}"
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,0 +1,238 @@
+"""The run store on a real PostgreSQL (`[store] url`, machines sharing the work): a throwaway
+cluster of the test session (tests/conftest.py: postgres_url), a fresh database per test."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.errors import StateError
+from orchestrator.leases import new_owner
+from orchestrator.lock import state_identity
+from orchestrator.notes import NotesBook
+from orchestrator.records import Level
+from orchestrator.scripted import Reply
+from runs import RunStore
+from tests.conftest import git, write_config
+from tests.test_faults import dead_pid, recover
+from tests.test_night import FIX
+from tests.test_shared_store import a_dead_night_of
+from tests.test_unattended import run_in_process
+
+
+@pytest.fixture
+def store(pg_store_url: str):
+    opened = RunStore.open(pg_store_url)
+    yield opened
+    opened.close()
+
+
+def sql(url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """One statement on the database behind a store URL, autocommitted, past the store."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as connection:
+        cursor = connection.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def pg_config(folder: Path, repo: Path, server: Any, url: str, **sections: Any) -> Path:
+    """A config whose state dir is `folder/state` and whose run store is the PostgreSQL database `url`."""
+    (folder / "state").mkdir(parents=True, exist_ok=True)
+    return write_config(folder / "overnight.toml", api_base=server.url, repo=repo, extra=f'[store]\nurl = "{url}"\n', **sections)
+
+
+def _open_after(url: str, barrier: Any) -> None:
+    barrier.wait(timeout=30)
+    RunStore.open(url).close()
+
+
+def open_at_once(url: str, processes: int = 8) -> list[int | None]:
+    """Exit codes of `processes` forked processes that each open the store at the same moment."""
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes)
+    openers = [context.Process(target=_open_after, args=(url, barrier)) for _ in range(processes)]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(60)
+    return [opener.exitcode for opener in openers]
+
+
+class TestRoundTrip:
+    def test_a_whole_run_reads_back_as_written(self, store: RunStore) -> None:
+        """Runs, tasks, iterations and their events go in and come back out, datetimes aware UTC."""
+        run = store.begin_run(config_path="/repo/overnight.toml", pid=100, host="box", state_id="s1")
+        task = store.begin_task(run, name="fix-bug", branch="overnight/fix-bug")
+        first = store.begin_iteration(task, number=1, checkpoint="abc", pid=101, transcript="t.jsonl")
+        store.record_model_call(first, prompt_tokens=10, completion_tokens=5, latency_ms=30, finish_reason="tool_calls", data={"k": [1, "é"]})
+        store.record_tool_call(first, name="read_file", ok=True, message="contents")
+        store.record_signal(first, level=Level.WARNING, kind="loop", message="same call twice")
+        store.finish_iteration(first, outcome="rolled_back", reason="check_failed", correction="try again", turns=3, tokens=15)
+        second = store.begin_iteration(task, number=2, checkpoint="abc", pid=101)
+        store.heartbeat(second)
+        store.finish_iteration(second, outcome="committed", commit="def", turns=2, tokens=9)
+        store.finish_task(task, outcome="succeeded", commit="def")
+        store.finish_run(run, status="finished", exit_code=0)
+
+        view = store.latest_run()
+        assert (view.id, view.status, view.exit_code, view.state_id, view.host) == (run, "finished", 0, "s1", "box")
+        [task_view] = view.tasks
+        assert (task_view.outcome, task_view.commit) == ("succeeded", "def")
+        one, two = task_view.iterations
+        assert (one.outcome, one.reason, one.correction, one.turns, one.tokens) == ("rolled_back", "check_failed", "try again", 3, 15)
+        assert (one.model_calls, one.tool_calls, [s.kind for s in one.signals]) == (1, 1, ["loop"])
+        assert (two.outcome, two.commit, two.model_calls) == ("committed", "def", 0)
+        assert view.started_at.utcoffset() == timedelta(0) and one.finished_at >= one.started_at
+        assert [it.number for it in store.iterations_for_task("fix-bug")] == [2, 1]
+        assert store.running_iterations() == [] and store.integrity_problems() == []
+
+    def test_latest_run_of_a_state_dir(self, store: RunStore) -> None:
+        """latest_run(state_id=...) is that state dir's newest run (or an unnamed older one), not the store's newest."""
+        old = store.begin_run(config_path="c", pid=1, host="h")
+        mine = store.begin_run(config_path="c", pid=1, host="h", state_id="mine")
+        theirs = store.begin_run(config_path="c", pid=1, host="h", state_id="theirs")
+        assert store.latest_run().id == theirs
+        assert store.latest_run(state_id="mine").id == mine
+        assert store.latest_run(state_id="nobody").id == old
+        assert store.latest_run(state_id=None).id == old
+
+    def test_a_failed_write_is_one_line(self, store: RunStore) -> None:
+        """A row the database refuses (no such iteration) is a one-line StateError, and the store goes on."""
+        store.record_tool_call(999, name="read_file", ok=True)
+        with pytest.raises(StateError, match="foreign key") as caught:
+            store.flush()
+        assert "\n" not in str(caught.value)
+        assert store.latest_run() is None
+
+
+class TestLeases:
+    def test_acquire_renew_release(self, store: RunStore) -> None:
+        """A free lease is taken; its holder renews and re-takes it; another cannot; once released another can."""
+        assert store.acquire_lease("t", "a", ttl_s=60)
+        assert store.acquire_lease("t", "a", ttl_s=60) and not store.acquire_lease("t", "b", ttl_s=60)
+        before = store.leases()[0].expires_at
+        assert store.renew_lease("t", "a", ttl_s=120) and store.leases()[0].expires_at > before
+        assert not store.renew_lease("t", "b", ttl_s=60)
+        store.release_lease("t", "b")  # not theirs: nothing happens
+        assert [lease.owner for lease in store.leases()] == ["a"]
+        store.release_lease("t", "a")
+        assert store.leases() == [] and store.acquire_lease("t", "b", ttl_s=60)
+
+    def test_an_expired_lease_is_taken_over(self, store: RunStore) -> None:
+        """Once its ttl has passed a lease goes to the next taker, and the old holder can no longer renew it."""
+        assert store.acquire_lease("t", "a", ttl_s=0.05)
+        time.sleep(0.1)
+        assert store.acquire_lease("t", "b", ttl_s=60)
+        assert not store.renew_lease("t", "a", ttl_s=60)
+        assert [lease.owner for lease in store.leases()] == ["b"]
+
+    def test_two_takers_of_an_expired_lease_only_one_wins(self, pg_store_url: str) -> None:
+        """Workers of several processes' stores racing for one expired lease: exactly one gets it, every time."""
+        stores = [RunStore.open(pg_store_url) for _ in range(6)]
+        try:
+            for round_ in range(10):
+                task = f"task-{round_}"
+                assert stores[0].acquire_lease(task, "old", ttl_s=0.01)
+                time.sleep(0.05)
+                barrier, won = threading.Barrier(len(stores)), []
+
+                def take(index: int) -> None:
+                    barrier.wait(timeout=10)
+                    if stores[index].acquire_lease(task, f"taker-{index}", ttl_s=60):
+                        won.append(index)
+
+                threads = [threading.Thread(target=take, args=(index,)) for index in range(len(stores))]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                assert len(won) == 1, f"round {round_}: {won} all took it"
+                assert [lease.owner for lease in stores[0].leases() if lease.task == task] == [f"taker-{won[0]}"]
+        finally:
+            for opened in stores:
+                opened.close()
+
+
+class TestSchema:
+    def test_an_older_store_gets_the_column_even_when_opened_at_once(self, pg_store_url: str) -> None:
+        """A runs table without `state_id` gets it from whichever process opens it first; its runs still read."""
+        store = RunStore.open(pg_store_url)
+        run = store.begin_run(config_path="c", pid=1, host="h")
+        store.close()
+        sql(pg_store_url, "ALTER TABLE runs DROP COLUMN state_id")
+        assert open_at_once(pg_store_url) == [0] * 8
+        store = RunStore.open(pg_store_url)
+        try:
+            assert store.run(run).state_id is None and store.latest_run(state_id="any").id == run
+            assert store.run(store.begin_run(config_path="c", pid=1, host="h", state_id="x")).state_id == "x"
+        finally:
+            store.close()
+
+    def test_a_missing_database_is_one_line(self, postgres_url: str) -> None:
+        """A database that does not exist is StateError naming the URL (password hidden), not a traceback."""
+        url = postgres_url.replace("postgres@", "postgres:secret@") + "/no_such_database"
+        with pytest.raises(StateError, match="cannot open run store") as caught:
+            RunStore.open(url)
+        assert "secret" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+class TestNights:
+    def test_only_this_state_dirs_dead_leases_are_freed_early(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str) -> None:
+        """Recovery frees its own state dir's dead lease at once; another state dir's waits for its ttl."""
+        settings_a = load_config(pg_config(tmp_path / "a", repo, server, pg_store_url))
+        settings_b = load_config(pg_config(tmp_path / "b", repo, server, pg_store_url))
+        opened = RunStore.open(pg_store_url)
+        try:
+            own = new_owner(state_identity(settings_a.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+            other = new_owner(state_identity(settings_b.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+            assert opened.acquire_lease("mine", own, ttl_s=600) and opened.acquire_lease("theirs", other, ttl_s=600)
+            recover(settings_a)
+            assert [lease.task for lease in opened.leases()] == ["theirs"]
+        finally:
+            opened.close()
+
+    def test_own_dead_night_is_settled_even_if_its_pid_is_alive(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str, sleeper) -> None:
+        """Holding the state dir's lock proves its night dead, pid reused or not."""
+        config = pg_config(tmp_path, repo, server, pg_store_url)
+        run_id, iteration = a_dead_night_of(config, pid=sleeper.pid)
+        [settled], _ = recover(load_config(config))
+        assert settled.id == iteration and settled.outcome == "interrupted"
+        assert sql(pg_store_url, "SELECT status FROM runs WHERE id = %s", run_id) == [("crashed",)]
+
+    def test_a_worker_whose_lease_was_taken_over_does_not_commit(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str) -> None:
+        """Another worker took the lease while the model was slow: the work is rolled back, not committed."""
+        import psycopg
+
+        config = pg_config(tmp_path, repo, server, pg_store_url)
+        base = git(repo, "rev-parse", "HEAD")
+        server.enqueue(*FIX[:4], Reply(tool_calls=FIX[4].tool_calls, delay_s=1.5))
+
+        def take_over() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if sql(pg_store_url, "UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet' RETURNING task"):
+                        return
+                except psycopg.errors.UndefinedTable:  # the night has not opened the store yet
+                    pass
+                time.sleep(0.05)
+
+        thief = threading.Thread(target=take_over)
+        thief.start()
+        result = run_in_process(config)
+        thief.join()
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason) == ("cancelled", "lease_lost")
+        assert git(repo, "rev-parse", "overnight/fix-greet") == base
+        [entry] = NotesBook(tmp_path / "state" / "notes.md").entries()
+        assert entry.reason == "cancelled" and "lease_lost" in entry.text
+        assert sql(pg_store_url, "SELECT owner FROM leases") == [("elsewhere:1:x:other",)]  # the loser left it alone
