@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import threading
 from pathlib import Path
@@ -54,6 +55,11 @@ _WORKTREE_CONFIG_ENV = {
     **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_WORKTREE_CONFIG.values())},
 }
 
+
+# The most any of overnight's own git commands in a worktree may take. Far more than an honest
+# one needs (a full checkout of a large repository included); a clean or smudge filter the agent
+# configured (`sleep 100000`) would otherwise hang the night, SIGTERM included.
+GIT_TIMEOUT_S = 600.0
 
 # `git worktree add` run concurrently in one repository corrupts its neighbours
 # (seen: "failed to read .git/worktrees/<name>/commondir"); one at a time per process.
@@ -102,6 +108,8 @@ def _head_commit(repo) -> str | None:
 class Worktree:
     """Implements protocols.Workspace for one task."""
 
+    git_timeout_s: float = GIT_TIMEOUT_S
+
     def __init__(self, path: Path, branch: str, keep: Sequence[str] = (), *, common_dir: Path | None = None) -> None:
         """The registered worktree at `path`, of the repository at `common_dir` (its git common dir).
 
@@ -123,9 +131,9 @@ class Worktree:
         self._link = (path / ".git").read_bytes() if intact else b"gitdir: " + os.fsencode(self._admin) + b"\n"
         self._restore_link()
         self._repo = git.Repo(path)
-        self._git = self._repo.git
+        self._runner = self._repo.git
         # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
-        self._git.update_environment(
+        self._runner.update_environment(
             **UNATTENDED_ENV, **_WORKTREE_CONFIG_ENV, GIT_DIR=str(self._admin), GIT_WORK_TREE=os.path.abspath(path)
         )
 
@@ -154,7 +162,7 @@ class Worktree:
         if not (worktree._admin / "index").exists():
             # Registered with --no-checkout, just now or by a night killed before this step:
             # check the files out (an empty index would commit every file as deleted).
-            worktree._git.reset("--hard", "--quiet")
+            worktree._git("reset", "--hard", "--quiet")
         return worktree
 
     def checkpoint(self) -> str:
@@ -183,14 +191,14 @@ class Worktree:
         self._restore_link()
         self._onto_branch()
         self._unhide_skipped_files()
-        self._git.reset("--hard", "--quiet", checkpoint)
+        self._git("reset", "--hard", "--quiet", checkpoint)
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
-        self._git.clean("-ffdxq", *excludes)
+        self._git("clean", "-ffdxq", *excludes)
 
     def is_clean(self) -> bool:
         self._restore_link()
-        return not self._git.status("--porcelain", "--ignored", "--untracked-files=all").strip()
+        return not self._git("status", "--porcelain", "--ignored", "--untracked-files=all").strip()
 
     def commit(self, message: str) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing."""
@@ -201,11 +209,11 @@ class Worktree:
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
-        if not self._git.add("--all", "--verbose").strip() and not self._has_staged_changes():
+        if not self._git("add", "--all", "--verbose").strip() and not self._has_staged_changes():
             return self.checkpoint()
         try:
-            with self._git.custom_environment(**_IDENTITY):
-                self._git.commit("--quiet", "--no-verify", "-m", message)
+            with self._runner.custom_environment(**_IDENTITY):
+                self._git("commit", "--quiet", "--no-verify", "-m", message)
         except git.GitCommandError:
             # Paths staged back to what HEAD has are "no change"; anything else is an error.
             if self._has_staged_changes():
@@ -220,13 +228,13 @@ class Worktree:
         worktree exactly, on the branch's tip. Two file checks and a read; a process only if amiss.
         """
         if (self._admin / "rebase-merge").exists() or (self._admin / "rebase-apply").exists():
-            self._git.rebase("--quit")
+            self._git("rebase", "--quit")
         try:
             head = (self._admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
         except OSError:
             head = ""
         if head != f"ref: refs/heads/{self.branch}":
-            self._git.symbolic_ref("HEAD", f"refs/heads/{self.branch}")
+            self._git("symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
 
     def _unhide_skipped_files(self) -> None:
         """Clear the skip-worktree bits the agent set (`git update-index --skip-worktree`).
@@ -244,9 +252,9 @@ class Worktree:
         # checkout's bits are its own (and git clears those of files present on disk itself).
         if version == 2 or (self._admin / "info" / "sparse-checkout").exists():
             return
-        hidden = [entry[2:] for entry in self._git.ls_files("-v", "-z").split("\0") if entry[:2] in ("S ", "s ")]
+        hidden = [entry[2:] for entry in self._git("ls-files", "-v", "-z").split("\0") if entry[:2] in ("S ", "s ")]
         for start in range(0, len(hidden), 1000):  # a command line holds only so many paths
-            self._git.update_index("--no-skip-worktree", "--", *hidden[start : start + 1000])
+            self._git("update-index", "--no-skip-worktree", "--", *hidden[start : start + 1000])
 
     def _restore_link(self) -> None:
         """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not).
@@ -268,8 +276,19 @@ class Worktree:
         self.path.mkdir(parents=True, exist_ok=True)  # the agent may have removed the whole folder: reset --hard refills it
         link.write_bytes(self._link)
 
+    def _git(self, *args: str, **kwargs: Any) -> Any:
+        """One git command in this worktree, killed (with what it started) after `git_timeout_s`: GitCommandError."""
+        import git
+
+        try:
+            return self._runner.execute([self._runner.GIT_PYTHON_GIT_EXECUTABLE, *args], kill_after_timeout=self.git_timeout_s, **kwargs)
+        except git.GitCommandError as exc:
+            if exc.status == -signal.SIGKILL:  # killed (at the limit): the index lock it held would fail every later command
+                (self._admin / "index.lock").unlink(missing_ok=True)
+            raise
+
     def _has_staged_changes(self) -> bool:
-        return self._git.diff("--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0
+        return self._git("diff", "--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0
 
     def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None) -> CheckResult:
         from orchestrator.commands import run_shell

@@ -9,16 +9,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import git as gitpython
 import pytest
 
 from orchestrator.errors import StateError
 from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
 from tests.conftest import git, write_config
-from tests.test_night import overnight
+from tests.test_night import overnight, report_json
 
 USER_WORK = "def greet():\n    return 'USER UNCOMMITTED WORK'\n"
 
@@ -305,3 +307,39 @@ class TestRollbackGitCannotDo:
         assert overnight("run", "--config", str(config)) == 4
         err = capsys.readouterr().err
         assert "cannot roll back the worktree" in err and "Traceback" not in err
+
+
+class TestGitThatHangs:
+    """The agent configured a clean filter that never ends; overnight's own `git add` runs it."""
+
+    def hang_on_add(self, worktree: Path) -> None:
+        # In the repository's config (shared with the user's checkout), as the agent's `git config` writes it.
+        git(worktree, "config", "filter.hang.clean", "sleep 30")
+        (worktree / ".gitattributes").write_text("*.py filter=hang\n")
+        (worktree / "greet.py").write_text("def greet():\n    return 'hello'\n")
+
+    def test_git_is_killed_after_its_time_limit_and_the_worktree_still_rolls_back(self, repo: Path, tmp_path: Path) -> None:
+        """The commit fails with GitCommandError at the limit (the filter it started killed too); the rollback then works."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        tree.git_timeout_s = 2
+        checkpoint = tree.checkpoint()
+        self.hang_on_add(tree.path)
+        started = time.monotonic()
+        with pytest.raises(gitpython.GitCommandError, match="Timeout"):
+            tree.commit("overnight: fix iteration 1")
+        assert time.monotonic() - started < 20
+        tree.rollback(checkpoint)
+        assert tree.is_clean() and tree.checkpoint() == checkpoint
+
+    def test_a_night_whose_commit_hangs_ends_the_iteration_as_an_error(self, repo: Path, server: Any, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+        """The iteration is rolled back as iteration_error and the night ends, instead of waiting on the filter."""
+        monkeypatch.setattr(Worktree, "git_timeout_s", 2, raising=False)
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night={"max_iterations": 1})
+        command = "git config filter.hang.clean 'sleep 30' && echo '*.py filter=hang' > .gitattributes && sed -i s/helo/hello/ greet.py"
+        server.enqueue(call("run_command", {"command": command}), call("submit", {"summary": "fixed"}))
+        started = time.monotonic()
+        assert overnight("run", "--config", str(config)) == 1
+        assert time.monotonic() - started < 25
+        (task_report,) = report_json(config, capsys)["tasks"]
+        assert [it["reason"] for it in task_report["iterations"]] == ["iteration_error"]
