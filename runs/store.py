@@ -95,15 +95,16 @@ def _create_schema(engine: Engine) -> None:
     """The tables, and columns added since a store was made; safe with another process doing the same.
 
     Processes opening a new shared store at once each see tables missing, and all but one
-    CREATE (or ALTER) fails on "already exists": a new look finds more of it there, so a few
-    looks end it.
+    CREATE (or ALTER) fails on "already exists" (PostgreSQL: a duplicate key in its own
+    catalog, an IntegrityError, when the other's CREATE commits while this one waits): a new
+    look finds more of it there, so a few looks end it.
     """
     for attempt in range(_SCHEMA_ATTEMPTS):
         try:
             Base.metadata.create_all(engine)
             _add_missing_columns(engine)
             return
-        except (OperationalError, ProgrammingError):
+        except (OperationalError, ProgrammingError, IntegrityError):
             if attempt == _SCHEMA_ATTEMPTS - 1:
                 raise
             time.sleep(random.uniform(0.01, 0.05))

@@ -163,6 +163,12 @@ class TestLeases:
 
 
 class TestSchema:
+    def test_processes_opening_a_new_store_at_once_all_succeed(self, pg_store_url: str) -> None:
+        """Each sees the tables missing and creates them; the others must not fail on PostgreSQL's duplicate catalog rows."""
+        for attempt in range(3):
+            assert open_at_once(pg_store_url) == [0] * 8, f"attempt {attempt}"
+            sql(pg_store_url, "DROP TABLE events, leases, iterations, task_runs, runs")
+
     def test_an_older_store_gets_the_column_even_when_opened_at_once(self, pg_store_url: str) -> None:
         """A runs table without `state_id` gets it from whichever process opens it first; its runs still read."""
         store = RunStore.open(pg_store_url)
