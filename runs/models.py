@@ -44,6 +44,29 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(timezone.utc)
 
 
+class Str(TypeDecorator[str]):
+    """A string column; on PostgreSQL, whose text cannot hold NUL, a NUL is written as the four characters `\\x00`.
+
+    Command output and check output (an event's message, a correction) can hold one; refused,
+    it would fail the whole write, and with it the night.
+    """
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+        if value is not None and dialect.name == "postgresql" and "\x00" in value:
+            return value.replace("\x00", "\\x00")
+        return value
+
+
+class LongStr(Str):
+    """`Str` as an unbounded TEXT column."""
+
+    impl = Text
+    cache_ok = True
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -57,14 +80,14 @@ class Run(Base):
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
     # 'running' | 'finished' | 'cancelled' | 'crashed'
-    status: Mapped[str] = mapped_column(String, default="running")
+    status: Mapped[str] = mapped_column(Str, default="running")
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pid: Mapped[int] = mapped_column(Integer)
-    host: Mapped[str] = mapped_column(String)
-    config_path: Mapped[str] = mapped_column(String)
+    host: Mapped[str] = mapped_column(Str)
+    config_path: Mapped[str] = mapped_column(Str)
     # The state dir the night ran in (orchestrator.lock.state_identity), in a store several
     # may share; null for runs recorded before it existed.
-    state_id: Mapped[str | None] = mapped_column(String, nullable=True)
+    state_id: Mapped[str | None] = mapped_column(Str, nullable=True)
 
 
 class TaskRun(Base):
@@ -74,12 +97,12 @@ class TaskRun(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    name: Mapped[str] = mapped_column(String, index=True)
-    branch: Mapped[str] = mapped_column(String)
+    name: Mapped[str] = mapped_column(Str, index=True)
+    branch: Mapped[str] = mapped_column(Str)
     # A TaskOutcome value.
-    outcome: Mapped[str] = mapped_column(String, default="running")
-    reason: Mapped[str] = mapped_column(String, default="")
-    commit: Mapped[str] = mapped_column(String, default="")
+    outcome: Mapped[str] = mapped_column(Str, default="running")
+    reason: Mapped[str] = mapped_column(Str, default="")
+    commit: Mapped[str] = mapped_column(Str, default="")
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
@@ -94,14 +117,14 @@ class Iteration(Base):
     # 1-based within the task for this run.
     number: Mapped[int] = mapped_column(Integer)
     # An IterationOutcome value; indexed because recovery looks for 'running'.
-    outcome: Mapped[str] = mapped_column(String, default="running", index=True)
-    reason: Mapped[str] = mapped_column(String, default="")
-    correction: Mapped[str] = mapped_column(Text, default="")
-    checkpoint: Mapped[str] = mapped_column(String)
-    commit: Mapped[str] = mapped_column(String, default="")
+    outcome: Mapped[str] = mapped_column(Str, default="running", index=True)
+    reason: Mapped[str] = mapped_column(Str, default="")
+    correction: Mapped[str] = mapped_column(LongStr, default="")
+    checkpoint: Mapped[str] = mapped_column(Str)
+    commit: Mapped[str] = mapped_column(Str, default="")
     turns: Mapped[int] = mapped_column(Integer, default=0)
     tokens: Mapped[int] = mapped_column(Integer, default=0)
-    transcript: Mapped[str] = mapped_column(String, default="")
+    transcript: Mapped[str] = mapped_column(Str, default="")
     # The process that owns the iteration; recovery checks whether it is still alive.
     pid: Mapped[int] = mapped_column(Integer)
     heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
@@ -118,12 +141,12 @@ class Event(Base):
     iteration_id: Mapped[int] = mapped_column(ForeignKey("iterations.id"), index=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     # 'model_call' | 'tool_call' | 'signal' | others
-    type: Mapped[str] = mapped_column(String)
+    type: Mapped[str] = mapped_column(Str)
     # Tool name, signal kind, or the model's finish reason.
-    name: Mapped[str] = mapped_column(String, default="")
+    name: Mapped[str] = mapped_column(Str, default="")
     # A Level value for signals, '' otherwise.
-    level: Mapped[str] = mapped_column(String, default="")
-    message: Mapped[str] = mapped_column(Text, default="")
+    level: Mapped[str] = mapped_column(Str, default="")
+    message: Mapped[str] = mapped_column(LongStr, default="")
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
@@ -140,8 +163,8 @@ class Lease(Base):
 
     __tablename__ = "leases"
 
-    task: Mapped[str] = mapped_column(String, primary_key=True)
+    task: Mapped[str] = mapped_column(Str, primary_key=True)
     # "host:pid:nonce" of the holder.
-    owner: Mapped[str] = mapped_column(String)
+    owner: Mapped[str] = mapped_column(Str)
     acquired_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -19,12 +19,12 @@ from orchestrator.leases import new_owner
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.records import Level
-from orchestrator.scripted import Reply
+from orchestrator.scripted import Reply, call
 from runs import RunStore
 from tests.conftest import git, write_config
 from tests.test_faults import dead_pid, recover
-from tests.test_night import FIX
-from tests.test_shared_store import a_dead_night_of
+from tests.test_night import FIX, overnight, report_json
+from tests.test_shared_store import a_dead_night_of, clone
 from tests.test_unattended import run_in_process
 
 
@@ -94,6 +94,16 @@ class TestRoundTrip:
         assert view.started_at.utcoffset() == timedelta(0) and one.finished_at >= one.started_at
         assert [it.number for it in store.iterations_for_task("fix-bug")] == [2, 1]
         assert store.running_iterations() == [] and store.integrity_problems() == []
+
+    def test_text_holding_nul_is_stored(self, store: RunStore, pg_store_url: str) -> None:
+        """A NUL in a command's output or a correction (PostgreSQL's text refuses it) is written as \\x00, not a failed store."""
+        run = store.begin_run(config_path="c", pid=1, host="h")
+        iteration = store.begin_iteration(store.begin_task(run, name="t", branch="b"), number=1, checkpoint="c", pid=1)
+        store.record_tool_call(iteration, name="run_command", ok=True, message="a\x00b", data={"output": "a\x00b"})
+        store.finish_iteration(iteration, outcome="rolled_back", reason="check_failed", correction="got \x00 back")
+        [view] = store.iterations_for_task("t")
+        assert view.correction == "got \\x00 back" and view.tool_calls == 1
+        assert sql(pg_store_url, "SELECT message FROM events") == [("a\\x00b",)]
 
     def test_latest_run_of_a_state_dir(self, store: RunStore) -> None:
         """latest_run(state_id=...) is that state dir's newest run (or an unnamed older one), not the store's newest."""
@@ -192,6 +202,30 @@ class TestSchema:
 
 
 class TestNights:
+    def test_a_whole_night_and_the_next_one_after_a_crash(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str, capsys) -> None:
+        """`overnight run` with [store] url on PostgreSQL: B's night commits (through a command printing NUL);
+        A's dead night, which B's report does not show, is settled by A's next `overnight run`, which does its own work."""
+        config_a = pg_config(tmp_path / "a", repo, server, pg_store_url)
+        with_commands = [{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "read_file", "edit_file", "list_dir", "run_check"]}]
+        config_b = pg_config(tmp_path / "b", clone(repo, tmp_path / "b-repo"), server, pg_store_url, tasks=with_commands)
+        server.enqueue(call("run_command", {"command": "printf 'x\\0y'"}), *FIX)
+        assert overnight("run", "--config", str(config_b)) == 0
+        [task] = report_json(config_b, capsys)["tasks"]
+        assert task["outcome"] == "succeeded" and task["commit"] == git(tmp_path / "b-repo", "rev-parse", "overnight/fix-greet")
+        assert sql(pg_store_url, "SELECT message FROM events WHERE name = 'run_command'") == [("exit code 0\nx\\x00y",)]
+
+        dead_run, dead_iteration = a_dead_night_of(config_a, pid=dead_pid())
+        assert report_json(config_b, capsys)["run"]["status"] == "finished"
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config_a)) == 0
+        assert sql(pg_store_url, "SELECT outcome FROM iterations WHERE id = %s", dead_iteration) == [("interrupted",)]
+        assert sql(pg_store_url, "SELECT status FROM runs WHERE id = %s", dead_run) == [("crashed",)]
+        report = report_json(config_a, capsys)
+        assert report["run"]["status"] == "finished" and report["run"]["id"] > dead_run
+        assert [t["outcome"] for t in report["tasks"]] == ["succeeded"]
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        assert sql(pg_store_url, "SELECT count(*) FROM leases") == [(0,)]
+
     def test_only_this_state_dirs_dead_leases_are_freed_early(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str) -> None:
         """Recovery frees its own state dir's dead lease at once; another state dir's waits for its ttl."""
         settings_a = load_config(pg_config(tmp_path / "a", repo, server, pg_store_url))
