@@ -137,6 +137,11 @@ class RunStore:
         self._events = EventWriter(engine, _write_events, _one_line, write_lock=self._one_writer)
         # The last run this object began: the night of this process, whatever others share the store.
         self.begun_run_id: int | None = None
+        # Leases go by one clock. Machines sharing a PostgreSQL store each keep their own, which
+        # may be off by more than a ttl: there, "now" is the database's (now(), its transaction's
+        # start), so no host takes a live lease by its clock or writes one already expired.
+        # A SQLite file is one host's: that host's clock.
+        self._database_clock = engine.dialect.name == "postgresql"
 
     @classmethod
     def open(cls, url: str) -> RunStore:
@@ -318,14 +323,18 @@ class RunStore:
 
     # --- leases: one worker per task, across processes and hosts -------------
 
+    def _lease_times(self, ttl_s: float) -> tuple[Any, Any]:
+        """Now and the expiry of a lease taken now: SQL expressions on the database's clock, or this host's times."""
+        now = func.now() if self._database_clock else utc_now()
+        return now, now + timedelta(seconds=ttl_s)
+
     def acquire_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Take the task's lease if it is free, expired or already ours; False if someone else holds it."""
-        now = utc_now()
-        expires = now + timedelta(seconds=ttl_s)
+        now, expires = self._lease_times(ttl_s)
         # Free is the usual case (a lease is deleted when its task ends): one INSERT takes it.
         try:
             with self._statements("acquire_lease", expected=(IntegrityError,), after_events=False) as connection:
-                connection.execute(insert(Lease.__table__), {"task": task, "owner": owner, "acquired_at": now, "expires_at": expires})
+                connection.execute(insert(Lease).values(task=task, owner=owner, acquired_at=now, expires_at=expires))
             return True
         except IntegrityError:
             pass  # a row exists: ours, expired, or someone else's
@@ -342,7 +351,7 @@ class RunStore:
 
     def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""
-        expires = utc_now() + timedelta(seconds=ttl_s)
+        _, expires = self._lease_times(ttl_s)
         with self._statements("renew_lease", after_events=False) as connection:
             statement = update(Lease).where(Lease.task == task, Lease.owner == owner).values(expires_at=expires)
             return connection.execute(statement).rowcount == 1

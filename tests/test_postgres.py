@@ -172,6 +172,47 @@ class TestLeases:
                 opened.close()
 
 
+class TestOneClock:
+    """Machines sharing a PostgreSQL store may disagree about the time; leases go by the database's.
+
+    A second host's clock is stood in for by this process's `runs.store.utc_now` shifted by two
+    minutes (twice the default ttl) for the second store's calls only.
+    """
+
+    def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lease(self, pg_store_url: str, monkeypatch) -> None:
+        """Its clock says the holder's lease ran out; the database says it has 60 s left: the lease stays."""
+        import runs.store
+
+        here, there = RunStore.open(pg_store_url), RunStore.open(pg_store_url)
+        try:
+            assert here.acquire_lease("t", "here", ttl_s=60)
+            real = runs.store.utc_now
+            monkeypatch.setattr(runs.store, "utc_now", lambda: real() + timedelta(seconds=120))
+            assert not there.acquire_lease("t", "there", ttl_s=60)
+            monkeypatch.setattr(runs.store, "utc_now", real)
+            assert [lease.owner for lease in here.leases()] == ["here"] and here.renew_lease("t", "here", ttl_s=60)
+        finally:
+            here.close()
+            there.close()
+
+    def test_a_host_whose_clock_runs_behind_keeps_its_lease_alive(self, pg_store_url: str, monkeypatch) -> None:
+        """Its renewals, by its own clock, would write an expiry already past; by the database's the lease lives on."""
+        import runs.store
+
+        holder, other = RunStore.open(pg_store_url), RunStore.open(pg_store_url)
+        try:
+            real = runs.store.utc_now
+            monkeypatch.setattr(runs.store, "utc_now", lambda: real() - timedelta(seconds=120))
+            assert holder.acquire_lease("t", "holder", ttl_s=60) and holder.renew_lease("t", "holder", ttl_s=60)
+            monkeypatch.setattr(runs.store, "utc_now", real)
+            assert not other.acquire_lease("t", "other", ttl_s=60)
+            [lease] = other.leases()
+            assert lease.owner == "holder" and lease.expires_at - lease.acquired_at >= timedelta(seconds=59)
+        finally:
+            holder.close()
+            other.close()
+
+
 class TestSchema:
     def test_processes_opening_a_new_store_at_once_all_succeed(self, pg_store_url: str) -> None:
         """Each sees the tables missing and creates them; the others must not fail on PostgreSQL's duplicate catalog rows."""
