@@ -180,17 +180,29 @@ def postgres_url() -> Iterator[str]:
         log = root / "server.log"
         assert result.returncode == 0, f"{Path(args[0]).name} failed:\n{result.stdout}{result.stderr}{log.read_text() if log.exists() else ''}"
 
-    started = False
+    stop = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
+    # However this session ends (SIGKILL, a CI timeout's SIGTERM: no finally runs), the cluster
+    # ends with it: a watchdog in its own session waits for this process's end of a pipe to close.
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _PG_WATCHDOG, repr(stop), str(root)], stdin=subprocess.PIPE, cwd=root, env=env, start_new_session=True
+    )
     try:
         pg(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--no-instructions")
         options = f"-h 127.0.0.1 -p {port} -k {root} -F -c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
-        started = True
         pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-o", options, "-w", "-t", "30", "start")
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
     finally:
-        if started:
-            subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], env=env, cwd=root, capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
+        watchdog.stdin.close()  # the watchdog stops the cluster (if it started) and removes its folder
+        watchdog.wait(timeout=90)
+
+
+_PG_WATCHDOG = """
+import ast, os, shutil, subprocess, sys
+sys.stdin.buffer.read()
+if os.path.exists(os.path.join(sys.argv[2], "data", "postmaster.pid")):
+    subprocess.run(ast.literal_eval(sys.argv[1]), capture_output=True, timeout=60)
+shutil.rmtree(sys.argv[2], ignore_errors=True)
+"""
 
 
 @pytest.fixture
