@@ -100,7 +100,12 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         # The mark lets the next night's recovery find (and stop) a command a killed night left running.
-        env={**os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY, COMMAND_MARK: str(cwd)},
+        # The ceiling: a git run in a worktree whose .git link the agent deleted must find no
+        # repository, not the user's checkout the state dir may sit in.
+        env={
+            **os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
+            COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent),
+        },
         start_new_session=True,
     )
     collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))

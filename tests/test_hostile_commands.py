@@ -119,3 +119,15 @@ class TestOutputAsSeen:
         script = r"printf 'step 10%%\rstep 50%%\rstep 100%%\nnext\r\n'"
         result = run_shell(script, cwd=tmp_path, timeout_s=30, max_output_chars=8000)
         assert result.output == "step 100%\nnext\n"
+
+
+class TestGitCeiling:
+    def test_git_in_a_worktree_without_its_link_finds_no_repository_above_it(self, tmp_path: Path):
+        """The agent deleted `.git`: its next `git add`/`git commit` must not reach the checkout the state dir sits in."""
+        user = make_repo(tmp_path / "user", {"a.txt": "mine\n"})
+        (user / "a.txt").write_text("uncommitted, the user's\n")
+        worktree = user / ".overnight" / "worktrees" / "t"
+        worktree.mkdir(parents=True)
+        result = run_shell("git status --porcelain", cwd=worktree, timeout_s=30, max_output_chars=8000)
+        assert result.exit_code != 0 and "not a git repository" in result.output
+        assert (user / "a.txt").read_text() == "uncommitted, the user's\n"
