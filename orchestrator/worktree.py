@@ -18,44 +18,17 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.commands import UNATTENDED_ENV
+from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV
 from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.records import CheckResult
 
 BRANCH_PREFIX = "overnight/"
-# The agent's commits say who made them, whatever the user's git identity is.
-_IDENTITY = {
-    "GIT_AUTHOR_NAME": "overnight",
-    "GIT_AUTHOR_EMAIL": "overnight@localhost",
-    "GIT_COMMITTER_NAME": "overnight",
-    "GIT_COMMITTER_EMAIL": "overnight@localhost",
-}
-# How git runs in the agent's worktrees, whatever the user's git config says (through the
-# environment: git >= 2.31; the user's own git commands are untouched):
-_WORKTREE_CONFIG = {
-    # no `git maintenance run --auto` after each commit (a process, and 3 ms, per commit);
-    "maintenance.auto": "false",
-    # commits not signed: they are the agent's, not the user's, and gpg would fail (no key
-    # for "overnight") or wait for a passphrase nobody types;
-    "commit.gpgsign": "false",
-    # none of the user's hooks (--no-verify skips only pre-commit and commit-msg): a
-    # prepare-commit-msg that opens an editor, a post-commit that pushes, would run unattended;
-    "core.hooksPath": os.devnull,
-    # no file-system monitor hook or daemon started for each task's worktree.
-    "core.fsmonitor": "false",
-}
-_WORKTREE_CONFIG_ENV = {
-    "GIT_CONFIG_COUNT": str(len(_WORKTREE_CONFIG)),
-    **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_WORKTREE_CONFIG)},
-    **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_WORKTREE_CONFIG.values())},
-}
-
-
 # The most any of overnight's own git commands in a worktree may take. Far more than an honest
 # one needs (a full checkout of a large repository included); a clean or smudge filter the agent
 # configured (`sleep 100000`) would otherwise hang the night, SIGTERM included.
@@ -131,11 +104,10 @@ class Worktree:
         self._link = (path / ".git").read_bytes() if intact else b"gitdir: " + os.fsencode(self._admin) + b"\n"
         self._restore_link()
         self._repo = git.Repo(path)
-        self._runner = self._repo.git
         # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
-        self._runner.update_environment(
-            **UNATTENDED_ENV, **_WORKTREE_CONFIG_ENV, GIT_DIR=str(self._admin), GIT_WORK_TREE=os.path.abspath(path)
-        )
+        self._env = {
+            **os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, "GIT_DIR": str(self._admin), "GIT_WORK_TREE": os.path.abspath(path)
+        }
 
     @classmethod
     def ensure(
@@ -212,8 +184,7 @@ class Worktree:
         if not self._git("add", "--all", "--verbose").strip() and not self._has_staged_changes():
             return self.checkpoint()
         try:
-            with self._runner.custom_environment(**_IDENTITY):
-                self._git("commit", "--quiet", "--no-verify", "-m", message)
+            self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
         except git.GitCommandError:
             # Paths staged back to what HEAD has are "no change"; anything else is an error.
             if self._has_staged_changes():
@@ -276,19 +247,43 @@ class Worktree:
         self.path.mkdir(parents=True, exist_ok=True)  # the agent may have removed the whole folder: reset --hard refills it
         link.write_bytes(self._link)
 
-    def _git(self, *args: str, **kwargs: Any) -> Any:
-        """One git command in this worktree, killed (with what it started) after `git_timeout_s`: GitCommandError."""
+    def _git(self, *args: str, identity: bool = False) -> str:
+        """One git command in this worktree: its output, or GitCommandError (also when killed, with
+        what it started, after `git_timeout_s`). Not GitPython's `kill_after_timeout`, which starts
+        a timer thread for every command: four a commit, in the burst of tasks ending together."""
         import git
 
+        command = ["git", *args]
+        process = subprocess.Popen(
+            command,
+            cwd=self.path,
+            env={**self._env, **GIT_IDENTITY} if identity else self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own group, so that the limit ends a filter or hook it started too.
+            process_group=0,
+        )
         try:
-            return self._runner.execute([self._runner.GIT_PYTHON_GIT_EXECUTABLE, *args], kill_after_timeout=self.git_timeout_s, **kwargs)
-        except git.GitCommandError as exc:
-            if exc.status == -signal.SIGKILL:  # killed (at the limit): the index lock it held would fail every later command
-                (self._admin / "index.lock").unlink(missing_ok=True)
-            raise
+            out, err = process.communicate(timeout=self.git_timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            # The index lock it held would fail every later command.
+            (self._admin / "index.lock").unlink(missing_ok=True)
+            err += f"\ntimed out after {self.git_timeout_s:g}s: killed, with what it started".encode()
+        if process.returncode != 0:
+            raise git.GitCommandError(command, process.returncode, _text(err), _text(out))
+        return _text(out)
 
     def _has_staged_changes(self) -> bool:
-        return self._git("diff", "--cached", "--quiet", with_extended_output=True, with_exceptions=False)[0] != 0
+        try:
+            self._git("diff", "--cached", "--quiet")
+        except Exception as exc:  # git.GitCommandError: exit 1 means "there are"
+            if getattr(exc, "status", None) == 1:
+                return True
+            raise
+        return False
 
     def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None) -> CheckResult:
         from orchestrator.commands import run_shell
@@ -442,6 +437,11 @@ def _exclude_state_dir(repo, state_dir: Path) -> None:
 def _last_line(exc: Exception) -> str:
     text = str(getattr(exc, "stderr", "") or exc).strip()
     return text.splitlines()[-1].strip().removeprefix("stderr: ").strip("'") if text else "git failed"
+
+
+def _text(output: bytes) -> str:
+    """git's output as text; file names that are not UTF-8 survive the way back into a command."""
+    return os.fsdecode(output).removesuffix("\n")
 
 
 def _git_reason(exc: Exception) -> str:
