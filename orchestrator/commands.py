@@ -91,6 +91,7 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
     the command too and raises Cancelled once the process group is gone.
     """
     started = time.monotonic()
+    last_pid_before = _last_pid()  # what the command starts comes after it
     process = subprocess.Popen(
         command,
         shell=True,
@@ -121,7 +122,7 @@ def run_shell(command: str, cwd: Path, timeout_s: float, max_output_chars: int, 
         _kill_group(process.pid)
         process.wait()
         # And what left the group (`setsid cmd &`): it would write into the worktree after a rollback.
-        stop_marked_processes(cwd)
+        stop_marked_processes(cwd, created_after=last_pid_before)
     collector.join(_DRAIN_GRACE_S)
     note = f"[timed out after {timeout_s:g}s; the command was killed]" if timed_out else ""
     room = max(max_output_chars - len(note) - 1, 0) if note else max_output_chars
@@ -186,7 +187,16 @@ def cap_text(text: str, max_chars: int, *, already_cut: int = 0) -> str:
     return f"{text[:head]}\n[... {cut} chars cut ...]\n{text[len(text) - tail:] if tail else ''}"
 
 
-def stop_marked_processes(folder: Path, *, below: bool = False) -> dict[int, str]:
+def _last_pid() -> int | None:
+    """The pid most recently given out in this pid namespace (Linux's /proc/loadavg); None elsewhere."""
+    try:
+        with open("/proc/loadavg", "rb") as loadavg:
+            return int(loadavg.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop_marked_processes(folder: Path, *, below: bool = False, created_after: int | None = None) -> dict[int, str]:
     """Kill the process group of every process whose COMMAND_MARK names `folder` (with `below`,
     `folder` or any folder under it); returns {group: the folder its mark names}.
 
@@ -196,7 +206,7 @@ def stop_marked_processes(folder: Path, *, below: bool = False) -> dict[int, str
     wanted = os.fsencode(str(folder))
     my_group = os.getpgrp()
     stopped: dict[int, str] = {}
-    for pid, marked in _marked_processes():
+    for pid, marked in _marked_processes(created_after):
         if not (marked == wanted or below and marked.startswith(wanted + b"/")):
             continue
         try:
@@ -210,13 +220,23 @@ def stop_marked_processes(folder: Path, *, below: bool = False) -> dict[int, str
     return stopped
 
 
-def _marked_processes() -> Iterator[tuple[int, bytes]]:
-    """(pid, folder) of each process, other than this one, with COMMAND_MARK in its environment."""
+def _marked_processes(created_after: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(pid, folder) of each process, other than this one, with COMMAND_MARK in its environment.
+
+    With `created_after` (a `_last_pid()`), only processes made since: the few a command started,
+    not every process on the host (reading each one's environment is most of a scan's cost).
+    """
     mark = b"\0" + os.fsencode(COMMAND_MARK) + b"="
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return
+    newest = _last_pid() if created_after is not None else None
+    if created_after is not None and newest is not None:
+        if newest >= created_after:
+            pids = [pid for pid in pids if created_after < pid <= newest]
+        else:  # the pids wrapped around meanwhile
+            pids = [pid for pid in pids if pid > created_after or pid <= newest]
     me = os.getpid()
     for pid in pids:
         try:
