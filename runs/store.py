@@ -64,6 +64,10 @@ def _pragmas_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 def _create_engine(url: str) -> Engine:
     parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        # libpq waits for a host that accepts but never answers (a stuck pooler) without end;
+        # a night would hang at its start with nothing said.
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     database = parsed.database or ""
@@ -80,6 +84,8 @@ def _create_engine(url: str) -> Engine:
 
 
 _SCHEMA_ATTEMPTS = 8
+# Seconds to wait for a PostgreSQL server to accept a connection (unless the URL says otherwise).
+CONNECT_TIMEOUT_S = 20
 
 
 def _sqlite_file(url: str) -> Path | None:

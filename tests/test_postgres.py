@@ -241,6 +241,26 @@ class TestSchema:
             RunStore.open(url)
         assert "secret" not in str(caught.value) and "\n" not in str(caught.value)
 
+    def test_a_server_that_accepts_but_never_answers_is_one_line_not_a_hang(self) -> None:
+        """A stuck host (or pooler) at night start: the connection gives up after its timeout, and says so."""
+        import socket
+        import subprocess
+        import sys
+
+        silent = socket.create_server(("127.0.0.1", 0))
+        url = f"postgresql+psycopg://u@127.0.0.1:{silent.getsockname()[1]}/db"
+        opener = (
+            "import sys; import runs.store as store; store.CONNECT_TIMEOUT_S = 2\n"
+            "try:\n    store.RunStore.open(sys.argv[1])\nexcept store.StateError as error:\n    print(error)"
+        )
+        try:
+            started = time.monotonic()
+            done = subprocess.run([sys.executable, "-c", opener, url], capture_output=True, text=True, timeout=30)
+        finally:
+            silent.close()
+        assert time.monotonic() - started < 20
+        assert "cannot open run store" in done.stdout and "Traceback" not in done.stderr
+
 
 class TestNights:
     def test_a_whole_night_and_the_next_one_after_a_crash(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str, capsys) -> None:
