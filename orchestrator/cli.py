@@ -63,8 +63,8 @@ def run(
     """Work through the tasks tonight.
 
     Exit 0 all succeeded, 1 some did not, 2 bad config, 3 model unreachable,
-    4 state dir unusable, 75 another run holds the state dir, 129/130/143 cancelled
-    (SIGHUP/SIGINT/SIGTERM).
+    4 state dir unusable, 75 another run holds the state dir,
+    129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM).
     """
     import logging
 
