@@ -11,6 +11,7 @@ ended before its events.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import threading
 import time
@@ -174,11 +175,10 @@ class RunStore:
         try:
             return cls.open(url)
         except StateError:
-            path = database
-            if path is None or not path.is_file():
+            if database is None or not database.is_file():
                 raise
         # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
-        return cls(create_engine(f"sqlite:///file:{path.resolve()}?mode=ro&immutable=1&uri=true"))
+        return cls(create_engine(f"sqlite:///file:{database.resolve()}?mode=ro&immutable=1&uri=true"))
 
     def close(self) -> None:
         self._events.close()
@@ -383,11 +383,7 @@ class RunStore:
     def run_of_task_run(self, task_run_id: int) -> RunView:
         """The run a task run belongs to (without its tasks): who owned it, on which host."""
         with self._reading() as session:
-            run = session.get(Run, session.get(TaskRun, task_run_id).run_id)
-            return RunView(
-                id=run.id, started_at=run.started_at, finished_at=run.finished_at, status=run.status,
-                exit_code=run.exit_code, pid=run.pid, host=run.host, config_path=run.config_path, state_id=run.state_id,
-            )
+            return _run_header(session.get(Run, session.get(TaskRun, task_run_id).run_id))
 
     def interrupt_iteration(self, iteration_id: int, *, correction: str) -> bool:
         """Mark a still-running iteration `interrupted`; False if it had already ended."""
@@ -442,7 +438,8 @@ class RunStore:
         # Ids grow with every insert on every backend, unlike clocks that can step back.
         query = select(Run).order_by(Run.id.desc()).limit(1)
         if state_id != "":
-            query = query.where(or_(Run.state_id.is_(None), Run.state_id == state_id) if state_id else Run.state_id.is_(None))
+            # `== None` is SQL's IS NULL: with state_id None this is the older runs alone.
+            query = query.where(or_(Run.state_id.is_(None), Run.state_id == state_id))
         with self._reading() as session:
             run = session.scalars(query).first()
             return _run_view(session, run) if run is not None else None
@@ -552,13 +549,17 @@ def _run_view(session: Session, run: Run) -> RunView:
         )
         for task in tasks
     )
+    return dataclasses.replace(_run_header(run), tasks=task_views)
+
+
+def _run_header(run: Run) -> RunView:
+    """The run's own row as a view, without its tasks."""
     return RunView(
         id=run.id,
         started_at=run.started_at,
         finished_at=run.finished_at,
         status=run.status,
         exit_code=run.exit_code,
-        tasks=task_views,
         pid=run.pid,
         host=run.host,
         config_path=run.config_path,
