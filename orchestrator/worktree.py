@@ -277,10 +277,12 @@ class Worktree:
         return _text(out)
 
     def _has_staged_changes(self) -> bool:
+        import git
+
         try:
             self._git("diff", "--cached", "--quiet")
-        except Exception as exc:  # git.GitCommandError: exit 1 means "there are"
-            if getattr(exc, "status", None) == 1:
+        except git.GitCommandError as exc:
+            if exc.status == 1:  # --quiet's "there are"
                 return True
             raise
         return False
