@@ -56,6 +56,23 @@ def holder(tmp_path: Path) -> Iterator[subprocess.Popen]:
     proc.wait()
 
 
+def winners_of_a_race(stores: list[RunStore], take: Any) -> list[int]:
+    """The indexes of `stores` for which `take(store, index)` returned true, each called from its own thread at one moment."""
+    barrier, won = threading.Barrier(len(stores)), []
+
+    def run(index: int) -> None:
+        barrier.wait(timeout=10)
+        if take(stores[index], index):
+            won.append(index)
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped."""
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
@@ -157,18 +174,7 @@ class TestLeases:
             for round_ in range(2):
                 if round_:
                     time.sleep(0.25)  # every round-0 lease has expired
-                barrier, wins = threading.Barrier(len(stores)), []
-
-                def take(index: int) -> None:
-                    barrier.wait()
-                    if stores[index].acquire_lease("t", f"owner-{round_}-{index}", 0.2):
-                        wins.append(index)
-
-                threads = [threading.Thread(target=take, args=(i,)) for i in range(len(stores))]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                wins = winners_of_a_race(stores, lambda store, index: store.acquire_lease("t", f"owner-{round_}-{index}", 0.2))
                 assert len(wins) == 1
         finally:
             for each in stores:

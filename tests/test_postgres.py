@@ -4,8 +4,6 @@ cluster of the test session (tests/conftest.py: postgres_url), a fresh database 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,17 +13,14 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
-from orchestrator.leases import new_owner
-from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.records import Level
-from orchestrator.scripted import Reply, call
+from orchestrator.scripted import call
 from runs import RunStore
-from tests.conftest import git, write_config
-from tests.test_faults import dead_pid, recover
+from tests.conftest import git
+from tests.test_faults import dead_pid, recover, winners_of_a_race
 from tests.test_night import FIX, overnight, report_json
-from tests.test_shared_store import a_dead_night_of, clone
-from tests.test_unattended import run_in_process
+from tests.test_shared_store import a_dead_night_of, clone, dead_owner, night_losing_its_lease, shared_config
 
 
 @pytest.fixture
@@ -42,12 +37,6 @@ def sql(url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as connection:
         cursor = connection.execute(statement, params)
         return cursor.fetchall() if cursor.description else []
-
-
-def pg_config(folder: Path, repo: Path, server: Any, url: str, **sections: Any) -> Path:
-    """A config whose state dir is `folder/state` and whose run store is the PostgreSQL database `url`."""
-    (folder / "state").mkdir(parents=True, exist_ok=True)
-    return write_config(folder / "overnight.toml", api_base=server.url, repo=repo, extra=f'[store]\nurl = "{url}"\n', **sections)
 
 
 def _open_after(url: str, barrier: Any) -> None:
@@ -153,18 +142,7 @@ class TestLeases:
                 task = f"task-{round_}"
                 assert stores[0].acquire_lease(task, "old", ttl_s=0.01)
                 time.sleep(0.05)
-                barrier, won = threading.Barrier(len(stores)), []
-
-                def take(index: int) -> None:
-                    barrier.wait(timeout=10)
-                    if stores[index].acquire_lease(task, f"taker-{index}", ttl_s=60):
-                        won.append(index)
-
-                threads = [threading.Thread(target=take, args=(index,)) for index in range(len(stores))]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                won = winners_of_a_race(stores, lambda store, index: store.acquire_lease(task, f"taker-{index}", ttl_s=60))
                 assert len(won) == 1, f"round {round_}: {won} all took it"
                 assert [lease.owner for lease in stores[0].leases() if lease.task == task] == [f"taker-{won[0]}"]
         finally:
@@ -266,9 +244,9 @@ class TestNights:
     def test_a_whole_night_and_the_next_one_after_a_crash(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str, capsys) -> None:
         """`overnight run` with [store] url on PostgreSQL: B's night commits (through a command printing NUL);
         A's dead night, which B's report does not show, is settled by A's next `overnight run`, which does its own work."""
-        config_a = pg_config(tmp_path / "a", repo, server, pg_store_url)
+        config_a = shared_config(tmp_path / "a", repo, server, pg_store_url)
         with_commands = [{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "read_file", "edit_file", "list_dir", "run_check"]}]
-        config_b = pg_config(tmp_path / "b", clone(repo, tmp_path / "b-repo"), server, pg_store_url, tasks=with_commands)
+        config_b = shared_config(tmp_path / "b", clone(repo, tmp_path / "b-repo"), server, pg_store_url, tasks=with_commands)
         server.enqueue(call("run_command", {"command": "printf 'x\\0y'"}), *FIX)
         assert overnight("run", "--config", str(config_b)) == 0
         [task] = report_json(config_b, capsys)["tasks"]
@@ -289,12 +267,11 @@ class TestNights:
 
     def test_only_this_state_dirs_dead_leases_are_freed_early(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str) -> None:
         """Recovery frees its own state dir's dead lease at once; another state dir's waits for its ttl."""
-        settings_a = load_config(pg_config(tmp_path / "a", repo, server, pg_store_url))
-        settings_b = load_config(pg_config(tmp_path / "b", repo, server, pg_store_url))
+        settings_a = load_config(shared_config(tmp_path / "a", repo, server, pg_store_url))
+        settings_b = load_config(shared_config(tmp_path / "b", repo, server, pg_store_url))
         opened = RunStore.open(pg_store_url)
         try:
-            own = new_owner(state_identity(settings_a.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
-            other = new_owner(state_identity(settings_b.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+            own, other = dead_owner(settings_a.state_dir), dead_owner(settings_b.state_dir)
             assert opened.acquire_lease("mine", own, ttl_s=600) and opened.acquire_lease("theirs", other, ttl_s=600)
             recover(settings_a)
             assert [lease.task for lease in opened.leases()] == ["theirs"]
@@ -303,7 +280,7 @@ class TestNights:
 
     def test_own_dead_night_is_settled_even_if_its_pid_is_alive(self, tmp_path: Path, repo: Path, server: Any, pg_store_url: str, sleeper) -> None:
         """Holding the state dir's lock proves its night dead, pid reused or not."""
-        config = pg_config(tmp_path, repo, server, pg_store_url)
+        config = shared_config(tmp_path, repo, server, pg_store_url)
         run_id, iteration = a_dead_night_of(config, pid=sleeper.pid)
         [settled], _ = recover(load_config(config))
         assert settled.id == iteration and settled.outcome == "interrupted"
@@ -313,25 +290,16 @@ class TestNights:
         """Another worker took the lease while the model was slow: the work is rolled back, not committed."""
         import psycopg
 
-        config = pg_config(tmp_path, repo, server, pg_store_url)
+        config = shared_config(tmp_path, repo, server, pg_store_url)
         base = git(repo, "rev-parse", "HEAD")
-        server.enqueue(*FIX[:4], Reply(tool_calls=FIX[4].tool_calls, delay_s=1.5))
 
-        def take_over() -> None:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if sql(pg_store_url, "UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet' RETURNING task"):
-                        return
-                except psycopg.errors.UndefinedTable:  # the night has not opened the store yet
-                    pass
-                time.sleep(0.05)
+        def steal() -> bool:
+            try:
+                return bool(sql(pg_store_url, "UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet' RETURNING task"))
+            except psycopg.errors.UndefinedTable:  # the night has not opened the store yet
+                return False
 
-        thief = threading.Thread(target=take_over)
-        thief.start()
-        result = run_in_process(config)
-        thief.join()
-        [task] = result.tasks
+        task = night_losing_its_lease(config, server, steal)
         assert (task.outcome.value, task.reason) == ("cancelled", "lease_lost")
         assert git(repo, "rev-parse", "overnight/fix-greet") == base
         [entry] = NotesBook(tmp_path / "state" / "notes.md").entries()

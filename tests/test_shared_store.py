@@ -16,7 +16,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.config import load_config
 from orchestrator.leases import new_owner
@@ -30,10 +30,34 @@ from tests.test_night import FIX, overnight, report_json
 from tests.test_unattended import run_in_process
 
 
-def shared_config(folder: Path, repo: Path, server: Any, store: Path, **sections: Any) -> Path:
-    """A config whose state dir is `folder/state` and whose run store is the shared file `store`."""
+def shared_config(folder: Path, repo: Path, server: Any, store: Path | str, **sections: Any) -> Path:
+    """A config whose state dir is `folder/state` and whose run store is `store`: a shared SQLite file, or a URL."""
     (folder / "state").mkdir(parents=True, exist_ok=True)
-    return write_config(folder / "overnight.toml", api_base=server.url, repo=repo, extra=f'[store]\nurl = "sqlite:///{store}"\n', **sections)
+    url = store if isinstance(store, str) else f"sqlite:///{store}"
+    return write_config(folder / "overnight.toml", api_base=server.url, repo=repo, extra=f'[store]\nurl = "{url}"\n', **sections)
+
+
+def dead_owner(state_dir: Path) -> str:
+    """A lease owner name of `state_dir`'s, for a process of this host that has died."""
+    return new_owner(state_identity(state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+
+
+def night_losing_its_lease(config: Path, server: Any, steal: Callable[[], bool]) -> Any:
+    """A night of one task whose lease another worker takes (`steal()`, tried until it returns True)
+    while the model is slow on its last answer; the task's summary."""
+    server.enqueue(*FIX[:4], Reply(tool_calls=FIX[4].tool_calls, delay_s=1.5))
+
+    def take_over() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not steal():
+            time.sleep(0.05)
+
+    thief = threading.Thread(target=take_over)
+    thief.start()
+    result = run_in_process(config)
+    thief.join()
+    [task] = result.tasks
+    return task
 
 
 def clone(repo: Path, target: Path) -> Path:
@@ -98,8 +122,7 @@ class TestRecovery:
         settings_a, settings_b = load_config(config_a), load_config(config_b)
         opened = RunStore.open(settings_a.store_url)
         try:
-            own = new_owner(state_identity(settings_a.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
-            other = new_owner(state_identity(settings_b.state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+            own, other = dead_owner(settings_a.state_dir), dead_owner(settings_b.state_dir)
             assert opened.acquire_lease("mine", own, ttl_s=600) and opened.acquire_lease("theirs", other, ttl_s=600)
         finally:
             opened.close()
@@ -116,25 +139,15 @@ class TestLostLease:
         """Stalled past the ttl, the lease went to another worker: the work is rolled back, not committed on top of theirs."""
         config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db")
         base = git(repo, "rev-parse", "HEAD")
-        # The model is slow on its last answer; meanwhile another worker takes the task over.
-        server.enqueue(*FIX[:4], Reply(tool_calls=FIX[4].tool_calls, delay_s=1.5))
 
-        def take_over() -> None:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    with sqlite3.connect(tmp_path / "state" / "runs.db", timeout=10) as db:
-                        if db.execute("UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet'").rowcount:
-                            return
-                except sqlite3.OperationalError:
-                    pass
-                time.sleep(0.05)
+        def steal() -> bool:
+            try:
+                with sqlite3.connect(tmp_path / "state" / "runs.db", timeout=10) as db:
+                    return bool(db.execute("UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet'").rowcount)
+            except sqlite3.OperationalError:  # the night has not made its tables yet
+                return False
 
-        thief = threading.Thread(target=take_over)
-        thief.start()
-        result = run_in_process(config)
-        thief.join()
-        [task] = result.tasks
+        task = night_losing_its_lease(config, server, steal)
         assert (task.outcome.value, task.reason) == ("cancelled", "lease_lost")
         assert git(repo, "rev-parse", "overnight/fix-greet") == base
         assert git(tmp_path / "state" / "worktrees" / "fix-greet", "status", "--porcelain", "--ignored") == ""
