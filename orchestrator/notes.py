@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.errors import StateError
-from orchestrator.printable import visible
+from orchestrator.printable import shortened, visible
 
 HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
 _ENTRY = re.compile(
@@ -96,8 +96,7 @@ class NotesBook:
 
 
 def _shortened(entry: str, budget_chars: int) -> str:
-    head = entry.split(EVIDENCE_MARK, 1)[0].rstrip()
-    return head if len(head) <= budget_chars else head[: max(budget_chars - 1, 0)] + "…"[:budget_chars]
+    return shortened(entry.split(EVIDENCE_MARK, 1)[0].rstrip(), budget_chars)
 
 
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:

@@ -19,5 +19,5 @@ def visible(text: str, keep: str = "") -> str:
 
 
 def shortened(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, the last one `…` when cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`text` cut to `limit` characters, the last one `…` when cut (nothing at all for a limit of 0)."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"[:limit]
