@@ -87,7 +87,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
                 return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
             if setup.lease is not None and not setup.lease.still_held():
                 raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
-            commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip())
+            commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip(), onto=checkpoint)
             return finish.committed(commit, result.turns, result.tokens)
         except QualityError as stop:
             return finish.rolled_back(stop, ctx.turn, ctx.tokens)

@@ -172,12 +172,20 @@ class Worktree:
         self._restore_link()
         return not self._git("status", "--porcelain", "--ignored", "--untracked-files=all").strip()
 
-    def commit(self, message: str) -> str:
-        """Commit everything the agent left; the current HEAD if it changed nothing."""
+    def commit(self, message: str, onto: str | None = None) -> str:
+        """Commit everything the agent left; the current HEAD if it changed nothing.
+
+        `onto`: the iteration's checkpoint. If the agent moved the branch so that it no longer
+        holds it (`reset --hard HEAD~1`, `commit --amend`, the branch deleted), the branch is put
+        back on it, files and index as they are: the commit then records the worktree exactly,
+        and no earlier night's commit leaves the branch. Commits the agent added on top stay.
+        """
         import git
 
         self._restore_link()
         self._onto_branch()
+        if onto is not None:
+            self._keep_on_branch(onto)
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
@@ -206,6 +214,22 @@ class Worktree:
             head = ""
         if head != f"ref: refs/heads/{self.branch}":
             self._git("symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+
+    def _keep_on_branch(self, checkpoint: str) -> None:
+        """Put the branch back on `checkpoint` if the agent moved it off (a ref read; a process only then)."""
+        import git
+
+        tip = _head_commit(self._repo)
+        if tip == checkpoint:
+            return
+        if tip is not None:
+            try:
+                self._git("merge-base", "--is-ancestor", checkpoint, tip)
+                return  # the agent's own commits, on top of the checkpoint
+            except git.GitCommandError as exc:
+                if exc.status != 1:  # 1: not an ancestor
+                    raise
+        self._git("reset", "--soft", "--quiet", checkpoint)
 
     def _unhide_skipped_files(self) -> None:
         """Clear the skip-worktree bits the agent set (`git update-index --skip-worktree`).

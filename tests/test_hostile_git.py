@@ -207,6 +207,58 @@ class TestHeadMoved:
         assert "rebase" not in git(tree.path, "status")
         assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
 
+    @pytest.mark.parametrize("moved_by_the_agent", ["reset behind the checkpoint", "checkpoint amended", "branch deleted", "reset to the user's branch"])
+    def test_commit_keeps_the_checkpoint_in_the_task_branch(self, repo: Path, tmp_path: Path, moved_by_the_agent: str) -> None:
+        """Work committed by an earlier night stays on the branch, whatever the agent did to the branch; the
+        new commit holds the worktree as the check saw it, on top of the checkpoint."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        (tree.path / "earlier.txt").write_text("an earlier night's work\n")
+        start = tree.commit("overnight: fix iteration 1")
+        if moved_by_the_agent == "reset behind the checkpoint":
+            git(tree.path, "reset", "-q", "--hard", "HEAD~1")
+        elif moved_by_the_agent == "checkpoint amended":
+            git(tree.path, "commit", "-q", "--amend", "-m", "better words")
+        elif moved_by_the_agent == "branch deleted":
+            git(tree.path, "switch", "-q", "-c", "scratch")
+            git(tree.path, "branch", "-q", "-D", "overnight/fix")
+        else:
+            git(tree.path, "reset", "-q", "--hard", "main")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        made = tree.commit("overnight: fix iteration 2", onto=start)
+        assert git(repo, "rev-parse", "overnight/fix") == made and git(repo, "rev-parse", f"{made}~1") == start
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
+        assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
+        # What the agent's reset removed from the files is removed in the commit too: the diff says so in the morning.
+        removed = moved_by_the_agent in ("reset behind the checkpoint", "reset to the user's branch")
+        assert removed == ("earlier.txt" not in git(repo, "ls-tree", "--name-only", made))
+
+    def test_commits_the_agent_made_on_the_checkpoint_stay(self, repo: Path, tmp_path: Path) -> None:
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        start = tree.checkpoint()
+        (tree.path / "a.txt").write_text("1\n")
+        git(tree.path, "add", "a.txt")
+        git(tree.path, "commit", "-qm", "the agent's own commit")
+        own = git(tree.path, "rev-parse", "HEAD")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        made = tree.commit("overnight: fix iteration 1", onto=start)
+        assert git(repo, "rev-parse", f"{made}~1") == own and git(repo, "rev-parse", f"{made}~2") == start
+
+    def test_a_night_whose_agent_resets_the_branch_keeps_the_earlier_nights_commit(self, repo: Path, server: Any, tmp_path: Path, capsys: Any) -> None:
+        """Night 1 commits; night 2's agent runs `git reset --hard main` and still passes: night 1's commit stays on the branch."""
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["edit_file", "run_command", "submit"]}
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task])
+        server.enqueue(call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}), call("submit", {"summary": "fixed"}))
+        assert overnight("run", "--config", str(config)) == 0
+        first = git(repo, "rev-parse", "overnight/fix-greet")
+        server.enqueue(
+            call("run_command", {"command": "git reset --hard main"}),
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": "fixed again"}),
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        subprocess.run(["git", "merge-base", "--is-ancestor", first, "overnight/fix-greet"], cwd=repo, check=True)
+        assert report_json(config, capsys)["tasks"][0]["commit"] == git(repo, "rev-parse", "overnight/fix-greet")
+
 
 class TestHiddenFiles:
     """The agent hid a change from git with `git update-index --skip-worktree`."""
