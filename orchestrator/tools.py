@@ -388,7 +388,9 @@ class Toolbox:
             raise _Refused("the command is empty; give a shell command to run")
         if "\0" in command:
             raise _Refused("the command contains a NUL character, which a shell command cannot hold; write it without one")
-        result = run_shell(command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel)
+        result = run_shell(
+            command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel, refuse_screen_programs=True
+        )
         return ToolResult(result.exit_code == 0, f"exit code {result.exit_code}\n{result.output}".rstrip())
 
 
