@@ -7,20 +7,18 @@ when its time is up everything it started dies with it.
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 TIMEOUT_EXIT_CODE = 124
 # In the environment of every process overnight starts (its own git too): nothing may wait for a person.
@@ -70,16 +68,6 @@ _TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x0
 # A carriage return at a line's end (CRLF, a last redraw), then all a later one drew over.
 _LINE_END_RETURNS = re.compile(r"\r+(?=\n|\Z)")
 _DRAWN_OVER = re.compile(r"[^\n]*\r")
-# Full-screen programs a model may reach for to edit a file: with no terminal they wait for keys
-# until the command's time limit (vim with its output to a pipe does). The agent's commands find
-# these names first on PATH, as a program that says so and fails at once.
-SCREEN_PROGRAMS = ("vi", "vim", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe", "micro", "mcedit")
-_REFUSAL = """#!/bin/sh
-echo "overnight: ${0##*/} needs a terminal, and commands here have none; write files with the file tools instead" >&2
-exit 1
-"""
-_refusals: list[str] = []  # the folder of refusing programs, made once per process
-_refusals_lock = threading.Lock()
 # How long to wait for the output pipe to close once the command's processes are gone.
 _DRAIN_GRACE_S = 2.0
 # How often a running command looks at the cancel token.
@@ -97,13 +85,13 @@ class CommandResult:
 
 
 def run_shell(
-    command: str, cwd: Path, timeout_s: float, max_output_chars: int, cancel: Any = None, *, refuse_screen_programs: bool = False
+    command: str, cwd: Path, timeout_s: float, max_output_chars: int, cancel: Any = None, *, extra_env: Mapping[str, str] | None = None
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; kill its whole process group after `timeout_s`.
 
     With a `cancel` token (orchestrator.cancel.CancelToken), a cancellation kills
     the command too and raises Cancelled once the process group is gone.
-    `refuse_screen_programs` (the agent's own commands): SCREEN_PROGRAMS fail at once.
+    `extra_env` goes on top of the environment below (the agent's commands: orchestrator/confinement.py).
     """
     started = time.monotonic()
     # The mark lets the next night's recovery find (and stop) a command a killed night left running.
@@ -113,8 +101,7 @@ def run_shell(
         **os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
         COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent),
     }
-    if refuse_screen_programs:
-        env["PATH"] = os.pathsep.join(filter(None, (_refusing_programs(), env.get("PATH", os.defpath))))
+    env.update(extra_env or {})
     last_pid_before = _last_pid()  # what the command starts comes after it
     process = subprocess.Popen(
         command,
@@ -151,25 +138,6 @@ def run_shell(
     return CommandResult(
         exit_code=exit_code, output=output, timed_out=timed_out, duration_s=time.monotonic() - started
     )
-
-
-def _refusing_programs() -> str:
-    """A private folder (removed when the process ends) with a refusing program for each of
-    SCREEN_PROGRAMS; "" when none can be made (a full disk): the commands run as they would."""
-    with _refusals_lock:
-        if not _refusals:
-            folder = ""
-            try:
-                folder = tempfile.mkdtemp(prefix="overnight-no-terminal-")
-                atexit.register(shutil.rmtree, folder, ignore_errors=True)
-                for name in SCREEN_PROGRAMS:
-                    program = Path(folder) / name
-                    program.write_text(_REFUSAL)
-                    program.chmod(0o755)
-            except OSError:
-                folder = ""
-            _refusals.append(folder)
-        return _refusals[0]
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any) -> int:

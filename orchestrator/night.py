@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after
 from orchestrator.config import Config, TaskConfig
+from orchestrator.confinement import Confinement
 from orchestrator.errors import Cancelled, ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
 from orchestrator.iteration import TaskSetup, first_messages, run_iteration
@@ -266,6 +267,7 @@ def _task_setup(
             check_timeout_s=config.night.check_timeout_s,
             command_timeout_s=config.night.command_timeout_s,
             cancel=cancel,
+            confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config),
         ),
         guards=parts.guards_factory(),
         notes=night.notes,

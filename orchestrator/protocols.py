@@ -93,6 +93,7 @@ class Workspace(Protocol):
 
     path: Any
     branch: str
+    shared_config: Any  # the repository's config file, shared with the user's checkout
 
     def checkpoint(self) -> str:
         """The commit to roll back to."""

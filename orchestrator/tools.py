@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from orchestrator import search
 from orchestrator.commands import cap_text, run_shell
 from orchestrator.config import ALL_TOOLS
+from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.surrogates import mend
 from orchestrator.toolcalls import arguments_problem, parse_calls
@@ -131,7 +132,11 @@ class Toolbox:
         command_timeout_s: float = 120,
         max_output_chars: int = 8000,
         cancel: Any = None,
+        confinement: Confinement | None = None,
     ) -> None:
+        """`confinement`: the task's branch and the repository's shared config, which the agent's
+        commands may not change (without it, in a folder that is no task's worktree, editors
+        are still refused and `git config --global` still kept from the user's)."""
         unknown = [name for name in allowed if name not in ALL_TOOLS]
         if unknown:
             raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
@@ -143,6 +148,7 @@ class Toolbox:
         self._command_timeout_s = command_timeout_s
         self._max_output_chars = max_output_chars
         self._cancel = cancel
+        self._confinement = confinement
         self._handlers: dict[str, Callable[..., ToolResult]] = {
             "read_file": self._read_file,
             "write_file": self._write_file,
@@ -388,10 +394,14 @@ class Toolbox:
             raise _Refused("the command is empty; give a shell command to run")
         if "\0" in command:
             raise _Refused("the command contains a NUL character, which a shell command cannot hold; write it without one")
-        result = run_shell(
-            command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel, refuse_screen_programs=True
-        )
-        return ToolResult(result.exit_code == 0, f"exit code {result.exit_code}\n{result.output}".rstrip())
+        shared_config = self._confinement.shared_config if self._confinement else None
+        with kept_config(shared_config) as config:
+            result = run_shell(
+                command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel,
+                extra_env=agent_environment(self._confinement),
+            )
+        output = f"exit code {result.exit_code}\n{result.output}".rstrip()
+        return ToolResult(result.exit_code == 0, f"{output}\n{CONFIG_RESTORED}" if config.restored else output)
 
 
 def _overwrite(target: Path, text: str) -> None:

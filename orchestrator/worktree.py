@@ -103,6 +103,8 @@ class Worktree:
         intact = admin == gitdir_link(path)
         self._link = (path / ".git").read_bytes() if intact else b"gitdir: " + os.fsencode(self._admin) + b"\n"
         self._restore_link()
+        # The repository's config, which the user's checkout reads too (the agent's commands may not change it).
+        self.shared_config = _common_of(self._admin) / "config"
         self._repo = git.Repo(path)
         # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
         self._env = {
@@ -162,7 +164,7 @@ class Worktree:
     def _rollback(self, checkpoint: str) -> None:
         self._restore_link()
         self._onto_branch()
-        self._unhide_skipped_files()
+        self._unhide_hidden_files()
         self._git("reset", "--hard", "--quiet", checkpoint)
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
@@ -186,6 +188,7 @@ class Worktree:
         self._onto_branch()
         if onto is not None:
             self._keep_on_branch(onto)
+        self._unhide_hidden_files()
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
@@ -231,28 +234,29 @@ class Worktree:
                     raise
         self._git("reset", "--soft", "--quiet", checkpoint)
 
-    def _unhide_skipped_files(self) -> None:
-        """Clear the skip-worktree bits the agent set (`git update-index --skip-worktree`).
+    def _unhide_hidden_files(self) -> None:
+        """Clear the bits with which the agent hid files from git (`git update-index --skip-worktree`
+        or `--assume-unchanged`).
 
         They survive `reset --hard`, which then leaves such a file as the agent changed it, and
-        hide it from status and add: the next check would pass on a change no commit holds.
+        hide it from status and add: a commit would leave out a change the check passed on, and
+        the next check pass on a change no commit holds. A process only when the index has such bits.
         """
-        try:
-            with (self._admin / "index").open("rb") as index:
-                version = int.from_bytes(index.read(8)[4:], "big")
-        except OSError:
+        if not _index_may_hide_files(self._admin / "index"):
             return
-        # Index version 2 has no room for the bit: git writes version 3 exactly when an entry
-        # carries it (or an intent-to-add), so the usual rollback runs no process here. A sparse
-        # checkout's bits are its own (and git clears those of files present on disk itself).
-        if version == 2 or (self._admin / "info" / "sparse-checkout").exists():
-            return
-        hidden = [entry[2:] for entry in self._git("ls-files", "-v", "-z").split("\0") if entry[:2] in ("S ", "s ")]
-        for start in range(0, len(hidden), 1000):  # a command line holds only so many paths
-            self._git("update-index", "--no-skip-worktree", "--", *hidden[start : start + 1000])
+        tagged = [(entry[:1], entry[2:]) for entry in self._git("ls-files", "-v", "-z").split("\0") if entry[1:2] == " "]
+        # A sparse checkout's skip-worktree bits are its own (and git clears those of files present on disk itself).
+        sparse = (self._admin / "info" / "sparse-checkout").exists()
+        skipped = [] if sparse else [path for tag, path in tagged if tag in ("S", "s")]
+        assumed = [path for tag, path in tagged if tag.islower()]
+        # One flag per run: given both, update-index applies only the last.
+        for flag, paths in (("--no-skip-worktree", skipped), ("--no-assume-unchanged", assumed)):
+            for start in range(0, len(paths), 1000):  # a command line holds only so many paths
+                self._git("update-index", flag, "--", *paths[start : start + 1000])
 
     def _restore_link(self) -> None:
-        """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not).
+        """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not),
+        and the registration's link back to it (`git worktree move` changes both).
 
         overnight's git does not need it (GIT_DIR), but the agent's next commands, the check and
         the person reviewing the worktree do; and a `.git` folder (`git init`) would otherwise
@@ -270,6 +274,8 @@ class Worktree:
             link.unlink()
         self.path.mkdir(parents=True, exist_ok=True)  # the agent may have removed the whole folder: reset --hard refills it
         link.write_bytes(self._link)
+        if not _names_back(self._admin, self.path):  # `git worktree move`: the registration names the new folder
+            (self._admin / "gitdir").write_bytes(os.fsencode(os.path.abspath(link)) + b"\n")
 
     def _git(self, *args: str, identity: bool = False) -> str:
         """One git command in this worktree: its output, or GitCommandError (also when killed, with
@@ -369,6 +375,45 @@ def admin_dir(path: Path, common: Path | None = None) -> Path | None:
         if found is not None:
             return found
     return None
+
+
+# Past this many entries the index is read by `git ls-files` instead (a process beats Python's loop).
+_INDEX_ENTRIES_READ_HERE = 5000
+_ASSUME_VALID, _EXTENDED, _SKIP_WORKTREE = 0x8000, 0x4000, 0x4000  # flags, flags, extended flags
+
+
+def _index_may_hide_files(index: Path) -> bool:
+    """Whether an entry of the index (git's format 2-4) may carry assume-unchanged or skip-worktree:
+    False only when read and none does; a large or unknown index is left to git."""
+    try:
+        data = index.read_bytes()
+    except OSError:
+        return False  # no index: nothing hidden
+    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
+    if data[:4] != b"DIRC" or version not in (2, 3, 4) or count > _INDEX_ENTRIES_READ_HERE:
+        return True
+    at = 12
+    try:
+        for _ in range(count):
+            flags = int.from_bytes(data[at + 60 : at + 62], "big")
+            header = 62
+            if flags & _ASSUME_VALID:
+                return True
+            if flags & _EXTENDED:
+                if int.from_bytes(data[at + 62 : at + 64], "big") & _SKIP_WORKTREE:
+                    return True
+                header = 64
+            if version == 4:  # the name's shared prefix length (a varint), then the rest of the name, NUL-ended
+                at += header
+                while data[at] & 0x80:
+                    at += 1
+                at = data.index(b"\0", at + 1) + 1
+            else:  # the name NUL-padded to a multiple of eight bytes
+                name_length = data.index(b"\0", at + header) - at - header
+                at += (header + name_length + 8) & ~7
+    except (IndexError, ValueError):
+        return True
+    return False
 
 
 def _names_back(admin: Path, path: Path) -> bool:

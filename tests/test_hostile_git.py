@@ -19,7 +19,7 @@ import pytest
 from orchestrator.errors import StateError
 from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
-from tests.conftest import git, write_config
+from tests.conftest import git, make_repo, write_config
 from tests.test_night import overnight, report_json
 
 USER_WORK = "def greet():\n    return 'USER UNCOMMITTED WORK'\n"
@@ -174,6 +174,19 @@ class TestNight:
         assert subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=worktree, capture_output=True, text=True).stdout.strip() == "refs/heads/overnight/fix-greet"
 
 
+class TestWorktreeMoved:
+    def test_a_worktree_the_agent_moved_is_back_in_its_place_after_rollback_and_the_next_night(self, repo: Path, tmp_path: Path) -> None:
+        """`git worktree move . ../moved` moves the folder and the registration's link with it."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        checkpoint = tree.checkpoint()
+        git(tree.path, "worktree", "move", ".", "../moved")
+        tree.rollback(checkpoint)
+        assert tree.is_clean() and (tree.path / "greet.py").exists()
+        again = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")  # the next night
+        assert again.checkpoint() == checkpoint and again.is_clean()
+        assert f"{tree.path} " in git(repo, "worktree", "list")
+
+
 class TestHeadMoved:
     """The agent left HEAD off the task's branch; overnight's commit must still land on overnight/<task>."""
 
@@ -261,22 +274,58 @@ class TestHeadMoved:
 
 
 class TestHiddenFiles:
-    """The agent hid a change from git with `git update-index --skip-worktree`."""
+    """The agent hid a change from git with `git update-index --skip-worktree` or `--assume-unchanged`."""
 
-    @pytest.mark.parametrize("index_version", ["3", "4"])
-    def test_rollback_clears_skip_worktree_and_restores_the_file(self, repo: Path, tmp_path: Path, index_version: str) -> None:
+    @pytest.mark.parametrize("index_version", ["2", "3", "4"])
+    @pytest.mark.parametrize("flag", ["--skip-worktree", "--assume-unchanged", "both"])
+    def test_rollback_clears_the_bit_and_restores_the_file(self, repo: Path, tmp_path: Path, index_version: str, flag: str) -> None:
         """The bit survives `reset --hard` on its own; after rollback the file is the checkpoint's and git sees it again."""
         git(repo, "config", "index.version", index_version)  # 4: what feature.manyFiles gives large repositories
         tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
         checkpoint = tree.checkpoint()
         original = (tree.path / "greet.py").read_text()
-        git(tree.path, "update-index", "--skip-worktree", "greet.py", "check_greet.py")
+        for each in (["--skip-worktree", "--assume-unchanged"] if flag == "both" else [flag]):
+            git(tree.path, "update-index", each, "greet.py", "check_greet.py")
         (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
         tree.rollback(checkpoint)
         assert (tree.path / "greet.py").read_text() == original
         assert git(tree.path, "ls-files", "-v", "greet.py", "check_greet.py") == "H check_greet.py\nH greet.py"
         (tree.path / "greet.py").write_text("changed\n")
         assert not tree.is_clean() and tree.commit("overnight: fix iteration 2") != checkpoint
+
+    @pytest.mark.parametrize("flag", ["--skip-worktree", "--assume-unchanged"])
+    def test_the_commit_holds_the_change_the_check_passed_on(self, repo: Path, tmp_path: Path, flag: str) -> None:
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        start = tree.checkpoint()
+        git(tree.path, "update-index", flag, "greet.py")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        made = tree.commit("overnight: fix iteration 1", onto=start)
+        assert made != start and "'hello'" in git(repo, "show", f"{made}:greet.py")
+        assert git(tree.path, "ls-files", "-v", "greet.py") == "H greet.py" and tree.is_clean()
+
+    @pytest.mark.parametrize("index_version", ["2", "3", "4"])
+    def test_the_index_is_read_as_git_reads_it(self, tmp_path: Path, index_version: str) -> None:
+        """`_index_may_hide_files` agrees with `git ls-files -v` (a process it saves on every commit)."""
+        from orchestrator.worktree import _index_may_hide_files
+
+        names = [f"d{i % 3}/{'n' * (i * 7 % 90)}{i}.txt" for i in range(40)] + ["/".join(["x" * 200] * 3) + ".txt"]
+        repo = make_repo(tmp_path / "r", {name: f"{name}\n" for name in names})
+        git(repo, "update-index", f"--index-version={index_version}")
+        index = repo / ".git" / "index"
+        assert not _index_may_hide_files(index)
+        for flag, name in [("--assume-unchanged", names[-1]), ("--skip-worktree", names[17]), ("--assume-unchanged", names[0])]:
+            git(repo, "update-index", flag, name)
+            assert _index_may_hide_files(index)
+            git(repo, "update-index", flag.replace("--", "--no-", 1), name)
+            assert not _index_may_hide_files(index), flag
+
+    def test_a_night_does_not_report_success_for_a_fix_its_commit_left_out(self, repo: Path, server: Any, tmp_path: Path) -> None:
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night={"max_iterations": 1})
+        command = "git update-index --assume-unchanged greet.py && sed -i s/helo/hello/ greet.py"
+        server.enqueue(call("run_command", {"command": command}), call("submit", {"summary": "fixed"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert "'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
 
     def test_a_night_cannot_pass_its_check_on_a_hidden_change(self, repo: Path, server: Any, tmp_path: Path) -> None:
         """Iteration 1 hides its fix and is rolled back; iteration 2 submits nothing: the check fails, no false success."""
@@ -362,7 +411,7 @@ class TestRollbackGitCannotDo:
 
 
 class TestGitThatHangs:
-    """The agent configured a clean filter that never ends; overnight's own `git add` runs it."""
+    """A clean filter that never ends, which the agent turned on; overnight's own `git add` runs it."""
 
     def hang_on_add(self, worktree: Path) -> None:
         # In the repository's config (shared with the user's checkout), as the agent's `git config` writes it.
@@ -388,7 +437,9 @@ class TestGitThatHangs:
         monkeypatch.setattr(Worktree, "git_timeout_s", 2, raising=False)
         task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}
         config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night={"max_iterations": 1})
-        command = "git config filter.hang.clean 'sleep 30' && echo '*.py filter=hang' > .gitattributes && sed -i s/helo/hello/ greet.py"
+        # The filter is the repository's (the agent's own `git config` is put back after its command); the agent turns it on.
+        git(repo, "config", "filter.hang.clean", "sleep 30")
+        command = "echo '*.py filter=hang' > .gitattributes && sed -i s/helo/hello/ greet.py"
         server.enqueue(call("run_command", {"command": command}), call("submit", {"summary": "fixed"}))
         started = time.monotonic()
         assert overnight("run", "--config", str(config)) == 1

@@ -1,0 +1,171 @@
+"""The agent's own commands leave the user's repository as it was: its branches, tags, stash,
+remote and config, and the user's global git config. (orchestrator/confinement.py)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.commands import run_shell
+from orchestrator.confinement import Confinement
+from orchestrator.records import ToolCall, ToolResult
+from orchestrator.scripted import call
+from orchestrator.tools import Toolbox
+from orchestrator.worktree import Worktree
+from tests.conftest import git, write_config
+from tests.test_night import overnight, report_json
+
+
+def users_repository(repo: Path) -> dict[str, str]:
+    """Everything of the user's that a worktree shares: refs (stash included; the tasks' branches are
+    overnight's), the stash's entries, the config."""
+    refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    return {
+        "refs": "\n".join(ref for ref in refs if not ref.startswith("refs/heads/overnight/")),
+        "stash": git(repo, "stash", "list", "--format=%H %gs"),
+        "config": (repo / ".git" / "config").read_text(),
+        "head": git(repo, "symbolic-ref", "HEAD"),
+    }
+
+
+def user_with_work(repo: Path, remote: Path) -> None:
+    """The user works on `feature` (so `main` is checked out nowhere), has a tag, a stash entry and a remote."""
+    (repo / "second.txt").write_text("the user's second commit\n")
+    git(repo, "add", "second.txt")
+    git(repo, "commit", "-qm", "second")
+    git(repo, "tag", "v1.0")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "greet.py").write_text("def greet():\n    return 'USER WIP'\n")
+    git(repo, "stash", "push", "-q", "-m", "user wip")
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "push", "-q", "origin", "main")
+
+
+@pytest.fixture
+def agent(repo: Path, tmp_path: Path) -> Any:
+    """Runs a command as the agent's run_command does in a task's worktree."""
+    user_with_work(repo, tmp_path / "remote.git")
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    toolbox = Toolbox(tree.path, ("run_command",), check_command="true", confinement=Confinement(tree.branch, tree.shared_config))
+
+    def run(command: str) -> ToolResult:
+        return toolbox.execute(ToolCall("run_command", {"command": command}))
+
+    run.tree = tree  # type: ignore[attr-defined]
+    return run
+
+
+CHANGE = "echo change >> greet.py && "
+# What a confused model types, and what it would have done to the user's repository.
+SHARED_REF_CHANGES = {
+    "commit on the user's branch": "git checkout -q main && " + CHANGE + "git commit -qam fix",
+    "drop a commit from the user's branch": "git checkout -q main && git reset -q --hard HEAD~1",
+    "delete the user's branch and tag": "git branch -D main; git tag -d v1.0",
+    "move the user's branch and tag": CHANGE + "git commit -qam wip && git branch -f main && git tag -f v1.0",
+    "new branch and tag": "git switch -c fix-typo && git tag v2.0",
+    "stash and pop with nothing to stash": "git stash; cat greet.py; git stash pop",
+    "stash a change": CHANGE + "git stash",
+    "drop the stash": "git stash drop; git stash clear",
+    "push": CHANGE + "git commit -qam fix && git push -q origin HEAD && git push -q -f origin HEAD:main",
+    "note": "git notes add -m note HEAD",
+}
+
+
+class TestSharedRefs:
+    @pytest.mark.parametrize("what", SHARED_REF_CHANGES)
+    def test_the_users_refs_stash_and_remote_stay_as_they_were(self, agent: Any, repo: Path, tmp_path: Path, what: str) -> None:
+        before, remote_before = users_repository(repo), git(tmp_path / "remote.git", "for-each-ref")
+        result = agent(SHARED_REF_CHANGES[what])
+        assert users_repository(repo) == before
+        assert git(tmp_path / "remote.git", "for-each-ref") == remote_before
+        assert "overnight: refused" in result.output, result.output
+
+    def test_the_stash_is_refused_before_git_applies_anything(self, agent: Any) -> None:
+        """`git stash pop` applies the entry, then drops it: refused at the door, the worktree keeps no trace of it."""
+        agent("git stash pop")
+        assert "USER WIP" not in (agent.tree.path / "greet.py").read_text()
+        assert agent("git stash list").output.endswith("On feature: user wip")
+
+    def test_the_agents_own_git_on_its_branch_works(self, agent: Any, repo: Path) -> None:
+        """Commits, amends, resets and a rebase of its own branch; looking at the user's refs."""
+        commands = [
+            CHANGE + "git commit -qam one && git commit -q --amend -m one-again",
+            CHANGE + "git commit -qam two && git reset -q --hard HEAD~1",
+            "git switch -q --detach && git switch -q overnight/fix",
+            CHANGE + "git commit -qam three && git rebase -q --exec true HEAD~1",
+            "git log --oneline -1 main && git stash list && git fetch -q origin && git bisect start && git bisect reset",
+        ]
+        for command in commands:
+            result = agent(command)
+            assert result.ok, (command, result.output)
+        assert git(repo, "log", "--format=%s", "overnight/fix", "-2") == "three\none-again"
+
+
+class TestSharedConfig:
+    def test_the_repositorys_config_is_put_back_and_the_model_told(self, agent: Any, repo: Path) -> None:
+        before = (repo / ".git" / "config").read_bytes()
+        command = "git config user.email agent@example.com && git remote set-url origin https://example.com/x.git && git config core.bare true"
+        result = agent(command)
+        assert (repo / ".git" / "config").read_bytes() == before
+        assert result.ok and "it was put back" in result.output
+        git(repo, "status")  # not a bare repository
+        assert "it was put back" not in agent("git config user.email").output
+
+    def test_a_husky_style_hooks_path_does_not_reach_the_users_checkout(self, agent: Any, repo: Path) -> None:
+        agent("mkdir -p .husky/_ && git config core.hooksPath .husky/_")
+        assert subprocess.run(["git", "config", "core.hooksPath"], cwd=repo, capture_output=True).returncode == 1
+
+    def test_global_settings_go_to_a_file_of_overnights_and_the_users_are_read(
+        self, repo: Path, tmp_path: Path, monkeypatch: Any
+    ) -> None:
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / ".gitconfig").write_text("[alias]\n\tsee = status\n")
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+        monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+        monkeypatch.setattr("orchestrator.confinement._made", [])  # this process's folder, made again under this HOME
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        toolbox = Toolbox(tree.path, ("run_command",), check_command="true", confinement=Confinement(tree.branch, tree.shared_config))
+        result = toolbox.execute(ToolCall("run_command", {"command": "git config --global user.name Agent && git see --short"}))
+        assert result.ok, result.output
+        assert (home / ".gitconfig").read_text() == "[alias]\n\tsee = status\n"
+
+
+class TestScreenPrograms:
+    def test_an_editor_in_the_agents_command_fails_at_once_saying_why(self, tmp_path: Path) -> None:
+        """`vim file` with no terminal would wait for keys until the command's time limit."""
+        toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", command_timeout_s=60)
+        started = time.monotonic()
+        for editor in ("vim", "vi", "nano", "emacs -nw"):
+            result = toolbox.execute(ToolCall("run_command", {"command": f"{editor} notes.txt"}))
+            assert not result.ok and "needs a terminal" in result.output and "file tools" in result.output, result.output
+        assert time.monotonic() - started < 10
+        assert toolbox.execute(ToolCall("run_command", {"command": "echo fine | cat"})).output.endswith("fine")
+
+    def test_the_check_runs_with_the_users_path(self, tmp_path: Path) -> None:
+        """The user's own check may run vim in ex mode (`vim -es`): its PATH is the user's."""
+        assert run_shell("echo $PATH", tmp_path, 10, 1000).output.strip() == os.environ["PATH"]
+
+
+def test_a_night_whose_agent_commits_on_the_users_branch_leaves_it_alone(repo: Path, server: Any, tmp_path: Path, capsys: Any) -> None:
+    """The user is on `feature`; the agent checks `main` out, fixes and commits there. `main` stays; the fix
+    lands on the task's branch, by overnight's commit, as the check saw it."""
+    user_with_work(repo, tmp_path / "remote.git")
+    before = users_repository(repo)
+    task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}
+    config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task])
+    server.enqueue(
+        call("run_command", {"command": "git checkout main && sed -i s/helo/hello/ greet.py && git commit -qam 'fix greet'"}),
+        call("submit", {"summary": "fixed"}),
+    )
+    assert overnight("run", "--config", str(config)) == 0
+    assert users_repository(repo) == before
+    assert "'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+    assert report_json(config, capsys)["tasks"][0]["outcome"] == "succeeded"
