@@ -76,10 +76,13 @@ def run(
     from orchestrator.recovery import recover_interrupted
 
     _check_log_format(log_format)
+    # First: with --log-format json, even a broken config is reported as a JSON line.
+    configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     if junit is not None:
         _check_writable(junit, "--junit")
     settings = load_config(config)
-    configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    if junit is not None:
+        _check_not_ours(junit, "--junit", settings)
     with StateLock(settings.state_dir), night_parts(settings) as parts:
         _cancel_on_signals(parts.cancel)
         recover_interrupted(parts.store, settings, parts.log)
@@ -101,6 +104,17 @@ def _check_writable(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path}: {folder} is not a folder")
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"{option} {path}: {folder} is not writable")
+
+
+def _check_not_ours(path: Path, option: str, settings: object) -> None:
+    """A report must not be written over the config or anything in the state dir (the run store, notes.md)."""
+    import os
+
+    target = Path(os.path.realpath(path))
+    if target == Path(os.path.realpath(settings.source)):  # type: ignore[attr-defined]
+        raise ConfigError(f"{option} {path}: is the config file")
+    if target.is_relative_to(settings.state_dir):  # type: ignore[attr-defined]
+        raise ConfigError(f"{option} {path}: is inside the state dir {settings.state_dir}")  # type: ignore[attr-defined]
 
 
 def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object) -> None:
@@ -137,6 +151,7 @@ def report(
     from orchestrator.build import open_store
     from orchestrator.config import load_config
     from orchestrator.lock import state_identity
+    from runs.store import safe_url
 
     settings = load_config(config, require_tasks=False)
     store = open_store(settings, reading=True)
@@ -150,7 +165,7 @@ def report(
     if latest is None:
         if as_json:
             typer.echo(json.dumps({"run": None, "tasks": []}))
-        _fail(f"no runs recorded yet in {settings.store_url.removeprefix('sqlite:///')}", EXIT_NO_RUNS)
+        _fail(f"no runs recorded yet in {safe_url(settings.store_url).removeprefix('sqlite:///')}", EXIT_NO_RUNS)
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
@@ -225,7 +240,7 @@ def serve(
         for moment in schedule.next_fire_times(load_config(config)):
             typer.echo(moment.isoformat())
         return
-    configure_logging(log_format)
+    configure_logging(log_format)  # before the config is read: its errors, too, as JSON lines with --log-format json
     raise typer.Exit(schedule.serve(config))
 
 

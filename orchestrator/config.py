@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, StateError
 
 DEFAULT_CONFIG_NAME = "overnight.toml"
 # What a night keeps in the state dir (docs/reference.md, "Files"), named once here.
@@ -43,7 +43,7 @@ class ModelConfig(_Section):
     temperature: float = Field(0.2, ge=0, le=2)
     max_tokens: int = Field(2048, gt=0, description="cap on one response")
     context_window: int | None = Field(None, gt=0, description="used when litellm does not know the model")
-    retries: int = Field(3, ge=0, description="attempts after the first when the endpoint is down or answers 5xx")
+    retries: int = Field(3, ge=0, le=100, description="attempts after the first when the endpoint is down or answers 5xx")
     retry_backoff_s: float = Field(2.0, ge=0, le=3600, description="first backoff; doubles each retry, with jitter")
     transport: Literal["auto", "litellm", "direct"] = Field(
         "auto", description='"direct": OpenAI-compatible HTTP; "auto": direct for "openai/..." with api_base, else litellm'
@@ -99,6 +99,8 @@ class StoreConfig(_Section):
             url = make_url(value)
         except ArgumentError:
             raise ValueError(f"{value!r} is not a SQLAlchemy URL (e.g. postgresql+psycopg://user@host/overnight)") from None
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise ValueError(f"{url.get_backend_name()!r} is not a database overnight can use: sqlite or postgresql")
         if url.get_backend_name() == "sqlite" and ((url.database or ":memory:") == ":memory:" or url.query.get("mode") == "memory"):
             # Each thread and each later command would see its own empty database.
             raise ValueError("an in-memory database would not outlive the night; name a file or a server")
@@ -147,6 +149,14 @@ class GuardsConfig(_Section):
     dead_loop_recent: int = Field(4, ge=2)
     dead_loop_distinct: int = Field(2, ge=1)
     progress_tools: tuple[str, ...] = ("write_file", "edit_file")
+
+    @field_validator("progress_tools")
+    @classmethod
+    def _known_progress_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [t for t in value if t not in ALL_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
+        return value
     context_warn_ratio: float = Field(0.8, gt=0, le=1)
     max_output_chars: int = Field(20000, gt=0, description="a response longer than this is cut as runaway")
     park_after: int = Field(3, ge=1, description="same severe reason on this many iterations in a row parks the task")
@@ -171,6 +181,13 @@ class TaskConfig(_Section):
         # Also git's rules for a branch name that these characters can break.
         if not _TASK_NAME.fullmatch(value) or value.endswith((".lock", ".")) or ".." in value:
             raise ValueError("must be letters, digits, '.', '_' or '-', not ending in '.' or '.lock' (it names a branch and a folder)")
+        return value
+
+    @field_validator("prompt", "check")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError("contains a NUL character, which no command or prompt can carry")
         return value
 
     @field_validator("tools")
@@ -208,19 +225,27 @@ class Config(_Section):
 
     @property
     def base_dir(self) -> Path:
-        return self.source.resolve().parent
+        return _resolved(self.source, "--config").parent
 
     @property
     def repo_path(self) -> Path:
-        return (self.base_dir / self.repo.path).resolve()
+        return _resolved(self.base_dir / self.repo.path, "[repo] path")
 
     @property
     def state_dir(self) -> Path:
-        return (self.base_dir / self.state.dir).resolve()
+        return _resolved(self.base_dir / self.state.dir, "[state] dir", StateError)
 
     @property
     def store_url(self) -> str:
-        return self.store.url or f"sqlite:///{self.state_dir / STORE_FILE}"
+        if self.store.url is None:
+            return f"sqlite:///{self.state_dir / STORE_FILE}"
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.store.url)
+        if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:"):
+            # Against the config's folder, as every path here: not the folder cron happens to start in.
+            return url.set(database=str(self.base_dir / url.database)).render_as_string(hide_password=False)
+        return self.store.url
 
     @property
     def notes_path(self) -> Path:
@@ -239,6 +264,13 @@ class Config(_Section):
             if task.name == name:
                 return task
         raise ConfigError(f"no task named {name!r} in {self.source}")
+
+
+def _resolved(path: Path, key: str, error: type[Exception] = ConfigError) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise error(f"{key}: {path} cannot be resolved: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:

@@ -187,13 +187,16 @@ def demo_config(repo: Path, state_dir: Path) -> Config:
 
 def prepare_sample(workdir: Path) -> Config:
     """Make the sample repository under `workdir` and write its overnight.toml; return the config."""
-    workdir = workdir.resolve()
-    # The demo writes overnight.toml and state/ as well as the sample: nothing of a person's may be there.
-    if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
-        raise ConfigError(f"--dir {workdir} is not an empty folder; the demo needs a new or empty one")
-    repo = make_sample_repo(workdir / "sample-repo")
-    state_dir = workdir / "state"
-    (workdir / "overnight.toml").write_text(demo_toml(repo, state_dir), encoding="utf-8")
+    try:
+        workdir = workdir.resolve()
+        # The demo writes overnight.toml and state/ as well as the sample: nothing of a person's may be there.
+        if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
+            raise ConfigError(f"--dir {workdir} is not an empty folder; the demo needs a new or empty one")
+        repo = make_sample_repo(workdir / "sample-repo")
+        state_dir = workdir / "state"
+        (workdir / "overnight.toml").write_text(demo_toml(repo, state_dir), encoding="utf-8")
+    except (OSError, RuntimeError) as exc:  # a folder that cannot be made there; a symlink loop
+        raise ConfigError(f"--dir {workdir}: cannot make the sample there: {getattr(exc, 'strerror', None) or exc}") from None
     return demo_config(repo, state_dir)
 
 
@@ -217,7 +220,7 @@ def run_demo(workdir: Path | None, out: TextIO) -> int:
     from orchestrator.console import SignalPrinter
     from orchestrator.night import EXIT_MODEL_UNREACHABLE
 
-    workdir = Path(workdir).resolve() if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
+    workdir = Path(os.path.abspath(workdir)) if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
     config = prepare_sample(workdir)
     _say(out, f"overnight demo in {workdir}")
     _say(out, f"sample repository: {config.repo_path} ({len(config.task)} tasks); starting the embedded model…")

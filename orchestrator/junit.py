@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 import xml.etree.ElementTree as ET
 from datetime import datetime
@@ -29,17 +30,31 @@ _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-
 
 
 def write_junit(run: RunView, path: Path) -> None:
-    """Write `run` as JUnit XML to `path`, atomically: a reader never sees half a file."""
+    """Write `run` as JUnit XML to `path`, atomically: a reader never sees half a file.
+
+    What is not a file (`/dev/stdout`, `/dev/null`, a pipe) is written into, not replaced;
+    a file that was there keeps its permissions.
+    """
     tree = ET.ElementTree(junit_element(run))
     ET.indent(tree)
     path = Path(path)
     try:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            with open(path, "wb") as out:
+                tree.write(out, encoding="utf-8", xml_declaration=True)
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(handle, "wb") as out:
                 tree.write(out, encoding="utf-8", xml_declaration=True)
                 out.flush()
+                # mkstemp's 0600 would keep the report from the CI's other users.
+                os.fchmod(out.fileno(), stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
                 os.fsync(out.fileno())
             os.replace(temporary, path)
         except BaseException:
@@ -47,6 +62,12 @@ def write_junit(run: RunView, path: Path) -> None:
             raise
     except OSError as exc:
         raise StateError(f"cannot write JUnit report {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def junit_element(run: RunView) -> ET.Element:

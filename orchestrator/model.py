@@ -36,6 +36,8 @@ REPEAT_WINDOW = 512
 REPEAT_MAX_UNIT = 64
 REPEAT_CHECK_EVERY = 32
 # Statuses that mean "the endpoint is busy or broken right now": try again.
+# The longest wait between two attempts (unless retry_backoff_s itself is longer).
+MAX_BACKOFF_S = 300.0
 _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 # Statuses that mean "the configuration is wrong": retrying cannot help.
 _CONFIG_STATUSES = frozenset({401, 402, 403, 404, 407})
@@ -274,7 +276,8 @@ class EndpointModel:
         return f"{self.config.api_base} ({self.config.name})" if self.config.api_base else self.config.name
 
     def _backoff(self, failures: int) -> float:
-        base = self.config.retry_backoff_s * 2 ** (failures - 1)
+        # Doubling, but never past MAX_BACKOFF_S a wait: 20 retries would otherwise sleep for weeks.
+        base = min(self.config.retry_backoff_s * 2 ** min(failures - 1, 32), max(MAX_BACKOFF_S, self.config.retry_backoff_s))
         return base * random.uniform(0.75, 1.25)
 
 

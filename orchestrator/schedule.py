@@ -53,6 +53,7 @@ from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.lock import make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
+from runs.store import safe_url
 
 NIGHT_JOB_ID = "overnight-night"
 SCHEDULE_TABLE = "overnight_schedule"
@@ -237,7 +238,7 @@ def serve(config_path: Path) -> int:
             cron=config.schedule.cron,
             timezone=str(schedule_timezone(config)),
             next_fire_time=pending.isoformat() if pending else None,
-            store=_safe_url(config.store_url),
+            store=safe_url(config.store_url),
         )
 
     def executed(event: Any) -> None:
@@ -341,7 +342,13 @@ def schedule_timezone(config: Config) -> tzinfo:
     if name == "local":
         from tzlocal import get_localzone
 
-        return get_localzone()
+        try:
+            return get_localzone()
+        except Exception as exc:  # TZ=UTC0, a POSIX rule or a name tzlocal cannot map to a zone
+            raise ConfigError(
+                f'{config.source}: [schedule] timezone: "local" cannot be read from this host ({_first_line(exc)}); '
+                'set an IANA name such as "Europe/Berlin"'
+            ) from None
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:
@@ -455,7 +462,7 @@ def _stored_next_run_time(store: SQLAlchemyJobStore, trigger: BaseTrigger) -> da
         store.jobs_t.create(store.engine, checkfirst=True)
         stored = store.lookup_job(NIGHT_JOB_ID)
     except SQLAlchemyError as exc:
-        raise StateError(f"schedule store {_safe_url(str(store.engine.url))}: {_first_line(exc)}") from exc
+        raise StateError(f"schedule store {safe_url(str(store.engine.url))}: {_first_line(exc)}") from exc
     except (LookupError, ImportError, AttributeError, ValueError, pickle.UnpicklingError):
         # The stored reference no longer imports: the job is rebuilt from the config.
         return None
@@ -479,6 +486,7 @@ def schedule_table(config: Config) -> str:
 def _job_store(config: Config) -> SQLAlchemyJobStore:
     """A job store on the run store's database; SQLite waits for the night's writes instead of failing."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     url = config.store_url
     parsed = make_url(url)
@@ -490,8 +498,8 @@ def _job_store(config: Config) -> SQLAlchemyJobStore:
             make_dir(Path(database).expanduser().parent)  # a file in the way: StateError, one line
     try:
         return SQLAlchemyJobStore(url=url, tablename=schedule_table(config), engine_options=options)
-    except ImportError as exc:  # the URL names a driver that is not installed
-        raise StateError(f"schedule store {_safe_url(url)}: {exc}") from exc
+    except (ImportError, ArgumentError) as exc:  # a driver not installed, or a dialect SQLAlchemy does not know
+        raise StateError(f"schedule store {safe_url(url)}: {exc}") from exc
 
 
 def _log_unusual_fire(event: JobEvent) -> None:
@@ -515,16 +523,6 @@ def _first_line(exc: BaseException) -> str:
     cause = getattr(exc, "orig", None) or exc
     lines = str(cause).strip().splitlines()
     return lines[0] if lines else type(cause).__name__
-
-
-def _safe_url(url: str) -> str:
-    """The URL without its password, for logs."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # an unparsable URL has no password we could find either
-        return url
 
 
 __all__ = [

@@ -161,7 +161,7 @@ class RunStore:
         except (SQLAlchemyError, OSError, ImportError) as exc:
             if engine is not None:
                 engine.dispose()
-            raise StateError(f"cannot open run store {_safe(url)}: {_one_line(exc)}") from exc
+            raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc
         return cls(engine)
 
     @classmethod
@@ -517,7 +517,8 @@ def _event(iteration_id: int, event_type: str, *, name: str = "", message: str =
     }
 
 
-def _safe(url: str) -> str:
+def safe_url(url: str) -> str:
+    """`url` as it may be shown: the password as ***."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:

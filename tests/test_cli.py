@@ -147,6 +147,10 @@ class TestBadConfig:
             ({"extra": "[store]\nurl = 'sqlite:///:memory:'\n"}, ("[store] url", "in-memory")),
             ({"tasks": [{"name": "foo.", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "not ending in '.'")),
             ({"tasks": [{"name": "foo\n", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "letters, digits")),
+            ({"tasks": [{"name": "foo", "prompt": "p", "check": "true\u0000"}]}, ("[[task]] #1 check", "NUL")),
+            ({"extra": "[store]\nurl = 'mysql://u@localhost/db'\n"}, ("[store] url", "'mysql'", "sqlite or postgresql")),
+            ({"model": {"retries": 1000}}, ("[model] retries",)),
+            ({"guards": {"progress_tools": ["write-file"]}}, ("[guards] progress_tools", "write-file")),
         ],
     )
     def test_values_that_would_fail_the_night_later_are_refused_at_load(self, tmp_path, repo, sections, fragments):
@@ -178,6 +182,41 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         (tmp_path / "state").write_text("not a folder")
         assert_one_line_error(overnight(*command, "--config", str(config)), 4, "a file is in the way")
+
+    @pytest.mark.parametrize(
+        ("key", "command"), [("state", "run"), ("state", "report"), ("state", "notes"), ("state", "gc"), ("repo", "run"), ("repo", "gc")]
+    )
+    def test_a_symlink_loop_in_a_path_is_one_line(self, tmp_path, repo, command, key):
+        (tmp_path / "loop").symlink_to("loop")
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        text = config.read_text()
+        text = text.replace('dir = "state"', 'dir = "loop/state"') if key == "state" else text.replace(f'path = {json.dumps(str(repo))}', 'path = "loop"')
+        config.write_text(text)
+        assert_one_line_error(overnight(command, "--config", str(config)), 4 if key == "state" else 2, f"[{key}]", "cannot be resolved")
+
+    def test_a_relative_sqlite_store_is_in_the_configs_folder_whatever_the_working_folder(self, tmp_path, repo):
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra="[store]\nurl = 'sqlite:///runs-here.db'\n")
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        overnight("run", "--config", str(config), cwd=elsewhere)
+        assert (tmp_path / "runs-here.db").exists() and not list(elsewhere.iterdir())
+        assert overnight("report", "--config", str(config), cwd=elsewhere).returncode == 0
+
+    def test_report_before_any_run_hides_the_stores_password(self, tmp_path, repo):
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+            extra="[store]\nurl = 'postgresql+psycopg://u:SECRETPW@127.0.0.1:9/db?connect_timeout=1'\n",
+        )
+        result = overnight("report", "--config", str(config))
+        assert result.returncode in (1, 4) and "SECRETPW" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+    def test_a_broken_config_with_json_logs_is_a_json_line(self, tmp_path):
+        (tmp_path / "bad.toml").write_text("x==\n")
+        result = overnight("run", "--config", str(tmp_path / "bad.toml"), "--log-format", "json")
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        event = json.loads(line)
+        assert event["event"] == "command_failed" and "not valid TOML" in event["error"] and event["exit_code"] == 2
 
     def test_missing_config_file(self, tmp_path):
         """A missing config file says where it looked and how to make one."""
@@ -254,3 +293,23 @@ class TestOtherCommands:
         result = overnight("gc", "--config", str(config), "--dry-run")
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
+
+    def test_serve_with_a_local_zone_tzlocal_cannot_read_is_one_line(self, tmp_path, repo):
+        """TZ=UTC0 (a POSIX rule, common in containers) with the default timezone = "local"."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(config), "--next"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "TZ": "UTC0"},
+        )
+        assert_one_line_error(result, 2, "[schedule] timezone", "IANA")
+
+    def test_serve_with_a_store_driver_sqlalchemy_cannot_load_is_one_line(self, tmp_path, repo):
+        extra = "[store]\nurl = 'postgresql+nosuchdriver://u@127.0.0.1/db'\n"
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra=extra)
+        assert_one_line_error(overnight("serve", "--config", str(config)), 4, "nosuchdriver")
+
+    @pytest.mark.parametrize("where", ["a-file/sub", "loop"])
+    def test_demo_dir_that_cannot_be_made_is_one_line(self, tmp_path, where):
+        (tmp_path / "a-file").write_text("x")
+        (tmp_path / "loop").symlink_to("loop")
+        assert_one_line_error(overnight("demo", "--dir", str(tmp_path / where)), 2, "--dir")

@@ -244,6 +244,26 @@ class TestReportsThatCannotBeWritten:
         assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "--junit" in done.stderr, done.stderr
         assert not (tmp_path / "state" / "runs.db").exists()
 
+    @pytest.mark.parametrize("target", ["overnight.toml", "state/runs.db", "state/notes.md"])
+    def test_a_junit_path_that_names_the_config_or_the_state_dir_is_refused(self, tmp_path, target):
+        """`--junit overnight.toml` would have replaced the config; `--junit .overnight/runs.db` every night's record."""
+        (tmp_path / "state").mkdir()
+        done = json_night(tmp_path, "--junit", str(tmp_path / target))
+        assert done.returncode == 2, done.stderr
+        assert ("config file" if target.endswith(".toml") else "state dir") in json.loads(done.stderr.strip())["error"]
+        assert not (tmp_path / "state" / "runs.db").exists()
+
+    def test_what_is_not_a_file_is_written_into_and_a_file_keeps_its_permissions(self, tmp_path):
+        """`--junit /dev/stdout` or `/dev/null` (here through a link) is written into, not replaced by a file."""
+        (tmp_path / "null.xml").symlink_to(os.devnull)
+        assert json_night(tmp_path / "a", "--junit", str(tmp_path / "null.xml")).returncode == 1
+        assert (tmp_path / "null.xml").is_symlink() and Path(os.devnull).is_char_device()
+        report = tmp_path / "junit.xml"
+        report.write_text("old")
+        report.chmod(0o644)
+        assert json_night(tmp_path / "b", "--junit", str(report)).returncode == 1
+        assert report.stat().st_mode & 0o777 == 0o644 and ET.parse(report).getroot().get("tests") == "2"
+
     def test_an_unwritable_step_summary_is_logged_and_the_exit_code_stays_the_nights(self, tmp_path):
         """$GITHUB_STEP_SUMMARY is GitHub's to get right: exit 1 still says a task failed, the log says what was not written."""
         done = json_night(tmp_path, "--junit", str(tmp_path / "junit.xml"), env={"GITHUB_STEP_SUMMARY": str(tmp_path / "no" / "summary.md")})
