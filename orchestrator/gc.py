@@ -173,7 +173,9 @@ class _Git:
     def run(self, *args: str) -> str:
         done = self._call(*args)
         if done.returncode != 0:
-            detail = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            lines = done.stderr.strip().splitlines() or ["failed"]
+            # git's own "fatal:" line says why; hints follow it (for dubious ownership, a command to copy).
+            detail = next((line.strip() for line in lines if line.startswith("fatal:")), lines[-1].strip())
             raise ConfigError(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}")
         return done.stdout
 

@@ -64,7 +64,15 @@ def check_base(repo, base: str) -> None:
 
     try:
         repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
-    except git.GitCommandError:
+    except git.GitCommandError as exc:
+        # --quiet: a name that is no commit fails silently; anything git says is about the repository
+        # itself ("detected dubious ownership" when cron runs as another user than its owner).
+        said = [line.strip() for line in str(exc.stderr or "").splitlines() if "fatal:" in line or "error:" in line]
+        if said:
+            reason = said[0].split("fatal:", 1)[-1].strip()
+            if "dubious ownership" in reason:
+                reason += " (run overnight as the repository's owner, or add it to git's safe.directory)"
+            raise ConfigError(f"[repo] path: git refuses {repo.working_tree_dir}: {reason}") from None
         raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
 
 

@@ -218,6 +218,15 @@ class TestBadConfig:
         event = json.loads(line)
         assert event["event"] == "command_failed" and "not valid TOML" in event["error"] and event["exit_code"] == 2
 
+    @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give the repository to another user")
+    def test_a_repository_of_another_user_is_named_as_such(self, tmp_path, repo):
+        """cron running as another user than the repository's owner: git refuses it ("dubious ownership"), not a bad base."""
+        import pwd
+
+        subprocess.run(["chown", "-R", str(pwd.getpwnam("nobody").pw_uid), str(repo)], check=True)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "dubious ownership", "safe.directory")
+
     def test_missing_config_file(self, tmp_path):
         """A missing config file says where it looked and how to make one."""
         assert_one_line_error(overnight("run", "--config", str(tmp_path / "nope.toml")), 2, "not found", "overnight init")
