@@ -338,17 +338,24 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
 
     _exclude_state_dir(repo, state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new_branch = () if branch in repo.heads else ("-b", branch)
-    add = ("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
+    made_branch = branch not in repo.heads
+
+    def add() -> None:
+        # `-b` only while the branch is not there: a failed first try may have made it already.
+        new_branch = () if branch in repo.heads else ("-b", branch)
+        repo.git.worktree("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
+
     try:
+        add()
+    except git.GitCommandError as first:
         try:
-            repo.git.worktree(*add)
-        except git.GitCommandError:
             # A worktree folder deleted by hand is still registered: prune, then once more.
             repo.git.worktree("prune")
-            repo.git.worktree(*add)
-    except git.GitCommandError as exc:
-        raise ConfigError(f"cannot create the worktree of task {task!r} at {path}: {_last_line(exc)}") from None
+            add()
+        except git.GitCommandError:
+            if made_branch and branch in repo.heads:
+                repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
+            raise ConfigError(f"cannot create the worktree of task {task!r} at {path}: {_last_line(first)}") from None
 
 
 def is_worktree_of(repo, path: Path) -> bool:

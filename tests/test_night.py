@@ -241,6 +241,8 @@ class TestBrokenNight:
         assert overnight("run", "--config", str(config)) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith("overnight: error: cannot create the worktree of task 'blocked'") and "already exists" in err[-1]
+        assert "branch" not in err[-1]  # the cause is the file in the way, not the branch the first try made
+        assert git(repo, "branch", "--list", "overnight/blocked") == ""  # nor is that branch left behind
         report = report_json(config, capsys)
         assert (report["run"]["status"], report["run"]["exit_code"]) == ("crashed", 2)  # the code the process left with
         outcomes = {task["name"]: (task["outcome"], task["reason"]) for task in report["tasks"]}
