@@ -7,7 +7,8 @@ The CLI calls `night_parts(config)` in a with-block; whatever happens inside
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 from orchestrator.cancel import CancelToken
 from orchestrator.config import LOCAL_MODEL, Config
@@ -47,16 +48,32 @@ def open_store(config: Config, *, reading: bool = False):
     return RunStore.open(config.store_url)
 
 
-@contextlib.contextmanager
-def night_parts(config: Config) -> Iterator[NightParts]:
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What a night reads from outside its config, found usable before anything is written."""
+
+    repo: Any  # git.Repo
+    make_guards: Callable[[], Any]
+
+
+def check_inputs(config: Config) -> CheckedInputs:
+    """ConfigError (exit 2) on a bad repository, base or user guard; reads only, so the CLI
+    calls it before it takes the state dir's lock (which creates the state dir)."""
     from guards import guard_factory
-    from orchestrator.lock import make_dir
     from orchestrator.worktree import check_base, open_repo
 
-    # Fail on a bad repository, base or user guard before anything is recorded or started.
     repo = open_repo(config.repo_path)
     check_base(repo, config.repo.base)
-    make_guards = guard_factory(config.guards)
+    return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
+
+
+@contextlib.contextmanager
+def night_parts(config: Config, checked: CheckedInputs | None = None) -> Iterator[NightParts]:
+    from orchestrator.lock import make_dir
+
+    # Fail on a bad repository, base or user guard before anything is recorded or started.
+    checked = checked or check_inputs(config)
+    repo, make_guards = checked.repo, checked.make_guards
     # A file where the night's folders go is one clear line (exit 4) before anything is recorded.
     for folder in (config.worktrees_dir, config.transcripts_dir):
         make_dir(folder, "state folder")

@@ -7,6 +7,7 @@ inside commands so that `overnight --help` stays instant.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def run(
     """
     import logging
 
-    from orchestrator.build import night_parts
+    from orchestrator.build import check_inputs, night_parts
     from orchestrator.config import load_config
     from orchestrator.lock import StateLock
     from orchestrator.logs import configure_logging
@@ -83,7 +84,8 @@ def run(
     settings = load_config(config)
     if junit is not None:
         _check_not_ours(junit, "--junit", settings)
-    with StateLock(settings.state_dir), night_parts(settings) as parts:
+    checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
+    with StateLock(settings.state_dir), night_parts(settings, checked) as parts:
         _cancel_on_signals(parts.cancel)
         recover_interrupted(parts.store, settings, parts.log)
         try:
@@ -256,8 +258,13 @@ def gc(
 
     from orchestrator.lock import StateLock
 
+    from orchestrator.worktree import open_repo
+
     settings = load_config(config, require_tasks=False)
-    with StateLock(settings.state_dir):
+    open_repo(settings.repo_path)  # not a repository: exit 2 before the state dir is made
+    # A dry run only reads: where no state dir is yet, it makes none (the lock would).
+    lock = StateLock(settings.state_dir) if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
+    with lock:
         result = collect_garbage(settings, force=force, dry_run=dry_run)
     typer.echo("\n".join(result.lines()))
 

@@ -250,7 +250,7 @@ class TestBadConfig:
         plain.mkdir()
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=plain)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "not a git repository")
-        assert not (tmp_path / "state" / "runs.db").exists()
+        assert not (tmp_path / "state").exists()  # nothing made, not even the lock
 
     def test_bare_repository(self, tmp_path, repo):
         """A bare repository has no checkout to branch task worktrees beside: named, before any run is recorded."""
@@ -258,14 +258,14 @@ class TestBadConfig:
         subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=bare)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "bare repository")
-        assert not (tmp_path / "state" / "runs.db").exists()
+        assert not (tmp_path / "state").exists()  # nothing made, not even the lock
 
     def test_base_that_names_no_commit(self, tmp_path, repo):
         """A [repo] base that is no branch, tag or commit is named, before any run is recorded."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         config.write_text(config.read_text().replace("[repo]\n", '[repo]\nbase = "no-such-branch"\n'))
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] base", "no-such-branch")
-        assert not (tmp_path / "state" / "runs.db").exists()
+        assert not (tmp_path / "state").exists()  # nothing made, not even the lock
 
     def test_unknown_log_format(self, tmp_path, repo):
         """A bad option value is a usage error (exit 2)."""
@@ -297,11 +297,17 @@ class TestOtherCommands:
         assert len(times) == 3 and all("T01:30:00" in t for t in times)
 
     def test_gc_dry_run_through_the_cli(self, tmp_path, repo):
-        """`overnight gc --dry-run` takes the state lock, changes nothing and exits 0."""
+        """`overnight gc --dry-run` changes nothing and exits 0; before any night it makes no state dir either."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         result = overnight("gc", "--config", str(config), "--dry-run")
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
+        assert not (tmp_path / "state").exists()
+
+    def test_gc_on_a_folder_that_is_no_repository_makes_no_state_dir(self, tmp_path):
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=tmp_path / "nothing")
+        assert_one_line_error(overnight("gc", "--config", str(config)), 2, "[repo] path")
+        assert not (tmp_path / "state").exists()
 
     def test_serve_with_a_local_zone_tzlocal_cannot_read_is_one_line(self, tmp_path, repo):
         """TZ=UTC0 (a POSIX rule, common in containers) with the default timezone = "local"."""
