@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from orchestrator.cancel import CancelToken
 from orchestrator.config import LOCAL_MODEL, Config
+from orchestrator.errors import ConfigError
 from orchestrator.console import SignalPrinter
 from orchestrator.logs import get_logger, json_mode
 from orchestrator.night import NightParts
@@ -20,6 +22,7 @@ from orchestrator.night import NightParts
 @contextlib.contextmanager
 def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
     """The configured model; for "local", the embedded server, started for the night and stopped after."""
+    from orchestrator import transports
     from orchestrator.model import EndpointModel
 
     with contextlib.ExitStack() as stack:
@@ -29,6 +32,12 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
 
             server = stack.enter_context(serve_local_model(config, log=get_logger()))
             model_config = local_model_config(config.model, server)
+        problem = transports.routing_problem(model_config)
+        if problem:  # the same every night: a config error (exit 2), not an unreachable server (exit 3)
+            raise ConfigError(
+                f"[model] name: litellm has no provider for {model_config.name!r}; write it as provider/model "
+                f"(ollama/llama3, or openai/<name> with api_base for an OpenAI-compatible server) ({problem})"
+            )
         model = EndpointModel(model_config, max_output_chars=config.guards.max_output_chars, cancel=cancel)
         stack.callback(model.close)
         yield model
@@ -64,6 +73,10 @@ def check_inputs(config: Config) -> CheckedInputs:
 
     repo = open_repo(config.repo_path)
     check_base(repo, config.repo.base)
+    state, top, git_dir = config.state_dir, Path(repo.working_tree_dir).resolve(), Path(repo.common_dir).resolve()
+    if state == top or state.is_relative_to(git_dir):
+        where = "the repository's own folder" if state == top else "inside its .git"
+        raise ConfigError(f"[state] dir: {state} is {where}; name a folder of its own (the default is .overnight)")
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
 
 

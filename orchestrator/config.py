@@ -276,6 +276,8 @@ def _resolved(path: Path, key: str, error: type[Exception] = ConfigError) -> Pat
 def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
     """Read and validate `path`; raise ConfigError with one line naming the key."""
     source = Path(path)
+    if source.exists() and not source.is_file() and not source.is_dir():
+        raise ConfigError(f"config file {source} is not a regular file (a pipe or a device would be read forever)")
     try:
         # utf-8-sig: Windows editors start a UTF-8 file with a byte-order mark, which TOML does not allow.
         raw = tomllib.loads(source.read_text(encoding="utf-8-sig"))
@@ -300,6 +302,15 @@ def parse_config(raw: dict[str, Any], *, source: Path) -> Config:
         raise ConfigError(f"{source}: {_first_error(exc)}") from None
 
 
+# pydantic's words for a wrong shape name its classes ("instance of ModelConfig", "<class 'pathlib.Path'>").
+_PLAIN_WORDS = {
+    "model_type": "must be a table ([section] with keys under it)",
+    "dict_type": "must be a table ([section] with keys under it)",
+    "path_type": "must be a path, as a string",
+    "tuple_type": "must be a list",
+}
+
+
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     key = _key_name(error["loc"])
@@ -307,6 +318,10 @@ def _first_error(exc: ValidationError) -> str:
         return f"unknown key {key}"
     if error["type"] == "missing":
         return f"{key}: required key is missing"
+    if error["type"] == "tuple_type" and key == "[[task]]":
+        return f"{key}: write each task as a [[task]] table (two brackets), one per task"
+    if error["type"] in _PLAIN_WORDS:
+        return f"{key}: {_PLAIN_WORDS[error['type']]}"
     message = error["msg"].removeprefix("Value error, ")
     return f"{key}: {message}" if key else message
 

@@ -71,6 +71,18 @@ def _behind_proxy(url: str) -> bool:
     return bool(urllib.request.getproxies().get(parts.scheme)) and not urllib.request.proxy_bypass(parts.hostname or "")
 
 
+def routing_problem(config: ModelConfig) -> str | None:
+    """Why litellm cannot route `config.name` to any provider (checked before a night, without a request); None if it can."""
+    if uses_direct_http(config):
+        return None
+    litellm = litellm_module()
+    try:
+        litellm.get_llm_provider(model=config.name, api_base=config.api_base)
+    except Exception as exc:  # litellm.BadRequestError: "LLM Provider NOT provided"
+        return " ".join(str(exc).split())[:200]
+    return None
+
+
 def transport_for(config: ModelConfig) -> "DirectHTTP | LiteLLMTransport":
     return DirectHTTP(config) if uses_direct_http(config) else LiteLLMTransport(config)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_config
+from tests.conftest import git, write_config
 
 
 def overnight(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -127,6 +127,7 @@ class TestBadConfig:
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = ['sudo']\n", ("[[task]] #2 tools", "sudo")),
             ("[[task]]\nname = 'y'\nprompt = 'p'\n", ("[[task]] #2 check", "missing")),
             ("this is = = not toml\n", ("not valid TOML",)),
+            ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = 'run_command'\n", ("[[task]] #2 tools: must be a list",)),
         ],
     )
     def test_bad_config_exits_2_with_one_line(self, tmp_path, repo, extra, fragments):
@@ -226,6 +227,37 @@ class TestBadConfig:
         subprocess.run(["chown", "-R", str(pwd.getpwnam("nobody").pw_uid), str(repo)], check=True)
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "dubious ownership", "safe.directory")
+
+    @pytest.mark.parametrize("name", ["llama3", "nosuchprovider/x"])
+    def test_a_model_name_litellm_cannot_route_is_a_config_error(self, tmp_path, repo, name):
+        """Not exit 3 ("unreachable") with the task paused: it would fail the same way every night."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, model={"name": name})
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[model] name", repr(name), "provider/model")
+
+    @pytest.mark.parametrize("state", ["repo", "repo/.git/overnight"])
+    def test_a_state_dir_that_is_the_repository_or_in_its_git_folder_is_refused(self, tmp_path, repo, state):
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        config.write_text(config.read_text().replace('dir = "state"', f'dir = "{state}"'))
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[state] dir", "a folder of its own")
+        assert git(repo, "status", "--porcelain") == ""
+
+    @pytest.mark.parametrize(
+        ("text", "fragment"),
+        [
+            ("[task]\nname = 'a'\n", "[[task]]: write each task as a [[task]] table"),
+            ("[state]\ndir = []\n", "[state] dir: must be a path"),
+            ("model = 3\n", "[model]: must be a table"),
+        ],
+    )
+    def test_a_wrong_shape_is_said_in_plain_words(self, tmp_path, text, fragment):
+        (tmp_path / "overnight.toml").write_text(text)
+        result = overnight("run", "--config", str(tmp_path / "overnight.toml"))
+        assert_one_line_error(result, 2, fragment)
+        assert "class" not in result.stderr and "instance of" not in result.stderr
+
+    def test_a_config_that_is_a_pipe_is_refused_instead_of_read_forever(self, tmp_path):
+        os.mkfifo(tmp_path / "overnight.toml")
+        assert_one_line_error(overnight("run", "--config", str(tmp_path / "overnight.toml")), 2, "not a regular file")
 
     def test_missing_config_file(self, tmp_path):
         """A missing config file says where it looked and how to make one."""
