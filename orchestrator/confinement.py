@@ -1,23 +1,30 @@
 """What keeps the agent's own commands (`run_command`) off the user's things.
 
-A task's worktree shares with the user's checkout every branch, tag and the stash,
-and the repository's `.git/config`; the user's home holds the global git config.
-A clumsy model's `git checkout main && git commit`, `git stash pop`, `git tag -f`,
-`git push`, `git config user.email ...` or `npm install` (a husky project sets
-`core.hooksPath`) would change them, and no rollback of the worktree undoes that.
-The agent's commands therefore run with:
+A task's worktree shares with the user's checkout every branch, tag, the stash and
+the reflogs, and the repository's `.git/config`; the user's home holds the global
+git config. A clumsy model's `git checkout main && git commit`, `git stash pop`,
+`git tag -f`, `git push`, `git config user.email ...` or `npm install` (a husky
+project sets `core.hooksPath`) would change them, and no rollback of the worktree
+undoes that. The agent's commands therefore run with:
 
-- git hooks of overnight's own: `reference-transaction` refuses a change to any ref
+- git hooks of overnight's: `reference-transaction` refuses a change to any ref
   but the task's branch and the worktree's own (HEAD, bisect, rebase), so those
   commands fail with a line saying why (git >= 2.28); `pre-push` refuses every push
   (the morning's person decides what leaves the machine);
+- a front for git on PATH that refuses, before git runs, what changes shared
+  things without a ref transaction the hook could refuse: `git stash` (but `list`
+  and `show`: `stash pop` applies and drops the user's entry first), `git branch
+  -m/-c` (git writes the copy without the hook), `git reflog expire/delete`, and
+  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`); and fetches without
+  tags, which the hook would refuse;
 - a global git config of their own, which reads the user's but takes the writes;
-- the repository's config put back after any command that changed it (`kept_config`);
-- `git stash` (but `list` and `show`) refused before git runs: the stash is shared, and
-  a `git stash; ...; git stash pop` with nothing to stash pops the user's entry;
+- the repository's config put back once no agent command runs any more, if one
+  changed it (`kept_config`);
 - full-screen editors found first on PATH as programs that fail at once: with no
   terminal they would wait for keys until the command's time limit.
 
+The hooks and the front act in the user's repository only: a repository the
+agent makes or clones for its own use (a test suite's fixtures) works as usual.
 The task's check and overnight's own git run without any of this.
 """
 
@@ -38,9 +45,19 @@ _SCREEN_REFUSAL = """#!/bin/sh
 echo "overnight: ${0##*/} needs a terminal, and commands here have none; write files with the file tools instead" >&2
 exit 1
 """
+# Whether git's repository (GIT_DIR in a hook, or the one the arguments before the
+# subcommand name) is the user's: a repository the agent made for itself is its own.
+_SHARED = r"""
+in_users_repository() {
+  [[ -n "$OVERNIGHT_COMMON_DIR" ]] || return 1
+  local common
+  common=$(REAL_GIT "$@" rev-parse --path-format=absolute --git-common-dir 2>/dev/null) || return 1
+  [[ "$common" -ef "$OVERNIGHT_COMMON_DIR" ]]
+}
+"""
 # Per-worktree refs (HEAD and the like have no refs/ prefix) and remote-tracking ones (a fetch) may move.
-_REF_GUARD = """#!/bin/sh
-[ "$1" = prepared ] || exit 0
+_REF_GUARD = "#!BASH" + _SHARED + r"""
+[[ "$1" == prepared ]] && in_users_repository || exit 0
 while read -r old new ref; do
   case "$ref" in
     "$OVERNIGHT_BRANCH"|refs/bisect/*|refs/worktree/*|refs/rewritten/*|refs/remotes/*) ;;
@@ -51,9 +68,12 @@ while read -r old new ref; do
 done
 exit 0
 """
-# `git stash pop` applies the user's stash and then drops it, before any ref is written (which the
-# hook could refuse): stash commands that change anything are refused before git runs.
-_GIT_FRONT = """#!BASH
+_PUSH_REFUSAL = "#!BASH" + _SHARED + r"""
+in_users_repository || exit 0
+echo "overnight: refused: nothing is pushed from an overnight worktree; a person reviews the branch in the morning" >&2
+exit 1
+"""
+_GIT_FRONT = "#!BASH" + _SHARED + r"""
 args=("$@"); at=0
 while (( at < ${#args[@]} )); do
   case "${args[at]}" in
@@ -62,25 +82,46 @@ while (( at < ${#args[@]} )); do
     *) break ;;
   esac
 done
-if [[ "${args[at]}" == stash && "${args[at + 1]}" != list && "${args[at + 1]}" != show ]]; then
-  echo "overnight: refused: the stash is shared with the user's own checkout; to keep a change aside, copy the file or commit it on this branch" >&2
-  exit 1
-fi
-exec GIT "$@"
-"""
-_PUSH_REFUSAL = """#!/bin/sh
-echo "overnight: refused: nothing is pushed from an overnight worktree; a person reviews the branch in the morning" >&2
-exit 1
+before=("${args[@]:0:at}"); command=${args[at]}; rest=("${args[@]:at+1}")
+refuse() {
+  if in_users_repository "${before[@]}"; then
+    echo "overnight: refused: $1" >&2
+    exit 1
+  fi
+}
+case "$command" in
+  stash)
+    [[ "${rest[0]}" == list || "${rest[0]}" == show ]] ||
+      refuse "the stash is shared with the user's own checkout; to keep a change aside, copy the file or commit it on this branch" ;;
+  branch)
+    for arg in "${rest[@]}"; do
+      case "$arg" in
+        -m|-M|-c|-C|--move|--copy) refuse "branches are shared with the user's checkout; this worktree works on its own branch only" ;;
+      esac
+    done ;;
+  reflog)
+    [[ "${rest[0]}" == expire || "${rest[0]}" == delete ]] &&
+      refuse "the reflogs, the user's stash among them, are shared with the user's checkout" ;;
+  gc|pack-refs|prune|repack|maintenance)
+    refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
+  fetch|pull)
+    # Tags a remote has and the user has not would be new shared refs, which the hook refuses.
+    if in_users_repository "${before[@]}"; then
+      exec REAL_GIT "${before[@]}" "$command" --no-tags "${rest[@]}"
+    fi ;;
+esac
+exec REAL_GIT "$@"
 """
 CONFIG_RESTORED = (
     "[overnight: this command changed the repository's git config, which the user's own checkout shares; "
-    "it was put back. Commits here need no git settings.]"
+    "overnight puts it back as it was. Commits here need no git settings.]"
 )
 BRANCH_VARIABLE = "OVERNIGHT_BRANCH"
+COMMON_DIR_VARIABLE = "OVERNIGHT_COMMON_DIR"
 # Which of commands.WORKTREE_GIT_ENV's GIT_CONFIG_VALUE_<n> sets core.hooksPath.
 _HOOKS_PATH_INDEX = list(WORKTREE_GIT_CONFIG).index("core.hooksPath")
 
-_made: list[Path] = []  # the private folder, made once per process
+_made: list[Path | None] = []  # the private folder, made once per process (again if it went)
 _made_lock = threading.Lock()
 
 
@@ -95,76 +136,137 @@ class Confinement:
 def agent_environment(confinement: Confinement | None) -> dict[str, str]:
     """What to add to a command's environment (after WORKTREE_GIT_ENV) for the agent's own commands."""
     folder = _private_folder()
-    if folder is None:  # nowhere to write them (a full disk): the commands run as the check does
+    if folder is None:  # nowhere it can run from (logged once): the commands run as the check does
         return {}
     env = {"PATH": os.pathsep.join(filter(None, (str(folder / "bin"), os.environ.get("PATH", os.defpath))))}
     env["GIT_CONFIG_GLOBAL"] = str(folder / "global-config")
     if confinement is not None:
         env[f"GIT_CONFIG_VALUE_{_HOOKS_PATH_INDEX}"] = str(folder / "hooks")
         env[BRANCH_VARIABLE] = f"refs/heads/{confinement.branch}"
+        if confinement.shared_config is not None:
+            env[COMMON_DIR_VARIABLE] = str(confinement.shared_config.parent)
     return env
 
 
 class kept_config:
-    """A with-block after which `path` holds the bytes it held before (or is absent again);
-    `.restored` says whether it had to be put back."""
+    """A with-block around one agent command: the file at `path` is put back as it was when the first
+    of the commands running at once began, once the last of them has ended (several tasks' commands
+    overlap; each restoring its own "before" would put another's change back). `.restored` says
+    whether this command changed it."""
+
+    _lock = threading.Lock()
+    _held: dict[str, list] = {}  # real path -> [commands running, bytes before the first]
 
     def __init__(self, path: Path | None) -> None:
-        self._path = path
-        self._before: bytes | None = None
+        # The link's target: a `.git/config` that is a symlink stays one.
+        self._path = os.path.realpath(path) if path is not None else None
+        self._own_before: bytes | None = None
         self.restored = False
 
     def __enter__(self) -> "kept_config":
-        if self._path is not None:
-            self._before = _read(self._path)
+        if self._path is None:
+            return self
+        with self._lock:
+            self._own_before = _read(self._path)
+            held = self._held.setdefault(self._path, [0, self._own_before])
+            held[0] += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._path is None or _read(self._path) == self._before:
+        if self._path is None:
             return
-        if self._before is None:
-            self._path.unlink(missing_ok=True)
-        else:
-            # Whole or not at all: git reads this file in every process, the user's too.
-            spare = self._path.with_name(self._path.name + ".overnight")
-            spare.write_bytes(self._before)
-            os.replace(spare, self._path)
-        self.restored = True
+        with self._lock:
+            held = self._held[self._path]
+            held[0] -= 1
+            now = _read(self._path)
+            self.restored = now != self._own_before
+            if held[0] == 0:
+                del self._held[self._path]
+                if now != held[1]:
+                    _put_back(Path(self._path), held[1])
 
 
-def _read(path: Path) -> bytes | None:
+def _read(path: str) -> bytes | None:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as handle:
+            return handle.read()
     except FileNotFoundError:
         return None
 
 
+def _put_back(path: Path, before: bytes | None) -> None:
+    if before is None:
+        path.unlink(missing_ok=True)
+        return
+    # Whole or not at all: git reads this file in every process, the user's too.
+    spare = path.with_name(path.name + ".overnight")
+    spare.write_bytes(before)
+    os.replace(spare, path)
+
+
 def _private_folder() -> Path | None:
-    """Made once per process, removed when it ends: bin/ (refusing editors, git's front), hooks/, global-config."""
+    """bin/ (the git front, refusing editors), hooks/, global-config: made once per process where
+    programs may run, made again if removed meanwhile (a tmp cleaner), removed when the process ends."""
     with _made_lock:
-        if not _made:
-            folder: Path | None = None
-            try:
-                folder = Path(tempfile.mkdtemp(prefix="overnight-agent-"))
-                atexit.register(shutil.rmtree, folder, ignore_errors=True)
-                for name in SCREEN_PROGRAMS:
-                    _write_program(folder / "bin" / name, _SCREEN_REFUSAL)
-                bash, git = shutil.which("bash"), shutil.which("git")
-                if bash and git:
-                    _write_program(folder / "bin" / "git", _GIT_FRONT.replace("BASH", bash, 1).replace("exec GIT", f"exec {_quoted(git)}"))
-                _write_program(folder / "hooks" / "reference-transaction", _REF_GUARD)
-                _write_program(folder / "hooks" / "pre-push", _PUSH_REFUSAL)
-                (folder / "global-config").write_text(_including(_users_global_configs()))
-            except OSError:
-                folder = None
-            _made.append(folder)
+        if _made and (_made[0] is None or _made[0].is_dir()):
+            return _made[0]
+        _made[:] = [_make_private_folder()]
         return _made[0]
+
+
+def _make_private_folder() -> Path | None:
+    bash, git = shutil.which("bash"), shutil.which("git")
+    # /tmp may be mounted noexec (a common hardening): then a folder in the user's cache.
+    for base in (None, Path.home() / ".cache" / "overnight"):
+        folder: Path | None = None
+        try:
+            if base is not None:
+                base.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix="overnight-agent-", dir=base))
+            _fill(folder, bash, git)
+            if os.access(folder / "bin" / SCREEN_PROGRAMS[0], os.X_OK):
+                atexit.register(_remove, folder)
+                return folder
+        except OSError:
+            pass
+        if folder is not None:
+            _remove(folder)
+    from orchestrator.logs import get_logger
+
+    get_logger().warning("agent_fences_unavailable", reason="no folder where programs may run (tmp and ~/.cache noexec or full)")
+    return None
+
+
+def _fill(folder: Path, bash: str | None, git: str | None) -> None:
+    for name in SCREEN_PROGRAMS:
+        _write_program(folder / "bin" / name, _SCREEN_REFUSAL)
+    if bash and git:
+        def program(text: str) -> str:
+            return text.replace("BASH", bash, 1).replace("REAL_GIT", _quoted(git))
+
+        _write_program(folder / "bin" / "git", program(_GIT_FRONT))
+        _write_program(folder / "hooks" / "reference-transaction", program(_REF_GUARD))
+        _write_program(folder / "hooks" / "pre-push", program(_PUSH_REFUSAL))
+    (folder / "global-config").write_text(_including(_users_global_configs()))
+    # Read-only: a hook installer run by the agent (`git rev-parse --git-path hooks` names this folder) cannot replace them.
+    for sub in ("bin", "hooks"):
+        if (folder / sub).is_dir():
+            (folder / sub).chmod(0o555)
+
+
+def _remove(folder: Path) -> None:
+    for sub in ("bin", "hooks"):
+        try:
+            (folder / sub).chmod(0o755)
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _write_program(path: Path, text: str) -> None:
     path.parent.mkdir(exist_ok=True)
     path.write_text(text)
-    path.chmod(0o755)
+    path.chmod(0o555)
 
 
 def _quoted(text: str) -> str:

@@ -74,6 +74,10 @@ SHARED_REF_CHANGES = {
     "drop the stash": "git stash drop; git stash clear",
     "push": CHANGE + "git commit -qam fix && git push -q origin HEAD && git push -q -f origin HEAD:main",
     "note": "git notes add -m note HEAD",
+    "rename the task's branch": "git branch -m fix-greeting",
+    "copy over the user's branch": "git branch -C main",
+    "expire the reflogs": "git reflog expire --expire=now --all",
+    "housekeeping": "git gc -q",
 }
 
 
@@ -107,15 +111,73 @@ class TestSharedRefs:
         assert git(repo, "log", "--format=%s", "overnight/fix", "-2") == "three\none-again"
 
 
+class TestOwnRepositories:
+    def test_a_repository_the_agent_makes_or_clones_is_its_own(self, agent: Any, repo: Path) -> None:
+        """A test suite's fixture repositories: tags, branches, stash and housekeeping there are nobody else's."""
+        made = agent(
+            "git init -q scratch && cd scratch && echo a > a && git add a && git commit -qm one && git tag v1 "
+            "&& git switch -qc other && echo b >> a && git stash -q && git stash pop -q && git branch -m renamed && git gc -q"
+        )
+        assert made.ok, made.output
+        cloned = agent(f"git clone -q {repo} cloned && cd cloned && git switch -qc mine && git tag t && git push -q origin mine")
+        assert cloned.ok, cloned.output
+        assert "refs/heads/mine" in git(repo, "for-each-ref")  # its push went to the clone's origin: the user's repo, as asked
+
+    def test_a_fetch_brings_no_tags_into_the_users_repository(self, agent: Any, repo: Path, tmp_path: Path) -> None:
+        """A remote that has released (a tag the user lacks): `git fetch` works, the tag stays out of the user's refs."""
+        upstream = tmp_path / "upstream"
+        subprocess.run(["git", "clone", "-q", "-b", "main", str(tmp_path / "remote.git"), str(upstream)], check=True)
+        git(upstream, "tag", "v9")
+        git(upstream, "push", "-q", "origin", "v9")
+        before = users_repository(repo)
+        result = agent("git fetch -q origin && git pull -q origin main")
+        assert result.ok, result.output
+        assert "v9" not in git(repo, "tag")
+        assert {key: value for key, value in users_repository(repo).items() if key != "refs"} == {k: v for k, v in before.items() if k != "refs"}
+
+
 class TestSharedConfig:
+    def test_two_tasks_commands_overlapping_leave_the_config_as_it_was(self, repo: Path, tmp_path: Path) -> None:
+        """A changes the config and ends while B, begun after A's change, still runs: B must not keep A's change."""
+        import threading
+
+        before = (repo / ".git" / "config").read_bytes()
+        trees = [Worktree.ensure(repo, tmp_path / "state", name, "HEAD") for name in ("a", "b")]
+        boxes = [Toolbox(t.path, ("run_command",), check_command="true", confinement=Confinement(t.branch, t.shared_config)) for t in trees]
+        results: dict[str, ToolResult] = {}
+
+        def run(name: str, box: Toolbox, command: str) -> None:
+            results[name] = box.execute(ToolCall("run_command", {"command": command}))
+
+        first = threading.Thread(target=run, args=("a", boxes[0], "git config core.hooksPath .husky/_ && sleep 1"))
+        first.start()
+        time.sleep(0.5)
+        second = threading.Thread(target=run, args=("b", boxes[1], "sleep 1.5"))
+        second.start()
+        first.join()
+        second.join()
+        assert (repo / ".git" / "config").read_bytes() == before
+        assert "puts it back" in results["a"].output and "puts it back" not in results["b"].output
+
+    def test_a_config_that_is_a_link_stays_one(self, agent: Any, repo: Path, tmp_path: Path) -> None:
+        config = repo / ".git" / "config"
+        kept = tmp_path / "kept-config"
+        kept.write_bytes(config.read_bytes())
+        config.unlink()
+        config.symlink_to(kept)
+        before = kept.read_bytes()
+        agent("git config user.email agent@example.com")
+        assert config.is_symlink() and kept.read_bytes() == before
+
+
     def test_the_repositorys_config_is_put_back_and_the_model_told(self, agent: Any, repo: Path) -> None:
         before = (repo / ".git" / "config").read_bytes()
         command = "git config user.email agent@example.com && git remote set-url origin https://example.com/x.git && git config core.bare true"
         result = agent(command)
         assert (repo / ".git" / "config").read_bytes() == before
-        assert result.ok and "it was put back" in result.output
+        assert result.ok and "puts it back" in result.output
         git(repo, "status")  # not a bare repository
-        assert "it was put back" not in agent("git config user.email").output
+        assert "puts it back" not in agent("git config user.email").output
 
     def test_a_husky_style_hooks_path_does_not_reach_the_users_checkout(self, agent: Any, repo: Path) -> None:
         agent("mkdir -p .husky/_ && git config core.hooksPath .husky/_")
@@ -148,6 +210,18 @@ class TestScreenPrograms:
             assert not result.ok and "needs a terminal" in result.output and "file tools" in result.output, result.output
         assert time.monotonic() - started < 10
         assert toolbox.execute(ToolCall("run_command", {"command": "echo fine | cat"})).output.endswith("fine")
+
+    def test_the_fences_are_made_again_if_a_tmp_cleaner_removed_them(self, tmp_path: Path) -> None:
+        import shutil
+
+        from orchestrator import confinement
+
+        toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", command_timeout_s=60)
+        toolbox.execute(ToolCall("run_command", {"command": "true"}))
+        (folder,) = confinement._made
+        subprocess.run(["chmod", "-R", "u+w", str(folder)], check=True)  # as a tmp cleaner run by its owner
+        shutil.rmtree(folder)
+        assert "needs a terminal" in toolbox.execute(ToolCall("run_command", {"command": "vim x"})).output
 
     def test_the_check_runs_with_the_users_path(self, tmp_path: Path) -> None:
         """The user's own check may run vim in ex mode (`vim -es`): its PATH is the user's."""
