@@ -234,7 +234,9 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
                 outcome, reason = TaskOutcome.SUCCEEDED, ""
                 break
             reason = report.reason
-            if number < config.night.max_iterations and _should_park(reports, config.guards.park_after):
+            # Also on the last iteration: "parked" tells the morning that more of the same would not
+            # have helped, which "failed" does not (the repeated reason is in the iterations and the note).
+            if _should_park(reports, config.guards.park_after):
                 outcome = TaskOutcome.PARKED
                 night.notes.append(
                     task=task.name,
@@ -242,6 +244,7 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
                     reason="parked",
                     correction=PARK_CORRECTION.format(count=config.guards.park_after, reason=reason),
                 )
+                reason = "parked"
                 break
     except ModelUnreachable:
         outcome, reason = TaskOutcome.PAUSED, "model_unreachable"

@@ -295,5 +295,14 @@ class TestParking:
         server.enqueue(*[call("read_file", {"path": "greet.py"})] * 8, *FIX)
         assert overnight("run", "--config", str(config)) == 1
         task = report_json(config, capsys)["tasks"][0]
-        assert task["outcome"] == "parked" and len(task["iterations"]) == 2
+        assert (task["outcome"], task["reason"]) == ("parked", "parked") and len(task["iterations"]) == 2
         assert "`parked`" in notes_text(config)
+
+    def test_with_the_defaults_the_same_reason_on_every_iteration_parks_the_task(self, config_file, server, capsys):
+        """max_iterations = 3 and park_after = 3: the third iteration's stop is the third alike, so `parked`, not `failed`."""
+        config = config_file(night={"max_iterations": 3}, guards={"park_after": 3})
+        server.enqueue(*[call("read_file", {"path": "greet.py"})] * 12)
+        assert overnight("run", "--config", str(config)) == 1
+        task = report_json(config, capsys)["tasks"][0]
+        assert (task["outcome"], task["reason"]) == ("parked", "parked")
+        assert [it["reason"] for it in task["iterations"]] == ["repeated_tool_call"] * 3
