@@ -43,7 +43,7 @@ class ModelConfig(_Section):
     temperature: float = Field(0.2, ge=0, le=2)
     max_tokens: int = Field(2048, gt=0, description="cap on one response")
     context_window: int | None = Field(None, gt=0, description="used when litellm does not know the model")
-    retries: int = Field(3, ge=0, le=100, description="attempts after the first when the endpoint is down or answers 5xx")
+    retries: int = Field(3, ge=0, le=100, description="attempts after the first when the endpoint is down or answers 5xx, 429, 408, 409 or 425")
     retry_backoff_s: float = Field(2.0, ge=0, le=3600, description="first backoff; doubles each retry, with jitter")
     transport: Literal["auto", "litellm", "direct"] = Field(
         "auto", description='"direct": OpenAI-compatible HTTP; "auto": direct for "openai/..." with api_base, else litellm'
