@@ -67,9 +67,9 @@ def check_base(repo, base: str) -> None:
     except git.GitCommandError as exc:
         # --quiet: a name that is no commit fails silently; anything git says is about the repository
         # itself ("detected dubious ownership" when cron runs as another user than its owner).
-        said = [line.strip() for line in str(exc.stderr or "").splitlines() if "fatal:" in line or "error:" in line]
+        said = _git_said(exc)
         if said:
-            reason = said[0].split("fatal:", 1)[-1].strip()
+            reason = said.removeprefix("fatal:").strip()
             if "dubious ownership" in reason:
                 reason += " (run overnight as the repository's owner, or add it to git's safe.directory)"
             raise ConfigError(f"[repo] path: git refuses {repo.working_tree_dir}: {reason}") from None
@@ -112,7 +112,7 @@ class Worktree:
         self._link = (path / ".git").read_bytes() if intact else b"gitdir: " + os.fsencode(self._admin) + b"\n"
         self._restore_link()
         # The repository's config, which the user's checkout reads too (the agent's commands may not change it).
-        self.shared_config = _common_of(self._admin) / "config"
+        self.shared_config = Path(os.path.abspath(common_dir) if common_dir is not None else _common_of(self._admin)) / "config"
         self._repo = git.Repo(path)
         # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
         self._env = {
@@ -532,5 +532,14 @@ def _text(output: bytes) -> str:
 
 def _git_reason(exc: Exception) -> str:
     """git's own `fatal:` or `error:` line (advice may follow it), else its last line."""
-    lines = [line.strip().removeprefix("stderr: ").strip("'") for line in str(getattr(exc, "stderr", "") or "").splitlines()]
-    return next((line for line in lines if line.startswith(("fatal:", "error:"))), "") or _last_line(exc)
+    return _git_said(exc) or _last_line(exc)
+
+
+def _git_said(exc: Exception) -> str:
+    """git's own `fatal:` or `error:` line in a GitCommandError's stderr, or ""."""
+    # GitPython wraps the whole of stderr as "stderr: '<text>'"; a quote inside git's text stays.
+    text = str(getattr(exc, "stderr", "") or "").strip()
+    if text.startswith("stderr: '") and text.endswith("'"):
+        text = text[len("stderr: '") : -1]
+    lines = [line.strip() for line in text.splitlines()]
+    return next((line for line in lines if line.startswith(("fatal:", "error:"))), "")
