@@ -149,18 +149,15 @@ class GuardsConfig(_Section):
     dead_loop_recent: int = Field(4, ge=2)
     dead_loop_distinct: int = Field(2, ge=1)
     progress_tools: tuple[str, ...] = ("write_file", "edit_file")
-
-    @field_validator("progress_tools")
-    @classmethod
-    def _known_progress_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [t for t in value if t not in ALL_TOOLS]
-        if unknown:
-            raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
-        return value
     context_warn_ratio: float = Field(0.8, gt=0, le=1)
     max_output_chars: int = Field(20000, gt=0, description="a response longer than this is cut as runaway")
     park_after: int = Field(3, ge=1, description="same severe reason on this many iterations in a row parks the task")
     custom: tuple[str, ...] = Field((), description='user guards as "module:Class"')
+
+    @field_validator("progress_tools")
+    @classmethod
+    def _known_progress_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _known_tool_names(value)
 
     @model_validator(mode="after")
     def _remind_before_stop(self) -> "GuardsConfig":
@@ -193,9 +190,7 @@ class TaskConfig(_Section):
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [t for t in value if t not in ALL_TOOLS]
-        if unknown:
-            raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
+        _known_tool_names(value)
         if "submit" not in value:
             value = (*value, "submit")
         return value
@@ -264,6 +259,13 @@ class Config(_Section):
             if task.name == name:
                 return task
         raise ConfigError(f"no task named {name!r} in {self.source}")
+
+
+def _known_tool_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [name for name in names if name not in ALL_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
+    return names
 
 
 def _resolved(path: Path, key: str, error: type[Exception] = ConfigError) -> Path:
