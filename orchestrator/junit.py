@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
-import tempfile
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
@@ -48,13 +48,16 @@ def write_junit(run: RunView, path: Path) -> None:
                 tree.write(out, encoding="utf-8", xml_declaration=True)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        temporary = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        # Made as any new file is (0666 less the umask), not mkstemp's 0600, which would keep the
+        # report from the CI's other users; a file that was there passes its own mode on.
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(handle, "wb") as out:
                 tree.write(out, encoding="utf-8", xml_declaration=True)
                 out.flush()
-                # mkstemp's 0600 would keep the report from the CI's other users.
-                os.fchmod(out.fileno(), stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+                if mode is not None:
+                    os.fchmod(out.fileno(), stat.S_IMODE(mode))
                 os.fsync(out.fileno())
             os.replace(temporary, path)
         except BaseException:
@@ -62,12 +65,6 @@ def write_junit(run: RunView, path: Path) -> None:
             raise
     except OSError as exc:
         raise StateError(f"cannot write JUnit report {path}: {exc.strerror or exc}") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def junit_element(run: RunView) -> ET.Element:
