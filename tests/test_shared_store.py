@@ -81,6 +81,16 @@ def a_dead_night_of(config: Path, *, pid: int, task: str = "fix-greet") -> tuple
         store.close()
 
 
+def assert_the_column_was_added(url: str, older_run: int) -> None:
+    """A store whose runs table lacked `state_id`, opened again: the older run reads with none, a new run keeps its own."""
+    store = RunStore.open(url)
+    try:
+        assert store.run(older_run).state_id is None and store.latest_run(state_id="any").id == older_run
+        assert store.run(store.begin_run(config_path="c", pid=1, host="h", state_id="x")).state_id == "x"
+    finally:
+        store.close()
+
+
 def outcome_of(store_path: Path, iteration_id: int) -> str:
     with sqlite3.connect(store_path) as db:
         return db.execute("SELECT outcome FROM iterations WHERE id = ?", (iteration_id,)).fetchone()[0]
@@ -198,9 +208,4 @@ class TestSchema:
         store.close()
         with sqlite3.connect(tmp_path / "old.db") as db:
             db.execute("ALTER TABLE runs DROP COLUMN state_id")
-        store = RunStore.open(url)
-        try:
-            assert store.run(run).state_id is None and store.latest_run(state_id="any").id == run
-            assert store.run(store.begin_run(config_path="c", pid=1, host="h", state_id="x")).state_id == "x"
-        finally:
-            store.close()
+        assert_the_column_was_added(url, run)
