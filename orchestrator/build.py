@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator
 
 from orchestrator.cancel import CancelToken
 from orchestrator.config import LOCAL_MODEL, Config
-from orchestrator.errors import ConfigError
 from orchestrator.console import SignalPrinter
+from orchestrator.errors import ConfigError
 from orchestrator.logs import get_logger, json_mode
 from orchestrator.night import NightParts
 

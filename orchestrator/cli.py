@@ -255,9 +255,7 @@ def gc(
     """Remove worktrees and overnight/ branches of tasks no longer in the config; unmerged work is kept."""
     from orchestrator.config import load_config
     from orchestrator.gc import collect_garbage
-
     from orchestrator.lock import StateLock
-
     from orchestrator.worktree import open_repo
 
     settings = load_config(config, require_tasks=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -157,7 +157,7 @@ class GuardsConfig(_Section):
     @field_validator("progress_tools")
     @classmethod
     def _known_progress_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _known_tool_names(value)
+        return check_tool_names(value)
 
     @model_validator(mode="after")
     def _remind_before_stop(self) -> "GuardsConfig":
@@ -190,7 +190,7 @@ class TaskConfig(_Section):
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        _known_tool_names(value)
+        check_tool_names(value)
         if "submit" not in value:
             value = (*value, "submit")
         return value
@@ -261,7 +261,8 @@ class Config(_Section):
         raise ConfigError(f"no task named {name!r} in {self.source}")
 
 
-def _known_tool_names(names: tuple[str, ...]) -> tuple[str, ...]:
+def check_tool_names(names: Sequence[str]) -> Sequence[str]:
+    """ValueError naming the first of `names` that is no tool."""
     unknown = [name for name in names if name not in ALL_TOOLS]
     if unknown:
         raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")

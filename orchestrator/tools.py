@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator import search
 from orchestrator.commands import cap_text, run_shell
-from orchestrator.config import ALL_TOOLS
+from orchestrator.config import ALL_TOOLS, check_tool_names
 from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.surrogates import mend
@@ -137,9 +137,7 @@ class Toolbox:
         """`confinement`: the task's branch and the repository's shared config, which the agent's
         commands may not change (without it, in a folder that is no task's worktree, editors
         are still refused and `git config --global` still kept from the user's)."""
-        unknown = [name for name in allowed if name not in ALL_TOOLS]
-        if unknown:
-            raise ValueError(f"unknown tool {unknown[0]!r}; tools are {', '.join(ALL_TOOLS)}")
+        check_tool_names(allowed)
         self.root = Path(root).resolve()
         self._root_text = str(self.root)
         self._allowed = offered(allowed)
