@@ -19,10 +19,9 @@ from orchestrator.printable import shortened, visible
 
 HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
 _ENTRY = re.compile(
-    r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`]+)` · iteration (?P<iteration>\d+) · `(?P<reason>[^`]+)`$",
+    r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`\n]+)` · iteration (?P<iteration>\d+) · `(?P<reason>[^`\n]+)`\r?$",
     re.MULTILINE,
 )
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 MAX_EVIDENCE_CHARS = 1500
 EVIDENCE_MARK = "**Evidence:**"
 
@@ -107,27 +106,24 @@ def render_entry(*, task: str, iteration: int, reason: str, correction: str, evi
         if len(shown) > MAX_EVIDENCE_CHARS:
             shown = "…" + shown[-MAX_EVIDENCE_CHARS:]
         fence = "`" * max(3, _longest_backtick_run(shown) + 1)
-        lines += ["", EVIDENCE_MARK, "", fence, shown, fence]
+        lines += ["", EVIDENCE_MARK, "", fence, _no_headers(shown), fence]
     return "\n".join(lines) + "\n"
 
 
 def _headers(text: str) -> list[tuple[int, re.Match[str]]]:
-    """Each entry header with where it starts, outside fenced blocks: evidence quotes output
-    (a check's, the model's), and output can hold a line that looks like a header."""
-    found: list[tuple[int, re.Match[str]]] = []
-    fence, offset = "", 0
-    for line in text.splitlines(keepends=True):
-        bare = line.rstrip("\r\n")
-        if fence:
-            # Closed only by a run of the same character at least as long (CommonMark).
-            if bare.strip() and set(bare.strip()) == {fence[0]} and len(bare.strip()) >= len(fence):
-                fence = ""
-        elif opened := _FENCE.match(bare):
-            fence = opened[1]
-        elif header := _ENTRY.match(bare):
-            found.append((offset, header))
-        offset += len(line)
-    return found
+    """Each entry header with where it starts.
+
+    Any line shaped like a header is one: evidence cannot hold such a line (`_no_headers`),
+    and fences are not followed, so a fence a person's hand edit left open (the top of the
+    file pruned down to the middle of an entry) cannot hide every entry after it.
+    """
+    return [(match.start(), match) for match in _ENTRY.finditer(text)]
+
+
+def _no_headers(evidence: str) -> str:
+    """Evidence quotes output (a check's, the model's), which can print a line shaped like an
+    entry header: indented by a space, it can neither forge an entry nor cut its own."""
+    return "\n".join(f" {line}" if _ENTRY.fullmatch(line) else line for line in evidence.split("\n"))
 
 
 def _one_paragraph(text: str) -> str:

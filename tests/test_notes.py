@@ -35,6 +35,36 @@ class TestNotesBook:
         assert forged in bad.text and bad.text.endswith("the end\n```")
         assert "forged" not in book.for_prompt("good", 4000)
 
+    def test_a_fence_left_open_by_a_hand_edit_hides_no_entry(self, tmp_path: Path):
+        """The top of notes.md pruned by hand down into an entry's evidence leaves a stray fence line:
+        the entries after it, and those appended later, still parse and reach the prompt."""
+        book = NotesBook(tmp_path / "notes.md")
+        for number in range(1, 5):
+            book.append(task="a", iteration=number, reason="check_failed", correction=f"advice {number}", evidence=f"exit 1\nAssertionError {number}")
+        lines = book.path.read_text().splitlines(keepends=True)
+        cut = next(i for i, line in enumerate(lines) if line.startswith("AssertionError 1"))
+        book.path.write_text("".join(lines[cut + 1 :]))  # starts with entry 1's closing ```
+        book.append(task="a", iteration=5, reason="max_turns", correction="advice 5", evidence="30 turns")
+        assert [e.iteration for e in book.entries()] == [2, 3, 4, 5]
+        assert "advice 5" in book.for_prompt("a", 4000)
+
+    def test_an_entry_cut_short_by_hand_does_not_swallow_later_ones(self, tmp_path: Path):
+        """An entry whose closing fence was deleted: every task's later entries are still their own."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="a", iteration=1, reason="check_failed", correction="old advice", evidence="exit 1")
+        book.path.write_text(book.path.read_text().rstrip().removesuffix("```"))
+        book.append(task="a", iteration=2, reason="max_turns", correction="new for a")
+        book.append(task="b", iteration=1, reason="max_turns", correction="new for b")
+        assert [(e.task, e.iteration) for e in book.entries()] == [("a", 1), ("a", 2), ("b", 1)]
+        assert "new for b" in book.for_prompt("b", 4000)
+
+    def test_a_hand_edited_file_with_crlf_line_ends_still_parses(self, tmp_path: Path):
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="a", iteration=1, reason="check_failed", correction="c", evidence="exit 1")
+        book.path.write_bytes(book.path.read_bytes().replace(b"\n", b"\r\n"))
+        book.append(task="a", iteration=2, reason="max_turns", correction="d")
+        assert [(e.iteration, e.reason) for e in book.entries()] == [(1, "check_failed"), (2, "max_turns")]
+
     def test_parallel_appends_never_interleave(self, tmp_path: Path):
         """Eight threads appending at once leave every entry whole and none lost."""
         book = NotesBook(tmp_path / "notes.md")
