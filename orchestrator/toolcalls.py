@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
 from orchestrator.surrogates import mend_all
@@ -32,6 +32,7 @@ _TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z
 # Possessive (*+): a fence line with no line break after it fails at once instead of being
 # re-split between the three parts in every way (quadratic in the reply's length).
 _FENCE = re.compile(r"```[ \t]*+([\w+-]*+)[^\n]*+\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE_MARK = "```"
 _FUNCTION_TAG = re.compile(r"<function=([^>\s]*)>(.*?)(</function>|\Z)", re.DOTALL)
 _PARAMETER_TAG = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 _JSON_START = re.compile(r"^[ \t]*([\[{])", re.MULTILINE)
@@ -214,12 +215,16 @@ def _calls_in_tag(body: str, known: set[str], cut: bool) -> list[_Written]:
     inner = body.strip()
     fenced = _FENCE.match(inner)
     if fenced:
-        inner = fenced.group(2).strip()
+        fence, _ = _fence_at(inner, fenced)
+        if fence.cut:
+            return _cut_by_the_fence(fence.cut, known) or _unreadable_tag(fence.body, cut)
+        inner = fence.body.strip()
     if inner.startswith("<function="):
         return _calls_in_function_tags(inner, known, cut)
-    found = _calls_in_block(inner, known, cut)
-    if found:
-        return found
+    return _calls_in_block(inner, known, cut) or _unreadable_tag(inner, cut)
+
+
+def _unreadable_tag(inner: str, cut: bool) -> list[_Written]:
     guess = _NAME_IN_TEXT.search(inner)
     detail = _CUT_OFF if cut else f"the <tool_call> body is not {_CALL_FORM}"
     return [_Written(guess.group(1) if guess else "", _Arguments(None, inner), "unparseable", detail)]
@@ -227,10 +232,83 @@ def _calls_in_tag(body: str, known: set[str], cut: bool) -> list[_Written]:
 
 def _calls_in_fences(text: str, known: set[str], cut: bool) -> list[_Written]:
     found: list[_Written] = []
-    for language, body in _FENCE.findall(text):
-        if language.lower() in _CALL_FENCE_LANGUAGES:
+    for fence in _fences(text):
+        if fence.language.lower() in _CALL_FENCE_LANGUAGES:
+            body = fence.body[: fence.cut.start] if fence.cut else fence.body
             found.extend(_calls_in_block(body, known, cut) or _calls_in_bare_json(body, known, cut))
+            found.extend(_cut_by_the_fence(fence.cut, known) if fence.cut else [])
     return found
+
+
+@dataclass(frozen=True)
+class _CutJson:
+    """Invalid JSON in a fence's body that the ``` closing the fence cut inside one of its strings."""
+
+    start: int  # where in the body it begins
+    text: str
+    error: str
+
+
+@dataclass(frozen=True)
+class _Fence:
+    """One code fence's language and body."""
+
+    language: str
+    body: str
+    cut: _CutJson | None = None
+
+
+def _fences(text: str) -> Iterator[_Fence]:
+    position = 0
+    while (match := _FENCE.search(text, position)) is not None:
+        fence, position = _fence_at(text, match)
+        yield fence
+
+
+def _fence_at(text: str, match: re.Match[str]) -> tuple[_Fence, int]:
+    """The fence that `match` opens, and where the text after it starts.
+
+    The regex ends a fence at the first ```, but a call that writes a README or a
+    docstring holds ``` in its strings. So the JSON values starting the body's lines
+    are decoded from the whole text first, and the fence ends at the first ``` after them.
+    """
+    language, start, close = match.group(1), match.start(2), match.end(2)
+    position = start
+    while (value := _JSON_START.search(text, position, close)) is not None:
+        try:
+            _, position = _raw_decode(text, value.start(1))
+        except ValueError as exc:
+            if close < len(text) and _ends_inside_a_string(text[value.start(1) : close]):
+                cut = _CutJson(value.start(1) - start, text[value.start(1) : close], _json_error(exc, value.start(1)))
+                return _Fence(language, text[start:close], cut), close + len(_FENCE_MARK)
+            position = value.end()
+            continue
+        if position > close:  # only a ``` inside a string can lie within valid JSON
+            found = text.find(_FENCE_MARK, position)
+            close = found if found >= 0 else len(text)
+    return _Fence(language, text[start:close]), min(close + len(_FENCE_MARK), len(text))
+
+
+def _ends_inside_a_string(json_text: str) -> bool:
+    inside = escaped = False
+    for char in json_text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = inside
+        elif char == '"':
+            inside = not inside
+    return inside
+
+
+def _cut_by_the_fence(cut: _CutJson, known: set[str]) -> list[_Written]:
+    """Repaired, such a call would run with its text cut at the ```: it is reported instead."""
+    detail = (
+        f"the call's JSON is not valid ({cut.error}), so the ``` inside one of its strings ended "
+        "the code fence there; write the whole call again as valid JSON"
+    )
+    shapes = _call_shapes(_repair(cut.text), known) or []
+    return [_Written(name, _Arguments(None, cut.text), "unparseable", detail) for name, _ in shapes]
 
 
 def _calls_in_function_tags(text: str, known: set[str], cut: bool) -> list[_Written]:
@@ -396,9 +474,10 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
     return True
 
 
-def _json_error(exc: ValueError) -> str:
+def _json_error(exc: ValueError, start: int = 0) -> str:
+    """The error's message, its place counted from `start`, where the JSON began."""
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at char {exc.pos}"
+        return f"{exc.msg} at char {exc.pos - start}"
     return str(exc)
 
 

@@ -223,6 +223,35 @@ class TestTextCalls:
         text = '<tool_call>{"name": "read_file", "arguments": {"path": "a.py"}</tool_call>'
         assert only(written(text)) == ToolCall("read_file", {"path": "a.py"}, source="text")
 
+    @pytest.mark.parametrize(
+        "wrap",
+        [
+            lambda call: "I will write the README.\n```json\n" + json.dumps(call) + "\n```\n",
+            lambda call: "```json\n" + json.dumps(call, indent=2) + "\n```",
+            lambda call: "<tool_call>\n```json\n" + json.dumps(call) + "\n```\n</tool_call>",
+        ],
+        ids=["json-fence", "pretty-printed", "fence-in-tag"],
+    )
+    def test_a_code_fence_inside_a_string_does_not_cut_the_call(self, wrap):
+        """A ``` in the content of a call written in a fence is content: the call arrives whole, not cut there and repaired."""
+        content = "# Demo\n\nRun it:\n\n```bash\npython app.py\n```\n\nMore docs below.\n"
+        call = {"name": "write_file", "arguments": {"path": "README.md", "content": content}}
+        assert only(written(wrap(call))) == ToolCall("write_file", call["arguments"], source="text")
+
+    def test_calls_after_a_fence_with_a_code_fence_inside_are_found(self):
+        """The fence ends at the ``` after the JSON, so a second fenced call after it is found too."""
+        edit = {"name": "edit_file", "arguments": {"path": "R.md", "old": "TBD", "new": "```\nrun\n```"}}
+        text = "```json\n" + json.dumps(edit) + "\n```\nthen\n```json\n" + '{"name": "run_check"}' + "\n```"
+        assert written(text) == [ToolCall("edit_file", edit["arguments"], source="text"), ToolCall("run_check", {}, source="text")]
+
+    @pytest.mark.parametrize("tagged", [False, True], ids=["json-fence", "fence-in-tag"])
+    def test_invalid_json_cut_by_a_code_fence_inside_a_string_is_not_repaired(self, tagged):
+        """Invalid JSON whose string holds a ```: repaired at that ```, the call would run with its text cut, so it is broken."""
+        text = '```json\n{"name": "write_file", "arguments": {"path": "R.md", "content": "a\\n```bash\\nx\\n```"}\n```'
+        call = only(written(f"<tool_call>{text}</tool_call>" if tagged else text))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable")
+        assert "```" in call.detail and "valid JSON" in call.detail
+
     def test_text_call_cut_at_the_length_limit_is_unparseable(self):
         """A written call cut off at the length limit is a BrokenCall with the tool's name."""
         text = 'Writing:\n<tool_call>\n{"name": "write_file", "arguments": {"path": "a.py", "content": "def f('
