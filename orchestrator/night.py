@@ -29,7 +29,7 @@ from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
-from orchestrator.tools import Toolbox, offered, schemas_of
+from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import Worktree, branch_for
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
@@ -269,6 +269,7 @@ def _task_setup(
             check_command=task.check,
             check_timeout_s=config.night.check_timeout_s,
             command_timeout_s=config.night.command_timeout_s,
+            max_output_chars=output_cap_for(parts.context_window),
             cancel=cancel,
             confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config),
         ),

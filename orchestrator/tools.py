@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     import regex
 
 MAX_SEARCH_MATCHES = 100
+# One tool result may take about this share of the model's context window (at ~3 chars a token),
+# so that the prompt, the history and the next few results still fit: 1843 chars for 4096 tokens.
+DEFAULT_OUTPUT_CHARS = 8000
+_MIN_OUTPUT_CHARS = 1500
+_OUTPUT_SHARE_OF_WINDOW = 0.15
+_CHARS_PER_TOKEN = 3
 _SEARCH_LINE_CHARS = 200
 _SEARCH_MAX_FILE_BYTES = 2_000_000
 _BINARY_SNIFF_BYTES = 8192
@@ -106,6 +112,14 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+def output_cap_for(context_window: int | None) -> int:
+    """The most chars one tool result shows a model with this context window (in tokens; None: not known)."""
+    if not context_window:
+        return DEFAULT_OUTPUT_CHARS
+    share = int(context_window * _OUTPUT_SHARE_OF_WINDOW * _CHARS_PER_TOKEN)
+    return max(_MIN_OUTPUT_CHARS, min(DEFAULT_OUTPUT_CHARS, share))
+
+
 def offered(allowed: Sequence[str]) -> list[str]:
     """The tools a task offers the model, in the order the model sees them."""
     return [name for name in ALL_TOOLS if name in allowed]
@@ -130,7 +144,7 @@ class Toolbox:
         check_command: str,
         check_timeout_s: float = 600,
         command_timeout_s: float = 120,
-        max_output_chars: int = 8000,
+        max_output_chars: int = DEFAULT_OUTPUT_CHARS,
         cancel: Any = None,
         confinement: Confinement | None = None,
     ) -> None:

@@ -14,7 +14,9 @@ from orchestrator.commands import TIMEOUT_EXIT_CODE, cap_text, run_shell
 from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
 from orchestrator.records import ModelResponse, RawToolCall, ToolCall
 from orchestrator import search
-from orchestrator.tools import MAX_SEARCH_MATCHES, Toolbox
+from orchestrator.tools import DEFAULT_OUTPUT_CHARS, MAX_SEARCH_MATCHES, Toolbox, output_cap_for
+from orchestrator.scripted import call
+from tests.conftest import SAMPLE_FILES, make_repo, write_config
 
 
 @pytest.fixture
@@ -374,6 +376,30 @@ class TestCommands:
         """submit marks the result as submitted."""
         result = run(toolbox(repo), "submit", summary="fixed add")
         assert (result.ok, result.output, result.submitted) == (True, "submitted", True)
+
+
+class TestOutputCap:
+    @pytest.mark.parametrize(
+        "window, cap",
+        [(None, DEFAULT_OUTPUT_CHARS), (4096, 1843), (8192, 3686), (1000, 1500), (1_000_000, DEFAULT_OUTPUT_CHARS)],
+    )
+    def test_the_cap_is_a_share_of_the_context_window(self, window, cap):
+        """A tool result may fill about 15% of a known window (3 chars a token), never less than 1500 or more than 8000 chars."""
+        assert output_cap_for(window) == cap
+
+    def test_a_night_caps_tool_output_for_the_models_window(self, tmp_path, server):
+        """With a 4096-token window, one read_file shows 1843 chars, not 8000 that would fill half the window."""
+        from tests.test_night import overnight
+
+        repo = make_repo(tmp_path / "repo", {**SAMPLE_FILES, "big.py": "x = 1  # a long file\n" * 2000})
+        config = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo,
+            model={"context_window": 4096}, night={"max_iterations": 1},
+        )
+        server.enqueue(call("read_file", {"path": "big.py"}), call("submit", {"summary": "read it"}))
+        overnight("run", "--config", str(config))
+        shown = next(m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool")
+        assert shown.startswith("x = 1") and len(shown) <= output_cap_for(4096)
 
 
 class TestAllowlist:
