@@ -171,7 +171,16 @@ def report(
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
-        typer.echo(reports.as_text(latest, base=_merge_target(settings)), nl=False)
+        typer.echo(reports.as_text(latest, base=_merge_target(settings), process_gone=_process_gone(latest)), nl=False)
+
+
+def _process_gone(run: object) -> bool:
+    """A run recorded as running whose process, on this host, no longer exists."""
+    import socket
+
+    from orchestrator.recovery import pid_alive
+
+    return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid)  # type: ignore[attr-defined]
 
 
 def _check_log_format(log_format: str) -> None:

@@ -62,8 +62,11 @@ def _iteration_json(iteration: IterationView) -> dict[str, Any]:
     }
 
 
-def as_text(run: RunView, base: str = "main") -> str:
+def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> str:
+    """`process_gone`: the run says `running` but its process no longer exists (killed, power lost)."""
     header = f"overnight run #{run.id} · {run.status}"
+    if process_gone:
+        header += f" · but its process (pid {run.pid}) is gone: the next `overnight run` records it as crashed"
     if run.exit_code is not None:
         header += f" · exit {run.exit_code}"
     header += f" · started {_short(run.started_at)}"

@@ -386,23 +386,37 @@ class RunStore:
             return _run_header(session.get(Run, session.get(TaskRun, task_run_id).run_id))
 
     def interrupt_iteration(self, iteration_id: int, *, correction: str) -> bool:
-        """Mark a still-running iteration `interrupted`; False if it had already ended."""
-        now = utc_now()
+        """Mark a still-running iteration `interrupted`; False if it had already ended.
+
+        Its process died before it could count its turns and tokens: they come from its
+        model-call events, and its end is its last heartbeat (when it was last seen alive),
+        not the moment recovery found it, which may be the next night.
+        """
+        calls = select(func.count()).where(Event.iteration_id == Iteration.id, Event.type == MODEL_CALL).scalar_subquery()
+        tokens = (
+            select(func.coalesce(func.sum(Event.prompt_tokens + Event.completion_tokens), 0))
+            .where(Event.iteration_id == Iteration.id, Event.type == MODEL_CALL)
+            .scalar_subquery()
+        )
         with self._statements("interrupt_iteration") as connection:
             statement = (
                 update(Iteration)
                 .where(Iteration.id == iteration_id, Iteration.outcome == "running")
-                .values(outcome="interrupted", reason="interrupted", correction=correction, finished_at=now)
+                .values(
+                    outcome="interrupted", reason="interrupted", correction=correction,
+                    turns=calls, tokens=tokens, finished_at=Iteration.heartbeat_at,
+                )
             )
             return connection.execute(statement).rowcount == 1
 
     def close_interrupted_run(self, run_id: int, exit_code: int | None = None) -> None:
         """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`.
 
-        `exit_code`: the code its process left with, when known (None when found dead by recovery).
+        `exit_code`: the code its process left with, when known (None when found dead by
+        recovery: the run then ends when it was last seen alive, not when it was found).
         """
-        now = utc_now()
         with self._writing("close_interrupted_run") as session:
+            now = utc_now() if exit_code is not None else self._last_seen_alive(session, run_id)
             open_tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run_id, TaskRun.outcome == "running")).all()
             for task in open_tasks:
                 commit = session.scalars(
@@ -417,6 +431,18 @@ class RunStore:
                 .where(Run.id == run_id, Run.status == "running")
                 .values(status="crashed", finished_at=now, exit_code=exit_code)
             )
+
+    @staticmethod
+    def _last_seen_alive(session: Session, run_id: int) -> Any:
+        """The latest time a dead run left in the store: a heartbeat, an iteration's end, a task's start, its own start."""
+        in_run = TaskRun.run_id == run_id
+        candidates = [
+            session.scalar(select(func.max(Iteration.heartbeat_at)).join(TaskRun, Iteration.task_run_id == TaskRun.id).where(in_run)),
+            session.scalar(select(func.max(Iteration.finished_at)).join(TaskRun, Iteration.task_run_id == TaskRun.id).where(in_run)),
+            session.scalar(select(func.max(TaskRun.started_at)).where(in_run)),
+            session.scalar(select(Run.started_at).where(Run.id == run_id)),
+        ]
+        return max((seen for seen in candidates if seen is not None), default=utc_now())
 
     def integrity_problems(self) -> list[str]:
         """SQLite's own integrity check ([] when sound); always [] on other backends."""
@@ -582,13 +608,24 @@ def _iteration_views(session: Session, rows: Sequence[tuple[Iteration, str]]) ->
     for iteration_id, level, kind, message in signal_rows:
         signals[iteration_id].append(Signal(Level(level), kind, message))
     counts: dict[tuple[int, str], int] = {}
+    event_tokens: dict[int, int] = defaultdict(int)
     count_rows = session.execute(
-        select(Event.iteration_id, Event.type, func.count())
+        select(Event.iteration_id, Event.type, func.count(), func.sum(Event.prompt_tokens + Event.completion_tokens))
         .where(Event.iteration_id.in_(ids), Event.type.in_((MODEL_CALL, TOOL_CALL)))
         .group_by(Event.iteration_id, Event.type)
     )
-    for iteration_id, event_type, count in count_rows:
+    for iteration_id, event_type, count, tokens in count_rows:
         counts[(iteration_id, event_type)] = count
+        if event_type == MODEL_CALL:
+            event_tokens[iteration_id] = int(tokens or 0)
+
+    def so_far(it: Iteration) -> tuple[int, int]:
+        """Turns and tokens: counted at the iteration's end; until then (in flight, or its
+        process died), what its model-call events say."""
+        if it.outcome != "running":
+            return it.turns, it.tokens
+        return counts.get((it.id, MODEL_CALL), 0), event_tokens[it.id]
+
     return [
         IterationView(
             id=it.id,
@@ -600,8 +637,8 @@ def _iteration_views(session: Session, rows: Sequence[tuple[Iteration, str]]) ->
             correction=it.correction,
             checkpoint=it.checkpoint,
             commit=it.commit,
-            turns=it.turns,
-            tokens=it.tokens,
+            turns=so_far(it)[0],
+            tokens=so_far(it)[1],
             transcript=it.transcript,
             pid=it.pid,
             started_at=it.started_at,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -447,3 +448,60 @@ class TestKilledNight:
         assert "iteration_recovered" in [e["event"] for e in logs]
         with StateLock(config.state_dir):
             pass  # the kernel freed whatever the dead night held
+
+    def test_a_killed_night_is_told_as_it_is_before_and_after_recovery(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        """The morning after a kill -9, before any night recovers it: the report says the process is gone
+        and counts the turns and tokens its events hold; recovery then keeps those counts, and dates
+        the end to when the night was last seen alive, not to when it was found."""
+        from datetime import datetime, timezone
+
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(
+            call("list_dir", {"path": "."}, prompt_tokens=100, completion_tokens=10),
+            call("read_file", {"path": "greet.py"}, prompt_tokens=200, completion_tokens=20),
+            call("read_file", {"path": "check_greet.py"}, prompt_tokens=300, completion_tokens=30),
+            Reply(text="thinking", delay_s=60),
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+
+        def model_calls_recorded() -> int:
+            if not (config.state_dir / "runs.db").exists():
+                return 0
+            with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db", timeout=5)) as db:
+                try:
+                    return db.execute("SELECT count(*) FROM events WHERE type = 'model_call'").fetchone()[0]
+                except sqlite3.OperationalError:  # the schema is not made yet
+                    return 0
+
+        try:
+            _wait_for(lambda: model_calls_recorded() >= 3 or proc.poll() is not None, 60, "three recorded model calls")
+            assert proc.poll() is None, "the night ended before it could be killed"
+        finally:
+            proc.kill()
+            proc.wait()
+        killed_at = datetime.now(timezone.utc)
+
+        capsys.readouterr()
+        assert overnight("report", "--config", str(config.source)) == 0
+        text = capsys.readouterr().out
+        assert f"running · but its process (pid {proc.pid}) is gone" in text.splitlines()[0]
+        assert "#1 running · 3 turns · 660 tokens" in text
+
+        time.sleep(0.05)
+        recover(config)
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
+            outcome, turns, tokens, finished, beat = db.execute(
+                "SELECT outcome, turns, tokens, finished_at, heartbeat_at FROM iterations"
+            ).fetchone()
+            [(run_finished,)] = db.execute("SELECT finished_at FROM runs").fetchall()
+        assert (outcome, turns, tokens) == ("interrupted", 3, 660)
+        assert finished == beat
+        assert datetime.fromisoformat(run_finished).replace(tzinfo=timezone.utc) <= killed_at
+        assert overnight("report", "--config", str(config.source)) == 0
+        text = capsys.readouterr().out
+        assert "crashed" in text.splitlines()[0] and "is gone" not in text
+        assert "#1 interrupted interrupted · 3 turns · 660 tokens" in text
