@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import stat
+from bisect import bisect_right
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from orchestrator import search
 from orchestrator.commands import cap_text, run_shell
@@ -35,6 +36,8 @@ _CHARS_PER_TOKEN = 3
 _SEARCH_LINE_CHARS = 200
 _SEARCH_MAX_FILE_BYTES = 2_000_000
 _BINARY_SNIFF_BYTES = 8192
+# Room kept in a capped output for the note that says how to read on.
+_NOTE_ROOM = 200
 # A file this big is data or a log, not code to edit; read whole, it could exhaust the memory.
 _EDIT_MAX_FILE_BYTES = 20_000_000
 # Folders a search from above skips: they are big and never the code to change.
@@ -43,6 +46,10 @@ _SEARCH_SKIP_DIRS = {".venv", "venv", "node_modules", "__pycache__", ".mypy_cach
 
 def _string(description: str) -> dict[str, str]:
     return {"type": "string", "description": description}
+
+
+def _integer(description: str) -> dict[str, str]:
+    return {"type": "integer", "description": description}
 
 
 def _function(name: str, description: str, properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
@@ -58,7 +65,16 @@ def _function(name: str, description: str, properties: dict[str, Any], required:
 
 _PATH = _string("File path relative to the project root, like src/app.py")
 _SCHEMAS: dict[str, dict[str, Any]] = {
-    "read_file": _function("read_file", "Show the whole text of one file.", {"path": _PATH}, ["path"]),
+    "read_file": _function(
+        "read_file",
+        "Show the text of one file: all of it, or the lines from start_line to end_line.",
+        {
+            "path": _PATH,
+            "start_line": _integer("First line to show, counting from 1 (default: the first)"),
+            "end_line": _integer("Last line to show (default: the last)"),
+        },
+        ["path"],
+    ),
     "write_file": _function(
         "write_file",
         "Create a file, or replace ALL of its text. Give the complete new file content.",
@@ -252,26 +268,58 @@ class Toolbox:
 
     # --- tools ---------------------------------------------------------------
 
-    def _read_file(self, path: str) -> ToolResult:
+    def _read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> ToolResult:
         target = self._existing_file(path)
+        if start_line is None and end_line is None:
+            return self._read_whole(path, target)
+        first = 1 if start_line is None else start_line
+        if first < 1 or (end_line is not None and end_line < first):
+            raise _Refused("start_line counts from 1, and end_line may not be below it; give a range like start_line=1, end_line=40")
+        return self._read_lines(path, target, first, end_line)
+
+    def _read_whole(self, path: str, target: Path) -> ToolResult:
         with open(target, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             # No more than can be shown: a log of gigabytes must not be read whole into memory.
             data = handle.read(4 * self._max_output_chars + _BINARY_SNIFF_BYTES)
         if b"\0" in data[:_BINARY_SNIFF_BYTES]:
-            return ToolResult(False, f"{path!r} is a binary file ({size} bytes); it cannot be shown as text")
+            return ToolResult(False, _binary_message(path, size))
         text = data.decode("utf-8", errors="replace")
         if not text:
             return ToolResult(True, f"({path} is empty)")
         if len(text) <= self._max_output_chars and len(data) >= size:
             return ToolResult(True, text)
         length = f"{len(text)} chars" if len(data) >= size else f"{size} bytes"
-        note = (
-            f"\n[... {path} has {length}; only the first {{shown}} chars are shown. "
-            "Use search to find the lines you need further down.]"
-        )
-        shown = max(self._max_output_chars - len(note) - 10, 0)
-        return ToolResult(True, text[:shown] + note.format(shown=shown))
+        shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM])
+        if "\n" not in shown:  # one line longer than the cap: nothing to read on from
+            return ToolResult(True, f"{shown}\n[... {path} has {length}; only the first {len(shown)} chars are shown.]")
+        last = shown.count("\n")
+        return ToolResult(True, f"{shown}[... {path} has {length}; only lines 1-{last} are shown. {_read_on(last + 1)}]")
+
+    def _read_lines(self, path: str, target: Path, first: int, last: int | None) -> ToolResult:
+        """Lines `first` to `last` (None: to the end), as many as fit in the output."""
+        room = self._max_output_chars - _NOTE_ROOM
+        shown: list[str] = []
+        used = number = 0
+        with open(target, "rb") as handle:
+            if b"\0" in handle.read(_BINARY_SNIFF_BYTES):
+                return ToolResult(False, _binary_message(path, os.fstat(handle.fileno()).st_size))
+            handle.seek(0)
+            for number, line in _numbered_lines(handle, longest=4 * self._max_output_chars):
+                if number < first:
+                    continue
+                if last is not None and number > last:
+                    break
+                text = line.decode("utf-8", errors="replace")
+                if used + len(text) > room:
+                    return ToolResult(True, _cut_range(shown, first, number, text, room))
+                shown.append(text)
+                used += len(text)
+        if number == 0:
+            return ToolResult(True, f"({path} is empty)")
+        if number < first:
+            raise _Refused(f"{path} ends at line {number}, so it has no line {first}; give a start_line from 1 to {number}")
+        return ToolResult(True, "".join(shown))
 
     def _write_file(self, path: str, content: str) -> ToolResult:
         target = self._resolve(path)
@@ -386,7 +434,8 @@ class Toolbox:
             return []
         shown = file.relative_to(self.root).as_posix() if file.is_relative_to(self.root) else file.name
         lines = search.matching_lines(data.decode("utf-8", errors="replace"), pattern, limit, deadline)
-        return [f"{shown}:{number}: {line.strip()[:_SEARCH_LINE_CHARS]}" for number, line in lines]
+        # Indentation kept: a model copies these lines into edit_file's `old`.
+        return [f"{shown}:{number}: {line.rstrip()[:_SEARCH_LINE_CHARS]}" for number, line in lines]
 
     def _run_check(self) -> ToolResult:
         result = run_shell(
@@ -435,19 +484,80 @@ def _overwrite(target: Path, text: str) -> None:
         os.close(fd)
 
 
+def _binary_message(path: str, size: int) -> str:
+    return f"{path!r} is a binary file ({size} bytes); it cannot be shown as text"
+
+
+def _whole_lines(text: str) -> str:
+    """`text` up to its last line break, if it has one: a line cut in half could not be copied into edit_file."""
+    end = text.rfind("\n")
+    return text[: end + 1] if end >= 0 else text
+
+
+def _read_on(next_line: int) -> str:
+    return f"Read on with read_file and start_line={next_line} (end_line is optional), or use search to find the lines you need."
+
+
+def _numbered_lines(handle: BinaryIO, *, longest: int) -> Iterator[tuple[int, bytes]]:
+    """(number from 1, line) for each line of a binary file, lines split at b"\\n" only.
+
+    A line is cut at `longest` bytes and the rest of it skipped, so that a file of
+    one huge line is never held in memory whole.
+    """
+    number = 0
+    while line := handle.readline(longest):
+        number += 1
+        rest = line
+        while not rest.endswith(b"\n") and (rest := handle.readline(longest)):
+            pass
+        yield number, line
+
+
+def _cut_range(shown: list[str], first: int, number: int, line: str, room: int) -> str:
+    """Lines `first` to `number` - 1, with a note on how to read on from line `number`, which did not fit."""
+    if shown:
+        return "".join(shown) + f"[... only lines {first}-{number - 1} fit in the output. {_read_on(number)}]"
+    return f"{line[:room]}\n[... line {number} is too long to show whole; only its first {room} chars are shown. {_read_on(number + 1)}]"
+
+
 def _count_lines(text: str) -> int:
     return len(text.splitlines())
 
 
 def _not_found_message(path: str, old: str, text: str) -> str:
-    if _squeeze(old) and _squeeze(old) in _squeeze(text):
+    alike = _lines_alike(old, text)
+    if alike:
+        first, last = alike
+        quoted = "\n".join(line.rstrip("\r") for line in text.split("\n")[first - 1 : last])
         return (
             f"`old` was not found exactly in {path}, but similar text with different spaces or indentation is "
-            "there; read_file and copy the text exactly"
+            f"there, at lines {first}-{last}; copy `old` exactly from these lines:\n{quoted}"
         )
     return f"`old` was not found in {path}; read_file to see its current text and copy `old` exactly from it"
 
 
+def _lines_alike(old: str, text: str) -> tuple[int, int] | None:
+    """The first and last line (from 1) of `text` that hold `old` when each line's surrounding
+    whitespace and the blank lines are ignored; None when it is not there even so."""
+    wanted = _squeeze(old)
+    if not wanted:
+        return None
+    offsets: list[int] = []  # where each kept line starts in the squeezed text
+    numbers: list[int] = []
+    kept: list[str] = []
+    offset = 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            offsets.append(offset)
+            numbers.append(number)
+            kept.append(line.strip())
+            offset += len(kept[-1]) + 1
+    at = "\n".join(kept).find(wanted)
+    if at < 0:
+        return None
+    return numbers[bisect_right(offsets, at) - 1], numbers[bisect_right(offsets, at + len(wanted) - 1) - 1]
+
+
 def _squeeze(text: str) -> str:
     """Text with each line's surrounding whitespace and blank lines removed."""
-    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+    return "\n".join(line.strip() for line in text.split("\n") if line.strip())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 import time
@@ -217,6 +218,34 @@ class TestFileTools:
         (repo / "text.log").write_text("é" * 300)  # 300 chars, 600 bytes: fits whole
         assert run(toolbox(repo, max_output_chars=1000), "read_file", path="text.log").output == "é" * 300
 
+    def test_read_file_shows_a_range_of_lines(self, repo):
+        """start_line and end_line (from 1, inclusive) show those lines exactly; either may be left out."""
+        (repo / "ten.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
+        box = toolbox(repo)
+        assert run(box, "read_file", path="ten.txt", start_line=3, end_line=5).output == "line 3\nline 4\nline 5\n"
+        assert run(box, "read_file", path="ten.txt", start_line=9).output == "line 9\nline 10\n"
+        assert run(box, "read_file", path="ten.txt", end_line=1).output == "line 1\n"
+        assert run(box, "read_file", path="ten.txt", start_line=10, end_line=99).output == "line 10\n"
+
+    @pytest.mark.parametrize("lines, says", [({"start_line": 11}, "ends at line 10"), ({"start_line": 0}, "from 1"), ({"start_line": 5, "end_line": 4}, "below")])
+    def test_read_file_refuses_a_range_outside_the_file(self, repo, lines, says):
+        """A range that shows nothing fails with one line saying which lines there are."""
+        (repo / "ten.txt").write_text("x\n" * 10)
+        result = run(toolbox(repo), "read_file", path="ten.txt", **lines)
+        assert not result.ok and says in result.output and "\n" not in result.output
+
+    def test_a_file_longer_than_the_cap_can_be_read_to_its_end(self, repo):
+        """Following the cut-off note's start_line from read to read shows every line, the last one too, exactly."""
+        body = "".join(f"def helper_{i}(x):\n  return x - {i}\n\n" for i in range(300)) + "def target(x):\n  return x + 1\n"
+        (repo / "big.py").write_text(body)
+        box = toolbox(repo, max_output_chars=1000)
+        result, seen = run(box, "read_file", path="big.py"), ""
+        while (more := re.search(r"start_line=(\d+)", result.output)) is not None:
+            assert len(result.output) <= 1000
+            seen += result.output[: result.output.index("[...")]
+            result = run(box, "read_file", path="big.py", start_line=int(more.group(1)))
+        assert seen + result.output == body
+
     def test_write_file_creates_parent_folders(self, repo):
         """write_file creates missing folders and the file."""
         result = run(toolbox(repo), "write_file", path="new/deep/mod.py", content="A = 1\n")
@@ -260,6 +289,12 @@ class TestFileTools:
         """An `old` that differs only in indentation gets a hint to copy it exactly."""
         result = run(toolbox(repo), "edit_file", path="src/util.py", old="X = 1\n  Y = 2", new="Z")
         assert not result.ok and "indentation" in result.output
+
+    def test_edit_file_quotes_the_lines_that_differ_only_in_spaces(self, repo):
+        """The hint quotes the file's own lines, with their indentation, so the model can copy them exactly."""
+        (repo / "two.py").write_text("def f(x):\n  if x:\n\n    return x + 1\n  return 0\n")
+        result = run(toolbox(repo), "edit_file", path="two.py", old="if x:\n        return x + 1", new="if x:\n  return 2")
+        assert not result.ok and result.output.endswith("at lines 2-4; copy `old` exactly from these lines:\n  if x:\n\n    return x + 1")
 
     def test_edit_file_old_found_several_times(self, repo):
         """An `old` found more than once fails and says how many times."""
@@ -334,6 +369,12 @@ class TestSearch:
         assert not result.ok and "backtracks" in result.output and "\n" not in result.output
         assert 0.9 < took < 5
         assert sum(started < t < started + took for t in ticks) >= 10  # ~20 if never blocked
+
+    def test_search_keeps_the_indentation(self, repo):
+        """A matching line is shown with its leading spaces and tabs, so it can be copied into edit_file's `old`."""
+        (repo / "ind.py").write_text("def f():\n    if x:\n\treturn 1   \n")
+        output = run(toolbox(repo), "search", pattern="if x|return", path="ind.py").output
+        assert output == "ind.py:2:     if x:\nind.py:3: \treturn 1"
 
     def test_search_is_line_by_line(self, repo):
         """^ and $ hold at each line, and a match never spans two lines."""
