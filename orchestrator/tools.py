@@ -349,9 +349,7 @@ class Toolbox:
             raise _Refused(f"{path!r} has {size} bytes, more than edit_file takes ({_EDIT_MAX_FILE_BYTES}); leave it as it is")
         with open(target, encoding="utf-8", newline="") as handle:
             text = handle.read()
-        if "\r\n" in text and "\r\n" not in old:
-            # The model sees plain newlines; match the file's own line endings.
-            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+        old, new = _with_the_files_line_endings(text, old, new)
         count = text.count(old)
         if count == 0:
             raise _Refused(_not_found_message(path, old, text))
@@ -482,6 +480,18 @@ def _overwrite(target: Path, text: str) -> None:
         os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
+
+
+def _with_the_files_line_endings(text: str, old: str, new: str) -> tuple[str, str]:
+    """`old` and `new` as given if `old` is in `text`; else with CRLF line endings if `old` is there so.
+
+    A model writes plain newlines, which a CRLF file lacks; but a file with both kinds
+    has its LF part, which only `old` as given can match.
+    """
+    if old in text or "\n" not in old or "\r\n" in old or "\r\n" not in text:
+        return old, new
+    crlf_old = old.replace("\n", "\r\n")
+    return (crlf_old, new.replace("\n", "\r\n")) if crlf_old in text else (old, new)
 
 
 def _binary_message(path: str, size: int) -> str:

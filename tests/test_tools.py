@@ -309,6 +309,14 @@ class TestFileTools:
         result = run(toolbox(repo), "edit_file", path="win.txt", old="a\nb", new="a\nc")
         assert result.ok and (repo / "win.txt").read_bytes() == b"a\r\nc\r\n"
 
+    def test_edit_file_in_a_file_with_both_line_endings(self, repo):
+        """In a file with CRLF and LF lines, a plain-newline `old` edits the LF part as given, and the CRLF part converted."""
+        (repo / "mixed.py").write_bytes(b"# from windows\r\nimport os\r\n\ndef f():\n    return 1\n")
+        box = toolbox(repo)
+        assert run(box, "edit_file", path="mixed.py", old="def f():\n    return 1", new="def f():\n    return 2").ok
+        assert run(box, "edit_file", path="mixed.py", old="import os\n", new="import os\nimport re\n").ok
+        assert (repo / "mixed.py").read_bytes() == b"# from windows\r\nimport os\r\nimport re\r\n\ndef f():\n    return 2\n"
+
     def test_list_dir(self, repo):
         """list_dir shows folders with a slash, hides .git, and defaults to the root."""
         result = run(toolbox(repo), "list_dir")
