@@ -287,20 +287,23 @@ class Toolbox:
         text = data.decode("utf-8", errors="replace")
         if not text:
             return ToolResult(True, f"({path} is empty)")
-        if len(text) <= self._max_output_chars and len(data) >= size:
-            return ToolResult(True, text)
-        length = f"{len(text)} chars" if len(data) >= size else f"{size} bytes"
-        shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM])
+        complete = len(data) >= size
+        warning = "" if _is_utf8(data, complete=complete) else _not_utf8_note(path)
+        if len(text) + len(warning) <= self._max_output_chars and complete:
+            return ToolResult(True, _with_note(text, warning))
+        length = f"{len(text)} chars" if complete else f"{size} bytes"
+        shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM - len(warning)])
         if "\n" not in shown:  # one line longer than the cap: nothing to read on from
-            return ToolResult(True, f"{shown}\n[... {path} has {length}; only the first {len(shown)} chars are shown.]")
+            return ToolResult(True, _with_note(shown, f"[... {path} has {length}; only the first {len(shown)} chars are shown.]", warning))
         last = shown.count("\n")
-        return ToolResult(True, f"{shown}[... {path} has {length}; only lines 1-{last} are shown. {_read_on(last + 1)}]")
+        return ToolResult(True, _with_note(shown, f"[... {path} has {length}; only lines 1-{last} are shown. {_read_on(last + 1)}]", warning))
 
     def _read_lines(self, path: str, target: Path, first: int, last: int | None) -> ToolResult:
         """Lines `first` to `last` (None: to the end), as many as fit in the output."""
-        room = self._max_output_chars - _NOTE_ROOM
+        room = self._max_output_chars - _NOTE_ROOM - len(_not_utf8_note(path))
         shown: list[str] = []
         used = number = 0
+        utf8 = True
         with open(target, "rb") as handle:
             if b"\0" in handle.read(_BINARY_SNIFF_BYTES):
                 return ToolResult(False, _binary_message(path, os.fstat(handle.fileno()).st_size))
@@ -310,16 +313,17 @@ class Toolbox:
                     continue
                 if last is not None and number > last:
                     break
+                utf8 = utf8 and _is_utf8(line, complete=line.endswith(b"\n"))
                 text = line.decode("utf-8", errors="replace")
                 if used + len(text) > room:
-                    return ToolResult(True, _cut_range(shown, first, number, text, room))
+                    return ToolResult(True, _with_note(*_cut_range(shown, first, number, text, room), "" if utf8 else _not_utf8_note(path)))
                 shown.append(text)
                 used += len(text)
         if number == 0:
             return ToolResult(True, f"({path} is empty)")
         if number < first:
             raise _Refused(f"{path} ends at line {number}, so it has no line {first}; give a start_line from 1 to {number}")
-        return ToolResult(True, "".join(shown))
+        return ToolResult(True, _with_note("".join(shown), "" if utf8 else _not_utf8_note(path)))
 
     def _write_file(self, path: str, content: str) -> ToolResult:
         target = self._resolve(path)
@@ -334,6 +338,12 @@ class Toolbox:
         except OSError:
             existed = False
             target.parent.mkdir(parents=True, exist_ok=True)
+        if existed and "\ufffd" in content and not _file_is_utf8(target):
+            # Most likely the text read_file showed, written back: every byte shown as \ufffd would be lost.
+            raise _Refused(
+                f"{path} is not UTF-8 text, and its bytes shown as \ufffd would be lost; "
+                "change it with edit_file, choosing an `old` without them"
+            )
         _overwrite(target, content)
         verb = "replaced" if existed else "created"
         return ToolResult(True, f"{verb} {self._shown(target)} ({_count_lines(content)} lines)")
@@ -347,17 +357,23 @@ class Toolbox:
         size = target.stat().st_size
         if size > _EDIT_MAX_FILE_BYTES:
             raise _Refused(f"{path!r} has {size} bytes, more than edit_file takes ({_EDIT_MAX_FILE_BYTES}); leave it as it is")
-        with open(target, encoding="utf-8", newline="") as handle:
+        # surrogateescape: the bytes of a file that is not UTF-8 (Latin-1, say) are written back as they were.
+        with open(target, encoding="utf-8", errors="surrogateescape", newline="") as handle:
             text = handle.read()
         old, new = _with_the_files_line_endings(text, old, new)
         count = text.count(old)
+        if count == 0 and "\ufffd" in old and text != mend(text):
+            raise _Refused(
+                f"{path} is not UTF-8 text, and the bytes read_file shows as \ufffd cannot be matched; "
+                "give an `old` without them"
+            )
         if count == 0:
             raise _Refused(_not_found_message(path, old, text))
         if count > 1:
             raise _Refused(
                 f"`old` appears {count} times in {path}; include more of the surrounding lines so it appears once"
             )
-        _overwrite(target, text.replace(old, new, 1))
+        _overwrite(target, text.replace(old, new, 1), errors="surrogateescape")
         return ToolResult(
             True, f"edited {self._shown(target)}: replaced {_count_lines(old)} lines with {_count_lines(new)} lines"
         )
@@ -463,7 +479,7 @@ class Toolbox:
         return ToolResult(result.exit_code == 0, f"{output}\n{CONFIG_RESTORED}" if config.restored else output)
 
 
-def _overwrite(target: Path, text: str) -> None:
+def _overwrite(target: Path, text: str, errors: str = "strict") -> None:
     """Write `text` as the whole of `target`, creating it if need be.
 
     Written over the old bytes, then cut to length, instead of opened with O_TRUNC:
@@ -471,7 +487,7 @@ def _overwrite(target: Path, text: str) -> None:
     closed, 0.3-1 ms for every edit of a file that git has committed. A crash halfway
     leaves a mixed file either way, and the iteration's rollback restores it.
     """
-    data = text.encode("utf-8")  # before opening: a text that cannot be encoded leaves the file untouched
+    data = text.encode("utf-8", errors)  # before opening: a text that cannot be encoded leaves the file untouched
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         remaining = memoryview(data)
@@ -523,11 +539,41 @@ def _numbered_lines(handle: BinaryIO, *, longest: int) -> Iterator[tuple[int, by
         yield number, line
 
 
-def _cut_range(shown: list[str], first: int, number: int, line: str, room: int) -> str:
-    """Lines `first` to `number` - 1, with a note on how to read on from line `number`, which did not fit."""
+def _cut_range(shown: list[str], first: int, number: int, line: str, room: int) -> tuple[str, str]:
+    """Lines `first` to `number` - 1, and a note on how to read on from line `number`, which did not fit."""
     if shown:
-        return "".join(shown) + f"[... only lines {first}-{number - 1} fit in the output. {_read_on(number)}]"
-    return f"{line[:room]}\n[... line {number} is too long to show whole; only its first {room} chars are shown. {_read_on(number + 1)}]"
+        return "".join(shown), f"[... only lines {first}-{number - 1} fit in the output. {_read_on(number)}]"
+    return line[:room], f"[... line {number} is too long to show whole; only its first {room} chars are shown. {_read_on(number + 1)}]"
+
+
+def _with_note(text: str, *notes: str) -> str:
+    """`text` with the notes that are not empty, each on a line of its own after it."""
+    lines = [note for note in notes if note]
+    if not lines:
+        return text
+    return text + ("" if text.endswith("\n") else "\n") + "\n".join(lines)
+
+
+def _is_utf8(data: bytes, *, complete: bool) -> bool:
+    """Whether `data` is UTF-8; a character cut at the end of an incomplete read is no sign against it."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return not complete and error.reason == "unexpected end of data"
+    return True
+
+
+def _file_is_utf8(target: Path) -> bool:
+    with open(target, "rb") as handle:
+        data = handle.read(_EDIT_MAX_FILE_BYTES)
+        return _is_utf8(data, complete=not handle.read(1))
+
+
+def _not_utf8_note(path: str) -> str:
+    return (
+        f"[{path} is not UTF-8 text: its bytes that are not UTF-8 are shown as \ufffd. edit_file keeps them, "
+        "but cannot match them: choose an `old` without them. write_file would lose them.]"
+    )
 
 
 def _count_lines(text: str) -> int:
@@ -538,12 +584,18 @@ def _not_found_message(path: str, old: str, text: str) -> str:
     alike = _lines_alike(old, text)
     if alike:
         first, last = alike
-        quoted = "\n".join(line.rstrip("\r") for line in text.split("\n")[first - 1 : last])
+        lines = text.split("\n")[first - 1 : last]
+        # Shown as read_file shows them: a byte that is not UTF-8 (surrogateescape) as \ufffd.
+        quoted = "\n".join(_as_shown(line.rstrip("\r")) for line in lines)
         return (
             f"`old` was not found exactly in {path}, but similar text with different spaces or indentation is "
             f"there, at lines {first}-{last}; copy `old` exactly from these lines:\n{quoted}"
         )
     return f"`old` was not found in {path}; read_file to see its current text and copy `old` exactly from it"
+
+
+def _as_shown(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _lines_alike(old: str, text: str) -> tuple[int, int] | None:

@@ -317,6 +317,29 @@ class TestFileTools:
         assert run(box, "edit_file", path="mixed.py", old="import os\n", new="import os\nimport re\n").ok
         assert (repo / "mixed.py").read_bytes() == b"# from windows\r\nimport os\r\nimport re\r\n\ndef f():\n    return 2\n"
 
+    def test_a_file_that_is_not_utf8_is_edited_keeping_its_other_bytes(self, repo):
+        """edit_file on a Latin-1 file changes `old` and leaves every other byte as it was (it failed with a UnicodeDecodeError)."""
+        (repo / "legacy.py").write_bytes("# Société Générale\nNAME = 'café'\nx = 1\n".encode("latin-1"))
+        result = run(toolbox(repo), "edit_file", path="legacy.py", old="x = 1", new="x = 2")
+        assert result.ok and (repo / "legacy.py").read_bytes() == "# Société Générale\nNAME = 'café'\nx = 2\n".encode("latin-1")
+
+    def test_read_file_says_a_file_is_not_utf8_and_the_tools_keep_its_bytes(self, repo):
+        """read_file says the file is not UTF-8; an `old`, or a write_file, holding what it showed as \ufffd is refused in one line."""
+        latin = "NAME = 'café'\nx = 1\n".encode("latin-1")
+        (repo / "legacy.py").write_bytes(latin)
+        box = toolbox(repo)
+        shown = run(box, "read_file", path="legacy.py").output
+        assert shown.startswith("NAME = 'caf\ufffd'\nx = 1\n[legacy.py is not UTF-8 text")
+        assert run(box, "read_file", path="legacy.py", start_line=2).output == "x = 1\n"
+        assert "[legacy.py is not UTF-8 text" in run(box, "read_file", path="legacy.py", end_line=1).output
+        for name, arguments in (
+            ("edit_file", {"old": "NAME = 'caf\ufffd'", "new": "NAME = 'cafe'"}),
+            ("write_file", {"content": "NAME = 'caf\ufffd'\nx = 2\n"}),
+        ):
+            result = run(box, name, path="legacy.py", **arguments)
+            assert not result.ok and "not UTF-8" in result.output and "\n" not in result.output
+        assert (repo / "legacy.py").read_bytes() == latin
+
     def test_list_dir(self, repo):
         """list_dir shows folders with a slash, hides .git, and defaults to the root."""
         result = run(toolbox(repo), "list_dir")
