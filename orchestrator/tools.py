@@ -424,7 +424,8 @@ class Toolbox:
             return
         for folder, dirs, files in os.walk(target):
             dirs[:] = sorted(d for d in dirs if d != ".git" and d not in _SEARCH_SKIP_DIRS)
-            for name in sorted(files):
+            # A worktree's or submodule's `.git` is a file, naming where its repository lies.
+            for name in sorted(name for name in files if name != ".git"):
                 file = Path(folder) / name
                 # A symlinked file may point out of the project, or loop; such files are not searched.
                 try:

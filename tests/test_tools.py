@@ -407,6 +407,13 @@ class TestSearch:
         output = run(toolbox(repo), "search", pattern="if x|return", path="ind.py").output
         assert output == "ind.py:2:     if x:\nind.py:3: \treturn 1"
 
+    def test_search_skips_the_git_file_of_a_worktree_or_submodule(self, repo):
+        """A `.git` file (a worktree's, a submodule's) is not searched: the tools may not touch .git."""
+        (repo / "sub").mkdir()
+        (repo / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n")
+        (repo / "sub" / "a.py").write_text("gitdir = 1\n")
+        assert run(toolbox(repo), "search", pattern="gitdir").output == "sub/a.py:1: gitdir = 1"
+
     def test_search_is_line_by_line(self, repo):
         """^ and $ hold at each line, and a match never spans two lines."""
         (repo / "lines.txt").write_text("alpha\nbeta gamma\ngamma\n")
