@@ -36,6 +36,8 @@ _CHARS_PER_TOKEN = 3
 _SEARCH_LINE_CHARS = 200
 _SEARCH_MAX_FILE_BYTES = 2_000_000
 _BINARY_SNIFF_BYTES = 8192
+# An `old` found this often is counted no further: the model only needs to hear it is not unique.
+_MOST_OCCURRENCES_COUNTED = 1000
 # Room kept in a capped output for the note that says how to read on.
 _NOTE_ROOM = 200
 # A file this big is data or a log, not code to edit; read whole, it could exhaust the memory.
@@ -361,7 +363,7 @@ class Toolbox:
         with open(target, encoding="utf-8", errors="surrogateescape", newline="") as handle:
             text = handle.read()
         old, new = _with_the_files_line_endings(text, old, new)
-        count = text.count(old)
+        count = _occurrences(text, old)
         if count == 0 and "\ufffd" in old and text != mend(text):
             raise _Refused(
                 f"{path} is not UTF-8 text, and the bytes read_file shows as \ufffd cannot be matched; "
@@ -370,8 +372,9 @@ class Toolbox:
         if count == 0:
             raise _Refused(_not_found_message(path, old, text))
         if count > 1:
+            times = f"{count} times" if count < _MOST_OCCURRENCES_COUNTED else f"{count} times or more"
             raise _Refused(
-                f"`old` appears {count} times in {path}; include more of the surrounding lines so it appears once"
+                f"`old` appears {times} in {path}; include more of the surrounding lines so it appears once"
             )
         _overwrite(target, text.replace(old, new, 1), errors="surrogateescape")
         return ToolResult(
@@ -509,6 +512,15 @@ def _with_the_files_line_endings(text: str, old: str, new: str) -> tuple[str, st
         return old, new
     crlf_old = old.replace("\n", "\r\n")
     return (crlf_old, new.replace("\n", "\r\n")) if crlf_old in text else (old, new)
+
+
+def _occurrences(text: str, old: str) -> int:
+    """How often `old` is in `text`, overlapping ones too (str.count finds "a\na" once in "a\na\na"),
+    up to _MOST_OCCURRENCES_COUNTED."""
+    count, at = 0, -1
+    while count < _MOST_OCCURRENCES_COUNTED and (at := text.find(old, at + 1)) >= 0:
+        count += 1
+    return count
 
 
 def _binary_message(path: str, size: int) -> str:

@@ -303,6 +303,13 @@ class TestFileTools:
         assert not result.ok and "3 times" in result.output
         assert (repo / "dup.py").read_text() == "x = 1\nx = 1\nx = 1\n"
 
+    def test_edit_file_counts_overlapping_occurrences(self, repo):
+        """An `old` whose occurrences overlap is not unique: str.count saw one, and the first was replaced."""
+        (repo / "dup.py").write_text("x = 1\nx = 1\nx = 1\n")
+        result = run(toolbox(repo), "edit_file", path="dup.py", old="x = 1\nx = 1\n", new="x = 2\nx = 2\n")
+        assert not result.ok and "2 times" in result.output
+        assert (repo / "dup.py").read_text() == "x = 1\nx = 1\nx = 1\n"
+
     def test_edit_file_keeps_windows_line_endings(self, repo):
         """A CRLF file is edited with a plain-newline `old`, keeping its CRLF endings."""
         (repo / "win.txt").write_bytes(b"a\r\nb\r\n")
