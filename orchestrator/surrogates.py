@@ -9,12 +9,17 @@ where such text comes in: the model client, the parsing of tool-call arguments,
 the tools' output. A pair that meets again is joined into its character; a lone
 half becomes the six characters of its escape, which is most often what the
 model meant to write. The transcript, notes.md and the run store's events mend
-or escape whatever might still slip through.
+or escape whatever might still slip through. A file name that the tools showed
+with such escapes is turned back (`unmend_name`) when a tool is given it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# The escape mend writes for a byte of a file name that is not UTF-8 (Python's surrogateescape: U+DC80-U+DCFF).
+_ESCAPED_NAME_BYTE = re.compile(r"\\u(dc[89a-f][0-9a-f])", re.IGNORECASE)
 
 
 def mend(text: str) -> str:
@@ -37,3 +42,11 @@ def mend_all(value: Any) -> Any:
     if isinstance(value, dict):
         return {mend(key) if isinstance(key, str) else key: mend_all(item) for key, item in value.items()}
     return value
+
+
+def unmend_name(name: str) -> str:
+    """A file name as the tools showed it, back as the file system gave it: the reverse of `mend`
+    for the bytes of a name that are not UTF-8, so that a model can open a file it was shown."""
+    if "\\u" not in name:
+        return name
+    return _ESCAPED_NAME_BYTE.sub(lambda escape: chr(int(escape.group(1), 16)), name)

@@ -20,7 +20,7 @@ from orchestrator.commands import cap_text, run_shell
 from orchestrator.config import ALL_TOOLS, check_tool_names
 from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
-from orchestrator.surrogates import mend
+from orchestrator.surrogates import mend, unmend_name
 from orchestrator.toolcalls import arguments_problem, parse_calls
 
 if TYPE_CHECKING:
@@ -223,6 +223,8 @@ class Toolbox:
             raise _Refused("the path is empty; give a path relative to the project root, like src/app.py")
         if "\0" in path:
             raise _Refused(f"{path!r} contains a NUL character, which no file name can hold; give a path like src/app.py")
+        # A name that is not UTF-8 was shown to the model as escapes (see execute).
+        path = unmend_name(path)
         if os.path.isabs(path) or path.startswith("~"):
             raise _Refused(f"{path!r} is an absolute path; use a path relative to the project root, like src/app.py")
         names = [name for name in path.split("/") if name not in ("", ".")]

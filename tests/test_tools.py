@@ -554,6 +554,21 @@ class TestSpecialFiles:
         assert "caf\\udce9.py" in listed and found == "src/caf\\udce9.py:1: X = 3"
         assert (listed + found).encode("utf-8")
 
+    def test_a_file_name_shown_as_an_escape_can_be_used(self, repo):
+        """The escaped name that list_dir and search show opens the file: read, edited, searched, listed."""
+        folder = os.fsencode(repo / "src") + b"/caf\xe9"
+        os.mkdir(folder)
+        with open(folder + b"/caf\xe9.py", "w") as handle:
+            handle.write("X = 3\n")
+        box = toolbox(repo)
+        shown = "src/caf\\udce9/" + run(box, "list_dir", path="src/caf\\udce9").output
+        assert shown == "src/caf\\udce9/caf\\udce9.py"
+        assert run(box, "read_file", path=shown).output == "X = 3\n"
+        assert run(box, "edit_file", path=shown, old="X = 3", new="X = 4").ok
+        assert run(box, "search", pattern="X", path=shown).output == f"{shown}:1: X = 4"
+        with open(folder + b"/caf\xe9.py") as handle:
+            assert handle.read() == "X = 4\n"
+
     def test_a_pipe_in_the_worktree_never_blocks_a_tool(self, repo):
         """A named pipe (a command the model ran can make one) is refused or skipped; no tool waits on it."""
         os.mkfifo(repo / "src" / "pipe")
