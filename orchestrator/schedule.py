@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import pickle
 import re
 import signal
@@ -340,21 +341,61 @@ def schedule_timezone(config: Config) -> tzinfo:
     """`[schedule] timezone`: an IANA name, or "local" for the host's zone."""
     name = config.schedule.timezone
     if name == "local":
-        from tzlocal import get_localzone
-
-        try:
-            return get_localzone()
-        except Exception as exc:  # TZ=UTC0, a POSIX rule or a name tzlocal cannot map to a zone
-            raise ConfigError(
-                f'{config.source}: [schedule] timezone: "local" cannot be read from this host ({_first_line(exc)}); '
-                'set an IANA name such as "Europe/Berlin"'
-            ) from None
+        return _local_zone(config)
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise ConfigError(f"{config.source}: [schedule] timezone: unknown time zone {name!r}") from None
+
+
+def _local_zone(config: Config) -> tzinfo:
+    """The host's zone, as one the job store can pickle: a zone read from a file is rebuilt from its IANA name.
+
+    tzlocal reads the zone from the file itself when TZ names a file (TZ=:/etc/localtime,
+    TZ=/usr/share/zoneinfo/Europe/Berlin) or /etc/localtime is a copy, not a link; such a
+    zone cannot be pickled, and the job store pickles the trigger that carries it.
+    """
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from tzlocal import get_localzone, get_localzone_name
+
+    def unreadable(why: str) -> ConfigError:
+        return ConfigError(
+            f'{config.source}: [schedule] timezone: "local" cannot be read from this host ({why}); '
+            'set an IANA name such as "Europe/Berlin"'
+        )
+
+    try:
+        zone = get_localzone()
+        if _pickles(zone):
+            return zone
+        name = get_localzone_name()
+    except Exception as exc:  # TZ=UTC0, a POSIX rule or a name tzlocal cannot map to a zone
+        raise unreadable(_first_line(exc)) from None
+    # tzlocal keys a zone read from a file by its name when it finds one; otherwise the name it
+    # returns comes from elsewhere (/etc/timezone) and may be another zone than the one in use.
+    if not name or name != getattr(zone, "key", None):
+        raise unreadable(f"the zone from {_zone_source()} has no IANA name")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise unreadable(f"no time zone {name!r} in the zone database") from None
+
+
+def _zone_source() -> str:
+    """Where the host's zone was read from, for the error that says it has no name."""
+    setting = os.environ.get("TZ")
+    return f"TZ={setting}" if setting else "/etc/localtime"
+
+
+def _pickles(zone: tzinfo) -> bool:
+    try:
+        pickle.dumps(zone)
+    except Exception:  # PicklingError, or a TypeError from a zone that refuses any other way
+        return False
+    return True
 
 
 def night_trigger(config: Config, zone: tzinfo) -> BaseTrigger:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import pty
 import signal
 import sqlite3
@@ -81,6 +82,14 @@ def stored_jobs(config: Config) -> list[tuple[str, float | None]]:
         return connection.execute(f"SELECT id, next_run_time FROM {SCHEDULE_TABLE}").fetchall()
 
 
+def stored_trigger(config: Config) -> Any:
+    """The night job's trigger as the job store pickled it (read without a scheduler, which would replace it)."""
+    database = config.store_url.removeprefix("sqlite:///")
+    with sqlite3.connect(database) as connection:
+        [(state,)] = connection.execute(f"SELECT job_state FROM {SCHEDULE_TABLE}").fetchall()
+    return pickle.loads(state)["trigger"]
+
+
 def store_job_due_at(path: Path, due: datetime) -> None:
     """A scheduler that ran before the host went down, leaving the night due at `due`."""
     before = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
@@ -140,12 +149,12 @@ def night_config(tmp_path: Path, repo: Path, server: Any, **model: Any) -> Path:
     )
 
 
-def serve_process(path: Path, stderr: Any) -> subprocess.Popen[bytes]:
-    """`overnight serve --log-format json`, as a service manager starts it."""
+def serve_process(path: Path, stderr: Any, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`overnight serve --log-format json`, as a service manager starts it (with `env` added to ours)."""
     return subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(path), "--log-format", "json"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **(env or {})},
     )
 
 
@@ -174,11 +183,13 @@ def stop_leftovers(process: subprocess.Popen[bytes], path: Path) -> None:
             pass
 
 
-def serve_then_signal(path: Path, ready: Any, what: str, signum: int = signal.SIGTERM) -> tuple[int, list[dict[str, Any]]]:
+def serve_then_signal(
+    path: Path, ready: Any, what: str, signum: int = signal.SIGTERM, env: dict[str, str] | None = None
+) -> tuple[int, list[dict[str, Any]]]:
     """`serve` until `ready(its log so far)`, then `signum` to serve's pid alone: its exit code and log lines."""
     log_path = path.parent / "serve.log"
     with open(log_path, "wb") as log:
-        process = serve_process(path, log)
+        process = serve_process(path, log, env)
     try:
         wait_until(lambda: ready(log_path.read_text(encoding="utf-8")), process, what)
         process.send_signal(signum)
@@ -199,6 +210,25 @@ def json_lines(text: str) -> list[dict[str, Any]]:
             not_json.append(line)
     assert not not_json, not_json
     return [json.loads(line) for line in lines]
+
+
+def zone_file(name: str) -> Path:
+    """The host's zone database file for `name`; the test is skipped where there is none."""
+    from zoneinfo import TZPATH
+
+    for folder in TZPATH:
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    pytest.skip(f"no zone database file for {name}")
+
+
+def serve_cli(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`overnight serve` run to its end (or 60 s), its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(path), *args],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 def read_all(fd: int, into: bytearray) -> None:
@@ -350,6 +380,37 @@ class TestTimezone:
         second.shutdown()
         assert isinstance(stored.trigger, OrTrigger)
         assert [part.timezone for part in stored.trigger.triggers] == [ZoneInfo("Europe/Berlin")] * 2
+
+
+class TestLocalZone:
+    @pytest.mark.parametrize("setting", ["path", ":path"])
+    def test_a_local_zone_read_from_a_file_is_stored_by_its_name(self, tmp_path: Path, setting: str) -> None:
+        """TZ naming a zone file (TZ=/usr/share/zoneinfo/Europe/Berlin, or with glibc's ':'): serve starts in that zone and stops with 0, no traceback."""
+        berlin = zone_file("Europe/Berlin")
+        path = write_schedule_config(tmp_path, zone="local")
+
+        code, logs = serve_then_signal(
+            path, lambda log: "scheduler_started" in log, "the scheduler's start", env={"TZ": setting.replace("path", str(berlin))}
+        )
+
+        assert code == 0
+        [started] = [line for line in logs if line["event"] == "scheduler_started"]
+        assert started["timezone"] == "Europe/Berlin" and started["next_fire_time"].endswith(("+01:00", "+02:00"))
+        assert stored_trigger(load(path)).timezone == ZoneInfo("Europe/Berlin")
+
+    @pytest.mark.parametrize("args", [("--next",), ("--log-format", "json")])
+    def test_a_local_zone_file_without_a_name_is_one_line_naming_the_key(self, tmp_path: Path, args: tuple[str, ...]) -> None:
+        """TZ naming a zone file outside the zone database: serve and serve --next exit 2, one line asking for an IANA name."""
+        copy = tmp_path / "my-zone"
+        copy.write_bytes(zone_file("Europe/Berlin").read_bytes())
+        path = write_schedule_config(tmp_path, zone="local")
+
+        result = serve_cli(path, *args, env={"TZ": str(copy)})
+
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        [line] = result.stderr.strip().splitlines()
+        assert "[schedule] timezone" in line and "IANA name" in line and "Traceback" not in line
 
 
 class TestMisfire:
