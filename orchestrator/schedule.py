@@ -173,13 +173,15 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
 
 
 def _run_id_of(config_path: str, pid: int) -> int | None:
-    """The run the child recorded: the store's latest run, if that process began it (not when it exited early)."""
+    """The run the child recorded: its state dir's latest run, if that process began it (not when it exited early)."""
     from orchestrator.build import open_store
 
     try:
-        store = open_store(load_config(Path(config_path), require_tasks=False))
+        config = load_config(Path(config_path), require_tasks=False)
+        store = open_store(config)
         try:
-            latest = store.latest_run()
+            # In a store several state dirs share, the latest run may be another machine's night.
+            latest = store.latest_run(state_id=state_identity(config.state_dir, create=False))
         finally:
             store.close()
     except Exception:  # the run id is a detail of a log line; the night has ended either way

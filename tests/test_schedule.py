@@ -7,6 +7,7 @@ import os
 import pickle
 import pty
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -25,11 +26,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from structlog.testing import capture_logs
 
+from orchestrator.build import open_store
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError
+from orchestrator.lock import state_identity
 from orchestrator.schedule import (
     NIGHT_JOB_ID,
     SCHEDULE_TABLE,
+    _run_id_of,
     build_scheduler,
     crontab_weekdays,
     next_fire_times,
@@ -511,6 +515,31 @@ class TestNight:
         assert code == 2
         events = [(log["event"], log.get("exit_code")) for log in logs]
         assert events == [("scheduled_night_started", None), ("scheduled_night_finished", 2)]
+
+
+    def test_the_night_is_named_by_its_own_state_dirs_run_in_a_shared_store(self, tmp_path: Path) -> None:
+        """With a store several state dirs share, the run serve names is its own state dir's, not one another machine began since."""
+        shared = f"sqlite:///{tmp_path / 'shared.db'}"
+        configs = {}
+        for name in ("ours", "theirs"):
+            path = write_schedule_config(tmp_path / name)
+            path.write_text(path.read_text(encoding="utf-8") + f'\n[store]\nurl = "{shared}"\n', encoding="utf-8")
+            configs[name] = path
+            load(path).state_dir.mkdir()
+        store = open_store(load(configs["ours"]))
+        try:
+            ours = store.begin_run(
+                config_path=str(configs["ours"]), pid=4242, host=socket.gethostname(),
+                state_id=state_identity(load(configs["ours"]).state_dir),
+            )
+            store.begin_run(
+                config_path=str(configs["theirs"]), pid=777, host="other-machine",
+                state_id=state_identity(load(configs["theirs"]).state_dir),
+            )
+        finally:
+            store.close()
+
+        assert _run_id_of(str(configs["ours"]), 4242) == ours
 
 
 class TestServe:
