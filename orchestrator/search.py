@@ -38,7 +38,7 @@ def matching_lines(text: str, pattern: regex.Pattern[str], limit: int, deadline:
 
     Raises TimeoutError once `deadline` (time.monotonic()) has passed.
     """
-    lines = text.splitlines()
+    lines = lines_of(text)
     if not lines:
         return []
     if stays_on_one_line(pattern.pattern):
@@ -50,6 +50,18 @@ def matching_lines(text: str, pattern: regex.Pattern[str], limit: int, deadline:
             if len(found) >= limit:
                 break
     return found
+
+
+def lines_of(text: str) -> list[str]:
+    """The lines of `text`, without their line ends, split at "\\n" only: as editors, grep and
+    read_file count them (str.splitlines also splits at \\x0c, \\x85, \\u2028 and more, which
+    put every later line number off)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the end of the last line, not an empty line after it
+    return lines
 
 
 def stays_on_one_line(source: str) -> bool:

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from orchestrator.search import compile_pattern, matching_lines, stays_on_one_line
+from orchestrator.search import compile_pattern, lines_of, matching_lines, stays_on_one_line
 
 TEXTS = [
     "alpha\nbeta gamma\ngamma\n",
     "first line\r\nsecond  line\r\n\r\nlast",  # Windows line ends and an empty line
     "x = 1\n\n\ny = 22\nz=333",
-    "tab\there\u2028unicode line break\x0bvertical tab\x85next line",  # splitlines() breaks on these too
+    "tab\there\u2028unicode line break\x0bvertical tab\x85next line\x0cform feed",  # not line breaks here
     "",
     "\n\n",
     "word\nsword\nwords and swords\n",
@@ -26,7 +26,7 @@ PATTERNS = [
 
 def line_by_line(text: str, pattern: str) -> list[tuple[int, str]]:
     compiled = compile_pattern(pattern)
-    return [(n, line) for n, line in enumerate(text.splitlines(), start=1) if compiled.search(line)]
+    return [(n, line) for n, line in enumerate(lines_of(text), start=1) if compiled.search(line)]
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -66,3 +66,11 @@ def test_deadline_stops_a_backtracking_pattern(pattern):
 def test_not_a_regex_is_plain_text():
     """A pattern that does not compile is searched as the plain text it is."""
     assert matching_lines("call(a, b\n", compile_pattern("call(a"), 10, time.monotonic() + 10) == [(1, "call(a, b")]
+
+
+def test_line_numbers_count_line_feeds_only():
+    """A form feed, \\x85 or \\u2028 inside a line does not put the later line numbers off, as str.splitlines did."""
+    text = "a = 1\n\x0cdef target():\r\n    s = 'a\u2028b\x85c'\ntarget()\n"
+    found = matching_lines(text, compile_pattern("target"), 10, time.monotonic() + 10)
+    assert found == [(2, "\x0cdef target():"), (4, "target()")]
+    assert lines_of("a\r\nb\n\nc") == ["a", "b", "", "c"] and lines_of("") == [] and lines_of("\n") == [""]

@@ -421,6 +421,13 @@ class TestSearch:
         (repo / "sub" / "a.py").write_text("gitdir = 1\n")
         assert run(toolbox(repo), "search", pattern="gitdir").output == "sub/a.py:1: gitdir = 1"
 
+    def test_search_line_numbers_are_those_of_read_file(self, repo):
+        """A form feed or \\u2028 inside a line does not shift the line numbers that read_file's start_line takes."""
+        (repo / "ff.py").write_text("a = 1\n\x0cdef target():\n    s = 'x\u2028y'\ntarget()\n")
+        box = toolbox(repo)
+        assert run(box, "search", pattern="^target", path="ff.py").output == "ff.py:4: target()"
+        assert run(box, "read_file", path="ff.py", start_line=4).output == "target()\n"
+
     def test_search_is_line_by_line(self, repo):
         """^ and $ hold at each line, and a match never spans two lines."""
         (repo / "lines.txt").write_text("alpha\nbeta gamma\ngamma\n")
