@@ -228,7 +228,7 @@ class Toolbox:
         if os.path.isabs(path) or path.startswith("~"):
             raise _Refused(f"{path!r} is an absolute path; use a path relative to the project root, like src/app.py")
         names = [name for name in path.split("/") if name not in ("", ".")]
-        if ".git" in names:
+        if any(_is_git(name) for name in names):
             raise _Refused(f"{path!r} is inside .git, which the tools may not touch")
         target = None if ".." in names else self._joined_without_links(names)
         if target is None:
@@ -239,7 +239,7 @@ class Toolbox:
                 raise _Refused(f"{path!r} goes through a symbolic link that loops back on itself; use another path") from None
             if not target.is_relative_to(self.root):
                 raise _Refused(f"{path!r} is outside the project; only files under the project root can be used")
-            if ".git" in target.relative_to(self.root).parts:
+            if any(_is_git(name) for name in target.relative_to(self.root).parts):
                 raise _Refused(f"{path!r} is inside .git, which the tools may not touch")
         return target
 
@@ -390,7 +390,7 @@ class Toolbox:
         if not target.is_dir():
             raise _Refused(f"folder not found: {path!r}; use list_dir on \".\" to see the project's top level")
         entries = sorted(
-            entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir() if entry.name != ".git"
+            entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir() if not _is_git(entry.name)
         )
         return ToolResult(True, "\n".join(entries) if entries else f"({path} is empty)")
 
@@ -428,9 +428,9 @@ class Toolbox:
             yield target
             return
         for folder, dirs, files in os.walk(target):
-            dirs[:] = sorted(d for d in dirs if d != ".git" and d not in _SEARCH_SKIP_DIRS)
+            dirs[:] = sorted(d for d in dirs if not _is_git(d) and d not in _SEARCH_SKIP_DIRS)
             # A worktree's or submodule's `.git` is a file, naming where its repository lies.
-            for name in sorted(name for name in files if name != ".git"):
+            for name in sorted(name for name in files if not _is_git(name)):
                 file = Path(folder) / name
                 # A symlinked file may point out of the project, or loop; such files are not searched.
                 try:
@@ -483,6 +483,11 @@ class Toolbox:
             )
         output = f"exit code {result.exit_code}\n{result.output}".rstrip()
         return ToolResult(result.exit_code == 0, f"{output}\n{CONFIG_RESTORED}" if config.restored else output)
+
+
+def _is_git(name: str) -> bool:
+    """Whether a file name is .git's: on a case-insensitive file system (macOS, Windows) .GIT is .git too."""
+    return name.casefold() == ".git"
 
 
 def _overwrite(target: Path, text: str, errors: str = "strict") -> None:

@@ -128,13 +128,22 @@ class TestPaths:
         assert not result.ok and "outside the project" in result.output
         assert not run(box, "list_dir", path="etc").ok
 
-    @pytest.mark.parametrize("path", [".git/config", ".git", "src/../.git/HEAD"])
+    @pytest.mark.parametrize("path", [".git/config", ".git", "src/../.git/HEAD", ".GIT/config", ".Git", "src/../.gIt/HEAD"])
     def test_git_dir_is_refused(self, repo, path):
         """Nothing inside .git can be read, listed or written."""
         box = toolbox(repo)
         assert not run(box, "read_file", path=path).ok
         assert not run(box, "write_file", path=path, content="x").ok
         assert "[core]" in (repo / ".git" / "config").read_text()
+
+    def test_git_in_any_letter_case_is_refused_and_not_listed(self, repo):
+        """A name that is .git on a case-insensitive file system (.GIT), or a link to .git, is refused and not listed, as .git is."""
+        (repo / "meta").symlink_to(repo / ".git")
+        (repo / ".GIT").mkdir()
+        box = toolbox(repo)
+        for path in ("meta/config", ".GIT", ".GIT/x"):
+            assert "inside .git" in run(box, "write_file", path=path, content="x").output
+        assert ".GIT" not in run(box, "list_dir", path=".").output
 
     def test_worktree_git_file_is_refused(self, tmp_path):
         """In a worktree .git is a file, and it is refused too."""
