@@ -64,8 +64,14 @@ class RunContext:
             self.cancel.raise_if_cancelled()
 
     def spend(self, tokens: int) -> None:
+        """Count tokens the run used, in this run and every budget (each, before any says it is spent)."""
+        self.tokens += tokens
         for budget in self.budgets:
             budget.spend(tokens)
+
+    def check_budgets(self) -> None:
+        for budget in self.budgets:
+            budget.raise_if_spent()
 
     def take_reminders(self) -> list[str]:
         reminders, self._reminders = self._reminders, []
@@ -85,9 +91,10 @@ def run_agent(
         _each(guards, "before_run", ctx)
         for ctx.turn in range(1, ctx.max_turns + 1):
             ctx.check_cancelled()
+            # Asked before a call, not after: the response that crossed a budget is still acted on.
+            ctx.check_budgets()
             request = history.with_reminders(messages, ctx.take_reminders())
-            response = model.complete(request, toolbox.schemas())
-            ctx.tokens += response.tokens
+            response = _complete(model, request, toolbox.schemas(), ctx)
             ctx._prompt_tokens = response.prompt_tokens
             recorder.model_call(response)
             ctx.spend(response.tokens)
@@ -105,6 +112,14 @@ def run_agent(
         )
     except QualityError as stop:
         ctx.report(Level.SEVERE, stop.reason, stop.message)
+        raise
+
+
+def _complete(model: Model, request: list[Message], schemas: Sequence[dict[str, Any]], ctx: RunContext) -> ModelResponse:
+    try:
+        return model.complete(request, schemas)
+    except QualityError as stop:
+        ctx.spend(stop.tokens)  # a response cut off (runaway, silence) used tokens too
         raise
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from orchestrator.errors import Cancelled
@@ -70,7 +70,12 @@ class CancelToken:
 
 
 class TokenBudget:
-    """Tokens a task or a night may spend; thread-safe, shared by parallel tasks."""
+    """Tokens a task or a night may spend; thread-safe, shared by parallel tasks.
+
+    Spending never stops anything by itself: the agent asks `raise_if_spent` before each
+    model call, so a response that crosses the budget is still acted on (its tokens are
+    spent either way, and it may be the `submit` of finished work).
+    """
 
     def __init__(self, limit: int | None, scope: str) -> None:
         self.limit = limit
@@ -81,40 +86,69 @@ class TokenBudget:
     def spend(self, tokens: int) -> None:
         with self._lock:
             self.spent += tokens
-            over = self.limit is not None and self.spent >= self.limit
-        if over:
-            raise Cancelled(f"{self.scope} token budget of {self.limit} spent")
 
     @property
     def exhausted(self) -> bool:
         return self.limit is not None and self.spent >= self.limit
+
+    @property
+    def why(self) -> str:
+        return f"{self.scope} token budget of {self.limit} spent"
+
+    def raise_if_spent(self) -> None:
+        if self.exhausted:
+            raise Cancelled(self.why)
+
+
+def local_now() -> datetime:
+    """Now in this host's time zone with its daylight-saving rules, not a fixed offset: a
+    deadline's HH:MM then lands on the right hour on the nights the clocks change."""
+    try:
+        import tzlocal  # APScheduler's own dependency
+
+        return datetime.now(tzlocal.get_localzone())
+    except Exception:  # a TZ tzlocal cannot read: this moment's offset still gives the right hour tonight
+        return datetime.now().astimezone()
+
+
+def seconds_between(earlier: datetime, later: datetime) -> float:
+    """Elapsed seconds, through UTC: two times in one zone subtract as wall clocks in Python,
+    an hour off across a change of the clocks."""
+    return (later.astimezone(timezone.utc) - earlier.astimezone(timezone.utc)).total_seconds()
 
 
 def deadline_after(start: datetime, clock: str) -> datetime:
     """The first `HH:MM` (in `start`'s time zone) after `start`: 06:30 after 01:30 is the same morning."""
     hour, minute = (int(part) for part in clock.split(":"))
     candidate = start.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    return candidate if candidate > start else candidate + timedelta(days=1)
+    return candidate if seconds_between(start, candidate) > 0 else candidate + timedelta(days=1)
 
 
 class Deadline:
     """No iteration starts that cannot finish by the deadline; at the deadline, cancel."""
 
+    # The deadline is watched against the wall clock, a little at a time, not by one long
+    # timer: a monotonic timer does not count a host's sleep, and would cancel hours late.
+    POLL_S = 1.0
+
     def __init__(self, at: datetime | None, token: CancelToken, now: Callable[[], datetime]) -> None:
         self.at = at
         self._now = now
-        self._timer: threading.Timer | None = None
+        self._stopped = threading.Event()
         if at is not None:
-            seconds = max((at - now()).total_seconds(), 0.0)
-            self._timer = threading.Timer(seconds, token.cancel, args=("deadline",))
-            self._timer.daemon = True
-            self._timer.start()
+            threading.Thread(target=self._watch, args=(token,), name="deadline", daemon=True).start()
 
     def allows(self, expected_s: float) -> bool:
         if self.at is None:
             return True
-        return (self.at - self._now()).total_seconds() > expected_s
+        return seconds_between(self._now(), self.at) > expected_s
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._stopped.set()
+
+    def _watch(self, token: CancelToken) -> None:
+        assert self.at is not None
+        while (left := seconds_between(self._now(), self.at)) > 0:
+            if self._stopped.wait(min(left, self.POLL_S)):
+                return
+        token.cancel("deadline")

@@ -11,7 +11,7 @@ from __future__ import annotations
 class QualityError(Exception):
     """A severe struggle: stop this iteration, roll back, tell the next one why."""
 
-    def __init__(self, reason: str, correction: str, evidence: str = "", message: str = "") -> None:
+    def __init__(self, reason: str, correction: str, evidence: str = "", message: str = "", tokens: int = 0) -> None:
         super().__init__(f"{reason}: {correction}")
         self.reason = reason
         # What the next iteration is told to do instead.
@@ -20,6 +20,8 @@ class QualityError(Exception):
         self.evidence = evidence
         # A few words for the severe signal, e.g. "loop: read_file x4".
         self.message = message or (evidence.splitlines()[0][:80] if evidence else reason)
+        # Tokens a model response used before it was cut off (runaway output, silence): they count.
+        self.tokens = tokens
 
 
 class ModelUnreachable(Exception):

@@ -168,13 +168,17 @@ class EndpointModel:
 
     def _attempt(self, transport: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         started, cpu_started = time.monotonic(), time.thread_time()
+        draft = _Draft()
         try:
             raw = transport.send(self._request(messages, tools), stream=self.stream)
             if self.stream:
-                draft = self._read_stream(raw)
+                self._read_stream(raw, draft)
             else:
                 draft = _read_whole(raw)
                 self._check_runaway(draft)
+        except QualityError as stop:  # cut off: what was written so far still cost tokens
+            stop.tokens = draft.finish(messages, latency_s=0).tokens if draft.written_chars() else 0
+            raise
         except transports.TransportError as failure:
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()  # the failure is the cancel cutting the connection
@@ -217,9 +221,8 @@ class EndpointModel:
             request["stream_options"] = {"include_usage": True}
         return request
 
-    def _read_stream(self, stream: Any) -> "_Draft":
-        """Assemble the stream, cutting it on silence or runaway output."""
-        draft = _Draft()
+    def _read_stream(self, stream: Any, draft: "_Draft") -> None:
+        """Assemble the stream into `draft`, cutting it on silence or runaway output."""
         limit = self.config.request_timeout_s
         last = time.monotonic()
         try:
@@ -238,7 +241,6 @@ class EndpointModel:
                 self._check_runaway(draft)
         finally:
             stream.close()
-        return draft
 
     def _check_runaway(self, draft: "_Draft") -> None:
         written = draft.written_chars()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Sequence
 
-from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after
+from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now, seconds_between
 from orchestrator.config import Config, TaskConfig
 from orchestrator.confinement import Confinement
 from orchestrator.errors import Cancelled, ModelUnreachable, StateError
@@ -71,7 +71,7 @@ class NightParts:
     repo: Any  # the user's git.Repo, opened and checked once (worktree.open_repo, check_base)
     context_window: int | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
-    now: Callable[[], datetime] = lambda: datetime.now().astimezone()
+    now: Callable[[], datetime] = local_now
 
 
 class _Night:
@@ -123,17 +123,18 @@ class _Night:
         """After every task has ended: stop making worktrees nobody will use."""
         self._worktree_maker.shutdown(wait=True, cancel_futures=True)
 
-    def may_start_iteration(self) -> bool:
-        """No iteration starts that could not finish by the deadline, judged by the slowest so far."""
+    def why_not_start_iteration(self) -> str:
+        """Why no iteration may start now ("" if one may). None starts that could not finish
+        by the deadline, judged by the slowest so far: that refuses the asking task only (the
+        others' iterations in flight go on), and the deadline itself stops the night."""
         if self.parts.cancel.cancelled:
-            return False
+            return self.parts.cancel.why
         if self.budget.exhausted:
-            self.parts.cancel.cancel(f"night token budget of {self.budget.limit} spent")  # as TokenBudget.spend says it
-            return False
+            self.parts.cancel.cancel(self.budget.why)
+            return self.budget.why
         if not self.deadline.allows(self._slowest_iteration_s):
-            self.parts.cancel.cancel("deadline")
-            return False
-        return True
+            return "deadline"
+        return ""
 
     def iteration_took(self, seconds: float) -> None:
         with self._lock:
@@ -198,8 +199,8 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     # stalled past the lease's ttl), which ends this task's work and no other's.
     cancel = parts.cancel.child()
     lease = LeaseKeeper(store, task.name, owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
-    if not night.may_start_iteration():
-        outcome, reason = TaskOutcome.CANCELLED, parts.cancel.why
+    if refused := night.why_not_start_iteration():
+        outcome, reason = TaskOutcome.CANCELLED, refused
     else:
         try:
             with lease, night.ask_ahead(task) as model:
@@ -223,12 +224,12 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
     outcome, reason = TaskOutcome.FAILED, ""
     try:
         for number in range(1, config.night.max_iterations + 1):
-            if not night.may_start_iteration():
-                outcome, reason = TaskOutcome.CANCELLED, parts.cancel.why
+            if refused := night.why_not_start_iteration():
+                outcome, reason = TaskOutcome.CANCELLED, refused
                 break
             started = parts.now()
             report = run_iteration(setup, number)
-            night.iteration_took((parts.now() - started).total_seconds())
+            night.iteration_took(seconds_between(started, parts.now()))
             reports.append(report)
             if report.outcome is IterationOutcome.COMMITTED:
                 outcome, reason = TaskOutcome.SUCCEEDED, ""

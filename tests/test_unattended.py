@@ -16,7 +16,7 @@ from orchestrator.config import load_config
 from orchestrator.night import run_night
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
-from tests.conftest import git
+from tests.conftest import git, write_config
 from tests.test_night import FIX, notes_text, overnight, report_json, worktree
 
 EDIT_THEN_WAIT = [
@@ -224,6 +224,68 @@ class TestDeadline:
         assert len(task.iterations) == 1 and task.outcome.value == "cancelled" and task.reason == "deadline"
 
 
+    def test_a_task_too_slow_for_the_time_left_stops_only_itself(self, tmp_path, repo):
+        """At concurrency 2, a slow task refused another iteration (too little time left for one
+        like its last) does not cancel the other task's iteration, which still commits in time."""
+        from collections import deque
+
+        from orchestrator.fake_server import ScriptedServer
+
+        # The clock runs 1200x: a second is 20 minutes. Start 05:30, deadline 06:30.
+        replies = {
+            "SLOW": deque([call("submit", {"summary": "x"}, delay_s=1.75)] * 3),  # 35 min, then the check fails
+            "FIX": deque([call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+                          call("submit", {"summary": "fixed"}, delay_s=2.25)]),  # commits at about 06:15
+        }
+
+        def respond(body):
+            asked = "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
+            queue = replies["SLOW" if "SLOW" in asked else "FIX"]
+            return queue.popleft() if queue else None
+
+        tasks = [
+            {"name": "slow", "prompt": "SLOW task", "check": "false", "tools": ["read_file", "submit"]},
+            {"name": "fix", "prompt": "FIX task", "check": "python check_greet.py"},
+        ]
+        with ScriptedServer(responder=respond) as server:
+            config = write_config(
+                tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks,
+                model={"request_timeout_s": 30}, night={"deadline": "06:30", "concurrency": 2, "max_iterations": 3},
+            )
+            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 5, 30, tzinfo=timezone.utc), speed=1200))
+        slow, fixed = result.tasks
+        assert (slow.outcome.value, slow.reason, len(slow.iterations)) == ("cancelled", "deadline", 1)
+        assert fixed.outcome.value == "succeeded"
+
+    def test_the_deadline_keeps_its_hour_when_the_clocks_change(self):
+        """06:30 is 06:30 on the nights the clocks go forward and back, and elapsed time is real time."""
+        from zoneinfo import ZoneInfo
+
+        from orchestrator.cancel import deadline_after, seconds_between
+
+        berlin = ZoneInfo("Europe/Berlin")
+        spring = datetime(2025, 3, 30, 1, 30, tzinfo=berlin)  # 02:00 CET becomes 03:00 CEST
+        autumn = datetime(2025, 10, 26, 1, 30, tzinfo=berlin)  # 03:00 CEST becomes 02:00 CET
+        for start, hours in ((spring, 4), (autumn, 6)):
+            deadline = deadline_after(start, "06:30")
+            assert deadline.astimezone(berlin).strftime("%H:%M") == "06:30"
+            assert seconds_between(start, deadline) == hours * 3600
+
+    def test_a_host_that_slept_through_the_deadline_cancels_when_it_wakes(self):
+        """The deadline is watched on the wall clock: a jump past it (a suspended host waking) cancels within a poll."""
+        from orchestrator.cancel import CancelToken, Deadline
+
+        wall = [datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc)]
+        token = CancelToken()
+        deadline = Deadline(datetime(2026, 11, 30, 6, 30, tzinfo=timezone.utc), token, lambda: wall[0])
+        try:
+            assert not token.wait(0.2)
+            wall[0] += timedelta(hours=3)  # the monotonic clock counted none of it
+            assert token.wait(Deadline.POLL_S * 3) and token.why == "deadline"
+        finally:
+            deadline.stop()
+
+
 class TestBudgets:
     def test_task_token_budget_stops_that_task_only(self, config_file, server):
         """A task over its token budget is cancelled (no blame); the next task still runs."""
@@ -238,6 +300,42 @@ class TestBudgets:
         assert hungry.outcome.value == "cancelled" and "token budget" in hungry.reason
         assert fixed.outcome.value == "succeeded"
 
+
+    def test_a_response_crossing_the_task_budget_counts_against_the_night_too(self, config_file, server, capsys):
+        """Each response's tokens go into every budget before either stops anything: the night's
+        budget sees the response that crossed a task's, and no task starts once the night's is spent."""
+        tasks = [{"name": name, "prompt": "p", "check": "python check_greet.py"} for name in ("a", "b", "c")]
+        config = config_file(tasks=tasks, night={"max_tokens_per_task": 5000, "max_tokens_per_night": 9000})
+        server.enqueue(*[call("list_dir", {}, prompt_tokens=3999, completion_tokens=1)] * 6)
+        run_in_process(config)
+        a, b, c = report_json(config, capsys)["tasks"]
+        assert (a["outcome"], a["reason"]) == ("cancelled", "task token budget of 5000 spent")
+        assert (b["outcome"], b["reason"]) == ("cancelled", "night token budget of 9000 spent")
+        assert (c["outcome"], c["iterations"]) == ("cancelled", [])
+        assert [it["tokens"] for task in (a, b) for it in task["iterations"]] == [8000, 4000]
+
+    def test_finished_work_whose_submit_crosses_the_budget_is_committed(self, config_file, server, capsys):
+        """The tokens of the response that crosses a budget are spent either way: if it is the submit
+        of work that passes the check, the work is committed, not rolled back."""
+        config = config_file(night={"max_tokens_per_task": 5000})
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}, prompt_tokens=999, completion_tokens=1),
+            call("submit", {"summary": "fixed"}, prompt_tokens=4499, completion_tokens=1),
+        )
+        [task] = run_in_process(config).tasks
+        assert task.outcome.value == "succeeded" and [it.tokens for it in task.iterations] == [5500]
+        assert "'hello'" in git(worktree(config, "fix-greet"), "show", "HEAD:greet.py")
+
+    def test_a_runaway_response_cut_off_counts_its_tokens(self, config_file, server, capsys):
+        """A response stopped for runaway output used tokens: the iteration counts them, and so do the budgets."""
+        config = config_file(night={"max_iterations": 3, "max_tokens_per_task": 200}, guards={"park_after": 5})
+        server.enqueue(*[Reply(text="word " * 6000, prompt_tokens=2000, completion_tokens=6000)] * 3)
+        run_in_process(config)
+        [task] = report_json(config, capsys)["tasks"]
+        first, second = task["iterations"]
+        # Cut off early, the response's tokens are estimated from the prompt and what was written.
+        assert first["reason"] == "runaway_output" and first["tokens"] >= 200
+        assert second["outcome"] == "cancelled" and task["reason"] == "task token budget of 200 spent"
 
 class TestFlakyServer:
     def test_server_down_pauses_the_task_and_later_tasks_run(self, config_file, server, capsys):
