@@ -8,6 +8,7 @@ file, so this only ever appends.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from orchestrator.errors import StateError
@@ -16,6 +17,8 @@ from orchestrator.report import MESSAGE_LIMIT
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
+# What markdown would act on in a message: emphasis, code, links and images, strikes, escapes.
+_MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~]")
 _MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "⏸️", "cancelled": "⏹️"}
 
 
@@ -52,7 +55,7 @@ def step_summary(run: RunView, *, notes: Path | None = None) -> str:
 
 def _row(task: TaskView) -> str:
     worst = worst_signal(task.signals)
-    signal = f"{worst.level.value} `{worst.kind}`: {shortened(worst.message, MESSAGE_LIMIT)}" if worst else ""
+    signal = f"{worst.level.value} `{worst.kind}`: {_literal(shortened(worst.message, MESSAGE_LIMIT))}" if worst else ""
     commit = f" @ `{task.commit[:10]}`" if task.commit else ""
     reason = f"`{task.reason}`" if task.reason else ""
     cells = [
@@ -71,3 +74,9 @@ def _cell(text: str) -> str:
     name in a signal) is shown escaped; `<` is an entity, so an HTML tag or `<!--` in such a name
     cannot hide the rest of the page."""
     return visible(" ".join(text.split())).replace("|", "\\|").replace("<", "&lt;")
+
+
+def _literal(text: str) -> str:
+    """Text shown as typed, not rendered: a signal's message can hold a model-chosen name, and
+    `![](https://…)` or `[approve](https://…)` there would be an image or a link on the job page."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\g<0>", text)

@@ -109,14 +109,19 @@ def _check_writable(path: Path, option: str) -> None:
 
 
 def _check_not_ours(path: Path, option: str, settings: object) -> None:
-    """A report must not be written over the config or anything in the state dir (the run store, notes.md)."""
+    """A report must not be written over the config, anything in the state dir (notes.md), or
+    the run store, wherever `[store] url` puts it."""
     import os
+
+    from runs.store import sqlite_files
 
     target = Path(os.path.realpath(path))
     if target == Path(os.path.realpath(settings.source)):  # type: ignore[attr-defined]
         raise ConfigError(f"{option} {path}: is the config file")
     if target.is_relative_to(settings.state_dir):  # type: ignore[attr-defined]
         raise ConfigError(f"{option} {path}: is inside the state dir {settings.state_dir}")  # type: ignore[attr-defined]
+    if target in {Path(os.path.realpath(file)) for file in sqlite_files(settings.store_url)}:  # type: ignore[attr-defined]
+        raise ConfigError(f"{option} {path}: is the run store ([store] url)")
 
 
 def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object) -> None:

@@ -89,6 +89,15 @@ _SCHEMA_ATTEMPTS = 8
 CONNECT_TIMEOUT_S = 20
 
 
+def sqlite_files(url: str) -> list[Path]:
+    """The files a SQLite store is kept in (the database, its write-ahead log and shared memory, a
+    rollback journal); [] for other databases."""
+    database = _sqlite_file(url)
+    if database is None:
+        return []
+    return [database, *(database.with_name(database.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+
+
 def _sqlite_file(url: str) -> Path | None:
     """The file a SQLite URL names; None for other databases (and in-memory ones)."""
     parsed = make_url(url)

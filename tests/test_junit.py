@@ -216,6 +216,15 @@ class TestStepSummary:
         assert "a \\| b c" in row and row.count(" | ") == 5
 
 
+    def test_a_model_chosen_name_shows_as_typed_not_as_an_image_or_a_link(self, tmp_path):
+        """An unknown tool named like markdown stays text on the job page: no image loaded, no link to click."""
+        target = tmp_path / "summary.md"
+        message = "unknown tool: ![](https://e.vil/pixel.png) [approve the PR](https://e.vil) **now**"
+        append_step_summary(view("failed", "unknown_tool", signal_message=message), target)
+        [row] = [line for line in target.read_text().splitlines() if line.startswith("| t |")]
+        assert "\\!\\[\\](https://e.vil/pixel.png) \\[approve the PR\\](https://e.vil) \\*\\*now\\*\\*" in row
+        assert "![" not in row.replace("\\!\\[", "")
+
 def json_night(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight run --log-format json` as CI runs it: a subprocess, stdin closed."""
     repo = make_repo(folder / "repo", SAMPLE_FILES)
@@ -252,6 +261,18 @@ class TestReportsThatCannotBeWritten:
         assert done.returncode == 2, done.stderr
         assert ("config file" if target.endswith(".toml") else "state dir") in json.loads(done.stderr.strip())["error"]
         assert not (tmp_path / "state" / "runs.db").exists()
+
+    @pytest.mark.parametrize("target", ["runs.db", "runs.db-wal"])
+    def test_a_junit_path_that_names_a_run_store_outside_the_state_dir_is_refused(self, tmp_path, target):
+        """`[store] url = "sqlite:///runs.db"` keeps the store beside the config: `--junit runs.db` would replace it."""
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra="\n[store]\nurl = \"sqlite:///runs.db\"\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--junit", str(tmp_path / target)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        assert done.returncode == 2 and "is the run store" in done.stderr, done.stderr
+        assert not (tmp_path / target).exists()
 
     def test_what_is_not_a_file_is_written_into_and_a_file_keeps_its_permissions(self, tmp_path):
         """`--junit /dev/stdout` or `/dev/null` (here through a link) is written into, not replaced by a file."""
