@@ -9,7 +9,7 @@ Each night runs as a child `overnight run` process: a crash or a leak in one
 night never takes the scheduler down, and the state lock in `run` makes a night
 started while another holds the state dir exit 75 at once. A SIGTERM, Ctrl-C or
 SIGHUP to `serve` is passed on to that night, which rolls back its iteration; `serve`
-waits for it.
+waits for it, and keeps that night due, so that a restarted `serve` runs it again.
 
 `cron` means what it means to crontab(5): weekday numbers count from Sunday = 0,
 a day matching either the day of month or the weekday runs when both are
@@ -150,9 +150,11 @@ _night = _NightInFlight()
 def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | None:
     """One night as a child `overnight run`; its exit code (75 when another night holds the lock).
 
-    None when `serve` stopped before the night began a run (not started, or stopped while
-    starting up): it did no work, and `serve` keeps it due. `log_format` is serve's own
-    (json or human), so that the child's stderr matches serve's.
+    None when `serve`'s stop ended the night: before it began a run (not started, or stopped
+    while starting up), or by cancelling it (exit 129/130/143, its iteration rolled back).
+    `serve` then keeps it due, so that a restarted `serve` runs that night (within the grace)
+    instead of waiting for tomorrow's. `log_format` is serve's own (json or human), so that
+    the child's stderr matches serve's.
     """
     command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
     child = _night.start(command)
@@ -167,9 +169,16 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     _logger().info(
         "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
     )
-    if run_id is None and _night.stopping:
-        return None  # the signal came while it was starting up (a second or so of imports)
+    if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
+        return None  # stopped while starting up (a second or so of imports), or cancelled with serve
     return exit_code
+
+
+def _cancelled_by_signal(exit_code: int) -> bool:
+    """Whether `overnight run` exited as a SIGHUP, SIGINT or SIGTERM cancelled it (129, 130, 143)."""
+    from orchestrator.night import SIGNAL_EXIT_CODES
+
+    return exit_code in SIGNAL_EXIT_CODES.values()
 
 
 def _run_id_of(config_path: str, pid: int) -> int | None:
@@ -245,7 +254,7 @@ def serve(config_path: Path) -> int:
         )
 
     def executed(event: Any) -> None:
-        if event.retval is None:  # serve was stopping before the night began a run
+        if event.retval is None:  # serve's stop ended the night: before its run began, or by cancelling it
             deferred.append(event.scheduled_run_time)
 
     scheduler.add_listener(started, EVENT_SCHEDULER_STARTED)
@@ -281,7 +290,7 @@ def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
 
 
 def _keep_due(config: Config, run_time: datetime) -> None:
-    """Put back the fire time of a night that did not begin its run, so that the next `serve` starts it (within the grace)."""
+    """Put back the fire time of a night serve's stop ended, so that the next `serve` starts it (within the grace)."""
     store = _job_store(config)
     try:
         job = store.lookup_job(NIGHT_JOB_ID)

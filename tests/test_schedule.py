@@ -643,6 +643,29 @@ class TestServe:
         assert (status, exit_code) == ("cancelled", night_exit)
         assert (finished["exit_code"], finished["run_id"]) == (night_exit, run_id)
 
+    def test_a_night_stopped_with_serve_runs_again_when_serve_restarts(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Restarting serve mid-night: the night it cancelled (143) stays due, and the next serve runs it that night, not tomorrow."""
+        server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=30), *FIX)
+        path = night_config(tmp_path, repo, server, request_timeout_s=60)
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+        scratch = tmp_path / "state" / "worktrees" / "fix-greet" / "scratch.txt"
+
+        code, logs = serve_then_signal(path, lambda log: scratch.exists(), "the night's first edit")
+
+        events = [line["event"] for line in logs]
+        assert code == 0
+        assert events[-3:] == ["scheduled_night_finished", "scheduled_night_kept_due", "scheduler_stopped"]
+        [(_, next_run)] = stored_jobs(load(path))
+        assert next_run == due.timestamp()
+        code, logs = serve_then_signal(path, lambda log: "scheduled_night_finished" in log, "the night run again")
+        assert code == 0
+        [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
+        assert finished["exit_code"] == 0
+        with sqlite3.connect(tmp_path / "state" / "runs.db") as connection:
+            runs = connection.execute("SELECT status, exit_code FROM runs ORDER BY id").fetchall()
+        assert runs == [("cancelled", 143), ("finished", 0)]
+
     def test_a_night_stopped_while_starting_up_stays_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """SIGTERM as the night has just been started, before it began a run: it did no work, so it stays due."""
         path = night_config(tmp_path, repo, server)
