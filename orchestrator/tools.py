@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
-from bisect import bisect_right
 import time
+from bisect import bisect_right
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
@@ -298,16 +298,18 @@ class Toolbox:
         length = f"{len(text)} chars" if complete else f"{size} bytes"
         shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM - len(warning)])
         if "\n" not in shown:  # one line longer than the cap: nothing to read on from
-            return ToolResult(True, _with_note(shown, f"[... {path} has {length}; only the first {len(shown)} chars are shown.]", warning))
-        last = shown.count("\n")
-        return ToolResult(True, _with_note(shown, f"[... {path} has {length}; only lines 1-{last} are shown. {_read_on(last + 1)}]", warning))
+            cut = f"[... {path} has {length}; only the first {len(shown)} chars are shown.]"
+        else:
+            last = shown.count("\n")
+            cut = f"[... {path} has {length}; only lines 1-{last} are shown. {_read_on(last + 1)}]"
+        return ToolResult(True, _with_note(shown, cut, warning))
 
     def _read_lines(self, path: str, target: Path, first: int, last: int | None) -> ToolResult:
         """Lines `first` to `last` (None: to the end), as many as fit in the output."""
         room = self._max_output_chars - _NOTE_ROOM - len(_not_utf8_note(path))
         shown: list[str] = []
         used = number = 0
-        utf8 = True
+        warning = ""
         with open(target, "rb") as handle:
             if b"\0" in handle.read(_BINARY_SNIFF_BYTES):
                 return ToolResult(False, _binary_message(path, os.fstat(handle.fileno()).st_size))
@@ -317,17 +319,18 @@ class Toolbox:
                     continue
                 if last is not None and number > last:
                     break
-                utf8 = utf8 and _is_utf8(line, complete=line.endswith(b"\n"))
+                if not warning and not _is_utf8(line, complete=line.endswith(b"\n")):
+                    warning = _not_utf8_note(path)
                 text = line.decode("utf-8", errors="replace")
                 if used + len(text) > room:
-                    return ToolResult(True, _with_note(*_cut_range(shown, first, number, text, room), "" if utf8 else _not_utf8_note(path)))
+                    return ToolResult(True, _with_note(*_cut_range(shown, first, number, text, room), warning))
                 shown.append(text)
                 used += len(text)
         if number == 0:
             return ToolResult(True, f"({path} is empty)")
         if number < first:
             raise _Refused(f"{path} ends at line {number}, so it has no line {first}; give a start_line from 1 to {number}")
-        return ToolResult(True, _with_note("".join(shown), "" if utf8 else _not_utf8_note(path)))
+        return ToolResult(True, _with_note("".join(shown), warning))
 
     def _write_file(self, path: str, content: str) -> ToolResult:
         target = self._resolve(path)
