@@ -88,7 +88,9 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             if setup.lease is not None and not setup.lease.still_held():
                 raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
             commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip(), onto=checkpoint)
-            return finish.committed(commit, result.turns, result.tokens)
+            # The check passed on the checkpoint as it was: no commit is made, and none is named
+            # (the checkpoint is an earlier night's commit, or the base).
+            return finish.committed(commit if commit != checkpoint else "", result.turns, result.tokens)
         except QualityError as stop:
             return finish.rolled_back(stop, ctx.turn, ctx.tokens)
         except ModelUnreachable as down:

@@ -93,6 +93,8 @@ def _task_lines(task: TaskView) -> list[str]:
     lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {len(task.iterations)} iteration(s){badge}"]
     for it in task.iterations:
         reason = f" {it.reason}" if it.reason else ""
+        if it.outcome == "committed" and not it.commit:
+            reason = " (no change: the check passed as it was)"
         lines.append(f"    #{it.number} {it.outcome}{reason} · {it.turns} turns · {it.tokens} tokens{_badge(it.signals)}")
     lines.append("")
     return lines

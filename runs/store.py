@@ -433,7 +433,8 @@ class RunStore:
                     .where(Iteration.task_run_id == task.id, Iteration.outcome == "committed")
                     .order_by(Iteration.id.desc())
                 ).first()
-                task.outcome, task.reason = ("succeeded", "") if commit else ("failed", "interrupted")
+                # A committed iteration's commit is "" when the check passed with nothing to commit.
+                task.outcome, task.reason = ("succeeded", "") if commit is not None else ("failed", "interrupted")
                 task.commit, task.finished_at = commit or "", now
             session.execute(
                 update(Run)

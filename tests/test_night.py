@@ -119,6 +119,21 @@ class TestSuccess:
         assert git(repo, "rev-parse", "overnight/fix-greet") == first
 
 
+    def test_a_night_with_nothing_to_commit_names_no_commit(self, config_file, server, repo, capsys):
+        """The check passes on the branch as it was: the night made no commit, and its account names none
+        (it used to give the earlier night's commit as this one's)."""
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        server.enqueue(call("submit", {"summary": "already done"}))
+        assert overnight("run", "--config", str(config)) == 0
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["commit"]) == ("succeeded", None)
+        assert [(it["outcome"], it["commit"]) for it in task["iterations"]] == [("committed", None)]
+        assert overnight("report", "--config", str(config)) == 0
+        text = capsys.readouterr().out
+        assert "#1 committed (no change: the check passed as it was)" in text and " @ " not in text
+
 class TestRollback:
     def test_rollback_leaves_no_trace(self, config_file, server, repo):
         """Modified, new, ignored and deleted files all return to the checkpoint."""
