@@ -3,7 +3,8 @@
 The kernel drops an flock when its process dies, even by kill -9, so a lock
 left by a dead process is never "stale": the next run simply gets it. The
 holder's pid, host and start time are written into the file for the one-line
-message a second run prints before exiting 75.
+message a second run prints before exiting 75. `overnight serve` holds a lock of
+the same kind on `<state_dir>/serve.lock`: one scheduler per state dir.
 
 A state dir also has a name of its own (`state_identity`), kept beside the lock:
 runs record it, so that in a run store several state dirs share (machines on one
@@ -33,9 +34,9 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
 class LockHeld(Exception):
     """Another live process holds the state dir's lock."""
 
-    def __init__(self, path: Path, holder: "Holder | None") -> None:
+    def __init__(self, path: Path, holder: "Holder | None", holder_kind: str = "overnight run") -> None:
         who = holder.describe() if holder else "holder not recorded yet"
-        super().__init__(f"another overnight run holds {path}: {who}")
+        super().__init__(f"another {holder_kind} holds {path}: {who}")
         self.path = path
         self.holder = holder
 
@@ -51,11 +52,16 @@ class Holder:
 
 
 class StateLock:
-    """Exclusive use of a state dir for the length of a with-block."""
+    """Exclusive use of a state dir for the length of a with-block.
 
-    def __init__(self, state_dir: Path) -> None:
+    `name` and `holder_kind` make another lock of the same kind in the state dir, for another
+    command (`serve.lock`, "overnight serve"): the message names what holds it.
+    """
+
+    def __init__(self, state_dir: Path, *, name: str = LOCK_NAME, holder_kind: str = "overnight run") -> None:
         self.state_dir = Path(state_dir)
-        self.path = self.state_dir / LOCK_NAME
+        self.path = self.state_dir / name
+        self.holder_kind = holder_kind
         self._fd: int | None = None
 
     def __enter__(self) -> "StateLock":
@@ -69,7 +75,7 @@ class StateLock:
         except BlockingIOError:
             holder = read_holder(self.path)
             os.close(fd)
-            raise LockHeld(self.path, holder) from None
+            raise LockHeld(self.path, holder, self.holder_kind) from None
         except OSError as exc:
             os.close(fd)
             raise StateError(f"cannot lock {self.path}: {exc.strerror or exc}") from None

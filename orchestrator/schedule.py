@@ -3,7 +3,8 @@
 The schedule lives in the run store's database (its own table), so a host that
 was down at 01:30 still starts the missed night when it comes back within
 `misfire_grace_s`, and never starts it twice: `coalesce` folds several missed
-fire times into one, `max_instances = 1` refuses a second concurrent night.
+fire times into one, `max_instances = 1` refuses a second concurrent night, and
+`serve.lock` refuses a second `serve` on the same state dir (exit 75).
 
 Each night runs as a child `overnight run` process: a crash or a leak in one
 night never takes the scheduler down, and the state lock in `run` makes a night
@@ -52,11 +53,13 @@ from apscheduler.triggers.cron import CronTrigger
 from orchestrator.cancel import stopping_signals
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.lock import make_dir, state_identity
+from orchestrator.lock import StateLock, make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
 from runs.store import safe_url
 
 NIGHT_JOB_ID = "overnight-night"
+# One `serve` per state dir: two would each start every night, the second exiting 75 at once.
+SERVE_LOCK_NAME = "serve.lock"
 SCHEDULE_TABLE = "overnight_schedule"
 # Referenced by import path: a persistent job store pickles the reference, not the function.
 NIGHT_JOB = "orchestrator.schedule:run_scheduled_night"
@@ -236,8 +239,17 @@ def serve(config_path: Path) -> int:
     """Run the scheduler in the foreground until SIGTERM, SIGINT or SIGHUP; 0 on a clean stop.
 
     The signal is passed on to the night in flight, and `serve` waits for its rollback and exit.
+    LockHeld (exit 75) when another `serve` holds the state dir's `serve.lock`.
     """
     config = load_config(config_path)
+    night_trigger(config, schedule_timezone(config))  # a bad [schedule]: exit 2 before the state dir is made
+    # Before the job store is read: a second serve must neither replace the job nor run it.
+    with StateLock(config.state_dir, name=SERVE_LOCK_NAME, holder_kind="overnight serve"):
+        return _serve_locked(config, config_path)
+
+
+def _serve_locked(config: Config, config_path: Path) -> int:
+    """`serve` once it holds the state dir's serve lock: start the scheduler, then stop it on a signal."""
     scheduler = cast(_ForegroundScheduler, build_scheduler(config, config_path, log_format="json" if json_mode() else "human"))
     deferred: list[datetime] = []
 
@@ -580,6 +592,7 @@ def _first_line(exc: BaseException) -> str:
 __all__ = [
     "NIGHT_JOB_ID",
     "SCHEDULE_TABLE",
+    "SERVE_LOCK_NAME",
     "build_scheduler",
     "crontab_trigger",
     "crontab_weekdays",

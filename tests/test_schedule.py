@@ -611,6 +611,29 @@ class TestServe:
         [warning] = [log for log in logs if log["event"] == "scheduler_library_warning"]
         assert "Error getting due jobs" in warning["message"] and "database is locked" in warning["message"]
 
+    @pytest.mark.parametrize("log_format", ["human", "json"])
+    def test_a_second_serve_on_the_same_state_dir_exits_75_naming_the_first(self, tmp_path: Path, log_format: str) -> None:
+        """While one serve runs, another on its state dir exits 75 at once with one line naming serve.lock's holder, and the first goes on."""
+        path = write_schedule_config(tmp_path)
+        log_path = tmp_path / "serve.log"
+        with open(log_path, "wb") as log:
+            first = serve_process(path, log)
+        try:
+            wait_until(lambda: "scheduler_started" in log_path.read_text(encoding="utf-8"), first, "the first serve's start")
+
+            second = serve_cli(path, "--log-format", log_format)
+
+            assert second.returncode == 75, second.stderr
+            [line] = second.stderr.strip().splitlines()
+            assert "another overnight serve holds" in line and "serve.lock" in line
+            assert f"pid {first.pid} on {socket.gethostname()} since " in line
+            assert first.poll() is None
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(timeout=20) == 0
+        finally:
+            stop_leftovers(first, path)
+        assert [line["event"] for line in json_lines(log_path.read_text(encoding="utf-8"))].count("scheduler_started") == 1
+
     def test_json_mode_stderr_holds_only_json_lines(self, tmp_path: Path) -> None:
         """With --log-format json, a missed night is one scheduled_night_missed JSON line, not APScheduler's plain warning."""
         missed = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(second=0, microsecond=0)
