@@ -77,7 +77,25 @@ def check_inputs(config: Config) -> CheckedInputs:
     if state == top or state.is_relative_to(git_dir):
         where = "the repository's own folder" if state == top else "inside its .git"
         raise ConfigError(f"[state] dir: {state} is {where}; name a folder of its own (the default is .overnight)")
+    _check_programs_found(config)
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
+
+
+def _check_programs_found(config: Config) -> None:
+    """A check whose program the shell cannot find would fail every iteration with exit 127,
+    blamed on the model as `check_failed`: cron's PATH (/usr/bin:/bin) lacks a virtualenv's
+    `python`, `pytest`, `npm`. That is found before the night, in one line."""
+    import os
+
+    from orchestrator.commands import missing_program
+
+    for task in config.task:
+        program = missing_program(task.check)
+        if program is not None:
+            raise ConfigError(
+                f"[[task]] {task.name!r}: its check runs {program!r}, which is not on PATH ({os.environ.get('PATH', '')}); "
+                "give its full path, or set PATH where overnight runs (under cron, a PATH= line in the crontab)"
+            )
 
 
 @contextlib.contextmanager

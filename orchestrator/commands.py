@@ -7,9 +7,11 @@ when its time is up everything it started dies with it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -72,6 +74,8 @@ _DRAWN_OVER = re.compile(r"[^\n]*\r")
 _DRAIN_GRACE_S = 2.0
 # How often a running command looks at the cancel token.
 _CANCEL_POLL_S = 0.1
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,29 @@ def _wait(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any) -> in
     finally:
         if exited is not None:
             os.close(exited)
+
+
+def missing_program(command: str) -> str | None:
+    """The program a shell command starts with, if the shell would not find it ("command not found").
+
+    Only a plain name is judged (after `NAME=value` assignments): one with a `/` is the
+    repository's own (the agent may yet write it), and what is not a simple word (`(cd x && make)`,
+    a quote left open) is left to the shell. Names not on PATH are asked of the shell itself, so
+    builtins and keywords (`cd`, `test`, `[[`, `if`) pass.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    words = list(itertools.dropwhile(lambda word: _ASSIGNMENT.match(word) is not None, words))
+    if not words or not _PLAIN_NAME.fullmatch(words[0]) or shutil.which(words[0]):
+        return None
+    shell = shutil.which("bash") or "/bin/sh"
+    known = subprocess.run(
+        [shell, "-c", 'command -v -- "$1"', "overnight", words[0]],
+        stdin=subprocess.DEVNULL, capture_output=True, env={**os.environ, **UNATTENDED_ENV}, timeout=10,
+    )
+    return None if known.returncode == 0 else words[0]
 
 
 def _as_a_terminal_shows(text: str) -> str:

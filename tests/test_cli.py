@@ -152,6 +152,8 @@ class TestBadConfig:
             ({"extra": "[store]\nurl = 'mysql://u@localhost/db'\n"}, ("[store] url", "'mysql'", "sqlite or postgresql")),
             ({"model": {"retries": 1000}}, ("[model] retries",)),
             ({"guards": {"progress_tools": ["write-file"]}}, ("[guards] progress_tools", "write-file")),
+            # cron's PATH without the virtualenv: every iteration would fail with exit 127, blamed on the model.
+            ({"tasks": [{"name": "t", "prompt": "p", "check": "CI=1 no-such-checker --all"}]}, ("[[task]] 't'", "'no-such-checker'", "not on PATH")),
         ],
     )
     def test_values_that_would_fail_the_night_later_are_refused_at_load(self, tmp_path, repo, sections, fragments):
@@ -159,6 +161,16 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, **sections)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, *fragments)
         assert not (tmp_path / "state" / "runs.db").exists()
+
+    def test_checks_the_shell_finds_are_accepted(self, tmp_path, repo, capsys):
+        """Builtins, keywords, paths of the repository's own and compound commands are the shell's to find: no refusal."""
+        from orchestrator.build import check_inputs
+        from orchestrator.config import load_config
+
+        checks = ["cd . && python check_greet.py", "test -f greet.py", "if true; then python check_greet.py; fi", "./not-yet-written.sh", "(cd . && true)"]
+        tasks = [{"name": f"t{index}", "prompt": "p", "check": check} for index, check in enumerate(checks)]
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=tasks)
+        check_inputs(load_config(config))
 
     @pytest.mark.parametrize(
         ("args", "fragment"),
