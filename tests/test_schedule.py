@@ -235,6 +235,12 @@ def serve_cli(path: Path, *args: str, env: dict[str, str] | None = None) -> subp
     )
 
 
+def documented_blocks(document: str, fence: str) -> list[list[str]]:
+    """The lines of each ```<fence> block of `document` (a path from the project root)."""
+    text = (ROOT / document).read_text(encoding="utf-8")
+    return [block.split("\n```", 1)[0].splitlines() for block in text.split(f"```{fence}\n")[1:]]
+
+
 def read_all(fd: int, into: bytearray) -> None:
     """Read a pty until every writer has closed it (Linux then answers EIO)."""
     while True:
@@ -727,3 +733,41 @@ class TestServe:
         assert "night_started" in [line["event"] for line in logs]  # the child's own events, as JSON
         [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
         assert (finished["exit_code"], finished["run_id"]) == (0, 1)  # the night names the run it recorded
+
+
+class TestDocumentedSetups:
+    @pytest.mark.parametrize(
+        ("document", "fence", "folder"), [("docs/scheduling.md", "crontab", "/repo"), ("README.md", "cron", "/path/to/repo")]
+    )
+    def test_the_documented_crontab_lets_the_checks_find_the_venv(
+        self, tmp_path: Path, repo: Path, server: Any, document: str, fence: str, folder: str
+    ) -> None:
+        """The documented crontab, run as cron runs it (its PATH is /usr/bin:/bin unless the crontab sets one): the check's python is found, the task succeeds."""
+        if not (Path(sys.prefix) / "bin" / "overnight").exists():
+            pytest.skip("overnight is not installed in this environment")
+        server.enqueue(*FIX)
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / ".venv").symlink_to(sys.prefix)
+        write_config(project / "overnight.toml", api_base=server.url, repo=repo)
+        [crontab] = documented_blocks(document, fence)
+        lines = [line.replace(folder, str(project)) for line in crontab if line.strip() and not line.startswith("#")]
+        settings = dict(line.split("=", 1) for line in lines if "=" in line.split()[0])
+        [job] = [line for line in lines if "=" not in line.split()[0]]
+        cron_environment = {"HOME": str(tmp_path), "LOGNAME": "overnight", "SHELL": "/bin/sh", "PATH": "/usr/bin:/bin"}
+
+        result = subprocess.run(
+            ["/bin/sh", "-c", job.split(None, 5)[5]], env={**cron_environment, **settings},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        )
+
+        log = project / ".overnight" / "cron.log"
+        assert result.returncode == 0, log.read_text(encoding="utf-8") if log.exists() else result.stderr
+
+    def test_the_documented_services_put_the_venv_on_path(self) -> None:
+        """Each documented systemd service (the timer's night and serve) puts the venv's bin on PATH, for the checks."""
+        services = [block for block in documented_blocks("docs/scheduling.md", "ini") if "[Service]" in block]
+
+        assert len(services) == 2
+        for service in services:
+            assert "Environment=PATH=/repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" in service
