@@ -14,7 +14,8 @@ settles only this state dir's runs (`orchestrator.lock.state_identity`): holding
 its lock proves them dead, without asking whether a pid lives. Another state
 dir's runs, worktrees and leases are left alone: its own next night settles
 them, and a lease it holds ends with its ttl. Runs recorded before state dirs
-had names are judged as before, by host, pid and lease.
+had names are judged as before, by host, pid and lease, and so are this state
+dir's runs recorded under another host name (see `alive_elsewhere`).
 """
 
 from __future__ import annotations
@@ -47,8 +48,15 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     def ours(run: Any) -> bool:  # a run of this state dir: we hold its lock, so it has ended
         return run.state_id == state_id and run.host == host
 
-    def elsewhere(run: Any) -> bool:  # another state dir's, or this one's copied to another host
-        return run.state_id is not None and not ours(run)
+    def elsewhere(run: Any) -> bool:  # another state dir's
+        return run.state_id is not None and run.state_id != state_id
+
+    # This state dir's runs recorded under another host name: a container or CI runner gets a new
+    # one every night while its state dir stays on a volume, but a copy of the state dir on another
+    # machine sharing the store would look the same. Judged as runs without a state dir's name
+    # are: by their leases and heartbeats, never by the lock alone.
+    def alive_elsewhere(run: Any) -> bool:
+        return any(owner_host_pid(lease.owner) == (run.host, run.pid) and lease.expires_at > now for lease in leases.values())
 
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
@@ -88,7 +96,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     for run in store.running_runs():
         if elsewhere(run):
             continue
-        if run.id in dead_runs or ours(run) or (run.host == host and (run.pid == me or not pid_alive(run.pid))):
+        on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid))
+        moved_here = run.state_id == state_id and run.host != host and not alive_elsewhere(run)
+        if run.id in dead_runs or ours(run) or on_this_host or moved_here:
             store.close_interrupted_run(run.id)
             log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
     _release_dead_leases(store, leases.values(), host, me, state_id, log)

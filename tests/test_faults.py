@@ -249,6 +249,36 @@ class TestRecoveryOfStoredState:
         assert run.status == "crashed" and run.tasks[0].outcome == "succeeded" and run.tasks[0].commit == commit
         assert [e["event"] for e in logs].count("iteration_recovered") == 1
 
+    @pytest.mark.parametrize("lease_alive", [False, True])
+    def test_this_state_dirs_night_under_another_host_name_is_judged_by_its_leases(self, tmp_path: Path, repo: Path, lease_alive: bool) -> None:
+        """A container gets a new host name each night while its state dir stays on a volume: the dead
+        night (its lease expired) is recovered. One whose lease is still renewed, as a copy of the
+        state dir on another machine sharing the store would keep it, is left alone."""
+        from orchestrator.lock import state_identity
+
+        config = _config(tmp_path, repo)
+        store = RunStore.open(config.store_url)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        run_id = store.begin_run(config_path=str(config.source), pid=4242, host="runner-monday", state_id=state_identity(config.state_dir))
+        task_run = store.begin_task(run_id, name="fix-greet", branch=worktree.branch)
+        checkpoint = worktree.checkpoint()
+        store.begin_iteration(task_run, number=1, checkpoint=checkpoint, pid=4242)
+        assert store.acquire_lease("fix-greet", f"runner-monday:4242:abcd1234:{state_identity(config.state_dir)}", ttl_s=60 if lease_alive else -1)
+        (worktree.path / "greet.py").write_text("half done\n")
+        git(worktree.path, "commit", "-qam", "wip by agent")
+        store.close()
+        settled, _ = recover(config)
+        reopened = RunStore.open(config.store_url)
+        run = reopened.run(run_id)
+        reopened.close()
+        if lease_alive:
+            assert settled == [] and run.status == "running"
+            assert git(repo, "log", "-1", "--format=%s", "overnight/fix-greet") == "wip by agent"
+        else:
+            assert [s.outcome for s in settled] == ["interrupted"] and run.status == "crashed"
+            assert git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
+            assert git(worktree.path, "status", "--porcelain") == ""
+
     def test_commit_the_agent_made_itself_is_rolled_back(self, tmp_path: Path, repo: Path) -> None:
         """A commit not made by overnight's commit step (e.g. the agent ran git commit) never survives recovery."""
         config = _config(tmp_path, repo)
