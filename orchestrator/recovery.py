@@ -4,8 +4,9 @@ Call `recover_interrupted` while holding the state lock (`orchestrator.lock`),
 before any task starts. Under that lock no process of ours is using this state
 dir, so every task worktree here is idle: an iteration still marked `running`
 by a dead process is rolled back to its checkpoint and recorded `interrupted`
-(not a struggle: no note, no blame), and any other uncommitted change in a
-worktree is leftover from a death too. One exception keeps committed work: if
+(not a struggle: no note, no blame). Any other uncommitted change in a worktree
+is not the agent's (a person's review edits, most likely): it is kept on a
+branch of its own, then the worktree is cleaned. One exception keeps committed work: if
 the process died after committing but before recording it, the commit (which
 passed the check) stays and the iteration is recorded `committed`.
 
@@ -38,6 +39,8 @@ INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
 )
 _GIT_LOCKS = ("index.lock", "HEAD.lock")
+# Where changes found in an idle worktree are kept: `git branch --list 'overnight-kept/*'`.
+KEPT_BRANCH_PREFIX = "overnight-kept/"
 
 
 def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
@@ -190,11 +193,30 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
         _remove_git_locks(path, path.name, log)
         try:
             worktree = Worktree(path, branch_for(path.name), config.repo.keep)
-            if not worktree.is_clean():
-                worktree.rollback("HEAD")
-                log.info("worktree_cleaned", task=path.name)
+            dirty = not worktree.is_clean()
         except Exception as exc:
             _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+            continue
+        if not dirty:
+            continue
+        _keep_what_a_person_may_have_written(worktree, path.name, log)
+        try:
+            worktree.rollback("HEAD")
+            log.info("worktree_cleaned", task=path.name)
+        except Exception as exc:
+            _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+
+
+def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, log: Any) -> None:
+    """Changes in a worktree no iteration was running in are not the agent's: most likely a person's
+    (the morning's review, edited where git lets the task branch be checked out). They are kept on
+    a branch of their own before the worktree is cleaned for the night."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    branch = f"{KEPT_BRANCH_PREFIX}{task}/{stamp}"
+    message = f"Changes found in overnight's worktree of task {task} with no iteration running, kept before it was cleaned"
+    # When they cannot be kept (StateError), cleaning would lose them: the night stops (exit 4), everything as it is.
+    if worktree.keep_changes(branch, message) is not None:
+        log.warning("worktree_changes_kept", task=task, branch=branch)
 
 
 def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
@@ -260,3 +282,4 @@ def _remove_stale_temp_files(state_dir: Path, log: Any) -> None:
     for temporary in state_dir.glob(".notes.md.*.tmp"):
         temporary.unlink(missing_ok=True)
         log.info("temp_file_removed", path=str(temporary))
+

@@ -19,6 +19,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -178,6 +179,32 @@ class Worktree:
         # -ff: also remove nested repositories the agent may have created.
         self._git("clean", "-ffdxq", *excludes)
 
+    def keep_changes(self, branch: str, message: str) -> str | None:
+        """Save what differs from HEAD (files changed, added, deleted; not ignored ones, nor `keep`
+        paths) as a commit on its own new `branch`, worktree and index untouched; None if nothing does.
+
+        Built in an index of its own: the worktree's index, and what the agent staged there, stay as
+        they were. StateError (one line) when git cannot.
+        """
+        import git
+
+        try:
+            return self._keep_changes(branch, message)
+        except (git.GitCommandError, OSError) as exc:
+            raise StateError(f"cannot keep the changes in the worktree {self.path}: {_git_reason(exc)}") from None
+
+    def _keep_changes(self, branch: str, message: str) -> str | None:
+        with tempfile.TemporaryDirectory(prefix="overnight-keep-") as folder:
+            index = {"GIT_INDEX_FILE": os.path.join(folder, "index")}
+            self._git("read-tree", "HEAD", env=index)
+            self._git("add", "--all", "--", ".", *(f":(exclude){path}" for path in self.keep), env=index)
+            tree = self._git("write-tree", env=index).strip()
+        if tree == self._git("rev-parse", "HEAD^{tree}").strip():
+            return None
+        commit = self._git("commit-tree", tree, "-p", "HEAD", "-m", message, identity=True).strip()
+        self._git("branch", branch, commit)
+        return commit
+
     def is_clean(self) -> bool:
         self._restore_link()
         return not self._git("status", "--porcelain", "--ignored", "--untracked-files=all").strip()
@@ -285,7 +312,7 @@ class Worktree:
         if not _names_back(self._admin, self.path):  # `git worktree move`: the registration names the new folder
             (self._admin / "gitdir").write_bytes(os.fsencode(os.path.abspath(link)) + b"\n")
 
-    def _git(self, *args: str, identity: bool = False) -> str:
+    def _git(self, *args: str, identity: bool = False, env: dict[str, str] | None = None) -> str:
         """One git command in this worktree: its output, or GitCommandError (also when killed, with
         what it started, after `git_timeout_s`). Not GitPython's `kill_after_timeout`, which starts
         a timer thread for every command: four a commit, in the burst of tasks ending together."""
@@ -295,7 +322,7 @@ class Worktree:
         process = subprocess.Popen(
             command,
             cwd=self.path,
-            env={**self._env, **GIT_IDENTITY} if identity else self._env,
+            env={**self._env, **(GIT_IDENTITY if identity else {}), **(env or {})} if identity or env else self._env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -279,6 +279,34 @@ class TestRecoveryOfStoredState:
             assert git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
             assert git(worktree.path, "status", "--porcelain") == ""
 
+    def test_changes_in_an_idle_worktree_are_kept_on_a_branch_before_it_is_cleaned(self, tmp_path: Path, repo: Path) -> None:
+        """A person's review edits in a worktree no iteration runs in (git lets the task branch be checked
+        out only there) survive the next night's cleaning, on a branch of their own; the worktree's own
+        index and branch are untouched, and ignored debris is not kept."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        before = worktree.checkpoint()
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'  # reviewed\n")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        (worktree.path / "check_greet.py").unlink()
+        (worktree.path / "junk.pyc").write_text("ignored")
+        _, logs = recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "rev-parse", f"{kept}^") == before
+        assert sorted(git(repo, "diff", "--name-status", f"{kept}^", kept).splitlines()) == ["A\tREVIEW.md", "D\tcheck_greet.py", "M\tgreet.py"]
+        assert "# reviewed" in git(repo, "show", f"{kept}:greet.py")
+        assert git(worktree.path, "status", "--porcelain", "--ignored") == ""
+        assert git(repo, "rev-parse", "overnight/fix-greet") == before
+        assert [(e["event"], e["branch"]) for e in logs if e["event"] == "worktree_changes_kept"] == [("worktree_changes_kept", kept)]
+
+    def test_an_idle_worktree_with_only_ignored_debris_is_cleaned_without_a_branch(self, tmp_path: Path, repo: Path) -> None:
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / "junk.pyc").write_text("ignored")
+        recover(config)
+        assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+        assert not (worktree.path / "junk.pyc").exists()
+
     def test_commit_the_agent_made_itself_is_rolled_back(self, tmp_path: Path, repo: Path) -> None:
         """A commit not made by overnight's commit step (e.g. the agent ran git commit) never survives recovery."""
         config = _config(tmp_path, repo)
