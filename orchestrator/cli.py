@@ -90,9 +90,22 @@ def run(
         recover_interrupted(parts.store, settings, parts.log)
         try:
             result = run_night(parts)
+        except KeyboardInterrupt:
+            _stop_at_once(parts.log)
         finally:
             _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log)
     raise typer.Exit(result.exit_code)
+
+
+def _stop_at_once(log: object) -> None:
+    """A second Ctrl-C: exit 130 now, not after the rollbacks in flight (and the worker threads
+    Python would wait for). The next night's recovery rolls them back and records them `interrupted`."""
+    import os
+
+    log.warning("night_abandoned", why="a second Ctrl-C", exit_code=130)  # type: ignore[attr-defined]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def _check_writable(path: Path, option: str) -> None:

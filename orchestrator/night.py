@@ -149,12 +149,20 @@ def run_night(parts: NightParts) -> NightResult:
     night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
     pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
     futures = [pool.submit(_run_task, night, task) for task in config.task]
+    abandoned = False  # a second Ctrl-C: the iterations in flight are left to the next night's recovery
     try:
         summaries = _results(futures)
     except KeyboardInterrupt:
+        if parts.cancel.cancelled:
+            abandoned = True
+            raise
         # Tasks run in worker threads; tell them, then wait while they roll back.
         parts.cancel.cancel("SIGINT")
-        summaries = _results(futures)
+        try:
+            summaries = _results(futures)
+        except KeyboardInterrupt:
+            abandoned = True
+            raise
     except Exception as crash:
         # A task died of something that is not the model's doing (a broken worktree, a bug).
         # The other tasks end as they would; then the run says `crashed` instead of staying
@@ -165,9 +173,10 @@ def run_night(parts: NightParts) -> NightResult:
             store.close_interrupted_run(run_id, exit_code=getattr(crash, "exit_code", 1))
         raise
     finally:
-        pool.shutdown(wait=True)
-        night.close()
         night.deadline.stop()
+        pool.shutdown(wait=not abandoned, cancel_futures=abandoned)
+        if not abandoned:
+            night.close()
     if parts.cancel.cancelled and parts.cancel.why in SIGNAL_EXIT_CODES:
         exit_code = SIGNAL_EXIT_CODES[parts.cancel.why]
         store.finish_run(run_id, status="cancelled", exit_code=exit_code)

@@ -75,6 +75,44 @@ class TestCancellation:
         assert not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_rollback(self, config_file, server, repo, tmp_path, capsys):
+        """The rollback is slow (a smudge filter, as git-lfs fetching from a slow server): a second Ctrl-C
+        exits 130 now, and the next night's recovery rolls back what was left in flight."""
+        marker = tmp_path / "slow-now"
+        git(repo, "config", "filter.slow.clean", "cat")
+        git(repo, "config", "filter.slow.smudge", f"test -e {marker} && sleep 8; cat")
+        (repo / ".gitattributes").write_text("greet.py filter=slow\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "slow checkout of greet.py")
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(call("write_file", {"path": "greet.py", "content": "half done\n"}), Reply(text="thinking", delay_s=30))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        edited = worktree(config) / "greet.py"
+        deadline = time.monotonic() + 60
+        while not (edited.exists() and edited.read_text() == "half done\n") and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        marker.touch()
+        process.send_signal(signal.SIGINT)  # the rollback begins, and waits on the filter
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        second = time.monotonic()
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 130, stderr
+        assert time.monotonic() - second < 4, "the second Ctrl-C waited for the rollback"
+        assert "night_abandoned" in stderr and "Traceback" not in stderr
+        marker.unlink()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(worktree(config), "show", "HEAD:greet.py").count("'hello'") == 1
+        import sqlite3
+
+        with sqlite3.connect(config.parent / "state" / "runs.db") as db:
+            assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("crashed",), ("finished",)]
+            assert db.execute("SELECT outcome FROM iterations ORDER BY id LIMIT 1").fetchall() == [("interrupted",)]
+
     def test_sigterm_to_the_whole_service_while_the_check_runs_is_cancelled_not_check_failed(self, config_file, server, capsys):
         """systemd's control-group kill signals the check too; dying of it first is no failed check, no blame."""
         tasks = [{"name": "fix-greet", "prompt": "p", "check": "echo $$ > check.pid; sleep 10; python check_greet.py"}]
