@@ -4,7 +4,7 @@ One task is one <testcase>: succeeded passes; failed and parked carry a
 <failure> whose message is the iterations' reason codes; paused (the model
 was unreachable) and interrupted (the night died under it) are an <error>,
 because they are the infrastructure's fault, not the task's; cancelled, and
-skipped (leased by another worker), are <skipped>. The layout is the common subset that
+skipped (leased by another worker, or done by one), are <skipped>. The layout is the common subset that
 GitHub's test-report actions, GitLab's `reports: junit` and Jenkins all read:
 <testsuites> around one <testsuite name="overnight">.
 """
@@ -110,7 +110,7 @@ def _testcase(task: TaskView) -> ET.Element:
     if verdict == "failure":
         _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))
     elif verdict == "skipped":
-        ET.SubElement(case, "skipped", {"message": "leased" if task.outcome == "skipped" else "cancelled"})
+        ET.SubElement(case, "skipped", {"message": (task.reason or "leased") if task.outcome == "skipped" else "cancelled"})
     elif verdict == "error":
         why = task.reason or f"task left {task.outcome}"
         _child(case, "error", why, task.reason or task.outcome, _iteration_lines(task))

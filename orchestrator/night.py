@@ -31,6 +31,7 @@ from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import Worktree, branch_for
+from runs.store import sqlite_files
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
 EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
@@ -84,6 +85,9 @@ class _Night:
         self.notes = NotesBook(parts.config.notes_path)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
+        # The default store, a SQLite file in the state dir, is this state dir's alone: no other
+        # worker's night is in it, and each task's start is spared asking.
+        self.store_may_be_shared = not any(file.is_relative_to(parts.config.state_dir) for file in sqlite_files(parts.config.store_url))
         deadline = parts.config.night.deadline
         self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
@@ -139,6 +143,10 @@ class _Night:
     def iteration_took(self, seconds: float) -> None:
         with self._lock:
             self._slowest_iteration_s = max(self._slowest_iteration_s, seconds)
+
+
+# A task skipped because another worker sharing the store finished it tonight (not a failure).
+DONE_ELSEWHERE = "done_elsewhere"
 
 
 def run_night(parts: NightParts) -> NightResult:
@@ -212,11 +220,17 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         outcome, reason = TaskOutcome.CANCELLED, refused
     else:
         try:
-            with lease, night.ask_ahead(task) as model:
-                workspace = night.worktree(task)
-                log.info("task_started", branch=workspace.branch)
-                setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                outcome, reason, reports = _iterate(night, task, setup)
+            with lease:
+                if night.store_may_be_shared and (done_by := store.succeeded_elsewhere(task.name, night.run_id)):
+                    # Machines sharing a store share the work: what another finished tonight is not done twice.
+                    log.info("task_skipped_done_elsewhere", host=done_by)
+                    outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
+                else:
+                    with night.ask_ahead(task) as model:
+                        workspace = night.worktree(task)
+                        log.info("task_started", branch=workspace.branch)
+                        setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
+                        outcome, reason, reports = _iterate(night, task, setup)
         except LeaseHeld as held:
             log.info("task_skipped_leased", holder=str(held))
             outcome, reason = TaskOutcome.SKIPPED, "leased"
@@ -309,6 +323,6 @@ def _should_park(reports: Sequence[IterationReport], park_after: int) -> bool:
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:
     if any(s.reason == "model_unreachable" for s in summaries):
         return EXIT_MODEL_UNREACHABLE
-    if summaries and all(s.outcome is TaskOutcome.SUCCEEDED for s in summaries):
+    if summaries and all(s.outcome is TaskOutcome.SUCCEEDED or s.reason == DONE_ELSEWHERE for s in summaries):
         return EXIT_OK
     return EXIT_TASKS_FAILED

@@ -376,6 +376,22 @@ class RunStore:
         with self._statements("release_lease", after_events=False) as connection:
             connection.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
 
+    def succeeded_elsewhere(self, task: str, run_id: int) -> str | None:
+        """The host where another worker (a state dir sharing this store) finished `task` with
+        success since run `run_id` began, if one did."""
+        began = select(Run.started_at).where(Run.id == run_id).scalar_subquery()
+        query = (
+            select(Run.host)
+            .join(TaskRun, TaskRun.run_id == Run.id)
+            .where(TaskRun.name == task, TaskRun.outcome == "succeeded", TaskRun.run_id != run_id, TaskRun.finished_at >= began)
+            .limit(1)
+        )
+        try:
+            with self._engine.connect() as connection:  # task rows are not queued events: no flush needed
+                return connection.execute(query).scalar()
+        except SQLAlchemyError as exc:
+            raise StateError(f"run store: reading failed: {_one_line(exc)}") from exc
+
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:
             rows = session.scalars(select(Lease).order_by(Lease.task)).all()

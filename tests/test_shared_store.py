@@ -165,6 +165,50 @@ class TestLostLease:
         assert entry.reason == "cancelled" and "lease_lost" in entry.text
 
 
+class TestSharedWork:
+    def test_a_task_another_worker_finished_tonight_is_not_done_again(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
+        """Two machines, one store: a task the other finished after this night began is skipped
+        (`done_elsewhere`, not a failure: exit 0), instead of being done a second time."""
+        store_file = tmp_path / "shared.db"
+        tasks = [
+            {"name": "slow", "prompt": "p", "check": "true", "tools": ["read_file", "submit"]},
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"},
+        ]
+        config = shared_config(tmp_path / "a", repo, server, store_file, tasks=tasks)
+        server.enqueue(Reply(tool_calls=call("submit", {"summary": "x"}).tool_calls, delay_s=2.0))
+
+        def other_machine_finishes_fix_greet() -> None:
+            store = RunStore.open(f"sqlite:///{store_file}")
+            try:
+                deadline = time.monotonic() + 30
+                while not store.running_runs() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                run = store.begin_run(config_path="elsewhere.toml", pid=1, host="machine-b", state_id="b" * 32)
+                task_run = store.begin_task(run, name="fix-greet", branch="overnight/fix-greet")
+                store.finish_task(task_run, outcome="succeeded", commit="c" * 40)
+            finally:
+                store.close()
+
+        other = threading.Thread(target=other_machine_finishes_fix_greet)
+        other.start()
+        result = run_in_process(config)
+        other.join()
+        assert result.exit_code == 0
+        slow, fixed = result.tasks
+        assert slow.outcome.value == "succeeded"
+        assert (fixed.outcome.value, fixed.reason, fixed.iterations) == ("skipped", "done_elsewhere", ())
+        assert len(server.requests) == 1  # no model call for the task done elsewhere
+        from orchestrator.junit import write_junit
+
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            write_junit(store.latest_run(state_id=state_identity(tmp_path / "a" / "state")), tmp_path / "junit.xml")
+        finally:
+            store.close()
+        [skipped] = ET.parse(tmp_path / "junit.xml").getroot().iter("skipped")
+        assert skipped.get("message") == "done_elsewhere"
+
+
 class TestMorning:
     def test_report_and_junit_show_this_state_dirs_night(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
         """A's night overlaps B's shorter one: A's JUnit file and A's report are A's, not the latest run in the store."""
