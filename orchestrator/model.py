@@ -268,6 +268,8 @@ class EndpointModel:
             return QualityError("context_overflow", CONTEXT_OVERFLOW_CORRECTION, evidence=reason, message="context window exceeded")
         if failure.kind == transports.UNROUTABLE:
             return ModelUnreachable(f"cannot route model {self.config.name!r}: {reason}")
+        if failure.kind == transports.WRONG_SERVER:  # a setting to fix: no retry can help
+            return ModelUnreachable(f"model endpoint {self._where()} {failure.message}")
         if failure.kind == transports.CONNECTION or status in _RETRY_STATUSES:
             return _Retryable(reason)
         if status in _CONFIG_STATUSES:

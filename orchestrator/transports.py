@@ -39,6 +39,7 @@ CONNECTION = "connection"  # refused, reset, dropped mid-stream
 STATUS = "status"  # the server answered with an error status
 CONTEXT_FULL = "context_full"  # the prompt does not fit the model's window
 UNROUTABLE = "unroutable"  # no known way to this model (litellm's provider, the api_base's scheme)
+WRONG_SERVER = "wrong_server"  # what answers at api_base is not a chat API: a redirect, a web page, a compressed body
 
 OPENAI_PREFIX = "openai/"
 # Yielded by a stream for a keep-alive: a sign the connection lives, not that the model speaks.
@@ -124,8 +125,14 @@ class DirectHTTP:
         """Chunks (an iterator with `close`) when streaming, else the whole response."""
         content = _dumps({**request, "model": self._model})
         response, connection = self._post(content)
+        media_type = _media_type(response)
+        if response.status < 400:
+            problem = _not_a_chat_answer(response, media_type)
+            if problem is not None:
+                connection.close()
+                raise TransportError(WRONG_SERVER, problem, response.status)
         # A server that does not stream answers a stream request with the whole JSON response.
-        whole = not stream or _media_type(response) == "application/json"
+        whole = not stream or _is_json(media_type)
         if response.status >= 400 or whole:
             try:
                 body = response.read()
@@ -220,6 +227,36 @@ def _shut_down(sock: socket.socket | None) -> None:
 
 def _media_type(response: http.client.HTTPResponse) -> str:
     return (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+
+
+def _not_a_chat_answer(response: http.client.HTTPResponse, media_type: str) -> str | None:
+    """Why a response that is not an error cannot be a chat completion, if it cannot.
+
+    Read as events, each of these would be an empty answer, blamed on the model
+    (empty_response) night after night, when api_base is what is wrong.
+    """
+    if 300 <= response.status < 400:
+        where = (response.getheader("Location") or "no Location")[:200]
+        # Not followed: the pool holds connections to one address, and a redirect there is a setting to fix.
+        return f"redirects ({response.status} {response.reason}) to {where}: set api_base to the address it redirects to"
+    encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+    if encoding != "identity":
+        return (
+            f"sent its answer compressed ({encoding}), which the direct transport does not decode: "
+            'turn compression off in the proxy, or set [model] transport = "litellm"'
+        )
+    return _media_type_problem(response.status, media_type)
+
+
+def _media_type_problem(status: int, media_type: str) -> str | None:
+    # No Content-Type at all is let through: a bare server may send none, and its events are read.
+    if not media_type or media_type == "text/event-stream" or _is_json(media_type):
+        return None
+    return f"answered {status} with {media_type}, not a chat completion: is api_base the API's address (often ending in /v1)?"
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or media_type.endswith("+json")
 
 
 class _OneChunk(list):

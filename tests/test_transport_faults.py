@@ -1,0 +1,148 @@
+"""EndpointModel against servers that misbehave at the HTTP level, through real sockets and real litellm.
+
+Each server here is a few lines on a raw socket, so a test can send exactly the bytes a broken
+proxy, a web page on the wrong port or a server restarting mid-answer sends.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from orchestrator.config import ModelConfig
+from orchestrator.errors import ModelUnreachable
+from orchestrator.model import EndpointModel
+
+MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
+
+# A raw handler gets the client socket and the request's head; what it sends is the whole answer.
+Handler = Callable[[socket.socket, bytes], None]
+
+
+class RawServer:
+    """Answers each request on 127.0.0.1 with `handler`, one thread per connection, one request per connection."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests = 0
+        self._stop = threading.Event()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(client,), daemon=True).start()
+
+    def _answer(self, client: socket.socket) -> None:
+        with client:
+            head = _read_request(client)
+            if head is None:
+                return
+            self.requests += 1
+            try:
+                self.handler(client, head)
+            except OSError:
+                pass  # the client hung up: routine here
+
+    def pause(self, seconds: float) -> None:
+        """Sleep in a handler, waking when the test ends."""
+        self._stop.wait(seconds)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+
+
+def _read_request(client: socket.socket) -> bytes | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = client.recv(65536)
+        if not piece:
+            return None
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+    while len(body) < length:
+        body += client.recv(65536)
+    return head
+
+
+@pytest.fixture
+def raw_server():
+    servers: list[RawServer] = []
+
+    def start(handler: Handler) -> RawServer:
+        servers.append(RawServer(handler))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def make_model(url: str, transport: str = "direct", **options: Any) -> tuple[EndpointModel, list[tuple[int, str]]]:
+    config = ModelConfig(
+        name=options.pop("name", "openai/x"),
+        api_base=url,
+        request_timeout_s=options.pop("request_timeout_s", 5.0),
+        retries=options.pop("retries", 0),
+        retry_backoff_s=0.0,
+        transport=transport,
+    )
+    retries: list[tuple[int, str]] = []
+    model = EndpointModel(config, sleep=lambda s: None, on_retry=lambda n, why: retries.append((n, why)), **options)
+    return model, retries
+
+
+def sse(*payloads: dict[str, Any] | str) -> bytes:
+    return b"".join(b"data: " + (p if isinstance(p, str) else json.dumps(p)).encode() + b"\n\n" for p in payloads)
+
+
+def delta(**fields: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
+
+
+FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+GOOD_STREAM = sse(delta(content="Hello"), delta(content=" world"), FINISH, "[DONE]")
+
+
+def response_head(status: str = "200 OK", content_type: str = "text/event-stream", extra: str = "", length: int | None = None) -> bytes:
+    framing = f"Content-Length: {length}\r\n" if length is not None else ""
+    return f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{framing}{extra}Connection: close\r\n\r\n".encode()
+
+
+class TestNotAChatAPI:
+    """What answers at api_base is not an OpenAI-compatible chat API: a configuration problem, said so at once."""
+
+    @pytest.mark.parametrize(
+        ("answer", "named"),
+        [
+            (response_head("307 Temporary Redirect", "text/html", "Location: http://127.0.0.1:9/v1/chat/completions\r\n", 0), "307"),
+            (response_head("308 Permanent Redirect", "text/html", "Location: /real/v1/chat/completions\r\n", 0), "308"),
+            (response_head("200 OK", "text/html", length=43) + b"<html><body>Welcome to nginx!</body></html>", "text/html"),
+            (response_head("200 OK", "text/event-stream", "Content-Encoding: gzip\r\n", len(gzip.compress(GOOD_STREAM)))
+             + gzip.compress(GOOD_STREAM), "gzip"),
+        ],
+        ids=["redirect-elsewhere", "redirect-to-self", "web-page", "gzip"],
+    )
+    def test_direct_refuses_what_is_not_a_chat_answer(self, raw_server, answer, named):
+        """A redirect, a web page or a compressed body is ModelUnreachable naming api_base and what came back,
+        not retried; it used to be read as an empty answer and blamed on the model (empty_response)."""
+        server = raw_server(lambda client, head: client.sendall(answer))
+        model, retries = make_model(server.url, retries=3)
+        with pytest.raises(ModelUnreachable) as caught:
+            model.complete(MESSAGES, [])
+        assert server.url in str(caught.value) and named in str(caught.value)
+        assert retries == [] and server.requests == 1
