@@ -8,6 +8,7 @@ inside commands so that `overnight --help` stays instant.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -85,7 +86,8 @@ def run(
     if junit is not None:
         _check_not_ours(junit, "--junit", settings)
     checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
-    with StateLock(settings.state_dir), night_parts(settings, checked) as parts:
+    with StateLock(settings.state_dir) as lock, night_parts(settings, checked) as parts:
+        parts = dataclasses.replace(parts, check_lock=lock.check_still_held)
         _cancel_on_signals(parts.cancel)
         recover_interrupted(parts.store, settings, parts.log)
         try:

@@ -90,6 +90,18 @@ class StateLock:
     def __exit__(self, *exc: object) -> None:
         self._release()
 
+    def check_still_held(self) -> None:
+        """StateError if the lock file is no longer the one locked: the state dir was removed (or
+        the file replaced), and a second night can take a fresh lock there and work on the same tasks."""
+        assert self._fd is not None
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            now = None
+        locked = os.fstat(self._fd)
+        if now is None or (now.st_dev, now.st_ino) != (locked.st_dev, locked.st_ino):
+            raise StateError(f"{self.path} was removed or replaced while this night held it (the state dir deleted?): stopping, so that no other night works beside this one")
+
     def _write_holder(self, holder: Holder) -> None:
         record = {"pid": holder.pid, "host": holder.host, "since": holder.since.isoformat()}
         data = (json.dumps(record) + "\n").encode()

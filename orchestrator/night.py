@@ -73,6 +73,8 @@ class NightParts:
     context_window: int | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
     now: Callable[[], datetime] = local_now
+    # Raises StateError once the state dir's lock is no longer this night's (lock.StateLock.check_still_held).
+    check_lock: Callable[[], None] = lambda: None
 
 
 class _Night:
@@ -131,6 +133,7 @@ class _Night:
         """Why no iteration may start now ("" if one may). None starts that could not finish
         by the deadline, judged by the slowest so far: that refuses the asking task only (the
         others' iterations in flight go on), and the deadline itself stops the night."""
+        self.parts.check_lock()
         if self.parts.cancel.cancelled:
             return self.parts.cancel.why
         if self.budget.exhausted:

@@ -106,6 +106,26 @@ class TestStateLock:
         with StateLock(tmp_path / "state"):
             pass
 
+    def test_a_night_whose_state_dir_was_removed_stops_before_its_next_iteration(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """`rm -rf` of the state dir mid-night lets a second night lock a fresh file there: the first
+        stops (StateError, exit 4) before starting another iteration, instead of working beside it."""
+        from tests.test_unattended import run_in_process
+
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 3})
+        state = tmp_path / "state"
+        server.enqueue(*[call("submit", {"summary": "x"}, delay_s=0.5)] * 3)
+
+        def replace_the_lock_file() -> None:
+            _wait_for(lambda: len(server.requests) >= 1, 30, "the first model call")
+            (state / "overnight.lock").rename(state / "overnight.lock.gone")
+            (state / "overnight.lock").touch()  # what a second night's StateLock would lock
+
+        with StateLock(state) as lock:
+            threading.Thread(target=replace_the_lock_file).start()
+            with pytest.raises(StateError, match="removed or replaced"):
+                run_in_process(config, check_lock=lock.check_still_held)
+        assert len(server.requests) == 1
+
     def test_state_dir_that_cannot_be_created_is_one_line(self, tmp_path: Path) -> None:
         """A state dir below a regular file gives a one-line StateError naming the path."""
         (tmp_path / "blocker").write_text("a file")
