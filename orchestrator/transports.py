@@ -142,7 +142,8 @@ class DirectHTTP:
             self._release(connection, response)
             if response.status >= 400:
                 raise _status_error(response.status, body)
-            return _OneChunk([_loads(body)]) if stream else _loads(body)
+            answer = _answer(body)
+            return _OneChunk([answer]) if stream else answer
         return _Events(response, lambda: self._release(connection, response), connection.close)
 
     def interrupt(self) -> None:
@@ -306,13 +307,13 @@ class _Events:
                     done = True
                     break
                 if payload is not None:
-                    yield _event(payload)
+                    yield _answer(payload)
         self._finished = True
         if not done:  # a body that ends without the blank line after its last event
             payload = _take_line(pending, data) if pending else None
             payload = payload if payload is not None else _take_line(b"", data)
             if payload is not None and payload != b"[DONE]":
-                yield _event(payload)
+                yield _answer(payload)
 
     def close(self) -> None:
         if self._finished:
@@ -336,12 +337,29 @@ def _take_line(line: bytes, data: list[bytes]) -> bytes | None:
     return None
 
 
-def _event(payload: bytes) -> Any:
-    event = _loads(payload)
-    if getattr(event, "error", None) is not None:
+def _answer(payload: bytes) -> Any:
+    """An event's JSON, or a whole response's; a top-level `error` in it is raised as the status error it stands for.
+
+    Servers report a failure this way with status 200 (Ollama's "model not found", a model
+    still loading); read as an answer it was empty, and blamed on the model.
+    """
+    answer = _loads(payload)
+    error = getattr(answer, "error", None)
+    if error is not None:
         message = _error_message(payload.decode("utf-8", "replace")) or payload[:200].decode("utf-8", "replace")
-        raise TransportError(_kind_of(message), message)
-    return event
+        # Its own code when that is an HTTP error status; without one, a fault of the server's (retried).
+        status = _http_status(getattr(error, "code", None)) or 500
+        raise TransportError(_kind_of(message), message, status)
+    return answer
+
+
+def _http_status(code: Any) -> int | None:
+    """`code` as an HTTP error status (503, "503"), or None for anything else ("model_not_found", 7, null)."""
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+        return code
+    return None
 
 
 class LiteLLMTransport:
@@ -369,16 +387,49 @@ class LiteLLMTransport:
             raw = litellm.completion(**request, **self._settings)
         except Exception as exc:
             raise self._translate(exc) from exc
-        return _LiteLLMChunks(_provider_chunks(raw), self._translate) if stream else raw
+        if not stream:
+            return raw
+        chunks = _provider_chunks(raw)
+        whole = self._whole_answer(chunks)
+        return whole if whole is not None else _LiteLLMChunks(chunks, self._translate)
 
     def close(self) -> None:
         pass
 
+    def _whole_answer(self, chunks: Any) -> "_OneChunk | None":
+        """An OpenAI-compatible server's answer to a stream request that is not a stream, read as DirectHTTP reads it.
+
+        The openai SDK looks for events in whatever body comes back; in one JSON
+        response (a server that does not stream, or `{"error": ...}` with status 200)
+        it finds none, and the answer was empty, blamed on the model.
+        """
+        response = getattr(chunks, "response", None)  # the openai SDK's stream holds its httpx response
+        headers = getattr(response, "headers", None)
+        if headers is None:
+            return None
+        media_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+        if media_type in ("", "text/event-stream"):
+            return None
+        problem = _media_type_problem(response.status_code, media_type)
+        if problem is not None:
+            response.close()
+            raise TransportError(WRONG_SERVER, problem, response.status_code)
+        try:
+            body = response.read()
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        return _OneChunk([_answer(body)])
+
     def _translate(self, exc: Exception) -> Exception:
+        import httpx
         import openai
 
         if isinstance(exc, TransportError):
             return exc
+        if isinstance(exc, httpx.TimeoutException):  # raised by the httpx response itself, not through the SDK
+            return TransportError(TIMEOUT, f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, httpx.TransportError):
+            return TransportError(CONNECTION, f"{type(exc).__name__}: {exc}")
         litellm = self._litellm
         status = getattr(exc, "status_code", None)
         status = status if isinstance(status, int) else None
@@ -389,6 +440,10 @@ class LiteLLMTransport:
             return TransportError(CONTEXT_FULL, message, status)
         if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in message:
             return TransportError(UNROUTABLE, message, status)
+        if status is None and isinstance(exc, openai.APIError) and not isinstance(exc, openai.APIConnectionError):
+            # An `error` event in the stream, as DirectHTTP reads one: its code, or a fault of the server's.
+            body = exc.body if isinstance(exc.body, dict) else {}
+            status = _http_status(body.get("code")) or 500
         if status is not None:
             return TransportError(STATUS, message, status)
         if isinstance(exc, openai.APIConnectionError):

@@ -146,3 +146,59 @@ class TestNotAChatAPI:
             model.complete(MESSAGES, [])
         assert server.url in str(caught.value) and named in str(caught.value)
         assert retries == [] and server.requests == 1
+
+
+@pytest.fixture(params=["direct", "litellm"])
+def transport(request) -> str:
+    return request.param
+
+
+def first_then_good(first: bytes) -> Handler:
+    """A handler answering `first` to the first request and a good stream after."""
+    answered = []
+
+    def handler(client: socket.socket, head: bytes) -> None:
+        client.sendall(first if not answered else response_head() + GOOD_STREAM)
+        answered.append(head)
+
+    return handler
+
+
+def json_answer(body: dict[str, Any], status: str = "200 OK") -> bytes:
+    data = json.dumps(body).encode()
+    return response_head(status, "application/json", length=len(data)) + data
+
+
+class TestErrorsInA200:
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"error": {"message": "model 'x' is loading, try again", "code": 503}},
+            {"error": {"message": "model 'x' is loading, try again", "code": "503"}},
+            {"error": "model 'x' is loading, try again"},
+        ],
+        ids=["code", "code-as-text", "no-code"],
+    )
+    def test_an_error_body_with_status_200_is_a_server_fault(self, raw_server, transport, body):
+        """`{"error": ...}` sent with status 200 is the status error it stands for (its code, else a server
+        fault), so it is retried; it used to be an empty answer, blamed on the model as empty_response."""
+        server = raw_server(first_then_good(json_answer(body)))
+        model, retries = make_model(server.url, transport, retries=1)
+        assert model.complete(MESSAGES, []).text == "Hello world"
+        assert len(retries) == 1 and "is loading" in retries[0][1]
+
+    def test_an_error_code_that_means_a_bad_request_is_not_retried(self, raw_server, transport):
+        """A 200 carrying an error with code 400 is a rejected request, as a 400 status is."""
+        server = raw_server(first_then_good(json_answer({"error": {"message": "bad tool schema", "code": 400}})))
+        model, retries = make_model(server.url, transport, retries=1)
+        with pytest.raises(RuntimeError, match="bad tool schema"):
+            model.complete(MESSAGES, [])
+        assert retries == []
+
+    def test_an_error_event_in_the_stream_is_a_server_fault(self, raw_server, transport):
+        """An `error` event after some text is retried alike, through both transports."""
+        broken = response_head() + sse(delta(content="Hel"), {"error": {"message": "upstream crashed", "code": 500}}, "[DONE]")
+        server = raw_server(first_then_good(broken))
+        model, retries = make_model(server.url, transport, retries=1)
+        assert model.complete(MESSAGES, []).text == "Hello world"
+        assert len(retries) == 1 and "upstream crashed" in retries[0][1]
