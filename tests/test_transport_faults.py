@@ -202,3 +202,20 @@ class TestErrorsInA200:
         model, retries = make_model(server.url, transport, retries=1)
         assert model.complete(MESSAGES, []).text == "Hello world"
         assert len(retries) == 1 and "upstream crashed" in retries[0][1]
+
+
+class TestWholeAnswerToAStreamRequest:
+    def test_a_server_that_does_not_stream_is_read_whole_by_both_transports(self, raw_server, transport):
+        """Asked for a stream, a server answering one JSON response is read as one chunk through litellm too
+        (the openai SDK found no events in it: an empty answer, blamed on the model)."""
+        whole = {
+            "id": "x", "object": "chat.completion", "created": 1, "model": "x",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "reading", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16},
+        }
+        server = raw_server(lambda client, head: client.sendall(json_answer(whole)))
+        response = make_model(server.url, transport)[0].complete(MESSAGES, [])
+        assert response.text == "reading" and response.finish_reason == "tool_calls"
+        assert [(c.name, c.arguments, c.id) for c in response.tool_calls] == [("read_file", '{"path": "a.py"}', "c1")]
+        assert (response.prompt_tokens, response.completion_tokens) == (11, 5)
