@@ -81,7 +81,7 @@ class EndpointModel:
         *,
         max_output_chars: int = 20000,
         stream: bool = True,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         on_retry: Callable[[int, str], None] | None = None,
         cancel: Any = None,
     ) -> None:
@@ -93,6 +93,7 @@ class EndpointModel:
         self._cpu_lock = threading.Lock()
         self.max_output_chars = max_output_chars
         self.stream = stream
+        # How the wait between attempts passes (tests record it); by default on the cancel token.
         self._sleep = sleep
         self._on_retry = on_retry
         self._transport: Any = None
@@ -113,9 +114,19 @@ class EndpointModel:
                     ) from None
                 if self._on_retry is not None:
                     self._on_retry(failures, failure.reason)
-                self._sleep(self._backoff(failures))
-                if self._cancel is not None:
-                    self._cancel.raise_if_cancelled()
+                self._wait_before_retry(self._backoff(failures))
+
+    def _wait_before_retry(self, seconds: float) -> None:
+        """Wait out a backoff. A cancel (SIGTERM, the deadline) ends the wait at once: a night
+        told to stop must not sit out up to MAX_BACKOFF_S first."""
+        if self._sleep is not None:
+            self._sleep(seconds)
+        elif self._cancel is not None:
+            self._cancel.wait(seconds)
+        else:
+            time.sleep(seconds)
+        if self._cancel is not None:
+            self._cancel.raise_if_cancelled()
 
     def context_window(self) -> int | None:
         """Input tokens the model accepts: litellm's figure when it knows the model, else the config's."""

@@ -321,6 +321,20 @@ class TestCancel:
             model.complete(MESSAGES, TOOLS)
         assert time.monotonic() - started < 2.0
 
+    def test_cancel_ends_the_wait_between_retries_at_once(self, server, transport):
+        """A cancel during the backoff after a 503 ends the call within a moment; it sat out the whole wait
+        (up to 300 s a wait, so SIGTERM took minutes to stop a night whose server was down)."""
+        server.enqueue(Reply(status=503), Reply(status=503))
+        token = CancelToken()
+        config = ModelConfig(name="openai/scripted", api_base=server.url, retries=2, retry_backoff_s=30, transport=transport)
+        model = EndpointModel(config, cancel=token)
+        transports.litellm_module()  # its import takes seconds; not what is timed here
+        threading.Timer(0.5, token.cancel, args=("SIGTERM",)).start()
+        started = time.monotonic()
+        with pytest.raises(Cancelled, match="SIGTERM"):
+            model.complete(MESSAGES, TOOLS)
+        assert time.monotonic() - started < 2.5 and len(server.requests) == 1
+
     def test_a_cancelled_token_stops_the_next_call_before_it_is_sent(self, server, transport):
         token = CancelToken()
         token.cancel("deadline")
