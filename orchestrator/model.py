@@ -55,8 +55,10 @@ CONTEXT_OVERFLOW_CORRECTION = (
     "make one small change, run the check and submit in fewer turns."
 )
 
-# How often a waiting caller looks at the cancel token.
+# How often a waiting caller looks at the cancel token (and, under litellm, at the stream's silence).
 _CANCEL_POLL_S = 0.1
+# How long a watched reader has to end once its stream was found silent and cut.
+_CUT_GRACE_S = 1.0
 
 
 class EndpointModel:
@@ -147,9 +149,9 @@ class EndpointModel:
     def _attempt_until_cancelled(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         """One attempt that a cancel can cut short, even while the server is silent.
 
-        The direct transport is interrupted in place (the cancel shuts its sockets);
-        litellm's request runs in a helper thread that is abandoned on cancel and
-        ends by itself at the read timeout (a daemon).
+        The direct transport is interrupted in place (the cancel shuts its sockets), and
+        its stream shows every read, so silence is judged in this thread. litellm's runs
+        in a helper thread, watched from this one (`_attempt_watched`).
         """
         try:
             transport = self._get_transport()
@@ -157,14 +159,26 @@ class EndpointModel:
             raise self._decide(failure) from None
         if self._cancel is not None:
             self._cancel.raise_if_cancelled()
-        if self._cancel is None or hasattr(transport, "interrupt"):
+        if hasattr(transport, "interrupt"):
             return self._attempt(transport, messages, tools)
+        return self._attempt_watched(transport, messages, tools)
+
+    def _attempt_watched(self, transport: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        """litellm's attempt in a helper thread, watched for a cancel and for silence.
+
+        Under litellm the reader hears only whole chunks: a proxy's keep-alive comments
+        reach the socket, reset its read timeout and are dropped, so a server that sends
+        them for ever was never silent. The watcher judges silence by the time since the
+        last chunk and cuts the stream's socket. On a cancel, or a stream it cannot cut,
+        the helper thread is abandoned (a daemon; it ends at its read timeout).
+        """
+        watch = _Watch()
         outcome: dict[str, Any] = {}
         done = threading.Event()
 
         def attempt() -> None:
             try:
-                outcome["response"] = self._attempt(transport, messages, tools)
+                outcome["response"] = self._attempt(transport, messages, tools, watch)
             except BaseException as exc:  # handed to the caller's thread below
                 outcome["error"] = exc
             finally:
@@ -172,18 +186,36 @@ class EndpointModel:
 
         threading.Thread(target=attempt, name="model-call", daemon=True).start()
         while not done.wait(_CANCEL_POLL_S):
-            self._cancel.raise_if_cancelled()
+            if self._cancel is not None and self._cancel.cancelled:
+                watch.cut()
+                self._cancel.raise_if_cancelled()
+            verdict = self._silence_verdict(watch)
+            # Cut, the reader raises the verdict itself (with the tokens it used); if not, it is abandoned.
+            if verdict is not None and not done.wait(_CUT_GRACE_S):
+                raise verdict
         if "error" in outcome:
             raise outcome["error"]
         return outcome["response"]
 
-    def _attempt(self, transport: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+    def _silence_verdict(self, watch: "_Watch") -> QualityError | None:
+        """watchdog_timeout once the watched stream has given no chunk for request_timeout_s (cutting it)."""
+        limit = self.config.request_timeout_s
+        if watch.stream is None or watch.verdict is not None or time.monotonic() - watch.last_chunk <= limit:
+            return None
+        verdict = _watchdog(limit)
+        if watch.cut():
+            watch.verdict = verdict
+        return verdict
+
+    def _attempt(
+        self, transport: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]], watch: "_Watch | None" = None
+    ) -> ModelResponse:
         started, cpu_started = time.monotonic(), time.thread_time()
         draft = _Draft()
         try:
             raw = transport.send(self._request(messages, tools), stream=self.stream)
             if self.stream:
-                self._read_stream(raw, draft)
+                self._read_stream(raw, draft, watch)
             else:
                 draft = _read_whole(raw)
                 self._check_runaway(draft)
@@ -232,10 +264,16 @@ class EndpointModel:
             request["stream_options"] = {"include_usage": True}
         return request
 
-    def _read_stream(self, stream: Any, draft: "_Draft") -> None:
-        """Assemble the stream into `draft`, cutting it on silence or runaway output."""
+    def _read_stream(self, stream: Any, draft: "_Draft", watch: "_Watch | None" = None) -> None:
+        """Assemble the stream into `draft`, cutting it on silence or runaway output.
+
+        `watch`, when another thread watches this one, is told of each chunk; when it cut
+        the stream for silence, what the cut raises here is that silence.
+        """
         limit = self.config.request_timeout_s
         last = time.monotonic()
+        if watch is not None:
+            watch.begin(stream, last)
         try:
             for chunk in stream:
                 now = time.monotonic()
@@ -248,10 +286,18 @@ class EndpointModel:
                 if chunk is transports.KEEPALIVE:
                     continue
                 last = now
+                if watch is not None:
+                    watch.last_chunk = now
                 draft.add_chunk(chunk)
                 self._check_runaway(draft)
+        except transports.TransportError:
+            if watch is not None and watch.verdict is not None:
+                raise watch.verdict from None
+            raise
         finally:
             stream.close()
+        if watch is not None and watch.verdict is not None:  # cut, and the stream just ended
+            raise watch.verdict
 
     def _check_runaway(self, draft: "_Draft") -> None:
         written = draft.written_chars()
@@ -294,6 +340,25 @@ class EndpointModel:
         # Doubling, but never past MAX_BACKOFF_S a wait: 20 retries would otherwise sleep for weeks.
         base = min(self.config.retry_backoff_s * 2 ** min(failures - 1, 32), max(MAX_BACKOFF_S, self.config.retry_backoff_s))
         return base * random.uniform(0.75, 1.25)
+
+
+class _Watch:
+    """What a thread reading a stream shows the thread watching it: the stream, and when its last chunk came."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+        self.last_chunk = 0.0
+        # Set by the watcher when it cut the stream: what the reader raises instead of the cut's error.
+        self.verdict: QualityError | None = None
+
+    def begin(self, stream: Any, now: float) -> None:
+        self.last_chunk = now
+        self.stream = stream
+
+    def cut(self) -> bool:
+        """Shut the stream's connection, so a read blocked on it returns; False when it cannot be cut."""
+        cut = getattr(self.stream, "cut", None)
+        return bool(cut()) if cut is not None else False
 
 
 class _Retryable(Exception):

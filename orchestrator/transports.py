@@ -467,6 +467,20 @@ class _LiteLLMChunks:
         if callable(close):
             close()
 
+    def cut(self) -> bool:
+        """Shut the socket under the stream from another thread, so a read blocked on it returns at once.
+
+        Only the openai SDK's stream (every OpenAI-compatible server) shows its httpx
+        response, and httpcore the socket; False for litellm's own providers' streams.
+        """
+        response = getattr(self._stream, "response", None)
+        network = getattr(response, "extensions", {}).get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is None:
+            return False
+        _shut_down(sock)
+        return True
+
 
 def _provider_chunks(wrapper: Any) -> Any:
     """The OpenAI-compatible chunk stream litellm holds, when it holds one; else litellm's own wrapper.

@@ -10,12 +10,14 @@ import gzip
 import json
 import socket
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
 
 from orchestrator.config import ModelConfig
-from orchestrator.errors import ModelUnreachable
+from orchestrator import transports
+from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.model import EndpointModel
 
 MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
@@ -158,8 +160,8 @@ def first_then_good(first: bytes) -> Handler:
     answered = []
 
     def handler(client: socket.socket, head: bytes) -> None:
-        client.sendall(first if not answered else response_head() + GOOD_STREAM)
         answered.append(head)
+        client.sendall(first if len(answered) == 1 else response_head() + GOOD_STREAM)
 
     return handler
 
@@ -219,3 +221,27 @@ class TestWholeAnswerToAStreamRequest:
         assert response.text == "reading" and response.finish_reason == "tool_calls"
         assert [(c.name, c.arguments, c.id) for c in response.tool_calls] == [("read_file", '{"path": "a.py"}', "c1")]
         assert (response.prompt_tokens, response.completion_tokens) == (11, 5)
+
+
+class TestSilence:
+    def test_keep_alive_comments_are_silence_through_both_transports(self, raw_server, transport):
+        """A proxy sending `: keep-alive` for ever while the model says nothing is cut at request_timeout_s
+        through litellm too; there the comments reset the socket's read timeout and were never seen, so the
+        night waited as long as the proxy kept talking."""
+        server: RawServer
+
+        def keep_alive(client: socket.socket, head: bytes) -> None:
+            client.sendall(response_head() + sse(delta(content="thinking")))
+            for _ in range(100):
+                client.sendall(b": keep-alive\n\n")
+                server.pause(0.1)
+
+        server = raw_server(keep_alive)
+        model, retries = make_model(server.url, transport, request_timeout_s=1.0)
+        transports.litellm_module()  # its import takes seconds; not what is timed here
+        started = time.monotonic()
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, [])
+        assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
+        assert caught.value.tokens > 0  # "thinking" was written before the silence, and counts
+        assert retries == []
