@@ -426,6 +426,9 @@ class LiteLLMTransport:
 
         if isinstance(exc, TransportError):
             return exc
+        wrapped = _wrapped_failure(exc, self._litellm)
+        if wrapped is not None:
+            return self._translate(wrapped)
         if isinstance(exc, httpx.TimeoutException):  # raised by the httpx response itself, not through the SDK
             return TransportError(TIMEOUT, f"{type(exc).__name__}: {exc}")
         if isinstance(exc, httpx.TransportError):
@@ -449,6 +452,19 @@ class LiteLLMTransport:
         if isinstance(exc, openai.APIConnectionError):
             return TransportError(CONNECTION, message)
         return exc
+
+
+def _wrapped_failure(exc: Exception, litellm: Any) -> Exception | None:
+    """The failure a litellm MidStreamFallbackError stands for, if it names one.
+
+    litellm wraps what goes wrong mid-stream for its own providers (ollama_chat/) in
+    it, with the wrapped failure's status: a read timeout became a 408, retried and
+    reported as model_unreachable, where it is the model's silence (watchdog_timeout).
+    """
+    if not isinstance(exc, litellm.exceptions.MidStreamFallbackError):
+        return None
+    inner = getattr(exc, "original_exception", None) or exc.__cause__
+    return inner if isinstance(inner, Exception) and inner is not exc else None
 
 
 class _LiteLLMChunks:

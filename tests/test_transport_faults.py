@@ -36,7 +36,8 @@ class RawServer:
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+        self.base = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.url = self.base + "/v1"
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -244,4 +245,28 @@ class TestSilence:
             model.complete(MESSAGES, [])
         assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
         assert caught.value.tokens > 0  # "thinking" was written before the silence, and counts
+        assert retries == []
+
+    def test_silence_mid_answer_from_ollamas_own_api_is_the_models(self, raw_server):
+        """Under litellm's ollama_chat/ route, silence after the first line is watchdog_timeout, not retried:
+        litellm wraps the read timeout in MidStreamFallbackError with status 408, which was retried and
+        reported as model_unreachable (no blame, task paused) for a model that had simply gone quiet."""
+        server: RawServer
+
+        def first_line_then_silence(client: socket.socket, head: bytes) -> None:
+            if not head.startswith(b"POST /api/chat"):  # litellm may ask /api/show about the model
+                client.sendall(json_answer({}, "404 Not Found"))
+                return
+            line = json.dumps({"model": "q", "message": {"role": "assistant", "content": "Hello"}, "done": False}).encode() + b"\n"
+            client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           + b"%x\r\n%s\r\n" % (len(line), line))
+            server.pause(10)
+
+        server = raw_server(first_line_then_silence)
+        model, retries = make_model(server.base, "litellm", name="ollama_chat/q", request_timeout_s=1.0, retries=2)
+        transports.litellm_module()
+        started = time.monotonic()
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, [])
+        assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
         assert retries == []
