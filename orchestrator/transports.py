@@ -144,7 +144,7 @@ class DirectHTTP:
                 raise _status_error(response.status, body)
             answer = _answer(body)
             return _OneChunk([answer]) if stream else answer
-        return _Events(response, lambda: self._release(connection, response), connection.close)
+        return _Events(response, lambda: self._release_streamed(connection, response), connection.close)
 
     def interrupt(self) -> None:
         """Cut every connection, now and from now on: a blocked read returns at once (from any thread)."""
@@ -200,7 +200,39 @@ class DirectHTTP:
         else:
             connection.close()
 
+    def _release_streamed(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """After `[DONE]` (or the body's end): the connection is reused only if its body ends now."""
+        if response.isclosed() or self._body_ends_now(connection, response):
+            self._release(connection, response)
+        else:
+            connection.close()
 
+    def _body_ends_now(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> bool:
+        """Whether the body's end (its last chunk, blank lines before it) comes within _BODY_END_GRACE_S.
+
+        Usually it came with `[DONE]` and is read from the buffer; a server may send it a
+        moment later. Pings or silence instead mean a body kept open: not reusable. Any
+        failure here is only that: the answer already stands.
+        """
+        sock = connection.sock
+        if sock is None:
+            return False
+        try:
+            sock.settimeout(_BODY_END_GRACE_S)
+            for _ in range(4):
+                piece = response.read1(65536)
+                if not piece:
+                    sock.settimeout(self._read_timeout)
+                    return True
+                if piece.strip():
+                    return False
+        except _NETWORK_ERRORS:
+            pass
+        return False
+
+
+# How long after `[DONE]` the end of the body may take to come for the connection to be reused.
+_BODY_END_GRACE_S = 0.1
 # What a broken, refused, reset or silent connection raises through http.client.
 _NETWORK_ERRORS = (OSError, http.client.HTTPException)
 # What a kept-alive connection closed by the server raises on its next request.
@@ -285,14 +317,10 @@ class _Events:
     def _events(self) -> Iterator[Any]:
         data: list[bytes] = []
         pending = b""
-        done = False
         while True:
             piece = self._response.read1(65536)
             if not piece:
                 break
-            # Read on past [DONE] to the end of the body, so the connection can serve the next request.
-            if done:
-                continue
             lines = (pending + piece).split(b"\n")
             pending = lines.pop()
             for line in lines:
@@ -304,16 +332,18 @@ class _Events:
                     continue
                 payload = _take_line(line, data)
                 if payload == b"[DONE]":
-                    done = True
-                    break
+                    # The answer is whole: nothing after it is read, so a server that keeps the body
+                    # open (pings, a stall) can neither hold the answer back nor turn it into a failure.
+                    self._finished = True
+                    return
                 if payload is not None:
                     yield _answer(payload)
         self._finished = True
-        if not done:  # a body that ends without the blank line after its last event
-            payload = _take_line(pending, data) if pending else None
-            payload = payload if payload is not None else _take_line(b"", data)
-            if payload is not None and payload != b"[DONE]":
-                yield _answer(payload)
+        # A body that ends without the blank line after its last event.
+        payload = _take_line(pending, data) if pending else None
+        payload = payload if payload is not None else _take_line(b"", data)
+        if payload is not None and payload != b"[DONE]":
+            yield _answer(payload)
 
     def close(self) -> None:
         if self._finished:

@@ -18,7 +18,9 @@ import pytest
 from orchestrator.config import ModelConfig
 from orchestrator import transports
 from orchestrator.errors import ModelUnreachable, QualityError
+from orchestrator.fake_server import ScriptedServer
 from orchestrator.model import EndpointModel
+from orchestrator.scripted import say
 
 MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
 
@@ -270,3 +272,42 @@ class TestSilence:
             model.complete(MESSAGES, [])
         assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
         assert retries == []
+
+
+def chunked_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def http_chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+class TestAfterDone:
+    @pytest.mark.parametrize("then", ["pings", "stall"])
+    def test_the_answer_ends_at_done_whatever_the_server_does_after(self, raw_server, then):
+        """A server (or proxy) that keeps the body open after [DONE], pinging or silent, gets the answer
+        back at once: the direct transport read on to the body's end, so pings held the answer until the
+        server hung up (then a retried IncompleteRead) and a stall became watchdog_timeout."""
+        server: RawServer
+
+        def keep_open(client: socket.socket, head: bytes) -> None:
+            client.sendall(chunked_head() + http_chunk(GOOD_STREAM))
+            for _ in range(50):
+                if then == "pings":
+                    client.sendall(http_chunk(b": ping\n\n"))
+                server.pause(0.1)
+
+        server = raw_server(keep_open)
+        model, retries = make_model(server.url, request_timeout_s=1.0)
+        started = time.monotonic()
+        assert model.complete(MESSAGES, []).text == "Hello world"
+        assert time.monotonic() - started < 0.8 and retries == []
+
+    def test_a_body_that_ends_just_after_done_keeps_its_connection(self):
+        """A paced stream whose last chunk comes in a write of its own after [DONE] still leaves its
+        connection for the next call."""
+        with ScriptedServer([say("one", chunk_interval_s=0.01), say("two", chunk_interval_s=0.01)]) as server:
+            model, _ = make_model(server.url)
+            assert [model.complete(MESSAGES, []).text for _ in range(2)] == ["one", "two"]
+            model.close()
+            assert server.connections_opened == 1
