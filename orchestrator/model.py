@@ -456,7 +456,7 @@ class _Draft:
         if getattr(function, "name", None) and not draft.name:
             draft.name = _as_text(function.name)
         if getattr(function, "arguments", None):
-            draft.arguments.add(_as_text(function.arguments))
+            draft.arguments.add(_arguments_text(function.arguments))
 
     def add_usage(self, usage: Any) -> None:
         if usage is None:
@@ -497,10 +497,27 @@ def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(_as_text(getattr(part, "text", part)) for part in value)
-    if isinstance(value, SimpleNamespace):
-        return json.dumps(value, default=vars, ensure_ascii=False)
+        return "".join(_as_text(_part_text(part)) for part in value)
+    if isinstance(value, (dict, SimpleNamespace)):
+        return _json_text(value)
     return str(value)
+
+
+def _arguments_text(value: Any) -> str:
+    """A call's arguments as JSON text, also when a server sent the object (or an array) itself:
+    litellm hands those on as a dict or a list, whose Python repr is not JSON."""
+    if isinstance(value, (dict, list, SimpleNamespace)):
+        return _json_text(value)
+    return _as_text(value)
+
+
+def _part_text(part: Any) -> Any:
+    """The text of one content part: {"type": "text", "text": ...} as a dict (litellm) or a namespace (direct)."""
+    return part.get("text", "") if isinstance(part, dict) else getattr(part, "text", part)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, default=vars, ensure_ascii=False)
 
 
 def _list(value: Any) -> list[Any]:

@@ -311,3 +311,20 @@ class TestAfterDone:
             assert [model.complete(MESSAGES, []).text for _ in range(2)] == ["one", "two"]
             model.close()
             assert server.connections_opened == 1
+
+
+class TestBentTypes:
+    @pytest.mark.parametrize(
+        ("arguments", "expected"),
+        [({"path": "a.py"}, '{"path": "a.py"}'), ({"edits": [{"line": 1}]}, '{"edits": [{"line": 1}]}'), ([1, 2], "[1, 2]")],
+        ids=["object", "nested", "array"],
+    )
+    def test_arguments_sent_as_json_itself_are_read_as_its_text(self, raw_server, transport, arguments, expected):
+        """Tool arguments a server streams as a JSON object instead of its text are that JSON through litellm
+        too, where they came out as a Python repr ({'path': 'a.py'}) and failed as broken_tool_call."""
+        call = {"index": 0, "id": "a", "type": "function", "function": {"name": "read_file", "arguments": arguments}}
+        finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        body = response_head() + sse(delta(tool_calls=[call]), finish, "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        response = make_model(server.url, transport)[0].complete(MESSAGES, [])
+        assert [(c.name, c.arguments) for c in response.tool_calls] == [("read_file", expected)]
