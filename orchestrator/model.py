@@ -298,6 +298,11 @@ class EndpointModel:
             stream.close()
         if watch is not None and watch.verdict is not None:  # cut, and the stream just ended
             raise watch.verdict
+        if not draft.finish_reason and getattr(stream, "ended_by_close", False):
+            # A server restarting mid-answer: the half answer (a call's arguments cut short) is not the model's.
+            raise transports.TransportError(
+                transports.CONNECTION, "the connection closed before the answer ended (no finish_reason, no [DONE])"
+            )
 
     def _check_runaway(self, draft: "_Draft") -> None:
         written = draft.written_chars()

@@ -307,6 +307,9 @@ class _Events:
         self._release = release
         self._discard = discard
         self._finished = False
+        # The body ended where the connection closed, with no [DONE]: nothing in it tells a whole
+        # answer from one cut by a restarting server (the model asks the answer's finish_reason).
+        self.ended_by_close = False
 
     def __iter__(self) -> Iterator[Any]:
         try:
@@ -339,11 +342,20 @@ class _Events:
                 if payload is not None:
                     yield _answer(payload)
         self._finished = True
+        self.ended_by_close = self._response.length is None and not self._response.chunked
         # A body that ends without the blank line after its last event.
         payload = _take_line(pending, data) if pending else None
         payload = payload if payload is not None else _take_line(b"", data)
         if payload is not None and payload != b"[DONE]":
-            yield _answer(payload)
+            yield self._last_answer(payload)
+
+    def _last_answer(self, payload: bytes) -> Any:
+        try:
+            return _answer(payload)
+        except TransportError as failure:
+            if failure.status is None and self.ended_by_close:  # not JSON: half an event, then the close
+                raise TransportError(CONNECTION, "the connection closed in the middle of an event") from None
+            raise
 
     def close(self) -> None:
         if self._finished:
@@ -512,6 +524,15 @@ class _LiteLLMChunks:
         close = getattr(self._stream, "close", None)
         if callable(close):
             close()
+
+    @property
+    def ended_by_close(self) -> bool:
+        """Whether the body had no length and was not chunked: its end was the connection's close,
+        which says nothing of whether the answer was whole (the openai SDK shows no [DONE])."""
+        headers = getattr(getattr(self._stream, "response", None), "headers", None)
+        if headers is None:
+            return False
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
 
     def cut(self) -> bool:
         """Shut the socket under the stream from another thread, so a read blocked on it returns at once.

@@ -328,3 +328,31 @@ class TestBentTypes:
         server = raw_server(lambda client, head: client.sendall(body))
         response = make_model(server.url, transport)[0].complete(MESSAGES, [])
         assert [(c.name, c.arguments) for c in response.tool_calls] == [("read_file", expected)]
+
+
+class TestConnectionClosedMidAnswer:
+    """A body framed only by the connection's close (no length, not chunked) that ends mid-answer."""
+
+    CALL_BEGUN = sse(delta(content="I will now call"), delta(tool_calls=[
+        {"index": 0, "id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"pa'}}]))
+
+    @pytest.mark.parametrize(
+        "cut",
+        [CALL_BEGUN, CALL_BEGUN + b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"argum'],
+        ids=["between-events", "mid-event"],
+    )
+    def test_a_close_before_the_answer_ended_is_a_retried_connection_failure(self, raw_server, transport, cut):
+        """With neither [DONE] nor a finish_reason, a close is a server restarting mid-answer: retried as a
+        connection failure. It was a truncated call ('{"pa', blamed on the model) or, cut mid-event, a
+        RuntimeError (an iteration_error)."""
+        server = raw_server(first_then_good(response_head() + cut))
+        model, retries = make_model(server.url, transport, retries=1)
+        assert model.complete(MESSAGES, []).text == "Hello world"
+        assert len(retries) == 1 and "closed" in retries[0][1]
+
+    def test_a_close_after_the_finish_reason_ends_the_answer(self, raw_server, transport):
+        """A server that sends no [DONE] but a finish_reason, then closes, gave a whole answer."""
+        body = response_head() + sse(delta(content="no done marker"), FINISH)
+        server = raw_server(lambda client, head: client.sendall(body))
+        model, retries = make_model(server.url, transport, retries=1)
+        assert model.complete(MESSAGES, []).text == "no done marker" and retries == []
