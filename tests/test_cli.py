@@ -167,7 +167,14 @@ class TestBadConfig:
         from orchestrator.build import check_inputs
         from orchestrator.config import load_config
 
-        checks = ["cd . && python check_greet.py", "test -f greet.py", "if true; then python check_greet.py; fi", "./not-yet-written.sh", "(cd . && true)"]
+        checks = [
+            "cd . && python check_greet.py", "test -f greet.py", "if true; then python check_greet.py; fi", "./not-yet-written.sh", "(cd . && true)",
+            # A check that sets its own PATH finds what overnight's PATH may not have.
+            f"PATH={tmp_path}/bin:$PATH own-checker", f"export PATH={tmp_path}/bin:$PATH; own-checker",
+        ]
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "own-checker").write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / "bin" / "own-checker").chmod(0o755)
         tasks = [{"name": f"t{index}", "prompt": "p", "check": check} for index, check in enumerate(checks)]
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=tasks)
         check_inputs(load_config(config))
