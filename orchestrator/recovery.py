@@ -65,12 +65,13 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     leases = {lease.task: lease for lease in store.leases()}
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
-    settled, dead_runs, touched = [], set(), set()
+    settled, dead_runs, touched, alive = [], set(), set(), set()
     for iteration in store.running_iterations():
         run = store.run_of_task_run(iteration.task_run_id)
         if elsewhere(run):
             continue
         if not ours(run) and not _is_orphaned(iteration, run, leases.get(iteration.task_name), host, me, now, stale_after):
+            alive.add(iteration.task_name)  # perhaps still at work: its worktree is not cleaned either
             continue
         commit = _settle_worktree(config, iteration, log)
         if commit:
@@ -105,7 +106,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
             store.close_interrupted_run(run.id)
             log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
     _release_dead_leases(store, leases.values(), host, me, state_id, log)
-    _clean_idle_worktrees(config, skip=touched, log=log)
+    _clean_idle_worktrees(config, skip=touched | alive, log=log)
     return settled
 
 

@@ -194,10 +194,21 @@ class Worktree:
             raise StateError(f"cannot keep the changes in the worktree {self.path}: {_git_reason(exc)}") from None
 
     def _keep_changes(self, branch: str, message: str) -> str | None:
+        if not (self._admin / "index").exists():
+            return None  # a first checkout cut short: what differs is what it had not written yet
         with tempfile.TemporaryDirectory(prefix="overnight-keep-") as folder:
-            index = {"GIT_INDEX_FILE": os.path.join(folder, "index")}
+            index = {"GIT_INDEX_FILE": os.path.join(folder, "index"), "GIT_LITERAL_PATHSPECS": "1"}
             self._git("read-tree", "HEAD", env=index)
-            self._git("add", "--all", "--", ".", *(f":(exclude){path}" for path in self.keep), env=index)
+            self._git("add", "--update", env=index)  # tracked files changed or deleted
+            excludes = [f"--exclude={pattern}" for pattern in self.keep]  # the patterns `git clean -e` takes
+            others = self._git("ls-files", "-z", "--others", "--exclude-standard", *excludes, env=index).split("\0")
+            # A nested repository shows as its folder ("scratch/"): git would add a link to its
+            # commit, or fail when it has none, never its files. Left out, as the cleaning always did.
+            new_files = [name for name in others if name and not name.endswith("/")]
+            if new_files:
+                listed = Path(folder) / "new-files"
+                listed.write_bytes(b"\0".join(os.fsencode(name) for name in new_files))
+                self._git("add", f"--pathspec-from-file={listed}", "--pathspec-file-nul", env=index)
             tree = self._git("write-tree", env=index).strip()
         if tree == self._git("rev-parse", "HEAD^{tree}").strip():
             return None

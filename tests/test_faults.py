@@ -286,6 +286,7 @@ class TestRecoveryOfStoredState:
         assert store.acquire_lease("fix-greet", f"runner-monday:4242:abcd1234:{state_identity(config.state_dir)}", ttl_s=60 if lease_alive else -1)
         (worktree.path / "greet.py").write_text("half done\n")
         git(worktree.path, "commit", "-qam", "wip by agent")
+        (worktree.path / "check_greet.py").write_text("more, not committed\n")
         store.close()
         settled, _ = recover(config)
         reopened = RunStore.open(config.store_url)
@@ -294,6 +295,9 @@ class TestRecoveryOfStoredState:
         if lease_alive:
             assert settled == [] and run.status == "running"
             assert git(repo, "log", "-1", "--format=%s", "overnight/fix-greet") == "wip by agent"
+            # Perhaps still at work: its worktree is neither cleaned nor taken for a person's changes.
+            assert git(worktree.path, "status", "--porcelain") == "M check_greet.py"
+            assert git(repo, "branch", "--list", "overnight-kept/*") == ""
         else:
             assert [s.outcome for s in settled] == ["interrupted"] and run.status == "crashed"
             assert git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
@@ -318,6 +322,32 @@ class TestRecoveryOfStoredState:
         assert git(worktree.path, "status", "--porcelain", "--ignored") == ""
         assert git(repo, "rev-parse", "overnight/fix-greet") == before
         assert [(e["event"], e["branch"]) for e in logs if e["event"] == "worktree_changes_kept"] == [("worktree_changes_kept", kept)]
+
+    def test_keep_paths_nested_repositories_and_odd_names_do_not_stop_the_night(self, tmp_path: Path, repo: Path) -> None:
+        """`[repo] keep = ["/build"]` (the patterns `git clean -e` takes) stays out of the kept branch; an
+        empty nested repository (`git init scratch`) is left out instead of failing every night; a name
+        with glob characters is kept as it is named."""
+        config = _config(tmp_path, repo)
+        config = config.model_copy(update={"repo": config.repo.model_copy(update={"keep": ["/build"]})})
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD", config.repo.keep)
+        (worktree.path / "build").mkdir()
+        (worktree.path / "build" / "cache.bin").write_text("kept by rollback, not a change")
+        (worktree.path / "a[1].txt").write_text("odd name\n")
+        subprocess.run(["git", "init", "-q", str(worktree.path / "scratch")], check=True)
+        recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["a[1].txt"]
+        assert (worktree.path / "build" / "cache.bin").exists() and not (worktree.path / "a[1].txt").exists()
+
+    def test_a_first_checkout_cut_short_is_not_kept_as_changes(self, tmp_path: Path, repo: Path) -> None:
+        """No index yet (killed during the worktree's first checkout): the missing files are nobody's deletions."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / "greet.py").unlink()
+        (Path(git(worktree.path, "rev-parse", "--absolute-git-dir")) / "index").unlink()
+        recover(config)
+        assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+        assert (worktree.path / "greet.py").exists()
 
     def test_an_idle_worktree_with_only_ignored_debris_is_cleaned_without_a_branch(self, tmp_path: Path, repo: Path) -> None:
         config = _config(tmp_path, repo)
