@@ -250,7 +250,7 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
     outcome, reason = TaskOutcome.FAILED, ""
     try:
         for number in range(1, config.night.max_iterations + 1):
-            if refused := night.why_not_start_iteration():
+            if refused := night.why_not_start_iteration() or _spent(setup.budgets):
                 outcome, reason = TaskOutcome.CANCELLED, refused
                 break
             started = parts.now()
@@ -312,6 +312,11 @@ def _task_setup(
         budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
         lease=lease,
     )
+
+
+def _spent(budgets: Sequence[TokenBudget]) -> str:
+    """Why a budget allows no further iteration (the response that crossed it was acted on), or ""."""
+    return next((budget.why for budget in budgets if budget.exhausted), "")
 
 
 def _should_park(reports: Sequence[IterationReport], park_after: int) -> bool:

@@ -364,16 +364,27 @@ class TestBudgets:
         assert task.outcome.value == "succeeded" and [it.tokens for it in task.iterations] == [5500]
         assert "'hello'" in git(worktree(config, "fix-greet"), "show", "HEAD:greet.py")
 
+    def test_no_iteration_begins_once_the_task_budget_is_spent(self, config_file, server, capsys):
+        """The response that crossed the budget was acted on (its check failed): no further iteration is
+        begun only to be cancelled at its first turn, with a row, a transcript and a note of its own."""
+        config = config_file(night={"max_tokens_per_task": 5000, "max_iterations": 3})
+        server.enqueue(call("submit", {"summary": "x"}, prompt_tokens=5499, completion_tokens=1))
+        run_in_process(config)
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("cancelled", "task token budget of 5000 spent")
+        assert [(it["outcome"], it["reason"]) for it in task["iterations"]] == [("rolled_back", "check_failed")]
+        assert [entry.reason for entry in NotesBook(config.parent / "state" / "notes.md").entries()] == ["check_failed"]
+
     def test_a_runaway_response_cut_off_counts_its_tokens(self, config_file, server, capsys):
         """A response stopped for runaway output used tokens: the iteration counts them, and so do the budgets."""
         config = config_file(night={"max_iterations": 3, "max_tokens_per_task": 200}, guards={"park_after": 5})
         server.enqueue(*[Reply(text="word " * 6000, prompt_tokens=2000, completion_tokens=6000)] * 3)
         run_in_process(config)
         [task] = report_json(config, capsys)["tasks"]
-        first, second = task["iterations"]
+        [first] = task["iterations"]
         # Cut off early, the response's tokens are estimated from the prompt and what was written.
         assert first["reason"] == "runaway_output" and first["tokens"] >= 200
-        assert second["outcome"] == "cancelled" and task["reason"] == "task token budget of 200 spent"
+        assert task["reason"] == "task token budget of 200 spent"
 
 class TestFlakyServer:
     def test_server_down_pauses_the_task_and_later_tasks_run(self, config_file, server, capsys):
