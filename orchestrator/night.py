@@ -9,6 +9,7 @@ as a shell reports a process the signal killed).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import socket
 import threading
@@ -89,7 +90,8 @@ class _Night:
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
         # The default store, a SQLite file in the state dir, is this state dir's alone: no other
         # worker's night is in it, and each task's start is spared asking.
-        self.store_may_be_shared = not any(file.is_relative_to(parts.config.state_dir) for file in sqlite_files(parts.config.store_url))
+        shared = not any(file.is_relative_to(parts.config.state_dir) for file in sqlite_files(parts.config.store_url))
+        self._repository_key = repository_key(parts.repo, parts.config.repo.base) if shared else ""
         deadline = parts.config.night.deadline
         self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
@@ -102,6 +104,10 @@ class _Night:
         self._repo = parts.repo
         self._worktrees: dict[str, Future[Worktree]] = {}
         self._not_asked = deque(parts.config.task)
+
+    def work_key(self, task: TaskConfig) -> str | None:
+        """The task's work in a store other workers share (see runs.models.TaskRun.work_key); None in one they do not."""
+        return work_key(self._repository_key, task) if self._repository_key else None
 
     def worktree(self, task: TaskConfig) -> Worktree:
         """The task's worktree; asking for it also asks for the next task's."""
@@ -212,7 +218,8 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     parts, store = night.parts, night.parts.store
     # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
     # the CI's test cases list every task of the night, not only those that began.
-    task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name))
+    work_key = night.work_key(task)
+    task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key)
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
     reports: list[IterationReport] = []
     # The task's own stop: the night's, or its lease lost to another worker (this process
@@ -224,7 +231,7 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     else:
         try:
             with lease:
-                if night.store_may_be_shared and (done_by := store.succeeded_elsewhere(task.name, night.run_id)):
+                if work_key and (done_by := store.succeeded_elsewhere(work_key, night.run_id)):
                     # Machines sharing a store share the work: what another finished tonight is not done twice.
                     log.info("task_skipped_done_elsewhere", host=done_by)
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
@@ -312,6 +319,16 @@ def _task_setup(
         budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
         lease=lease,
     )
+
+
+def repository_key(repo: Any, base: str) -> str:
+    """The repository's root commits below `base`: the same in every clone of it, and in no other repository."""
+    return " ".join(sorted(repo.git.rev_list("--max-parents=0", base).split()))
+
+
+def work_key(repository: str, task: TaskConfig) -> str:
+    """A task's work across the workers sharing a store: its repository, name, prompt and check."""
+    return hashlib.sha256("\0".join((repository, task.name, task.prompt, task.check)).encode()).hexdigest()[:32]
 
 
 def _spent(budgets: Sequence[TokenBudget]) -> str:

@@ -105,6 +105,9 @@ class TaskRun(Base):
     commit: Mapped[str] = mapped_column(Str, default="")
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # What the work is, in a store several workers share: the repository (its first commits) and
+    # the task's name, prompt and check, hashed. Two projects' tasks of one name differ here.
+    work_key: Mapped[str | None] = mapped_column(Str, nullable=True)
 
 
 class Iteration(Base):

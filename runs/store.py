@@ -256,8 +256,11 @@ class RunStore:
     def finish_run(self, run_id: int, *, status: str, exit_code: int) -> None:
         self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=utc_now())
 
-    def begin_task(self, run_id: int, *, name: str, branch: str) -> int:
-        return self._add("begin_task", TaskRun, after_events=False, run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now())
+    def begin_task(self, run_id: int, *, name: str, branch: str, work_key: str | None = None) -> int:
+        return self._add(
+            "begin_task", TaskRun, after_events=False,
+            run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now(), work_key=work_key,
+        )
 
     def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "") -> None:
         values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": utc_now()}
@@ -376,14 +379,14 @@ class RunStore:
         with self._statements("release_lease", after_events=False) as connection:
             connection.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
 
-    def succeeded_elsewhere(self, task: str, run_id: int) -> str | None:
-        """The host where another worker (a state dir sharing this store) finished `task` with
-        success since run `run_id` began, if one did."""
+    def succeeded_elsewhere(self, work_key: str, run_id: int) -> str | None:
+        """The host where another worker (a state dir sharing this store) finished the same work
+        (`work_key`: see TaskRun) with success since run `run_id` began, if one did."""
         began = select(Run.started_at).where(Run.id == run_id).scalar_subquery()
         query = (
             select(Run.host)
             .join(TaskRun, TaskRun.run_id == Run.id)
-            .where(TaskRun.name == task, TaskRun.outcome == "succeeded", TaskRun.run_id != run_id, TaskRun.finished_at >= began)
+            .where(TaskRun.work_key == work_key, TaskRun.outcome == "succeeded", TaskRun.run_id != run_id, TaskRun.finished_at >= began)
             .limit(1)
         )
         try:

@@ -18,9 +18,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+from git import Repo
+
 from orchestrator.config import load_config
 from orchestrator.leases import new_owner
 from orchestrator.lock import state_identity
+from orchestrator.night import repository_key, work_key
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
 from runs import RunStore
@@ -166,9 +170,11 @@ class TestLostLease:
 
 
 class TestSharedWork:
-    def test_a_task_another_worker_finished_tonight_is_not_done_again(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
+    @pytest.mark.parametrize("same_repository", [True, False])
+    def test_a_task_another_worker_finished_tonight_is_not_done_again(self, tmp_path: Path, repo: Path, server: Any, same_repository: bool) -> None:
         """Two machines, one store: a task the other finished after this night began is skipped
-        (`done_elsewhere`, not a failure: exit 0), instead of being done a second time."""
+        (`done_elsewhere`, not a failure: exit 0), instead of being done a second time; a task of the
+        same name in another repository sharing the store is other work, and is done."""
         store_file = tmp_path / "shared.db"
         tasks = [
             {"name": "slow", "prompt": "p", "check": "true", "tools": ["read_file", "submit"]},
@@ -176,6 +182,10 @@ class TestSharedWork:
         ]
         config = shared_config(tmp_path / "a", repo, server, store_file, tasks=tasks)
         server.enqueue(Reply(tool_calls=call("submit", {"summary": "x"}).tool_calls, delay_s=2.0))
+        if not same_repository:
+            server.enqueue(*FIX)
+        other_repository = repository_key(Repo(repo), "HEAD") if same_repository else "another project's root"
+        key = work_key(other_repository, load_config(config).task[1])
 
         def other_machine_finishes_fix_greet() -> None:
             store = RunStore.open(f"sqlite:///{store_file}")
@@ -184,7 +194,7 @@ class TestSharedWork:
                 while not store.running_runs() and time.monotonic() < deadline:
                     time.sleep(0.02)
                 run = store.begin_run(config_path="elsewhere.toml", pid=1, host="machine-b", state_id="b" * 32)
-                task_run = store.begin_task(run, name="fix-greet", branch="overnight/fix-greet")
+                task_run = store.begin_task(run, name="fix-greet", branch="overnight/fix-greet", work_key=key)
                 store.finish_task(task_run, outcome="succeeded", commit="c" * 40)
             finally:
                 store.close()
@@ -196,6 +206,9 @@ class TestSharedWork:
         assert result.exit_code == 0
         slow, fixed = result.tasks
         assert slow.outcome.value == "succeeded"
+        if not same_repository:
+            assert fixed.outcome.value == "succeeded"
+            return
         assert (fixed.outcome.value, fixed.reason, fixed.iterations) == ("skipped", "done_elsewhere", ())
         assert len(server.requests) == 1  # no model call for the task done elsewhere
         from orchestrator.junit import write_junit
