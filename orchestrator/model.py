@@ -189,7 +189,7 @@ class EndpointModel:
             if self._cancel is not None and self._cancel.cancelled:
                 watch.cut()
                 self._cancel.raise_if_cancelled()
-            verdict = self._silence_verdict(watch)
+            verdict = self._watch_verdict(watch)
             # Cut, the reader raises the verdict itself (with the tokens it used); if not, it is abandoned.
             if verdict is not None and not done.wait(_CUT_GRACE_S):
                 raise verdict
@@ -197,12 +197,19 @@ class EndpointModel:
             raise outcome["error"]
         return outcome["response"]
 
-    def _silence_verdict(self, watch: "_Watch") -> QualityError | None:
-        """watchdog_timeout once the watched stream has given no chunk for request_timeout_s (cutting it)."""
-        limit = self.config.request_timeout_s
-        if watch.stream is None or watch.verdict is not None or time.monotonic() - watch.last_chunk <= limit:
+    def _watch_verdict(self, watch: "_Watch") -> QualityError | None:
+        """What stops the watched stream, cutting it: no chunk for request_timeout_s (watchdog_timeout),
+        or more bytes since the last chunk than one event could need (runaway_output, one line without end)."""
+        if watch.stream is None or watch.verdict is not None:
             return None
-        verdict = _watchdog(limit)
+        limit = self.config.request_timeout_s
+        event_limit = transports.event_byte_limit(self.max_output_chars)
+        if time.monotonic() - watch.last_chunk > limit:
+            verdict = _watchdog(limit)
+        elif watch.bytes_since_chunk() > event_limit:
+            verdict = _runaway(f"one event passed {event_limit} bytes without ending")
+        else:
+            return None
         if watch.cut():
             watch.verdict = verdict
         return verdict
@@ -220,12 +227,15 @@ class EndpointModel:
                 draft = _read_whole(raw)
                 self._check_runaway(draft)
         except QualityError as stop:  # cut off: what was written so far still cost tokens
-            stop.tokens = draft.finish(messages, latency_s=0).tokens if draft.written_chars() else 0
+            stop.tokens = _tokens_used(draft, messages)
             raise
         except transports.TransportError as failure:
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()  # the failure is the cancel cutting the connection
-            raise self._decide(failure) from None
+            decision = self._decide(failure)
+            if isinstance(decision, QualityError):  # silence or runaway the transport saw: it cost tokens too
+                decision.tokens = _tokens_used(draft, messages)
+            raise decision from None
         finally:
             self._count_cpu(time.thread_time() - cpu_started)
         return draft.finish(messages, latency_s=time.monotonic() - started)
@@ -243,7 +253,7 @@ class EndpointModel:
         # Built on first use: litellm's import takes seconds, and a night that never calls needs neither.
         with self._transport_lock:
             if self._transport is None:
-                self._transport = transports.transport_for(self.config)
+                self._transport = transports.transport_for(self.config, max_output_chars=self.max_output_chars)
                 if self._cancel is not None and self._cancel.cancelled:
                     self._interrupt()  # the cancel came while it was being made
             return self._transport
@@ -307,16 +317,10 @@ class EndpointModel:
     def _check_runaway(self, draft: "_Draft") -> None:
         written = draft.written_chars()
         if written > self.max_output_chars:
-            raise QualityError(
-                "runaway_output", RUNAWAY_CORRECTION, evidence=f"output passed {self.max_output_chars} chars"
-            )
+            raise _runaway(f"output passed {self.max_output_chars} chars")
         loop = draft.looping_unit()
         if loop is not None:
-            raise QualityError(
-                "runaway_output",
-                RUNAWAY_CORRECTION,
-                evidence=f"output repeats {loop[:40]!r} over its last {REPEAT_WINDOW} chars",
-            )
+            raise _runaway(f"output repeats {loop[:40]!r} over its last {REPEAT_WINDOW} chars")
 
     # -- failures ------------------------------------------------------------
 
@@ -326,6 +330,8 @@ class EndpointModel:
         status = failure.status
         if failure.kind == transports.TIMEOUT:
             return _watchdog(self.config.request_timeout_s)
+        if failure.kind == transports.TOO_LONG:
+            return _runaway(reason)
         if failure.kind == transports.CONTEXT_FULL:
             return QualityError("context_overflow", CONTEXT_OVERFLOW_CORRECTION, evidence=reason, message="context window exceeded")
         if failure.kind == transports.UNROUTABLE:
@@ -355,10 +361,19 @@ class _Watch:
         self.last_chunk = 0.0
         # Set by the watcher when it cut the stream: what the reader raises instead of the cut's error.
         self.verdict: QualityError | None = None
+        self._chunk_seen = -1.0
+        self._bytes_at_chunk = 0
 
     def begin(self, stream: Any, now: float) -> None:
         self.last_chunk = now
         self.stream = stream
+
+    def bytes_since_chunk(self) -> int:
+        """Bytes read since the last chunk, as of the watcher's last look (the reader does not count them)."""
+        read = self.stream.bytes_read() if hasattr(self.stream, "bytes_read") else 0
+        if self.last_chunk != self._chunk_seen:
+            self._chunk_seen, self._bytes_at_chunk = self.last_chunk, read
+        return read - self._bytes_at_chunk
 
     def cut(self) -> bool:
         """Shut the stream's connection, so a read blocked on it returns; False when it cannot be cut."""
@@ -376,6 +391,15 @@ class _Retryable(Exception):
 
 def _watchdog(limit: float) -> QualityError:
     return QualityError("watchdog_timeout", WATCHDOG_CORRECTION, evidence=f"no output for {limit:g} s")
+
+
+def _runaway(evidence: str) -> QualityError:
+    return QualityError("runaway_output", RUNAWAY_CORRECTION, evidence=evidence)
+
+
+def _tokens_used(draft: "_Draft", messages: Sequence[Message]) -> int:
+    """What an answer cut off so far cost (0 when nothing was written)."""
+    return draft.finish(messages, latency_s=0).tokens if draft.written_chars() else 0
 
 
 # -- assembling a response ---------------------------------------------------
@@ -442,8 +466,10 @@ class _Draft:
     def add_message(self, message: Any) -> None:
         if getattr(message, "content", None):
             self.content.add(_as_text(message.content))
-        if getattr(message, "reasoning_content", None):
-            self.reasoning.add(_as_text(message.reasoning_content))
+        # `reasoning` is how Ollama's /v1 and newer vLLM name it.
+        reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+        if reasoning:
+            self.reasoning.add(_as_text(reasoning))
         for position, call in enumerate(_list(getattr(message, "tool_calls", None))):
             self._add_call(position, call)
 
@@ -470,7 +496,8 @@ class _Draft:
         self.completion_tokens = _count(getattr(usage, "completion_tokens", None)) or self.completion_tokens
 
     def written_chars(self) -> int:
-        return self.content.length + sum(c.arguments.length for c in self.calls.values())
+        # Reasoning is output too: a model thinking on and on runs away as surely as one writing.
+        return self.content.length + self.reasoning.length + sum(c.arguments.length for c in self.calls.values())
 
     def looping_unit(self) -> str | None:
         for channel in (self.content, self.reasoning, *(c.arguments for c in self.calls.values())):
@@ -484,7 +511,8 @@ class _Draft:
         calls = tuple(
             RawToolCall(name=mend(c.name), arguments=mend(c.arguments.text()), id=c.id) for _, c in sorted(self.calls.items())
         )
-        written = text + "".join(c.name + c.arguments for c in calls)
+        reasoning = mend(self.reasoning.text())
+        written = reasoning + text + "".join(c.name + c.arguments for c in calls)
         return ModelResponse(
             text=text,
             tool_calls=calls,
@@ -492,7 +520,7 @@ class _Draft:
             completion_tokens=self.completion_tokens or estimate_tokens(written),
             latency_s=latency_s,
             finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
-            reasoning=mend(self.reasoning.text()),
+            reasoning=reasoning,
         )
 
 

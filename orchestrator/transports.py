@@ -40,6 +40,7 @@ STATUS = "status"  # the server answered with an error status
 CONTEXT_FULL = "context_full"  # the prompt does not fit the model's window
 UNROUTABLE = "unroutable"  # no known way to this model (litellm's provider, the api_base's scheme)
 WRONG_SERVER = "wrong_server"  # what answers at api_base is not a chat API: a redirect, a web page, a compressed body
+TOO_LONG = "too_long"  # one event grew past what max_output_chars could need, and has not ended
 
 OPENAI_PREFIX = "openai/"
 # Yielded by a stream for a keep-alive: a sign the connection lives, not that the model speaks.
@@ -84,8 +85,20 @@ def routing_problem(config: ModelConfig) -> str | None:
     return None
 
 
-def transport_for(config: ModelConfig) -> "DirectHTTP | LiteLLMTransport":
-    return DirectHTTP(config) if uses_direct_http(config) else LiteLLMTransport(config)
+def transport_for(config: ModelConfig, *, max_output_chars: int = 20000) -> "DirectHTTP | LiteLLMTransport":
+    if uses_direct_http(config):
+        return DirectHTTP(config, max_event_bytes=event_byte_limit(max_output_chars))
+    return LiteLLMTransport(config)
+
+
+def event_byte_limit(max_output_chars: int) -> int:
+    """The most bytes one stream event may take before it is runaway output: max_output_chars of
+    text at its longest in JSON (12 bytes a character, as a \\uXXXX\\uXXXX pair) and room around it.
+
+    The model's reader caps what it is given; a line that never ends is never given,
+    and grew in memory without bound (gigabytes in seconds from a local server).
+    """
+    return 12 * max_output_chars + 65536
 
 
 def _kind_of(message: str) -> str:
@@ -103,7 +116,7 @@ class DirectHTTP:
     not a cap on a long but living stream.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, *, max_event_bytes: int = event_byte_limit(20000)) -> None:
         base = urlsplit((config.api_base or "").rstrip("/"))
         if base.scheme not in ("http", "https") or not base.hostname:
             raise TransportError(UNROUTABLE, f"api_base {config.api_base!r} is not an http:// or https:// URL")
@@ -115,6 +128,7 @@ class DirectHTTP:
         if config.api_key:
             self._headers["Authorization"] = f"Bearer {config.api_key}"
         self._read_timeout = config.request_timeout_s
+        self._max_event_bytes = max_event_bytes
         self._connect_timeout = min(config.request_timeout_s, 10.0)
         self._idle: queue.SimpleQueue[http.client.HTTPConnection] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -144,7 +158,7 @@ class DirectHTTP:
                 raise _status_error(response.status, body)
             answer = _answer(body)
             return _OneChunk([answer]) if stream else answer
-        return _Events(response, lambda: self._release_streamed(connection, response), connection.close)
+        return _Events(response, lambda: self._release_streamed(connection, response), connection.close, self._max_event_bytes)
 
     def interrupt(self) -> None:
         """Cut every connection, now and from now on: a blocked read returns at once (from any thread)."""
@@ -302,10 +316,11 @@ class _OneChunk(list):
 class _Events:
     """The `data:` payloads of an SSE response, as attribute objects, until `[DONE]`."""
 
-    def __init__(self, response: http.client.HTTPResponse, release: Any, discard: Any) -> None:
+    def __init__(self, response: http.client.HTTPResponse, release: Any, discard: Any, max_event_bytes: int) -> None:
         self._response = response
         self._release = release
         self._discard = discard
+        self._max_event_bytes = max_event_bytes
         self._finished = False
         # The body ended where the connection closed, with no [DONE]: nothing in it tells a whole
         # answer from one cut by a restarting server (the model asks the answer's finish_reason).
@@ -326,11 +341,13 @@ class _Events:
                 break
             lines = (pending + piece).split(b"\n")
             pending = lines.pop()
+            told = False
             for line in lines:
                 line = line.removesuffix(b"\r")
                 if line.startswith(b":"):
                     # An SSE comment: a proxy's keep-alive, not the model. The reader gets KEEPALIVE,
                     # so that its watchdog still sees how long the model itself has been silent.
+                    told = True
                     yield KEEPALIVE
                     continue
                 payload = _take_line(line, data)
@@ -340,7 +357,10 @@ class _Events:
                     self._finished = True
                     return
                 if payload is not None:
+                    told = True
                     yield _answer(payload)
+            if not told:
+                yield self._unfinished_line(pending, data)
         self._finished = True
         self.ended_by_close = self._response.length is None and not self._response.chunked
         # A body that ends without the blank line after its last event.
@@ -348,6 +368,14 @@ class _Events:
         payload = payload if payload is not None else _take_line(b"", data)
         if payload is not None and payload != b"[DONE]":
             yield self._last_answer(payload)
+
+    def _unfinished_line(self, pending: bytes, data: list[bytes]) -> Any:
+        """KEEPALIVE for a read that completed no event (a trickle, one long line), so that the reader
+        judges silence by the time since the last event, not the last byte; unless the event
+        being read has grown past max_event_bytes."""
+        if len(pending) + sum(map(len, data)) > self._max_event_bytes:
+            raise TransportError(TOO_LONG, f"one event passed {self._max_event_bytes} bytes without ending")
+        return KEEPALIVE
 
     def _last_answer(self, payload: bytes) -> Any:
         try:
@@ -533,6 +561,11 @@ class _LiteLLMChunks:
         if headers is None:
             return False
         return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
+
+    def bytes_read(self) -> int:
+        """Bytes of the body read so far (0 when the stream does not say: litellm's own providers)."""
+        count = getattr(getattr(self._stream, "response", None), "num_bytes_downloaded", 0)
+        return count if isinstance(count, int) else 0
 
     def cut(self) -> bool:
         """Shut the socket under the stream from another thread, so a read blocked on it returns at once.

@@ -356,3 +356,65 @@ class TestConnectionClosedMidAnswer:
         server = raw_server(lambda client, head: client.sendall(body))
         model, retries = make_model(server.url, transport, retries=1)
         assert model.complete(MESSAGES, []).text == "no done marker" and retries == []
+
+
+class TestRunawayAndSilenceInsideAnEvent:
+    @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+    def test_endless_reasoning_is_runaway_output(self, raw_server, transport, field):
+        """A model thinking on and on in varied text is cut at max_output_chars like one writing on and on;
+        reasoning was never counted (a megabyte of it was accepted as an answer)."""
+        steps = [delta(**{field: f"Step {i}: maybe the bug is in module_{i * 7919 % 1000}, line {i * 31}. "}) for i in range(400)]
+        body = response_head() + sse(*steps, FINISH, "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        with pytest.raises(QualityError) as caught:
+            make_model(server.url, transport, max_output_chars=2000)[0].complete(MESSAGES, [])
+        assert caught.value.reason == "runaway_output" and "2000" in caught.value.evidence
+        assert caught.value.tokens > 400  # what it thought cost tokens too
+
+    def test_reasoning_counts_in_the_estimated_completion_tokens(self, raw_server, transport):
+        """Without usage from the server, the completion estimate counts the reasoning written, not only the answer."""
+        thought = " ".join(f"Perhaps line {i * 37} of module_{i * 7919 % 1000} drops the last record." for i in range(20))
+        body = response_head() + sse(delta(reasoning_content=thought),
+                                     delta(content="ok"), FINISH, "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        response = make_model(server.url, transport)[0].complete(MESSAGES, [])
+        assert response.text == "ok" and response.completion_tokens > 200
+
+    def test_a_trickle_that_never_ends_a_line_is_silence(self, raw_server, transport):
+        """A byte at a time that never completes an event is silence from the model: watchdog_timeout at
+        request_timeout_s. Each byte reset the direct transport's read timeout, so it waited the trickle out."""
+        server: RawServer
+
+        def trickle(client: socket.socket, head: bytes) -> None:
+            client.sendall(response_head() + sse(delta(content="start")) + b"data: ")
+            for _ in range(60):
+                client.sendall(b"x")
+                server.pause(0.1)
+
+        server = raw_server(trickle)
+        model, retries = make_model(server.url, transport, request_timeout_s=1.0)
+        transports.litellm_module()
+        started = time.monotonic()
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, [])
+        assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
+
+    def test_one_endless_line_is_runaway_output_not_memory(self, raw_server, transport):
+        """One event that never ends is runaway_output once it passes what max_output_chars could need;
+        it was held in memory as it grew (litellm: gigabytes in seconds)."""
+        server: RawServer
+
+        def endless_line(client: socket.socket, head: bytes) -> None:
+            client.sendall(response_head() + b'data: {"choices":[{"index":0,"delta":{"content":"')
+            for i in range(2000):
+                client.sendall((f"word{i} " * 1000).encode())
+                server.pause(0.001)
+
+        server = raw_server(endless_line)
+        model, _ = make_model(server.url, transport, max_output_chars=2000)
+        transports.litellm_module()
+        started = time.monotonic()
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, [])
+        assert caught.value.reason == "runaway_output" and "bytes" in caught.value.evidence
+        assert time.monotonic() - started < 2.0
