@@ -449,6 +449,8 @@ class _Draft:
     content: _Channel = field(default_factory=_Channel)
     reasoning: _Channel = field(default_factory=_Channel)
     calls: dict[int, _CallDraft] = field(default_factory=dict)
+    # Deltas without an index: the slot in `calls` that each place in a delta's list now continues.
+    unindexed_slots: dict[int, int] = field(default_factory=dict)
     finish_reason: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -476,7 +478,7 @@ class _Draft:
     def _add_call(self, position: int, call: Any) -> None:
         index = getattr(call, "index", None)
         if not isinstance(index, int):
-            index = position
+            index = self._unindexed_slot(position, getattr(call, "id", None))
         draft = self.calls.setdefault(index, _CallDraft())
         if getattr(call, "id", None) and not draft.id:
             draft.id = _as_text(call.id)
@@ -488,6 +490,17 @@ class _Draft:
             draft.name = _as_text(function.name)
         if getattr(function, "arguments", None):
             draft.arguments.add(_arguments_text(function.arguments))
+
+    def _unindexed_slot(self, position: int, call_id: Any) -> int:
+        """Where a call delta without an `index` goes: the call last begun at its place in the list, or a
+        new one when it carries another id. Servers that send each whole call in a chunk of its own, all
+        at place 0, had their calls merged into one ('{"path": "a.py"}{"path": "b.py"}')."""
+        slot = self.unindexed_slots.get(position, position)
+        current = self.calls.get(slot)
+        if call_id and current is not None and current.id and current.id != _as_text(call_id):
+            slot = max(self.calls) + 1
+            self.unindexed_slots[position] = slot
+        return slot
 
     def add_usage(self, usage: Any) -> None:
         if usage is None:

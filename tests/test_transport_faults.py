@@ -418,3 +418,20 @@ class TestRunawayAndSilenceInsideAnEvent:
             model.complete(MESSAGES, [])
         assert caught.value.reason == "runaway_output" and "bytes" in caught.value.evidence
         assert time.monotonic() - started < 2.0
+
+
+class TestCallsWithoutIndex:
+    def test_calls_without_an_index_in_chunks_of_their_own_stay_apart(self, raw_server, transport):
+        """Two calls streamed without `index`, each begun in a chunk of its own with its own id, and
+        continued without one, are two calls; they were merged into one call with both arguments joined."""
+        def begin(call_id: str, path_start: str) -> dict[str, Any]:
+            return delta(tool_calls=[{"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": path_start}}])
+
+        def more(arguments: str) -> dict[str, Any]:
+            return delta(tool_calls=[{"function": {"arguments": arguments}}])
+
+        finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        body = response_head() + sse(begin("a", '{"path": '), more('"a.py"}'), begin("b", '{"path": "b.py"}'), finish, "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        response = make_model(server.url, transport)[0].complete(MESSAGES, [])
+        assert [(c.id, c.arguments) for c in response.tool_calls] == [("a", '{"path": "a.py"}'), ("b", '{"path": "b.py"}')]
