@@ -116,7 +116,7 @@ class EndpointModel:
                     ) from None
                 if self._on_retry is not None:
                     self._on_retry(failures, failure.reason)
-                self._wait_before_retry(self._backoff(failures))
+                self._wait_before_retry(self._backoff(failures, failure.retry_after))
 
     def _wait_before_retry(self, seconds: float) -> None:
         """Wait out a backoff. A cancel (SIGTERM, the deadline) ends the wait at once: a night
@@ -339,7 +339,7 @@ class EndpointModel:
         if failure.kind == transports.WRONG_SERVER:  # a setting to fix: no retry can help
             return ModelUnreachable(f"model endpoint {self._where()} {failure.message}")
         if failure.kind == transports.CONNECTION or status in _RETRY_STATUSES:
-            return _Retryable(reason)
+            return _Retryable(reason, failure.retry_after)
         if status in _CONFIG_STATUSES:
             return ModelUnreachable(f"model endpoint {self._where()} refused the request ({status}): {reason}")
         return RuntimeError(f"model request rejected ({status}): {reason}")
@@ -347,10 +347,12 @@ class EndpointModel:
     def _where(self) -> str:
         return f"{self.config.api_base} ({self.config.name})" if self.config.api_base else self.config.name
 
-    def _backoff(self, failures: int) -> float:
+    def _backoff(self, failures: int, retry_after: float | None = None) -> float:
         # Doubling, but never past MAX_BACKOFF_S a wait: 20 retries would otherwise sleep for weeks.
-        base = min(self.config.retry_backoff_s * 2 ** min(failures - 1, 32), max(MAX_BACKOFF_S, self.config.retry_backoff_s))
-        return base * random.uniform(0.75, 1.25)
+        ceiling = max(MAX_BACKOFF_S, self.config.retry_backoff_s)
+        wait = min(self.config.retry_backoff_s * 2 ** min(failures - 1, 32), ceiling) * random.uniform(0.75, 1.25)
+        # A server's Retry-After is the least it will take, within the same ceiling.
+        return max(wait, min(retry_after or 0.0, ceiling))
 
 
 class _Watch:
@@ -384,9 +386,10 @@ class _Watch:
 class _Retryable(Exception):
     """An attempt failed in a way another attempt may not."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.retry_after = retry_after
 
 
 def _watchdog(limit: float) -> QualityError:

@@ -17,6 +17,7 @@ and litellm for everything else.
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import json
 import os
@@ -26,6 +27,7 @@ import socket
 import threading
 import urllib.request
 import weakref
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import urlsplit
@@ -51,11 +53,13 @@ _CONTEXT_FULL = re.compile(r"exceeds the available context size|context length|m
 
 
 class TransportError(Exception):
-    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+    def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.message = message
+        # Seconds the server asked to wait before the next request (Retry-After), if it said.
+        self.retry_after = retry_after
 
 
 def uses_direct_http(config: ModelConfig) -> bool:
@@ -155,7 +159,7 @@ class DirectHTTP:
                 raise _network_error(exc) from exc
             self._release(connection, response)
             if response.status >= 400:
-                raise _status_error(response.status, body)
+                raise _status_error(response.status, body, _retry_after(response.getheader("Retry-After")))
             answer = _answer(body)
             return _OneChunk([answer]) if stream else answer
         return _Events(response, lambda: self._release_streamed(connection, response), connection.close, self._max_event_bytes)
@@ -258,9 +262,25 @@ def _network_error(exc: BaseException, *, connecting: bool = False) -> Transport
     return TransportError(kind, f"{type(exc).__name__}: {exc}".rstrip(": "))
 
 
-def _status_error(status: int, body: bytes) -> TransportError:
+def _status_error(status: int, body: bytes, retry_after: float | None = None) -> TransportError:
     message = _error_message(body.decode("utf-8", "replace")) or f"HTTP {status}"
-    return TransportError(_kind_of(message), message, status)
+    return TransportError(_kind_of(message), message, status, retry_after)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A Retry-After header's wait in seconds: a number of seconds, or an HTTP date; None for anything else."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 def _shut_down(sock: socket.socket | None) -> None:
@@ -518,7 +538,9 @@ class LiteLLMTransport:
             body = exc.body if isinstance(exc.body, dict) else {}
             status = _http_status(body.get("code")) or 500
         if status is not None:
-            return TransportError(STATUS, message, status)
+            headers = getattr(getattr(exc, "response", None), "headers", None)
+            retry_after = _retry_after(headers.get("retry-after")) if headers is not None else None
+            return TransportError(STATUS, message, status, retry_after)
         if isinstance(exc, openai.APIConnectionError):
             return TransportError(CONNECTION, message)
         return exc

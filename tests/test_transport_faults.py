@@ -435,3 +435,17 @@ class TestCallsWithoutIndex:
         server = raw_server(lambda client, head: client.sendall(body))
         response = make_model(server.url, transport)[0].complete(MESSAGES, [])
         assert [(c.id, c.arguments) for c in response.tool_calls] == [("a", '{"path": "a.py"}'), ("b", '{"path": "b.py"}')]
+
+
+class TestRetryAfter:
+    @pytest.mark.parametrize(("header", "least"), [("7", 7.0), ("100000", 300.0 * 0.99)], ids=["seconds", "past-the-ceiling"])
+    def test_a_servers_retry_after_is_the_least_wait(self, raw_server, transport, header, least):
+        """A 429 with Retry-After waits at least that long before the retry (never past MAX_BACKOFF_S);
+        the doubling backoff alone retried after a second into a server that had said when to come back."""
+        body = b'{"error": {"message": "rate limited"}}'
+        busy = response_head("429 Too Many Requests", "application/json", f"Retry-After: {header}\r\n", len(body)) + body
+        server = raw_server(first_then_good(busy))
+        slept: list[float] = []
+        config = ModelConfig(name="openai/x", api_base=server.url, retries=1, retry_backoff_s=1.0, transport=transport)
+        assert EndpointModel(config, sleep=slept.append).complete(MESSAGES, []).text == "Hello world"
+        assert len(slept) == 1 and least <= slept[0] <= 300.0 * 1.25
