@@ -190,7 +190,8 @@ class EndpointModel:
                 watch.cut()
                 self._cancel.raise_if_cancelled()
             verdict = self._watch_verdict(watch)
-            # Cut, the reader raises the verdict itself (with the tokens it used); if not, it is abandoned.
+            # A cut stream's reader raises the verdict itself, with the tokens it used; one that could
+            # not be cut has _CUT_GRACE_S to end on its own (its read timeout), then is abandoned.
             if verdict is not None and not done.wait(_CUT_GRACE_S):
                 raise verdict
         if "error" in outcome:
@@ -278,7 +279,7 @@ class EndpointModel:
         """Assemble the stream into `draft`, cutting it on silence or runaway output.
 
         `watch`, when another thread watches this one, is told of each chunk; when it cut
-        the stream for silence, what the cut raises here is that silence.
+        the stream (silence, one endless line), what the cut raises here is its verdict.
         """
         limit = self.config.request_timeout_s
         last = time.monotonic()
@@ -306,13 +307,7 @@ class EndpointModel:
             raise
         finally:
             stream.close()
-        if watch is not None and watch.verdict is not None:  # cut, and the stream just ended
-            raise watch.verdict
-        if not draft.finish_reason and getattr(stream, "ended_by_close", False):
-            # A server restarting mid-answer: the half answer (a call's arguments cut short) is not the model's.
-            raise transports.TransportError(
-                transports.CONNECTION, "the connection closed before the answer ended (no finish_reason, no [DONE])"
-            )
+        _check_ended(stream, draft, watch)
 
     def _check_runaway(self, draft: "_Draft") -> None:
         written = draft.written_chars()
@@ -394,6 +389,17 @@ class _Retryable(Exception):
 
 def _watchdog(limit: float) -> QualityError:
     return QualityError("watchdog_timeout", WATCHDOG_CORRECTION, evidence=f"no output for {limit:g} s")
+
+
+def _check_ended(stream: Any, draft: "_Draft", watch: "_Watch | None") -> None:
+    """A stream that ended is an answer, unless the watcher had cut it or the server closed it mid-answer."""
+    if watch is not None and watch.verdict is not None:
+        raise watch.verdict
+    if not draft.finish_reason and getattr(stream, "ended_by_close", False):
+        # A server restarting mid-answer: the half answer (a call's arguments cut short) is not the model's.
+        raise transports.TransportError(
+            transports.CONNECTION, "the connection closed before the answer ended (no finish_reason, no [DONE])"
+        )
 
 
 def _runaway(evidence: str) -> QualityError:
