@@ -199,13 +199,13 @@ class EndpointModel:
         return outcome["response"]
 
     def _watch_verdict(self, watch: "_Watch") -> QualityError | None:
-        """What stops the watched stream, cutting it: no chunk for request_timeout_s (watchdog_timeout),
+        """What stops the watched stream, cutting it: nothing said for request_timeout_s (watchdog_timeout),
         or more bytes since the last chunk than one event could need (runaway_output, one line without end)."""
         if watch.stream is None or watch.verdict is not None:
             return None
         limit = self.config.request_timeout_s
         event_limit = transports.event_byte_limit(self.max_output_chars)
-        if time.monotonic() - watch.last_chunk > limit:
+        if time.monotonic() - watch.last_said > limit:
             verdict = _watchdog(limit)
         elif watch.bytes_since_chunk() > event_limit:
             verdict = _runaway(f"one event passed {event_limit} bytes without ending")
@@ -296,10 +296,14 @@ class EndpointModel:
                     self._cancel.raise_if_cancelled()
                 if chunk is transports.KEEPALIVE:
                     continue
-                last = now
-                if watch is not None:
-                    watch.last_chunk = now
+                said = draft.progress()
                 draft.add_chunk(chunk)
+                # An empty delta, sent for ever by a server in a loop, is no more the model speaking
+                # than a keep-alive: only a chunk that adds to the answer resets the silence.
+                if draft.progress() != said:
+                    last = now
+                if watch is not None:
+                    watch.last_chunk, watch.last_said = now, last
                 self._check_runaway(draft)
         except transports.TransportError:
             if watch is not None and watch.verdict is not None:
@@ -355,14 +359,15 @@ class _Watch:
 
     def __init__(self) -> None:
         self.stream: Any = None
-        self.last_chunk = 0.0
+        self.last_chunk = 0.0  # any chunk: the bytes of one event are counted from it
+        self.last_said = 0.0  # a chunk that added to the answer: silence is counted from it
         # Set by the watcher when it cut the stream: what the reader raises instead of the cut's error.
         self.verdict: QualityError | None = None
         self._chunk_seen = -1.0
         self._bytes_at_chunk = 0
 
     def begin(self, stream: Any, now: float) -> None:
-        self.last_chunk = now
+        self.last_chunk = self.last_said = now
         self.stream = stream
 
     def bytes_since_chunk(self) -> int:
@@ -516,6 +521,10 @@ class _Draft:
             return
         self.prompt_tokens = _count(getattr(usage, "prompt_tokens", None)) or self.prompt_tokens
         self.completion_tokens = _count(getattr(usage, "completion_tokens", None)) or self.completion_tokens
+
+    def progress(self) -> tuple[int, int, str]:
+        """How far the answer has come: changes with every piece of text, reasoning, call or ending."""
+        return self.written_chars(), sum(len(c.name) + 1 for c in self.calls.values()), self.finish_reason
 
     def written_chars(self) -> int:
         # Reasoning is output too: a model thinking on and on runs away as surely as one writing.

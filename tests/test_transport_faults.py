@@ -249,6 +249,26 @@ class TestSilence:
         assert caught.value.tokens > 0  # "thinking" was written before the silence, and counts
         assert retries == []
 
+    def test_empty_deltas_for_ever_are_silence(self, raw_server, transport):
+        """A server in a loop sending `{"delta": {}}` for ever says nothing: cut at request_timeout_s
+        like keep-alives, instead of holding the night for as long as it loops."""
+        server: RawServer
+
+        def empty_deltas(client: socket.socket, head: bytes) -> None:
+            client.sendall(response_head() + sse(delta(content="thinking")))
+            for _ in range(100):
+                client.sendall(sse(delta()))
+                server.pause(0.1)
+
+        server = raw_server(empty_deltas)
+        model, retries = make_model(server.url, transport, request_timeout_s=1.0)
+        transports.litellm_module()  # its import takes seconds; not what is timed here
+        started = time.monotonic()
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, [])
+        assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
+        assert retries == []
+
     def test_silence_mid_answer_from_ollamas_own_api_is_the_models(self, raw_server):
         """Under litellm's ollama_chat/ route, silence after the first line is watchdog_timeout, not retried:
         litellm wraps the read timeout in MidStreamFallbackError with status 408, which was retried and
