@@ -9,6 +9,7 @@ it debugs an error.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from bisect import bisect_right
@@ -512,16 +513,38 @@ def _overwrite(target: Path, text: str, errors: str = "strict") -> None:
         os.close(fd)
 
 
-def _with_the_files_line_endings(text: str, old: str, new: str) -> tuple[str, str]:
-    """`old` and `new` as given if `old` is in `text`; else with CRLF line endings if `old` is there so.
+_BARE_LF = re.compile(r"(?<!\r)\n")
 
-    A model writes plain newlines, which a CRLF file lacks; but a file with both kinds
-    has its LF part, which only `old` as given can match.
+
+def _with_the_files_line_endings(text: str, old: str, new: str) -> tuple[str, str]:
+    """`old` and `new` with the line endings of the file's text they replace.
+
+    A model writes plain newlines, which a CRLF file lacks: `old` is tried as given first (a
+    file with both kinds has its LF part, which only that matches), then with CRLF; `new`'s
+    lines end as the replaced text's do, so a CRLF file gets no bare LF lines.
     """
-    if old in text or "\n" not in old or "\r\n" in old or "\r\n" not in text:
-        return old, new
-    crlf_old = old.replace("\n", "\r\n")
-    return (crlf_old, new.replace("\n", "\r\n")) if crlf_old in text else (old, new)
+    if "\r\n" not in text or "\r\n" in new:
+        return old, new  # an LF file, or `new` written with CRLF already
+    if old in text:
+        return old, _crlf(new) if _ends_lines_with_crlf(text, old) else new
+    crlf_old = _crlf(old)
+    if "\n" in old and "\r\n" not in old and crlf_old in text:
+        return crlf_old, _crlf(new)
+    return old, new
+
+
+def _ends_lines_with_crlf(text: str, old: str) -> bool:
+    """Whether the lines around `old` (found in `text`) end with CRLF."""
+    if "\n" in old:
+        return "\r\n" in old
+    line_end = text.find("\n", text.find(old) + len(old))
+    if line_end < 0:  # the last line: the file's own habit
+        return _BARE_LF.search(text) is None
+    return text[line_end - 1 : line_end] == "\r"
+
+
+def _crlf(text: str) -> str:
+    return text.replace("\n", "\r\n")
 
 
 def _occurrences(text: str, old: str) -> int:

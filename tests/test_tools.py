@@ -333,6 +333,18 @@ class TestFileTools:
         assert run(box, "edit_file", path="mixed.py", old="import os\n", new="import os\nimport re\n").ok
         assert (repo / "mixed.py").read_bytes() == b"# from windows\r\nimport os\r\nimport re\r\n\ndef f():\n    return 2\n"
 
+    def test_lines_added_to_a_crlf_file_end_with_crlf(self, repo):
+        """One line replaced by several: the new lines end as the file's do (a single-line `old` matched as given
+        gave bare LF lines in a CRLF file); in a file with both kinds, as the lines around the match."""
+        (repo / "win.py").write_bytes(b"def f():\r\n    return 1\r\n")
+        box = toolbox(repo)
+        assert run(box, "edit_file", path="win.py", old="    return 1", new="    x = 1\n    return x").ok
+        assert (repo / "win.py").read_bytes() == b"def f():\r\n    x = 1\r\n    return x\r\n"
+        (repo / "mixed.py").write_bytes(b"a = 1\r\nb = 2\n")
+        assert run(box, "edit_file", path="mixed.py", old="b = 2", new="b = 2\nc = 3").ok
+        assert run(box, "edit_file", path="mixed.py", old="a = 1", new="a = 1\nz = 0").ok
+        assert (repo / "mixed.py").read_bytes() == b"a = 1\r\nz = 0\r\nb = 2\nc = 3\n"
+
     def test_a_file_that_is_not_utf8_is_edited_keeping_its_other_bytes(self, repo):
         """edit_file on a Latin-1 file changes `old` and leaves every other byte as it was (it failed with a UnicodeDecodeError)."""
         (repo / "legacy.py").write_bytes("# Société Générale\nNAME = 'café'\nx = 1\n".encode("latin-1"))
