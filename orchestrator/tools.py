@@ -39,7 +39,7 @@ _SEARCH_MAX_FILE_BYTES = 2_000_000
 _BINARY_SNIFF_BYTES = 8192
 # An `old` found this often is counted no further: the model only needs to hear it is not unique.
 _MOST_OCCURRENCES_COUNTED = 1000
-# Room kept in a capped output for the note that says how to read on.
+# Room kept in a capped output for the words of the note that says how to read on (its path comes on top).
 _NOTE_ROOM = 200
 # A file this big is data or a log, not code to edit; read whole, it could exhaust the memory.
 _EDIT_MAX_FILE_BYTES = 20_000_000
@@ -297,7 +297,7 @@ class Toolbox:
         if len(text) + len(warning) <= self._max_output_chars and complete:
             return ToolResult(True, _with_note(text, warning))
         length = f"{len(text)} chars" if complete else f"{size} bytes"
-        shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM - len(warning)])
+        shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM - len(path) - len(warning)])
         if "\n" not in shown:  # one line longer than the cap: nothing to read on from
             cut = f"[... {path} has {length}; only the first {len(shown)} chars are shown.]"
         else:
@@ -307,7 +307,7 @@ class Toolbox:
 
     def _read_lines(self, path: str, target: Path, first: int, last: int | None) -> ToolResult:
         """Lines `first` to `last` (None: to the end), as many as fit in the output."""
-        room = self._max_output_chars - _NOTE_ROOM - len(_not_utf8_note(path))
+        room = self._max_output_chars - _NOTE_ROOM - len(path) - len(_not_utf8_note(path))
         shown: list[str] = []
         used = number = 0
         warning = ""

@@ -243,16 +243,19 @@ class TestFileTools:
         result = run(toolbox(repo), "read_file", path="ten.txt", **lines)
         assert not result.ok and says in result.output and "\n" not in result.output
 
-    def test_a_file_longer_than_the_cap_can_be_read_to_its_end(self, repo):
-        """Following the cut-off note's start_line from read to read shows every line, the last one too, exactly."""
+    @pytest.mark.parametrize("path", ["big.py", "src/a_rather_long_package_name/and_a_module_with_a_long_name_too.py"])
+    def test_a_file_longer_than_the_cap_can_be_read_to_its_end(self, repo, path):
+        """Following the cut-off note's start_line from read to read shows every line, the last one too, exactly;
+        a long path in the note does not push the output past the cap (its middle was then cut away)."""
         body = "".join(f"def helper_{i}(x):\n  return x - {i}\n\n" for i in range(300)) + "def target(x):\n  return x + 1\n"
-        (repo / "big.py").write_text(body)
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(body)
         box = toolbox(repo, max_output_chars=1000)
-        result, seen = run(box, "read_file", path="big.py"), ""
+        result, seen = run(box, "read_file", path=path), ""
         while (more := re.search(r"start_line=(\d+)", result.output)) is not None:
-            assert len(result.output) <= 1000
+            assert len(result.output) <= 1000 and "chars cut" not in result.output
             seen += result.output[: result.output.index("[...")]
-            result = run(box, "read_file", path="big.py", start_line=int(more.group(1)))
+            result = run(box, "read_file", path=path, start_line=int(more.group(1)))
         assert seen + result.output == body
 
     def test_write_file_creates_parent_folders(self, repo):
