@@ -27,6 +27,8 @@ _DECODER = json.JSONDecoder(strict=False)
 # Arguments never need more; deeper JSON is refused as unparseable rather than met by a RecursionError.
 MAX_JSON_DEPTH = 64
 # Fence languages a model uses for a call; a ```python fence is never a call.
+# A JSON value whose first key is double-quoted: `{"name"` or `[{"name"`.
+_DOUBLE_QUOTED_KEY = re.compile(r'[\[\s]*\{\s*"')
 _CALL_FENCE_LANGUAGES = {"", "json", "json5", "jsonc", "tool_call", "tool", "tool_code", "function"}
 _TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 # Possessive (*+): a fence line with no line break after it fails at once instead of being
@@ -273,12 +275,17 @@ def _fence_at(text: str, match: re.Match[str]) -> tuple[_Fence, int]:
     are decoded from the whole text first, and the fence ends at the first ``` after them.
     """
     language, start, close = match.group(1), match.start(2), match.end(2)
+    if language.lower() not in _CALL_FENCE_LANGUAGES:  # ```python, ```c: code shown, never a call
+        return _Fence(language, text[start:close]), min(close + len(_FENCE_MARK), len(text))
     position = start
     while (value := _JSON_START.search(text, position, close)) is not None:
         try:
             _, position = _raw_decode(text, value.start(1))
         except ValueError as exc:
-            if close < len(text) and _ends_inside_a_string(text[value.start(1) : close]):
+            # Only JSON quoted as JSON can be judged cut inside a string: a Python dict's
+            # 'strings' may hold a lone ", which is no string of JSON's (27" wide).
+            json_quoted = _DOUBLE_QUOTED_KEY.match(text, value.start(1)) is not None
+            if close < len(text) and json_quoted and _ends_inside_a_string(text[value.start(1) : close]):
                 cut = _CutJson(value.start(1) - start, text[value.start(1) : close], _json_error(exc, value.start(1)))
                 return _Fence(language, text[start:close], cut), close + len(_FENCE_MARK)
             position = value.end()

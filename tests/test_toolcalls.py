@@ -238,6 +238,12 @@ class TestTextCalls:
         call = {"name": "write_file", "arguments": {"path": "README.md", "content": content}}
         assert only(written(wrap(call))) == ToolCall("write_file", call["arguments"], source="text")
 
+    def test_a_python_dict_call_with_a_double_quote_in_a_string_still_runs(self):
+        """A Python-style call whose 'string' holds a lone " (27" wide) is repaired and runs, as before the
+        fence check: that " is no JSON string the fence could have cut."""
+        text = "```json\n{'name': 'write_file', 'arguments': {'path': 'notes.txt', 'content': 'The screen is 27\" wide.'}}\n```"
+        assert only(written(text)) == ToolCall("write_file", {"path": "notes.txt", "content": 'The screen is 27" wide.'}, source="text")
+
     def test_calls_after_a_fence_with_a_code_fence_inside_are_found(self):
         """The fence ends at the ``` after the JSON, so a second fenced call after it is found too."""
         edit = {"name": "edit_file", "arguments": {"path": "R.md", "old": "TBD", "new": "```\nrun\n```"}}
