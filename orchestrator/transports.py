@@ -267,20 +267,23 @@ def _status_error(status: int, body: bytes, retry_after: float | None = None) ->
     return TransportError(_kind_of(message), message, status, retry_after)
 
 
+_SECONDS = re.compile(r"[0-9]+", re.ASCII)
+
+
 def _retry_after(value: str | None) -> float | None:
     """A Retry-After header's wait in seconds: a number of seconds, or an HTTP date; None for anything else."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if _SECONDS.fullmatch(value):  # not str.isdigit: '²' is a digit to it, and no number to float()
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        if when.tzinfo is None:
+            return None
+        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError, OverflowError):  # a zone offset past any clock's, a date past year 9999
         return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 def _shut_down(sock: socket.socket | None) -> None:
@@ -435,7 +438,8 @@ def _answer(payload: bytes) -> Any:
     """
     answer = _loads(payload)
     error = getattr(answer, "error", None)
-    if error is not None:
+    # "error": null, "" or {} in a normal answer is no error (the openai SDK reads it so too).
+    if vars(error) if isinstance(error, SimpleNamespace) else error:
         message = _error_message(payload.decode("utf-8", "replace")) or payload[:200].decode("utf-8", "replace")
         # Its own code when that is an HTTP error status; without one, a fault of the server's (retried).
         status = _http_status(getattr(error, "code", None)) or 500

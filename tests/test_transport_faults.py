@@ -175,6 +175,14 @@ def json_answer(body: dict[str, Any], status: str = "200 OK") -> bytes:
 
 
 class TestErrorsInA200:
+    @pytest.mark.parametrize("empty", [None, "", {}], ids=["null", "empty-text", "empty-object"])
+    def test_an_empty_error_field_in_a_normal_answer_is_no_error(self, raw_server, transport, empty):
+        """`"error": null`, `""` or `{}` beside a normal answer: the answer, as the openai SDK reads it (direct retried it)."""
+        server = raw_server(lambda client, head: client.sendall(
+            response_head() + sse({**delta(content="Hello"), "error": empty}, FINISH, "[DONE]")))
+        model, retries = make_model(server.url, transport)
+        assert model.complete(MESSAGES, []).text == "Hello" and retries == []
+
     @pytest.mark.parametrize(
         "body",
         [
@@ -458,12 +466,17 @@ class TestCallsWithoutIndex:
 
 
 class TestRetryAfter:
-    @pytest.mark.parametrize(("header", "least"), [("7", 7.0), ("100000", 300.0 * 0.99)], ids=["seconds", "past-the-ceiling"])
+    @pytest.mark.parametrize(
+        ("header", "least"),
+        [("7", 7.0), ("100000", 300.0 * 0.99), ("Mon, 01 Jan 2024 00:00:00 +99999999999999999999", 0.0), ("\u00b2", 0.0)],
+        ids=["seconds", "past-the-ceiling", "date-out-of-range", "not-a-number"],
+    )
     def test_a_servers_retry_after_is_the_least_wait(self, raw_server, transport, header, least):
         """A 429 with Retry-After waits at least that long before the retry (never past MAX_BACKOFF_S);
         the doubling backoff alone retried after a second into a server that had said when to come back."""
         body = b'{"error": {"message": "rate limited"}}'
-        busy = response_head("429 Too Many Requests", "application/json", f"Retry-After: {header}\r\n", len(body)) + body
+        head = response_head("429 Too Many Requests", "application/json", f"Retry-After: {header}\r\n", len(body))
+        busy = head.replace(header.encode(), header.encode("latin-1")) + body  # a raw byte, as a server sends it
         server = raw_server(first_then_good(busy))
         slept: list[float] = []
         config = ModelConfig(name="openai/x", api_base=server.url, retries=1, retry_backoff_s=1.0, transport=transport)
