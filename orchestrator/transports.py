@@ -145,12 +145,13 @@ class DirectHTTP:
         response, connection = self._post(content)
         media_type = _media_type(response)
         if response.status < 400:
-            problem = _not_a_chat_answer(response, media_type)
+            problem = _not_a_chat_answer(response)
             if problem is not None:
                 connection.close()
                 raise TransportError(WRONG_SERVER, problem, response.status)
-        # A server that does not stream answers a stream request with the whole JSON response.
-        whole = not stream or _is_json(media_type)
+        # A server that does not stream answers a stream request with the whole JSON response; one
+        # that labels its events wrongly (text/plain, application/x-ndjson) is known by its body.
+        whole = not stream or media_type not in ("", "text/event-stream")
         if response.status >= 400 or whole:
             try:
                 body = response.read()
@@ -160,8 +161,8 @@ class DirectHTTP:
             self._release(connection, response)
             if response.status >= 400:
                 raise _status_error(response.status, body, _retry_after(response.getheader("Retry-After")))
-            answer = _answer(body)
-            return _OneChunk([answer]) if stream else answer
+            answers = _answers_in_body(body, response.status, media_type)
+            return _OneChunk(answers) if stream else answers[0]
         return _Events(response, lambda: self._release_streamed(connection, response), connection.close, self._max_event_bytes)
 
     def interrupt(self) -> None:
@@ -299,7 +300,7 @@ def _media_type(response: http.client.HTTPResponse) -> str:
     return (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
 
 
-def _not_a_chat_answer(response: http.client.HTTPResponse, media_type: str) -> str | None:
+def _not_a_chat_answer(response: http.client.HTTPResponse) -> str | None:
     """Why a response that is not an error cannot be a chat completion, if it cannot.
 
     Read as events, each of these would be an empty answer, blamed on the model
@@ -315,14 +316,28 @@ def _not_a_chat_answer(response: http.client.HTTPResponse, media_type: str) -> s
             f"sent its answer compressed ({encoding}), which the direct transport does not decode: "
             'turn compression off in the proxy, or set [model] transport = "litellm"'
         )
-    return _media_type_problem(response.status, media_type)
+    return None
 
 
-def _media_type_problem(status: int, media_type: str) -> str | None:
-    # No Content-Type at all is let through: a bare server may send none, and its events are read.
-    if not media_type or media_type == "text/event-stream" or _is_json(media_type):
-        return None
-    return f"answered {status} with {media_type}, not a chat completion: is api_base the API's address (often ending in /v1)?"
+_EVENT_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")
+
+
+def _answers_in_body(body: bytes, status: int, media_type: str) -> list[Any]:
+    """A whole body's answers, known by what it holds, not by its Content-Type: server-sent events
+    (some servers label them text/plain or application/x-ndjson), or one JSON response; anything
+    else (a web page on the wrong port) is no chat API's answer: read as one, it was an empty
+    answer blamed on the model."""
+    start = body.lstrip()[:8]
+    if start.startswith(_EVENT_STARTS):
+        events = (line[5:].strip() for line in body.splitlines() if line.startswith(b"data:"))
+        return [_answer(event) for event in events if event and event != b"[DONE]"]
+    if start.startswith((b"{", b"[")) or (_is_json(media_type) and not start):
+        return [_answer(body)]
+    raise TransportError(
+        WRONG_SERVER,
+        f"answered {status} with {media_type or 'no Content-Type'}, not a chat completion: is api_base the API's address (often ending in /v1)?",
+        status,
+    )
 
 
 def _is_json(media_type: str) -> bool:
@@ -504,15 +519,11 @@ class LiteLLMTransport:
         media_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
         if media_type in ("", "text/event-stream"):
             return None
-        problem = _media_type_problem(response.status_code, media_type)
-        if problem is not None:
-            response.close()
-            raise TransportError(WRONG_SERVER, problem, response.status_code)
         try:
             body = response.read()
         except Exception as exc:
             raise self._translate(exc) from exc
-        return _OneChunk([_answer(body)])
+        return _OneChunk(_answers_in_body(body, response.status_code, media_type))
 
     def _translate(self, exc: Exception) -> Exception:
         import httpx

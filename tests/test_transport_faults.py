@@ -153,6 +153,16 @@ class TestNotAChatAPI:
         assert retries == [] and server.requests == 1
 
 
+    @pytest.mark.parametrize("content_type", ["text/plain", "application/x-ndjson", "application/json"])
+    @pytest.mark.parametrize("via", ["direct", "litellm"])
+    def test_events_labelled_as_something_else_are_read_as_events(self, raw_server, content_type, via):
+        """Some servers send their event stream as text/plain or application/x-ndjson (even application/json):
+        the body says what it is. Refusing them by their label left every task unreachable."""
+        server = raw_server(lambda client, head: client.sendall(response_head(content_type=content_type) + GOOD_STREAM))
+        model, retries = make_model(server.url, via)
+        assert model.complete(MESSAGES, []).text == "Hello world" and retries == []
+
+
 @pytest.fixture(params=["direct", "litellm"])
 def transport(request) -> str:
     return request.param
