@@ -319,6 +319,7 @@ def _not_a_chat_answer(response: http.client.HTTPResponse) -> str | None:
     return None
 
 
+_DONE_EVENT = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
 _EVENT_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")
 
 
@@ -578,6 +579,25 @@ class _LiteLLMChunks:
     def __init__(self, stream: Any, translate: Any) -> None:
         self._stream = stream
         self._translate = translate
+        self._saw_done = False
+        self._watch_for_done(getattr(stream, "response", None))
+
+    def _watch_for_done(self, response: Any) -> None:
+        """Note whether the body held `data: [DONE]`, which the openai SDK reads and does not show:
+        a body that ended with it was whole, even without a finish_reason."""
+        if response is None or not callable(getattr(response, "iter_bytes", None)):
+            return
+        read = response.iter_bytes
+        tail = b""
+
+        def iter_bytes(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            nonlocal tail
+            for piece in read(*args, **kwargs):
+                tail = (tail + piece)[-64:]
+                self._saw_done = self._saw_done or _DONE_EVENT.search(tail) is not None
+                yield piece
+
+        response.iter_bytes = iter_bytes  # before the SDK's stream first reads (it reads on first use)
 
     def __iter__(self) -> Iterator[Any]:
         try:
@@ -592,10 +612,10 @@ class _LiteLLMChunks:
 
     @property
     def ended_by_close(self) -> bool:
-        """Whether the body had no length and was not chunked: its end was the connection's close,
-        which says nothing of whether the answer was whole (the openai SDK shows no [DONE])."""
+        """Whether the body had no length, was not chunked and held no [DONE]: its end was the
+        connection's close, which says nothing of whether the answer was whole."""
         headers = getattr(getattr(self._stream, "response", None), "headers", None)
-        if headers is None:
+        if headers is None or self._saw_done:
             return False
         return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
 

@@ -395,6 +395,14 @@ class TestConnectionClosedMidAnswer:
         model, retries = make_model(server.url, transport, retries=1)
         assert model.complete(MESSAGES, []).text == "no done marker" and retries == []
 
+    def test_a_close_after_done_ends_the_answer_without_a_finish_reason(self, raw_server, transport):
+        """A server that sends [DONE] but no finish_reason, then closes, gave a whole answer too (litellm's
+        stream hides the [DONE]: the body is watched for it)."""
+        body = response_head() + sse(delta(content="done, no reason"), "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        model, retries = make_model(server.url, transport, retries=1)
+        assert model.complete(MESSAGES, []).text == "done, no reason" and retries == []
+
 
 class TestRunawayAndSilenceInsideAnEvent:
     @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
