@@ -283,6 +283,7 @@ class EndpointModel:
         """
         limit = self.config.request_timeout_s
         last = time.monotonic()
+        said = draft.progress()
         if watch is not None:
             watch.begin(stream, last)
         try:
@@ -296,12 +297,11 @@ class EndpointModel:
                     self._cancel.raise_if_cancelled()
                 if chunk is transports.KEEPALIVE:
                     continue
-                said = draft.progress()
                 draft.add_chunk(chunk)
                 # An empty delta, sent for ever by a server in a loop, is no more the model speaking
                 # than a keep-alive: only a chunk that adds to the answer resets the silence.
-                if draft.progress() != said:
-                    last = now
+                if (progress := draft.progress()) != said:
+                    last, said = now, progress
                 if watch is not None:
                     watch.last_chunk, watch.last_said = now, last
                 self._check_runaway(draft)

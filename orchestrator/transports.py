@@ -143,7 +143,7 @@ class DirectHTTP:
         """Chunks (an iterator with `close`) when streaming, else the whole response."""
         content = _dumps({**request, "model": self._model})
         response, connection = self._post(content)
-        media_type = _media_type(response)
+        media_type = _media_type(response.getheader("Content-Type"))
         if response.status < 400:
             problem = _not_a_chat_answer(response)
             if problem is not None:
@@ -296,8 +296,9 @@ def _shut_down(sock: socket.socket | None) -> None:
         pass  # already closed
 
 
-def _media_type(response: http.client.HTTPResponse) -> str:
-    return (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+def _media_type(content_type: str | None) -> str:
+    """A Content-Type header's media type: "text/event-stream; charset=utf-8" is text/event-stream."""
+    return (content_type or "").split(";")[0].strip().lower()
 
 
 def _not_a_chat_answer(response: http.client.HTTPResponse) -> str | None:
@@ -517,7 +518,7 @@ class LiteLLMTransport:
         headers = getattr(response, "headers", None)
         if headers is None:
             return None
-        media_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+        media_type = _media_type(headers.get("content-type"))
         if media_type in ("", "text/event-stream"):
             return None
         try:

@@ -330,10 +330,11 @@ class Worktree:
         import git
 
         command = ["git", *args]
+        extra = {**(GIT_IDENTITY if identity else {}), **(env or {})}
         process = subprocess.Popen(
             command,
             cwd=self.path,
-            env={**self._env, **(GIT_IDENTITY if identity else {}), **(env or {})} if identity or env else self._env,
+            env={**self._env, **extra} if extra else self._env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

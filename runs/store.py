@@ -648,12 +648,12 @@ def _iteration_views(session: Session, rows: Sequence[tuple[Iteration, str]]) ->
         if event_type == MODEL_CALL:
             event_tokens[iteration_id] = int(tokens or 0)
 
-    def so_far(it: Iteration) -> tuple[int, int]:
+    def so_far(it: Iteration) -> dict[str, int]:
         """Turns and tokens: counted at the iteration's end; until then (in flight, or its
         process died), what its model-call events say."""
         if it.outcome != "running":
-            return it.turns, it.tokens
-        return counts.get((it.id, MODEL_CALL), 0), event_tokens[it.id]
+            return {"turns": it.turns, "tokens": it.tokens}
+        return {"turns": counts.get((it.id, MODEL_CALL), 0), "tokens": event_tokens[it.id]}
 
     return [
         IterationView(
@@ -666,8 +666,7 @@ def _iteration_views(session: Session, rows: Sequence[tuple[Iteration, str]]) ->
             correction=it.correction,
             checkpoint=it.checkpoint,
             commit=it.commit,
-            turns=so_far(it)[0],
-            tokens=so_far(it)[1],
+            **so_far(it),
             transcript=it.transcript,
             pid=it.pid,
             started_at=it.started_at,
