@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -221,3 +223,79 @@ def pg_store_url(postgres_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- a server on a raw socket: exactly the bytes a broken proxy or server sends --------------
+
+
+# A raw handler gets the client socket and the request's head; what it sends is the whole answer.
+Handler = Callable[[socket.socket, bytes], None]
+
+
+class RawServer:
+    """Answers each request on 127.0.0.1 with `handler`, one thread per connection, one request per connection."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests = 0
+        self._stop = threading.Event()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.base = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.url = self.base + "/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(client,), daemon=True).start()
+
+    def _answer(self, client: socket.socket) -> None:
+        with client:
+            head = _read_request(client)
+            if head is None:
+                return
+            self.requests += 1
+            try:
+                self.handler(client, head)
+            except OSError:
+                pass  # the client hung up: routine here
+
+    def pause(self, seconds: float) -> None:
+        """Sleep in a handler, waking when the test ends."""
+        self._stop.wait(seconds)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+
+
+def _read_request(client: socket.socket) -> bytes | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = client.recv(65536)
+        if not piece:
+            return None
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+    while len(body) < length:
+        body += client.recv(65536)
+    return head
+
+
+@pytest.fixture
+def raw_server():
+    servers: list[RawServer] = []
+
+    def start(handler: Handler) -> RawServer:
+        servers.append(RawServer(handler))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

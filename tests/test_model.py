@@ -22,6 +22,7 @@ from orchestrator import transports
 from orchestrator.model import EndpointModel
 from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.scripted import Reply, calls, say
+from tests.conftest import RawServer
 
 MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
 TOOLS = [
@@ -463,39 +464,20 @@ class TestTransportChoice:
             load_config(config)
 
 
-class _RawServer:
-    """Answers every chat request with the same raw SSE body: a server that bends the API."""
+class _RawServer(RawServer):
+    """Answers every chat request with the same raw body (changed between requests by a test):
+    a server that bends the API."""
 
     def __init__(self, body: bytes, content_type: bytes = b"text/event-stream") -> None:
         self.body = body
         self.content_type = content_type
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(self._send_body)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            with client:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += client.recv(65536)
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-                while len(body) < length:
-                    body += client.recv(65536)
-                client.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-                    % (self.content_type, len(self.body)) + self.body
-                )
-
-    def close(self) -> None:
-        self.sock.close()
+    def _send_body(self, client: socket.socket, head: bytes) -> None:
+        client.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (self.content_type, len(self.body)) + self.body
+        )
 
 
 def _answer_from(raw: _RawServer) -> ModelResponse:
