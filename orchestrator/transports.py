@@ -269,6 +269,7 @@ def _status_error(status: int, body: bytes, retry_after: float | None = None) ->
 
 
 _SECONDS = re.compile(r"[0-9]+", re.ASCII)
+_STATUS = re.compile(r"[0-9]{3}", re.ASCII)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -466,7 +467,7 @@ def _answer(payload: bytes) -> Any:
 
 def _http_status(code: Any) -> int | None:
     """`code` as an HTTP error status (503, "503"), or None for anything else ("model_not_found", 7, null)."""
-    if isinstance(code, str) and code.isdigit():
+    if isinstance(code, str) and _STATUS.fullmatch(code):  # not isdigit: '²' passes it, and int() refuses it
         code = int(code)
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
         return code

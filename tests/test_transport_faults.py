@@ -126,8 +126,11 @@ class TestErrorsInA200:
             {"error": {"message": "model 'x' is loading, try again", "code": 503}},
             {"error": {"message": "model 'x' is loading, try again", "code": "503"}},
             {"error": "model 'x' is loading, try again"},
+            # Digits to str.isdigit, but no number to int(): the call raised ValueError.
+            {"error": {"message": "model 'x' is loading, try again", "code": "\u00b2"}},
+            {"error": {"message": "model 'x' is loading, try again", "code": "5" * 5000}},
         ],
-        ids=["code", "code-as-text", "no-code"],
+        ids=["code", "code-as-text", "no-code", "superscript-code", "endless-code"],
     )
     def test_an_error_body_with_status_200_is_a_server_fault(self, raw_server, transport, body):
         """`{"error": ...}` sent with status 200 is the status error it stands for (its code, else a server
