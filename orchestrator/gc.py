@@ -7,8 +7,9 @@ worktree and every branch outside `overnight/`. A stale task's worktree is
 removed when it holds no uncommitted change, since the branch then has all of
 it and `Worktree.ensure` recreates it if the task comes back; one with changes
 is kept unless `force`. The branch is deleted only when each of its commits is
-merged into `[repo] base` or on a remote-tracking branch (pushed); otherwise it
-is kept, with the reason, unless `force`. Transcripts, notes.md and the run
+on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
+remote-tracking branch (pushed); a detached HEAD does not count. Otherwise it is
+kept, with the reason, unless `force`. Transcripts, notes.md and the run
 store keep their history.
 """
 
@@ -82,7 +83,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
         removed_worktrees.append(path)
     removed_branches: list[str] = []
     kept_branches: list[KeptBranch] = []
-    base = git.resolve(config.repo.base)
+    base_name = _base_label(git, config.repo.base)
     for name in stale:
         branch = BRANCH_PREFIX + name
         tip = git.resolve(f"refs/heads/{branch}")
@@ -91,7 +92,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
         if branch in checked_out:
             kept_branches.append(KeptBranch(branch, f"checked out at {checked_out[branch]}"))
             continue
-        unsafe = None if force else _why_unsafe(git, tip, base, config.repo.base)
+        unsafe = None if force else _why_unsafe(git, branch, tip, base_name, removed_branches)
         if unsafe:
             kept_branches.append(KeptBranch(branch, unsafe))
             continue
@@ -101,12 +102,30 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
 
 
-def _why_unsafe(git: _Git, tip: str, base: str | None, base_name: str) -> str | None:
-    """None when deleting the branch loses no commit; else why it would."""
-    # The commits lost are those neither in base nor on any remote-tracking branch.
-    not_base = [f"^{base}"] if base else []
-    lost = int(git.run("rev-list", "--count", tip, *not_base, "--not", "--remotes"))
-    return f"{lost} commit(s) not merged into {base_name} and not pushed (use --force to delete)" if lost else None
+def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed: list[str]) -> str | None:
+    """None when deleting the branch loses no commit; else why it would.
+
+    A commit is safe when a ref other than the branch keeps it: a local branch (`[repo] base`
+    among them when it names one), a tag, or a remote-tracking branch (pushed). Not HEAD: a
+    detached HEAD (the night's commit checked out to try it) keeps nothing once the user
+    switches back. Branches this gc deletes keep nothing either, dry run or not.
+    """
+    others = [f"--exclude={name.removeprefix('refs/heads/')}" for name in (branch, *removed)]
+    lost = int(git.run("rev-list", "--count", tip, "--not", *others, "--branches", "--tags", "--remotes"))
+    if not lost:
+        return None
+    where = f"merged into {base_name}" if base_name else "on another branch or tag"
+    return f"{lost} commit(s) not {where} and not pushed (use --force to delete)"
+
+
+def _base_label(git: _Git, base: str) -> str | None:
+    """How to name `[repo] base` in a reason: itself when it names a ref (HEAD on a branch: that
+    branch); None when it names no ref (a detached HEAD, a commit id), which keeps no commit."""
+    done = git._call("rev-parse", "--symbolic-full-name", base)
+    ref = done.stdout.strip() if done.returncode == 0 else ""
+    if not ref.startswith(("refs/heads/", "refs/tags/", "refs/remotes/")):
+        return None
+    return base if base != "HEAD" else ref.removeprefix("refs/heads/")
 
 
 def _uncommitted_changes(worktree: Path, keep: tuple[str, ...]) -> int:

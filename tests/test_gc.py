@@ -107,6 +107,30 @@ class TestStaleTasks:
         assert result.removed_branches == ("overnight/shipped",)
         assert "overnight/shipped" not in branches(repo)
 
+    def test_a_detached_head_does_not_count_as_merged(self, settings, repo):
+        """With base "HEAD" detached at the night's commit (checked out to try it), the unmerged branch stays."""
+        task_worktree(settings, "tried", commit=True)
+        tip = git(repo, "rev-parse", "overnight/tried")
+        git(repo, "checkout", "-q", tip)
+        [kept] = collect_garbage(settings).kept_branches
+        assert kept.branch == "overnight/tried" and kept.reason.startswith("1 commit(s) not on another branch or tag and not pushed")
+        assert git(repo, "rev-parse", "overnight/tried") == tip
+
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_a_commit_two_stale_branches_share_keeps_one_of_them(self, settings, repo, dry_run):
+        """Two stale branches on one unmerged commit: one is deleted, the other keeps the commit, and the dry run says so too."""
+        task_worktree(settings, "first", commit=True)
+        git(repo, "branch", "overnight/second", "overnight/first")
+        result = collect_garbage(settings, dry_run=dry_run)
+        assert result.removed_branches == ("overnight/first",)
+        assert [k.branch for k in result.kept_branches] == ["overnight/second"]
+
+    def test_a_commit_on_a_tag_is_safe(self, settings, repo):
+        """A commit a tag holds is not lost with the branch."""
+        task_worktree(settings, "tagged", commit=True)
+        git(repo, "tag", "v1", "overnight/tagged")
+        assert collect_garbage(settings).removed_branches == ("overnight/tagged",)
+
     def test_worktree_deleted_by_hand_is_pruned(self, settings, repo):
         """A worktree folder someone removed with rm is forgotten, and its branch collected."""
         import shutil
