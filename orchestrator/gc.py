@@ -131,7 +131,9 @@ def _base_label(git: _Git, base: str) -> str | None:
 def _uncommitted_changes(worktree: Path, keep: tuple[str, ...]) -> int:
     """Modified, staged and untracked paths in `worktree`; ignored files and `[repo] keep` (build caches) are not work."""
     outside_keep = [".", *(f":(exclude){path}" for path in keep)]
-    return len(_Git(worktree).run("status", "--porcelain", "--untracked-files=all", "--", *outside_keep).splitlines())
+    # --ignore-submodules=none: an edit inside a submodule is work even where .gitmodules says `ignore = dirty`.
+    status = ("status", "--porcelain", "--untracked-files=all", "--ignore-submodules=none")
+    return len(_Git(worktree).run(*status, "--", *outside_keep).splitlines())
 
 
 def _task_branches(git: _Git) -> set[str]:

@@ -12,7 +12,7 @@ import pytest
 from orchestrator.config import Config, load_config
 from orchestrator.gc import collect_garbage
 from orchestrator.worktree import Worktree
-from tests.conftest import git, write_config
+from tests.conftest import git, make_repo, write_config
 
 CURRENT = {"name": "current", "prompt": "p", "check": "true"}
 
@@ -158,6 +158,21 @@ class TestUncommittedWork:
         assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/bad", f"checked out at {bad.path}")]
         assert edited.read_text() == "the user's edit\n" and "overnight/bad" in branches(repo)
         assert f"kept worktree {bad.path}: 1 uncommitted change(s) (use --force to remove)" in result.lines()
+
+    @pytest.mark.parametrize("ignore", ["dirty", "all"])
+    def test_an_edit_inside_a_submodule_is_uncommitted_work(self, settings, repo, tmp_path, ignore):
+        """An edit inside a submodule keeps the stale worktree, even where .gitmodules tells git status to ignore it."""
+        library = make_repo(tmp_path / "library", {"lib.py": "x = 1\n"})
+        git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "vendor/lib")
+        git(repo, "config", "-f", ".gitmodules", "submodule.vendor/lib.ignore", ignore)
+        git(repo, "add", ".gitmodules")
+        git(repo, "commit", "-q", "-m", "vendor lib")
+        old = task_worktree(settings, "old")
+        git(old.path, "-c", "protocol.file.allow=always", "submodule", "update", "-q", "--init")
+        (old.path / "vendor" / "lib" / "lib.py").write_text("x = 2\n")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == () and [k.path for k in result.kept_worktrees] == [old.path]
+        assert (old.path / "vendor" / "lib" / "lib.py").read_text() == "x = 2\n"
 
     def test_force_removes_a_worktree_with_uncommitted_changes(self, settings, repo):
         """With force, the stale worktree goes even with changes in it, and its branch too."""
