@@ -33,6 +33,10 @@ FILES: dict[str, str] = {
         "import pathlib, sys\np = pathlib.Path('flaky.seen')\nfirst = not p.exists()\np.write_text('x')\n"
         "print('fetch failed: connection reset' if first else 'fetched 3 packages')\nsys.exit(1 if first else 0)\n"
     ),
+    # A failing test run that reports how long it took, as pytest does: the output differs every run.
+    "timed_check.py": (
+        "import sys, time\nprint('F\\nE   assert greet() == hello\\n1 failed in %.2fs' % (time.time() % 1))\nsys.exit(1)\n"
+    ),
     **{f"lib/m{i}.py": f"def part{i}():\n    return {i}\n" for i in range(1, 7)},
 }
 FIXED = "def greet():\n    return 'hello'\n"
@@ -111,6 +115,10 @@ def _struggles() -> list[Trajectory]:
                    (run("cat notes.txt"), run("cat notes.txt 2>&1"), run("cat notes.txt 2>/dev/null"),
                     run("cat notes.txt # again"), run("cat notes.txt | cat")) + FINISH,
                    note="warning only: the calls differ"),
+        Trajectory("repeat-timed-check", "repeated_tool_call", 1, (run(f"{PY} timed_check.py"),) * 6,
+                   note="the outputs differ only in pytest's `in 0.42s`"),
+        Trajectory("loop2-timed-check", "dead_loop", 1, (read(), run(f"{PY} timed_check.py")) * 4,
+                   accept=("dead_loop", "failing_streak")),
         Trajectory("loop2-reads", "dead_loop", 1, (read(), read("notes.txt")) * 4),
         Trajectory("loop2-noisy", "dead_loop", 1,
                    (read("greet.py"), read("./notes.txt"), read("./greet.py"), read("notes.txt"), read(".//greet.py"), read("notes.txt "))),

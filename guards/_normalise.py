@@ -3,12 +3,16 @@
 Small models re-issue the same call with cosmetic differences: `./a.py` for
 `a.py`, a doubled space in a command, a trailing blank. Exact comparison lets
 such loops run on; these helpers compare what the call means instead.
+
+Results get the same treatment, narrowly: a re-run check whose only change is
+pytest's `in 0.02s` or a timestamp returned the same thing.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
+import re
 from typing import Any
 
 from orchestrator.records import ToolCall
@@ -40,3 +44,26 @@ def _value(key: str, value: Any) -> Any:
     if key in _PATH_KEYS and squeezed:
         return posixpath.normpath(squeezed)
     return squeezed
+
+
+# What changes from one run of the same command to the next and means nothing: a duration with a
+# decimal point (pytest's "in 0.02s", "took 1.2s", "0.03 seconds"; an integer "3s" may be a count
+# the model cares about, so it is left), an ISO timestamp, a clock time, a memory address, pytest's
+# numbered temporary folder. Each is replaced by a placeholder; everything else is kept exact.
+_VOLATILE = re.compile(
+    r"\b\d+\.\d+ ?(?:s|ms|us|µs|ns|secs?|seconds?)\b"
+    r"|\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|\b\d{1,2}:\d\d:\d\d(?:[.,]\d+)?\b"
+    r"|\b0x[0-9a-fA-F]{6,}\b"
+    r"|(?<=/pytest-of-)[^/\s]+/pytest-\d+"
+)
+
+
+def volatile_free(output: str) -> str:
+    """`output` with durations, timestamps, addresses and pytest's tmp folder numbers blanked."""
+    return _VOLATILE.sub("…", output)
+
+
+def same_output(output: str, other: str) -> bool:
+    """Whether two results say the same thing once their volatile parts are set aside."""
+    return output == other or volatile_free(output) == volatile_free(other)

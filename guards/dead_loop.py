@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
 
-from guards._normalise import call_key
+from guards._normalise import call_key, same_output
 
 KIND = "dead_loop"
 REMINDER = (
@@ -34,7 +34,8 @@ class DeadLoopGuard:
 
     Progress clears the window: a successful write, or (without a custom
     `progress` callable) a call that now returns something other than it did
-    before, as a poll whose status changed.
+    before, as a poll whose status changed. A result that differs only in its
+    volatile parts (a duration, a timestamp) has not changed.
     """
 
     def __init__(
@@ -115,7 +116,8 @@ class DeadLoopGuard:
         changed = False
         for call, result in zip(calls, results):
             key, outcome = call_key(call), (result.ok, result.output)
-            changed = changed or self._seen.get(key, outcome) != outcome
+            before = self._seen.get(key, outcome)
+            changed = changed or before[0] != outcome[0] or not same_output(before[1], outcome[1])
             self._seen[key] = outcome
         return changed
 

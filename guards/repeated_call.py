@@ -9,7 +9,7 @@ from orchestrator.protocols import GuardContext
 from orchestrator.records import Level, ToolCall, ToolResult
 
 from guards._describe import describe_call
-from guards._normalise import call_key
+from guards._normalise import call_key, same_output
 
 KIND = "repeated_tool_call"
 # A result shorter than this ("exit code 0", "ok") says too little to call two different calls one loop.
@@ -21,7 +21,8 @@ class RepeatedCallGuard:
 
     The result is part of the identity: re-running the check after an edit, or
     reading a file again after changing it, returns something new and is progress.
-    Arguments are compared without noise (`./a.py` is `a.py`, spaces squeezed).
+    Arguments are compared without noise (`./a.py` is `a.py`, spaces squeezed), and
+    results without their volatile parts (pytest's `in 0.02s`, timestamps).
 
     A looser streak, the same tool returning the same informative result while an
     argument keeps changing (`cat a.py`, `cat a.py 2>&1`), only reminds: its
@@ -46,7 +47,7 @@ class RepeatedCallGuard:
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         key = (call.name, call_key(call), result.ok, result.output)
         previous, self._previous = self._previous, key
-        self._count = self._count + 1 if key == previous else 1
+        self._count = self._count + 1 if _same(key, previous) else 1
         self._loose_count = self._loose_count + 1 if self._loosely_same(key, previous) else 1
         if self._count >= self.remind_at or self._count >= self.stop_at:
             self._repeat(ctx, call)
@@ -66,7 +67,12 @@ class RepeatedCallGuard:
     def _loosely_same(self, key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
         if previous is None or key[0] != previous[0] or key[0] in self.progress_tools:
             return False
-        return key[2:] == previous[2:] and len(key[3].strip()) >= _INFORMATIVE_CHARS
+        return key[2] == previous[2] and len(key[3].strip()) >= _INFORMATIVE_CHARS and same_output(key[3], previous[3])
+
+
+def _same(key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
+    # The cheap parts first: the results are only compared for a call that is the same.
+    return previous is not None and key[:3] == previous[:3] and same_output(key[3], previous[3])
 
 
 def _correction(call: ToolCall, count: int, what: str) -> str:

@@ -122,6 +122,48 @@ class TestRepeatedCallGuard:
         assert sink == []
 
 
+class TestVolatileResults:
+    """Results that differ only in a duration, a timestamp, an address or pytest's tmp folder are the same."""
+
+    PYTEST = "F\n___ test_greet ___\n{where}\nE   assert 'helo' == 'hello'\n1 failed in {took}s"
+
+    def test_a_rerun_pytest_differing_only_in_timing_is_a_repeat(self):
+        """Four runs of a failing pytest whose times, addresses and tmp folders differ stop at the fourth."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        check = ToolCall(name="run_check", arguments={})
+        runs = [
+            self.PYTEST.format(where=f"/tmp/pytest-of-bob/pytest-{n}/x <object at 0x7f3a2b1c9d{n}0>", took=f"0.0{n}")
+            for n in range(2, 6)
+        ]
+        for output in runs[:3]:
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output=output))
+        assert kinds(sink) == [(Level.WARNING, "repeated_tool_call")]
+        with pytest.raises(QualityError):
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output=runs[3]))
+
+    def test_timestamps_and_durations_are_set_aside(self):
+        """ISO timestamps, `took 1.2s` and `0.03 seconds` are volatile; counts and versions are not."""
+        from guards._normalise import same_output
+
+        assert same_output("built at 2026-11-30T19:14:48.199876Z", "built at 2026-11-30T19:15:02Z")
+        assert same_output("took 1.2s (0.03 seconds idle)", "took 0.9s (0.41 seconds idle)")
+        assert not same_output("1 failed in 0.02s", "2 failed in 0.02s")
+        assert not same_output("3 passed", "4 passed")
+        assert not same_output("version 1.2", "version 1.3")
+        assert not same_output("sleep 3s", "sleep 5s")
+
+    def test_dead_loop_sees_no_progress_in_a_timing_change(self):
+        """Circling between a read and a pytest run whose timing changes is still a dead loop."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        check = ToolCall(name="run_check", arguments={})
+        for took in ("0.02", "0.03"):
+            play_round(guard, ctx, (read(), OK))
+            play_round(guard, ctx, (check, ToolResult(ok=False, output=f"1 failed in {took}s")))
+        assert kinds(sink) == [(Level.WARNING, "dead_loop")]
+
+
 class TestEmptyResponseGuard:
     def test_first_empty_nudges_second_stops(self):
         """One empty answer is nudged and warned; the second in a row raises empty_response."""
