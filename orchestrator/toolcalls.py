@@ -38,6 +38,11 @@ _FENCE_MARK = "```"
 _FUNCTION_TAG = re.compile(r"<function=([^>\s]*)>(.*?)(</function>|\Z)", re.DOTALL)
 _PARAMETER_TAG = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 _JSON_START = re.compile(r"^[ \t]*([\[{])", re.MULTILINE)
+# The tokens Llama 3 (`<|python_tag|>`) and Mistral (`[TOOL_CALLS]`) put before a call, left in
+# the text when the server does not parse them: the call's JSON starts where they end.
+_CALL_MARKER = re.compile(r"^([ \t]*)(?:<\|python_tag\|>|\[TOOL_CALLS\])", re.MULTILINE)
+# A call's JSON after a sentence on the same line ("I will read it. {"name": ...}").
+_INLINE_CALL = re.compile(r'\{\s*"(?:name|tool|function)"\s*:')
 _CALL_FORM = 'a JSON object like {"name": "read_file", "arguments": {"path": "a.py"}}'
 _NAME_IN_TEXT = re.compile(r'"(?:name|tool)"\s*:\s*"([^"]*)"')
 _JSON_TYPES = {
@@ -201,11 +206,12 @@ def _decode_string_object(value: Any) -> Any:
 
 
 def _calls_in_text(text: str, known: set[str], cut: bool) -> list[_Written]:
-    """Calls in the first form that has any: tags, then fences, then bare JSON."""
+    """Calls in the first form that has any: tags, fences, bare JSON, then JSON after a sentence."""
     tagged = [body for body in _TOOL_CALL_TAG.findall(text)]
     if tagged:
         return [found for body in tagged for found in _calls_in_tag(body, known, cut)]
-    for finder in (_calls_in_fences, _calls_in_function_tags, _calls_in_bare_json):
+    text = _CALL_MARKER.sub(r"\1", text)
+    for finder in (_calls_in_fences, _calls_in_function_tags, _calls_in_bare_json, _calls_after_prose):
         found = finder(text, known, cut)
         if found:
             return found
@@ -350,6 +356,25 @@ def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]
             found.extend(_calls_in_block(text[start : line_end if line_end >= 0 else len(text)], known, cut))
             continue
         found.extend(_written_from_value(value, text[start:resume], "", known, cut) or [])
+    return found
+
+
+def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
+    """Valid JSON calls of known tools that start inside a line, after some words.
+
+    Only whole JSON naming a tool counts: prose that quotes some other JSON is not a call.
+    """
+    found: list[_Written] = []
+    resume = 0
+    for match in _INLINE_CALL.finditer(text):
+        if match.start() < resume:
+            continue
+        try:
+            value, resume = _raw_decode(text, match.start())
+        except ValueError:
+            continue
+        shapes = _call_shapes(value, known) or []
+        found.extend(_Written(name, _arguments_of(arguments, "")) for name, arguments in shapes if name.strip() in known)
     return found
 
 

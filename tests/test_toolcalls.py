@@ -142,6 +142,9 @@ class TestTextCalls:
             'I will look.\n{\n  "name": "read_file",\n  "arguments": {"path": "a.py"}\n}\nDone.',
             "<function=read_file>{\"path\": \"a.py\"}</function>",
             "<tool_call>\n<function=read_file>\n<parameter=path>\na.py\n</parameter>\n</function>\n</tool_call>",
+            '<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}',
+            '[TOOL_CALLS][{"name": "read_file", "arguments": {"path": "a.py"}}]',
+            'I will read the file first. {"name": "read_file", "arguments": {"path": "a.py"}}',
         ],
         ids=[
             "json-fence",
@@ -154,6 +157,10 @@ class TestTextCalls:
             "bare-multiline",
             "function-tag-json",
             "function-tag-parameters",
+            # Left in the text when the server does not parse them (they were no_tool_call).
+            "llama3-python-tag",
+            "mistral-tool-calls",
+            "after-a-sentence",
         ],
     )
     def test_each_text_shape_is_a_call(self, text):
@@ -185,7 +192,9 @@ class TestTextCalls:
         """An example config in a fence, or a {"name": ...} that names no tool, is not a call."""
         text = (
             'Here is the config:\n```json\n{"name": "app", "version": "1.0", "arguments": []}\n```\n'
-            '{"name": "my-package"}\n[1, 2, 3]'
+            '{"name": "my-package"}\n[1, 2, 3]\n'
+            'Inside a sentence, {"name": "app", "arguments": {}} and {"name": "bash", "arguments": {"cmd": "ls"}} '
+            "name no tool of ours."
         )
         assert written(text) == []
 
