@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from orchestrator.commands import COMMAND_MARK, run_shell, stop_marked_processes
+from orchestrator.commands import COMMAND_MARK, _as_a_terminal_shows, run_shell, stop_marked_processes
 from orchestrator.scripted import call
 from tests.conftest import git, make_repo
 from tests.test_night import overnight
@@ -119,6 +119,22 @@ class TestOutputAsSeen:
         script = r"printf 'step 10%%\rstep 50%%\rstep 100%%\nnext\r\n'"
         result = run_shell(script, cwd=tmp_path, timeout_s=30, max_output_chars=8000)
         assert result.output == "step 100%\nnext\n"
+
+    def test_a_long_line_or_a_long_run_of_carriage_returns_is_cleaned_in_linear_time(self, tmp_path: Path):
+        """A minified file `cat` (one line, no \\r) or a run of \\r is cleaned at once, not in seconds holding the GIL."""
+        script = r"head -c 120000 /dev/zero | tr '\0' a; echo; head -c 20000 /dev/zero | tr '\0' '\r'; printf x"
+        started = time.monotonic()
+        result = run_shell(script, cwd=tmp_path, timeout_s=30, max_output_chars=200_000)
+        assert time.monotonic() - started < 2  # 17 s with the quadratic regexes this replaced
+        assert result.output == "a" * 120000 + "\nx"
+
+    def test_carriage_returns_are_read_line_by_line_as_before(self):
+        """CRLF, lone \\r, trailing \\r and runs of them: each line shows what was drawn last."""
+        cases = {
+            "a\r\nb\n": "a\nb\n", "a\rb": "b", "abc\rX\r": "X", "a\r\r\rb\r\r\n\r": "b\n", "\r": "", "x\r\n\ry": "x\ny",
+        }
+        for text, shown in cases.items():
+            assert _as_a_terminal_shows(text) == shown, text
 
 
 class TestGitCeiling:
