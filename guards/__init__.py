@@ -22,6 +22,7 @@ from guards.failing_streak import FailingStreakGuard
 from guards.no_tool_call import NoToolCallGuard
 from guards.repeated_call import RepeatedCallGuard
 from guards.unknown_tool import UnknownToolGuard
+from guards.unusable_answers import UnusableAnswersGuard
 
 ENTRY_POINT_GROUP = "overnight.guards"
 HOOKS = ("before_run", "after_model_response", "after_tool_call")
@@ -35,6 +36,7 @@ __all__ = [
     "NoToolCallGuard",
     "RepeatedCallGuard",
     "UnknownToolGuard",
+    "UnusableAnswersGuard",
     "build_guards",
     "guard_factory",
     "default_guards",
@@ -52,6 +54,8 @@ def default_guards(config: GuardsConfig) -> list[Any]:
         NoToolCallGuard(stop_at=config.no_tool_call_stop_at, many_calls_at=config.many_calls_warn_at),
         UnknownToolGuard(stop_at=config.unknown_tool_stop_at),
         BrokenCallGuard(stop_at=config.broken_stop_at),
+        # After the four above: answers all of one kind stop there first, with their own words.
+        UnusableAnswersGuard(stop_at=config.no_tool_call_stop_at),
         RepeatedCallGuard(
             remind_at=config.repeat_remind_at,
             stop_at=config.repeat_stop_at,

@@ -17,6 +17,7 @@ from guards import (
     FailingStreakGuard,
     RepeatedCallGuard,
     UnknownToolGuard,
+    UnusableAnswersGuard,
     build_guards,
     default_guards,
     load_guard,
@@ -288,6 +289,38 @@ class TestBrokenCallGuard:
             guard.after_model_response(ctx, *answer(broken("unparseable")))
 
 
+class TestUnusableAnswersGuard:
+    def test_answers_unusable_in_turn_different_ways_stop_at_the_third(self):
+        """Prose, an empty answer and a made-up tool in a row stop at the third, as the last one's kind."""
+        guard = UnusableAnswersGuard(stop_at=3)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, ModelResponse(text="I will read greet.py."), [])
+        guard.after_model_response(ctx, ModelResponse(text=""), [])
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, *answer(broken("unknown_tool", name="bash")))
+        assert stop.value.reason == "unknown_tool"
+        assert stop.value.message == "no usable call ×3"
+        assert "an empty answer" in stop.value.evidence and "bash" in stop.value.evidence
+        assert "read_file" in stop.value.correction
+        assert sink == []
+
+    def test_answers_of_one_kind_are_left_to_their_own_guard(self):
+        """Five broken answers in a row are the broken-call guard's to stop, at its own threshold."""
+        guard = UnusableAnswersGuard(stop_at=3)
+        ctx, _ = started(guard)
+        for _ in range(5):
+            guard.after_model_response(ctx, *answer(broken("unparseable")))
+
+    def test_only_a_usable_call_resets(self):
+        """An answer with a good call, even beside a broken one, starts the count again."""
+        guard = UnusableAnswersGuard(stop_at=3)
+        ctx, _ = started(guard)
+        for _ in range(3):
+            guard.after_model_response(ctx, ModelResponse(text="hmm"), [])
+            guard.after_model_response(ctx, ModelResponse(text=""), [])
+            guard.after_model_response(ctx, *answer(broken("unparseable"), read()))
+
+
 class TestFailingStreakGuard:
     def test_warns_from_the_third_failure_and_never_stops(self):
         """Different failing calls warn from the third on, with the count, and never raise."""
@@ -440,7 +473,7 @@ class TestBuilding:
         repeat.after_tool_call(ctx, read(), OK)
         with pytest.raises(QualityError):
             repeat.after_tool_call(ctx, read(), OK)
-        assert len({type(g) for g in guards}) == 8
+        assert len({type(g) for g in guards}) == 9
 
     def test_load_guard_instantiates_module_class(self, user_module: str):
         """A "module:Class" spec gives a fresh instance of that class."""
@@ -566,6 +599,12 @@ class TestThroughTheAgentLoop:
         )
         assert error is not None and error.reason == "broken_tool_call"
         assert kinds(sink) == [(Level.WARNING, "broken_tool_call")] * 2 + [(Level.SEVERE, "broken_tool_call")]
+
+    def test_prose_and_empty_answers_in_turn_stop_at_the_third(self, project: Path):
+        """A model that alternates prose and empty answers never acts; it is stopped at the third answer."""
+        sink, error, _ = run_with_guards(project, *[say("I will now read app.py."), say("")] * 5)
+        assert error is not None and error.reason == "no_tool_call"
+        assert kinds(sink) == [(Level.WARNING, "empty_response"), (Level.SEVERE, "no_tool_call")]
 
     def test_failing_guesses_warn_and_dead_loop_reminds(self, project: Path):
         """Guessed paths warn as a failing streak; circling between two reads gets a dead-loop reminder."""
