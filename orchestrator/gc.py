@@ -16,6 +16,7 @@ store keep their history.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError
-from orchestrator.worktree import BRANCH_PREFIX, open_repo
+from orchestrator.worktree import BRANCH_PREFIX, admin_dir, make_writable, open_repo
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 
@@ -60,27 +61,32 @@ class GcResult:
 
 
 def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = False) -> GcResult:
-    """Remove worktrees and `overnight/` branches of tasks no longer in `config`."""
+    """Remove worktrees and `overnight/` branches of tasks no longer in `config`.
+
+    What git refuses for one worktree or branch (a lock, files that cannot be deleted, a branch
+    a rebase has checked out) keeps that one, with git's reason, and gc goes on with the rest.
+    """
     # The check `overnight run` makes: a path that is a file, or no repository, is a ConfigError.
-    open_repo(config.repo_path)
+    repo = open_repo(config.repo_path)
+    common = Path(repo.common_dir)
     git = _Git(config.repo_path)
     stale = sorted(_task_branches(git) - {task.name for task in config.task})
-    ours, checked_out = _worktrees(git, config.worktrees_dir)
+    ours, checked_out, locks = _worktrees(git, config.worktrees_dir)
     removed_worktrees: list[Path] = []
     kept_worktrees: list[KeptWorktree] = []
     for name in stale:
         path = ours.get(name)
         if path is None:
             continue
-        # A folder deleted by hand holds nothing; `worktree remove` then only forgets it.
-        changes = 0 if force or not path.exists() else _uncommitted_changes(path, config.repo.keep)
-        if changes:
-            kept_worktrees.append(KeptWorktree(path, f"{changes} uncommitted change(s) (use --force to remove)"))
+        why_kept = _why_keep_worktree(path, locks, config.repo.keep, force)
+        if why_kept is None and not dry_run:
+            why_kept = _remove_worktree(git, path, common)
+        if why_kept:
+            kept_worktrees.append(KeptWorktree(path, why_kept))
             checked_out[BRANCH_PREFIX + name] = path
             continue
-        if not dry_run:
-            git.run("worktree", "remove", "--force", str(path))
         removed_worktrees.append(path)
+    busy = _busy_branches(common, config.repo_path)
     removed_branches: list[str] = []
     kept_branches: list[KeptBranch] = []
     base_name = _base_label(git, config.repo.base)
@@ -92,14 +98,80 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
         if branch in checked_out:
             kept_branches.append(KeptBranch(branch, f"checked out at {checked_out[branch]}"))
             continue
-        unsafe = None if force else _why_unsafe(git, branch, tip, base_name, removed_branches)
+        if branch in busy:  # a rebase or bisect holds it, though that worktree's HEAD is detached
+            kept_branches.append(KeptBranch(branch, "checked out at {} (a {} in progress)".format(*busy[branch])))
+            continue
+        try:
+            unsafe = None if force else _why_unsafe(git, branch, tip, base_name, removed_branches)
+            if not unsafe and not dry_run:
+                git.run("branch", "-D", "--quiet", branch)
+        except _GitFailed as failed:
+            unsafe = failed.detail
         if unsafe:
             kept_branches.append(KeptBranch(branch, unsafe))
             continue
-        if not dry_run:
-            git.run("branch", "-D", "--quiet", branch)
         removed_branches.append(branch)
     return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
+
+
+def _why_keep_worktree(path: Path, locks: dict[Path, str], keep: tuple[str, ...], force: bool) -> str | None:
+    """Why the stale worktree at `path` must stay (the same answer in a dry run), or None."""
+    if path in locks:  # `git worktree lock`: the user's word, which --force does not overrule
+        return f"locked: {locks[path]}" if locks[path] else "locked"
+    # A folder deleted by hand holds nothing; `worktree remove` then only forgets it.
+    if force or not path.exists():
+        return None
+    try:
+        changes = _uncommitted_changes(path, keep)
+    except _GitFailed as failed:
+        return failed.detail
+    return f"{changes} uncommitted change(s) (use --force to remove)" if changes else None
+
+
+def _remove_worktree(git: _Git, path: Path, common: Path) -> str | None:
+    """Remove the worktree at `path`; None when done, else git's reason.
+
+    Files the agent or a tool made read-only (Go's module cache) are made writable and the
+    removal tried once more. git forgets the worktree before it fails on its files: the folder
+    left then is deleted here.
+    """
+    try:
+        git.run("worktree", "remove", "--force", str(path))
+        return None
+    except _GitFailed as failed:
+        first = failed.detail
+    make_writable(path)
+    try:
+        if admin_dir(path, common) is not None:
+            git.run("worktree", "remove", "--force", str(path))
+        elif path.exists():
+            shutil.rmtree(path)
+    except (_GitFailed, OSError):
+        return first
+    return None
+
+
+def _busy_branches(common: Path, repo_path: Path) -> dict[str, tuple[Path, str]]:
+    """Branches a rebase or a bisect in some worktree holds (`git branch -D` refuses them), with that worktree.
+
+    `git worktree list` shows such a worktree detached; git knows the branch from these files.
+    """
+    admins = [(common, repo_path)]
+    try:
+        for admin in sorted((common / "worktrees").iterdir()):
+            link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
+            admins.append((admin, Path(link).parent))
+    except OSError:
+        pass
+    busy: dict[str, tuple[Path, str]] = {}
+    for admin, folder in admins:
+        for name, doing in (("rebase-merge/head-name", "rebase"), ("rebase-apply/head-name", "rebase"), ("BISECT_START", "bisect")):
+            try:
+                ref = (admin / name).read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            busy.setdefault(ref.removeprefix("refs/heads/"), (folder, doing))
+    return busy
 
 
 def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed: list[str]) -> str | None:
@@ -143,25 +215,29 @@ def _task_branches(git: _Git) -> set[str]:
     return {name for name in names if "/" not in name}
 
 
-def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, Path]]:
-    """Task worktrees by task name, and the branch of every other worktree with its path.
+def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, Path], dict[Path, str]]:
+    """Task worktrees by task name, the branch of every other worktree with its path, and the
+    locked worktrees with the lock's reason ("" when none was given).
 
     Only `<worktrees_dir>/<task>` on `overnight/<task>` is a task's; the main worktree and
     any the user added are theirs, whatever their branch, and their branches stay.
     """
     ours: dict[str, Path] = {}
     theirs: dict[str, Path] = {}
+    locks: dict[Path, str] = {}
     home = worktrees_dir.resolve()
     for index, block in enumerate(_worktree_blocks(git)):
         if "worktree" not in block:
             continue
         path = Path(block["worktree"])
         branch = block.get("branch", "").removeprefix("refs/heads/")
+        if "locked" in block:
+            locks[path] = block["locked"]
         if index > 0 and path.resolve().parent == home and branch == BRANCH_PREFIX + path.name:
             ours[path.name] = path
         elif branch:
             theirs[branch] = path
-    return ours, theirs
+    return ours, theirs, locks
 
 
 def _worktree_blocks(git: _Git) -> list[dict[str, str]]:
@@ -172,6 +248,14 @@ def _worktree_blocks(git: _Git) -> list[dict[str, str]]:
         if fields:
             blocks.append(fields)
     return blocks
+
+
+class _GitFailed(ConfigError):
+    """A git command gc ran failed; `detail` is git's one line, without its "fatal:" or "error:"."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail.removeprefix("fatal:").removeprefix("error:").strip()
 
 
 class _Git:
@@ -195,9 +279,9 @@ class _Git:
         done = self._call(*args)
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or ["failed"]
-            # git's own "fatal:" line says why; hints follow it (for dubious ownership, a command to copy).
-            detail = next((line.strip() for line in lines if line.startswith("fatal:")), lines[-1].strip())
-            raise ConfigError(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}")
+            # git's own "fatal:" or "error:" line says why; hints follow it (for dubious ownership, a command to copy).
+            detail = next((line.strip() for line in lines if line.startswith(("fatal:", "error:"))), lines[-1].strip())
+            raise _GitFailed(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}", detail)
         return done.stdout
 
     def resolve(self, revision: str) -> str | None:

@@ -164,7 +164,7 @@ class Worktree:
         except (git.GitCommandError, OSError):
             # Most often what the agent made read-only (`chmod 555 folder`): git can neither
             # rewrite nor remove the files in it. Made writable again, and tried once more.
-            _make_writable(self.path)
+            make_writable(self.path)
             try:
                 self._rollback(checkpoint)
             except (git.GitCommandError, OSError) as exc:
@@ -518,7 +518,7 @@ def gitdir_link(path: Path) -> Path | None:
     return gitdir if gitdir.is_absolute() else path / gitdir
 
 
-def _make_writable(top: Path) -> None:
+def make_writable(top: Path) -> None:
     """u+rwX on `top` and everything under it; symbolic links left alone (what they name may be anyone's)."""
     _add_owner_rights(str(top))
     for folder, folders, files in os.walk(top):  # top down: each folder is made readable before it is listed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from orchestrator.config import Config, load_config
 from orchestrator.gc import collect_garbage
 from orchestrator.worktree import Worktree
-from tests.conftest import git, make_repo, write_config
+from tests.conftest import GIT_ENV, git, make_repo, write_config
 
 CURRENT = {"name": "current", "prompt": "p", "check": "true"}
 
@@ -257,6 +258,75 @@ class TestUntouched:
         assert result.removed_worktrees == () and result.removed_branches == ()
         assert f"kept branch overnight/old: checked out at {review}" in result.lines()
         assert (review / "old.txt").read_text() == "edited by the user\n"
+
+
+READ_ONLY_CACHE = """
+import json, os, sys
+from pathlib import Path
+from orchestrator.config import load_config
+from orchestrator.gc import collect_garbage
+from orchestrator.worktree import Worktree
+from tests.conftest import SAMPLE_FILES, make_repo, write_config
+
+base = Path(sys.argv[1])
+repo = make_repo(base / "repo", SAMPLE_FILES)
+config = write_config(base / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[{"name": "current", "prompt": "p", "check": "true"}])
+config.write_text(config.read_text().replace("[repo]\\n", '[repo]\\nkeep = [".gocache"]\\n'))
+settings = load_config(config)
+tree = Worktree.ensure(settings.repo_path, settings.state_dir, "go", "HEAD")
+(tree.path / ".gocache" / "mod").mkdir(parents=True)
+(tree.path / ".gocache" / "mod" / "x.go").write_text("package x\\n")
+os.chmod(tree.path / ".gocache" / "mod", 0o555)
+result = collect_garbage(settings)
+print(json.dumps({"lines": result.lines(), "left": tree.path.exists()}))
+"""
+
+
+class TestGitRefuses:
+    """What git refuses for one worktree or branch keeps that one, with git's reason; gc goes on with the rest."""
+
+    @pytest.mark.parametrize("force", [False, True])
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_a_locked_worktree_is_kept_and_the_others_collected(self, settings, repo, dry_run, force):
+        """A stale worktree the user locked stays with the lock's reason, dry run or not, even with force; the others go."""
+        first = task_worktree(settings, "a-done")
+        locked = task_worktree(settings, "b-reviewing")
+        last = task_worktree(settings, "c-done")
+        git(repo, "worktree", "lock", "--reason", "reviewing on my laptop", str(locked.path))
+        result = collect_garbage(settings, dry_run=dry_run, force=force)
+        assert result.removed_worktrees == (first.path, last.path)
+        assert [(k.path, k.reason) for k in result.kept_worktrees] == [(locked.path, "locked: reviewing on my laptop")]
+        assert result.removed_branches == ("overnight/a-done", "overnight/c-done")
+        assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/b-reviewing", f"checked out at {locked.path}")]
+        assert locked.path.exists() and "overnight/b-reviewing" in branches(repo)
+        assert last.path.exists() == dry_run
+
+    def test_read_only_files_are_made_writable_and_the_worktree_removed(self):
+        """A stale worktree holding a read-only cache (Go's module cache) is removed on the second try, made writable."""
+        from tests.test_hostile_git import as_an_ordinary_user
+
+        done = as_an_ordinary_user(READ_ONLY_CACHE)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["lines"][0].startswith("removed worktree") and "removed branch overnight/go" in report["lines"]
+        assert not report["left"]
+
+    @pytest.mark.parametrize("force", [False, True])
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_a_branch_being_rebased_is_kept(self, settings, repo, dry_run, force):
+        """A stale branch the user is rebasing in their checkout (stopped on a conflict) stays, named so, dry run or not."""
+        old = task_worktree(settings, "old")
+        (old.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        old.commit("agent fix")
+        git(repo, "worktree", "remove", str(old.path))
+        (repo / "greet.py").write_text("def greet():\n    return 'HELLO'\n")
+        git(repo, "commit", "-qam", "user change")
+        rebase = subprocess.run(["git", "rebase", "main", "overnight/old"], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True)
+        assert "CONFLICT" in rebase.stdout, rebase.stderr
+        result = collect_garbage(settings, dry_run=dry_run, force=force)
+        assert result.removed_branches == ()
+        assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/old", f"checked out at {repo} (a rebase in progress)")]
+        assert "overnight/old" in branches(repo)
 
 
 class TestBadInput:
