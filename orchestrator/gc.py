@@ -23,8 +23,8 @@ from pathlib import Path
 
 from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import Config
-from orchestrator.errors import ConfigError
-from orchestrator.worktree import BRANCH_PREFIX, admin_dir, make_writable, open_repo
+from orchestrator.errors import ConfigError, StateError
+from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, make_writable, open_repo
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 
@@ -78,7 +78,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
         path = ours.get(name)
         if path is None:
             continue
-        why_kept = _why_keep_worktree(path, locks, config.repo.keep, force)
+        why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force)
         if why_kept is None and not dry_run:
             why_kept = _remove_worktree(git, path, common)
         if why_kept:
@@ -114,7 +114,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
 
 
-def _why_keep_worktree(path: Path, locks: dict[Path, str], keep: tuple[str, ...], force: bool) -> str | None:
+def _why_keep_worktree(path: Path, branch: str, locks: dict[Path, str], keep: tuple[str, ...], common: Path, force: bool) -> str | None:
     """Why the stale worktree at `path` must stay (the same answer in a dry run), or None."""
     if path in locks:  # `git worktree lock`: the user's word, which --force does not overrule
         return f"locked: {locks[path]}" if locks[path] else "locked"
@@ -122,9 +122,9 @@ def _why_keep_worktree(path: Path, locks: dict[Path, str], keep: tuple[str, ...]
     if force or not path.exists():
         return None
     try:
-        changes = _uncommitted_changes(path, keep)
-    except _GitFailed as failed:
-        return failed.detail
+        changes = _uncommitted_changes(path, branch, keep, common)
+    except StateError as failed:
+        return str(failed)
     return f"{changes} uncommitted change(s) (use --force to remove)" if changes else None
 
 
@@ -200,12 +200,9 @@ def _base_label(git: _Git, base: str) -> str | None:
     return base if base != "HEAD" else ref.removeprefix("refs/heads/")
 
 
-def _uncommitted_changes(worktree: Path, keep: tuple[str, ...]) -> int:
-    """Modified, staged and untracked paths in `worktree`; ignored files and `[repo] keep` (build caches) are not work."""
-    outside_keep = [".", *(f":(exclude){path}" for path in keep)]
-    # --ignore-submodules=none: an edit inside a submodule is work even where .gitmodules says `ignore = dirty`.
-    status = ("status", "--porcelain", "--untracked-files=all", "--ignore-submodules=none")
-    return len(_Git(worktree).run(*status, "--", *outside_keep).splitlines())
+def _uncommitted_changes(path: Path, branch: str, keep: tuple[str, ...], common: Path) -> int:
+    """What a rollback would undo in the worktree at `path`: `[repo] keep` and ignored files are not work."""
+    return len(Worktree(path, branch, keep, common_dir=common).uncommitted_paths())
 
 
 def _task_branches(git: _Git) -> set[str]:

@@ -200,11 +200,9 @@ class Worktree:
             index = {"GIT_INDEX_FILE": os.path.join(folder, "index"), "GIT_LITERAL_PATHSPECS": "1"}
             self._git("read-tree", "HEAD", env=index)
             self._git("add", "--update", env=index)  # tracked files changed or deleted
-            excludes = [f"--exclude={pattern}" for pattern in self.keep]  # the patterns `git clean -e` takes
-            others = self._git("ls-files", "-z", "--others", "--exclude-standard", *excludes, env=index).split("\0")
             # A nested repository shows as its folder ("scratch/"): git would add a link to its
             # commit, or fail when it has none, never its files. Left out, as the cleaning always did.
-            new_files = [name for name in others if name and not name.endswith("/")]
+            new_files = [name for name in self._untracked(env=index) if not name.endswith("/")]
             if new_files:
                 listed = Path(folder) / "new-files"
                 listed.write_bytes(b"\0".join(os.fsencode(name) for name in new_files))
@@ -215,6 +213,26 @@ class Worktree:
         commit = self._git("commit-tree", tree, "-p", "HEAD", "-m", message, identity=True).strip()
         self._git("branch", branch, commit)
         return commit
+
+    def uncommitted_paths(self) -> list[str]:
+        """What differs from HEAD and is work: tracked files changed, staged or deleted (inside a
+        submodule too, whatever .gitmodules says), and untracked files neither ignored nor `keep`
+        paths (judged as `git clean -e` judges them: "/build" at the top only, "node_modules" at
+        any depth). A nested repository counts as its folder. StateError (one line) when git cannot tell."""
+        import git
+
+        status = ("status", "--porcelain", "-z", "--no-renames", "--untracked-files=no", "--ignore-submodules=none")
+        try:
+            self._restore_link()
+            tracked = [entry[3:] for entry in self._git(*status).split("\0") if entry]
+            return tracked + self._untracked()
+        except (git.GitCommandError, OSError) as exc:
+            raise StateError(f"cannot list the changes in the worktree {self.path}: {_git_reason(exc)}") from None
+
+    def _untracked(self, env: dict[str, str] | None = None) -> list[str]:
+        """Untracked paths, not ignored and outside `keep` (the patterns `git clean -e` takes)."""
+        excludes = [f"--exclude={pattern}" for pattern in self.keep]
+        return [name for name in self._git("ls-files", "-z", "--others", "--exclude-standard", *excludes, env=env).split("\0") if name]
 
     def is_clean(self) -> bool:
         self._restore_link()

@@ -194,6 +194,23 @@ class TestUncommittedWork:
         result = collect_garbage(settings)
         assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
 
+    def test_keep_patterns_mean_what_they_mean_to_a_rollback(self, tmp_path, repo):
+        """`[repo] keep` patterns as `git clean -e` takes them: "/build" at the top, "node_modules" at any depth; a build/ deeper down is work."""
+        path = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[CURRENT])
+        path.write_text(path.read_text().replace("[repo]\n", '[repo]\nkeep = ["/build", "node_modules"]\n'))
+        settings = load_config(path)
+        old = task_worktree(settings, "old")
+        for cached in ("build/o.bin", "web/node_modules/x/i.js", "node_modules/y.js"):
+            (old.path / cached).parent.mkdir(parents=True, exist_ok=True)
+            (old.path / cached).write_text("cache\n")
+        (old.path / "src" / "build").mkdir(parents=True)
+        (old.path / "src" / "build" / "mine.py").write_text("work\n")
+        [kept] = collect_garbage(settings, dry_run=True).kept_worktrees
+        assert kept.reason.startswith("1 uncommitted change(s)")
+        (old.path / "src" / "build" / "mine.py").unlink()
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
+
     def test_ignored_files_are_not_uncommitted_work(self, settings, repo):
         """Files the repository ignores (build output) do not keep a stale worktree."""
         old = task_worktree(settings, "old")
