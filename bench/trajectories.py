@@ -134,6 +134,11 @@ def _struggles() -> list[Trajectory]:
                    (read("config.yml"), say("Hmm, let me think."), read("conf/config.yml"), say("Maybe yaml."), read("config.yaml")) + FINISH),
         Trajectory("failing-edits", "failing_streak", 1,
                    (fix("'hi'", "'hello'"), fix("return 'helo' ", "return 'hello'"), fix("'Helo'", "'hello'")) + FINISH),
+        Trajectory("read-failedit-circle", "failing_streak", 2,
+                   tuple(r for old in ("return 'hi'", "return  'helo'", 'return "helo"', "retrun 'helo'", "return 'Helo'",
+                                       "return'helo'", "return 'hel0'")
+                         for r in (read(), fix(old, "return 'hello'"))) + FINISH,
+                   note="the same read between failed edits, each with another `old`"),
         Trajectory("empty-twice", "empty_response", 1, (say(""), say(""), submit())),
         Trajectory("empty-after-progress", "empty_response", 3, (read(), fix(), say(""), say(""))),
         Trajectory("prose-empty-alternating", "no_tool_call", 1, (say("I will now read greet.py."), say("")) * 5,
@@ -178,6 +183,10 @@ def _healthy() -> list[Trajectory]:
         h("two-wrong-guesses", read("src/greet.py"), read("app/greet.py"), ls(), read(), *FINISH),
         h("prose-then-work", say("I will read the file first."), read(), *FINISH),
         h("recheck-after-each-edit", check(), fix("'helo'", "'helo '"), check(), fix("'helo '", "'helo'"), check(), fix(), check(), submit()),
+        h("guess-paths-then-find", read("src/greet.py"), read("lib/greet.py"), ls(), read("app/greet.py"),
+          read("greet/greet.py"), ls("lib"), read(), *FINISH, note="failures between new results"),
+        h("failed-edit-reread-fix", read(), fix("'hi'", "'hello'"), read(), fix("'Helo'", "'hello'"), read(), *FINISH,
+          note="two failed edits with the same read between, then the right one"),
         h("context-under-warning", *(call("read_file", {"path": f"lib/m{i}.py"}, prompt_tokens=10_000 * i) for i in range(1, 7)), *FINISH),
     ]
 

@@ -1,37 +1,75 @@
-"""Warn when tool calls keep failing, even when each attempt is different."""
+"""Warn, then stop, when tool calls keep failing and nothing new happens in between."""
 
 from __future__ import annotations
 
+from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import Level, ToolCall, ToolResult
+from orchestrator.printable import shortened, visible
+
+from guards._describe import describe_call
+from guards._normalise import call_key
 
 KIND = "failing_streak"
+# Lines of the last failure's output kept as evidence for notes.md.
+_EVIDENCE_LINES = 3
 
 
 class FailingStreakGuard:
-    """Counts failed calls in a row; from the `at`-th on, warns and reminds.
+    """Counts failed calls since the last successful call that returned something new.
 
-    Never stops the run: the model reads each failure already, and a hard stop
-    would end runs that one more attempt would have saved.
+    A success that only repeats what the model already saw (re-reading the same
+    file between failed edits) does not end the streak: reads and failed edits in
+    turn are the classic small-model circle. From the `at`-th failure on it warns
+    and reminds; at the `stop_at`-th (twice `at` unless given) it stops, as the
+    warnings went unheeded and nothing was learned in between.
     """
 
-    def __init__(self, at: int = 3) -> None:
+    def __init__(self, at: int = 3, stop_at: int | None = None) -> None:
         self.at = at
+        self.stop_at = stop_at if stop_at is not None else 2 * at
         self._streak = 0
+        self._seen: set[tuple[str, str]] = set()
 
     def before_run(self, ctx: GuardContext) -> None:
         self._streak = 0
+        self._seen = set()
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         if result.ok:
-            self._streak = 0
+            if self._news(call, result):
+                self._streak = 0
             return
         self._streak += 1
         if self._streak < self.at:
             return
+        message = f"failing: {self._streak} failed calls, nothing new in between"
+        if self._streak >= self.stop_at:
+            raise QualityError(KIND, _correction(self._streak), evidence=_evidence(call, result), message=message)
         ctx.remind(
-            f"Your last {self._streak} tool calls failed. Stop and check your assumptions before "
-            "trying again: read the error messages, call list_dir to see which files exist instead "
-            "of guessing paths, and read a file before editing it."
+            f"{self._streak} of your tool calls failed, and the calls between them showed nothing new. Stop and "
+            "check your assumptions before trying again: read the error messages, call list_dir to see which "
+            "files exist instead of guessing paths, and copy edit_file's `old` exactly from what read_file shows."
         )
-        ctx.report(Level.WARNING, KIND, f"failing: {self._streak} tool calls in a row")
+        ctx.report(Level.WARNING, KIND, message)
+
+    def _news(self, call: ToolCall, result: ToolResult) -> bool:
+        seen = (call_key(call), result.output)
+        if seen in self._seen:
+            return False
+        self._seen.add(seen)
+        return True
+
+
+def _correction(count: int) -> str:
+    return (
+        f"Last time {count} tool calls failed, and the calls between them only showed what you had already "
+        "seen. Read each error message before the next call. For edit_file, copy `old` exactly from what "
+        "read_file shows, a few whole lines; check paths with list_dir; after two failures of one kind, "
+        "try another way (write_file with the whole file, a smaller edit)."
+    )
+
+
+def _evidence(call: ToolCall, result: ToolResult) -> str:
+    lines = result.output.strip().splitlines()[:_EVIDENCE_LINES]
+    return f"{describe_call(call)} failed:\n" + "\n".join(visible(shortened(line, 200)) for line in lines)

@@ -322,25 +322,40 @@ class TestUnusableAnswersGuard:
 
 
 class TestFailingStreakGuard:
-    def test_warns_from_the_third_failure_and_never_stops(self):
-        """Different failing calls warn from the third on, with the count, and never raise."""
+    def test_warns_from_the_third_failure_and_stops_at_the_sixth(self):
+        """Different failing calls warn from the third on, with the count, and the sixth raises."""
         guard = FailingStreakGuard(at=3)
         ctx, sink = started(guard)
-        for index in range(6):
+        for index in range(5):
             guard.after_tool_call(ctx, read(f"guess{index}.py"), ToolResult(ok=False, output="not found"))
-        assert [s.message for s in sink] == [f"failing: {n} tool calls in a row" for n in range(3, 7)]
+        assert [s.message for s in sink] == [f"failing: {n} failed calls, nothing new in between" for n in range(3, 6)]
         assert {s.kind for s in sink} == {"failing_streak"}
         assert "list_dir" in ctx.take_reminders()[0]
+        with pytest.raises(QualityError) as stop:
+            guard.after_tool_call(ctx, read("guess5.py"), ToolResult(ok=False, output="not found\nsecond line"))
+        assert stop.value.reason == "failing_streak"
+        assert stop.value.evidence == 'read_file(path="guess5.py") failed:\nnot found\nsecond line'
 
-    def test_a_success_resets(self):
-        """A successful call breaks the streak."""
+    def test_a_success_with_something_new_resets(self):
+        """A successful call that returns something not seen before breaks the streak."""
         guard = FailingStreakGuard(at=3)
         ctx, sink = started(guard)
-        for _ in range(3):
+        for index in range(3):
             guard.after_tool_call(ctx, read("x"), ToolResult(ok=False, output="no"))
             guard.after_tool_call(ctx, read("y"), ToolResult(ok=False, output="no"))
-            guard.after_tool_call(ctx, read("a.py"), OK)
+            guard.after_tool_call(ctx, read(f"a{index}.py"), OK)
         assert sink == []
+
+    def test_rereading_the_same_file_between_failed_edits_is_no_reset(self):
+        """Read, failed edit (another `old` each time), read again: the third failed edit warns."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        text = ToolResult(ok=True, output="def greet():\n    return 'helo'\n")
+        for old in ("'hi'", "'Helo'", "retrun"):
+            guard.after_tool_call(ctx, read("greet.py"), text)
+            edit = ToolCall(name="edit_file", arguments={"path": "greet.py", "old": old, "new": "'hello'"})
+            guard.after_tool_call(ctx, edit, ToolResult(ok=False, output="`old` was not found in greet.py"))
+        assert kinds(sink) == [(Level.WARNING, "failing_streak")]
 
 
 def play_round(guard, ctx, *pairs: tuple[ToolCall, ToolResult]) -> None:
@@ -606,6 +621,17 @@ class TestThroughTheAgentLoop:
         assert error is not None and error.reason == "no_tool_call"
         assert kinds(sink) == [(Level.WARNING, "empty_response"), (Level.SEVERE, "no_tool_call")]
 
+    def test_reading_and_failing_edits_in_a_circle_warns_then_stops(self, project: Path):
+        """Re-reading app.py between edits whose `old` never matches: a warning at the third failed edit, a stop at the sixth."""
+        replies = []
+        for old in ("return 4l", "retrun 41", "return 41 ", "return  41", "Return 41", "return '41'", "return 14"):
+            replies += [call("read_file", {"path": "app.py"}), call("edit_file", {"path": "app.py", "old": old, "new": "return 42"})]
+        sink, error, _ = run_with_guards(project, *replies)
+        assert error is not None and error.reason == "failing_streak"
+        assert [(s.level, s.kind) for s in sink if s.kind == "failing_streak"][0] == (Level.WARNING, "failing_streak")
+        assert [t for t, s in enumerate(sink) if s.level is Level.SEVERE] == [len(sink) - 1]
+        assert sum(1 for s in sink if s.kind == "failing_streak") == 4
+
     def test_failing_guesses_warn_and_dead_loop_reminds(self, project: Path):
         """Guessed paths warn as a failing streak; circling between two reads gets a dead-loop reminder."""
         sink, error, model = run_with_guards(
@@ -623,7 +649,7 @@ class TestThroughTheAgentLoop:
         )
         assert error is None
         assert [(s.level, s.message) for s in sink] == [
-            (Level.WARNING, "failing: 3 tool calls in a row"),
+            (Level.WARNING, "failing: 3 failed calls, nothing new in between"),
             (Level.WARNING, "dead loop: 2 calls over 4 rounds"),
         ]
         seen = reminders_seen(model)
