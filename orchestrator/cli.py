@@ -285,10 +285,11 @@ def gc(
     from orchestrator.config import load_config
     from orchestrator.gc import collect_garbage
     from orchestrator.lock import StateLock
-    from orchestrator.worktree import open_repo
+    from orchestrator.worktree import check_base, open_repo
 
     settings = load_config(config, require_tasks=False)
-    open_repo(settings.repo_path)  # not a repository: exit 2 before the state dir is made
+    # Not a repository, or a base that names no commit: exit 2 before the state dir is made.
+    check_base(open_repo(settings.repo_path), settings.repo.base)
     # A dry run only reads: where no state dir is yet, it makes none (the lock would).
     lock = StateLock(settings.state_dir) if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
     with lock:

@@ -24,7 +24,7 @@ from pathlib import Path
 from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, make_writable, open_repo
+from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, check_base, make_writable, open_repo
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 
@@ -66,8 +66,10 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     What git refuses for one worktree or branch (a lock, files that cannot be deleted, a branch
     a rebase has checked out) keeps that one, with git's reason, and gc goes on with the rest.
     """
-    # The check `overnight run` makes: a path that is a file, or no repository, is a ConfigError.
+    # The checks `overnight run` makes: a path that is a file, or no repository, is a ConfigError;
+    # so is a base that names no commit (renamed since), against which every commit looks unmerged.
     repo = open_repo(config.repo_path)
+    check_base(repo, config.repo.base)
     common = Path(repo.common_dir)
     git = _Git(config.repo_path)
     stale = sorted(_task_branches(git) - {task.name for task in config.task})

@@ -356,3 +356,15 @@ class TestBadInput:
         assert result.returncode == 2, result.stderr
         assert result.stderr.splitlines() == [f"overnight: error: [repo] path: {not_a_repo} is not a git repository"]
         assert not_a_repo.read_text() == "not a repository\n"
+
+    def test_a_base_that_names_no_commit_is_one_line_and_exit_2(self, tmp_path, repo):
+        """A `[repo] base` renamed away since the night is the line `overnight run` gives, not the whole history "not merged"."""
+        task_worktree(load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[CURRENT])), "done", commit=True)
+        git(repo, "merge", "-q", "overnight/done")
+        git(repo, "branch", "-m", "main", "trunk")
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[CURRENT])
+        config.write_text(config.read_text().replace("[repo]\n", '[repo]\nbase = "main"\n'))
+        result = overnight("gc", "--config", str(config))
+        assert result.returncode == 2, result.stdout
+        assert result.stderr.splitlines() == [f"overnight: error: [repo] base: 'main' is not a branch, tag or commit in {repo}"]
+        assert "overnight/done" in branches(repo)
