@@ -96,11 +96,9 @@ def run_shell(
     """
     started = time.monotonic()
     # The mark lets the next night's recovery find (and stop) a command a killed night left running.
-    # The ceiling: a git run in a worktree whose .git link the agent deleted must find no
-    # repository, not the user's checkout the state dir may sit in.
     env = {
         **os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
-        COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent),
+        COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": git_ceilings(cwd),
     }
     env.update(extra_env or {})
     last_pid_before = _last_pid()  # what the command starts comes after it
@@ -139,6 +137,20 @@ def run_shell(
     return CommandResult(
         exit_code=exit_code, output=output, timed_out=timed_out, duration_s=time.monotonic() - started
     )
+
+
+def git_ceilings(folder: Path) -> str:
+    """GIT_CEILING_DIRECTORIES for commands run in `folder`: every folder above it.
+
+    A ceiling stops git climbing into it, not out of it, so each one above counts: a git run
+    in a worktree whose .git link the agent deleted, or after a `cd ..` out of the worktree
+    (into the state dir, which may sit in the user's checkout), finds no repository rather than
+    the user's checkout. Git still finds the repository of the folder it runs in, and climbs
+    in any folder that is not above `folder` (a repository the agent made for itself).
+    The leading empty entry: the paths are resolved already, git need not stat them again.
+    """
+    above = Path(folder).resolve().parents
+    return os.pathsep.join(["", *(str(path) for path in above if path != path.parent)])
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any) -> int:

@@ -15,8 +15,11 @@ undoes that. The agent's commands therefore run with:
   things without a ref transaction the hook could refuse: `git stash` (but `list`
   and `show`: `stash pop` applies and drops the user's entry first), `git branch
   -m/-c` (git writes the copy without the hook), `git reflog expire/delete`, and
-  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`); and fetches without
-  tags, which the hook would refuse;
+  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`); fetches without
+  tags, which the hook would refuse; and, outside the task's worktree (a `cd ..`
+  that lands in the user's checkout or another task's worktree), the commands
+  that write an index or files (the ceilings of commands.git_ceilings already keep
+  git from climbing out of the worktree into the user's checkout);
 - a global git config of their own, which reads the user's but takes the writes;
 - the repository's config put back once no agent command runs any more, if one
   changed it (`kept_config`);
@@ -89,6 +92,22 @@ refuse() {
     exit 1
   fi
 }
+# Outside this task's worktree (`cd ../other-task`, the user's own checkout), a command that writes
+# an index or files would write the user's: refused when the repository is the user's. In the
+# worktree (git then finds its own .git, or a repository the agent made) no git runs to ask.
+case "$command" in
+  add|rm|mv|reset|restore|checkout|switch|clean|commit|merge|rebase|cherry-pick|revert|am|apply|pull|\
+  read-tree|update-index|checkout-index|sparse-checkout|submodule|bisect|mergetool)
+    if [[ ${#before[@]} -gt 0 || -n "$GIT_DIR$GIT_WORK_TREE" ||
+          ( "$PWD" != "$OVERNIGHT_WORKTREE" && "$PWD" != "$OVERNIGHT_WORKTREE"/* ) ]] &&
+       in_users_repository "${before[@]}"; then
+      top=$(REAL_GIT "${before[@]}" rev-parse --show-toplevel 2>/dev/null)
+      if [[ -n "$top" && ! "$top" -ef "$OVERNIGHT_WORKTREE" ]]; then
+        echo "overnight: refused: git here would change $top, not this task's worktree; every command starts in the project root: run git from there" >&2
+        exit 1
+      fi
+    fi ;;
+esac
 case "$command" in
   stash)
     [[ "${rest[0]}" == list || "${rest[0]}" == show ]] ||

@@ -136,6 +136,56 @@ class TestOwnRepositories:
         assert {key: value for key, value in users_repository(repo).items() if key != "refs"} == {k: v for k, v in before.items() if k != "refs"}
 
 
+# A model that thinks the shell's folder persists (`cd tests` in one command, `cd ..` in the next)
+# runs git outside its worktree; with the state dir in the user's checkout (the default) git
+# found the user's repository there and wrote the user's index and files.
+OUTSIDE_THE_WORKTREE = {
+    "the worktrees folder, add": "cd .. && git add -A",
+    "the worktrees folder, reset": "cd .. && git reset -q --hard",
+    "the state dir, checkout": "cd ../.. && git checkout -- .",
+    "the state dir, clean": "cd ../.. && git clean -fdq",
+    "the user's checkout itself": "cd ../../.. && git add -A; git reset -q --hard",
+    "the user's checkout, by -C": "git -C ../../.. restore greet.py",
+    "another task's worktree": "cd ../other && git reset -q --hard && git clean -fdq",
+}
+
+
+class TestOutsideTheWorktree:
+    @pytest.fixture
+    def state_inside(self, repo: Path) -> Any:
+        """The user mid-work, the state dir in the checkout, two tasks' worktrees (the other one mid-work)."""
+        (repo / "greet.py").write_text("def greet():\n    return 'USER WIP'\n")
+        (repo / "notes.txt").write_text("the user's, untracked\n")
+        state = repo / ".overnight"
+        tree = Worktree.ensure(repo, state, "fix", "main")
+        other = Worktree.ensure(repo, state, "other", "main")
+        (other.path / "greet.py").write_text("the other task's work\n")
+        (other.path / "new.txt").write_text("the other task's new file\n")
+        toolbox = Toolbox(tree.path, ("run_command",), check_command="true", confinement=Confinement(tree.branch, tree.shared_config))
+        return lambda command: toolbox.execute(ToolCall("run_command", {"command": command})), tree, other
+
+    @pytest.mark.parametrize("where", OUTSIDE_THE_WORKTREE)
+    def test_git_run_outside_the_worktree_changes_neither_the_users_checkout_nor_another_tasks(
+        self, state_inside: Any, repo: Path, where: str
+    ) -> None:
+        run, _, other = state_inside
+        before = git(repo, "status", "--porcelain"), git(other.path, "status", "--porcelain"), (repo / "greet.py").read_text()
+        result = run(OUTSIDE_THE_WORKTREE[where])
+        assert (git(repo, "status", "--porcelain"), git(other.path, "status", "--porcelain"), (repo / "greet.py").read_text()) == before
+        assert not result.ok and ("not a git repository" in result.output or "overnight: refused" in result.output), result.output
+        assert (repo / "notes.txt").exists() and (other.path / "new.txt").exists()
+
+    def test_git_in_the_worktree_and_its_folders_works_as_usual(self, state_inside: Any, repo: Path) -> None:
+        """status, diff, add, commit and log, from the worktree's root and from a folder in it."""
+        run, tree, _ = state_inside
+        result = run(
+            "mkdir -p pkg/sub && echo x > pkg/sub/x.py && echo change >> greet.py && git status --short && git diff --stat "
+            "&& cd pkg/sub && git add -A && git -C ../.. add greet.py && git commit -qm agent && git log --format=%s -1"
+        )
+        assert result.ok and result.output.endswith("agent"), result.output
+        assert git(repo, "show", "--name-only", "--format=", "overnight/fix").splitlines() == ["greet.py", "pkg/sub/x.py"]
+
+
 class TestSharedConfig:
     def test_two_tasks_commands_overlapping_leave_the_config_as_it_was(self, repo: Path, tmp_path: Path) -> None:
         """A changes the config and ends while B, begun after A's change, still runs: B must not keep A's change."""
