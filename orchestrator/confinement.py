@@ -14,7 +14,8 @@ undoes that. The agent's commands therefore run with:
 - a front for git on PATH that refuses, before git runs, what changes shared
   things without a ref transaction the hook could refuse: `git stash` (but `list`
   and `show`: `stash pop` applies and drops the user's entry first), `git branch
-  -m/-c` (git writes the copy without the hook), `git reflog expire/delete`, and
+  -m/-c` (git writes the copy without the hook), `git reflog expire/delete`,
+  `git worktree` (but `list`: `remove --force` deletes another task's work), and
   housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`); fetches without
   tags, which the hook would refuse; and, outside the task's worktree (a `cd ..`
   that lands in the user's checkout or another task's worktree), the commands
@@ -121,6 +122,9 @@ case "$command" in
   reflog)
     [[ "${rest[0]}" == expire || "${rest[0]}" == delete ]] &&
       refuse "the reflogs, the user's stash among them, are shared with the user's checkout" ;;
+  worktree)
+    [[ "${rest[0]}" == list ]] ||
+      refuse "worktrees are overnight's: another task's holds its work, and this one is where this task works" ;;
   gc|pack-refs|prune|repack|maintenance)
     refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
   fetch|pull)

@@ -175,6 +175,18 @@ class TestOutsideTheWorktree:
         assert not result.ok and ("not a git repository" in result.output or "overnight: refused" in result.output), result.output
         assert (repo / "notes.txt").exists() and (other.path / "new.txt").exists()
 
+    def test_the_agent_cannot_remove_or_move_a_worktree_but_may_list_them(self, state_inside: Any, repo: Path) -> None:
+        """`git worktree remove --force ../other` deleted another task's worktree and its uncommitted work."""
+        run, tree, other = state_inside
+        for command in (f"git worktree remove --force {other.path}", f"git worktree move {other.path} moved", "git worktree add ../third",
+                        f"git worktree lock {tree.path}", "git worktree prune", "git worktree repair"):
+            result = run(command)
+            assert not result.ok and "overnight: refused" in result.output, (command, result.output)
+        assert (other.path / "new.txt").exists() and not (tree.path / "moved").exists()
+        listed = run("git worktree list --porcelain")
+        assert listed.ok and f"worktree {other.path}" in listed.output, listed.output
+        assert not (repo / ".git" / "worktrees" / "fix" / "locked").exists()
+
     def test_git_in_the_worktree_and_its_folders_works_as_usual(self, state_inside: Any, repo: Path) -> None:
         """status, diff, add, commit and log, from the worktree's root and from a folder in it."""
         run, tree, _ = state_inside
