@@ -139,6 +139,13 @@ def _struggles() -> list[Trajectory]:
                                        "return'helo'", "return 'hel0'")
                          for r in (read(), fix(old, "return 'hello'"))) + FINISH,
                    note="the same read between failed edits, each with another `old`"),
+        Trajectory("flip-flop-edit", "failing_streak", 3, (fix("'helo'", "'Hello'"), check(), fix("'Hello'", "'helo'"), check()) * 5,
+                   accept=("failing_streak", "dead_loop"), note="the undo restores the original: no progress"),
+        Trajectory("flip-flop-writes", "failing_streak", 5,
+                   (write("greet.py", "def greet():\n    return 'Hello'\n"), check(),
+                    write("greet.py", "def greet():\n    return 'hello '\n"), check()) * 5, accept=("failing_streak", "dead_loop")),
+        Trajectory("rewrite-same-content", "dead_loop", 3, (write("greet.py", "def greet():\n    return 'Hello'\n"), check()) * 8,
+                   accept=("failing_streak", "dead_loop")),
         Trajectory("empty-twice", "empty_response", 1, (say(""), say(""), submit())),
         Trajectory("empty-after-progress", "empty_response", 3, (read(), fix(), say(""), say(""))),
         Trajectory("prose-empty-alternating", "no_tool_call", 1, (say("I will now read greet.py."), say("")) * 5,

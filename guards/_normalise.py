@@ -36,6 +36,14 @@ def call_key(call: ToolCall) -> str:
 _last: tuple[ToolCall | None, str] = (None, "")
 
 
+def path_argument(call: ToolCall) -> str | None:
+    """The call's path argument without noise (`./a.py` is `a.py`), or None when it has none."""
+    for key, value in call.arguments.items():
+        if key in _PATH_KEYS and isinstance(value, str) and value.strip():
+            return str(_value(key, value))
+    return None
+
+
 def _value(key: str, value: Any) -> Any:
     # Multi-line text (file content, edits) is left exact: there, whitespace is meaning.
     if not isinstance(value, str) or "\n" in value:

@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
 
+from guards._contents import FileVersions
 from guards._normalise import call_key, same_output
 
 KIND = "dead_loop"
@@ -32,10 +33,11 @@ class DeadLoopGuard:
     count alone would miss. Going round once more is a second look; a third
     time is circling.
 
-    Progress clears the window: a successful write, or (without a custom
-    `progress` callable) a call that now returns something other than it did
-    before, as a poll whose status changed. A result that differs only in its
-    volatile parts (a duration, a timestamp) has not changed.
+    Progress clears the window: a successful write that leaves the file with
+    content new for this run (not a flip back, not the same content again), or
+    (without a custom `progress` callable) a call that now returns something it
+    has not returned before, as a poll whose status changed. A result that
+    differs only in its volatile parts (a duration, a timestamp) has not changed.
     """
 
     def __init__(
@@ -53,8 +55,10 @@ class DeadLoopGuard:
         self.progress = progress
         # One round more than the window: a cycle of window/2 rounds needs 2 turns plus one.
         self._rounds: deque[str] = deque(maxlen=self.window + 1)
-        # Last result of each call since the last write: a changed one is news.
-        self._seen: dict[str, tuple[bool, str]] = {}
+        # Every result of each call since the last write: one not among them is news.
+        self._seen: dict[str, list[tuple[bool, str]]] = {}
+        self._versions = FileVersions()
+        self._workdir = None
         self._pending = 0
         self._calls: list[ToolCall] = []
         self._results: list[ToolResult] = []
@@ -62,13 +66,17 @@ class DeadLoopGuard:
     def before_run(self, ctx: GuardContext) -> None:
         self._rounds.clear()
         self._seen.clear()
+        self._versions.clear()
+        self._workdir = getattr(ctx, "workdir", None)
         self._start_round(0)
 
     def after_model_response(
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
         # Answers without a valid call run nothing; they neither open nor close a round.
-        self._start_round(sum(1 for c in calls if isinstance(c, ToolCall)))
+        usable = [c for c in calls if isinstance(c, ToolCall)]
+        self._start_round(len(usable))
+        self._versions.before(self._workdir, (c for c in usable if c.name in self.progress_tools))
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         self._calls.append(call)
@@ -110,15 +118,17 @@ class DeadLoopGuard:
     def _made_progress(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> bool:
         if self.progress is not None:
             return bool(self.progress(calls, results))
-        if any(r.ok and c.name in self.progress_tools for c, r in zip(calls, results)):
+        writes = [c for c, r in zip(calls, results) if r.ok and c.name in self.progress_tools]
+        if any([self._versions.new_after(self._workdir, c) for c in writes]):  # a list: every write is noted
             self._seen.clear()
             return True
         changed = False
         for call, result in zip(calls, results):
             key, outcome = call_key(call), (result.ok, result.output)
-            before = self._seen.get(key, outcome)
-            changed = changed or before[0] != outcome[0] or not same_output(before[1], outcome[1])
-            self._seen[key] = outcome
+            before = self._seen.setdefault(key, [])
+            if not any(ok == outcome[0] and same_output(output, outcome[1]) for ok, output in before):
+                changed = changed or bool(before)
+                before.append(outcome)
         return changed
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
-from orchestrator.records import Level, ToolCall, ToolResult
+from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
 from orchestrator.printable import shortened, visible
 
+from guards._contents import FileVersions
 from guards._describe import describe_call
 from guards._normalise import call_key
 
@@ -20,20 +23,34 @@ class FailingStreakGuard:
 
     A success that only repeats what the model already saw (re-reading the same
     file between failed edits) does not end the streak: reads and failed edits in
-    turn are the classic small-model circle. From the `at`-th failure on it warns
+    turn are the classic small-model circle; nor does a write that leaves a file
+    as it was before in this run (flipping an edit back and forth). From the `at`-th failure on it warns
     and reminds; at the `stop_at`-th (twice `at` unless given) it stops, as the
     warnings went unheeded and nothing was learned in between.
     """
 
-    def __init__(self, at: int = 3, stop_at: int | None = None) -> None:
+    def __init__(
+        self, at: int = 3, stop_at: int | None = None, progress_tools: Sequence[str] = ("write_file", "edit_file")
+    ) -> None:
         self.at = at
         self.stop_at = stop_at if stop_at is not None else 2 * at
+        self.progress_tools = frozenset(progress_tools)
         self._streak = 0
         self._seen: set[tuple[str, str]] = set()
+        self._versions = FileVersions()
+        self._workdir = None
 
     def before_run(self, ctx: GuardContext) -> None:
         self._streak = 0
         self._seen = set()
+        self._versions.clear()
+        self._workdir = getattr(ctx, "workdir", None)
+
+    def after_model_response(
+        self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
+    ) -> None:
+        writes = (c for c in calls if isinstance(c, ToolCall) and c.name in self.progress_tools)
+        self._versions.before(self._workdir, writes)
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         if result.ok:
@@ -54,6 +71,8 @@ class FailingStreakGuard:
         ctx.report(Level.WARNING, KIND, message)
 
     def _news(self, call: ToolCall, result: ToolResult) -> bool:
+        if call.name in self.progress_tools:
+            return self._versions.new_after(self._workdir, call)
         seen = (call_key(call), result.output)
         if seen in self._seen:
             return False

@@ -40,6 +40,8 @@ class RunContext:
     # orchestrator.cancel.CancelToken and TokenBudgets: stopping on purpose, never a struggle.
     cancel: Any = None
     budgets: Sequence[Any] = ()
+    # The worktree the tools work in (the toolbox's root when not given): guards may read files there.
+    workdir: Any = None
     turn: int = 0
     # Tokens this run has used so far, whatever ends it.
     tokens: int = 0
@@ -87,6 +89,8 @@ def run_agent(
     recorder: Recorder,
 ) -> AgentResult:
     """Run until the model submits; raise QualityError when a guard (or the model client) stops it."""
+    if ctx.workdir is None:
+        ctx.workdir = getattr(toolbox, "root", None)
     try:
         _each(guards, "before_run", ctx)
         for ctx.turn in range(1, ctx.max_turns + 1):

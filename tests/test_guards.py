@@ -358,6 +358,22 @@ class TestFailingStreakGuard:
         assert kinds(sink) == [(Level.WARNING, "failing_streak")]
 
 
+class TestFileVersions:
+    def test_only_regular_files_inside_the_worktree_are_read(self, tmp_path: Path):
+        """A pipe (which would block) and a path outside the worktree are never opened; the call stands in."""
+        import os
+
+        from guards._contents import FileVersions
+
+        os.mkfifo(tmp_path / "pipe")
+        versions = FileVersions()
+        for path in ("pipe", "../outside.py", "/etc/hostname"):
+            write = ToolCall(name="write_file", arguments={"path": path, "content": "x"})
+            versions.before(tmp_path, [write])
+            assert versions.new_after(tmp_path, write) is True
+            assert versions.new_after(tmp_path, write) is False
+
+
 def play_round(guard, ctx, *pairs: tuple[ToolCall, ToolResult]) -> None:
     guard.after_model_response(ctx, *answer(*(c for c, _ in pairs)))
     for made, result in pairs:
@@ -398,6 +414,22 @@ class TestDeadLoopGuard:
         for _ in range(2):
             play_round(guard, ctx, (read("a.py"), OK))
             play_round(guard, ctx, (edit, ToolResult(ok=False, output="old text not found")))
+        assert kinds(sink) == [(Level.WARNING, "dead_loop")]
+
+    def test_writing_a_file_back_to_an_earlier_content_is_not_progress(self, tmp_path: Path):
+        """Flipping a line and back, or writing the same content again, leaves the window to fill up."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = make_ctx()
+        ctx.workdir = tmp_path
+        guard.before_run(ctx)
+        (tmp_path / "a.py").write_text("x = 1\n")
+        same = ToolCall(name="write_file", arguments={"path": "a.py", "content": "x = 2\n"})
+        check = ToolCall(name="run_check", arguments={})
+        for _ in range(3):
+            guard.after_model_response(ctx, *answer(same))
+            (tmp_path / "a.py").write_text("x = 2\n")  # what the tool did
+            guard.after_tool_call(ctx, same, OK)
+            play_round(guard, ctx, (check, ToolResult(ok=False, output="x is 2, not 3")))
         assert kinds(sink) == [(Level.WARNING, "dead_loop")]
 
     def test_rounds_of_several_calls_are_one_fingerprint(self):
@@ -631,6 +663,15 @@ class TestThroughTheAgentLoop:
         assert [(s.level, s.kind) for s in sink if s.kind == "failing_streak"][0] == (Level.WARNING, "failing_streak")
         assert [t for t, s in enumerate(sink) if s.level is Level.SEVERE] == [len(sink) - 1]
         assert sum(1 for s in sink if s.kind == "failing_streak") == 4
+
+    def test_flip_flopping_an_edit_warns_at_the_third_check_and_stops_at_the_sixth(self, project: Path):
+        """Editing a line and back, checking after each: the undo restores the original, so it is no progress."""
+        there = call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 40"})
+        back = call("edit_file", {"path": "app.py", "old": "return 40", "new": "return 41"})
+        sink, error, model = run_with_guards(project, *[there, call("run_check"), back, call("run_check")] * 5)
+        assert error is not None and error.reason == "failing_streak"
+        assert [s.message for s in sink][0] == "failing: 3 failed calls, nothing new in between"
+        assert len(model.requests) == 12
 
     def test_failing_guesses_warn_and_dead_loop_reminds(self, project: Path):
         """Guessed paths warn as a failing streak; circling between two reads gets a dead-loop reminder."""

@@ -1,0 +1,74 @@
+"""Which contents a written file has had during one run, so a write back to one of them is no progress.
+
+A model that flip-flops (edit X to Y, check, edit Y back to X, check) or writes
+the same content again makes successful writes that change nothing new. A write
+counts as progress only when the file's content afterwards is one this run has
+not seen: the content before the first write of a file counts as seen.
+
+Files are read from the worktree (`ctx.workdir`): only regular files inside it,
+up to a size; otherwise, or without a worktree, the call's own arguments stand
+in for the content.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, Iterable
+
+from orchestrator.records import ToolCall
+
+from guards._normalise import call_key, path_argument
+
+# A bigger file is not read: its writes count as new, as before.
+_MAX_BYTES = 2_000_000
+_UNREADABLE = object()
+
+
+class FileVersions:
+    """Hashes of each written file's contents in this run, keyed by the file's path."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, set[Any]] = {}
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+    def before(self, workdir: Path | None, calls: Iterable[ToolCall]) -> None:
+        """Note the content of each file the calls will write, the first time it is written."""
+        for call in calls:
+            path = path_argument(call)
+            if path is not None and path not in self._seen:
+                self._seen[path] = {_content(workdir, path)}
+
+    def new_after(self, workdir: Path | None, call: ToolCall) -> bool:
+        """After a successful write: whether the file now holds content not seen in this run."""
+        path = path_argument(call)
+        content = _content(workdir, path) if path is not None else _UNREADABLE
+        if content is _UNREADABLE:
+            content = call_key(call)  # the same write again is still no news
+        seen = self._seen.setdefault(path or "", set())
+        if content in seen:
+            return False
+        seen.add(content)
+        return True
+
+
+def _content(workdir: Path | None, path: str) -> Any:
+    """A hash of the file's bytes, None when it does not exist, _UNREADABLE when it may not or cannot be read."""
+    if workdir is None:
+        return _UNREADABLE
+    target = os.path.normpath(os.path.join(workdir, path))
+    if os.path.commonpath([target, os.fspath(workdir)]) != os.fspath(workdir):
+        return _UNREADABLE  # outside the worktree: the toolbox refuses it, and so do we
+    try:
+        info = os.stat(target)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_BYTES:
+            return _UNREADABLE  # a pipe would block; a huge file is not worth reading
+        with open(target, "rb") as handle:
+            return hash(handle.read())
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _UNREADABLE
