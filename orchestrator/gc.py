@@ -24,7 +24,7 @@ from pathlib import Path
 from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, check_base, make_writable, open_repo
+from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, check_base, make_writable, open_repo, repair_moved
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 
@@ -73,6 +73,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     common = Path(repo.common_dir)
     git = _Git(config.repo_path)
     stale = sorted(_task_branches(git) - {task.name for task in config.task})
+    _repair_moved(repo, config.worktrees_dir)
     ours, checked_out, locks = _worktrees(git, config.worktrees_dir)
     removed_worktrees: list[Path] = []
     kept_worktrees: list[KeptWorktree] = []
@@ -85,7 +86,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
             why_kept = _remove_worktree(git, path, common)
         if why_kept:
             kept_worktrees.append(KeptWorktree(path, why_kept))
-            checked_out[BRANCH_PREFIX + name] = path
+            checked_out[BRANCH_PREFIX + name] = str(path)
             continue
         removed_worktrees.append(path)
     busy = _busy_branches(common, config.repo_path)
@@ -153,6 +154,17 @@ def _remove_worktree(git: _Git, path: Path, common: Path) -> str | None:
     return None
 
 
+def _repair_moved(repo, worktrees_dir: Path) -> None:
+    """Task worktrees moved into `worktrees_dir` with the state dir are registered here again
+    (`git worktree repair`, as `overnight run` does; a dry run too: it deletes nothing)."""
+    try:
+        folders = sorted(folder for folder in worktrees_dir.iterdir() if folder.is_dir() and not folder.is_symlink())
+    except OSError:
+        return
+    for folder in folders:
+        repair_moved(repo, folder)
+
+
 def _busy_branches(common: Path, repo_path: Path) -> dict[str, tuple[Path, str]]:
     """Branches a rebase or a bisect in some worktree holds (`git branch -D` refuses them), with that worktree.
 
@@ -214,15 +226,15 @@ def _task_branches(git: _Git) -> set[str]:
     return {name for name in names if "/" not in name}
 
 
-def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, Path], dict[Path, str]]:
-    """Task worktrees by task name, the branch of every other worktree with its path, and the
-    locked worktrees with the lock's reason ("" when none was given).
+def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, str], dict[Path, str]]:
+    """Task worktrees by task name, where every other worktree has its branch checked out
+    (by branch), and the locked worktrees with the lock's reason ("" when none was given).
 
     Only `<worktrees_dir>/<task>` on `overnight/<task>` is a task's; the main worktree and
     any the user added are theirs, whatever their branch, and their branches stay.
     """
     ours: dict[str, Path] = {}
-    theirs: dict[str, Path] = {}
+    theirs: dict[str, str] = {}
     locks: dict[Path, str] = {}
     home = worktrees_dir.resolve()
     for index, block in enumerate(_worktree_blocks(git)):
@@ -234,8 +246,10 @@ def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[st
             locks[path] = block["locked"]
         if index > 0 and path.resolve().parent == home and branch == BRANCH_PREFIX + path.name:
             ours[path.name] = path
+        elif branch and "prunable" in block:
+            theirs[branch] = f"{path}, a folder that no longer exists (`git worktree prune` forgets it)"
         elif branch:
-            theirs[branch] = path
+            theirs[branch] = str(path)
     return ours, theirs, locks
 
 

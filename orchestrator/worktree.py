@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV
+from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
 from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.records import CheckResult
@@ -117,7 +117,7 @@ class Worktree:
         self._repo = git.Repo(path)
         # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
         self._env = {
-            **os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, "GIT_DIR": str(self._admin), "GIT_WORK_TREE": os.path.abspath(path)
+            **base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, "GIT_DIR": str(self._admin), "GIT_WORK_TREE": os.path.abspath(path)
         }
 
     @classmethod
@@ -139,7 +139,8 @@ class Worktree:
         # (Also when the agent broke the link: the registration names the folder, and the link is repaired.)
         if admin_dir(path, common) is None:
             with _REGISTER_LOCK:
-                if admin_dir(path, common) is None:
+                # A folder moved here with the state dir is registered where it was: repaired, not made anew.
+                if admin_dir(path, common) is None and not repair_moved(repo, path):
                     _register(repo, state_dir, path, task, branch, base)
         worktree = cls(path, branch, keep, common_dir=common)
         if not (worktree._admin / "index").exists():
@@ -413,6 +414,34 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
             if made_branch and branch in repo.heads:
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
             raise ConfigError(f"cannot create the worktree of task {task!r} at {path}: {_last_line(first)}") from None
+
+
+def moved_from(repo, path: Path) -> Path | None:
+    """Where the worktree folder `path` was registered, when it was moved here (the state dir
+    moved, `[state] dir` edited): its `.git` links to a registration in `repo` that names a
+    folder no longer there. None for any other folder (a copy whose original still exists
+    leaves the registration to the original)."""
+    admin = linked_admin_dir(repo, path)
+    if admin is None or _names_back(admin, path):
+        return None
+    try:
+        registered = admin / os.fsdecode((admin / "gitdir").read_bytes()).strip()  # relative: to `admin`
+    except OSError:
+        return None
+    return registered.parent if registered.name == ".git" and not registered.parent.exists() else None
+
+
+def repair_moved(repo, path: Path) -> bool:
+    """`git worktree repair` for a folder `moved_from` somewhere: its registration then names `path`. Whether it did."""
+    import git
+
+    if moved_from(repo, path) is None:
+        return False
+    try:
+        repo.git.worktree("repair", str(path))
+    except git.GitCommandError:
+        return False
+    return is_worktree_of(repo, path)
 
 
 def is_worktree_of(repo, path: Path) -> bool:

@@ -299,6 +299,39 @@ print(json.dumps({"lines": result.lines(), "left": tree.path.exists()}))
 """
 
 
+class TestMovedStateDir:
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_worktrees_moved_with_the_state_dir_are_collected_where_they_are(self, settings, repo, tmp_path, dry_run):
+        """After `mv` of the state dir, the worktrees' registrations are repaired (dry run too) and a stale task's is collected at its new folder."""
+        import shutil
+
+        old_state = settings.state_dir
+        Worktree.ensure(settings.repo_path, old_state, "current", "HEAD")
+        Worktree.ensure(settings.repo_path, old_state, "gone", "HEAD")
+        shutil.move(old_state, tmp_path / "new-state")
+        config = tmp_path / "overnight.toml"
+        config.write_text(config.read_text().replace('dir = "state"', 'dir = "new-state"'))
+        moved = load_config(config)
+        result = collect_garbage(moved, dry_run=dry_run)
+        assert result.removed_worktrees == (moved.worktrees_dir / "gone",)
+        assert result.removed_branches == ("overnight/gone",) and result.kept_branches == ()
+        assert (moved.worktrees_dir / "gone").exists() == dry_run
+        listed = git(repo, "worktree", "list", "--porcelain")
+        assert f"worktree {moved.worktrees_dir / 'current'}\n" in listed and str(old_state) not in listed
+
+    def test_a_registration_whose_folder_is_gone_is_said_to_be(self, settings, repo, tmp_path):
+        """A stale branch registered as checked out in a folder since deleted is kept, and the reason says the folder is gone."""
+        import shutil
+
+        task_worktree(settings, "old")
+        git(repo, "worktree", "remove", str(settings.worktrees_dir / "old"))
+        review = tmp_path / "review"
+        git(repo, "worktree", "add", "-q", str(review), "overnight/old")
+        shutil.rmtree(review)
+        [kept] = collect_garbage(settings).kept_branches
+        assert kept.reason == f"checked out at {review}, a folder that no longer exists (`git worktree prune` forgets it)"
+
+
 class TestGitRefuses:
     """What git refuses for one worktree or branch keeps that one, with git's reason; gc goes on with the rest."""
 

@@ -26,6 +26,20 @@ def test_made_once_then_reused(repo: Path, tmp_path: Path) -> None:
     assert (again.path / "new.txt").read_text() == "work\n"
 
 
+def test_a_worktree_moved_with_the_state_dir_is_repaired_and_reused(repo: Path, tmp_path: Path) -> None:
+    """After `mv` of the state dir (`[state] dir` edited), the next night's worktree is the moved folder, registered there, its files as they were."""
+    tree = Worktree.ensure(repo, tmp_path / "old-state", "fix", "HEAD")
+    (tree.path / "greet.py").write_text("agent\n")
+    tip = tree.commit("night 1")
+    (tree.path / "REVIEW.md").write_text("my review\n")
+    shutil.move(tmp_path / "old-state", tmp_path / "new-state")
+    moved = Worktree.ensure(repo, tmp_path / "new-state", "fix", "HEAD")
+    assert moved.path == tmp_path / "new-state" / "worktrees" / "fix" and moved.checkpoint() == tip
+    assert (moved.path / "REVIEW.md").read_text() == "my review\n"
+    listed = git(repo, "worktree", "list", "--porcelain")
+    assert f"worktree {moved.path}\n" in listed and "old-state" not in listed
+
+
 def test_a_worktree_folder_removed_by_hand_comes_back_on_its_branch(repo: Path, tmp_path: Path) -> None:
     """rm -rf of a worktree leaves it registered; ensure prunes and re-creates it, commits kept."""
     state = tmp_path / "state"
