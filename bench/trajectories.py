@@ -194,6 +194,8 @@ def _healthy() -> list[Trajectory]:
           read("greet/greet.py"), ls("lib"), read(), *FINISH, note="failures between new results"),
         h("failed-edit-reread-fix", read(), fix("'hi'", "'hello'"), read(), fix("'Helo'", "'hello'"), read(), *FINISH,
           note="two failed edits with the same read between, then the right one"),
+        h("duplicate-burst-then-fix", calls(*[("read_file", {"path": "greet.py"})] * 4), *FINISH,
+          note="one answer with four copies of one read: a many-calls warning, no stop"),
         h("context-under-warning", *(call("read_file", {"path": f"lib/m{i}.py"}, prompt_tokens=10_000 * i) for i in range(1, 7)), *FINISH),
     ]
 

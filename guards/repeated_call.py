@@ -6,7 +6,7 @@ from typing import Sequence
 
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
-from orchestrator.records import Level, ToolCall, ToolResult
+from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
 
 from guards._describe import describe_call
 from guards._normalise import call_key, same_output
@@ -27,6 +27,10 @@ class RepeatedCallGuard:
     A looser streak, the same tool returning the same informative result while an
     argument keeps changing (`cat a.py`, `cat a.py 2>&1`), only reminds: its
     calls differ, so a stop could cut a legitimate sequence.
+
+    The same call several times in one answer counts once: that burst is one
+    decision of the model (the many-calls warning answers it), and counting each
+    copy stopped a run at its first answer, before any reminder reached the model.
     """
 
     def __init__(
@@ -38,13 +42,25 @@ class RepeatedCallGuard:
         self._previous: tuple[str, str, bool, str] | None = None
         self._count = 0
         self._loose_count = 0
+        # Calls made so far in the current answer; None until an answer is announced.
+        self._this_answer: set[str] | None = None
 
     def before_run(self, ctx: GuardContext) -> None:
         self._previous = None
         self._count = 0
         self._loose_count = 0
+        self._this_answer = None
+
+    def after_model_response(
+        self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
+    ) -> None:
+        self._this_answer = set()
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
+        if self._this_answer is not None:
+            if call_key(call) in self._this_answer:
+                return  # a copy of a call earlier in the same answer
+            self._this_answer.add(call_key(call))
         key = (call.name, call_key(call), result.ok, result.output)
         previous, self._previous = self._previous, key
         self._count = self._count + 1 if _same(key, previous) else 1

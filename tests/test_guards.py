@@ -111,6 +111,16 @@ class TestRepeatedCallGuard:
             guard.after_tool_call(ctx, read("b.py"), OK)
         assert sink == []
 
+    def test_copies_of_one_call_in_one_answer_count_once(self):
+        """Four identical reads in one answer are one repeat; the same read in the next two answers reminds at the third."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        play_round(guard, ctx, *[(read(), OK)] * 4)
+        assert sink == []
+        play_round(guard, ctx, (read(), OK))
+        play_round(guard, ctx, (read(), OK), (read(), OK))
+        assert [s.message for s in sink] == ["loop: read_file ×3"]
+
     def test_before_run_resets(self):
         """A guard reused for a second run starts counting from zero."""
         guard = RepeatedCallGuard(remind_at=3, stop_at=4)
@@ -672,6 +682,18 @@ class TestThroughTheAgentLoop:
         assert error is not None and error.reason == "failing_streak"
         assert [s.message for s in sink][0] == "failing: 3 failed calls, nothing new in between"
         assert len(model.requests) == 12
+
+    def test_a_burst_of_one_call_in_the_first_answer_is_not_a_stop(self, project: Path):
+        """Four copies of one read in the first answer warn as many calls; the run goes on to submit."""
+        sink, error, _ = run_with_guards(
+            project,
+            calls(*[("read_file", {"path": "app.py"})] * 4),
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            call("run_check"),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert error is None
+        assert kinds(sink) == [(Level.WARNING, "many_calls")]
 
     def test_failing_guesses_warn_and_dead_loop_reminds(self, project: Path):
         """Guessed paths warn as a failing streak; circling between two reads gets a dead-loop reminder."""
