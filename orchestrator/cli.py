@@ -278,7 +278,9 @@ def serve(
 @app.command()
 def gc(
     config: Path = ConfigOption,
-    force: bool = typer.Option(False, "--force", help="Also delete branches whose commits are neither merged nor pushed."),
+    force: bool = typer.Option(
+        False, "--force", help="Also delete every stale branch and worktree it would keep: their unmerged commits and uncommitted changes are lost."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
 ) -> None:
     """Remove worktrees and overnight/ branches of tasks no longer in the config; unmerged work is kept."""

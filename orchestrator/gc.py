@@ -8,8 +8,9 @@ removed when it holds no uncommitted change, since the branch then has all of
 it and `Worktree.ensure` recreates it if the task comes back; one with changes
 is kept unless `force`. The branch is deleted only when each of its commits is
 on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
-remote-tracking branch (pushed); a detached HEAD does not count. Otherwise it is
-kept, with the reason, unless `force`. Transcripts, notes.md and the run
+remote-tracking branch (pushed); a detached HEAD does not count. A branch rebased
+into base (`git cherry` finds each commit's change there) counts as merged.
+Otherwise it is kept, with the reason, unless `force`. Transcripts, notes.md and the run
 store keep their history.
 """
 
@@ -128,7 +129,8 @@ def _why_keep_worktree(path: Path, branch: str, locks: dict[Path, str], keep: tu
         changes = _uncommitted_changes(path, branch, keep, common)
     except StateError as failed:
         return str(failed)
-    return f"{changes} uncommitted change(s) (use --force to remove)" if changes else None
+    # Not "use --force": that would also delete every other kept worktree and branch.
+    return f"{changes} uncommitted change(s) (to remove only this worktree: git worktree remove --force {path})" if changes else None
 
 
 def _remove_worktree(git: _Git, path: Path, common: Path) -> str | None:
@@ -198,10 +200,18 @@ def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed
     """
     others = [f"--exclude={name.removeprefix('refs/heads/')}" for name in (branch, *removed)]
     lost = int(git.run("rev-list", "--count", tip, "--not", *others, "--branches", "--tags", "--remotes"))
-    if not lost:
+    if not lost or (base_name and _rebased_into(git, base_name, tip)):
         return None
     where = f"merged into {base_name}" if base_name else "on another branch or tag"
-    return f"{lost} commit(s) not {where} and not pushed (use --force to delete)"
+    # Not "use --force": that would also delete every other kept branch and worktree.
+    return f"{lost} commit(s) not {where} and not pushed (to delete only this branch: git branch -D {branch})"
+
+
+def _rebased_into(git: _Git, base: str, tip: str) -> bool:
+    """Whether `base` holds a commit with the same change as each commit of the branch (`git cherry`
+    marks all "-"): the branch was rebased into it, or squashed when it had one commit."""
+    marks = [line[:1] for line in git.run("cherry", base, tip).splitlines()]
+    return bool(marks) and all(mark == "-" for mark in marks)
 
 
 def _base_label(git: _Git, base: str) -> str | None:

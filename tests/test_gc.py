@@ -97,6 +97,26 @@ class TestStaleTasks:
         [kept] = collect_garbage(settings).kept_branches
         assert kept.branch == "overnight/half" and kept.reason.startswith("1 commit(s) not merged")
 
+    @pytest.mark.parametrize("merge", ["rebase", "squash"])
+    def test_a_branch_rebased_or_squashed_into_base_is_removed(self, settings, repo, merge):
+        """Each commit's change found in base (`git cherry` all "-"): rebased, or squashed from one commit, the branch is merged."""
+        task_worktree(settings, "sq", commit=True)
+        (repo / "user.txt").write_text("the user's own work\n")
+        git(repo, "add", "user.txt")
+        git(repo, "commit", "-q", "-m", "user")
+        if merge == "squash":
+            git(repo, "merge", "-q", "--squash", "overnight/sq")
+            git(repo, "commit", "-q", "-m", "Squashed sq")
+        else:
+            git(repo, "cherry-pick", "overnight/sq")
+        assert collect_garbage(settings).removed_branches == ("overnight/sq",)
+
+    def test_the_advice_for_a_kept_branch_deletes_only_that_branch(self, settings, repo):
+        """A kept branch's reason says how to delete that one branch, not to use --force, which deletes all kept work."""
+        task_worktree(settings, "wip", commit=True)
+        [kept] = collect_garbage(settings).kept_branches
+        assert kept.reason == "1 commit(s) not merged into main and not pushed (to delete only this branch: git branch -D overnight/wip)"
+
     def test_pushed_branch_is_removed(self, settings, repo, tmp_path):
         """A branch whose tip is on a remote-tracking branch loses nothing when deleted."""
         remote = tmp_path / "remote.git"
@@ -158,7 +178,7 @@ class TestUncommittedWork:
         assert kept.path == bad.path and "1 uncommitted change(s)" in kept.reason and "--force" in kept.reason
         assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/bad", f"checked out at {bad.path}")]
         assert edited.read_text() == "the user's edit\n" and "overnight/bad" in branches(repo)
-        assert f"kept worktree {bad.path}: 1 uncommitted change(s) (use --force to remove)" in result.lines()
+        assert f"kept worktree {bad.path}: 1 uncommitted change(s) (to remove only this worktree: git worktree remove --force {bad.path})" in result.lines()
 
     @pytest.mark.parametrize("ignore", ["dirty", "all"])
     def test_an_edit_inside_a_submodule_is_uncommitted_work(self, settings, repo, tmp_path, ignore):
