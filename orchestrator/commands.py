@@ -62,6 +62,14 @@ WORKTREE_GIT_ENV = {
     **{f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(WORKTREE_GIT_CONFIG)},
     **{f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(WORKTREE_GIT_CONFIG.values())},
 }
+# Git's variables that send every git run to one repository, index, object store or namespace, or
+# add settings: inherited by overnight (started from a git hook, or a shell whose dotfiles export
+# GIT_DIR), they would lead the agent's git, the check's and overnight's own to the user's
+# repository instead of the worktree's. Dropped from all their environments (base_environment).
+INHERITED_GIT_VARIABLES = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_CONFIG_PARAMETERS",
+)
 # Set in every command's environment to the folder it runs in (inherited by all it starts).
 COMMAND_MARK = "OVERNIGHT_WORKTREE"
 _READ_CHUNK = 65536
@@ -97,7 +105,7 @@ def run_shell(
     started = time.monotonic()
     # The mark lets the next night's recovery find (and stop) a command a killed night left running.
     env = {
-        **os.environ, **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
+        **base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
         COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": git_ceilings(cwd),
     }
     env.update(extra_env or {})
@@ -137,6 +145,14 @@ def run_shell(
     return CommandResult(
         exit_code=exit_code, output=output, timed_out=timed_out, duration_s=time.monotonic() - started
     )
+
+
+def base_environment() -> dict[str, str]:
+    """overnight's environment without INHERITED_GIT_VARIABLES: what its commands and its git start from."""
+    env = dict(os.environ)
+    for name in INHERITED_GIT_VARIABLES:
+        env.pop(name, None)
+    return env
 
 
 def git_ceilings(folder: Path) -> str:

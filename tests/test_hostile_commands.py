@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.commands import COMMAND_MARK, _as_a_terminal_shows, run_shell, stop_marked_processes
 from orchestrator.scripted import call
+from orchestrator.worktree import Worktree
 from tests.conftest import git, make_repo
 from tests.test_night import overnight
 
@@ -33,6 +34,19 @@ class TestGitInCommands:
         assert result.exit_code == 0, result.output
         assert result.output.strip() == "overnight <overnight@localhost> / overnight"
         assert not ran.exists(), ran.read_text()
+
+
+    def test_git_variables_overnight_inherited_do_not_lead_commands_to_the_users_repository(self, tmp_path: Path, monkeypatch):
+        """overnight started from a git hook or a shell exporting GIT_DIR: a command's git still works on its worktree."""
+        user = make_repo(tmp_path / "user", {"a.txt": "a\n"})
+        tree = Worktree.ensure(user, tmp_path / "state", "fix", "main")
+        inherited = {"GIT_DIR": user / ".git", "GIT_WORK_TREE": user, "GIT_INDEX_FILE": user / ".git" / "index", "GIT_PREFIX": "sub/"}
+        for name, value in inherited.items():
+            monkeypatch.setenv(name, str(value))
+        result = run_shell("echo new > new.txt && git add -A && git status --short", tree.path, 30, 1000)
+        monkeypatch.undo()
+        assert result.exit_code == 0 and result.output.strip() == "A  new.txt", result.output
+        assert git(user, "status", "--porcelain") == ""
 
 
 def _alive(pid: int) -> bool:

@@ -95,6 +95,20 @@ class TestBrokenLink:
         assert git(repo, "show", "--name-only", "--format=", made) == "greet.py"
         assert tree.is_clean() and git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
 
+    def test_git_variables_overnight_inherited_do_not_lead_its_commit_to_the_users_index(self, repo: Path, monkeypatch: Any) -> None:
+        """Started from a git hook (GIT_INDEX_FILE, GIT_DIR set): the commit is made from the worktree, the user's index untouched."""
+        Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
+        dirty(repo)
+        before = user_state(repo)
+        for name, value in {"GIT_DIR": repo / ".git", "GIT_INDEX_FILE": repo / ".git" / "index", "GIT_PREFIX": "sub/"}.items():
+            monkeypatch.setenv(name, str(value))
+        tree = Worktree(repo / ".overnight" / "worktrees" / "fix", "overnight/fix")  # as the night opens it, with that environment
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        made = tree.commit("overnight: fix iteration 1")
+        monkeypatch.undo()
+        assert user_state(repo) == before
+        assert git(repo, "show", "--name-only", "--format=", made) == "greet.py" and tree.is_clean()
+
     def test_a_worktree_opened_again_after_the_link_was_deleted_is_found_and_repaired(self, repo: Path) -> None:
         """Recovery opens a worktree by its folder alone: the registration in the repository above it is found by its back link."""
         tree = Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
