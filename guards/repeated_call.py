@@ -7,6 +7,7 @@ from typing import Sequence
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
+from orchestrator.printable import shortened, visible
 
 from guards._describe import describe_call
 from guards._normalise import call_key, same_output
@@ -14,6 +15,8 @@ from guards._normalise import call_key, same_output
 KIND = "repeated_tool_call"
 # A result shorter than this ("exit code 0", "ok") says too little to call two different calls one loop.
 _INFORMATIVE_CHARS = 32
+# Lines of the repeated result kept as evidence for notes.md.
+_EVIDENCE_LINES = 5
 
 
 class RepeatedCallGuard:
@@ -66,18 +69,17 @@ class RepeatedCallGuard:
         self._count = self._count + 1 if _same(key, previous) else 1
         self._loose_count = self._loose_count + 1 if self._loosely_same(key, previous) else 1
         if self._count >= self.remind_at or self._count >= self.stop_at:
-            self._repeat(ctx, call)
+            self._repeat(ctx, call, result)
         elif self._loose_count == self.remind_at:
             message = f"loop: {call.name} ×{self._loose_count} (varied arguments)"
             ctx.remind(_correction(call, self._loose_count, "the same result"))
             ctx.report(Level.WARNING, KIND, message)
 
-    def _repeat(self, ctx: GuardContext, call: ToolCall) -> None:
+    def _repeat(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         message = f"loop: {call.name} ×{self._count}"
-        correction = _correction(call, self._count, "the same result each time")
         if self._count >= self.stop_at:
-            raise QualityError(KIND, correction, evidence=f"{describe_call(call)} ×{self._count}", message=message)
-        ctx.remind(correction)
+            raise QualityError(KIND, _next_time(call, self._count), evidence=_evidence(call, self._count, result), message=message)
+        ctx.remind(_correction(call, self._count, "the same result each time"))
         ctx.report(Level.WARNING, KIND, message)
 
     def _loosely_same(self, key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
@@ -89,6 +91,21 @@ class RepeatedCallGuard:
 def _same(key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
     # The cheap parts first: the results are only compared for a call that is the same.
     return previous is not None and key[:3] == previous[:3] and same_output(key[3], previous[3])
+
+
+def _next_time(call: ToolCall, count: int) -> str:
+    """The correction for notes.md: read by the next attempt, whose run starts afresh (the call is still fine to make)."""
+    return (
+        f"Last time you made the call {describe_call(call)} {count} times in a row without changing anything in "
+        "between, and it returned the same each time. Read what it returns once, then change something (the code, "
+        "or what you ask for) before making it again."
+    )
+
+
+def _evidence(call: ToolCall, count: int, result: ToolResult) -> str:
+    lines = result.output.strip().splitlines()[:_EVIDENCE_LINES]
+    shown = "\n".join(visible(shortened(line, 200)) for line in lines)
+    return f"{describe_call(call)} ×{count}, the last returning:\n{shown}" if shown else f"{describe_call(call)} ×{count}"
 
 
 def _correction(call: ToolCall, count: int, what: str) -> str:

@@ -81,7 +81,7 @@ class TestRepeatedCallGuard:
             guard.after_tool_call(ctx, read(), OK)
         assert stop.value.reason == "repeated_tool_call"
         assert stop.value.message == "loop: read_file ×4"
-        assert stop.value.evidence == 'read_file(path="a.py") ×4'
+        assert stop.value.evidence == 'read_file(path="a.py") ×4, the last returning:\nok'
         assert len(sink) == 1  # the loop, not the guard, reports the severe signal
 
     def test_same_call_with_new_result_is_progress(self):
@@ -110,6 +110,21 @@ class TestRepeatedCallGuard:
             guard.after_tool_call(ctx, read(), OK)
             guard.after_tool_call(ctx, read("b.py"), OK)
         assert sink == []
+
+    def test_the_stop_tells_the_next_attempt_to_change_something_first(self):
+        """The notes.md correction is for the next attempt (never "do not call it again"); the evidence shows the result."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, _ = started(guard)
+        check = ToolCall(name="run_check", arguments={})
+        failed = ToolResult(ok=False, output="the check failed (exit code 1)\nFAILED test_greet: got 'helo'\n" + "x\n" * 50)
+        with pytest.raises(QualityError) as stop:
+            for _ in range(4):
+                guard.after_tool_call(ctx, check, failed)
+        assert "Do not call it again" not in stop.value.correction
+        assert stop.value.correction.startswith("Last time you made the call run_check() 4 times in a row without changing")
+        assert "FAILED test_greet: got 'helo'" in stop.value.evidence
+        assert len(stop.value.evidence.splitlines()) <= 6
+        assert "Do not call it again" in ctx.take_reminders()[0]  # the in-run reminder is unchanged
 
     def test_copies_of_one_call_in_one_answer_count_once(self):
         """Four identical reads in one answer are one repeat; the same read in the next two answers reminds at the third."""
