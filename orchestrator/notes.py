@@ -24,6 +24,7 @@ _ENTRY = re.compile(
 )
 MAX_EVIDENCE_CHARS = 1500
 EVIDENCE_MARK = "**Evidence:**"
+_SEPARATOR = "\n\n"  # between entries in a prompt
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,12 @@ class NotesBook:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def text(self) -> str:
-        """The whole file ("" if there is none yet); bytes that are not UTF-8 (a hand edit) read as U+FFFD."""
+        """The whole file ("" if there is none yet); bytes that are not UTF-8 (a hand edit) read as U+FFFD.
+
+        A byte order mark an editor put first is dropped: it would hide an entry header right after it.
+        """
         try:
-            return self.path.read_bytes().decode("utf-8", errors="replace")
+            return self.path.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff")
         except FileNotFoundError:
             return ""
         except OSError as exc:
@@ -85,13 +89,14 @@ class NotesBook:
         chosen: list[str] = []
         used = 0
         for text in reversed(self.for_task(task)):
-            if used + len(text) > budget_chars:
+            cost = len(text) + (len(_SEPARATOR) if chosen else 0)  # the separators count too
+            if used + cost > budget_chars:
                 if not chosen:
                     chosen.append(_shortened(text, budget_chars))
                 break
             chosen.append(text)
-            used += len(text)
-        return "\n\n".join(reversed(chosen))
+            used += cost
+        return _SEPARATOR.join(reversed(chosen))
 
 
 def _shortened(entry: str, budget_chars: int) -> str:

@@ -94,6 +94,25 @@ class TestNotesBook:
         assert "reason_4" in text and "reason_5" in text and "reason_3" not in text and "elsewhere" not in text
         assert text.index("reason_4") < text.index("reason_5")
 
+    def test_the_separators_between_entries_count_against_the_budget(self, tmp_path: Path):
+        """A budget of exactly two entries' lengths gives one entry: the blank line between two would overrun it."""
+        book = NotesBook(tmp_path / "notes.md")
+        for number in range(1, 4):
+            book.append(task="t", iteration=number, reason="check_failed", correction=f"advice {number}")
+        newest, before = book.for_task("t")[-1], book.for_task("t")[-2]
+        assert book.for_prompt("t", len(newest) + len(before)) == newest
+        assert book.for_prompt("t", len(newest) + len(before) + 2) == before + "\n\n" + newest
+
+    def test_a_byte_order_mark_before_the_first_entry_hides_nothing(self, tmp_path: Path):
+        """A file an editor saved with a BOM, its first line an entry header: that entry is still read, and the BOM is not printed."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="first")
+        book.append(task="t", iteration=2, reason="max_turns", correction="second")
+        data = book.path.read_bytes()
+        book.path.write_bytes(b"\xef\xbb\xbf" + data[data.index(b"## ") :])
+        assert [entry.iteration for entry in book.entries("t")] == [1, 2]
+        assert book.text().startswith("## ")
+
     def test_a_newest_entry_past_the_budget_still_gives_its_correction(self, tmp_path: Path):
         """A budget smaller than the newest entry (long evidence) keeps its header and correction, not nothing."""
         book = NotesBook(tmp_path / "notes.md")
