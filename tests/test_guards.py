@@ -203,6 +203,20 @@ class TestEmptyResponseGuard:
         assert stop.value.reason == "empty_response"
         assert stop.value.message == "empty response ×2"
 
+    def test_a_thinking_model_cut_off_at_the_token_limit_is_told_so(self):
+        """Reasoning cut off by finish_reason=length: the nudge asks for brief thinking; the stop names max_tokens."""
+        guard = EmptyResponseGuard(stop_at=2)
+        ctx, sink = started(guard)
+        cut = ModelResponse(text="", reasoning="Hmm, let me think. " * 200, finish_reason="length", completion_tokens=2048)
+        guard.after_model_response(ctx, cut, [])
+        assert "Think briefly" in ctx.take_reminders()[0]
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, cut, [])
+        assert stop.value.reason == "empty_response"
+        assert "[model] max_tokens" in stop.value.correction and "Never answer with an empty" not in stop.value.correction
+        assert "cut off at the token limit" in stop.value.evidence and "2048" in stop.value.evidence
+        assert sink[0].message == "empty response (cut off while thinking)"
+
     def test_an_answer_in_between_resets(self):
         """Text or a call between two empty answers means neither is the second in a row."""
         guard = EmptyResponseGuard(stop_at=2)
