@@ -8,9 +8,11 @@ it debugs an error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
+import tempfile
 import time
 from bisect import bisect_right
 from pathlib import Path
@@ -501,16 +503,36 @@ def _overwrite(target: Path, text: str, errors: str = "strict") -> None:
     ext4 (auto_da_alloc) forces a file truncated to zero onto the disk when it is
     closed, 0.3-1 ms for every edit of a file that git has committed. A crash halfway
     leaves a mixed file either way, and the iteration's rollback restores it.
+    A file with other hard links (uv and pnpm link installed packages to their cache, shared
+    by every project on the machine) is replaced instead, so that only the worktree's copy changes.
     """
     data = text.encode("utf-8", errors)  # before opening: a text that cannot be encoded leaves the file untouched
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
+        info = os.fstat(fd)
+        if info.st_nlink > 1:
+            _replace(target, data, stat.S_IMODE(info.st_mode))
+            return
         remaining = memoryview(data)
         while remaining:
             remaining = remaining[os.write(fd, remaining) :]
         os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
+
+
+def _replace(target: Path, data: bytes, mode: int) -> None:
+    """`target` replaced by a new file holding `data`, with `mode`: its other hard links keep the old bytes."""
+    fd, spare = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".overnight", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            os.fchmod(handle.fileno(), mode)
+        os.replace(spare, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(spare)
+        raise
 
 
 _BARE_LF = re.compile(r"(?<!\r)\n")

@@ -274,6 +274,22 @@ class TestFileTools:
         assert run(toolbox(repo), "write_file", path="long.txt", content="").ok
         assert (repo / "long.txt").read_bytes() == b""
 
+    def test_a_file_hard_linked_from_outside_is_changed_in_the_worktree_only(self, repo, tmp_path):
+        """uv and pnpm link packages to their cache: an edit or write there must not change the cached file."""
+        cache = tmp_path / "cache"
+        cache.mkdir()
+        for name in ("api.py", "models.py"):
+            (cache / name).write_text(f"# {name}, cached\nVALUE = 1\n")
+            os.chmod(cache / name, 0o755)
+            os.link(cache / name, repo / name)
+        assert run(toolbox(repo), "edit_file", path="api.py", old="VALUE = 1", new="VALUE = 2").ok
+        assert run(toolbox(repo), "write_file", path="models.py", content="broken\n").ok
+        assert (repo / "api.py").read_text() == "# api.py, cached\nVALUE = 2\n" and (repo / "models.py").read_text() == "broken\n"
+        for name in ("api.py", "models.py"):
+            assert (cache / name).read_text() == f"# {name}, cached\nVALUE = 1\n"
+            assert (repo / name).stat().st_nlink == 1 and (repo / name).stat().st_mode & 0o777 == 0o755
+        assert sorted(path.name for path in repo.iterdir() if "overnight" in path.name) == []
+
     def test_write_file_that_cannot_be_encoded_leaves_the_file_alone(self, repo):
         """A text with a lone surrogate fails as a tool result, and the file keeps its old bytes."""
         result = run(toolbox(repo), "write_file", path="app.py", content="x = '\ud800'\n")
