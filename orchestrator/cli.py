@@ -191,7 +191,7 @@ def report(
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
-        typer.echo(reports.as_text(latest, base=_merge_target(settings), process_gone=_process_gone(latest)), nl=False)
+        _echo(reports.as_text(latest, base=_merge_target(settings), process_gone=_process_gone(latest)), nl=False)
 
 
 def _process_gone(run: object) -> bool:
@@ -236,10 +236,17 @@ def notes(
     book = NotesBook(settings.notes_path)
     if task is None:
         text = book.text()
-        typer.echo(text or "(no notes yet)", nl=not text.endswith("\n"))
+        _echo(text or "(no notes yet)", nl=not text.endswith("\n"))
         return
     entries = book.for_task(task)
-    typer.echo("\n\n".join(entries) if entries else f"(no notes for task {task!r})")
+    _echo("\n\n".join(entries) if entries else f"(no notes for task {task!r})")
+
+
+def _echo(text: str, *, nl: bool = True) -> None:
+    """Print `text` on stdout in whatever encoding it has (a latin-1 terminal, cron's mail):
+    a character it cannot hold prints as "?", never a UnicodeEncodeError."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    typer.echo(text.encode(encoding, errors="replace").decode(encoding), nl=nl)
 
 
 @app.command()
@@ -296,7 +303,7 @@ def gc(
     lock = StateLock(settings.state_dir) if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
     with lock:
         result = collect_garbage(settings, force=force, dry_run=dry_run)
-    typer.echo("\n".join(result.lines()))
+    _echo("\n".join(result.lines()))
 
 
 def main() -> None:

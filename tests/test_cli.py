@@ -355,6 +355,36 @@ class TestOtherCommands:
         assert "Traceback" not in result.stderr
         assert not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize("command", ["notes", "gc"])
+    def test_output_a_latin1_terminal_cannot_hold_prints_as_question_marks(self, tmp_path, repo, command):
+        """`overnight notes` and `gc` on a latin-1 stdout: what it cannot encode prints as "?", not a traceback."""
+        from orchestrator.notes import NotesBook
+
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        NotesBook(tmp_path / "state" / "notes.md").append(task="t", iteration=1, reason="check_failed", correction="use \u201cquotes\u201d \u2192 fix")
+        git(repo, "branch", "overnight/caf\u00e9\u2603")
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", command, "--config", str(config)],
+            capture_output=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+        )
+        assert result.returncode == 0, result.stderr.decode("latin-1")
+        expected = "use ?quotes? ? fix" if command == "notes" else "removed branch overnight/caf\u00e9?"
+        assert expected in result.stdout.decode("latin-1")
+
+    def test_report_on_a_latin1_terminal_prints(self, config_file, server):
+        """`overnight report` on a latin-1 stdout: its marks (\u2714) print as "?", not a traceback."""
+        from orchestrator.scripted import call
+
+        config = config_file(tasks=[{"name": "t", "prompt": "p", "check": "true"}], night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "x"}))
+        assert overnight("run", "--config", str(config), "--log-format", "json").returncode == 0
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config)],
+            capture_output=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+        )
+        assert result.returncode == 0, result.stderr.decode("latin-1")
+        assert "? t: succeeded" in result.stdout.decode("latin-1")
+
     def test_gc_on_a_folder_that_is_no_repository_makes_no_state_dir(self, tmp_path):
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=tmp_path / "nothing")
         assert_one_line_error(overnight("gc", "--config", str(config)), 2, "[repo] path")
