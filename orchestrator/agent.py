@@ -1,7 +1,10 @@
 """The agent loop: ask the model, run its tool calls, let the guards watch.
 
 Guards stop a run by raising QualityError; it is caught once here, turned into
-a severe signal, and re-raised for the iteration runner to roll back.
+a severe signal, and re-raised for the iteration runner to roll back. A guard
+that crashes (any other exception, a bug in it) is logged as `guard_error`,
+reported as a warning, and left out for the rest of the run: the model's work
+is not rolled back for it.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from orchestrator import history
-from orchestrator.errors import QualityError
+from orchestrator.errors import Cancelled, QualityError
+from orchestrator.logs import get_logger
 from orchestrator.protocols import Guard, Message, Model, SignalSink, Toolbox
 from orchestrator.records import AgentResult, BrokenCall, Level, ModelResponse, Signal, ToolCall, ToolResult
 
@@ -91,6 +95,7 @@ def run_agent(
     """Run until the model submits; raise QualityError when a guard (or the model client) stops it."""
     if ctx.workdir is None:
         ctx.workdir = getattr(toolbox, "root", None)
+    guards = list(guards)  # a guard that crashes leaves this list
     try:
         _each(guards, "before_run", ctx)
         for ctx.turn in range(1, ctx.max_turns + 1):
@@ -129,7 +134,7 @@ def _complete(model: Model, request: list[Message], schemas: Sequence[dict[str, 
 
 def _act(
     toolbox: Toolbox,
-    guards: Sequence[Guard],
+    guards: list[Guard],
     messages: list[Message],
     ctx: RunContext,
     recorder: Recorder,
@@ -168,8 +173,21 @@ def _append(messages: list[Message], recorder: Recorder, message: Message) -> No
     recorder.message(message)
 
 
-def _each(guards: Sequence[Guard], hook: str, *args: Any) -> None:
-    for guard in guards:
+def _each(guards: list[Guard], hook: str, ctx: RunContext, *args: Any) -> None:
+    for guard in list(guards):
         method = getattr(guard, hook, None)
-        if method is not None:
-            method(*args)
+        if method is None:
+            continue
+        try:
+            method(ctx, *args)
+        except (QualityError, Cancelled):
+            raise
+        except Exception as exc:  # a bug in the guard, often a user's: not the model's fault
+            guards.remove(guard)
+            _guard_failed(ctx, type(guard).__name__, hook, exc)
+
+
+def _guard_failed(ctx: RunContext, name: str, hook: str, exc: Exception) -> None:
+    error = f"{type(exc).__name__}: {exc}"
+    get_logger().warning("guard_error", guard=name, hook=hook, error=error, turn=ctx.turn, exc_info=exc)
+    ctx.report(Level.WARNING, "guard_error", f"guard {name} failed in {hook} ({error[:120]}); left out for this run")

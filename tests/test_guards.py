@@ -748,6 +748,40 @@ class TestThroughTheAgentLoop:
         assert "list_dir" in seen and "same few calls" in seen
 
 
+class TestACrashingGuard:
+    def test_a_guard_that_raises_is_logged_reported_and_left_out(self, project: Path):
+        """A bug in a user's guard (KeyError) is a guard_error log and warning naming it; the healthy run still submits."""
+        from structlog.testing import capture_logs
+
+        class AsciiPathGuard:
+            def __init__(self) -> None:
+                self.calls = 0
+
+            def after_tool_call(self, ctx, call, result):
+                self.calls += 1
+                call.arguments["path"]  # KeyError on run_check
+
+        crashy = AsciiPathGuard()
+        model = ScriptedModel(
+            [
+                call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+                call("run_check"),
+                call("run_check"),
+                call("submit", {"summary": "fixed"}),
+            ]
+        )
+        toolbox = Toolbox(project, TOOLS, check_command="grep -q 'return 42' app.py")
+        ctx, sink = make_ctx()
+        with capture_logs() as logs:
+            result = run_agent(model, toolbox, [*default_guards(GuardsConfig()), crashy], [], ctx, ListRecorder())
+        assert result.summary == "fixed"
+        assert crashy.calls == 2  # after the crash at the first run_check it is called no more
+        assert [(s.level, s.kind) for s in sink] == [(Level.WARNING, "guard_error")]
+        assert "AsciiPathGuard" in sink[0].message and "KeyError" in sink[0].message
+        errors = [entry for entry in logs if entry["event"] == "guard_error"]
+        assert [(e["guard"], e["hook"], e["error"]) for e in errors] == [("AsciiPathGuard", "after_tool_call", "KeyError: 'path'")]
+
+
 class TestNoToolCallGuard:
     """Prose without calls, and many calls at once: what real small models do."""
 
