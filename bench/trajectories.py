@@ -111,6 +111,8 @@ def _struggles() -> list[Trajectory]:
                    (read("greet.py"), read("./greet.py"), read(".//greet.py"), read("./greet.py"), read("greet.py"))),
         Trajectory("repeat-space-noise", "repeated_tool_call", 1,
                    (run("cat notes.txt"), run("cat  notes.txt"), run("cat notes.txt "), run(" cat notes.txt"), run("cat notes.txt"))),
+        Trajectory("repeat-newline-noise", "repeated_tool_call", 1, (run("cat notes.txt"), run("cat notes.txt\n")) * 3,
+                   note="a command ending in a newline is the same command"),
         Trajectory("repeat-changing-arg", "repeated_tool_call", 1,
                    (run("cat notes.txt"), run("cat notes.txt 2>&1"), run("cat notes.txt 2>/dev/null"),
                     run("cat notes.txt # again"), run("cat notes.txt | cat")) + FINISH,

@@ -45,8 +45,9 @@ def path_argument(call: ToolCall) -> str | None:
 
 
 def _value(key: str, value: Any) -> Any:
-    # Multi-line text (file content, edits) is left exact: there, whitespace is meaning.
-    if not isinstance(value, str) or "\n" in value:
+    # Multi-line text (file content, edits) is left exact: there, whitespace is meaning. A newline
+    # at either end (`cat notes.txt\n`) does not make a command or a path multi-line.
+    if not isinstance(value, str) or "\n" in value.strip():
         return value
     squeezed = " ".join(value.split())
     if key in _PATH_KEYS and squeezed:

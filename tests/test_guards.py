@@ -190,6 +190,19 @@ class TestVolatileResults:
         assert kinds(sink) == [(Level.WARNING, "dead_loop")]
 
 
+class TestCallNoise:
+    def test_a_trailing_newline_is_noise_in_a_one_line_value(self):
+        """`cat notes.txt\\n` is `cat notes.txt`, and `a.py\\n` is `a.py`; real multi-line text stays exact."""
+        from guards._normalise import call_key
+
+        def key(**arguments):
+            return call_key(ToolCall(name="run_command", arguments=arguments))
+
+        assert key(command="cat notes.txt\n") == key(command="cat notes.txt")
+        assert key(path="./a.py\n") == key(path="a.py")
+        assert key(content="a\n  b\n") != key(content="a\n b\n")
+
+
 class TestEmptyResponseGuard:
     def test_first_empty_nudges_second_stops(self):
         """One empty answer is nudged and warned; the second in a row raises empty_response."""
