@@ -19,6 +19,7 @@ HEALTHY = "healthy"
 PY = f"{shlex.quote(sys.executable)} -S"
 CHECK_COMMAND = f"{PY} check.py"
 
+LONG_PATH = "src/main/python/com/example/greetings/service/internal/formatting/legacy_greeting_formatter.py"
 FILES: dict[str, str] = {
     "greet.py": "def greet():\n    return 'helo'\n",
     "check.py": "import greet\nassert greet.greet() == 'hello', 'greet() returned ' + repr(greet.greet())\nprint('ok')\n",
@@ -37,6 +38,8 @@ FILES: dict[str, str] = {
     "timed_check.py": (
         "import sys, time\nprint('F\\nE   assert greet() == hello\\n1 failed in %.2fs' % (time.time() % 1))\nsys.exit(1)\n"
     ),
+    # A long path, read page by page: the calls share their first 100 characters.
+    LONG_PATH: "".join(f"line {i}\n" for i in range(400)),
     **{f"lib/m{i}.py": f"def part{i}():\n    return {i}\n" for i in range(1, 7)},
 }
 FIXED = "def greet():\n    return 'hello'\n"
@@ -198,6 +201,8 @@ def _healthy() -> list[Trajectory]:
           note="two failed edits with the same read between, then the right one"),
         h("duplicate-burst-then-fix", calls(*[("read_file", {"path": "greet.py"})] * 4), *FINISH,
           note="one answer with four copies of one read: a many-calls warning, no stop"),
+        h("page-long-path-file", *(call("read_file", {"path": LONG_PATH, "start_line": s}) for s in (1, 101, 201, 301)),
+          *FINISH, note="four different pages, one long path"),
         h("context-under-warning", *(call("read_file", {"path": f"lib/m{i}.py"}, prompt_tokens=10_000 * i) for i in range(1, 7)), *FINISH),
     ]
 

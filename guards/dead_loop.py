@@ -16,7 +16,6 @@ REMINDER = (
     "You keep making the same few calls without changing anything. Stop looking at the same things "
     "again: decide on one change, make it with edit_file or write_file, then run the check."
 )
-_CALL_PRINT_CHARS = 100
 
 Progress = Callable[[Sequence[ToolCall], Sequence[ToolResult]], bool]
 
@@ -139,6 +138,10 @@ def _cycles(rounds: Sequence[str], period: int) -> bool:
 
 
 def round_print(calls: Sequence[ToolCall]) -> str:
-    """Each call as `name:` + noise-free arguments cut to 100 chars, sorted, joined."""
-    prints = sorted(call_key(c).replace(" ", ":", 1)[:_CALL_PRINT_CHARS] for c in calls)
+    """Each call as `name:` + a hash of its whole noise-free key, sorted, joined.
+
+    The whole key: calls sharing a long prefix (four test ids under one long path,
+    one file paged by start_line) are different calls.
+    """
+    prints = sorted(f"{c.name}:{hash(call_key(c)):x}" for c in calls)
     return "\n".join(prints)

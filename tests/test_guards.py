@@ -493,6 +493,16 @@ class TestDeadLoopGuard:
             play_round(guard, ctx, *(pair if index % 2 else pair[::-1]))
         assert kinds(sink) == [(Level.WARNING, "dead_loop")]
 
+    def test_calls_sharing_a_long_prefix_are_different_calls(self):
+        """Four test ids under one long path (past 100 characters) are four fingerprints, not a loop."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        prefix = "python -m pytest -q -p no:cacheprovider tests/integration/test_greeting_behaviour.py::" + "x" * 40
+        for case in range(1, 5):
+            command = ToolCall(name="run_command", arguments={"command": f"{prefix}test_case_{case}"})
+            play_round(guard, ctx, (command, ToolResult(ok=False, output=f"case {case} failed")))
+        assert sink == []
+
     def test_varied_rounds_are_quiet(self):
         """Rounds with more distinct fingerprints than allowed are exploration, not a loop."""
         guard = DeadLoopGuard(window=6, recent=4, distinct=2)
