@@ -72,14 +72,14 @@ class RepeatedCallGuard:
             self._repeat(ctx, call, result)
         elif self._loose_count == self.remind_at:
             message = f"loop: {call.name} ×{self._loose_count} (varied arguments)"
-            ctx.remind(_correction(call, self._loose_count, "the same result"))
+            ctx.remind(_loose_correction(call, self._loose_count))
             ctx.report(Level.WARNING, KIND, message)
 
     def _repeat(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         message = f"loop: {call.name} ×{self._count}"
         if self._count >= self.stop_at:
             raise QualityError(KIND, _next_time(call, self._count), evidence=_evidence(call, self._count, result), message=message)
-        ctx.remind(_correction(call, self._count, "the same result each time"))
+        ctx.remind(_correction(call, self._count))
         ctx.report(Level.WARNING, KIND, message)
 
     def _loosely_same(self, key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
@@ -108,9 +108,18 @@ def _evidence(call: ToolCall, count: int, result: ToolResult) -> str:
     return f"{describe_call(call)} ×{count}, the last returning:\n{shown}" if shown else f"{describe_call(call)} ×{count}"
 
 
-def _correction(call: ToolCall, count: int, what: str) -> str:
+def _loose_correction(call: ToolCall, count: int) -> str:
+    # The calls differed: saying the same call was made N times would be false.
     return (
-        f"You called {describe_call(call)} {count} times in a row and got {what}. "
+        f"Your last {count} calls to {call.name}, each with other arguments, all returned the same result. "
+        "Use what it already returned, or do something different: change the code, look at another file, "
+        "or run the check."
+    )
+
+
+def _correction(call: ToolCall, count: int) -> str:
+    return (
+        f"You called {describe_call(call)} {count} times in a row and got the same result each time. "
         "Do not call it again. Use what it already returned, or do something different: "
         "change the code, look at another file, or run the check."
     )

@@ -136,6 +136,18 @@ class TestRepeatedCallGuard:
         play_round(guard, ctx, (read(), OK), (read(), OK))
         assert [s.message for s in sink] == ["loop: read_file ×3"]
 
+    def test_the_varied_arguments_reminder_does_not_claim_one_call(self):
+        """Three different files with the same header warn as varied arguments, without "3 times in a row"."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        header = ToolResult(ok=True, output="# Copyright 2024 Example Corp. Licensed under the Apache License 2.0.\n")
+        for package in "abc":
+            guard.after_tool_call(ctx, read(f"pkg_{package}/__init__.py"), header)
+        assert [s.message for s in sink] == ["loop: read_file ×3 (varied arguments)"]
+        reminder = ctx.take_reminders()[0]
+        assert "times in a row" not in reminder and "pkg_c" not in reminder
+        assert "3 calls to read_file" in reminder
+
     def test_before_run_resets(self):
         """A guard reused for a second run starts counting from zero."""
         guard = RepeatedCallGuard(remind_at=3, stop_at=4)
