@@ -211,8 +211,10 @@ class EndpointModel:
             verdict = _runaway(f"one event passed {event_limit} bytes without ending")
         else:
             return None
-        if watch.cut():
-            watch.verdict = verdict
+        # Set before the cut: the reader it wakes may run on before this thread does.
+        watch.verdict = verdict
+        if not watch.cut():
+            watch.verdict = None  # no cut, no reader woken early: the verdict is raised here after the grace
         return verdict
 
     def _attempt(

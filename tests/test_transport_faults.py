@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -226,6 +227,58 @@ class TestSilence:
             model.complete(MESSAGES, [])
         assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
         assert retries == []
+
+
+class _CutReturningLate:
+    """litellm's real transport, whose stream's `cut` returns only once the reading thread has seen the
+    stream end: the order a loaded machine gives now and then (the reader wakes before the watcher goes on)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def send(self, request: dict[str, Any], *, stream: bool) -> Any:
+        return _StreamCutLate(self._inner.send(request, stream=stream))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _StreamCutLate:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._ended = threading.Event()
+
+    def __iter__(self) -> Any:
+        yield from self._inner
+        self._ended.set()
+
+    def cut(self) -> bool:
+        cut = self._inner.cut()
+        self._ended.wait(5)
+        time.sleep(0.3)  # the reader, woken, has judged how its stream ended
+        return cut
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_reader_woken_by_the_watchers_cut_before_the_verdict_is_set_still_raises_it(raw_server):
+    """Under litellm the watcher cuts a silent stream; the reader, woken, used to find no verdict yet when it
+    ran first, and reported a connection closed mid-answer: model_unreachable, the task paused (seen under load)."""
+    server: RawServer
+
+    def keep_alive(client: socket.socket, head: bytes) -> None:  # the read timeout never fires: the watcher cuts
+        client.sendall(response_head() + sse(delta(content="thinking")))
+        for _ in range(100):
+            client.sendall(b": keep-alive\n\n")
+            server.pause(0.1)
+
+    server = raw_server(keep_alive)
+    model, retries = make_model(server.url, "litellm", request_timeout_s=1.0)
+    model._transport = _CutReturningLate(transports.LiteLLMTransport(model.config))
+    with pytest.raises(QualityError) as caught:
+        model.complete(MESSAGES, [])
+    assert caught.value.reason == "watchdog_timeout" and retries == []
 
 
 def chunked_head() -> bytes:
