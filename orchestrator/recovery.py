@@ -33,7 +33,7 @@ from orchestrator.commands import stop_marked_processes
 from orchestrator.config import Config
 from orchestrator.leases import owner_host_pid, owner_state_id
 from orchestrator.lock import state_identity
-from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo
+from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -183,6 +183,7 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
         return
     repo = open_repo(config.repo_path)
     for path in sorted(p for p in root.iterdir() if p.name not in skip and p.is_dir() and not p.is_symlink()):
+        repair_moved(repo, path)  # moved with the state dir: ours still, and what a person left there is kept
         link = linked_admin_dir(repo, path)
         if link is None or not is_worktree_of(repo, path):
             contents = [entry.name for entry in path.iterdir()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -322,6 +323,19 @@ class TestRecoveryOfStoredState:
         assert git(worktree.path, "status", "--porcelain", "--ignored") == ""
         assert git(repo, "rev-parse", "overnight/fix-greet") == before
         assert [(e["event"], e["branch"]) for e in logs if e["event"] == "worktree_changes_kept"] == [("worktree_changes_kept", kept)]
+
+    def test_changes_in_a_worktree_moved_with_the_state_dir_are_kept_too(self, tmp_path: Path, repo: Path) -> None:
+        """After `mv` of the state dir (`[state] dir` edited), recovery took the moved worktree for a stranger's
+        folder and left the person's edit in it: the night's first iteration then committed it as the agent's."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, tmp_path / "old-state", "fix-greet", "HEAD")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        shutil.move(tmp_path / "old-state" / "worktrees", config.worktrees_dir)
+        recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["REVIEW.md"]
+        assert not (config.worktrees_dir / "fix-greet" / "REVIEW.md").exists()
 
     def test_keep_paths_nested_repositories_and_odd_names_do_not_stop_the_night(self, tmp_path: Path, repo: Path) -> None:
         """`[repo] keep = ["/build"]` (the patterns `git clean -e` takes) stays out of the kept branch; an
