@@ -263,18 +263,19 @@ def _last_pid() -> int | None:
 
 
 def stop_marked_processes(folder: Path, *, below: bool = False, created_after: int | None = None) -> dict[int, str]:
-    """Kill the process group of every process whose COMMAND_MARK names `folder` (with `below`,
-    `folder` or any folder under it); returns {group: the folder its mark names}.
+    """Kill the process group of every process a command run in `folder` left (with `below`, a
+    command run in any folder under it); returns {group: that command's folder}.
 
-    The mark is inherited by all a command starts, also by what left its process group
-    (`setsid`, a daemon), which the group kill misses. Linux's /proc; elsewhere nothing is found.
+    Such a process is known by COMMAND_MARK in its environment, inherited by all a command
+    starts, also by what left its process group (`setsid`, a daemon), which the group kill
+    misses; or, if it overwrote its environment to set its title (redis, postgres, anything
+    using setproctitle: the mark is gone), by its current folder inside `folder`: a process of
+    this user with no terminal, not overnight, its parents or its direct children (another
+    command's shell). Linux's /proc; elsewhere nothing is found.
     """
-    wanted = os.fsencode(str(folder))
     my_group = os.getpgrp()
     stopped: dict[int, str] = {}
-    for pid, marked in _marked_processes(created_after):
-        if not (marked == wanted or below and marked.startswith(wanted + b"/")):
-            continue
+    for pid, found in _commands_processes(folder, below, created_after):
         try:
             group = os.getpgid(pid)
             if group == my_group or group in stopped:
@@ -282,16 +283,19 @@ def stop_marked_processes(folder: Path, *, below: bool = False, created_after: i
             os.killpg(group, signal.SIGKILL)
         except OSError:  # gone meanwhile
             continue
-        stopped[group] = os.fsdecode(marked)
+        stopped[group] = os.fsdecode(found)
     return stopped
 
 
-def _marked_processes(created_after: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(pid, folder) of each process, other than this one, with COMMAND_MARK in its environment.
+def _commands_processes(folder: Path, below: bool, created_after: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(pid, folder of its command) of each process, other than this one, that a command run in
+    `folder` (`below`: under it) left; see stop_marked_processes.
 
     With `created_after` (a `_last_pid()`), only processes made since: the few a command started,
     not every process on the host (reading each one's environment is most of a scan's cost).
     """
+    wanted = os.fsencode(str(folder))
+    inside = os.fsencode(os.path.realpath(folder))
     mark = b"\0" + os.fsencode(COMMAND_MARK) + b"="
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
@@ -304,16 +308,72 @@ def _marked_processes(created_after: int | None = None) -> Iterator[tuple[int, b
         else:  # the pids wrapped around meanwhile
             pids = [pid for pid in pids if pid > created_after or pid <= newest]
     me = os.getpid()
+    spared: set[int] | None = None  # overnight and its parents, asked once, when first needed
     for pid in pids:
+        if pid == me:
+            continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
                 variables = b"\0" + environ.read() + b"\0"
         except OSError:  # gone meanwhile, or not ours to read
             continue
         at = variables.find(mark)
-        if at >= 0 and pid != me:
+        if at >= 0:
             start = at + len(mark)
-            yield pid, variables[start : variables.index(b"\0", start)]
+            marked = variables[start : variables.index(b"\0", start)]
+            if marked == wanted or below and marked.startswith(wanted + b"/"):
+                yield pid, marked
+            continue
+        where = _folder_within(pid, inside, below)
+        if where is None:
+            continue
+        if spared is None:
+            spared = _me_and_my_parents()
+        if _may_stop(pid, spared):
+            yield pid, where
+
+
+def _folder_within(pid: int, inside: bytes, below: bool) -> bytes | None:
+    """The command folder (`inside`, or with `below` the folder under it) that the current folder
+    of process `pid` is in; None when it is in neither, or cannot be read (another user's)."""
+    try:
+        current = os.readlink(f"/proc/{pid}/cwd".encode())
+    except OSError:
+        return None
+    current = current.removesuffix(b" (deleted)")  # a folder a rollback removed
+    if not below and current == inside:
+        return inside
+    if not current.startswith(inside + b"/"):
+        return None
+    return inside if not below else inside + b"/" + current[len(inside) + 1 :].split(b"/", 1)[0]
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """/proc/PID/stat's fields from the third (state) on: [0] state, [1] parent, [4] terminal, [19] start time."""
+    with open(f"/proc/{pid}/stat", "rb") as stat_file:
+        return stat_file.read().rsplit(b")", 1)[1].split()
+
+
+def _may_stop(pid: int, spared: set[int]) -> bool:
+    """Whether a process found by its folder may be killed: this user's, with no terminal (not a
+    person's shell in the worktree), neither overnight, one of its parents, nor its direct child."""
+    try:
+        fields = _stat_fields(pid)
+        mine = os.stat(f"/proc/{pid}").st_uid == os.getuid()
+    except (OSError, IndexError):
+        return False
+    return mine and int(fields[4]) == 0 and pid not in spared and int(fields[1]) != os.getpid()
+
+
+def _me_and_my_parents() -> set[int]:
+    chain, pid = set(), os.getpid()
+    while pid > 0 and pid not in chain:
+        chain.add(pid)
+        try:
+            pid = int(_stat_fields(pid)[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return chain
 
 
 def _kill_group(pid: int) -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import shutil
 import signal
 import subprocess
+import termios
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from orchestrator.commands import COMMAND_MARK, _as_a_terminal_shows, run_shell, stop_marked_processes
 from orchestrator.scripted import call
@@ -103,6 +110,62 @@ class TestProcessesLeftBehind:
             for process in (inside, beside):
                 process.kill()
                 process.wait()
+
+    @pytest.mark.skipif(shutil.which("perl") is None, reason="perl sets its process title")
+    def test_a_daemon_that_set_its_process_title_is_stopped_by_its_folder(self, tmp_path: Path):
+        """Setting the title (redis, postgres, setproctitle, Perl's $0) overwrites the environment and the mark with it."""
+        work, pid_file = tmp_path / "work", tmp_path / "daemon.pid"
+        work.mkdir()
+        daemon = (
+            f"setsid perl -e 'open P, \">{pid_file}\"; print P $$; close P; $0 = \"worker\"; "
+            "while (1) { open F, \">>alive.txt\"; print F time; close F; select(undef, undef, undef, 0.05) }' "
+            ">/dev/null 2>&1 </dev/null & sleep 0.5"
+        )
+        try:
+            assert run_shell(daemon, work, 10, 1000).exit_code == 0
+            assert _wait_dead(int(pid_file.read_text()))
+        finally:
+            if pid_file.exists() and _alive(int(pid_file.read_text())):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    def test_below_finds_unmarked_processes_by_their_folder_but_not_a_persons_shell(self, tmp_path: Path):
+        """Recovery: a process without the mark whose folder is in a worktree is stopped, unless it has a
+        terminal (the person reviewing the worktree) or its folder is beside the worktrees."""
+        root = tmp_path / "worktrees"
+        for folder in (root / "task" / "src", tmp_path / "worktrees-old" / "task"):
+            folder.mkdir(parents=True)
+        env = {name: value for name, value in os.environ.items() if name != COMMAND_MARK}
+
+        def orphan(folder: Path, **options: Any) -> int:
+            """A sleeper a killed night left: in its own session, no longer overnight's child."""
+            shell = subprocess.run(
+                ["sh", "-c", "trap '' HUP; sleep 30 >/dev/null 2>&1 & echo $!"], cwd=folder, env=env, start_new_session=True,
+                stdout=subprocess.PIPE, check=True, **options,
+            )
+            return int(shell.stdout)
+
+        terminal, _ = pty.openpty()
+        pids: list[int] = []
+        shell = None
+        try:
+            pids.append(inside := orphan(root / "task" / "src"))
+            pids.append(beside := orphan(tmp_path / "worktrees-old" / "task"))
+            shell = subprocess.Popen(  # the person's shell, and what it runs, in the worktree
+                ["sh", "-c", "sleep 30 & echo $!; wait"], cwd=root / "task", env=env, start_new_session=True,
+                stdin=terminal, stdout=subprocess.PIPE, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            )
+            pids.append(person := int(shell.stdout.readline()))
+            assert list(stop_marked_processes(root, below=True).values()) == [str(root.resolve() / "task")]
+            assert _wait_dead(inside) and _alive(beside) and _alive(person)
+        finally:
+            for pid in pids:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            if shell is not None:
+                shell.kill()
+                shell.wait()
+                shell.stdout.close()
+            os.close(terminal)
 
     def test_a_daemon_started_in_a_failed_iteration_does_not_reach_the_next_iterations_commit(
         self, config_file, server, repo, tmp_path: Path
