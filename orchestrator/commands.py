@@ -109,7 +109,7 @@ def run_shell(
         COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": git_ceilings(cwd),
     }
     env.update(extra_env or {})
-    last_pid_before = _last_pid()  # what the command starts comes after it
+    began = ProcessClock.now()  # what the command starts comes after it
     process = subprocess.Popen(
         command,
         shell=True,
@@ -134,7 +134,7 @@ def run_shell(
         _kill_group(process.pid)
         process.wait()
         # And what left the group (`setsid cmd &`): it would write into the worktree after a rollback.
-        stop_marked_processes(cwd, created_after=last_pid_before)
+        stop_marked_processes(cwd, created_after=began)
     collector.join(_DRAIN_GRACE_S)
     note = f"[timed out after {timeout_s:g}s; the command was killed]" if timed_out else ""
     room = max(max_output_chars - len(note) - 1, 0) if note else max_output_chars
@@ -253,16 +253,89 @@ def cap_text(text: str, max_chars: int, *, already_cut: int = 0) -> str:
     return f"{text[:head]}\n[... {cut} chars cut ...]\n{text[len(text) - tail:] if tail else ''}"
 
 
+@dataclass(frozen=True)
+class ProcessClock:
+    """Where the host's process counters stood at one moment (a command's start), so that the
+    sweep after the command looks only at the processes made since: Linux's /proc; None elsewhere."""
+
+    last_pid: int | None  # the pid given out last
+    forks: int | None  # processes and threads made since boot
+    ticks: int  # clock ticks since boot, as /proc/PID/stat gives a process's start
+
+    @classmethod
+    def now(cls) -> "ProcessClock":
+        return cls(_last_pid(), _forks(), _boot_ticks())
+
+    def made_since(self, pids: list[int]) -> list[int]:
+        """Of `pids` (all there are), those made since this moment: the window of pids given out
+        since (a few, cheap); or, when the pid counter may have gone all the way round meanwhile
+        (as many processes and threads made as pids can be given out: a long build), each one
+        whose start time is this moment's or later."""
+        (newest, alive), forks = _pid_counter(), _forks()
+        if None in (self.last_pid, self.forks, newest, forks):
+            return [pid for pid in pids if _started_at_or_after(pid, self.ticks)]
+        # The counter skips the pids in use, so it moves on by at most the new ones and the live ones.
+        if forks - self.forks + alive >= _pid_max() - _RESERVED_PIDS:
+            return [pid for pid in pids if _started_at_or_after(pid, self.ticks)]
+        if newest >= self.last_pid:
+            return [pid for pid in pids if self.last_pid < pid <= newest]
+        return [pid for pid in pids if pid > self.last_pid or pid <= newest]  # wrapped around once meanwhile
+
+
+# Linux gives out pids from 300 again after pid_max (RESERVED_PIDS); a clock tick is 1/CLK_TCK s.
+_RESERVED_PIDS = 300
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def _last_pid() -> int | None:
     """The pid most recently given out in this pid namespace (Linux's /proc/loadavg); None elsewhere."""
+    return _pid_counter()[0]
+
+
+def _pid_counter() -> tuple[int | None, int]:
+    """The pid given out last, and how many processes and threads there are (Linux's /proc/loadavg)."""
     try:
         with open("/proc/loadavg", "rb") as loadavg:
-            return int(loadavg.read().split()[-1])
+            fields = loadavg.read().split()
+        return int(fields[-1]), int(fields[3].split(b"/")[1])
     except (OSError, ValueError, IndexError):
+        return None, 0
+
+
+def _forks() -> int | None:
+    """How many processes and threads the host has made since boot (/proc/stat's `processes`)."""
+    try:
+        with open("/proc/stat", "rb") as counters:
+            data = counters.read()
+        at = data.index(b"\nprocesses ") + len(b"\nprocesses ")
+        return int(data[at : data.index(b"\n", at)])
+    except (OSError, ValueError):
         return None
 
 
-def stop_marked_processes(folder: Path, *, below: bool = False, created_after: int | None = None) -> dict[int, str]:
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max", "rb") as setting:
+            return int(setting.read())
+    except (OSError, ValueError):
+        return 32768
+
+
+def _boot_ticks() -> int:
+    try:
+        return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLOCK_TICKS)
+    except (AttributeError, OSError):
+        return 0
+
+
+def _started_at_or_after(pid: int, ticks: int) -> bool:
+    try:
+        return int(_stat_fields(pid)[19]) >= ticks - 1  # a tick's rounding either way
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def stop_marked_processes(folder: Path, *, below: bool = False, created_after: ProcessClock | None = None) -> dict[int, str]:
     """Kill the process group of every process a command run in `folder` left (with `below`, a
     command run in any folder under it); returns {group: that command's folder}.
 
@@ -287,12 +360,12 @@ def stop_marked_processes(folder: Path, *, below: bool = False, created_after: i
     return stopped
 
 
-def _commands_processes(folder: Path, below: bool, created_after: int | None = None) -> Iterator[tuple[int, bytes]]:
+def _commands_processes(folder: Path, below: bool, created_after: ProcessClock | None = None) -> Iterator[tuple[int, bytes]]:
     """(pid, folder of its command) of each process, other than this one, that a command run in
     `folder` (`below`: under it) left; see stop_marked_processes.
 
-    With `created_after` (a `_last_pid()`), only processes made since: the few a command started,
-    not every process on the host (reading each one's environment is most of a scan's cost).
+    With `created_after` (when the command began), only processes made since: the few a command
+    started, not every process on the host (reading each one's environment is most of a scan's cost).
     """
     wanted = os.fsencode(str(folder))
     inside = os.fsencode(os.path.realpath(folder))
@@ -301,12 +374,8 @@ def _commands_processes(folder: Path, below: bool, created_after: int | None = N
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return
-    newest = _last_pid() if created_after is not None else None
-    if created_after is not None and newest is not None:
-        if newest >= created_after:
-            pids = [pid for pid in pids if created_after < pid <= newest]
-        else:  # the pids wrapped around meanwhile
-            pids = [pid for pid in pids if pid > created_after or pid <= newest]
+    if created_after is not None:
+        pids = created_after.made_since(pids)
     me = os.getpid()
     spared: set[int] | None = None  # overnight and its parents, asked once, when first needed
     for pid in pids:

@@ -8,6 +8,7 @@ import pty
 import shutil
 import signal
 import subprocess
+import sys
 import termios
 import time
 from pathlib import Path
@@ -124,6 +125,33 @@ class TestProcessesLeftBehind:
         try:
             assert run_shell(daemon, work, 10, 1000).exit_code == 0
             assert _wait_dead(int(pid_file.read_text()))
+        finally:
+            if pid_file.exists() and _alive(int(pid_file.read_text())):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    @pytest.mark.skipif(int(Path("/proc/sys/kernel/pid_max").read_text()) > 100_000, reason="pids go round only where pid_max is small")
+    def test_a_daemon_started_after_the_pids_went_round_is_stopped(self, tmp_path: Path):
+        """A long build makes as many processes as there are pids: a daemon it starts then has a pid
+        below the one given out before the command, outside the window of pids given out since."""
+        pid_file = tmp_path / "daemon.pid"
+        before = int(Path("/proc/loadavg").read_text().split()[-1])
+        # Threads take pids as processes do, faster: round once, start the daemon, go on past `before`.
+        spin = (
+            "import subprocess, sys, threading, time\n"
+            "def last(): return int(open('/proc/loadavg').read().split()[-1])\n"
+            "def spin(done):\n"
+            "    while not done(last()):\n"
+            "        for _ in range(500): thread = threading.Thread(target=int); thread.start(); thread.join()\n"
+            f"spin(lambda pid: pid < {before})\n"
+            f"subprocess.Popen(['setsid', 'sh', '-c', 'echo $$ > {pid_file}; exec sleep 60'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "time.sleep(0.2)\n"
+            f"spin(lambda pid: pid > {before})\n"
+        )
+        (tmp_path / "spin.py").write_text(spin)
+        try:
+            result = run_shell(f"{sys.executable} spin.py", tmp_path, 120, 1000)
+            assert result.exit_code == 0, result.output
+            assert int(pid_file.read_text()) < before and _wait_dead(int(pid_file.read_text()))
         finally:
             if pid_file.exists() and _alive(int(pid_file.read_text())):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
