@@ -169,6 +169,18 @@ def git_ceilings(folder: Path) -> str:
     return os.pathsep.join(["", *(str(path) for path in above if path != path.parent)])
 
 
+def how_it_ended(exit_code: int) -> str:
+    """`exit code N`, or for a command a signal killed (Popen's -N; bash execs a lone command, so
+    nothing printed "Segmentation fault"), `killed by signal N (SIGNAME)`."""
+    if exit_code >= 0:
+        return f"exit code {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        return f"killed by signal {-exit_code}"
+    return f"killed by signal {-exit_code} ({name})"
+
+
 def _wait(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any) -> int:
     """process.wait(timeout_s), but giving up at once when `cancel` is set.
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from orchestrator import search
-from orchestrator.commands import cap_text, run_shell
+from orchestrator.commands import cap_text, how_it_ended, run_shell
 from orchestrator.config import ALL_TOOLS, check_tool_names
 from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
@@ -471,7 +471,8 @@ class Toolbox:
             return ToolResult(False, f"the check timed out after {self._check_timeout_s:g}s\n{result.output}")
         if result.exit_code == 0:
             return ToolResult(True, f"the check passed (exit code 0)\n{result.output}".rstrip())
-        return ToolResult(False, f"the check failed (exit code {result.exit_code})\n{result.output}".rstrip())
+        ended = f" ({how_it_ended(result.exit_code)})" if result.exit_code >= 0 else f": {how_it_ended(result.exit_code)}"
+        return ToolResult(False, f"the check failed{ended}\n{result.output}".rstrip())
 
     def _submit(self, summary: str) -> ToolResult:
         return ToolResult(True, "submitted", submitted=True)
@@ -487,7 +488,7 @@ class Toolbox:
                 command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel,
                 extra_env=agent_environment(self._confinement),
             )
-        output = f"exit code {result.exit_code}\n{result.output}".rstrip()
+        output = f"{how_it_ended(result.exit_code)}\n{result.output}".rstrip()
         return ToolResult(result.exit_code == 0, f"{output}\n{CONFIG_RESTORED}" if config.restored else output)
 
 

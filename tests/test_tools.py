@@ -487,6 +487,14 @@ class TestCommands:
         result = run(toolbox(repo, check_command="echo broken; exit 2"), "run_check")
         assert not result.ok and "exit code 2" in result.output and "broken" in result.output
 
+    def test_a_command_or_check_killed_by_a_signal_says_so(self, repo):
+        """A crash (SIGSEGV) reads as the signal that killed it, not as `exit code -11`."""
+        (repo / "crash.py").write_text("import os, signal\nprint('running tests', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+        box = toolbox(repo, ["run_command", "run_check"], check_command="python3 crash.py")
+        command, check = run(box, "run_command", command="python3 crash.py"), run(box, "run_check")
+        assert not command.ok and command.output == "killed by signal 11 (SIGSEGV)\nrunning tests"
+        assert not check.ok and check.output == "the check failed: killed by signal 11 (SIGSEGV)\nrunning tests"
+
     def test_run_check_output_is_capped(self, repo):
         """The check's output is capped at max_output_chars."""
         box = toolbox(repo, check_command="seq 1 100000; exit 1", max_output_chars=600)
