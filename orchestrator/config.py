@@ -272,7 +272,8 @@ def check_tool_names(names: Sequence[str]) -> Sequence[str]:
 def _resolved(path: Path, key: str, error: type[Exception] = ConfigError) -> Path:
     try:
         return path.resolve()
-    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+    # RuntimeError: a symlink loop (before Python 3.13); ValueError: a NUL, had one got past the load.
+    except (OSError, RuntimeError, ValueError) as exc:
         raise error(f"{key}: {path} cannot be resolved: {getattr(exc, 'strerror', None) or exc}") from None
 
 
@@ -299,6 +300,10 @@ def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
 def parse_config(raw: dict[str, Any], *, source: Path) -> Config:
     if "source" in raw:
         raise ConfigError(f"{source}: unknown key 'source'")
+    with_nul = _first_nul(raw, ())
+    if with_nul is not None:
+        # TOML allows "\u0000"; no path, URL, git name or command can carry it (Python refuses it in each).
+        raise ConfigError(f"{source}: {_key_name(with_nul)}: contains a NUL character (\\u0000), which no path, name or command can carry")
     try:
         return Config.model_validate({**raw, "source": source})
     except ValidationError as exc:
@@ -327,6 +332,24 @@ def _first_error(exc: ValidationError) -> str:
         return f"{key}: {_PLAIN_WORDS[error['type']]}"
     message = error["msg"].removeprefix("Value error, ")
     return f"{key}: {message}" if key else message
+
+
+def _first_nul(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """Where the first string (a key, a value, a list item) holding a NUL is, as a pydantic loc."""
+    if isinstance(value, str):
+        return loc if "\0" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = (*loc, repr(key)) if "\0" in key else _first_nul(item, (*loc, key))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            # [[task]] items are named by their number; a list value (keep, custom) by its key alone.
+            found = _first_nul(item, (*loc, index) if loc == ("task",) else loc)
+            if found is not None:
+                return found
+    return None
 
 
 def _key_name(loc: tuple[Any, ...]) -> str:
