@@ -410,7 +410,9 @@ def _commands_processes(folder: Path, below: bool, created_after: ProcessClock |
             continue
         if spared is None:
             spared = _me_and_my_parents()
-        if _may_stop(pid, spared):
+        # Over all processes (recovery), only an orphan counts: a live parent outside (an editor
+        # whose language server sits in the worktree) is not a command's, and its group is not ours to kill.
+        if _may_stop(pid, spared, orphans_only=created_after is None):
             yield pid, where
 
 
@@ -435,15 +437,27 @@ def _stat_fields(pid: int) -> list[bytes]:
         return stat_file.read().rsplit(b")", 1)[1].split()
 
 
-def _may_stop(pid: int, spared: set[int]) -> bool:
+def _may_stop(pid: int, spared: set[int], *, orphans_only: bool = False) -> bool:
     """Whether a process found by its folder may be killed: this user's, with no terminal (not a
-    person's shell in the worktree), neither overnight, one of its parents, nor its direct child."""
+    person's shell in the worktree), neither overnight, one of its parents, nor its direct child;
+    with `orphans_only`, also one whose parent is init or a systemd (a daemon left behind)."""
     try:
         fields = _stat_fields(pid)
         mine = os.stat(f"/proc/{pid}").st_uid == os.getuid()
     except (OSError, IndexError):
         return False
-    return mine and int(fields[4]) == 0 and pid not in spared and int(fields[1]) != os.getpid()
+    parent = int(fields[1])
+    if orphans_only and parent != 1 and _name_of(parent) not in (b"systemd", b"init"):
+        return False
+    return mine and int(fields[4]) == 0 and pid not in spared and parent != os.getpid()
+
+
+def _name_of(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as comm:
+            return comm.read().strip()
+    except OSError:
+        return b""
 
 
 def _me_and_my_parents() -> set[int]:

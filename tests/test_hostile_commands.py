@@ -6,6 +6,7 @@ import fcntl
 import os
 import pty
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -174,7 +175,7 @@ class TestProcessesLeftBehind:
 
         terminal, _ = pty.openpty()
         pids: list[int] = []
-        shell = None
+        shell = editor = None
         try:
             pids.append(inside := orphan(root / "task" / "src"))
             pids.append(beside := orphan(tmp_path / "worktrees-old" / "task"))
@@ -183,16 +184,22 @@ class TestProcessesLeftBehind:
                 stdin=terminal, stdout=subprocess.PIPE, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
             )
             pids.append(person := int(shell.stdout.readline()))
+            editor = subprocess.Popen(  # an editor, outside, whose language server sits in the worktree
+                ["sh", "-c", f"cd {shlex.quote(str(root / 'task'))} && sleep 30 & echo $!; wait"], cwd=tmp_path, env=env,
+                start_new_session=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            )
+            pids.append(server := int(editor.stdout.readline()))
             assert list(stop_marked_processes(root, below=True).values()) == [str(root.resolve() / "task")]
-            assert _wait_dead(inside) and _alive(beside) and _alive(person)
+            assert _wait_dead(inside) and _alive(beside) and _alive(person) and _alive(server)
         finally:
             for pid in pids:
                 if _alive(pid):
                     os.kill(pid, signal.SIGKILL)
-            if shell is not None:
-                shell.kill()
-                shell.wait()
-                shell.stdout.close()
+            for parent in (shell, editor):
+                if parent is not None:
+                    parent.kill()
+                    parent.wait()
+                    parent.stdout.close()
             os.close(terminal)
 
     def test_a_daemon_started_in_a_failed_iteration_does_not_reach_the_next_iterations_commit(
