@@ -49,10 +49,37 @@ def init(
     if config.exists() and not force:
         raise ConfigError(f"{config} already exists (use --force to overwrite)")
     try:
-        config.write_text(example_config_text(), encoding="utf-8")
+        _replace_file(config, example_config_text().encode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {config}: add your tasks, point [model] at a server, then `overnight run`")
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole, or stays as it was: a full disk must not leave half a config
+    where the user's was. A temp file beside it, synced, then renamed over it (through a symlink
+    to the file it names); the temp file is removed on failure."""
+    import os
+    import tempfile
+
+    target = Path(os.path.realpath(path))
+    mode = target.stat().st_mode & 0o7777 if target.is_file() else None
+    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        if mode is None:  # a new file: the permissions the umask gives, as open() would
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 @app.command()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,32 @@ class TestNulCharacters:
         config = config_with(tmp_path, repo, replace, extra)
         assert_one_line_error(overnight(command, "--config", str(config)), 2, key, "NUL")
         assert not (tmp_path / "state").exists()
+
+
+class TestInit:
+    def test_init_force_on_a_full_disk_leaves_the_old_config_whole(self, tmp_path):
+        """`init --force` that cannot write the whole example (a file size limit stands in for a full disk)
+        leaves the user's config as it was and no temp file beside it."""
+        import resource
+
+        mine = "# my precious config\n[[task]]\nname = 'a'\nprompt = 'p'\ncheck = 'true'\n"
+        (tmp_path / "overnight.toml").write_text(mine)
+
+        def small_files() -> None:  # Python ignores SIGXFSZ: a write past the limit fails with EFBIG
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "init", "--force"], cwd=tmp_path, capture_output=True, text=True,
+            stdin=subprocess.DEVNULL, timeout=60, preexec_fn=small_files, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        assert_one_line_error(result, 2, "cannot write")
+        assert (tmp_path / "overnight.toml").read_text() == mine
+        assert [path.name for path in tmp_path.iterdir()] == ["overnight.toml"]
+
+    def test_init_force_keeps_the_files_permissions(self, tmp_path):
+        """The example replaces the config whole, with the permissions the user gave it."""
+        config = tmp_path / "overnight.toml"
+        config.write_text("# mine\n")
+        config.chmod(0o640)
+        assert overnight("init", "--force", cwd=tmp_path).returncode == 0
+        assert "[model]" in config.read_text() and config.stat().st_mode & 0o777 == 0o640
