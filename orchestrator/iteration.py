@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.agent import RunContext, run_agent
+from orchestrator.commands import how_it_ended
 from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
 from orchestrator.prompt import build_messages
@@ -83,7 +84,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
                 raise Cancelled(setup.cancel.why)
             if not check.passed:
-                ctx.report(Level.SEVERE, "check_failed", f"check failed: exit {check.exit_code}")
+                ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
                 return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
             if setup.lease is not None and not setup.lease.still_held():
                 raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
@@ -129,14 +130,19 @@ def _died_of_the_nights_signal(cancel: Any, status: object) -> bool:
     return cancel is not None and status in _SIGNAL_DEATHS and cancel.wait(SIGNAL_GRACE_S)
 
 
+def _how_it_ended(exit_code: int) -> str:
+    """`exit N`, as the morning's reports have always said, or `killed by signal N (NAME)`."""
+    return f"exit {exit_code}" if exit_code >= 0 else how_it_ended(exit_code)
+
+
 def _check_failed(exit_code: int, output: str) -> QualityError:
     tail = output.strip()[-CHECK_TAIL_CHARS:]
     return QualityError(
         "check_failed",
         "You submitted, but the check still fails. Run run_check, read its output, fix what it reports, "
         "and submit only after run_check passes.",
-        evidence=f"exit {exit_code}\n{tail}",
-        message=f"check failed: exit {exit_code}",
+        evidence=f"{_how_it_ended(exit_code)}\n{tail}",
+        message=f"check failed: {_how_it_ended(exit_code)}",
     )
 
 

@@ -171,6 +171,16 @@ class TestRollback:
         assert "`check_failed`" in notes and "AssertionError" in notes
 
 
+    def test_a_check_killed_by_a_signal_says_so(self, config_file, server, capsys):
+        """A check that dies of SIGSEGV read "check failed: exit -11" in the signal, the note and the report."""
+        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": "kill -SEGV $$"}]
+        config = config_file(night={"max_iterations": 1}, tasks=tasks)
+        server.enqueue(call("submit", {"summary": "nothing"}))
+        assert overnight("run", "--config", str(config)) == 1
+        assert "killed by signal 11 (SIGSEGV)" in notes_text(config)
+        [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
+        assert signal["message"] == "check failed: killed by signal 11 (SIGSEGV)"
+
 def _reason_of_first_iteration(config: Path, capsys: Any) -> tuple[str, list[dict[str, str]]]:
     iteration = report_json(config, capsys)["tasks"][0]["iterations"][0]
     return iteration["reason"], iteration["signals"]
