@@ -46,6 +46,8 @@ def init(
     """Write overnight.toml from the commented example (every key, its default, why to change it)."""
     from orchestrator.config import example_config_text
 
+    if config.exists() and not config.is_file():  # a pipe would take the example and block; a device or folder is no config
+        raise ConfigError(f"cannot write {config}: it is not a regular file (a folder, a pipe or a device)")
     if config.exists() and not force:
         raise ConfigError(f"{config} already exists (use --force to overwrite)")
     try:

@@ -73,3 +73,11 @@ class TestInit:
         config.chmod(0o640)
         assert overnight("init", "--force", cwd=tmp_path).returncode == 0
         assert "[model]" in config.read_text() and config.stat().st_mode & 0o777 == 0o640
+
+    @pytest.mark.parametrize("force", [True, False])
+    def test_init_on_a_pipe_is_refused_and_leaves_it(self, tmp_path, force):
+        """`init -c <fifo>` neither blocks on the pipe nor replaces it: one line, exit 2."""
+        os.mkfifo(tmp_path / "overnight.toml")
+        result = overnight("init", *(["--force"] if force else []), cwd=tmp_path)
+        assert_one_line_error(result, 2, "overnight.toml", "not a regular file")
+        assert (tmp_path / "overnight.toml").is_fifo()
