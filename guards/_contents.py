@@ -40,12 +40,14 @@ class FileVersions:
         for call in calls:
             path = path_argument(call)
             if path is not None and path not in self._seen:
-                self._seen[path] = {_content(workdir, path)}
+                self._seen[path] = {_content_once(workdir, path, call, "before")}
 
     def new_after(self, workdir: Path | None, call: ToolCall) -> bool:
         """After a successful write: whether the file now holds content not seen in this run."""
         path = path_argument(call)
-        content = _content(workdir, path) if path is not None else _UNREADABLE
+        content = _written(call)
+        if content is _UNREADABLE and path is not None:
+            content = _content_once(workdir, path, call, "after")
         if content is _UNREADABLE:
             content = call_key(call)  # the same write again is still no news
         seen = self._seen.setdefault(path or "", set())
@@ -53,6 +55,33 @@ class FileVersions:
             return False
         seen.add(content)
         return True
+
+
+def _written(call: ToolCall) -> Any:
+    """What write_file left in the file, without reading it: its content, UTF-8 encoded, is the file's bytes."""
+    content = call.arguments.get("content") if call.name == "write_file" else None
+    if not isinstance(content, str):
+        return _UNREADABLE
+    try:
+        return hash(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        return _UNREADABLE
+
+
+# Two guards ask about the same write at the same moment; the file is read once (calls are frozen,
+# and the entry holds the call itself, so an id reused by another object never matches).
+_recent: dict[tuple[int, str], tuple[ToolCall, Any]] = {}
+
+
+def _content_once(workdir: Path | None, path: str, call: ToolCall, moment: str) -> Any:
+    hit = _recent.get((id(call), moment))
+    if hit is not None and hit[0] is call:
+        return hit[1]
+    content = _content(workdir, path)
+    if len(_recent) >= 16:
+        _recent.clear()
+    _recent[(id(call), moment)] = (call, content)
+    return content
 
 
 def _content(workdir: Path | None, path: str) -> Any:

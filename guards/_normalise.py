@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.records import ToolCall
 
@@ -73,6 +73,38 @@ def volatile_free(output: str) -> str:
     return _VOLATILE.sub("…", output)
 
 
+# Only what a command prints varies from one run to the next; a file read twice is the file, and an
+# edited timeout or timestamp in it is a real change.
+_RUNS_COMMANDS = frozenset({"run_check", "run_command"})
+
+
+def same_result(tool: str, output: str, other: str) -> bool:
+    """Whether two results of `tool` say the same thing: volatile parts are set aside for commands only."""
+    return output == other or (tool in _RUNS_COMMANDS and same_output(output, other))
+
+
 def same_output(output: str, other: str) -> bool:
     """Whether two results say the same thing once their volatile parts are set aside."""
-    return output == other or volatile_free(output) == volatile_free(other)
+    if output == other:
+        return True
+    # No volatile part spans a line, so only the lines where the two differ need the (slow) regex.
+    start = _shared(output, other, lambda text, n: text[:n])
+    start = output.rfind("\n", 0, start) + 1
+    output, other = output[start:], other[start:]
+    end = _shared(output, other, lambda text, n: text[len(text) - n :])
+    cut = output.find("\n", len(output) - end)
+    cut = len(output) if cut < 0 else cut
+    tail = len(output) - cut
+    return volatile_free(output[:cut]) == volatile_free(other[: len(other) - tail])
+
+
+def _shared(one: str, two: str, part: Callable[[str, int], str]) -> int:
+    """The length of the longest common prefix or suffix (`part` cuts one), found by halving."""
+    low, high = 0, min(len(one), len(two))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if part(one, middle) == part(two, middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low

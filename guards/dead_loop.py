@@ -9,7 +9,7 @@ from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
 
 from guards._contents import FileVersions
-from guards._normalise import call_key, same_output
+from guards._normalise import call_key, same_result
 
 KIND = "dead_loop"
 REMINDER = (
@@ -75,7 +75,9 @@ class DeadLoopGuard:
         # Answers without a valid call run nothing; they neither open nor close a round.
         usable = [c for c in calls if isinstance(c, ToolCall)]
         self._start_round(len(usable))
-        self._versions.before(self._workdir, (c for c in usable if c.name in self.progress_tools))
+        writes = [c for c in usable if c.name in self.progress_tools]
+        if writes:
+            self._versions.before(self._workdir, writes)
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         self._calls.append(call)
@@ -118,17 +120,22 @@ class DeadLoopGuard:
         if self.progress is not None:
             return bool(self.progress(calls, results))
         writes = [c for c, r in zip(calls, results) if r.ok and c.name in self.progress_tools]
-        if any([self._versions.new_after(self._workdir, c) for c in writes]):  # a list: every write is noted
+        if writes and any([self._versions.new_after(self._workdir, c) for c in writes]):  # a list: every write is noted
             self._seen.clear()
             return True
         changed = False
         for call, result in zip(calls, results):
             key, outcome = call_key(call), (result.ok, result.output)
             before = self._seen.setdefault(key, [])
-            if not any(ok == outcome[0] and same_output(output, outcome[1]) for ok, output in before):
+            if not _known(call.name, outcome, before):
                 changed = changed or bool(before)
                 before.append(outcome)
         return changed
+
+
+def _known(tool: str, outcome: tuple[bool, str], before: list[tuple[bool, str]]) -> bool:
+    """Whether the call returned this before (exactly first: comparing without volatile parts costs more)."""
+    return outcome in before or any(ok == outcome[0] and same_result(tool, out, outcome[1]) for ok, out in before)
 
 
 def _cycles(rounds: Sequence[str], period: int) -> bool:

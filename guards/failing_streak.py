@@ -49,8 +49,9 @@ class FailingStreakGuard:
     def after_model_response(
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
-        writes = (c for c in calls if isinstance(c, ToolCall) and c.name in self.progress_tools)
-        self._versions.before(self._workdir, writes)
+        writes = [c for c in calls if isinstance(c, ToolCall) and c.name in self.progress_tools]
+        if writes:
+            self._versions.before(self._workdir, writes)
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         if result.ok:

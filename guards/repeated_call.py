@@ -10,7 +10,7 @@ from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, Too
 from orchestrator.printable import shortened, visible
 
 from guards._describe import describe_call
-from guards._normalise import call_key, same_output
+from guards._normalise import call_key, same_result
 
 KIND = "repeated_tool_call"
 # A result shorter than this ("exit code 0", "ok") says too little to call two different calls one loop.
@@ -85,12 +85,13 @@ class RepeatedCallGuard:
     def _loosely_same(self, key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
         if previous is None or key[0] != previous[0] or key[0] in self.progress_tools:
             return False
-        return key[2] == previous[2] and len(key[3].strip()) >= _INFORMATIVE_CHARS and same_output(key[3], previous[3])
+        # Exact results here: these calls differ anyway, and comparing every pair without volatile parts costs.
+        return key[2:] == previous[2:] and len(key[3].strip()) >= _INFORMATIVE_CHARS
 
 
 def _same(key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
     # The cheap parts first: the results are only compared for a call that is the same.
-    return previous is not None and key[:3] == previous[:3] and same_output(key[3], previous[3])
+    return previous is not None and key[:3] == previous[:3] and same_result(key[0], key[3], previous[3])
 
 
 def _next_time(call: ToolCall, count: int) -> str:

@@ -191,6 +191,13 @@ class TestVolatileResults:
         assert not same_output("version 1.2", "version 1.3")
         assert not same_output("sleep 3s", "sleep 5s")
 
+    def test_a_file_read_again_is_compared_exactly(self):
+        """Only commands' output is volatile: a file whose timeout changed from 0.5s to 1.5s was really edited."""
+        from guards._normalise import same_result
+
+        assert same_result("run_check", "1 failed in 0.5s", "1 failed in 1.5s")
+        assert not same_result("read_file", "TIMEOUT = '0.5s'", "TIMEOUT = '1.5s'")
+
     def test_dead_loop_sees_no_progress_in_a_timing_change(self):
         """Circling between a read and a pytest run whose timing changes is still a dead loop."""
         guard = DeadLoopGuard(window=6, recent=4, distinct=2)
