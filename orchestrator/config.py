@@ -104,7 +104,29 @@ class StoreConfig(_Section):
         if url.get_backend_name() == "sqlite" and ((url.database or ":memory:") == ":memory:" or url.query.get("mode") == "memory"):
             # Each thread and each later command would see its own empty database.
             raise ValueError("an in-memory database would not outlive the night; name a file or a server")
+        _check_driver_arguments(value, url)
         return value
+
+
+def _check_driver_arguments(value: str, url: Any) -> None:
+    """ValueError for query arguments the driver cannot take (`?timeout=abc`) or would ignore
+    (`?mode=ro` without `uri=true`): a traceback when the store opens, or SQLAlchemy's warning on stderr."""
+    import warnings
+
+    from sqlalchemy.exc import SAWarning
+
+    try:
+        dialect = url.get_dialect()()
+    except Exception:  # a driver SQLAlchemy does not know or cannot load: said (exit 4) when the store opens
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SAWarning)
+            dialect.create_connect_args(url)
+    except SAWarning as exc:
+        raise ValueError(f"{value!r}: {str(exc).split(' (Background on')[0]}") from None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{value!r}: a query argument the driver cannot take: {exc}") from None
 
 
 class NightConfig(_Section):

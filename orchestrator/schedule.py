@@ -562,7 +562,8 @@ def _job_store(config: Config) -> SQLAlchemyJobStore:
             make_dir(Path(database).expanduser().parent)  # a file in the way: StateError, one line
     try:
         return SQLAlchemyJobStore(url=url, tablename=schedule_table(config), engine_options=options)
-    except (ImportError, ArgumentError) as exc:  # a driver not installed, or a dialect SQLAlchemy does not know
+    # A driver not installed, a dialect SQLAlchemy does not know, a query argument the driver cannot take.
+    except (ImportError, ArgumentError, ValueError, TypeError) as exc:
         raise StateError(f"schedule store {safe_url(url)}: {exc}") from exc
 
 

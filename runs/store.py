@@ -166,8 +166,9 @@ class RunStore:
         try:
             engine = _create_engine(url)
             _create_schema(engine)
-        # ImportError: the URL names a database driver that is not installed.
-        except (SQLAlchemyError, OSError, ImportError) as exc:
+        # ImportError: the URL names a database driver that is not installed; ValueError, TypeError:
+        # a query argument the driver cannot take (`?timeout=abc`), should one get past the config's check.
+        except (SQLAlchemyError, OSError, ImportError, ValueError, TypeError) as exc:
             if engine is not None:
                 engine.dispose()
             raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc

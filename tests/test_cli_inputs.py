@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,25 @@ class TestInit:
         result = overnight("init", *(["--force"] if force else []), cwd=tmp_path)
         assert_one_line_error(result, 2, "overnight.toml", "not a regular file")
         assert (tmp_path / "overnight.toml").is_fifo()
+
+
+class TestStoreUrl:
+    @pytest.mark.parametrize("query", ["timeout=abc", "check_same_thread=maybe", "mode=ro", "bogus=1"])
+    @pytest.mark.parametrize("command", ["run", "serve"])
+    def test_a_query_the_driver_cannot_take_or_ignores_is_refused_at_load(self, tmp_path, repo, query, command):
+        """`[store] url` arguments the sqlite driver refuses or ignores: exit 2 naming the key; stderr holds
+        that one JSON line and nothing else (no traceback, no SQLAlchemy warning)."""
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "sqlite:///x.db?{query}"\n')
+        result = overnight(command, "--config", str(config), "--log-format", "json")
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        event = json.loads(line)
+        assert event["event"] == "command_failed" and "[store] url" in event["error"] and query.split("=")[0] in event["error"]
+        assert not (tmp_path / "x.db").exists() and not (tmp_path / "state").exists()
+
+    def test_a_uri_query_sqlite_takes_is_accepted(self, tmp_path, repo):
+        """`?mode=...&uri=true` is SQLite's own URI syntax: passed to SQLite, not refused."""
+        from orchestrator.config import load_config
+
+        config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x.db?mode=rwc&uri=true&timeout=5"\n')
+        assert load_config(config).store.url.endswith("timeout=5")

@@ -496,6 +496,18 @@ class TestConfigErrors:
         [line] = result.stderr.strip().splitlines()  # plain, or a JSON line once serve logs JSON
         assert f"[schedule] cron: {cron!r}" in line and "Traceback" not in line
 
+    def test_a_store_query_the_driver_cannot_take_is_a_state_error(self, tmp_path: Path) -> None:
+        """The job store's engine on a URL whose query the driver refuses (past the config's check): StateError, one line."""
+        from orchestrator.config import StoreConfig
+        from orchestrator.errors import StateError
+
+        config = load(write_schedule_config(tmp_path))
+        url = f"sqlite:///{tmp_path / 'jobs.db'}?timeout=abc"
+        config = config.model_copy(update={"store": StoreConfig.model_construct(url=url)})
+        with pytest.raises(StateError, match="schedule store") as caught:
+            build_scheduler(config, tmp_path / "overnight.toml", blocking=False, job=MARKER_JOB)
+        assert "\n" not in str(caught.value)
+
     def test_serve_with_a_state_dir_that_is_a_file_is_one_line_exit_4(self, tmp_path: Path) -> None:
         path = write_schedule_config(tmp_path)
         (tmp_path / "state").write_text("not a folder")

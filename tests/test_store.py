@@ -64,6 +64,13 @@ class TestOpening:
         assert "\n" not in message
         assert "is not a directory" in message
 
+    @pytest.mark.parametrize("query", ["timeout=abc", "check_same_thread=maybe"])
+    def test_a_query_argument_the_driver_cannot_take_is_one_line(self, tmp_path: Path, query: str) -> None:
+        """A URL query the sqlite driver refuses (the config check is the first guard; this the last) is a StateError, not a ValueError."""
+        with pytest.raises(StateError) as caught:
+            RunStore.open(f"sqlite:///{tmp_path / 'runs.db'}?{query}").close()
+        assert "\n" not in str(caught.value) and "cannot open run store" in str(caught.value)
+
     def test_file_that_is_not_a_database(self, tmp_path: Path) -> None:
         """A garbage file where the database should be raises StateError with a one-line message."""
         garbage = tmp_path / "runs.db"
