@@ -11,6 +11,7 @@ Implementations are duck-typed: anything with these methods will do.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from orchestrator.records import (
@@ -59,6 +60,8 @@ class GuardContext(Protocol):
     tool_names: list[str]
     # Tokens the model can take in, when known (litellm's model info or config).
     context_window: int | None
+    # The worktree the tools act on: guards may read files there (not write them).
+    workdir: Path | None
 
     def remind(self, text: str) -> None:
         """Attach `text` to the next request only; it never enters the history."""
