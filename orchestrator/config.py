@@ -313,6 +313,10 @@ def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
         raise ConfigError(f"cannot read config file {source}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib reads nested arrays and tables by recursion
+        raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit limit for reading one
+        raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
     config = parse_config(raw, source=source)
     if require_tasks and not config.task:
         raise ConfigError(f"{source}: [[task]]: no tasks defined")

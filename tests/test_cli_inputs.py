@@ -104,3 +104,16 @@ class TestStoreUrl:
 
         config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x.db?mode=rwc&uri=true&timeout=5"\n')
         assert load_config(config).store.url.endswith("timeout=5")
+
+
+class TestUnreadableToml:
+    @pytest.mark.parametrize(
+        ("text", "fragment"),
+        [("a = " + "[" * 600 + "]" * 600 + "\n", "nested too deeply"), ("[night]\nmax_iterations = " + "9" * 4301 + "\n", "4300 digits")],
+        ids=["deep", "bigint"],
+    )
+    @pytest.mark.parametrize("command", [("run",), ("report",), ("notes",), ("gc",), ("serve", "--next")])
+    def test_toml_python_cannot_read_is_not_valid_toml(self, tmp_path, text, fragment, command):
+        """Nesting past Python's recursion limit, an integer past its 4300 digits: "not valid TOML", exit 2, no traceback."""
+        (tmp_path / "overnight.toml").write_text(text)
+        assert_one_line_error(overnight(*command, cwd=tmp_path), 2, "not valid TOML", fragment)
