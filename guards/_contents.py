@@ -88,9 +88,10 @@ def _content(workdir: Path | None, path: str) -> Any:
     """A hash of the file's bytes, None when it does not exist, _UNREADABLE when it may not or cannot be read."""
     if workdir is None:
         return _UNREADABLE
-    target = os.path.normpath(os.path.join(workdir, path))
-    if os.path.commonpath([target, os.fspath(workdir)]) != os.fspath(workdir):
-        return _UNREADABLE  # outside the worktree: the toolbox refuses it, and so do we
+    root = os.fspath(workdir)
+    target = os.path.normpath(os.path.join(root, path))
+    if not target.startswith(root.rstrip(os.sep) + os.sep):  # normpath took out any `..`: a prefix test suffices
+        return _UNREADABLE  # outside the worktree (or the worktree itself): the toolbox refuses it, and so do we
     try:
         info = os.stat(target)
         if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_BYTES:
