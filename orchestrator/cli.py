@@ -109,6 +109,7 @@ def run(
     _check_log_format(log_format)
     # First: with --log-format json, even a broken config is reported as a JSON line.
     configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    _require_git()
     if junit is not None:
         _check_writable(junit, "--junit")
     settings = load_config(config)
@@ -137,6 +138,16 @@ def _stop_at_once(log: object) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(130)
+
+
+def _require_git() -> None:
+    """git on PATH, before anything imports GitPython (whose import fails with a 20-line banner
+    without it) or runs it: cron's PATH may lack git's folder."""
+    import os
+    import shutil
+
+    if shutil.which("git") is None:
+        raise ConfigError(f"git not found on PATH (PATH={os.environ.get('PATH', '')}); install git or add its folder to PATH")
 
 
 def _check_writable(path: Path, option: str) -> None:
@@ -287,6 +298,7 @@ def demo(
     """A real night with the embedded small model on a sample repository; prints the report, notes and where things are."""
     from orchestrator.demo import run_demo
 
+    _require_git()
     raise typer.Exit(run_demo(workdir, sys.stdout))
 
 
@@ -308,6 +320,7 @@ def serve(
             typer.echo(moment.isoformat())
         return
     configure_logging(log_format)  # before the config is read: its errors, too, as JSON lines with --log-format json
+    _require_git()  # each night needs it
     raise typer.Exit(schedule.serve(config))
 
 
@@ -325,6 +338,7 @@ def gc(
     from orchestrator.lock import StateLock
     from orchestrator.worktree import check_base, open_repo
 
+    _require_git()
     settings = load_config(config, require_tasks=False)
     # Not a repository, or a base that names no commit: exit 2 before the state dir is made.
     check_base(open_repo(settings.repo_path), settings.repo.base)

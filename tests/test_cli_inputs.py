@@ -117,3 +117,21 @@ class TestUnreadableToml:
         """Nesting past Python's recursion limit, an integer past its 4300 digits: "not valid TOML", exit 2, no traceback."""
         (tmp_path / "overnight.toml").write_text(text)
         assert_one_line_error(overnight(*command, cwd=tmp_path), 2, "not valid TOML", fragment)
+
+
+class TestGitMissing:
+    @pytest.mark.parametrize("command", ["run", "gc", "serve"])
+    def test_git_not_on_path_is_one_line_naming_path(self, tmp_path, repo, command):
+        """cron's PATH without git: one line saying so and naming PATH, exit 2, before any file is made."""
+        import shutil
+
+        config = config_with(tmp_path, repo, replace=("python check_greet.py", "true"))
+        bare_path = tmp_path / "bin"
+        bare_path.mkdir()
+        (bare_path / "true").symlink_to(shutil.which("true"))
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", command, "--config", str(config), *(["--log-format", "human"] if command != "gc" else [])],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "PATH": str(bare_path)},
+        )
+        assert_one_line_error(result, 2, "git not found on PATH", f"PATH={bare_path}")
+        assert not (tmp_path / "state").exists()
