@@ -69,12 +69,19 @@ def check_base(repo, base: str) -> None:
         # --quiet: a name that is no commit fails silently; anything git says is about the repository
         # itself ("detected dubious ownership" when cron runs as another user than its owner).
         said = _git_said(exc)
-        if said:
+        if any(marker in said for marker in _REPOSITORY_REFUSED):
             reason = said.removeprefix("fatal:").strip()
             if "dubious ownership" in reason:
                 reason += " (run overnight as the repository's owner, or add it to git's safe.directory)"
             raise ConfigError(f"[repo] path: git refuses {repo.working_tree_dir}: {reason}") from None
+        if said:  # about the name: a tree or blob (HEAD^{tree}, a tag of a tree), not a commit
+            reason = said.removeprefix("error:").strip().removeprefix(f"{base}^{{commit}}:").strip()
+            raise ConfigError(f"[repo] base: {base!r} is not a commit in {repo.working_tree_dir}: {reason}") from None
         raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
+
+
+# What git says when it refuses the repository itself, whatever the name asked for.
+_REPOSITORY_REFUSED = ("dubious ownership", "safe.directory", "not a git repository")
 
 
 def _head_commit(repo) -> str | None:

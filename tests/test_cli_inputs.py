@@ -135,3 +135,17 @@ class TestGitMissing:
         )
         assert_one_line_error(result, 2, "git not found on PATH", f"PATH={bare_path}")
         assert not (tmp_path / "state").exists()
+
+
+class TestBase:
+    @pytest.mark.parametrize("base", ["HEAD^{tree}", "treetag"])
+    @pytest.mark.parametrize("command", ["run", "gc"])
+    def test_a_base_naming_a_tree_blames_the_base(self, tmp_path, repo, base, command):
+        """`[repo] base` naming a tree, not a commit: the line names [repo] base, not the repository."""
+        from tests.conftest import git
+
+        git(repo, "tag", "treetag", "HEAD^{tree}")
+        config = config_with(tmp_path, repo, replace=("[repo]\n", f'[repo]\nbase = "{base}"\n'))
+        result = overnight(command, "--config", str(config))
+        assert_one_line_error(result, 2, "[repo] base", repr(base), "is not a commit", "tree")
+        assert "[repo] path" not in result.stderr and not (tmp_path / "state").exists()
