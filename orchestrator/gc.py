@@ -9,7 +9,8 @@ it and `Worktree.ensure` recreates it if the task comes back; one with changes
 is kept unless `force`. The branch is deleted only when each of its commits is
 on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
 remote-tracking branch (pushed); a detached HEAD does not count. A branch rebased
-into base (`git cherry` finds each commit's change there) counts as merged.
+into base (`git cherry` finds each commit's change there) counts as merged, unless it
+has a merge commit of its own (whose conflict resolution cherry cannot see).
 Otherwise it is kept, with the reason, unless `force`. Transcripts, notes.md and the run
 store keep their history.
 """
@@ -209,9 +210,17 @@ def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed
 
 def _rebased_into(git: _Git, base: str, tip: str) -> bool:
     """Whether `base` holds a commit with the same change as each commit of the branch (`git cherry`
-    marks all "-"): the branch was rebased into it, or squashed when it had one commit."""
+    marks all "-"): the branch was rebased into it, or squashed when it had one commit.
+
+    Never for a branch with a merge commit of its own: `git cherry` skips merges, and a merge's
+    conflict resolution can carry work no other commit has. Each of the branch's other commits
+    must be among cherry's "-" lines.
+    """
+    if int(git.run("rev-list", "--count", "--merges", f"{base}..{tip}")):
+        return False
+    plain = int(git.run("rev-list", "--count", "--no-merges", f"{base}..{tip}"))
     marks = [line[:1] for line in git.run("cherry", base, tip).splitlines()]
-    return bool(marks) and all(mark == "-" for mark in marks)
+    return plain > 0 and marks.count("-") == plain == len(marks)
 
 
 def _base_label(git: _Git, base: str) -> str | None:

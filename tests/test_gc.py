@@ -111,6 +111,24 @@ class TestStaleTasks:
             git(repo, "cherry-pick", "overnight/sq")
         assert collect_garbage(settings).removed_branches == ("overnight/sq",)
 
+    def test_a_branch_with_a_merge_of_its_own_is_not_taken_for_rebased(self, settings, repo):
+        """Its one plain commit cherry-picked into base, the branch's merge of base (whose resolution carries work
+        of its own) is skipped by `git cherry`: the branch is kept as unmerged, the merge's work on it."""
+        tree = task_worktree(settings, "mixed", commit=True)
+        first = git(repo, "rev-parse", "overnight/mixed")
+        (repo / "user.txt").write_text("the user's own work\n")
+        git(repo, "add", "user.txt")
+        git(repo, "commit", "-q", "-m", "user")
+        git(tree.path, "merge", "-q", "--no-commit", "main")
+        (tree.path / "resolution.txt").write_text("work only in the merge\n")
+        git(tree.path, "add", "resolution.txt")
+        git(tree.path, "commit", "-q", "-m", "merge main, with a fix")
+        git(repo, "cherry-pick", first)
+        assert git(repo, "cherry", "main", "overnight/mixed").startswith("-")  # all "-": cherry sees no merge
+        result = collect_garbage(settings)
+        assert result.removed_branches == () and [k.branch for k in result.kept_branches] == ["overnight/mixed"]
+        assert "resolution.txt" in git(repo, "ls-tree", "--name-only", "overnight/mixed")
+
     def test_the_advice_for_a_kept_branch_deletes_only_that_branch(self, settings, repo):
         """A kept branch's reason says how to delete that one branch, not to use --force, which deletes all kept work."""
         task_worktree(settings, "wip", commit=True)
