@@ -8,7 +8,7 @@ removed when it holds no uncommitted change, since the branch then has all of
 it and `Worktree.ensure` recreates it if the task comes back; one with changes
 is kept unless `force`. The branch is deleted only when each of its commits is
 on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
-remote-tracking branch (pushed); a detached HEAD does not count. A branch rebased
+remote-tracking branch (pushed); a detached HEAD and `overnight-kept/*` branches do not count. A branch rebased
 into base (`git cherry` finds each commit's change there) counts as merged, unless it
 has a merge commit of its own (whose conflict resolution cherry cannot see).
 Otherwise it is kept, with the reason, unless `force`. Transcripts, notes.md and the run
@@ -26,6 +26,7 @@ from pathlib import Path
 from orchestrator.commands import UNATTENDED_ENV
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
+from orchestrator.recovery import KEPT_BRANCH_PREFIX
 from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, check_base, make_writable, open_repo, repair_moved
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
@@ -197,9 +198,12 @@ def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed
     A commit is safe when a ref other than the branch keeps it: a local branch (`[repo] base`
     among them when it names one), a tag, or a remote-tracking branch (pushed). Not HEAD: a
     detached HEAD (the night's commit checked out to try it) keeps nothing once the user
-    switches back. Branches this gc deletes keep nothing either, dry run or not.
+    switches back. Branches this gc deletes keep nothing either, dry run or not; nor do
+    `overnight-kept/*` branches (a person's stray edits, kept by recovery on top of the task's
+    commits), which the person deletes once they have looked, the task's commits with them.
     """
     others = [f"--exclude={name.removeprefix('refs/heads/')}" for name in (branch, *removed)]
+    others.append(f"--exclude={KEPT_BRANCH_PREFIX}*")
     lost = int(git.run("rev-list", "--count", tip, "--not", *others, "--branches", "--tags", "--remotes"))
     if not lost or (base_name and _rebased_into(git, base_name, tip)):
         return None

@@ -164,6 +164,18 @@ class TestStaleTasks:
         assert result.removed_branches == ("overnight/first",)
         assert [k.branch for k in result.kept_branches] == ["overnight/second"]
 
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_a_kept_branch_of_stray_edits_does_not_make_a_commit_safe(self, settings, repo, dry_run):
+        """An overnight-kept/ branch (recovery's keep of a person's edit, on top of the task's commits) is the person's
+        to delete later: the task branch whose commits only it also holds is kept as unmerged."""
+        task_worktree(settings, "old", commit=True)
+        git(repo, "branch", "overnight-kept/old/20260101T010101.000000Z", "overnight/old")
+        result = collect_garbage(settings, dry_run=dry_run)
+        assert result.removed_branches == ()
+        [kept] = result.kept_branches
+        assert kept.branch == "overnight/old" and kept.reason.startswith("1 commit(s) not merged into main")
+        assert "overnight/old" in branches(repo)
+
     def test_a_commit_on_a_tag_is_safe(self, settings, repo):
         """A commit a tag holds is not lost with the branch."""
         task_worktree(settings, "tagged", commit=True)
