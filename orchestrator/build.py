@@ -66,9 +66,19 @@ class CheckedInputs:
 
 
 def check_inputs(config: Config) -> CheckedInputs:
-    """ConfigError (exit 2) on a bad repository, base or user guard; reads only, so the CLI
-    calls it before it takes the state dir's lock (which creates the state dir)."""
+    """ConfigError (exit 2) on a bad repository, base, state dir, check or user guard; reads only,
+    so the CLI calls it before it takes the state dir's lock (which creates the state dir)."""
     from guards import guard_factory
+
+    repo = check_repository(config)
+    _check_programs_found(config)
+    return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
+
+
+def check_repository(config: Config) -> Any:
+    """The user's repository (a git.Repo), once `[repo] path`, `[repo] base` and `[state] dir` are
+    found usable together: ConfigError (exit 2) otherwise. Reads only: every command that locks or
+    writes the state dir (run, gc, serve) calls it first, so none writes into the user's checkout or .git."""
     from orchestrator.worktree import check_base, open_repo
 
     repo = open_repo(config.repo_path)
@@ -77,8 +87,7 @@ def check_inputs(config: Config) -> CheckedInputs:
     if state == top or state.is_relative_to(git_dir):
         where = "the repository's own folder" if state == top else "inside its .git"
         raise ConfigError(f"[state] dir: {state} is {where}; name a folder of its own (the default is .overnight)")
-    _check_programs_found(config)
-    return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
+    return repo
 
 
 def _check_programs_found(config: Config) -> None:

@@ -333,15 +333,16 @@ def gc(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
 ) -> None:
     """Remove worktrees and overnight/ branches of tasks no longer in the config; unmerged work is kept."""
+    from orchestrator.build import check_repository
     from orchestrator.config import load_config
     from orchestrator.gc import collect_garbage
     from orchestrator.lock import StateLock
-    from orchestrator.worktree import check_base, open_repo
 
     _require_git()
     settings = load_config(config, require_tasks=False)
-    # Not a repository, or a base that names no commit: exit 2 before the state dir is made.
-    check_base(open_repo(settings.repo_path), settings.repo.base)
+    # Not a repository, a base that names no commit, a state dir in the checkout or its .git:
+    # exit 2 before the state dir (and its lock) is made.
+    check_repository(settings)
     # A dry run only reads: where no state dir is yet, it makes none (the lock would).
     lock = StateLock(settings.state_dir) if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
     with lock:

@@ -241,8 +241,13 @@ def serve(config_path: Path) -> int:
     The signal is passed on to the night in flight, and `serve` waits for its rollback and exit.
     LockHeld (exit 75) when another `serve` holds the state dir's `serve.lock`.
     """
+    from orchestrator.build import check_inputs
+
     config = load_config(config_path)
     night_trigger(config, schedule_timezone(config))  # a bad [schedule]: exit 2 before the state dir is made
+    # What every night would refuse (no repository, a state dir in its checkout or .git, a check's
+    # program not on PATH): exit 2 now, before serve's lock and job store are made, not each night.
+    check_inputs(config)
     # Before the job store is read: a second serve must neither replace the job nor run it.
     with StateLock(config.state_dir, name=SERVE_LOCK_NAME, holder_kind="overnight serve"):
         return _serve_locked(config, config_path)

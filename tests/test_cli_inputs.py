@@ -149,3 +149,21 @@ class TestBase:
         result = overnight(command, "--config", str(config))
         assert_one_line_error(result, 2, "[repo] base", repr(base), "is not a commit", "tree")
         assert "[repo] path" not in result.stderr and not (tmp_path / "state").exists()
+
+
+class TestGcAndServeCheckLikeRun:
+    @pytest.mark.parametrize("state", ["repo", "repo/.git/overnight"])
+    @pytest.mark.parametrize("command", [("gc",), ("gc", "--dry-run"), ("serve",)])
+    def test_a_state_dir_in_the_checkout_or_its_git_is_refused_before_any_file(self, tmp_path, repo, state, command):
+        """gc and serve refuse what run refuses: no lock, no store, nothing written into the user's checkout or .git."""
+        from tests.conftest import git
+
+        config = config_with(tmp_path, repo, replace=('dir = "state"', f'dir = "{state}"'))
+        assert_one_line_error(overnight(*command, "--config", str(config)), 2, "[state] dir", "a folder of its own")
+        assert git(repo, "status", "--porcelain", "--ignored") == "" and not (repo / ".git" / "overnight").exists()
+
+    def test_serve_with_no_repository_is_refused_at_once(self, tmp_path, repo):
+        """serve on a [repo] path that is no repository exits 2 at once, instead of serving nights that each exit 2."""
+        config = config_with(tmp_path, repo, replace=(f'path = "{repo}"', f'path = "{tmp_path / "nothing"}"'))
+        assert_one_line_error(overnight("serve", "--config", str(config)), 2, "[repo] path")
+        assert not (tmp_path / "state").exists()

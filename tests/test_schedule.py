@@ -41,7 +41,7 @@ from orchestrator.schedule import (
     serve,
 )
 from orchestrator.scripted import Reply, call
-from tests.conftest import write_config
+from tests.conftest import make_repo, write_config
 from tests.test_night import FIX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,10 @@ def marker_job(config_path: str, log_format: str = "auto") -> int:
 
 
 def write_schedule_config(folder: Path, *, cron: str = "30 1 * * *", zone: str = "UTC", grace_s: int = 3600) -> Path:
+    """A config whose [repo] path is its own folder, a repository with one commit (serve checks it as run does)."""
     folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / ".git").exists():
+        make_repo(folder, {"README": "scheduled\n"})
     path = folder / "overnight.toml"
     path.write_text(
         "[state]\n"
