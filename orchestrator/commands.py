@@ -165,8 +165,13 @@ def git_ceilings(folder: Path) -> str:
     in any folder that is not above `folder` (a repository the agent made for itself).
     The leading empty entry: the paths are resolved already, git need not stat them again.
     """
-    above = Path(folder).resolve().parents
-    return os.pathsep.join(["", *(str(path) for path in above if path != path.parent)])
+    above = [path for path in Path(folder).resolve().parents if path != path.parent][:_CEILINGS]
+    return os.pathsep.join(["", *(str(path) for path in above)])
+
+
+# The nearest folders above a worktree (the state dir, the user's checkout, a home kept in git) are
+# what matters; a path hundreds of folders deep made a variable too long for exec (E2BIG).
+_CEILINGS = 32
 
 
 def how_it_ended(exit_code: int) -> str:
@@ -353,10 +358,10 @@ def stop_marked_processes(folder: Path, *, below: bool = False, created_after: P
 
     Such a process is known by COMMAND_MARK in its environment, inherited by all a command
     starts, also by what left its process group (`setsid`, a daemon), which the group kill
-    misses; or, if it overwrote its environment to set its title (redis, postgres, anything
-    using setproctitle: the mark is gone), by its current folder inside `folder`: a process of
-    this user with no terminal, not overnight, its parents or its direct children (another
-    command's shell). Linux's /proc; elsewhere nothing is found.
+    misses; or, in the sweep after a command (`created_after`), if it overwrote its environment
+    to set its title (redis, postgres, anything using setproctitle: the mark is gone), by its
+    current folder inside `folder`: an orphan of this user's with no terminal, made since the
+    command began. Linux's /proc; elsewhere nothing is found.
     """
     my_group = os.getpgrp()
     stopped: dict[int, str] = {}
@@ -405,14 +410,18 @@ def _commands_processes(folder: Path, below: bool, created_after: ProcessClock |
             if marked == wanted or below and marked.startswith(wanted + b"/"):
                 yield pid, marked
             continue
+        # A process that overwrote its environment (to set its title) is known by its folder, only
+        # in the sweep after a command (made since it began) and only as an orphan: a live parent
+        # outside (an editor whose helper runs in the worktree) is not the command's. Recovery, over
+        # every process, goes by the mark alone: a person's detached editor there is no orphan of ours.
+        if created_after is None:
+            continue
         where = _folder_within(pid, inside, below)
         if where is None:
             continue
         if spared is None:
             spared = _me_and_my_parents()
-        # Over all processes (recovery), only an orphan counts: a live parent outside (an editor
-        # whose language server sits in the worktree) is not a command's, and its group is not ours to kill.
-        if _may_stop(pid, spared, orphans_only=created_after is None):
+        if _may_stop(pid, spared):
             yield pid, where
 
 
@@ -437,19 +446,19 @@ def _stat_fields(pid: int) -> list[bytes]:
         return stat_file.read().rsplit(b")", 1)[1].split()
 
 
-def _may_stop(pid: int, spared: set[int], *, orphans_only: bool = False) -> bool:
+def _may_stop(pid: int, spared: set[int]) -> bool:
     """Whether a process found by its folder may be killed: this user's, with no terminal (not a
-    person's shell in the worktree), neither overnight, one of its parents, nor its direct child;
-    with `orphans_only`, also one whose parent is init or a systemd (a daemon left behind)."""
+    person's shell in the worktree), neither overnight nor one of its parents, and an orphan (its
+    parent init or a systemd: a daemon left behind), so never a live program's helper."""
     try:
         fields = _stat_fields(pid)
         mine = os.stat(f"/proc/{pid}").st_uid == os.getuid()
     except (OSError, IndexError):
         return False
     parent = int(fields[1])
-    if orphans_only and parent != 1 and _name_of(parent) not in (b"systemd", b"init"):
+    if parent != 1 and _name_of(parent) not in (b"systemd", b"init"):
         return False
-    return mine and int(fields[4]) == 0 and pid not in spared and parent != os.getpid()
+    return mine and int(fields[4]) == 0 and pid not in spared
 
 
 def _name_of(pid: int) -> bytes:

@@ -13,11 +13,10 @@ import sys
 import termios
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from orchestrator.commands import COMMAND_MARK, _as_a_terminal_shows, run_shell, stop_marked_processes
+from orchestrator.commands import COMMAND_MARK, ProcessClock, _as_a_terminal_shows, run_shell, stop_marked_processes
 from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
 from tests.conftest import git, make_repo
@@ -157,19 +156,30 @@ class TestProcessesLeftBehind:
             if pid_file.exists() and _alive(int(pid_file.read_text())):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
-    def test_below_finds_unmarked_processes_by_their_folder_but_not_a_persons_shell(self, tmp_path: Path):
-        """Recovery: a process without the mark whose folder is in a worktree is stopped, unless it has a
-        terminal (the person reviewing the worktree) or its folder is beside the worktrees."""
+    def test_a_command_runs_in_a_folder_hundreds_deep(self, tmp_path: Path):
+        """GIT_CEILING_DIRECTORIES named every folder above: 200 folders deep, the variable passed what exec
+        takes (E2BIG), and no command ran at all."""
+        deep = tmp_path.joinpath(*["folder-09"] * 200)
+        deep.mkdir(parents=True)
+        result = run_shell("echo ran", deep, timeout_s=30, max_output_chars=1000)
+        assert result.exit_code == 0 and "ran" in result.output
+
+    def test_processes_found_by_their_folder_are_only_a_commands_orphans(self, tmp_path: Path):
+        """A process without the mark (it overwrote its environment to set its title) whose folder is in a
+        worktree is stopped by the sweep after a command when it is an orphan made since the command began;
+        never a person's shell (a terminal), a live program's helper (an editor's, its parent alive
+        outside), a folder beside the worktrees, nor by recovery's scan of every process: a person's
+        editor detached in a worktree is no orphan of a night's (recovery goes by the mark)."""
         root = tmp_path / "worktrees"
         for folder in (root / "task" / "src", tmp_path / "worktrees-old" / "task"):
             folder.mkdir(parents=True)
         env = {name: value for name, value in os.environ.items() if name != COMMAND_MARK}
 
-        def orphan(folder: Path, **options: Any) -> int:
-            """A sleeper a killed night left: in its own session, no longer overnight's child."""
+        def orphan(folder: Path) -> int:
+            """A sleeper in its own session, no longer anyone's child but init's."""
             shell = subprocess.run(
                 ["sh", "-c", "trap '' HUP; sleep 30 >/dev/null 2>&1 & echo $!"], cwd=folder, env=env, start_new_session=True,
-                stdout=subprocess.PIPE, check=True, **options,
+                stdout=subprocess.PIPE, check=True,
             )
             return int(shell.stdout)
 
@@ -177,6 +187,9 @@ class TestProcessesLeftBehind:
         pids: list[int] = []
         shell = editor = None
         try:
+            detached = orphan(root / "task")  # before the command: the person's detached editor
+            pids.append(detached)
+            began = ProcessClock.now()
             pids.append(inside := orphan(root / "task" / "src"))
             pids.append(beside := orphan(tmp_path / "worktrees-old" / "task"))
             shell = subprocess.Popen(  # the person's shell, and what it runs, in the worktree
@@ -184,13 +197,15 @@ class TestProcessesLeftBehind:
                 stdin=terminal, stdout=subprocess.PIPE, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
             )
             pids.append(person := int(shell.stdout.readline()))
-            editor = subprocess.Popen(  # an editor, outside, whose language server sits in the worktree
+            editor = subprocess.Popen(  # an editor, outside, whose helper runs in the worktree
                 ["sh", "-c", f"cd {shlex.quote(str(root / 'task'))} && sleep 30 & echo $!; wait"], cwd=tmp_path, env=env,
                 start_new_session=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
             )
-            pids.append(server := int(editor.stdout.readline()))
-            assert list(stop_marked_processes(root, below=True).values()) == [str(root.resolve() / "task")]
-            assert _wait_dead(inside) and _alive(beside) and _alive(person) and _alive(server)
+            pids.append(helper := int(editor.stdout.readline()))
+            assert stop_marked_processes(root, below=True) == {}
+            assert list(stop_marked_processes(root / "task", created_after=began).values()) == [str(root.resolve() / "task")]
+            assert _wait_dead(inside)
+            assert _alive(detached) and _alive(beside) and _alive(person) and _alive(helper)
         finally:
             for pid in pids:
                 if _alive(pid):
