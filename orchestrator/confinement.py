@@ -99,7 +99,9 @@ refuse() {
 case "$command" in
   add|rm|mv|reset|restore|checkout|switch|clean|commit|merge|rebase|cherry-pick|revert|am|apply|pull|\
   read-tree|update-index|checkout-index|sparse-checkout|submodule|bisect|mergetool)
-    if [[ ${#before[@]} -gt 0 || -n "$GIT_DIR$GIT_WORK_TREE" ||
+    # A ':' above the worktree splits GIT_CEILING_DIRECTORIES (git has no escape for it): git may
+    # climb out of the worktree itself then, so the repository is asked there too.
+    if [[ ${#before[@]} -gt 0 || -n "$GIT_DIR$GIT_WORK_TREE" || "$OVERNIGHT_WORKTREE" == *:* ||
           ( "$PWD" != "$OVERNIGHT_WORKTREE" && "$PWD" != "$OVERNIGHT_WORKTREE"/* ) ]] &&
        in_users_repository "${before[@]}"; then
       top=$(REAL_GIT "${before[@]}" rev-parse --show-toplevel 2>/dev/null)

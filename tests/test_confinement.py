@@ -17,7 +17,7 @@ from orchestrator.records import ToolCall, ToolResult
 from orchestrator.scripted import call
 from orchestrator.tools import Toolbox
 from orchestrator.worktree import Worktree
-from tests.conftest import git, write_config
+from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 from tests.test_night import overnight, report_json
 
 
@@ -174,6 +174,18 @@ class TestOutsideTheWorktree:
         assert (git(repo, "status", "--porcelain"), git(other.path, "status", "--porcelain"), (repo / "greet.py").read_text()) == before
         assert not result.ok and ("not a git repository" in result.output or "overnight: refused" in result.output), result.output
         assert (repo / "notes.txt").exists() and (other.path / "new.txt").exists()
+
+    def test_a_colon_above_the_worktree_does_not_let_git_climb_into_the_users_checkout(self, tmp_path: Path) -> None:
+        """Git splits GIT_CEILING_DIRECTORIES on ':' with no escape: with one in a folder above, the agent's
+        `rm .git; git reset --hard` in the worktree's root climbed into the user's checkout and reset the
+        user's work (the hook refused the ref update only after the files were reset)."""
+        repo = make_repo(tmp_path / "work:2026" / "repo", SAMPLE_FILES)
+        (repo / "greet.py").write_text("def greet():\n    return 'USER WIP'\n")
+        tree = Worktree.ensure(repo, repo / ".overnight", "fix", "main")
+        toolbox = Toolbox(tree.path, ("run_command",), check_command="true", confinement=Confinement(tree.branch, tree.shared_config))
+        result = toolbox.execute(ToolCall("run_command", {"command": "rm -f .git; git reset -q --hard"}))
+        assert not result.ok and "overnight: refused" in result.output, result.output
+        assert "USER WIP" in (repo / "greet.py").read_text()
 
     def test_the_agent_cannot_remove_or_move_a_worktree_but_may_list_them(self, state_inside: Any, repo: Path) -> None:
         """`git worktree remove --force ../other` deleted another task's worktree and its uncommitted work."""
