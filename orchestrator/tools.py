@@ -524,7 +524,7 @@ def _overwrite(target: Path, text: str, errors: str = "strict") -> None:
 
 def _replace(target: Path, data: bytes, mode: int) -> None:
     """`target` replaced by a new file holding `data`, with `mode`: its other hard links keep the old bytes."""
-    fd, spare = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".overnight", dir=target.parent)
+    fd, spare = tempfile.mkstemp(prefix=".overnight-", dir=target.parent)  # not the file's name: a long one would be too long
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -278,14 +278,17 @@ class TestFileTools:
         """uv and pnpm link packages to their cache: an edit or write there must not change the cached file."""
         cache = tmp_path / "cache"
         cache.mkdir()
-        for name in ("api.py", "models.py"):
+        # A name near the file system's limit too: the spare file's name must not be longer.
+        long_name = "m" * 240 + ".py"
+        for name in ("api.py", "models.py", long_name):
             (cache / name).write_text(f"# {name}, cached\nVALUE = 1\n")
             os.chmod(cache / name, 0o755)
             os.link(cache / name, repo / name)
         assert run(toolbox(repo), "edit_file", path="api.py", old="VALUE = 1", new="VALUE = 2").ok
         assert run(toolbox(repo), "write_file", path="models.py", content="broken\n").ok
+        assert run(toolbox(repo), "edit_file", path=long_name, old="VALUE = 1", new="VALUE = 3").ok
         assert (repo / "api.py").read_text() == "# api.py, cached\nVALUE = 2\n" and (repo / "models.py").read_text() == "broken\n"
-        for name in ("api.py", "models.py"):
+        for name in ("api.py", "models.py", long_name):
             assert (cache / name).read_text() == f"# {name}, cached\nVALUE = 1\n"
             assert (repo / name).stat().st_nlink == 1 and (repo / name).stat().st_mode & 0o777 == 0o755
         assert sorted(path.name for path in repo.iterdir() if "overnight" in path.name) == []
