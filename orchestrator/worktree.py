@@ -424,18 +424,22 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
 
 
 def moved_from(repo, path: Path) -> Path | None:
-    """Where the worktree folder `path` was registered, when it was moved here (the state dir
-    moved, `[state] dir` edited): its `.git` links to a registration in `repo` that names a
-    folder no longer there. None for any other folder (a copy whose original still exists
-    leaves the registration to the original)."""
+    """Where the worktree folder `path` was registered, when it was moved here with the state dir
+    (`[state] dir` edited): its `.git` links to a registration in `repo` that names a folder no
+    longer there, of the same name, in a folder named `worktrees` as `path` is. None for any
+    other folder: a copy whose original still exists leaves the registration to the original, and
+    a folder renamed aside (`mv worktrees/fix worktrees/fix.bak`) is a person's, not the task's."""
     admin = linked_admin_dir(repo, path)
-    if admin is None or _names_back(admin, path):
+    if admin is None or _names_back(admin, path) or path.parent.name != WORKTREES_FOLDER:
         return None
     try:
         registered = admin / os.fsdecode((admin / "gitdir").read_bytes()).strip()  # relative: to `admin`
     except OSError:
         return None
-    return registered.parent if registered.name == ".git" and not registered.parent.exists() else None
+    folder = registered.parent
+    if registered.name != ".git" or folder.name != path.name or folder.parent.name != WORKTREES_FOLDER:
+        return None
+    return folder if not folder.exists() else None
 
 
 def repair_moved(repo, path: Path) -> bool:

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import git as gitpython
 import pytest
+import structlog
 
+from orchestrator.config import load_config
+from orchestrator.gc import collect_garbage
+from orchestrator.lock import StateLock
+from orchestrator.recovery import recover_interrupted
 from orchestrator.worktree import Worktree, open_repo
-from tests.conftest import SAMPLE_FILES, git, make_repo
+from runs import RunStore
+from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 
 
 def test_made_once_then_reused(repo: Path, tmp_path: Path) -> None:
@@ -38,6 +44,35 @@ def test_a_worktree_moved_with_the_state_dir_is_repaired_and_reused(repo: Path, 
     assert (moved.path / "REVIEW.md").read_text() == "my review\n"
     listed = git(repo, "worktree", "list", "--porcelain")
     assert f"worktree {moved.path}\n" in listed and "old-state" not in listed
+
+
+def test_a_worktree_folder_renamed_aside_is_left_as_it_is_and_the_task_made_anew(repo: Path, tmp_path: Path) -> None:
+    """`mv worktrees/fix worktrees/fix.bak` (to keep it while the task starts over) is a person's folder, not the
+    task's moved with the state dir: recovery and gc leave it and its registration as they are, and the next
+    ensure makes `fix` again on its branch. It was repaired: ensure failed ("already checked out at .../fix.bak"),
+    and recovery kept fix.bak's edits as task "fix.bak"'s and reset it."""
+    config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+                                      tasks=[{"name": "fix", "prompt": "p", "check": "true"}]))
+    tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
+    (tree.path / "new.txt").write_text("work\n")
+    commit = tree.commit("overnight: fix iteration 1")
+    (tree.path / "greet.py").write_text("my edit\n")
+    aside = config.worktrees_dir / "fix.bak"
+    tree.path.rename(aside)
+    with StateLock(config.state_dir), structlog.testing.capture_logs() as logs:
+        store = RunStore.open(config.store_url)
+        try:
+            recover_interrupted(store, config, structlog.get_logger())
+        finally:
+            store.close()
+    collect_garbage(config)
+    assert ("worktree_folder_kept", "fix.bak") in [(e["event"], e.get("task")) for e in logs]
+    assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+    assert (aside / "greet.py").read_text() == "my edit\n" and (aside / "new.txt").exists()
+    again = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
+    assert again.path == config.worktrees_dir / "fix" and again.checkpoint() == commit
+    assert (again.path / "new.txt").read_text() == "work\n" and again.is_clean()
+    assert str(aside) not in git(repo, "worktree", "list", "--porcelain")
 
 
 def test_a_worktree_folder_removed_by_hand_comes_back_on_its_branch(repo: Path, tmp_path: Path) -> None:
