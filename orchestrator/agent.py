@@ -183,7 +183,8 @@ def _each(guards: list[Guard], hook: str, ctx: RunContext, *args: Any) -> None:
         except (QualityError, Cancelled):
             raise
         except Exception as exc:  # a bug in the guard, often a user's: not the model's fault
-            guards.remove(guard)
+            # By identity: two guards may compare equal (a dataclass with the same fields), and the healthy one must stay.
+            del guards[next(i for i, g in enumerate(guards) if g is guard)]
             _guard_failed(ctx, type(guard).__name__, hook, exc)
 
 

@@ -824,6 +824,32 @@ class TestACrashingGuard:
         assert [(e["guard"], e["hook"], e["error"]) for e in errors] == [("AsciiPathGuard", "after_tool_call", "KeyError: 'path'")]
 
 
+    def test_a_crashing_guard_equal_to_a_healthy_one_leaves_the_healthy_one_in(self, project: Path):
+        """Two guards that compare equal (one dataclass, the same fields): only the one that crashed is left out."""
+        from dataclasses import dataclass, field
+
+        @dataclass
+        class Watch:
+            crash: bool = field(default=False, compare=False)
+            seen: int = field(default=0, compare=False)
+
+            def after_tool_call(self, ctx, call, result):
+                self.seen += 1
+                if self.crash:
+                    raise RuntimeError("bug")
+
+        healthy, crasher = Watch(), Watch(crash=True)
+        assert healthy == crasher
+        model = ScriptedModel(
+            [call("read_file", {"path": "app.py"}), call("list_dir", {}), call("run_check"), call("submit", {"summary": "x"})]
+        )
+        toolbox = Toolbox(project, TOOLS, check_command="true")
+        ctx, sink = make_ctx()
+        run_agent(model, toolbox, [healthy, crasher], [], ctx, ListRecorder())
+        assert (healthy.seen, crasher.seen) == (4, 1)
+        assert [s.kind for s in sink] == ["guard_error"]
+
+
 class TestNoToolCallGuard:
     """Prose without calls, and many calls at once: what real small models do."""
 
