@@ -100,5 +100,5 @@ def _content(workdir: Path | None, path: str) -> Any:
             return hash(handle.read())
     except FileNotFoundError:
         return None
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path (the toolbox refuses the call too)
         return _UNREADABLE

@@ -445,6 +445,24 @@ class TestFileVersions:
             assert versions.new_after(tmp_path, write) is False
 
 
+    def test_a_path_with_a_nul_is_unreadable_not_a_crash(self, tmp_path: Path):
+        """os.stat raises ValueError for a NUL in the path: the call stands in for the content."""
+        from guards._contents import FileVersions
+
+        versions = FileVersions()
+        write = ToolCall(name="edit_file", arguments={"path": "notes\x00.md", "old": "a", "new": "b"})
+        versions.before(tmp_path, [write])
+        assert versions.new_after(tmp_path, write) is True
+        assert versions.new_after(tmp_path, write) is False
+
+    def test_a_write_to_a_nul_path_leaves_both_file_guards_in(self, project: Path):
+        """A refused write to 'notes\\0.md', then failed edits: failing_streak still warns and stops (no guard_error)."""
+        replies = [call("write_file", {"path": "notes\x00.md", "content": "x"})]
+        replies += [call("edit_file", {"path": "app.py", "old": f"return 4{i}{i}", "new": "return 42"}) for i in range(8)]
+        sink, error, _ = run_with_guards(project, *replies)
+        assert "guard_error" not in {s.kind for s in sink}
+        assert error is not None and error.reason == "failing_streak"
+
 def play_round(guard, ctx, *pairs: tuple[ToolCall, ToolResult]) -> None:
     guard.after_model_response(ctx, *answer(*(c for c, _ in pairs)))
     for made, result in pairs:
