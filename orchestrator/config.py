@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from orchestrator.errors import ConfigError, StateError
 
@@ -31,6 +31,16 @@ _DAY_S = 86400.0
 class _Section(BaseModel):
     # inf and nan would pass every bound below, then overflow the first timedelta made of them.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1: `max_tokens_per_night = true` would be a 1-token budget.
+        # Numeric strings and whole floats stay accepted, as they always were.
+        annotation = cls.model_fields[info.field_name].annotation if info.field_name else None
+        if isinstance(value, bool) and {annotation, *get_args(annotation)} & {int, float}:
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
 
 
 class ModelConfig(_Section):
@@ -204,9 +214,11 @@ class TaskConfig(_Section):
 
     @field_validator("prompt", "check")
     @classmethod
-    def _no_nul(cls, value: str) -> str:
+    def _no_nul_nor_blank(cls, value: str) -> str:
         if "\0" in value:
             raise ValueError("contains a NUL character, which no command or prompt can carry")
+        if not value.strip():  # sh -c '   ' exits 0: every submit would pass such a check
+            raise ValueError("is blank (only whitespace); write what it should say or run")
         return value
 
     @field_validator("tools")

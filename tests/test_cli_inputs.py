@@ -167,3 +167,33 @@ class TestGcAndServeCheckLikeRun:
         config = config_with(tmp_path, repo, replace=(f'path = "{repo}"', f'path = "{tmp_path / "nothing"}"'))
         assert_one_line_error(overnight("serve", "--config", str(config)), 2, "[repo] path")
         assert not (tmp_path / "state").exists()
+
+
+class TestLaxTypes:
+    @pytest.mark.parametrize(
+        ("sections", "key"),
+        [
+            ({"night": {"max_tokens_per_night": True}}, "[night] max_tokens_per_night"),
+            ({"night": {"concurrency": True}}, "[night] concurrency"),
+            ({"model": {"request_timeout_s": True}}, "[model] request_timeout_s"),
+            ({"model": {"retries": False}}, "[model] retries"),
+            ({"guards": {"context_warn_ratio": True}}, "[guards] context_warn_ratio"),
+            ({"tasks": [{"name": "t", "prompt": "p", "check": "   "}]}, "[[task]] #1 check"),
+            ({"tasks": [{"name": "t", "prompt": " \n\t", "check": "true"}]}, "[[task]] #1 prompt"),
+        ],
+    )
+    def test_a_boolean_for_a_number_or_a_blank_check_is_refused(self, tmp_path, repo, sections, key):
+        """true is no token budget and '   ' no check (sh -c '   ' passes every submit): exit 2 naming the key."""
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo, **sections)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, key)
+        assert not (tmp_path / "state").exists()
+
+    def test_numeric_strings_and_whole_floats_are_still_read(self, tmp_path, repo):
+        """What was accepted stays accepted: "3" and 2.0 where a number goes."""
+        from orchestrator.config import load_config
+
+        config = write_config(
+            tmp_path / "overnight.toml", api_base=API_BASE, repo=repo, model={"max_tokens": 2.0, "temperature": "0.5"}, night={"max_iterations": "3"},
+        )
+        loaded = load_config(config)
+        assert (loaded.model.max_tokens, loaded.model.temperature, loaded.night.max_iterations) == (2, 0.5, 3)
