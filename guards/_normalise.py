@@ -36,6 +36,34 @@ def call_key(call: ToolCall) -> str:
 _last: tuple[ToolCall | None, str] = (None, "")
 
 
+class AnswerCopies:
+    """Copies of one call within a single answer count once: that burst is one decision of the model.
+
+    `start()` when an answer is announced (after_model_response); `first(call)` in after_tool_call is
+    False for a copy of a call made earlier in the same answer. Before any answer, every call is first.
+    """
+
+    __slots__ = ("_keys",)
+
+    def __init__(self) -> None:
+        self._keys: set[str] | None = None
+
+    def reset(self) -> None:
+        self._keys = None
+
+    def start(self) -> None:
+        self._keys = set()
+
+    def first(self, call: ToolCall) -> bool:
+        keys = self._keys
+        if keys is None:
+            return True
+        key = call_key(call)
+        if key in keys:
+            return False
+        keys.add(key)
+        return True
+
 def path_argument(call: ToolCall) -> str | None:
     """The call's path argument without noise (`./a.py` is `a.py`), or None when it has none."""
     for key, value in call.arguments.items():

@@ -11,7 +11,7 @@ from orchestrator.printable import shortened, visible
 
 from guards._contents import FileVersions
 from guards._describe import describe_call
-from guards._normalise import call_key
+from guards._normalise import AnswerCopies, call_key
 
 KIND = "failing_streak"
 # Lines of the last failure's output kept as evidence for notes.md.
@@ -24,7 +24,8 @@ class FailingStreakGuard:
     A success that only repeats what the model already saw (re-reading the same
     file between failed edits) does not end the streak: reads and failed edits in
     turn are the classic small-model circle; nor does a write that leaves a file
-    as it was before in this run (flipping an edit back and forth). From the `at`-th failure on it warns
+    as it was before in this run (flipping an edit back and forth). Copies of one
+    call within a single answer count once, as for repeated_tool_call. From the `at`-th failure on it warns
     and reminds; at the `stop_at`-th (twice `at` unless given) it stops, as the
     warnings went unheeded and nothing was learned in between.
     """
@@ -39,21 +40,26 @@ class FailingStreakGuard:
         self._seen: set[tuple[str, str]] = set()
         self._versions = FileVersions()
         self._workdir = None
+        self._copies = AnswerCopies()
 
     def before_run(self, ctx: GuardContext) -> None:
         self._streak = 0
         self._seen = set()
         self._versions.clear()
         self._workdir = getattr(ctx, "workdir", None)
+        self._copies.reset()
 
     def after_model_response(
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
+        self._copies.start()
         writes = [c for c in calls if isinstance(c, ToolCall) and c.name in self.progress_tools]
         if writes:
             self._versions.before(self._workdir, writes)
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
+        if not self._copies.first(call):
+            return  # a copy of a call earlier in the same answer: one decision, counted once
         if result.ok:
             if self._news(call, result):
                 self._streak = 0

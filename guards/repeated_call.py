@@ -10,7 +10,7 @@ from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, Too
 from orchestrator.printable import shortened, visible
 
 from guards._describe import describe_call
-from guards._normalise import call_key, same_result
+from guards._normalise import AnswerCopies, call_key, same_result
 
 KIND = "repeated_tool_call"
 # A result shorter than this ("exit code 0", "ok") says too little to call two different calls one loop.
@@ -45,25 +45,22 @@ class RepeatedCallGuard:
         self._previous: tuple[str, str, bool, str] | None = None
         self._count = 0
         self._loose_count = 0
-        # Calls made so far in the current answer; None until an answer is announced.
-        self._this_answer: set[str] | None = None
+        self._copies = AnswerCopies()
 
     def before_run(self, ctx: GuardContext) -> None:
         self._previous = None
         self._count = 0
         self._loose_count = 0
-        self._this_answer = None
+        self._copies.reset()
 
     def after_model_response(
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
-        self._this_answer = set()
+        self._copies.start()
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
-        if self._this_answer is not None:
-            if call_key(call) in self._this_answer:
-                return  # a copy of a call earlier in the same answer
-            self._this_answer.add(call_key(call))
+        if not self._copies.first(call):
+            return  # a copy of a call earlier in the same answer
         key = (call.name, call_key(call), result.ok, result.output)
         previous, self._previous = self._previous, key
         self._count = self._count + 1 if _same(key, previous) else 1

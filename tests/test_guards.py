@@ -429,6 +429,22 @@ class TestFailingStreakGuard:
         assert kinds(sink) == [(Level.WARNING, "failing_streak")]
 
 
+    def test_copies_of_one_failing_call_in_one_answer_count_once(self):
+        """Six copies of a failing check in one answer are one failure; three such answers only warn."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        failed = ToolResult(ok=False, output="the check failed (exit code 1)")
+        check = ToolCall(name="run_check", arguments={})
+        guard.after_model_response(ctx, *answer(*[check] * 6))
+        for _ in range(6):
+            guard.after_tool_call(ctx, check, failed)
+        assert sink == []
+        for path in ("x.py", "y.py"):
+            guard.after_model_response(ctx, *answer(read(path), read(path)))
+            for _ in range(2):
+                guard.after_tool_call(ctx, read(path), ToolResult(ok=False, output="not found"))
+        assert [s.message for s in sink] == ["failing: 3 failed calls, nothing new in between"]
+
 class TestFileVersions:
     def test_only_regular_files_inside_the_worktree_are_read(self, tmp_path: Path):
         """A pipe (which would block) and a path outside the worktree are never opened; the call stands in."""
@@ -777,6 +793,18 @@ class TestThroughTheAgentLoop:
         sink, error, _ = run_with_guards(
             project,
             calls(*[("read_file", {"path": "app.py"})] * 4),
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            call("run_check"),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert error is None
+        assert kinds(sink) == [(Level.WARNING, "many_calls")]
+
+    def test_a_burst_of_one_failing_check_in_the_first_answer_is_not_a_stop(self, project: Path):
+        """Six copies of the failing check in the first answer: a many-calls warning, one failure; the run goes on."""
+        sink, error, _ = run_with_guards(
+            project,
+            calls(*[("run_check", {})] * 6),
             call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
             call("run_check"),
             call("submit", {"summary": "fixed"}),
