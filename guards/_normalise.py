@@ -103,12 +103,12 @@ def volatile_free(output: str) -> str:
 
 # Only what a command prints varies from one run to the next; a file read twice is the file, and an
 # edited timeout or timestamp in it is a real change.
-_RUNS_COMMANDS = frozenset({"run_check", "run_command"})
+RUNS_COMMANDS = frozenset({"run_check", "run_command"})
 
 
 def same_result(tool: str, output: str, other: str) -> bool:
     """Whether two results of `tool` say the same thing: volatile parts are set aside for commands only."""
-    return output == other or (tool in _RUNS_COMMANDS and same_output(output, other))
+    return output == other or (tool in RUNS_COMMANDS and same_output(output, other))
 
 
 def same_output(output: str, other: str) -> bool:

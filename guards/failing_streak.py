@@ -11,11 +11,13 @@ from orchestrator.printable import shortened, visible
 
 from guards._contents import FileVersions
 from guards._describe import describe_call
-from guards._normalise import AnswerCopies, call_key
+from guards._normalise import RUNS_COMMANDS, AnswerCopies, call_key, same_output
 
 KIND = "failing_streak"
 # Lines of the last failure's output kept as evidence for notes.md.
 _EVIDENCE_LINES = 3
+# A command's failing outputs kept per call to compare without volatile parts (exact ones are all kept, hashed).
+_RECENT_FAILURES = 4
 
 
 class FailingStreakGuard:
@@ -25,9 +27,19 @@ class FailingStreakGuard:
     file between failed edits) does not end the streak: reads and failed edits in
     turn are the classic small-model circle; nor does a write that leaves a file
     as it was before in this run (flipping an edit back and forth). Copies of one
-    call within a single answer count once, as for repeated_tool_call. From the `at`-th failure on it warns
-    and reminds; at the `stop_at`-th (twice `at` unless given) it stops, as the
-    warnings went unheeded and nothing was learned in between.
+    call within a single answer count once, as for repeated_tool_call.
+
+    A failing command (run_command, run_check) whose call and output are new for
+    this run is news too: a probe with a new assertion value, a grep that finds
+    nothing, a tool that is not installed. It ends the streak before it and is the
+    first failure of a new one. A failed edit or write (or any other tool's
+    failure) and a command failing again with the same output (durations and
+    timestamps set aside) always count.
+
+    From the `at`-th failure on it warns and reminds; at the `stop_at`-th (twice
+    `at` unless given) it stops, as the warnings went unheeded and nothing was
+    learned in between, unless the check has passed since the last successful
+    write: then the work is done and stopping would roll it back, so it only warns.
     """
 
     def __init__(
@@ -38,6 +50,10 @@ class FailingStreakGuard:
         self.progress_tools = frozenset(progress_tools)
         self._streak = 0
         self._seen: set[tuple[str, str]] = set()
+        # Each failing command's outputs: exactly (all), and the last few distinct ones.
+        self._failed: set[tuple[str, str]] = set()
+        self._failed_recent: dict[str, list[str]] = {}
+        self._passed = False
         self._versions = FileVersions()
         self._workdir = None
         self._copies = AnswerCopies()
@@ -45,6 +61,9 @@ class FailingStreakGuard:
     def before_run(self, ctx: GuardContext) -> None:
         self._streak = 0
         self._seen = set()
+        self._failed = set()
+        self._failed_recent = {}
+        self._passed = False
         self._versions.clear()
         self._workdir = getattr(ctx, "workdir", None)
         self._copies.reset()
@@ -61,14 +80,21 @@ class FailingStreakGuard:
         if not self._copies.first(call):
             return  # a copy of a call earlier in the same answer: one decision, counted once
         if result.ok:
+            if call.name == "run_check":
+                self._passed = True
+            elif call.name in self.progress_tools:
+                self._passed = False
             if self._news(call, result):
                 self._streak = 0
             return
-        self._streak += 1
+        if call.name in RUNS_COMMANDS and self._new_failure(call, result.output):
+            self._streak = 1  # news: it ends the streak before it
+        else:
+            self._streak += 1
         if self._streak < self.at:
             return
         message = f"failing: {self._streak} failed calls, nothing new in between"
-        if self._streak >= self.stop_at:
+        if self._streak >= self.stop_at and not self._passed:
             raise QualityError(KIND, _correction(self._streak), evidence=_evidence(call, result), message=message)
         ctx.remind(
             f"{self._streak} of your tool calls failed, and the calls between them showed nothing new. Stop and "
@@ -84,6 +110,19 @@ class FailingStreakGuard:
         if seen in self._seen:
             return False
         self._seen.add(seen)
+        return True
+
+    def _new_failure(self, call: ToolCall, output: str) -> bool:
+        """Whether this command's failure says something new: neither its output nor one equal but for volatile parts came before."""
+        key = call_key(call)
+        if (key, output) in self._failed:
+            return False
+        self._failed.add((key, output))
+        recent = self._failed_recent.setdefault(key, [])
+        if any(same_output(output, earlier) for earlier in recent):
+            return False
+        recent.append(output)
+        del recent[:-_RECENT_FAILURES]
         return True
 
 

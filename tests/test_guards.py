@@ -445,6 +445,45 @@ class TestFailingStreakGuard:
                 guard.after_tool_call(ctx, read(path), ToolResult(ok=False, output="not found"))
         assert [s.message for s in sink] == ["failing: 3 failed calls, nothing new in between"]
 
+    def test_a_failing_command_with_a_new_output_is_news(self):
+        """Probes that fail, each with its own output, never warn; the same failure again (volatile parts aside) counts."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        for index in range(8):
+            probe = ToolCall(name="run_command", arguments={"command": f"python -c 'assert f({index}) == 1'"})
+            guard.after_tool_call(ctx, probe, ToolResult(ok=False, output=f"AssertionError: {index}"))
+        assert sink == []
+        check = ToolCall(name="run_check", arguments={})
+        for seconds in ("0.01", "0.02", "0.03"):
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output=f"1 failed in {seconds}s"))
+        assert [s.message for s in sink] == ["failing: 3 failed calls, nothing new in between"]
+
+    def test_failed_edits_count_even_with_a_new_output(self):
+        """Failed edits each with their own message still count: only commands' new failures are news."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        for index in range(5):
+            edit = ToolCall(name="edit_file", arguments={"path": "a.py", "old": f"x{index}", "new": "y"})
+            guard.after_tool_call(ctx, edit, ToolResult(ok=False, output=f"`old` x{index} was not found in a.py"))
+        with pytest.raises(QualityError):
+            guard.after_tool_call(ctx, read("a.py"), ToolResult(ok=False, output="no such file"))
+
+    def test_no_stop_while_the_check_passes_since_the_last_write(self):
+        """After the check passed, failures only warn (a stop would roll the fix back); a successful write ends that."""
+        guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        edit = ToolCall(name="edit_file", arguments={"path": "a.py", "old": "x", "new": "y"})
+        guard.after_tool_call(ctx, edit, OK)
+        guard.after_tool_call(ctx, ToolCall(name="run_check", arguments={}), ToolResult(ok=True, output="passed"))
+        for index in range(8):
+            guard.after_tool_call(ctx, read(f"guess{index}.py"), ToolResult(ok=False, output="not found"))
+        assert [s.level for s in sink] == [Level.WARNING] * 6
+        guard.after_tool_call(ctx, ToolCall(name="edit_file", arguments={"path": "b.py", "old": "x", "new": "y"}), OK)
+        for index in range(5):
+            guard.after_tool_call(ctx, read(f"other{index}.py"), ToolResult(ok=False, output="not found"))
+        with pytest.raises(QualityError):
+            guard.after_tool_call(ctx, read("last.py"), ToolResult(ok=False, output="not found"))
+
 class TestFileVersions:
     def test_only_regular_files_inside_the_worktree_are_read(self, tmp_path: Path):
         """A pipe (which would block) and a path outside the worktree are never opened; the call stands in."""
@@ -687,10 +726,10 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_with_guards(project: Path, *replies, check: str = "grep -q 'return 42' app.py"):
+def run_with_guards(project: Path, *replies, check: str = "grep -q 'return 42' app.py", tools: tuple[str, ...] = ()):
     """Run the real loop over a real toolbox with the default guards; return (signals, error, model)."""
     model = ScriptedModel(replies)
-    toolbox = Toolbox(project, [*TOOLS, "search"], check_command=check)
+    toolbox = Toolbox(project, [*TOOLS, "search", *tools], check_command=check)
     ctx, sink = make_ctx(context_window=100_000)
     ctx.tool_names = toolbox.names()
     messages = [{"role": "system", "content": "Fix app.py."}, {"role": "user", "content": "Make answer() return 42."}]
@@ -811,6 +850,40 @@ class TestThroughTheAgentLoop:
         )
         assert error is None
         assert kinds(sink) == [(Level.WARNING, "many_calls")]
+
+    def test_diagnosing_failures_before_editing_is_never_flagged(self, project: Path):
+        """The check fails, then probes and greps fail, each with a new output, before the fix: no signal at all."""
+        probe = f"{sys.executable} -S -c 'import app; assert app.answer() == 42, app.answer()'"
+        sink, error, _ = run_with_guards(
+            project,
+            call("run_check"),
+            call("run_command", {"command": probe}),
+            call("run_command", {"command": "grep -rn 'def sub' ."}),
+            call("run_command", {"command": "grep -rn 'import operator' ."}),
+            call("run_command", {"command": "ls no_such_folder"}),
+            call("run_command", {"command": "grep -rn 'return 40' ."}),
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            call("run_check"),
+            call("submit", {"summary": "fixed"}),
+            tools=("run_command",),
+        )
+        assert error is None
+        assert sink == []
+
+    def test_failing_tool_probes_after_the_check_passed_do_not_stop(self, project: Path):
+        """The fix passes the check; six failing lookups for tools that are not there (all new) never stop it."""
+        probes = ["no_such_tool_a --version", "which no_such_tool_b", "no_such_tool_c check .", "no_such_tool_d app.py",
+                  f"{sys.executable} -S -c 'import no_such_module_e'", "no_such_tool_f app.py"]
+        sink, error, _ = run_with_guards(
+            project,
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            call("run_check"),
+            *[call("run_command", {"command": command}) for command in probes],
+            call("submit", {"summary": "fixed"}),
+            tools=("run_command",),
+        )
+        assert error is None
+        assert sink == []
 
     def test_failing_guesses_warn_and_dead_loop_reminds(self, project: Path):
         """Guessed paths warn as a failing streak; circling between two reads gets a dead-loop reminder."""
