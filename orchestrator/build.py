@@ -72,6 +72,10 @@ def check_inputs(config: Config) -> CheckedInputs:
 
     repo = check_repository(config)
     _check_programs_found(config)
+    if config.model.name == LOCAL_MODEL:  # a bad OVERNIGHT_LOCAL_THREADS: said now, not after the model's download
+        from orchestrator.local_model import default_threads
+
+        default_threads()
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
 
 

@@ -77,11 +77,15 @@ def template_path() -> Path:
 
 
 def default_threads() -> int:
-    """Half the cores, 1 to 4: on a busy 2-core machine one thread was the steadier choice."""
-    override = os.environ.get(THREADS_ENV, "")
-    if override.isdigit() and int(override) > 0:
-        return int(override)
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
+    """Half the cores, 1 to 4 (on a busy 2-core machine one thread was the steadier choice), or
+    $OVERNIGHT_LOCAL_THREADS; ConfigError (exit 2) when that is set to anything but a whole number above 0."""
+    override = os.environ.get(THREADS_ENV, "").strip()
+    if not override:
+        return max(1, min(4, (os.cpu_count() or 2) // 2))
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+    if not (override.isascii() and override.isdigit() and int(override) > 0):
+        raise ConfigError(f"{THREADS_ENV}: {override!r} is not a whole number of threads above 0 (unset it for the default)")
+    return int(override)
 
 
 @contextlib.contextmanager

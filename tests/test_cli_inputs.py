@@ -197,3 +197,26 @@ class TestLaxTypes:
         )
         loaded = load_config(config)
         assert (loaded.model.max_tokens, loaded.model.temperature, loaded.night.max_iterations) == (2, 0.5, 3)
+
+
+class TestLocalThreads:
+    @pytest.mark.parametrize("value", ["\u00b2", "0", "four", "-2"])
+    def test_a_bad_thread_count_is_one_line_before_the_night(self, tmp_path, repo, value):
+        """OVERNIGHT_LOCAL_THREADS set to anything but a whole number above 0 ('²' passed str.isdigit, then crashed int()):
+        exit 2 naming it, before the state dir, the model download or the server."""
+        config = config_with(tmp_path, repo, replace=('name = "openai/scripted"', 'name = "local"'))
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "human"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "OVERNIGHT_LOCAL_THREADS": value},
+        )
+        assert_one_line_error(result, 2, "OVERNIGHT_LOCAL_THREADS", repr(value))
+        assert not (tmp_path / "state").exists()
+
+    def test_a_thread_count_is_taken(self, monkeypatch):
+        """A plain number is the thread count; unset, the default (1 to 4)."""
+        from orchestrator.local_model import default_threads
+
+        monkeypatch.setenv("OVERNIGHT_LOCAL_THREADS", "3")
+        assert default_threads() == 3
+        monkeypatch.delenv("OVERNIGHT_LOCAL_THREADS")
+        assert 1 <= default_threads() <= 4
