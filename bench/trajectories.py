@@ -29,6 +29,11 @@ FILES: dict[str, str] = {
         "import pathlib\np = pathlib.Path('count.txt')\nn = int(p.read_text()) + 1 if p.exists() else 1\n"
         "p.write_text(str(n))\nprint('build step', n, 'of 6:', 'done' if n >= 3 else 'running')\n"
     ),
+    # A slow job whose status line shows only an advancing elapsed time; done on the 5th look.
+    "install.py": (
+        "import pathlib\np = pathlib.Path('install.count')\nn = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\nprint('deps: done' if n >= 5 else f'deps: still installing, {n * 2.5:.1f}s elapsed')\n"
+    ),
     # Fails on its first run only, like a flaky network fetch.
     "flaky.py": (
         "import pathlib, sys\np = pathlib.Path('flaky.seen')\nfirst = not p.exists()\np.write_text('x')\n"
@@ -185,6 +190,8 @@ def _healthy() -> list[Trajectory]:
         h("reread-after-edit", read(), fix("'helo'", "'hallo'"), read(), fix("'hallo'", "'hello'"), read(), check(), submit()),
         h("poll-until-done", run(f"{PY} poll.py"), run(f"{PY} poll.py"), run(f"{PY} poll.py"), *FINISH),
         h("poll-six-times", *(run(f"{PY} poll.py"),) * 6, *FINISH, note="baselines stop a poll whose output changes"),
+        h("poll-elapsed-time", *(run(f"{PY} install.py"),) * 5, *FINISH,
+          note="only the elapsed time changes until the 5th look: reminders, never a stop"),
         h("read-many-files", *(read(f"lib/m{i}.py") for i in range(1, 7)), read("notes.txt"), read(), *FINISH),
         h("ls-while-creating", ls(), write("a.txt", "a"), ls(), write("b.txt", "b"), ls(), write("c.txt", "c"), ls(), *FINISH),
         h("search-after-write", call("search", {"pattern": "hello"}), write("hello.txt", "hello\n"),

@@ -85,13 +85,14 @@ def _value(key: str, value: Any) -> Any:
 
 # What changes from one run of the same command to the next and means nothing: a duration with a
 # decimal point (pytest's "in 0.02s", "took 1.2s", "0.03 seconds"; an integer "3s" may be a count
-# the model cares about, so it is left), an ISO timestamp, a clock time, a memory address, pytest's
+# the model cares about, so it is left), an ISO timestamp, a clock time, a memory address (8+ hex digits:
+# a shorter 0x… is more likely a value), pytest's
 # numbered temporary folder. Each is replaced by a placeholder; everything else is kept exact.
 _VOLATILE = re.compile(
     r"\b\d+\.\d+ ?(?:s|ms|us|µs|ns|secs?|seconds?)\b"
     r"|\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\b\d{1,2}:\d\d:\d\d(?:[.,]\d+)?\b"
-    r"|\b0x[0-9a-fA-F]{6,}\b"
+    r"|\b0x[0-9a-fA-F]{8,}\b"
     r"|(?<=/pytest-of-)[^/\s]+/pytest-\d+"
 )
 

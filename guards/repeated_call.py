@@ -15,6 +15,8 @@ from guards._normalise import AnswerCopies, call_key, same_result
 KIND = "repeated_tool_call"
 # A result shorter than this ("exit code 0", "ok") says too little to call two different calls one loop.
 _INFORMATIVE_CHARS = 32
+# Results equal only without their volatile parts stop this many calls after `stop_at`.
+_LOOSE_EXTRA = 2
 # Lines of the repeated result kept as evidence for notes.md.
 _EVIDENCE_LINES = 5
 
@@ -26,6 +28,11 @@ class RepeatedCallGuard:
     reading a file again after changing it, returns something new and is progress.
     Arguments are compared without noise (`./a.py` is `a.py`, spaces squeezed), and
     results without their volatile parts (pytest's `in 0.02s`, timestamps).
+
+    Only an exactly equal result stops at `stop_at`: one equal only once volatile
+    parts are set aside (an elapsed time that advances while a job runs) reminds as
+    usual but stops two calls later, so a poll is not cut off one look before it is
+    done, while a pytest run repeated unchanged still stops.
 
     A looser streak, the same tool returning the same informative result while an
     argument keeps changing (`cat a.py`, `cat a.py 2>&1`), only reminds: its
@@ -44,12 +51,15 @@ class RepeatedCallGuard:
         self.progress_tools = frozenset(progress_tools)
         self._previous: tuple[str, str, bool, str] | None = None
         self._count = 0
+        # The same streak, counting only exactly equal results.
+        self._exact = 0
         self._loose_count = 0
         self._copies = AnswerCopies()
 
     def before_run(self, ctx: GuardContext) -> None:
         self._previous = None
         self._count = 0
+        self._exact = 0
         self._loose_count = 0
         self._copies.reset()
 
@@ -63,7 +73,12 @@ class RepeatedCallGuard:
             return  # a copy of a call earlier in the same answer
         key = (call.name, call_key(call), result.ok, result.output)
         previous, self._previous = self._previous, key
-        self._count = self._count + 1 if _same(key, previous) else 1
+        if previous is not None and key == previous:
+            self._count, self._exact = self._count + 1, self._exact + 1
+        elif _same(key, previous):
+            self._count, self._exact = self._count + 1, 1
+        else:
+            self._count = self._exact = 1
         self._loose_count = self._loose_count + 1 if self._loosely_same(key, previous) else 1
         if self._count >= self.remind_at or self._count >= self.stop_at:
             self._repeat(ctx, call, result)
@@ -74,7 +89,7 @@ class RepeatedCallGuard:
 
     def _repeat(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         message = f"loop: {call.name} ×{self._count}"
-        if self._count >= self.stop_at:
+        if self._exact >= self.stop_at or self._count >= self.stop_at + _LOOSE_EXTRA:
             raise QualityError(KIND, _next_time(call, self._count), evidence=_evidence(call, self._count, result), message=message)
         ctx.remind(_correction(call, self._count))
         ctx.report(Level.WARNING, KIND, message)

@@ -166,19 +166,47 @@ class TestVolatileResults:
     PYTEST = "F\n___ test_greet ___\n{where}\nE   assert 'helo' == 'hello'\n1 failed in {took}s"
 
     def test_a_rerun_pytest_differing_only_in_timing_is_a_repeat(self):
-        """Four runs of a failing pytest whose times, addresses and tmp folders differ stop at the fourth."""
+        """Runs of a failing pytest whose times, addresses and tmp folders differ remind from the third, stop at the sixth."""
         guard = RepeatedCallGuard(remind_at=3, stop_at=4)
         ctx, sink = started(guard)
         check = ToolCall(name="run_check", arguments={})
         runs = [
             self.PYTEST.format(where=f"/tmp/pytest-of-bob/pytest-{n}/x <object at 0x7f3a2b1c9d{n}0>", took=f"0.0{n}")
-            for n in range(2, 6)
+            for n in range(2, 8)
         ]
-        for output in runs[:3]:
+        for output in runs[:5]:
             guard.after_tool_call(ctx, check, ToolResult(ok=False, output=output))
-        assert kinds(sink) == [(Level.WARNING, "repeated_tool_call")]
+        assert kinds(sink) == [(Level.WARNING, "repeated_tool_call")] * 3
         with pytest.raises(QualityError):
-            guard.after_tool_call(ctx, check, ToolResult(ok=False, output=runs[3]))
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output=runs[5]))
+
+    def test_a_poll_whose_elapsed_time_advances_is_not_stopped_at_the_fourth(self):
+        """Equal only without the elapsed time: reminders at the 3rd and 4th look, no stop; the 5th look says done."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        poll = ToolCall(name="run_command", arguments={"command": "python poll.py"})
+        for n in range(1, 5):
+            guard.after_tool_call(ctx, poll, ToolResult(ok=True, output=f"deps: still installing, {n * 2.5:.1f}s elapsed"))
+        guard.after_tool_call(ctx, poll, ToolResult(ok=True, output="deps: done"))
+        assert [s.message for s in sink] == ["loop: run_command ×3", "loop: run_command ×4"]
+
+    def test_exact_repeats_after_a_volatile_change_stop_at_the_fourth_exact(self):
+        """An exactly equal result stops at stop_at counted from where the results became exactly equal."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        check = ToolCall(name="run_check", arguments={})
+        guard.after_tool_call(ctx, check, ToolResult(ok=False, output="1 failed in 0.01s"))
+        for _ in range(3):
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output="1 failed in 0.02s"))
+        with pytest.raises(QualityError):
+            guard.after_tool_call(ctx, check, ToolResult(ok=False, output="1 failed in 0.02s"))
+
+    def test_short_hex_values_are_not_addresses(self):
+        """0x… with fewer than 8 hex digits is a value (a flag, an error code), compared exactly."""
+        from guards._normalise import same_output
+
+        assert not same_output("status 0x1f2e3d", "status 0x1f2e3e")
+        assert same_output("<object at 0x7f3a2b1c>", "<object at 0x7f3a2b1d>")
 
     def test_timestamps_and_durations_are_set_aside(self):
         """ISO timestamps, `took 1.2s` and `0.03 seconds` are volatile; counts and versions are not."""
