@@ -113,9 +113,9 @@ def run(
     if junit is not None:
         _check_writable(junit, "--junit")
     settings = load_config(config)
-    if junit is not None:
-        _check_not_ours(junit, "--junit", settings)
     checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
+    if junit is not None:
+        _check_not_ours(junit, "--junit", settings, checked.repo)
     with StateLock(settings.state_dir) as lock, night_parts(settings, checked) as parts:
         parts = dataclasses.replace(parts, check_lock=lock.check_still_held)
         _cancel_on_signals(parts.cancel)
@@ -163,9 +163,9 @@ def _check_writable(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path}: {folder} is not writable")
 
 
-def _check_not_ours(path: Path, option: str, settings: object) -> None:
-    """A report must not be written over the config, anything in the state dir (notes.md), or
-    the run store, wherever `[store] url` puts it."""
+def _check_not_ours(path: Path, option: str, settings: object, repo: object) -> None:
+    """A report must not be written over the config, anything in the state dir (notes.md),
+    the run store, wherever `[store] url` puts it, or the repository's .git (its config, its refs)."""
     import os
 
     from runs.store import sqlite_files
@@ -173,6 +173,9 @@ def _check_not_ours(path: Path, option: str, settings: object) -> None:
     target = Path(os.path.realpath(path))
     if target == Path(os.path.realpath(settings.source)):  # type: ignore[attr-defined]
         raise ConfigError(f"{option} {path}: is the config file")
+    for git_dir in {Path(os.path.realpath(repo.git_dir)), Path(os.path.realpath(repo.common_dir))}:  # type: ignore[attr-defined]
+        if target.is_relative_to(git_dir):
+            raise ConfigError(f"{option} {path}: is inside the repository's git folder {git_dir}")
     if target.is_relative_to(settings.state_dir):  # type: ignore[attr-defined]
         raise ConfigError(f"{option} {path}: is inside the state dir {settings.state_dir}")  # type: ignore[attr-defined]
     if target in {Path(os.path.realpath(file)) for file in sqlite_files(settings.store_url)}:  # type: ignore[attr-defined]
@@ -315,11 +318,11 @@ def serve(
     from orchestrator.logs import configure_logging
 
     _check_log_format(log_format)
+    configure_logging(log_format)  # before the config is read: its errors, too, as JSON lines with --log-format json
     if show_next:
         for moment in schedule.next_fire_times(load_config(config)):
             typer.echo(moment.isoformat())
         return
-    configure_logging(log_format)  # before the config is read: its errors, too, as JSON lines with --log-format json
     _require_git()  # each night needs it
     raise typer.Exit(schedule.serve(config))
 
@@ -414,8 +417,19 @@ def _fail(message: str, code: int) -> None:
     if json_only():  # --log-format json: stderr stays parseable to its end
         get_logger().error("command_failed", error=message, exit_code=code)
     else:
-        print(f"overnight: error: {message}", file=lossy(sys.stderr), flush=True)
+        print(f"overnight: error: {_one_line(message)}", file=lossy(sys.stderr), flush=True)
     sys.exit(code)
+
+
+def _one_line(message: str) -> str:
+    """`message` with control characters and line separators escaped (a newline in a path as \\n):
+    the error stays one line for cron's mail and a log collector."""
+    import unicodedata
+
+    return "".join(
+        char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
+        for char in message
+    )
 
 
 if __name__ == "__main__":

@@ -220,3 +220,31 @@ class TestLocalThreads:
         assert default_threads() == 3
         monkeypatch.delenv("OVERNIGHT_LOCAL_THREADS")
         assert 1 <= default_threads() <= 4
+
+
+class TestMinor:
+    def test_serve_next_reports_a_config_error_as_a_json_event(self, tmp_path):
+        """`serve --next --log-format json`: a bad config is the command_failed JSON event, as from every other command."""
+        (tmp_path / "overnight.toml").write_text('[schedule]\ncron = "bogus"\n[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n')
+        result = overnight("serve", "--next", "--log-format", "json", cwd=tmp_path)
+        assert result.returncode == 2
+        (line,) = result.stderr.strip().splitlines()
+        event = json.loads(line)
+        assert event["event"] == "command_failed" and "[schedule] cron" in event["error"] and event["exit_code"] == 2
+
+    def test_a_newline_in_a_path_stays_one_line(self, tmp_path):
+        """A newline (or another control character) in what the error quotes is escaped: the error stays one line."""
+        (tmp_path / "overnight.toml").write_text('[repo]\npath = "/tmp/x\\ny\\u2028z"\n[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n')
+        result = overnight("run", "--log-format", "human", cwd=tmp_path)
+        assert_one_line_error(result, 2, "[repo] path", "/tmp/x\\ny\\u2028z")
+
+    @pytest.mark.parametrize("where", ["repo/.git/config", "repo/.git/junit.xml"])
+    def test_junit_inside_the_repositorys_git_folder_is_refused(self, tmp_path, repo, where):
+        """--junit must not write over the repository's .git/config (or anything in .git): exit 2, .git untouched."""
+        from tests.conftest import git
+
+        config = config_with(tmp_path, repo)
+        before = (repo / ".git" / "config").read_text()
+        assert_one_line_error(overnight("run", "--config", str(config), "--junit", str(tmp_path / where)), 2, "--junit", "git folder")
+        assert (repo / ".git" / "config").read_text() == before and not (repo / ".git" / "junit.xml").exists()
+        assert git(repo, "status", "--porcelain") == "" and not (tmp_path / "state").exists()
