@@ -24,6 +24,7 @@ from guards._normalise import call_key, path_argument
 # A bigger file is not read: its writes count as new, as before.
 _MAX_BYTES = 2_000_000
 _UNREADABLE = object()
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 class FileVersions:
@@ -93,12 +94,27 @@ def _content(workdir: Path | None, path: str) -> Any:
     if not target.startswith(root.rstrip(os.sep) + os.sep):  # normpath took out any `..`: a prefix test suffices
         return _UNREADABLE  # outside the worktree (or the worktree itself): the toolbox refuses it, and so do we
     try:
+        # Looked at before it is opened: opening a device (a link to one) may do something. A file about to be
+        # created costs this one failed call.
         info = os.stat(target)
         if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_BYTES:
             return _UNREADABLE  # a pipe would block; a huge file is not worth reading
-        with open(target, "rb") as handle:
-            return hash(handle.read())
+        # os.open/os.read, not open(): no buffered file object for one read. O_NONBLOCK: should the file have
+        # become a pipe since the stat, nothing waits for a writer.
+        fd = os.open(target, _OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except (OSError, ValueError):  # ValueError: a NUL in the path (the toolbox refuses the call too)
         return _UNREADABLE
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, _MAX_BYTES + 1)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return hash(chunks[0]) if len(chunks) == 1 else hash(b"".join(chunks))
+    except OSError:
+        return _UNREADABLE
+    finally:
+        os.close(fd)

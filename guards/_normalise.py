@@ -23,24 +23,29 @@ _PATH_KEYS = frozenset({"path", "file", "filename", "dir", "directory", "folder"
 
 def call_key(call: ToolCall) -> str:
     """Name plus noise-free arguments, in one stable form."""
-    # Several guards ask about the same call in a row; keep the last answer (calls are frozen).
-    global _last
-    if _last[0] is call:
-        return _last[1]
+    # Several guards ask about the same calls (those of one answer) in a row; keep the recent answers.
+    # Calls are frozen, and the entry holds the call itself, so an id reused by another object never matches.
+    hit = _recent_keys.get(id(call))
+    if hit is not None and hit[0] is call:
+        return hit[1]
     arguments = {key: _value(key, value) for key, value in call.arguments.items()}
-    key = f"{call.name} {json.dumps(arguments, sort_keys=True, ensure_ascii=False)}"
-    _last = (call, key)
+    key = f"{call.name} {_encode(arguments)}"
+    if len(_recent_keys) >= 32:
+        _recent_keys.clear()
+    _recent_keys[id(call)] = (call, key)
     return key
 
 
-_last: tuple[ToolCall | None, str] = (None, "")
+_recent_keys: dict[int, tuple[ToolCall, str]] = {}
+# json.dumps(..., sort_keys=True, ensure_ascii=False) builds an encoder on every call; one is enough.
+_encode = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 
 
 class AnswerCopies:
     """Copies of one call within a single answer count once: that burst is one decision of the model.
 
-    `start()` when an answer is announced (after_model_response); `first(call)` in after_tool_call is
-    False for a copy of a call made earlier in the same answer. Before any answer, every call is first.
+    `start()` when an answer is announced (after_model_response); `first(key)` in after_tool_call is
+    (given its call_key) False for a copy of a call made earlier in the same answer. Before any answer, every call is first.
     """
 
     __slots__ = ("_keys",)
@@ -54,15 +59,54 @@ class AnswerCopies:
     def start(self) -> None:
         self._keys = set()
 
-    def first(self, call: ToolCall) -> bool:
+    def first(self, key: str) -> bool:
+        """`key` is the call's call_key."""
         keys = self._keys
         if keys is None:
             return True
-        key = call_key(call)
         if key in keys:
             return False
         keys.add(key)
         return True
+
+class SeenResults:
+    """The outcomes (ok, output) each call returned in this run.
+
+    An outcome is known when it came before exactly (a set: one lookup however many)
+    or, for a command, equal but for volatile parts to one of the call's last few
+    distinct outcomes (comparing without volatile parts costs; a re-run drifts little).
+    """
+
+    __slots__ = ("_exact", "_recent", "keep")
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._exact: dict[str, set[tuple[bool, str]]] = {}
+        self._recent: dict[str, list[tuple[bool, str]]] = {}
+
+    def clear(self) -> None:
+        self._exact.clear()
+        self._recent.clear()
+
+    def note(self, tool: str, key: str, ok: bool, output: str) -> str:
+        """Remember the outcome; return "known", "new" (the call returned something else before) or "first"."""
+        outcome = (ok, output)
+        exact = self._exact.get(key)
+        if exact is None:
+            self._exact[key] = {outcome}
+            self._recent[key] = [outcome]
+            return "first"
+        if outcome in exact:
+            return "known"
+        exact.add(outcome)
+        recent = self._recent[key]
+        if tool in RUNS_COMMANDS and any(was == ok and same_output(output, earlier) for was, earlier in recent):
+            return "known"
+        recent.append(outcome)
+        if len(recent) > self.keep:
+            del recent[0]
+        return "new"
+
 
 def path_argument(call: ToolCall) -> str | None:
     """The call's path argument without noise (`./a.py` is `a.py`), or None when it has none."""

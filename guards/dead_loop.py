@@ -9,7 +9,7 @@ from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
 
 from guards._contents import FileVersions
-from guards._normalise import call_key, same_result
+from guards._normalise import SeenResults, call_key
 
 KIND = "dead_loop"
 REMINDER = (
@@ -55,7 +55,7 @@ class DeadLoopGuard:
         # One round more than the window: a cycle of window/2 rounds needs 2 turns plus one.
         self._rounds: deque[str] = deque(maxlen=self.window + 1)
         # Every result of each call since the last write: one not among them is news.
-        self._seen: dict[str, list[tuple[bool, str]]] = {}
+        self._seen = SeenResults()
         self._versions = FileVersions()
         self._workdir = None
         self._pending = 0
@@ -124,18 +124,12 @@ class DeadLoopGuard:
             self._seen.clear()
             return True
         changed = False
+        note = self._seen.note
         for call, result in zip(calls, results):
-            key, outcome = call_key(call), (result.ok, result.output)
-            before = self._seen.setdefault(key, [])
-            if not _known(call.name, outcome, before):
-                changed = changed or bool(before)
-                before.append(outcome)
+            # Every outcome is noted, so no short cut: a call's first result is no change, a new one is.
+            if note(call.name, call_key(call), result.ok, result.output) == "new":
+                changed = True
         return changed
-
-
-def _known(tool: str, outcome: tuple[bool, str], before: list[tuple[bool, str]]) -> bool:
-    """Whether the call returned this before (exactly first: comparing without volatile parts costs more)."""
-    return outcome in before or any(ok == outcome[0] and same_result(tool, out, outcome[1]) for ok, out in before)
 
 
 def _cycles(rounds: Sequence[str], period: int) -> bool:
@@ -150,5 +144,7 @@ def round_print(calls: Sequence[ToolCall]) -> str:
     The whole key: calls sharing a long prefix (four test ids under one long path,
     one file paged by start_line) are different calls.
     """
+    if len(calls) == 1:
+        return f"{calls[0].name}:{hash(call_key(calls[0])):x}"
     prints = sorted(f"{c.name}:{hash(call_key(c)):x}" for c in calls)
     return "\n".join(prints)

@@ -11,13 +11,11 @@ from orchestrator.printable import shortened, visible
 
 from guards._contents import FileVersions
 from guards._describe import describe_call
-from guards._normalise import RUNS_COMMANDS, AnswerCopies, call_key, same_output
+from guards._normalise import RUNS_COMMANDS, AnswerCopies, SeenResults, call_key
 
 KIND = "failing_streak"
 # Lines of the last failure's output kept as evidence for notes.md.
 _EVIDENCE_LINES = 3
-# A command's failing outputs kept per call to compare without volatile parts (exact ones are all kept, hashed).
-_RECENT_FAILURES = 4
 
 
 class FailingStreakGuard:
@@ -50,9 +48,8 @@ class FailingStreakGuard:
         self.progress_tools = frozenset(progress_tools)
         self._streak = 0
         self._seen: set[tuple[str, str]] = set()
-        # Each failing command's outputs: exactly (all), and the last few distinct ones.
-        self._failed: set[tuple[str, str]] = set()
-        self._failed_recent: dict[str, list[str]] = {}
+        # Each failing command's outputs in this run.
+        self._failed = SeenResults()
         self._passed = False
         self._versions = FileVersions()
         self._workdir = None
@@ -61,8 +58,7 @@ class FailingStreakGuard:
     def before_run(self, ctx: GuardContext) -> None:
         self._streak = 0
         self._seen = set()
-        self._failed = set()
-        self._failed_recent = {}
+        self._failed.clear()
         self._passed = False
         self._versions.clear()
         self._workdir = getattr(ctx, "workdir", None)
@@ -77,18 +73,19 @@ class FailingStreakGuard:
             self._versions.before(self._workdir, writes)
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
-        if not self._copies.first(call):
+        key = call_key(call)
+        if not self._copies.first(key):
             return  # a copy of a call earlier in the same answer: one decision, counted once
         if result.ok:
             if call.name == "run_check":
                 self._passed = True
             elif call.name in self.progress_tools:
                 self._passed = False
-            if self._news(call, result):
+            if self._news(call, key, result):
                 self._streak = 0
             return
-        if call.name in RUNS_COMMANDS and self._new_failure(call, result.output):
-            self._streak = 1  # news: it ends the streak before it
+        if call.name in RUNS_COMMANDS and self._failed.note(call.name, key, False, result.output) != "known":
+            self._streak = 1  # a command failing with a new output is news: it ends the streak before it
         else:
             self._streak += 1
         if self._streak < self.at:
@@ -103,26 +100,13 @@ class FailingStreakGuard:
         )
         ctx.report(Level.WARNING, KIND, message)
 
-    def _news(self, call: ToolCall, result: ToolResult) -> bool:
+    def _news(self, call: ToolCall, key: str, result: ToolResult) -> bool:
         if call.name in self.progress_tools:
             return self._versions.new_after(self._workdir, call)
-        seen = (call_key(call), result.output)
+        seen = (key, result.output)
         if seen in self._seen:
             return False
         self._seen.add(seen)
-        return True
-
-    def _new_failure(self, call: ToolCall, output: str) -> bool:
-        """Whether this command's failure says something new: neither its output nor one equal but for volatile parts came before."""
-        key = call_key(call)
-        if (key, output) in self._failed:
-            return False
-        self._failed.add((key, output))
-        recent = self._failed_recent.setdefault(key, [])
-        if any(same_output(output, earlier) for earlier in recent):
-            return False
-        recent.append(output)
-        del recent[:-_RECENT_FAILURES]
         return True
 
 

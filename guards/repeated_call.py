@@ -69,9 +69,10 @@ class RepeatedCallGuard:
         self._copies.start()
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
-        if not self._copies.first(call):
+        identity = call_key(call)
+        if not self._copies.first(identity):
             return  # a copy of a call earlier in the same answer
-        key = (call.name, call_key(call), result.ok, result.output)
+        key = (call.name, identity, result.ok, result.output)
         previous, self._previous = self._previous, key
         if previous is not None and key == previous:
             self._count, self._exact = self._count + 1, self._exact + 1
