@@ -28,8 +28,7 @@ def call_key(call: ToolCall) -> str:
     hit = _recent_keys.get(id(call))
     if hit is not None and hit[0] is call:
         return hit[1]
-    arguments = {key: _value(key, value) for key, value in call.arguments.items()}
-    key = f"{call.name} {_encode(arguments)}"
+    key = f"{call.name} {_arguments_text(call.arguments)}"
     if len(_recent_keys) >= 32:
         _recent_keys.clear()
     _recent_keys[id(call)] = (call, key)
@@ -39,6 +38,34 @@ def call_key(call: ToolCall) -> str:
 _recent_keys: dict[int, tuple[ToolCall, str]] = {}
 # json.dumps(..., sort_keys=True, ensure_ascii=False) builds an encoder on every call; one is enough.
 _encode = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
+# The string encoder that _encode itself uses for keys and str values (ensure_ascii=False).
+_quote = json.encoder.encode_basestring
+_LITERALS = {None: "null", True: "true", False: "false"}
+
+
+def _arguments_text(arguments: dict[str, Any]) -> str:
+    """_encode of the noise-free arguments; the flat common case (str keys; str, int, bool, None values) by hand.
+
+    JSONEncoder.encode builds a new C encoder on every call, which costs more than the text it makes.
+    The text is the same: keys sorted, ", " and ": " separators, strings through the same quoting.
+    """
+    parts = []
+    for key in sorted(arguments) if all(type(key) is str for key in arguments) else ():
+        value = arguments[key]
+        kind = type(value)
+        if kind is str:
+            text = _quote(_str_value(key, value))
+        elif kind is int:
+            text = int.__repr__(value)
+        elif value is None or kind is bool:
+            text = _LITERALS[value]
+        else:
+            break
+        parts.append(f"{_quote(key)}: {text}")
+    else:
+        if len(parts) == len(arguments):
+            return "{" + ", ".join(parts) + "}"
+    return _encode({key: _value(key, value) for key, value in arguments.items()})
 
 
 class AnswerCopies:
@@ -110,21 +137,52 @@ class SeenResults:
 
 def path_argument(call: ToolCall) -> str | None:
     """The call's path argument without noise (`./a.py` is `a.py`), or None when it has none."""
+    hit = _recent_paths.get(id(call))
+    if hit is not None and hit[0] is call:
+        return hit[1]
+    path = None
     for key, value in call.arguments.items():
         if key in _PATH_KEYS and isinstance(value, str) and value.strip():
-            return str(_value(key, value))
-    return None
+            path = str(_value(key, value))
+            break
+    if len(_recent_paths) >= 32:
+        _recent_paths.clear()
+    _recent_paths[id(call)] = (call, path)
+    return path
+
+
+# As _recent_keys: the guards that follow file contents ask about the same call in a row.
+_recent_paths: dict[int, tuple[ToolCall, str | None]] = {}
 
 
 def _value(key: str, value: Any) -> Any:
     # Multi-line text (file content, edits) is left exact: there, whitespace is meaning. A newline
     # at either end (`cat notes.txt\n`) does not make a command or a path multi-line.
-    if not isinstance(value, str) or "\n" in value.strip():
+    if not isinstance(value, str):
+        return value
+    return _str_value(key, value)
+
+
+def _str_value(key: str, value: str) -> str:
+    if "\n" in value and "\n" in value.strip():  # the first test spares a copy of one-line values
         return value
     squeezed = " ".join(value.split())
     if key in _PATH_KEYS and squeezed:
-        return posixpath.normpath(squeezed)
+        return _normpath(squeezed)
     return squeezed
+
+
+def _normpath(path: str) -> str:
+    """posixpath.normpath, remembered: the same few paths come back all run long."""
+    normal = _normal_paths.get(path)
+    if normal is None:
+        if len(_normal_paths) >= 1024:
+            _normal_paths.clear()
+        normal = _normal_paths[path] = posixpath.normpath(path)
+    return normal
+
+
+_normal_paths: dict[str, str] = {}
 
 
 # What changes from one run of the same command to the next and means nothing: a duration with a
