@@ -107,13 +107,19 @@ def _content(workdir: Path | None, path: str) -> Any:
     except (OSError, ValueError):  # ValueError: a NUL in the path (the toolbox refuses the call too)
         return _UNREADABLE
     try:
-        chunks = []
+        # One read of the size the stat gave, plus one byte: a shorter answer is the end of a regular file, so the
+        # usual file costs no second read to learn that. Should it have grown since, the loop reads on.
+        want = info.st_size + 1
+        chunk = os.read(fd, want)
+        if len(chunk) < want:
+            return hash(chunk)
+        chunks = [chunk]
         while True:
             chunk = os.read(fd, _MAX_BYTES + 1)
             if not chunk:
                 break
             chunks.append(chunk)
-        return hash(chunks[0]) if len(chunks) == 1 else hash(b"".join(chunks))
+        return hash(b"".join(chunks))
     except OSError:
         return _UNREADABLE
     finally:

@@ -34,9 +34,17 @@ class BrokenCallGuard:
     def after_model_response(
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
-        broken = next((c for c in calls if isinstance(c, BrokenCall) and c.problem in _PROBLEMS), None)
+        # Plain loops: a generator per answer costs more than the look (this runs on every answer).
+        broken = None
+        usable = False
+        for c in calls:
+            if isinstance(c, BrokenCall) and c.problem in _PROBLEMS:
+                broken = c
+                break
+            if isinstance(c, ToolCall):
+                usable = True
         if broken is None:
-            if any(isinstance(c, ToolCall) for c in calls):
+            if usable:
                 self._count = 0
             return
         self._count += 1

@@ -68,9 +68,12 @@ class FailingStreakGuard:
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
         self._copies.start()
-        writes = [c for c in calls if isinstance(c, ToolCall) and c.name in self.progress_tools]
-        if writes:
-            self._versions.before(self._workdir, writes)
+        progress_tools = self.progress_tools
+        for c in calls:  # most answers write nothing: look before building a list
+            if isinstance(c, ToolCall) and c.name in progress_tools:
+                writes = [c for c in calls if isinstance(c, ToolCall) and c.name in progress_tools]
+                self._versions.before(self._workdir, writes)
+                return
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         key = call_key(call)

@@ -31,7 +31,11 @@ class UnknownToolGuard:
     def after_model_response(
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
-        bad = next((c for c in calls if isinstance(c, BrokenCall) and c.problem in _PROBLEMS), None)
+        bad = None
+        for c in calls:  # a plain loop: cheaper than a generator, on every answer
+            if isinstance(c, BrokenCall) and c.problem in _PROBLEMS:
+                bad = c
+                break
         if bad is None:
             self._count = 0
             return
