@@ -73,9 +73,18 @@ class DeadLoopGuard:
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
         # Answers without a valid call run nothing; they neither open nor close a round.
-        usable = [c for c in calls if isinstance(c, ToolCall)]
-        self._start_round(len(usable))
-        writes = [c for c in usable if c.name in self.progress_tools]
+        # One plain loop (this runs on every answer); the list of writes only when there is one.
+        usable = 0
+        writes = None
+        progress_tools = self.progress_tools
+        for c in calls:
+            if isinstance(c, ToolCall):
+                usable += 1
+                if c.name in progress_tools:
+                    if writes is None:
+                        writes = []
+                    writes.append(c)
+        self._start_round(usable)
         if writes:
             self._versions.before(self._workdir, writes)
 
@@ -119,7 +128,8 @@ class DeadLoopGuard:
     def _made_progress(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> bool:
         if self.progress is not None:
             return bool(self.progress(calls, results))
-        writes = [c for c, r in zip(calls, results) if r.ok and c.name in self.progress_tools]
+        progress_tools = self.progress_tools
+        writes = [c for c, r in zip(calls, results) if r.ok and c.name in progress_tools]
         if writes and any([self._versions.new_after(self._workdir, c) for c in writes]):  # a list: every write is noted
             self._seen.clear()
             return True
