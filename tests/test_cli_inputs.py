@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,34 @@ class TestInit:
         config.chmod(0o640)
         assert overnight("init", "--force", cwd=tmp_path).returncode == 0
         assert "[model]" in config.read_text() and config.stat().st_mode & 0o777 == 0o640
+
+    def test_init_force_writes_a_writable_config_in_a_read_only_folder(self):
+        """The temp file beside the config needs a folder we may write in; a config we may write in a folder
+        we may not (a shared, read-only settings folder) is written in place, as before the temp file."""
+        base = Path(tempfile.mkdtemp(prefix="overnight-init-"))  # not under pytest's folder, which nobody may not enter
+        prefix: list[str] = []
+        if os.geteuid() == 0:
+            if not shutil.which("setpriv"):
+                pytest.skip("running as root without setpriv: no ordinary user whom a folder's mode stops")
+            prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        try:
+            folder = base / "settings"
+            folder.mkdir()
+            config = folder / "overnight.toml"
+            config.write_text("# mine\n")
+            config.chmod(0o666)
+            folder.chmod(0o555)
+            base.chmod(0o755)
+            env = {**os.environ, "HOME": str(base), "PYTHONPATH": str(Path(__file__).parent.parent)}
+            done = subprocess.run(
+                [*prefix, sys.executable, "-m", "orchestrator.cli", "init", "--force", "-c", str(config)],
+                env=env, capture_output=True, text=True, timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            assert "[model]" in config.read_text()
+        finally:
+            subprocess.run(["chmod", "-R", "u+rwX", str(base)], capture_output=True)
+            shutil.rmtree(base, ignore_errors=True)
 
     @pytest.mark.parametrize("force", [True, False])
     def test_init_on_a_pipe_is_refused_and_leaves_it(self, tmp_path, force):
