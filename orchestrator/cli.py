@@ -59,51 +59,29 @@ def init(
 
 def _replace_file(path: Path, data: bytes) -> None:
     """`path` holds `data` whole, or stays as it was: a full disk must not leave half a config
-    where the user's was. A temp file beside it, synced, then renamed over it (through a symlink
-    to the file it names), with the old file's mode and, where we may, its owner; the temp file
-    is removed on failure. A folder we may not write in, holding a file we may, is written in place."""
+    where the user's was (through a symlink, the file it names gets it), with the old file's mode
+    and, where we may, its owner. A folder we may not write in, holding a file we may, is written
+    in place."""
     import os
-    import tempfile
+
+    from orchestrator.files import replace_file, write_over
 
     target = Path(os.path.realpath(path))
     old = target.stat() if target.is_file() else None
     try:
-        handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        if old is None:
+            replace_file(target, data)
+        else:  # root's init --force on a user's file leaves it the user's
+            replace_file(target, data, mode=old.st_mode & 0o7777, owner=(old.st_uid, old.st_gid))
     except PermissionError:
         if old is None:
             raise
-        _write_in_place(target, data)
-        return
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        if old is None:  # a new file: the permissions the umask gives, as open() would
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        else:
-            mode = old.st_mode & 0o7777
-            with contextlib.suppress(OSError):  # root's init --force on a user's file leaves it the user's
-                os.chown(temp, old.st_uid, old.st_gid)
-        os.chmod(temp, mode)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
-def _write_in_place(target: Path, data: bytes) -> None:
-    """Over the old bytes, then cut to length: a full disk fails before the file is emptied."""
-    import os
-
-    with open(target, "r+b") as file:
-        file.write(data)
-        file.truncate(len(data))
-        file.flush()
-        os.fsync(file.fileno())
+        fd = os.open(target, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            write_over(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @app.command()

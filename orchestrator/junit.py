@@ -11,15 +11,16 @@ GitHub's test-report actions, GitLab's `reports: junit` and Jenkins all read:
 
 from __future__ import annotations
 
+import io
 import os
 import re
-import secrets
 import stat
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
 
 from orchestrator.errors import StateError
+from orchestrator.files import replace_file
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
 SUITE = "overnight"
@@ -48,21 +49,11 @@ def write_junit(run: RunView, path: Path) -> None:
                 tree.write(out, encoding="utf-8", xml_declaration=True)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        # Made as any new file is (0666 less the umask), not mkstemp's 0600, which would keep the
-        # report from the CI's other users; a file that was there passes its own mode on.
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                tree.write(out, encoding="utf-8", xml_declaration=True)
-                out.flush()
-                if mode is not None:
-                    os.fchmod(out.fileno(), stat.S_IMODE(mode))
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        # Made as any new file is (0666 less the umask), so the CI's other users may read it; a
+        # file that was there passes its own mode on.
+        out = io.BytesIO()
+        tree.write(out, encoding="utf-8", xml_declaration=True)
+        replace_file(path, out.getvalue(), mode=stat.S_IMODE(mode) if mode is not None else None)
     except OSError as exc:
         raise StateError(f"cannot write JUnit report {path}: {exc.strerror or exc}") from None
 

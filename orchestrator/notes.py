@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.errors import StateError
+from orchestrator.files import replace_file
 from orchestrator.printable import shortened, visible
 
 HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
@@ -141,15 +142,7 @@ def _longest_backtick_run(text: str) -> int:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    replace_file(path, data)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

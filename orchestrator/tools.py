@@ -8,11 +8,9 @@ it debugs an error.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
-import tempfile
 import time
 from bisect import bisect_right
 from pathlib import Path
@@ -22,6 +20,7 @@ from orchestrator import search
 from orchestrator.commands import cap_text, how_it_ended, run_shell
 from orchestrator.config import ALL_TOOLS, check_tool_names
 from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
+from orchestrator.files import replace_file, write_over
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.surrogates import mend, unmend_name
 from orchestrator.toolcalls import arguments_problem, parse_calls
@@ -500,9 +499,8 @@ def _is_git(name: str) -> bool:
 def _overwrite(target: Path, text: str, errors: str = "strict") -> None:
     """Write `text` as the whole of `target`, creating it if need be.
 
-    Written over the old bytes, then cut to length, instead of opened with O_TRUNC:
-    ext4 (auto_da_alloc) forces a file truncated to zero onto the disk when it is
-    closed, 0.3-1 ms for every edit of a file that git has committed. A crash halfway
+    Written over the old bytes, then cut to length (files.write_over), instead of opened
+    with O_TRUNC: 0.3-1 ms for every edit of a file that git has committed. A crash halfway
     leaves a mixed file either way, and the iteration's rollback restores it.
     A file with other hard links (uv and pnpm link installed packages to their cache, shared
     by every project on the machine) is replaced instead, so that only the worktree's copy changes.
@@ -512,28 +510,12 @@ def _overwrite(target: Path, text: str, errors: str = "strict") -> None:
     try:
         info = os.fstat(fd)
         if info.st_nlink > 1:
-            _replace(target, data, stat.S_IMODE(info.st_mode))
+            # The rollback restores the worktree's copy: no sync needed, as for an edit in place.
+            replace_file(target, data, mode=stat.S_IMODE(info.st_mode), sync=False)
             return
-        remaining = memoryview(data)
-        while remaining:
-            remaining = remaining[os.write(fd, remaining) :]
-        os.ftruncate(fd, len(data))
+        write_over(fd, data)
     finally:
         os.close(fd)
-
-
-def _replace(target: Path, data: bytes, mode: int) -> None:
-    """`target` replaced by a new file holding `data`, with `mode`: its other hard links keep the old bytes."""
-    fd, spare = tempfile.mkstemp(prefix=".overnight-", dir=target.parent)  # not the file's name: a long one would be too long
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            os.fchmod(handle.fileno(), mode)
-        os.replace(spare, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(spare)
-        raise
 
 
 _BARE_LF = re.compile(r"(?<!\r)\n")

@@ -1,0 +1,51 @@
+"""A file written whole or not at all: the one way overnight replaces a file it must not leave half written."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+# A name longer than this leaves no room in 255 bytes for the temporary file's own.
+_LONGEST_NAME_KEPT = 200
+
+
+def replace_file(path: Path, data: bytes, *, mode: int | None = None, owner: tuple[int, int] | None = None, sync: bool = True) -> None:
+    """`path` replaced by a new file holding `data`, or left as it was.
+
+    A temporary file beside it (`.<name>.<random>.tmp`, so recovery can tell debris by its
+    name), written, given `mode` (else the mode any new file gets: 0666 less the umask),
+    `owner` where we may, synced with `sync`, then renamed over `path`; removed if anything fails.
+    """
+    name = path.name if len(os.fsencode(path.name)) <= _LONGEST_NAME_KEPT else "overnight"
+    temporary = path.with_name(f".{name}.{secrets.token_hex(4)}.tmp")
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            if owner is not None:
+                with contextlib.suppress(OSError):  # only root may give a file away
+                    os.fchown(out.fileno(), *owner)
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
+            if sync:
+                os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_over(fd: int, data: bytes) -> None:
+    """`data` written over the old bytes of a file just opened (at its start), then the file cut to length.
+
+    Not truncated first: ext4 (auto_da_alloc) forces a file truncated to zero onto the disk
+    when it is closed, and a full disk fails before the file is emptied.
+    """
+    remaining = memoryview(data)
+    while remaining:
+        remaining = remaining[os.write(fd, remaining) :]
+    os.ftruncate(fd, len(data))
