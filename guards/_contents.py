@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from orchestrator.records import ToolCall
 
-from guards._normalise import call_key, path_argument
+from guards._normalise import MISSING, PerCall, call_key, path_argument
 
 # A bigger file is not read: its writes count as new, as before.
 _MAX_BYTES = 2_000_000
@@ -69,19 +69,14 @@ def _written(call: ToolCall) -> Any:
         return _UNREADABLE
 
 
-# Two guards ask about the same write at the same moment; the file is read once (calls are frozen,
-# and the entry holds the call itself, so an id reused by another object never matches).
-_recent: dict[tuple[int, str], tuple[ToolCall, Any]] = {}
+# Two guards ask about the same write at the same moment: the file is read once, before and after.
+_recent = {"before": PerCall(16), "after": PerCall(16)}
 
 
 def _content_once(workdir: Path | None, path: str, call: ToolCall, moment: str) -> Any:
-    hit = _recent.get((id(call), moment))
-    if hit is not None and hit[0] is call:
-        return hit[1]
-    content = _content(workdir, path)
-    if len(_recent) >= 16:
-        _recent.clear()
-    _recent[(id(call), moment)] = (call, content)
+    content = _recent[moment].get(call)
+    if content is MISSING:
+        content = _recent[moment].put(call, _content(workdir, path))
     return content
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from orchestrator import toolcalls
 from orchestrator.records import BrokenCall, ToolCall
-from orchestrator.printable import visible
+from orchestrator.printable import shortened, visible
 
-__all__ = ["describe_call", "name_for_message", "quoted", "times"]
+__all__ = ["describe_call", "first_lines", "name_for_message", "quoted", "times"]
 
 # A tool name the model made up is quoted at most this long: one was 15,000 characters.
 NAME_LIMIT = 60
@@ -30,3 +30,8 @@ def name_for_message(name: str) -> str:
 def times(count: int) -> str:
     """" ×3" from the second occurrence on, so a first sighting reads plainly."""
     return f" ×{count}" if count > 1 else ""
+
+
+def first_lines(output: str, count: int) -> str:
+    """The first `count` lines of a tool's output, each shortened and made visible, for a note's evidence."""
+    return "\n".join(visible(shortened(line, 200)) for line in output.strip().splitlines()[:count])

@@ -23,19 +23,39 @@ _PATH_KEYS = frozenset({"path", "file", "filename", "dir", "directory", "folder"
 
 def call_key(call: ToolCall) -> str:
     """Name plus noise-free arguments, in one stable form."""
-    # Several guards ask about the same calls (those of one answer) in a row; keep the recent answers.
-    # Calls are frozen, and the entry holds the call itself, so an id reused by another object never matches.
-    hit = _recent_keys.get(id(call))
-    if hit is not None and hit[0] is call:
-        return hit[1]
-    key = f"{call.name} {_arguments_text(call.arguments)}"
-    if len(_recent_keys) >= 32:
-        _recent_keys.clear()
-    _recent_keys[id(call)] = (call, key)
+    key = _recent_keys.get(call)
+    if key is MISSING:
+        key = _recent_keys.put(call, f"{call.name} {_arguments_text(call.arguments)}")
     return key
 
 
-_recent_keys: dict[int, tuple[ToolCall, str]] = {}
+MISSING = object()
+
+
+class PerCall:
+    """Answers about the latest few calls. Several guards ask about the same calls (those of one
+    answer) in a row. Calls are frozen, and each entry holds the call itself, so an id that another
+    object reuses never matches."""
+
+    __slots__ = ("_answers", "_size")
+
+    def __init__(self, size: int = 32) -> None:
+        self._answers: dict[int, tuple[ToolCall, Any]] = {}
+        self._size = size
+
+    def get(self, call: ToolCall) -> Any:
+        """The answer kept for `call`, or MISSING."""
+        hit = self._answers.get(id(call))
+        return hit[1] if hit is not None and hit[0] is call else MISSING
+
+    def put(self, call: ToolCall, answer: Any) -> Any:
+        if len(self._answers) >= self._size:
+            self._answers.clear()
+        self._answers[id(call)] = (call, answer)
+        return answer
+
+
+_recent_keys = PerCall()
 # json.dumps(..., sort_keys=True, ensure_ascii=False) builds an encoder on every call; one is enough.
 _encode = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 # The string encoder that _encode itself uses for keys and str values (ensure_ascii=False).
@@ -96,6 +116,7 @@ class AnswerCopies:
         keys.add(key)
         return True
 
+
 class SeenResults:
     """The outcomes (ok, output) each call returned in this run.
 
@@ -137,22 +158,19 @@ class SeenResults:
 
 def path_argument(call: ToolCall) -> str | None:
     """The call's path argument without noise (`./a.py` is `a.py`), or None when it has none."""
-    hit = _recent_paths.get(id(call))
-    if hit is not None and hit[0] is call:
-        return hit[1]
-    path = None
-    for key, value in call.arguments.items():
-        if key in _PATH_KEYS and isinstance(value, str) and value.strip():
-            path = str(_value(key, value))
-            break
-    if len(_recent_paths) >= 32:
-        _recent_paths.clear()
-    _recent_paths[id(call)] = (call, path)
+    path = _recent_paths.get(call)
+    if path is MISSING:
+        path = None
+        for key, value in call.arguments.items():
+            if key in _PATH_KEYS and isinstance(value, str) and value.strip():
+                path = str(_value(key, value))
+                break
+        _recent_paths.put(call, path)
     return path
 
 
-# As _recent_keys: the guards that follow file contents ask about the same call in a row.
-_recent_paths: dict[int, tuple[ToolCall, str | None]] = {}
+# The guards that follow file contents ask about the same call in a row.
+_recent_paths = PerCall()
 
 
 def _value(key: str, value: Any) -> Any:

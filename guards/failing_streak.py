@@ -7,10 +7,9 @@ from typing import Sequence
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
-from orchestrator.printable import shortened, visible
 
 from guards._contents import FileVersions
-from guards._describe import describe_call
+from guards._describe import describe_call, first_lines
 from guards._normalise import RUNS_COMMANDS, AnswerCopies, SeenResults, call_key
 
 KIND = "failing_streak"
@@ -123,5 +122,4 @@ def _correction(count: int) -> str:
 
 
 def _evidence(call: ToolCall, result: ToolResult) -> str:
-    lines = result.output.strip().splitlines()[:_EVIDENCE_LINES]
-    return f"{describe_call(call)} failed:\n" + "\n".join(visible(shortened(line, 200)) for line in lines)
+    return f"{describe_call(call)} failed:\n" + first_lines(result.output, _EVIDENCE_LINES)

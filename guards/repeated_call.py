@@ -7,9 +7,8 @@ from typing import Sequence
 from orchestrator.errors import QualityError
 from orchestrator.protocols import GuardContext
 from orchestrator.records import BrokenCall, Level, ModelResponse, ToolCall, ToolResult
-from orchestrator.printable import shortened, visible
 
-from guards._describe import describe_call
+from guards._describe import describe_call, first_lines
 from guards._normalise import AnswerCopies, call_key, same_result
 
 KIND = "repeated_tool_call"
@@ -117,8 +116,7 @@ def _next_time(call: ToolCall, count: int) -> str:
 
 
 def _evidence(call: ToolCall, count: int, result: ToolResult) -> str:
-    lines = result.output.strip().splitlines()[:_EVIDENCE_LINES]
-    shown = "\n".join(visible(shortened(line, 200)) for line in lines)
+    shown = first_lines(result.output, _EVIDENCE_LINES)
     return f"{describe_call(call)} ×{count}, the last returning:\n{shown}" if shown else f"{describe_call(call)} ×{count}"
 
 
