@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from datetime import timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,8 +171,10 @@ def violations(work: Path, before: dict[str, str]) -> list[str]:
     """Every invariant that does not hold after recovery."""
     import sqlite3
 
+    from orchestrator.iteration import owes_note
     from orchestrator.lock import StateLock
-    from orchestrator.notes import HEADER, NotesBook
+    from orchestrator.notes import HEADER, NotesBook, has_entry
+    from runs import RunStore
 
     found: list[str] = []
     state, repo = work / "state", work / "repo"
@@ -219,6 +222,18 @@ def violations(work: Path, before: dict[str, str]) -> list[str]:
             found.append("notes: malformed heading")
         if any("**Correction:**" not in e.text or e.text.count("```") % 2 for e in entries):
             found.append("notes: partial entry")
+    # Every iteration whose ending writes a note has it, a kill between the store and notes.md included.
+    entries = NotesBook(notes).entries()
+    with sqlite3.connect(state / "runs.db") as db:
+        run_ids = [row[0] for row in db.execute("SELECT id FROM runs")]
+    store = RunStore.open(f"sqlite:///{state / 'runs.db'}")
+    try:
+        for iteration in (i for run_id in run_ids for task in store.run(run_id).tasks for i in task.iterations):
+            since = iteration.started_at.replace(tzinfo=timezone.utc)
+            if owes_note(iteration) and not has_entry(entries, iteration.task_name, iteration.number, iteration.reason, since=since):
+                found.append(f"notes: no entry for {iteration.task_name} iteration {iteration.number} ({iteration.reason})")
+    finally:
+        store.close()
     if list(state.glob(".notes.md.*.tmp")):
         found.append("notes: temp file left")
     return found

@@ -27,6 +27,23 @@ CHECK_TAIL_CHARS = 1200
 _SIGNAL_DEATHS = {status for number in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM) for status in (-number, 128 + number)}
 SIGNAL_GRACE_S = 1.0
 CANCELLED_CORRECTION = "None needed: the iteration was stopped on purpose ({why}), not because of the model."
+STATE_FAILED_CORRECTION = "None: the state dir could not be written (disk full or read-only)."
+
+
+def owes_note(iteration: Any) -> bool:
+    """Whether an ended iteration (a runs.views.IterationView) is one whose ending appends to notes.md.
+
+    The store is written first, then notes.md: a night killed between the two owes the note, and
+    recovery writes it from what the store kept. Not owed: a commit, an unreachable model
+    (infrastructure, no note), a state dir that could not be written, an interrupted iteration.
+    """
+    noted = (IterationOutcome.ROLLED_BACK.value, IterationOutcome.CANCELLED.value)
+    return (
+        iteration.outcome in noted
+        and iteration.reason != "model_unreachable"
+        and bool(iteration.correction)
+        and iteration.correction != STATE_FAILED_CORRECTION
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +208,7 @@ class _Finisher:
             self._finish(
                 outcome=IterationOutcome.ROLLED_BACK.value,
                 reason="iteration_error",
-                correction="None: the state dir could not be written (disk full or read-only).",
+                correction=STATE_FAILED_CORRECTION,
                 turns=self.ctx.turn,
                 tokens=self.ctx.tokens,
             )
@@ -210,15 +227,15 @@ class _Finisher:
 
     def cancelled(self, why: str) -> None:
         self.setup.workspace.rollback(self.checkpoint)
+        correction = CANCELLED_CORRECTION.format(why=why)
         self._finish(
             outcome=IterationOutcome.CANCELLED.value,
             reason="cancelled",
+            correction=correction,
             turns=self.ctx.turn,
             tokens=self.ctx.tokens,
         )
-        self.setup.notes.append(
-            task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=CANCELLED_CORRECTION.format(why=why)
-        )
+        self.setup.notes.append(task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=correction)
         self.log.info("iteration_cancelled", why=why)
 
     def _finish(self, **values: Any) -> None:

@@ -571,6 +571,55 @@ class TestKilledNight:
         with StateLock(config.state_dir):
             pass  # the kernel freed whatever the dead night held
 
+    def test_the_note_a_night_killed_before_writing_it_owed_is_written_by_recovery(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The store records a rollback first, then notes.md gets its entry: a night killed between the
+        two (held here at the notes file's lock) owes the note, and recovery writes it from the store.
+        An entry the night did write is not written twice."""
+        import fcntl
+
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(
+            call("submit", {"summary": "nothing fixed"}),
+            call("read_file", {"path": "greet.py"}, delay_s=1.5),
+            call("submit", {"summary": "nothing fixed either"}),
+        )
+        notes = NotesBook(config.state_dir / "notes.md")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+
+        def second_rolled_back() -> bool:
+            with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db", timeout=5)) as db:
+                rows = db.execute(
+                    "SELECT i.outcome FROM iterations i JOIN task_runs t ON i.task_run_id = t.id WHERE t.name = 'second'"
+                ).fetchall()
+            return rows == [("rolled_back",)]
+
+        lock = -1
+        try:
+            _wait_for(lambda: len(notes.entries()) == 1 or proc.poll() is not None, 60, "the first task's note")
+            lock = os.open(config.state_dir / "notes.md.lock", os.O_RDWR)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the second task's note now waits for it
+            _wait_for(lambda: proc.poll() is not None or second_rolled_back(), 60, "the second task's rollback recorded")
+            assert proc.poll() is None, "the night ended before it could be killed"
+        finally:
+            proc.kill()
+            proc.wait()
+            if lock >= 0:
+                os.close(lock)
+        assert [(e.task, e.reason) for e in notes.entries()] == [("fix-greet", "check_failed")]
+
+        _, logs = recover(config)
+        entries = notes.entries()
+        assert [(e.task, e.iteration, e.reason) for e in entries] == [("fix-greet", 1, "check_failed"), ("second", 1, "check_failed")]
+        assert "run_check" in entries[1].text  # the correction the store kept
+        assert "killed after it recorded how this iteration ended" in entries[1].text
+        assert [(e["task"], e["reason"]) for e in logs if e["event"] == "note_recovered"] == [("second", "check_failed")]
+        recover(config)
+        assert len(notes.entries()) == 2
+
     def test_a_killed_night_is_told_as_it_is_before_and_after_recovery(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
         """The morning after a kill -9, before any night recovers it: the report says the process is gone
         and counts the turns and tokens its events hold; recovery then keeps those counts, and dates
