@@ -143,7 +143,9 @@ class _Night:
         if self.parts.cancel.cancelled:
             return self.parts.cancel.why
         if self.budget.exhausted:
-            self.parts.cancel.cancel(self.budget.why)
+            # Refused here, not cancelled for all: the iteration whose answer crossed the budget is
+            # still checked and committed (its `submit` may carry finished work), while the others'
+            # loops stop at their next model call (orchestrator.agent: budgets asked before each).
             return self.budget.why
         if not self.deadline.allows(self._slowest_iteration_s):
             return "deadline"
@@ -205,7 +207,7 @@ def run_night(parts: NightParts) -> NightResult:
         "night_finished",
         exit_code=exit_code,
         succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
-        stopped_early=parts.cancel.why or None,
+        stopped_early=parts.cancel.why or (night.budget.why if night.budget.exhausted else None),
     )
     return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
 

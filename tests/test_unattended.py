@@ -364,6 +364,34 @@ class TestBudgets:
         assert task.outcome.value == "succeeded" and [it.tokens for it in task.iterations] == [5500]
         assert "'hello'" in git(worktree(config, "fix-greet"), "show", "HEAD:greet.py")
 
+    def test_finished_work_whose_submit_crosses_the_night_budget_is_committed_while_other_tasks_run(self, tmp_path, repo, capsys):
+        """The night's budget refuses new iterations; it does not cancel the night: another task that
+        asks to begin its next iteration must not kill the check of the answer that crossed it."""
+        from orchestrator.fake_server import ScriptedServer
+        from orchestrator.scripted import calls
+
+        def respond(body):
+            asked = "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
+            if "FIXER" in asked:  # one answer, the fix and its submit, crossing the night's budget
+                fix = ("write_file", {"path": "greet.py", "content": "def greet():\n    return 'hello'\n"})
+                return calls(fix, ("submit", {"summary": "fixed"}), prompt_tokens=1000, completion_tokens=100)
+            return call("submit", {"summary": "nothing"}, delay_s=0.5, prompt_tokens=5, completion_tokens=5)
+
+        tasks = [
+            {"name": "fixer", "prompt": "FIXER task", "check": "sleep 2 && python check_greet.py"},
+            {"name": "other", "prompt": "OTHER task", "check": "false"},
+        ]
+        with ScriptedServer(responder=respond) as server:
+            config = write_config(
+                tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks,
+                night={"concurrency": 2, "max_iterations": 3, "max_tokens_per_night": 1000},
+            )
+            run_in_process(config)
+        fixer, other = report_json(config, capsys)["tasks"]
+        assert (fixer["outcome"], [it["outcome"] for it in fixer["iterations"]]) == ("succeeded", ["committed"])
+        assert "'hello'" in git(repo, "show", "overnight/fixer:greet.py")
+        assert (other["outcome"], other["reason"]) == ("cancelled", "night token budget of 1000 spent")
+
     def test_no_iteration_begins_once_the_task_budget_is_spent(self, config_file, server, capsys):
         """The response that crossed the budget was acted on (its check failed): no further iteration is
         begun only to be cancelled at its first turn, with a row, a transcript and a note of its own."""
