@@ -204,12 +204,13 @@ def _settle_worktree(config: Config, iteration: Any, log: Any) -> str:
 
 
 def _is_iteration_commit(repo: Any, head: str, iteration: Any) -> bool:
-    """`head` is the commit this iteration made (only ever after its check passed), right on its checkpoint."""
+    """`head` is the commit this iteration made (only ever after its check passed), on its checkpoint:
+    right on it, or on commits the agent made on top of it (the commit keeps those, `Worktree.commit`)."""
     commit = repo.commit(head)
     return (
-        [parent.hexsha for parent in commit.parents] == [iteration.checkpoint]
-        and commit.author.name == "overnight"
+        commit.author.name == "overnight"
         and commit.summary == f"overnight: {iteration.task_name} iteration {iteration.number}"
+        and ([parent.hexsha for parent in commit.parents] == [iteration.checkpoint] or repo.is_ancestor(iteration.checkpoint, head))
     )
 
 

@@ -270,6 +270,32 @@ class TestRecoveryOfStoredState:
         assert run.status == "crashed" and run.tasks[0].outcome == "succeeded" and run.tasks[0].commit == commit
         assert [e["event"] for e in logs].count("iteration_recovered") == 1
 
+    def test_commit_made_on_the_agents_own_commit_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
+        """The agent committed part of the work itself, the iteration's commit followed (it keeps the
+        agent's commits), then the kill: recovery keeps both, as it keeps a commit right on the checkpoint."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        (worktree.path / "part.txt").write_text("part one\n")
+        git(worktree.path, "add", "part.txt")
+        git(worktree.path, "commit", "-qm", "part one")
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        commit = worktree.commit("overnight: fix-greet iteration 1\n\nfixed", onto=checkpoint)
+        store.close()
+        [settled], _ = recover(config)
+        assert settled.outcome == "committed" and settled.commit == commit
+        assert git(repo, "rev-parse", "overnight/fix-greet") == commit
+        assert git(repo, "log", "--format=%s", "overnight/fix-greet").splitlines()[:2] == ["overnight: fix-greet iteration 1", "part one"]
+
+    def test_a_commit_of_another_iteration_on_top_is_not_taken_for_this_ones(self, tmp_path: Path, repo: Path) -> None:
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        worktree.commit("overnight: fix-greet iteration 7\n\nnot this one", onto=checkpoint)
+        store.close()
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted"
+        assert git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
+
     @pytest.mark.parametrize("lease_alive", [False, True])
     def test_this_state_dirs_night_under_another_host_name_is_judged_by_its_leases(self, tmp_path: Path, repo: Path, lease_alive: bool) -> None:
         """A container gets a new host name each night while its state dir stays on a volume: the dead
