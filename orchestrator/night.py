@@ -224,12 +224,20 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key)
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
     reports: list[IterationReport] = []
+    begun = 0  # iterations begun: a cancelled or unreachable one ends with no report
     # The task's own stop: the night's, or its lease lost to another worker (this process
     # stalled past the lease's ttl), which ends this task's work and no other's.
     cancel = parts.cancel.child()
     lease = LeaseKeeper(store, task.name, owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
+
+    def finish(outcome: TaskOutcome, reason: str) -> str:
+        commit = next((r.commit for r in reports if r.commit), "")
+        store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
+        return commit
+
     if refused := night.why_not_start_iteration():
         outcome, reason = TaskOutcome.CANCELLED, refused
+        commit = finish(outcome, reason)
     else:
         try:
             with lease:
@@ -242,26 +250,28 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
                         workspace = night.worktree(task)
                         log.info("task_started", branch=workspace.branch)
                         setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                        outcome, reason, reports = _iterate(night, task, setup)
+                        outcome, reason, reports, begun = _iterate(night, task, setup)
+                # Recorded before the lease is let go: a worker that takes it next sees the task done.
+                commit = finish(outcome, reason)
         except LeaseHeld as held:
             log.info("task_skipped_leased", holder=str(held))
             outcome, reason = TaskOutcome.SKIPPED, "leased"
-    commit = next((r.commit for r in reports if r.commit), "")
-    store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
-    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=len(reports))
+            commit = finish(outcome, reason)
+    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=begun)
     return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
 
 
-def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOutcome, str, list[IterationReport]]:
-    """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out."""
+def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOutcome, str, list[IterationReport], int]:
+    """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began."""
     parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []
-    outcome, reason = TaskOutcome.FAILED, ""
+    outcome, reason, begun = TaskOutcome.FAILED, "", 0
     try:
         for number in range(1, config.night.max_iterations + 1):
             if refused := night.why_not_start_iteration() or _spent(setup.budgets):
                 outcome, reason = TaskOutcome.CANCELLED, refused
                 break
+            begun = number
             started = parts.now()
             report = run_iteration(setup, number)
             night.iteration_took(seconds_between(started, parts.now()))
@@ -286,7 +296,7 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
         outcome, reason = TaskOutcome.PAUSED, "model_unreachable"
     except Cancelled as stop:
         outcome, reason = TaskOutcome.CANCELLED, stop.why
-    return outcome, reason, reports
+    return outcome, reason, reports, begun
 
 
 def _task_setup(

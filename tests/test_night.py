@@ -252,6 +252,21 @@ class TestReasonCodes:
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
 
 
+    def test_the_task_finished_event_counts_an_iteration_that_ended_without_a_report(self, tmp_path, repo, capsys):
+        """An iteration cut short by an unreachable model (or a cancel) ends by raising: the log's
+        count of the task's iterations still says what the report says."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        from tests.conftest import write_config
+
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{port}/v1", repo=repo)
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 3
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        [finished] = [e for e in events if e["event"] == "task_finished"]
+        assert (finished["outcome"], finished["iterations"]) == ("paused", len(report_json(config, capsys)["tasks"][0]["iterations"])) == ("paused", 1)
+
 class TestBrokenNight:
     def test_a_task_whose_worktree_cannot_be_made_ends_the_run_as_crashed(self, config_file, server, repo, capsys):
         """Exit 2 with one line; the task before it is committed, and the morning report says `crashed`, not `running`."""

@@ -222,6 +222,30 @@ class TestSharedWork:
         assert skipped.get("message") == "done_elsewhere"
 
 
+    def test_a_task_is_recorded_done_before_its_lease_is_let_go(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Another worker may take a lease the moment it is free, and then asks the store whether the task
+        was done tonight: by then the task's end must be there, or it is done a second time."""
+        from orchestrator.build import night_parts
+        from orchestrator.night import run_night
+
+        store_file = tmp_path / "shared.db"
+        config = load_config(shared_config(tmp_path / "a", repo, server, store_file))
+        server.enqueue(*FIX)
+        seen_by_the_next_worker: list[Any] = []
+        with night_parts(config) as parts:
+            release = parts.store.release_lease
+
+            def release_watched(task: str, owner: str) -> None:
+                with sqlite3.connect(store_file) as db:
+                    seen_by_the_next_worker.extend(db.execute("SELECT outcome FROM task_runs WHERE name = ?", (task,)).fetchall())
+                release(task, owner)
+
+            parts.store.release_lease = release_watched
+            result = run_night(parts)
+        assert result.exit_code == 0
+        assert seen_by_the_next_worker == [("succeeded",)]
+
+
 class TestMorning:
     def test_report_and_junit_show_this_state_dirs_night(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
         """A's night overlaps B's shorter one: A's JUnit file and A's report are A's, not the latest run in the store."""
