@@ -19,7 +19,7 @@ from runs.views import RunView, TaskView, worst_signal
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
 # What markdown would act on in a message: emphasis, code, links and images, strikes, escapes.
 _MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~]")
-_MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "⏸️", "cancelled": "⏹️"}
+_MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "⏸️", "cancelled": "⏹️", "skipped": "⏭️", "running": "⏳"}
 
 
 def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path | None = None) -> bool:
@@ -28,11 +28,22 @@ def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path |
     if target is None:
         return False
     try:
+        # After a step that left its last line open (`echo -n`), the heading would join that line.
+        start = "\n" if _ends_mid_line(target) else ""
         with open(target, "a", encoding="utf-8") as out:
-            out.write(step_summary(run, notes=notes))
+            out.write(start + step_summary(run, notes=notes))
     except OSError as exc:
         raise StateError(f"cannot append the step summary to {target}: {exc.strerror or exc}") from None
     return True
+
+
+def _ends_mid_line(path: str | Path) -> bool:
+    try:
+        with open(path, "rb") as existing:
+            existing.seek(-1, os.SEEK_END)
+            return existing.read(1) != b"\n"
+    except OSError:  # empty, missing, or not a file one can seek in
+        return False
 
 
 def step_summary(run: RunView, *, notes: Path | None = None) -> str:
@@ -72,8 +83,8 @@ def _row(task: TaskView) -> str:
 def _cell(text: str) -> str:
     """One table cell: a pipe or a newline would break the row; a control character (a model-chosen
     name in a signal) is shown escaped; `<` is an entity, so an HTML tag or `<!--` in such a name
-    cannot hide the rest of the page."""
-    return visible(" ".join(text.split())).replace("|", "\\|").replace("<", "&lt;")
+    cannot hide the rest of the page, and `&` is one too, so `&#x202E;` in such a name stays text."""
+    return visible(" ".join(text.split())).replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
 
 
 def _literal(text: str) -> str:

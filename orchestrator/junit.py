@@ -96,7 +96,8 @@ def _verdict(task: TaskView) -> str:
 def _testcase(task: TaskView) -> ET.Element:
     case = ET.Element("testcase", {"classname": SUITE, "name": _clean(task.name), "time": _seconds(task.started_at, task.finished_at)})
     reasons = _reason_codes(task)
-    last = task.reason or (reasons[-1] if reasons else task.outcome)
+    # A parked task's own reason is `parked`: its type is what kept stopping it, as for a failed one.
+    last = (reasons[-1] if reasons and task.outcome == "parked" else task.reason) or (reasons[-1] if reasons else task.outcome)
     verdict = _verdict(task)
     if verdict == "failure":
         _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))

@@ -112,6 +112,15 @@ class TestJunitFromARealNight:
         assert body[1].startswith("#1 rolled_back · reason repeated_tool_call · worst signal severe repeated_tool_call")
         assert body[2].startswith("#2 rolled_back · reason check_failed · worst signal severe check_failed")
 
+    def test_a_parked_tasks_type_is_the_reason_that_kept_stopping_it(self, tmp_path):
+        """`parked` is the task's own reason; `type` is the last reason code, as for a failed task."""
+        import dataclasses
+
+        run = view("failed", "repeated_tool_call")
+        run = dataclasses.replace(run, tasks=(dataclasses.replace(run.tasks[0], outcome="parked", reason="parked"),))
+        failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
+        assert (failure.get("message"), failure.get("type")) == ("repeated_tool_call", "repeated_tool_call")
+
     def test_rewrite_is_atomic_and_leaves_no_temporary_file(self, night, tmp_path):
         """Writing over an old report replaces it whole and leaves only the report in the folder."""
         _, _, run = night
@@ -216,6 +225,19 @@ class TestStepSummary:
         assert "a \\| b c" in row and row.count(" | ") == 5
 
 
+    def test_an_entity_in_a_model_chosen_name_stays_text(self, tmp_path):
+        """`&#x202E;` would render as a right-to-left override on the job page: `&` is an entity too."""
+        target = tmp_path / "summary.md"
+        append_step_summary(view("failed", "unknown_tool", signal_message="unknown tool: &#x202E;exe.txt"), target)
+        [row] = [line for line in target.read_text().splitlines() if line.startswith("| t |")]
+        assert "&amp;#x202E;exe.txt" in row
+
+    def test_a_summary_left_mid_line_by_an_earlier_step_still_starts_on_a_line_of_its_own(self, tmp_path):
+        target = tmp_path / "summary.md"
+        target.write_text("keep me")  # `echo -n`
+        append_step_summary(view("failed", "check_failed"), target)
+        assert target.read_text().startswith("keep me\n## overnight run #7")
+
     def test_a_model_chosen_name_shows_as_typed_not_as_an_image_or_a_link(self, tmp_path):
         """An unknown tool named like markdown stays text on the job page: no image loaded, no link to click."""
         target = tmp_path / "summary.md"
@@ -315,6 +337,13 @@ class TestJsonLogs:
                 assert isinstance(event.get("iteration"), int) and isinstance(event.get("iteration_id"), int), event
         rolled = [e for e in events if e["event"] == "iteration_rolled_back"]
         assert [(e["task"], e["iteration"], e["reason"]) for e in rolled] == [("never", 1, "repeated_tool_call"), ("never", 2, "check_failed")]
+
+    def test_signal_events_say_how_severe_the_signal_was(self, json_run):
+        """The log's `level` is structlog's; the signal's own level is `severity`, as the report's `level` says."""
+        signals = [(e["task"], e["iteration"], e["kind"], e["severity"]) for e in log_events(json_run.stderr) if e["event"] == "signal"]
+        assert ("never", 1, "repeated_tool_call", "severe") in signals
+        assert ("never", 1, "repeated_tool_call", "warning") in signals
+        assert ("never", 2, "check_failed", "severe") in signals
 
     def test_an_error_that_ends_the_night_is_a_json_line_too(self, tmp_path):
         """With --log-format json even the error that ends the command is an event a pipeline can parse."""
