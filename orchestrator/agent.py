@@ -46,6 +46,8 @@ class RunContext:
     budgets: Sequence[Any] = ()
     # The worktree the tools work in (the toolbox's root when not given): guards may read files there.
     workdir: Any = None
+    # The iteration's logger (bound to its run, task and iteration ids); a bare one when not given.
+    log: Any = None
     turn: int = 0
     # Tokens this run has used so far, whatever ends it.
     tokens: int = 0
@@ -190,5 +192,5 @@ def _each(guards: list[Guard], hook: str, ctx: RunContext, *args: Any) -> None:
 
 def _guard_failed(ctx: RunContext, name: str, hook: str, exc: Exception) -> None:
     error = f"{type(exc).__name__}: {exc}"
-    get_logger().warning("guard_error", guard=name, hook=hook, error=error, turn=ctx.turn, exc_info=exc)
+    (ctx.log or get_logger()).warning("guard_error", guard=name, hook=hook, error=error, turn=ctx.turn, exc_info=exc)
     ctx.report(Level.WARNING, "guard_error", f"guard {name} failed in {hook} ({error[:120]}); left out for this run")

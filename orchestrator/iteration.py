@@ -89,6 +89,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             context_window=setup.context_window,
             cancel=setup.cancel,
             budgets=setup.budgets,
+            log=log,
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
         messages = first_messages(setup.task, setup.night, ctx.tool_names, setup.notes)

@@ -971,6 +971,29 @@ class TestACrashingGuard:
         assert [(e["guard"], e["hook"], e["error"]) for e in errors] == [("AsciiPathGuard", "after_tool_call", "KeyError: 'path'")]
 
 
+    def test_in_a_night_the_guard_error_event_names_the_run_task_and_iteration(self, tmp_path, monkeypatch, capsys):
+        """With tasks in parallel, which task's guard failed is in the event, as for every iteration event."""
+        import json
+
+        from orchestrator.fake_server import ScriptedServer
+        from tests.conftest import SAMPLE_FILES, make_repo, write_config
+        from tests.test_night import FIX, overnight
+
+        (tmp_path / "crashing_guard_module.py").write_text(
+            "class Crashing:\n    def after_tool_call(self, ctx, call, result):\n        raise RuntimeError('boom')\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "crashing_guard_module", raising=False)
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        with ScriptedServer(list(FIX)) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, guards={"custom": ["crashing_guard_module:Crashing"]})
+            capsys.readouterr()
+            assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        [error] = [e for e in events if e["event"] == "guard_error"]
+        assert (error["guard"], error["task"], error["iteration"]) == ("Crashing", "fix-greet", 1)
+        assert all(isinstance(error[key], int) for key in ("run_id", "task_run_id", "iteration_id"))
+
     def test_a_crashing_guard_equal_to_a_healthy_one_leaves_the_healthy_one_in(self, project: Path):
         """Two guards that compare equal (one dataclass, the same fields): only the one that crashed is left out."""
         from dataclasses import dataclass, field
