@@ -7,6 +7,7 @@ task over. Recovery on the same host need not wait: it knows the pid is dead.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -22,9 +23,23 @@ class LeaseHeld(Exception):
     """Another worker holds the task's lease."""
 
     def __init__(self, task: str, holder: str = "") -> None:
-        super().__init__(f"task {task!r} is being worked on by {holder or 'another process'}")
+        super().__init__(f"task {task_of_lease(task)!r} is being worked on by {holder or 'another process'}")
         self.task = task
         self.holder = holder
+
+
+def lease_key(task: str, repository: str = "") -> str:
+    """The name a task's lease has in the store: the task's own, and in a store that other repositories'
+    nights share too, with its repository's key (night.repository_key) after an `@`, which task names
+    cannot hold: two projects' tasks named `tests` are two tasks, one project's on several machines one."""
+    if not repository:
+        return task
+    return f"{task}@{hashlib.sha256(repository.encode()).hexdigest()[:16]}"
+
+
+def task_of_lease(key: str) -> str:
+    """The task name in a lease's name."""
+    return key.partition("@")[0]
 
 
 def new_owner(state_id: str | None = None) -> str:
@@ -47,7 +62,7 @@ def owner_state_id(owner: str) -> str | None:
 
 
 class LeaseKeeper:
-    """Holds `task`'s lease for a with-block, renewing it every ttl/3 seconds from a daemon thread.
+    """Holds the lease named `task` (lease_key) for a with-block, renewing it every ttl/3 seconds from a daemon thread.
 
     If a renewal finds the lease taken (this process stalled past the ttl),
     `lost` becomes true and `on_lost` is called once; the caller decides
@@ -111,4 +126,4 @@ class LeaseKeeper:
 
     def _log(self, event: str, **fields: Any) -> None:
         if self.log is not None:
-            self.log.warning(event, task=self.task, owner=self.owner, **fields)
+            self.log.warning(event, task=task_of_lease(self.task), owner=self.owner, **fields)

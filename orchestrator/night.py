@@ -25,7 +25,7 @@ from orchestrator.confinement import Confinement
 from orchestrator.errors import Cancelled, ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
 from orchestrator.iteration import TaskSetup, first_messages, run_iteration
-from orchestrator.leases import LeaseHeld, LeaseKeeper, new_owner
+from orchestrator.leases import LeaseHeld, LeaseKeeper, lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
@@ -88,10 +88,7 @@ class _Night:
         self.notes = NotesBook(parts.config.notes_path)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
-        # The default store, a SQLite file in the state dir, is this state dir's alone: no other
-        # worker's night is in it, and each task's start is spared asking.
-        shared = not any(file.is_relative_to(parts.config.state_dir) for file in sqlite_files(parts.config.store_url))
-        self._repository_key = repository_key(parts.repo, parts.config.repo.base) if shared else ""
+        self._repository_key = shared_repository_key(parts.config, parts.repo)
         deadline = parts.config.night.deadline
         self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
@@ -104,6 +101,9 @@ class _Night:
         self._repo = parts.repo
         self._worktrees: dict[str, Future[Worktree]] = {}
         self._not_asked = deque(parts.config.task)
+
+    def lease_key(self, task: TaskConfig) -> str:
+        return lease_key(task.name, self._repository_key)
 
     def work_key(self, task: TaskConfig) -> str | None:
         """The task's work in a store other workers share (see runs.models.TaskRun.work_key); None in one they do not."""
@@ -228,7 +228,7 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     # The task's own stop: the night's, or its lease lost to another worker (this process
     # stalled past the lease's ttl), which ends this task's work and no other's.
     cancel = parts.cancel.child()
-    lease = LeaseKeeper(store, task.name, owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
+    lease = LeaseKeeper(store, night.lease_key(task), owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
 
     def finish(outcome: TaskOutcome, reason: str) -> str:
         commit = next((r.commit for r in reports if r.commit), "")
@@ -331,6 +331,14 @@ def _task_setup(
         budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
         lease=lease,
     )
+
+
+def shared_repository_key(config: Config, repo: Any) -> str:
+    """repository_key in a store other state dirs may share; "" in the default one, a SQLite file in
+    the state dir, which is this state dir's alone (each task's start is spared asking)."""
+    if any(file.is_relative_to(config.state_dir) for file in sqlite_files(config.store_url)):
+        return ""
+    return repository_key(repo, config.repo.base)
 
 
 def repository_key(repo: Any, base: str) -> str:

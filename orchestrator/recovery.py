@@ -32,7 +32,8 @@ from typing import Any
 from orchestrator.commands import stop_marked_processes
 from orchestrator.config import Config
 from orchestrator.iteration import owes_note
-from orchestrator.leases import owner_host_pid, owner_state_id
+from orchestrator.night import shared_repository_key
+from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook, has_entry
 from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
@@ -51,7 +52,8 @@ KEPT_BRANCH_PREFIX = "overnight-kept/"
 
 def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     """Settle every iteration and run left `running` by a dead process; returns the iterations settled."""
-    host, me, now = socket.gethostname(), os.getpid(), datetime.now(timezone.utc)
+    # The store's clock: leases and heartbeats are written by it (the database's, on PostgreSQL).
+    host, me, now = socket.gethostname(), os.getpid(), store.now()
     state_id = state_identity(config.state_dir)
 
     def ours(run: Any) -> bool:  # a run of this state dir: we hold its lock, so it has ended
@@ -70,13 +72,14 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     leases = {lease.task: lease for lease in store.leases()}
+    repository = shared_repository_key(config, open_repo(config.repo_path))
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
     settled, dead_runs, touched, alive = [], set(), set(), set()
     for iteration in store.running_iterations():
         run = store.run_of_task_run(iteration.task_run_id)
         if elsewhere(run):
             continue
-        if not ours(run) and not _is_orphaned(iteration, run, leases.get(iteration.task_name), host, me, now, stale_after):
+        if not ours(run) and not _is_orphaned(iteration, run, leases.get(lease_key(iteration.task_name, repository)), host, me, now, stale_after):
             alive.add(iteration.task_name)  # perhaps still at work: its worktree is not cleaned either
             continue
         commit = _settle_worktree(config, iteration, log)
@@ -320,7 +323,7 @@ def _release_dead_leases(store: Any, leases: Any, host: str, me: int, state_id: 
             dead = lease_host == host and lease_pid is not None and (lease_pid == me or not pid_alive(lease_pid))
         if dead:
             store.release_lease(lease.task, lease.owner)
-            log.info("lease_released", task=lease.task, dead_owner=lease.owner)
+            log.info("lease_released", task=task_of_lease(lease.task), dead_owner=lease.owner)
 
 
 def _remove_stale_temp_files(state_dir: Path, log: Any) -> None:

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -158,6 +158,10 @@ class RunStore:
         # start), so no host takes a live lease by its clock or writes one already expired.
         # A SQLite file is one host's: that host's clock.
         self._database_clock = engine.dialect.name == "postgresql"
+        # How far the database's clock is ahead of this host's (measured at `open`): the times this
+        # store writes are the database's there too, so that one machine's "finished after that night
+        # began" (`succeeded_elsewhere`) is judged by one clock, not two that may disagree.
+        self._clock_offset = timedelta(0)
 
     @classmethod
     def open(cls, url: str) -> RunStore:
@@ -172,7 +176,10 @@ class RunStore:
             if engine is not None:
                 engine.dispose()
             raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc
-        return cls(engine)
+        store = cls(engine)
+        if store._database_clock:
+            store._clock_offset = _database_clock_offset(engine, url)
+        return store
 
     @classmethod
     def open_for_reading(cls, url: str) -> RunStore | None:
@@ -189,6 +196,10 @@ class RunStore:
                 raise
         # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
         return cls(create_engine(f"sqlite:///file:{database.resolve()}?mode=ro&immutable=1&uri=true"))
+
+    def now(self) -> datetime:
+        """The time this store writes: this host's clock, or in a PostgreSQL store the database's."""
+        return utc_now() + self._clock_offset
 
     def close(self) -> None:
         self._events.close()
@@ -243,33 +254,35 @@ class RunStore:
 
     def _add_event(self, values: dict[str, Any], *, heartbeat: bool = False) -> None:
         """Queue one event (and, if asked, a beat of the iteration's heartbeat): see runs/event_writer.py."""
+        if self._clock_offset:
+            values["at"] += self._clock_offset
         self._events.put(values, beat=heartbeat)
 
     # --- writes -------------------------------------------------------------
 
     def begin_run(self, *, config_path: str, pid: int, host: str, state_id: str | None = None) -> int:
         run_id = self._add(
-            "begin_run", Run, config_path=str(config_path), pid=pid, host=host, state_id=state_id, status="running", started_at=utc_now()
+            "begin_run", Run, config_path=str(config_path), pid=pid, host=host, state_id=state_id, status="running", started_at=self.now()
         )
         self.begun_run_id = run_id
         return run_id
 
     def finish_run(self, run_id: int, *, status: str, exit_code: int) -> None:
-        self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=utc_now())
+        self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=self.now())
 
     def begin_task(self, run_id: int, *, name: str, branch: str, work_key: str | None = None) -> int:
         return self._add(
             "begin_task", TaskRun, after_events=False,
-            run_id=run_id, name=name, branch=branch, outcome="running", started_at=utc_now(), work_key=work_key,
+            run_id=run_id, name=name, branch=branch, outcome="running", started_at=self.now(), work_key=work_key,
         )
 
     def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "") -> None:
-        values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": utc_now()}
+        values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": self.now()}
         # Its iterations' events are in: each iteration's end waited for them.
         self._update("finish_task", TaskRun, task_run_id, after_events=False, **values)
 
     def begin_iteration(self, task_run_id: int, *, number: int, checkpoint: str, pid: int, transcript: str = "") -> int:
-        now = utc_now()
+        now = self.now()
         return self._add(
             "begin_iteration",
             Iteration,
@@ -285,7 +298,7 @@ class RunStore:
         )
 
     def heartbeat(self, iteration_id: int) -> None:
-        self._update("heartbeat", Iteration, iteration_id, after_events=False, heartbeat_at=utc_now())
+        self._update("heartbeat", Iteration, iteration_id, after_events=False, heartbeat_at=self.now())
 
     def finish_iteration(
         self,
@@ -298,7 +311,7 @@ class RunStore:
         turns: int = 0,
         tokens: int = 0,
     ) -> None:
-        now = utc_now()
+        now = self.now()
         self._update(
             "finish_iteration",
             Iteration,
@@ -445,7 +458,7 @@ class RunStore:
         recovery: the run then ends when it was last seen alive, not when it was found).
         """
         with self._writing("close_interrupted_run") as session:
-            now = utc_now() if exit_code is not None else self._last_seen_alive(session, run_id)
+            now = self.now() if exit_code is not None else self._last_seen_alive(session, run_id)
             open_tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run_id, TaskRun.outcome == "running")).all()
             for task in open_tasks:
                 commit = session.scalars(
@@ -547,6 +560,21 @@ _BEAT = (
     .where(_ITERATIONS.c.id == bindparam("beat_id"))
     .values(heartbeat_at=bindparam("beat_at"))
 )
+
+
+def _database_clock_offset(engine: Engine, url: str) -> timedelta:
+    """The database's clock minus this host's, to within half a round trip."""
+    try:
+        before = utc_now()
+        with engine.connect() as connection:
+            database_now = connection.execute(select(func.now())).scalar_one()
+        after = utc_now()
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc
+    if database_now.tzinfo is None:
+        database_now = database_now.replace(tzinfo=timezone.utc)
+    return database_now - (before + (after - before) / 2)
 
 
 def _write_events(connection: Any, rows: list[dict[str, Any]], beats: dict[int, Any]) -> None:

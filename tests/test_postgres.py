@@ -191,6 +191,30 @@ class TestOneClock:
             other.close()
 
 
+    def test_work_another_host_finished_tonight_is_seen_whatever_its_clock_says(self, pg_store_url: str, monkeypatch) -> None:
+        """Machine A's night begins; machine B, whose clock runs ten minutes behind, then finishes the same
+        work. By B's clock it finished before A's night began; by the database's, after: A skips it."""
+        import runs.store
+
+        here = RunStore.open(pg_store_url)
+        real = runs.store.utc_now
+        monkeypatch.setattr(runs.store, "utc_now", lambda: real() - timedelta(minutes=10))
+        there = RunStore.open(pg_store_url)
+        try:
+            monkeypatch.setattr(runs.store, "utc_now", real)
+            night = here.begin_run(config_path="a.toml", pid=1, host="machine-a", state_id="a" * 32)
+            monkeypatch.setattr(runs.store, "utc_now", lambda: real() - timedelta(minutes=10))
+            other = there.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            task = there.begin_task(other, name="fix", branch="overnight/fix", work_key="k" * 32)
+            there.finish_task(task, outcome="succeeded", commit="c" * 40)
+            monkeypatch.setattr(runs.store, "utc_now", real)
+            assert here.succeeded_elsewhere("k" * 32, night) == "machine-b"
+            [(started, database_now)] = sql(pg_store_url, "SELECT started_at, now() FROM runs WHERE id = %s", other)
+            assert abs(started.replace(tzinfo=database_now.tzinfo) - database_now) < timedelta(minutes=1)
+        finally:
+            here.close()
+            there.close()
+
 class TestSchema:
     def test_processes_opening_a_new_store_at_once_all_succeed(self, pg_store_url: str) -> None:
         """Each sees the tables missing and creates them; the others must not fail on PostgreSQL's duplicate catalog rows."""
@@ -290,7 +314,7 @@ class TestNights:
 
         def steal() -> bool:
             try:
-                return bool(sql(pg_store_url, "UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 'fix-greet' RETURNING task"))
+                return bool(sql(pg_store_url, "UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task LIKE 'fix-greet@%%' RETURNING task"))
             except psycopg.errors.UndefinedTable:  # the night has not opened the store yet
                 return False
 

@@ -222,6 +222,48 @@ class TestSharedWork:
         assert skipped.get("message") == "done_elsewhere"
 
 
+    def test_a_task_of_the_same_name_in_another_repository_is_not_held_by_its_lease(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Two projects share a store, each with a task named `fix-greet`: while one project's night works
+        on its task, the other's night does its own (a lease is per repository), instead of skipping it."""
+        from orchestrator.fake_server import ScriptedServer
+
+        store_file = tmp_path / "shared.db"
+        server.enqueue(Reply(tool_calls=call("read_file", {"path": "greet.py"}).tool_calls, delay_s=3.0), *FIX)
+        busy = shared_config(tmp_path / "x", repo, server, store_file)
+        nights: list[Any] = []
+        first = threading.Thread(target=lambda: nights.append(run_in_process(busy)))
+        first.start()
+        try:
+            store = RunStore.open(f"sqlite:///{store_file}")
+            try:
+                deadline = time.monotonic() + 30
+                while not store.leases() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert store.leases(), "the first project's night never took its lease"
+            finally:
+                store.close()
+            other_repo = make_repo(tmp_path / "other-repo", {**SAMPLE_FILES, "other.txt": "another project\n"})
+            with ScriptedServer(list(FIX)) as other_server:
+                [task] = run_in_process(shared_config(tmp_path / "y", other_repo, other_server, store_file)).tasks
+        finally:
+            first.join()
+        assert task.outcome.value == "succeeded"
+        assert [t.outcome.value for t in nights[0].tasks] == ["succeeded"]
+
+    def test_on_one_repository_a_held_lease_still_keeps_a_second_worker_off(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        from orchestrator.leases import lease_key
+
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file)
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            key = lease_key("fix-greet", repository_key(Repo(repo), "HEAD"))
+            assert store.acquire_lease(key, f"machine-b:1:cafe:{'b' * 32}", ttl_s=600)
+        finally:
+            store.close()
+        [task] = run_in_process(config).tasks
+        assert (task.outcome.value, task.reason) == ("skipped", "leased")
+
     def test_a_task_is_recorded_done_before_its_lease_is_let_go(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Another worker may take a lease the moment it is free, and then asks the store whether the task
         was done tonight: by then the task's end must be there, or it is done a second time."""
@@ -237,7 +279,7 @@ class TestSharedWork:
 
             def release_watched(task: str, owner: str) -> None:
                 with sqlite3.connect(store_file) as db:
-                    seen_by_the_next_worker.extend(db.execute("SELECT outcome FROM task_runs WHERE name = ?", (task,)).fetchall())
+                    seen_by_the_next_worker.extend(db.execute("SELECT outcome FROM task_runs").fetchall())
                 release(task, owner)
 
             parts.store.release_lease = release_watched
