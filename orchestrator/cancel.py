@@ -21,6 +21,10 @@ def stopping_signals() -> tuple[signal.Signals, ...]:
     return (signal.SIGTERM, signal.SIGINT, *hangup)
 
 
+# The signals that stop a night, by the names a CancelToken's `why` gives them.
+SIGNAL_NAMES = frozenset({"SIGHUP", "SIGINT", "SIGTERM"})
+
+
 class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -29,9 +33,13 @@ class CancelToken:
         self._hooks: list[Callable[[], None]] = []
         self.why = ""
 
-    def cancel(self, why: str) -> None:
+    def cancel(self, why: str, *, restate: bool = False) -> None:
+        """Cancel, saying why; once cancelled, `why` stays, unless `restate` (a signal that
+        comes while the deadline winds the night down: the night then ends as that signal says)."""
         with self._lock:
             if self._event.is_set():
+                if restate:
+                    self.why = why
                 return
             self.why = why
             self._event.set()

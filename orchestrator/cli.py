@@ -396,16 +396,20 @@ def _is_usage_error(exc: Exception) -> bool:
 def _cancel_on_signals(token: Cancel) -> None:
     """SIGTERM, Ctrl-C or a closed terminal (SIGHUP) cancels the iterations in flight: rolled back, noted `cancelled`.
 
-    A second Ctrl-C stops at once, for a person who will not wait for the rollback.
+    A second Ctrl-C stops at once, for a person who will not wait for the rollback. A signal
+    that comes while the deadline winds the night down is a first one: nothing is abandoned,
+    and the night ends with the signal's exit code.
     """
     import signal
 
-    from orchestrator.cancel import stopping_signals
+    from orchestrator.cancel import SIGNAL_NAMES, stopping_signals
 
     def cancel(signum: int, frame: object) -> None:
-        if token.cancelled and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        token.cancel(signal.Signals(signum).name)
+        if token.cancelled and token.why in SIGNAL_NAMES:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        token.cancel(signal.Signals(signum).name, restate=True)
 
     for number in stopping_signals():
         signal.signal(number, cancel)

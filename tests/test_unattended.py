@@ -11,6 +11,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from orchestrator.build import night_parts
 from orchestrator.config import load_config
 from orchestrator.night import run_night
@@ -208,6 +210,38 @@ def _drain(terminal: int) -> None:
             os.read(terminal, 65536)
         except OSError:
             pass
+
+
+class TestSignalsAfterTheDeadline:
+    """The deadline cancels the night's token too: a signal that comes while it winds the night down
+    is still a first signal (no rollback abandoned) and names the exit code."""
+
+    @pytest.fixture
+    def handlers(self):
+        from orchestrator.cancel import CancelToken
+        from orchestrator.cli import _cancel_on_signals
+
+        saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        token = CancelToken()
+        try:
+            _cancel_on_signals(token)
+            yield token
+        finally:
+            for number, handler in saved.items():
+                signal.signal(number, handler)
+
+    def test_sigterm_while_the_deadline_winds_down_makes_the_night_a_sigterm_one(self, handlers):
+        handlers.cancel("deadline")
+        signal.raise_signal(signal.SIGTERM)
+        assert handlers.why == "SIGTERM"
+        signal.raise_signal(signal.SIGTERM)  # once more: nothing new
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # a second signal, from a person at the terminal: stop at once
+
+    def test_a_first_ctrl_c_while_the_deadline_winds_down_abandons_nothing(self, handlers):
+        handlers.cancel("deadline")
+        signal.raise_signal(signal.SIGINT)
+        assert handlers.why == "SIGINT"
 
 
 class TestLogReaderGone:
