@@ -65,10 +65,13 @@ def _pragmas_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 def _create_engine(url: str) -> Engine:
     parsed = make_url(url)
-    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-        # libpq waits for a host that accepts but never answers (a stuck pooler) without end;
-        # a night would hang at its start with nothing said.
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+    if parsed.get_backend_name() == "postgresql":
+        # libpq waits for a host that accepts but never answers (a stuck pooler) without end, and on
+        # a connection the network dropped (a partition), for as long as TCP retries (15 minutes and
+        # more): a night would hang with nothing said. Bounded, unless the URL says otherwise.
+        limits = {"connect_timeout": CONNECT_TIMEOUT_S, **_SILENCE_LIMITS}
+        bounds = {name: value for name, value in limits.items() if name not in parsed.query}
+        return create_engine(parsed, pool_pre_ping=True, connect_args=bounds)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     database = parsed.database or ""
@@ -87,6 +90,15 @@ def _create_engine(url: str) -> Engine:
 _SCHEMA_ATTEMPTS = 8
 # Seconds to wait for a PostgreSQL server to accept a connection (unless the URL says otherwise).
 CONNECT_TIMEOUT_S = 20
+# libpq's limits on a connection that goes silent: keepalive probes after 30 s idle, every 10 s,
+# 3 unanswered end it; data left unacknowledged for 60 s ends it (Linux). A StateError then.
+_SILENCE_LIMITS = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
 
 
 def sqlite_files(url: str) -> list[Path]:

@@ -231,6 +231,19 @@ class TestSchema:
         assert open_at_once(pg_store_url) == [0] * 8
         assert_the_column_was_added(pg_store_url, run)
 
+    def test_a_connection_the_network_drops_is_given_up_in_bounded_time(self, store: RunStore, pg_store_url: str) -> None:
+        """libpq's keepalives and TCP user timeout are on the store's connections (a partition would
+        otherwise block a call for as long as TCP retries); a URL's own values win."""
+        with store._engine.connect() as connection:
+            parameters = connection.connection.dbapi_connection.info.get_parameters()
+        assert (parameters["keepalives_idle"], parameters["keepalives_count"], parameters["tcp_user_timeout"]) == ("30", "3", "60000")
+        own = RunStore.open(f"{pg_store_url}?tcp_user_timeout=5000")
+        try:
+            with own._engine.connect() as connection:
+                assert connection.connection.dbapi_connection.info.get_parameters()["tcp_user_timeout"] == "5000"
+        finally:
+            own.close()
+
     def test_a_missing_database_is_one_line(self, postgres_url: str) -> None:
         """A database that does not exist is StateError naming the URL (password hidden), not a traceback."""
         url = postgres_url.replace("postgres@", "postgres:secret@") + "/no_such_database"
