@@ -290,6 +290,6 @@ class _Recorder:
     def signal(self, signal: Signal, forward: SignalSink) -> None:
         self.store.record_signal(self.iteration_id, level=signal.level.value, kind=signal.kind, message=signal.message)
         self.transcript.write("signal", **signal.as_dict())
-        # `severity`, not `level`: structlog writes the log level over a `level` key.
-        self.log.warning("signal", severity=signal.level.value, kind=signal.kind, message=signal.message)
+        # `level` is the signal's (logs._add_log_level keeps it): warning or severe, as in the report.
+        self.log.warning("signal", level=signal.level.value, kind=signal.kind, message=signal.message)
         forward(signal)

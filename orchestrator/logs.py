@@ -45,7 +45,7 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
+            _add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info if as_json else structlog.dev.set_exc_info,
             renderer,
@@ -55,6 +55,14 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
         logger_factory=(lambda *_: structlog.PrintLogger(lossy(sys.stderr))) if stream is sys.stderr else structlog.PrintLoggerFactory(lossy(stream)),
         cache_logger_on_first_use=False,
     )
+
+
+def _add_log_level(logger: Any, method_name: str, event_dict: Any) -> Any:
+    """structlog's add_log_level, but an event's own `level` stays: a `signal` event's is the
+    signal's, `warning` or `severe`, as the report says it."""
+    if "level" in event_dict:
+        return event_dict
+    return structlog.processors.add_log_level(logger, method_name, event_dict)
 
 
 def get_logger(**bound: Any) -> Any:

@@ -339,8 +339,8 @@ class TestJsonLogs:
         assert [(e["task"], e["iteration"], e["reason"]) for e in rolled] == [("never", 1, "repeated_tool_call"), ("never", 2, "check_failed")]
 
     def test_signal_events_say_how_severe_the_signal_was(self, json_run):
-        """The log's `level` is structlog's; the signal's own level is `severity`, as the report's `level` says."""
-        signals = [(e["task"], e["iteration"], e["kind"], e["severity"]) for e in log_events(json_run.stderr) if e["event"] == "signal"]
+        """A signal event's `level` is the signal's, as in the report: the log level would say `warning` for all."""
+        signals = [(e["task"], e["iteration"], e["kind"], e["level"]) for e in log_events(json_run.stderr) if e["event"] == "signal"]
         assert ("never", 1, "repeated_tool_call", "severe") in signals
         assert ("never", 1, "repeated_tool_call", "warning") in signals
         assert ("never", 2, "check_failed", "severe") in signals
