@@ -112,7 +112,7 @@ def _check_programs_found(config: Config) -> None:
 
 
 @contextlib.contextmanager
-def night_parts(config: Config, checked: CheckedInputs | None = None) -> Iterator[NightParts]:
+def night_parts(config: Config, checked: CheckedInputs | None = None, cancel: CancelToken | None = None) -> Iterator[NightParts]:
     from orchestrator.lock import make_dir
 
     # Fail on a bad repository, base or user guard before anything is recorded or started.
@@ -122,7 +122,7 @@ def night_parts(config: Config, checked: CheckedInputs | None = None) -> Iterato
     for folder in (config.worktrees_dir, config.transcripts_dir):
         make_dir(folder, "state folder")
     store = open_store(config)
-    cancel = CancelToken()
+    cancel = cancel if cancel is not None else CancelToken()
     try:
         with model_for(config, cancel) as model:
             context_window = model.context_window() if hasattr(model, "context_window") else None

@@ -97,6 +97,14 @@ def run(
     4 state dir unusable, 75 another run holds the state dir,
     129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM).
     """
+    from orchestrator.cancel import CancelToken
+
+    # First of all: a SIGTERM while the night starts up (imports, config, lock, the model) must not
+    # kill the process half way; the night then begins cancelled, records its tasks as such and
+    # ends with the signal's exit code.
+    cancel = CancelToken()
+    _cancel_on_signals(cancel)
+
     import logging
 
     from orchestrator.build import check_inputs, night_parts
@@ -116,9 +124,8 @@ def run(
     checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
     if junit is not None:
         _check_not_ours(junit, "--junit", settings, checked.repo)
-    with StateLock(settings.state_dir) as lock, night_parts(settings, checked) as parts:
+    with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
         parts = dataclasses.replace(parts, check_lock=lock.check_still_held)
-        _cancel_on_signals(parts.cancel)
         recover_interrupted(parts.store, settings, parts.log)
         try:
             result = run_night(parts)

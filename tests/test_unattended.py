@@ -77,6 +77,26 @@ class TestCancellation:
         assert not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_sigterm_while_the_night_starts_up_ends_it_as_cancelled_with_143(self, config_file, server, capsys):
+        """Start-up (imports, config, the lock, the store and the model) takes seconds: a SIGTERM then
+        does not kill the process half way; the night begins cancelled, says so, and exits 143."""
+        config = config_file()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        lock = config.parent / "state" / "overnight.lock"
+        deadline = time.monotonic() + 60
+        while not lock.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.005)
+        process.send_signal(signal.SIGTERM)  # the lock is taken: the store and the model are being opened
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 143, stderr
+        assert "Traceback" not in stderr
+        report = report_json(config, capsys)
+        assert report["run"]["status"] == "cancelled" and report["run"]["exit_code"] == 143
+        assert [(task["outcome"], task["reason"]) for task in report["tasks"]] == [("cancelled", "SIGTERM")]
+
     def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_rollback(self, config_file, server, repo, tmp_path, capsys):
         """The rollback is slow (a smudge filter, as git-lfs fetching from a slow server): a second Ctrl-C
         exits 130 now, and the next night's recovery rolls back what was left in flight."""
