@@ -72,11 +72,28 @@ def check_inputs(config: Config) -> CheckedInputs:
 
     repo = check_repository(config)
     _check_programs_found(config)
+    _check_schedule(config)
     if config.model.name == LOCAL_MODEL:  # a bad OVERNIGHT_LOCAL_THREADS: said now, not after the model's download
         from orchestrator.local_model import default_threads
 
         default_threads()
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
+
+
+def _check_schedule(config: Config) -> None:
+    """A `[schedule]` that `serve` would refuse (exit 2) is refused by `run` too: a typo must not
+    wait for the day someone starts `serve`. The default is not asked; "local" is the host's
+    zone, which only `serve` needs to read. (report, notes and gc still work: the morning's tools.)"""
+    from orchestrator.config import ScheduleConfig
+
+    if config.schedule == ScheduleConfig(misfire_grace_s=config.schedule.misfire_grace_s):
+        return
+    from datetime import timezone
+
+    from orchestrator.schedule import night_trigger, schedule_timezone
+
+    zone = timezone.utc if config.schedule.timezone == "local" else schedule_timezone(config)
+    night_trigger(config, zone)
 
 
 def check_repository(config: Config) -> Any:

@@ -49,6 +49,18 @@ class TestNulCharacters:
         assert not (tmp_path / "state").exists()
 
 
+class TestScheduleCheckedByRun:
+    @pytest.mark.parametrize(
+        ("schedule", "key"),
+        [('cron = "not a cron"', "[schedule] cron"), ('cron = "0 3 31 2 *"', "[schedule] cron"), ('timezone = "Mars/Base"', "[schedule] timezone")],
+    )
+    def test_a_schedule_serve_would_refuse_is_refused_by_run_too(self, tmp_path, repo, schedule, key):
+        """A typo in [schedule] is said tonight, by the cron job's `run`, not on the day someone starts `serve`."""
+        config = config_with(tmp_path, repo, extra=f"[schedule]\n{schedule}\n")
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, key)
+        assert not (tmp_path / "state").exists()
+
+
 class TestInit:
     def test_init_force_on_a_full_disk_leaves_the_old_config_whole(self, tmp_path):
         """`init --force` that cannot write the whole example (a file size limit stands in for a full disk)
