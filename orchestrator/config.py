@@ -93,6 +93,14 @@ class RepoConfig(_Section):
 class StateConfig(_Section):
     dir: Path = Path(".overnight")
 
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _not_blank(cls, value: object) -> object:
+        # "" reads as "." (the config file's folder): worktrees, notes and the run store would land there.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError('is blank; name a folder of its own (the default is ".overnight")')
+        return value
+
 
 class StoreConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL; default sqlite under state.dir")

@@ -49,6 +49,12 @@ class TestNulCharacters:
         assert not (tmp_path / "state").exists()
 
 
+def test_a_blank_state_dir_is_refused_naming_the_key(tmp_path, repo):
+    """`dir = ""` would be the config file's folder: the night's files among the user's."""
+    config = config_with(tmp_path, repo, ('dir = "state"', 'dir = ""'))
+    assert_one_line_error(overnight("run", "--config", str(config)), 2, "[state] dir", "blank")
+
+
 class TestScheduleCheckedByRun:
     @pytest.mark.parametrize(
         ("schedule", "key"),
