@@ -30,22 +30,6 @@ CANCELLED_CORRECTION = "None needed: the iteration was stopped on purpose ({why}
 STATE_FAILED_CORRECTION = "None: the state dir could not be written (disk full or read-only)."
 
 
-def owes_note(iteration: Any) -> bool:
-    """Whether an ended iteration (a runs.views.IterationView) is one whose ending appends to notes.md.
-
-    The store is written first, then notes.md: a night killed between the two owes the note, and
-    recovery writes it from what the store kept. Not owed: a commit, an unreachable model
-    (infrastructure, no note), a state dir that could not be written, an interrupted iteration.
-    """
-    noted = (IterationOutcome.ROLLED_BACK.value, IterationOutcome.CANCELLED.value)
-    return (
-        iteration.outcome in noted
-        and iteration.reason != "model_unreachable"
-        and bool(iteration.correction)
-        and iteration.correction != STATE_FAILED_CORRECTION
-    )
-
-
 @dataclass(frozen=True)
 class TaskSetup:
     """Everything an iteration of one task needs, built once per task by the night."""
@@ -185,17 +169,9 @@ class _Finisher:
 
     def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
         self.setup.workspace.rollback(self.checkpoint)
-        # The store first: if notes.md cannot be written (StateError ends the night), the run
-        # store still tells the morning how the iteration ended, and why.
-        self._finish(
-            outcome=IterationOutcome.ROLLED_BACK.value,
-            reason=stop.reason,
-            correction=stop.correction,
-            turns=turns,
-            tokens=tokens,
-        )
-        self.setup.notes.append(
-            task=self.setup.task.name, iteration=self.number, reason=stop.reason, correction=stop.correction, evidence=stop.evidence
+        self._noted(
+            evidence=stop.evidence,
+            outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=stop.correction, turns=turns, tokens=tokens,
         )
         self.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
         return self._report(IterationOutcome.ROLLED_BACK, stop.reason, "", turns, tokens)
@@ -228,16 +204,25 @@ class _Finisher:
 
     def cancelled(self, why: str) -> None:
         self.setup.workspace.rollback(self.checkpoint)
-        correction = CANCELLED_CORRECTION.format(why=why)
-        self._finish(
+        self._noted(
             outcome=IterationOutcome.CANCELLED.value,
             reason="cancelled",
-            correction=correction,
+            correction=CANCELLED_CORRECTION.format(why=why),
             turns=self.ctx.turn,
             tokens=self.ctx.tokens,
         )
-        self.setup.notes.append(task=self.setup.task.name, iteration=self.number, reason="cancelled", correction=correction)
         self.log.info("iteration_cancelled", why=why)
+
+    def _noted(self, *, evidence: str = "", **ending: Any) -> None:
+        """The ending in the store with its notes.md entry owed, the entry, then the entry marked
+        written. Killed or failed (a full disk ends the night) before the mark, the entry stays owed
+        and the next night's recovery writes it from the store: twice only if the kill fell between
+        the entry and the mark, never lost."""
+        self._finish(**ending, note_owed=True)
+        self.setup.notes.append(
+            task=self.setup.task.name, iteration=self.number, reason=ending["reason"], correction=ending["correction"], evidence=evidence
+        )
+        self.setup.store.note_written(self.iteration_id)
 
     def _finish(self, **values: Any) -> None:
         self.setup.store.finish_iteration(self.iteration_id, **values)

@@ -34,8 +34,6 @@ class NoteEntry:
     iteration: int
     reason: str
     text: str
-    # The minute its header names (UTC); None when a hand edit left it unreadable.
-    written: datetime | None = None
 
 
 class NotesBook:
@@ -75,9 +73,7 @@ class NotesBook:
         entries = []
         for (start, match), following in zip(found, [*found[1:], None]):
             end = following[0] if following else len(text)
-            entry = NoteEntry(
-                task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[start:end].strip(), written=_stamp_time(match["when"])
-            )
+            entry = NoteEntry(task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[start:end].strip())
             if task is None or entry.task == task:
                 entries.append(entry)
         return entries
@@ -104,26 +100,12 @@ class NotesBook:
         return _SEPARATOR.join(reversed(chosen))
 
 
-def has_entry(entries: list[NoteEntry], task: str, iteration: int, reason: str, *, since: datetime) -> bool:
-    """Whether `entries` hold the one written for iteration `iteration` of `task` ending for `reason`,
-    on or after `since`: headers say the minute, and the same task's iteration of that number on an
-    earlier night is older. An entry whose time a hand edit made unreadable counts."""
-    begun = since.astimezone(timezone.utc).replace(second=0, microsecond=0)
-    return any(
-        entry.task == task and entry.iteration == iteration and entry.reason == reason and (entry.written is None or entry.written >= begun)
-        for entry in entries
-    )
-
-
 def _shortened(entry: str, budget_chars: int) -> str:
     return shortened(entry.split(EVIDENCE_MARK, 1)[0].rstrip(), budget_chars)
 
 
-_STAMP = "%Y-%m-%d %H:%M UTC"
-
-
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
-    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime(_STAMP)
+    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"## {stamp} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
     if evidence.strip():
         shown = visible(evidence.strip(), keep="\n\t")
@@ -132,13 +114,6 @@ def render_entry(*, task: str, iteration: int, reason: str, correction: str, evi
         fence = "`" * max(3, _longest_backtick_run(shown) + 1)
         lines += ["", EVIDENCE_MARK, "", fence, _no_headers(shown), fence]
     return "\n".join(lines) + "\n"
-
-
-def _stamp_time(stamp: str) -> datetime | None:
-    try:
-        return datetime.strptime(stamp.strip(), _STAMP).replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
 
 
 def _headers(text: str) -> list[tuple[int, re.Match[str]]]:

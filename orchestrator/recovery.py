@@ -31,19 +31,18 @@ from typing import Any
 
 from orchestrator.commands import stop_marked_processes
 from orchestrator.config import Config
-from orchestrator.iteration import owes_note
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
-from orchestrator.notes import NotesBook, has_entry
+from orchestrator.notes import NotesBook
 from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
 )
 OWED_NOTE_EVIDENCE = (
-    "Written by the next night's recovery: the night was killed after it recorded how this iteration ended "
-    "and before it wrote this note. The iteration's transcript has what happened."
+    "Written by the next night's recovery from the run store: the night that ran this iteration was killed, "
+    "or could not write notes.md, before this entry was written. The iteration's transcript has what happened."
 )
 _GIT_LOCKS = ("index.lock", "HEAD.lock")
 # Where changes found in an idle worktree are kept: `git branch --list 'overnight-kept/*'`.
@@ -114,41 +113,37 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         if run.id in dead_runs or ours(run) or on_this_host or moved_here:
             store.close_interrupted_run(run.id)
             log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
-            dead_runs.add(run.id)
-    _write_owed_notes(store, config, dead_runs, log)
+    _write_owed_notes(store, config, state_id, log)
     _release_dead_leases(store, leases.values(), host, me, state_id, log)
     _clean_idle_worktrees(config, skip=touched | alive, log=log)
     return settled
 
 
-def _write_owed_notes(store: Any, config: Config, run_ids: set[int], log: Any) -> None:
-    """The notes.md entries the dead runs owed (`iteration.owes_note`), written from what the store kept."""
-    if not run_ids:
-        return
+def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> None:
+    """The notes.md entries this state dir's nights owed when they died or could not write notes.md
+    (see iteration._Finisher._noted), from what the store kept. Each is marked written after it
+    is: one this recovery cannot write is still owed next time."""
     notes = NotesBook(config.notes_path)
-    written = notes.entries()
-    for run_id in sorted(run_ids):
-        run = store.run(run_id)
-        for iteration in (iteration for task in (run.tasks if run else ()) for iteration in task.iterations):
-            if not owes_note(iteration) or has_entry(written, iteration.task_name, iteration.number, iteration.reason, since=_utc(iteration.started_at)):
-                continue
-            notes.append(
-                task=iteration.task_name,
-                iteration=iteration.number,
-                reason=iteration.reason,
-                correction=iteration.correction,
-                evidence=OWED_NOTE_EVIDENCE,
-                when=_utc(iteration.finished_at or iteration.started_at),
-            )
-            log.info(
-                "note_recovered",
-                run_id=run_id,
-                task=iteration.task_name,
-                task_run_id=iteration.task_run_id,
-                iteration=iteration.number,
-                iteration_id=iteration.id,
-                reason=iteration.reason,
-            )
+    for iteration in store.owed_notes(state_id):
+        notes.append(
+            task=iteration.task_name,
+            iteration=iteration.number,
+            reason=iteration.reason,
+            correction=iteration.correction,
+            evidence=OWED_NOTE_EVIDENCE,
+            when=_utc(iteration.finished_at or iteration.started_at),
+        )
+        store.note_written(iteration.id)
+        run = store.run_of_task_run(iteration.task_run_id)
+        log.info(
+            "note_recovered",
+            run_id=run.id,
+            task=iteration.task_name,
+            task_run_id=iteration.task_run_id,
+            iteration=iteration.number,
+            iteration_id=iteration.id,
+            reason=iteration.reason,
+        )
 
 
 def _utc(moment: datetime) -> datetime:

@@ -322,7 +322,9 @@ class RunStore:
         commit: str = "",
         turns: int = 0,
         tokens: int = 0,
+        note_owed: bool | None = None,
     ) -> None:
+        """`note_owed`: True when the iteration's notes.md entry could not be written (see `owed_notes`)."""
         now = self.now()
         self._update(
             "finish_iteration",
@@ -334,6 +336,7 @@ class RunStore:
             commit=commit,
             turns=turns,
             tokens=tokens,
+            note_owed=note_owed,
             heartbeat_at=now,
             finished_at=now,
         )
@@ -529,6 +532,21 @@ class RunStore:
         with self._reading() as session:
             run = session.get(Run, run_id)
             return _run_view(session, run) if run is not None else None
+
+    def owed_notes(self, state_id: str | None) -> list[IterationView]:
+        """Ended iterations of state dir `state_id`'s runs whose notes.md entry could not be written, oldest first."""
+        query = (
+            select(Iteration, TaskRun.name)
+            .join(TaskRun, Iteration.task_run_id == TaskRun.id)
+            .join(Run, TaskRun.run_id == Run.id)
+            .where(Iteration.note_owed.is_(True), Run.state_id == state_id)
+            .order_by(Iteration.id)
+        )
+        with self._reading() as session:
+            return _iteration_views(session, session.execute(query).all())
+
+    def note_written(self, iteration_id: int) -> None:
+        self._update("note_written", Iteration, iteration_id, after_events=False, note_owed=False)
 
     def running_iterations(self) -> list[IterationView]:
         """Iterations still marked running, oldest first: in progress, or orphaned by a crash."""

@@ -518,6 +518,15 @@ class TestStateDirFailingMidNight:
         assert code == 4 and "notes.md" in last, last
         [iteration] = run.tasks[0].iterations
         assert (iteration.outcome, iteration.reason) == ("rolled_back", "check_failed")
+        # The state dir mended, the next night's recovery writes the entry this night owed, once.
+        (tmp_path / "state" / "notes.md.lock").rmdir()
+        config = load_config(tmp_path / "overnight.toml")
+        _, logs = recover(config)
+        [entry] = NotesBook(config.notes_path).entries()
+        assert (entry.task, entry.iteration, entry.reason) == ("fix-greet", 1, "check_failed")
+        assert [e["event"] for e in logs].count("note_recovered") == 1
+        recover(config)
+        assert len(NotesBook(config.notes_path).entries()) == 1
 
 
 @pytest.fixture
@@ -598,9 +607,9 @@ class TestKilledNight:
             pass  # the kernel freed whatever the dead night held
 
     def test_the_note_a_night_killed_before_writing_it_owed_is_written_by_recovery(self, tmp_path: Path, repo: Path, server: Any) -> None:
-        """The store records a rollback first, then notes.md gets its entry: a night killed between the
-        two (held here at the notes file's lock) owes the note, and recovery writes it from the store.
-        An entry the night did write is not written twice."""
+        """The store records a rollback with its note owed, then notes.md gets the entry: a night killed
+        between the two (held here at the notes file's lock) owes the note, and recovery writes it from
+        the store. An entry the night did write is not written twice."""
         import fcntl
 
         config = _config(tmp_path, repo, server.url, max_iterations=1)
@@ -641,7 +650,7 @@ class TestKilledNight:
         entries = notes.entries()
         assert [(e.task, e.iteration, e.reason) for e in entries] == [("fix-greet", 1, "check_failed"), ("second", 1, "check_failed")]
         assert "run_check" in entries[1].text  # the correction the store kept
-        assert "killed after it recorded how this iteration ended" in entries[1].text
+        assert "Written by the next night's recovery" in entries[1].text
         assert [(e["task"], e["reason"]) for e in logs if e["event"] == "note_recovered"] == [("second", "check_failed")]
         recover(config)
         assert len(notes.entries()) == 2
