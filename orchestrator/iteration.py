@@ -215,12 +215,14 @@ class _Finisher:
 
     def _noted(self, *, evidence: str = "", **ending: Any) -> None:
         """The ending in the store with its notes.md entry owed, the entry, then the entry marked
-        written. Killed or failed (a full disk ends the night) before the mark, the entry stays owed
-        and the next night's recovery writes it from the store: twice only if the kill fell between
-        the entry and the mark, never lost."""
-        self._finish(**ending, note_owed=True)
+        written. Killed or failed before the mark (a full disk ends the night), the entry stays owed
+        and the next night's recovery writes it from the store, unless notes.md has it already: the
+        entry's header shows the very time the store has for the ending."""
+        ended = self.setup.store.now()
+        self._finish(**ending, note_owed=True, at=ended)
         self.setup.notes.append(
-            task=self.setup.task.name, iteration=self.number, reason=ending["reason"], correction=ending["correction"], evidence=evidence
+            task=self.setup.task.name, iteration=self.number, reason=ending["reason"], correction=ending["correction"],
+            evidence=evidence, when=ended,
         )
         self.setup.store.note_written(self.iteration_id)
 

@@ -34,6 +34,8 @@ class NoteEntry:
     iteration: int
     reason: str
     text: str
+    # The time in its header, as written there (`stamp`).
+    when: str = ""
 
 
 class NotesBook:
@@ -73,7 +75,9 @@ class NotesBook:
         entries = []
         for (start, match), following in zip(found, [*found[1:], None]):
             end = following[0] if following else len(text)
-            entry = NoteEntry(task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[start:end].strip())
+            entry = NoteEntry(
+                task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[start:end].strip(), when=match["when"]
+            )
             if task is None or entry.task == task:
                 entries.append(entry)
         return entries
@@ -104,9 +108,14 @@ def _shortened(entry: str, budget_chars: int) -> str:
     return shortened(entry.split(EVIDENCE_MARK, 1)[0].rstrip(), budget_chars)
 
 
+def stamp(moment: datetime) -> str:
+    """How an entry's header shows the time it was written."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
-    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## {stamp} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
+    written = stamp(when or datetime.now(timezone.utc))
+    lines = [f"## {written} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
     if evidence.strip():
         shown = visible(evidence.strip(), keep="\n\t")
         if len(shown) > MAX_EVIDENCE_CHARS:

@@ -34,7 +34,7 @@ from orchestrator.config import Config
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
-from orchestrator.notes import NotesBook
+from orchestrator.notes import NotesBook, stamp
 from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
@@ -120,30 +120,33 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
 
 
 def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> None:
-    """The notes.md entries this state dir's nights owed when they died or could not write notes.md
-    (see iteration._Finisher._noted), from what the store kept. Each is marked written after it
-    is: one this recovery cannot write is still owed next time."""
+    """The notes.md entries this state dir's ended nights still owe (see iteration._Finisher._noted),
+    from what the store kept, each marked written after it is; one notes.md holds already (the night
+    died, or its store failed, between the entry and the mark) is only marked."""
     notes = NotesBook(config.notes_path)
-    for iteration in store.owed_notes(state_id):
-        notes.append(
-            task=iteration.task_name,
-            iteration=iteration.number,
-            reason=iteration.reason,
-            correction=iteration.correction,
-            evidence=OWED_NOTE_EVIDENCE,
-            when=_utc(iteration.finished_at or iteration.started_at),
-        )
+    owed = store.owed_notes(state_id)
+    written = {(entry.task, entry.iteration, entry.reason, entry.when) for entry in notes.entries()} if owed else set()
+    for iteration in owed:
+        ended = _utc(iteration.finished_at or iteration.started_at)
+        if (iteration.task_name, iteration.number, iteration.reason, stamp(ended)) not in written:
+            notes.append(
+                task=iteration.task_name,
+                iteration=iteration.number,
+                reason=iteration.reason,
+                correction=iteration.correction,
+                evidence=OWED_NOTE_EVIDENCE,
+                when=ended,
+            )
+            log.info(
+                "note_recovered",
+                run_id=store.run_of_task_run(iteration.task_run_id).id,
+                task=iteration.task_name,
+                task_run_id=iteration.task_run_id,
+                iteration=iteration.number,
+                iteration_id=iteration.id,
+                reason=iteration.reason,
+            )
         store.note_written(iteration.id)
-        run = store.run_of_task_run(iteration.task_run_id)
-        log.info(
-            "note_recovered",
-            run_id=run.id,
-            task=iteration.task_name,
-            task_run_id=iteration.task_run_id,
-            iteration=iteration.number,
-            iteration_id=iteration.id,
-            reason=iteration.reason,
-        )
 
 
 def _utc(moment: datetime) -> datetime:

@@ -133,8 +133,9 @@ class Iteration(Base):
     heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    # True: its ending owes notes.md an entry that could not be written then (a full disk); the
-    # next night's recovery writes it. False once written; None in stores made before this column.
+    # True from the moment an ending that writes a notes.md entry is recorded until the entry is
+    # written (False then): one still owed after its night (killed, a full disk) is written by the
+    # next night's recovery. None: no entry (a commit), or a store made before this column.
     note_owed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 

@@ -323,9 +323,11 @@ class RunStore:
         turns: int = 0,
         tokens: int = 0,
         note_owed: bool | None = None,
+        at: datetime | None = None,
     ) -> None:
-        """`note_owed`: True when the iteration's notes.md entry could not be written (see `owed_notes`)."""
-        now = self.now()
+        """`note_owed`: True for an ending whose notes.md entry is yet to be written (see `owed_notes`);
+        `at`: when it ended, if the caller needs the very time (its note's header shows it), else now."""
+        now = at or self.now()
         self._update(
             "finish_iteration",
             Iteration,
@@ -534,12 +536,15 @@ class RunStore:
             return _run_view(session, run) if run is not None else None
 
     def owed_notes(self, state_id: str | None) -> list[IterationView]:
-        """Ended iterations of state dir `state_id`'s runs whose notes.md entry could not be written, oldest first."""
+        """Iterations of state dir `state_id`'s ended runs whose notes.md entry is still owed, oldest first
+        (a run still `running` may be a live copy of the state dir elsewhere: its notes are its own)."""
+        if state_id is None:
+            return []
         query = (
             select(Iteration, TaskRun.name)
             .join(TaskRun, Iteration.task_run_id == TaskRun.id)
             .join(Run, TaskRun.run_id == Run.id)
-            .where(Iteration.note_owed.is_(True), Run.state_id == state_id)
+            .where(Iteration.note_owed.is_(True), Run.state_id == state_id, Run.status != "running")
             .order_by(Iteration.id)
         )
         with self._reading() as session:

@@ -23,7 +23,7 @@ import structlog
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
 from orchestrator.leases import LeaseHeld, LeaseKeeper
-from orchestrator.lock import LockHeld, StateLock, read_holder
+from orchestrator.lock import LockHeld, StateLock, read_holder, state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.recovery import recover_interrupted
 from orchestrator.scripted import Reply, call
@@ -654,6 +654,38 @@ class TestKilledNight:
         assert [(e["task"], e["reason"]) for e in logs if e["event"] == "note_recovered"] == [("second", "check_failed")]
         recover(config)
         assert len(notes.entries()) == 2
+
+    def test_an_entry_written_but_not_marked_is_not_written_again(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The night wrote the entry, then died (or its store failed) before marking it written: recovery
+        finds the entry (its header shows the very time the store has for the ending) and only marks it."""
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(call("submit", {"summary": "nothing fixed"}), call("submit", {"summary": "nor here"}))
+        assert overnight("run", "--config", str(config.source)) == 1
+        assert len(NotesBook(config.notes_path).entries()) == 2
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db, db:
+            db.execute("UPDATE iterations SET note_owed = 1")  # as a death between entry and mark leaves it
+        _, logs = recover(config)
+        assert len(NotesBook(config.notes_path).entries()) == 2
+        assert "note_recovered" not in [e["event"] for e in logs]
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
+            assert db.execute("SELECT note_owed FROM iterations").fetchall() == [(0,), (0,)]
+
+    def test_the_notes_a_running_copy_of_the_state_dir_owes_are_its_own(self, tmp_path: Path, repo: Path) -> None:
+        """Owed notes are written for ended runs only: a run still `running` (a live copy of the state
+        dir on another machine sharing the store) writes its own."""
+        config = _config(tmp_path, repo)
+        store = RunStore.open(config.store_url)  # makes the state dir
+        state_id = state_identity(config.state_dir)
+        try:
+            run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host="elsewhere", state_id=state_id)
+            task_run = store.begin_task(run_id, name="fix-greet", branch="overnight/fix-greet")
+            iteration = store.begin_iteration(task_run, number=1, checkpoint="c" * 40, pid=os.getpid())
+            store.finish_iteration(iteration, outcome="rolled_back", reason="check_failed", correction="fix it", note_owed=True)
+            assert store.owed_notes(state_id) == [] and store.owed_notes(None) == []
+            store.finish_run(run_id, status="finished", exit_code=1)
+            assert [it.id for it in store.owed_notes(state_id)] == [iteration]
+        finally:
+            store.close()
 
     def test_a_killed_night_is_told_as_it_is_before_and_after_recovery(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
         """The morning after a kill -9, before any night recovers it: the report says the process is gone
