@@ -26,11 +26,12 @@ import os
 import pickle
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any, Iterator, cast
 
@@ -65,6 +66,8 @@ SCHEDULE_TABLE = "overnight_schedule"
 NIGHT_JOB = "orchestrator.schedule:run_scheduled_night"
 # How soon the foreground loop notices a stop request (a signal handler may not wake it: see below).
 _STOP_POLL_S = 0.25
+# How long the loop waits before it asks a job store that failed again.
+_STORE_RETRY_S = 5.0
 
 
 def _logger() -> Any:
@@ -92,7 +95,13 @@ class _ForegroundScheduler(BlockingScheduler):
                 break
             if woken or time.time() >= due_at:
                 self._event.clear()
-                wait_s = self._process_jobs()
+                try:
+                    wait_s = self._process_jobs()
+                except Exception as exc:  # the job store failed (a locked or unreachable database)
+                    # A night may have started before its next fire time could be stored: the
+                    # next round finds it due again, and run_scheduled_night skips a night done.
+                    _logger().error("scheduler_store_failed", error=_first_line(exc), retry_in_s=_STORE_RETRY_S)
+                    wait_s = _STORE_RETRY_S
                 due_at = math.inf if wait_s is None else time.time() + wait_s
 
 
@@ -159,6 +168,12 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     instead of waiting for tomorrow's. `log_format` is serve's own (json or human), so that
     the child's stderr matches serve's.
     """
+    done = _finished_tonight(config_path)
+    if done is not None:
+        # A fire seen twice: the job store failed to store the next fire time after the night
+        # began (serve retried, or was restarted), or a person ran the night by hand.
+        _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
+        return 0
     command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
     child = _night.start(command)
     if child is None:
@@ -175,6 +190,65 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
         return None  # stopped while starting up (a second or so of imports), or cancelled with serve
     return exit_code
+
+
+def _finished_tonight(config_path: str) -> int | None:
+    """The id of a run of this state dir that began at or after the schedule's latest fire time
+    (within the misfire grace) and finished: that fire's night was done. None otherwise."""
+    try:
+        config = load_config(Path(config_path), require_tasks=False)
+        latest = _latest_run_since_fire(config)
+    except Exception:  # the night itself will say what is wrong with the config or the store
+        return None
+    return latest[0].id if latest is not None and latest[0].status == "finished" else None
+
+
+def _latest_run_since_fire(config: Config) -> tuple[Any, datetime] | None:
+    """This state dir's latest run and the fire time it began after: the schedule's last fire time
+    within the misfire grace, if this state dir's latest run began at or after it. None otherwise."""
+    from orchestrator.build import open_store
+
+    zone = schedule_timezone(config)
+    now = datetime.now(zone)
+    fired = _latest_fire_time(night_trigger(config, zone), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
+    if fired is None or not config.state_dir.is_dir():
+        return None
+    state_id = state_identity(config.state_dir, create=False)
+    if state_id is None:
+        return None
+    store = open_store(config)
+    try:
+        latest = store.latest_run(state_id=state_id)
+        offset = store.now() - datetime.now(timezone.utc)  # the store's clock: the database's, on PostgreSQL
+    finally:
+        store.close()
+    if latest is None or latest.started_at - offset < fired:
+        return None
+    return latest, fired
+
+
+def _latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:
+    """The trigger's last fire time in [since, now]."""
+    latest, previous, moment = None, None, since
+    while (upcoming := trigger.get_next_fire_time(previous, moment)) is not None and upcoming <= now:
+        latest, previous, moment = upcoming, upcoming, upcoming + timedelta(seconds=1)
+    return latest
+
+
+def _interrupted_night(config: Config) -> datetime | None:
+    """The fire time of a night that began within the grace and died without ending (power lost,
+    serve and night killed together): its fire time, for serve to run it again now. None otherwise."""
+    from orchestrator.recovery import pid_alive
+
+    try:
+        found = _latest_run_since_fire(config)
+    except Exception:
+        return None
+    if found is None:
+        return None
+    run, fired = found
+    dead = run.status == "crashed" or (run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid))
+    return fired if dead else None
 
 
 def _cancelled_by_signal(exit_code: int) -> bool:
@@ -219,6 +293,11 @@ def build_scheduler(
     )
     extra: dict[str, Any] = {}
     pending = _stored_next_run_time(store, trigger)
+    interrupted = _interrupted_night(config)
+    if interrupted is not None and (pending is None or pending > interrupted):
+        # The night began and died with serve (APScheduler had stored tomorrow's time when it
+        # started it): within the grace it is run again, its recovery settling the dead one.
+        pending = interrupted
     if pending is not None:
         # Replacing the job would otherwise recompute its next run from now and lose a missed night.
         extra["next_run_time"] = pending

@@ -19,7 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
+from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, EVENT_SCHEDULER_STARTED
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.combining import OrTrigger
 from sqlalchemy import event
@@ -561,6 +561,89 @@ class TestNight:
             store.close()
 
         assert _run_id_of(str(configs["ours"]), 4242) == ours
+
+
+def a_run_this_hour(path: Path, *, status: str, pid: int | None = None) -> int:
+    """A run of the config's state dir begun now (after this hour's fire of "0 * * * *"), left `status`."""
+    config = load(path)
+    store = open_store(config)
+    try:
+        run = store.begin_run(
+            config_path=str(path), pid=pid or os.getpid(), host=socket.gethostname(), state_id=state_identity(config.state_dir)
+        )
+        if status != "running":
+            store.finish_run(run, status=status, exit_code=0 if status == "finished" else 1)
+    finally:
+        store.close()
+    return run
+
+
+class TestAFireSeenTwice:
+    """The job store records the next fire time only after the night has started: a fire can be seen
+    twice (the store failed then, serve retried or was restarted), and a night can die with serve."""
+
+    def test_a_night_this_state_dir_finished_since_the_fire_is_not_run_again(self, tmp_path: Path) -> None:
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        run = a_run_this_hour(path, status="finished")
+        with capture_logs() as logs:
+            assert run_scheduled_night(str(path)) == 0
+        assert [(log["event"], log.get("run_id")) for log in logs] == [("scheduled_night_skipped_done", run)]
+
+    def test_a_night_that_failed_or_began_before_the_fire_is_run(self, tmp_path: Path) -> None:
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        a_run_this_hour(path, status="crashed")
+        path.write_text(path.read_text(encoding="utf-8").split("[[task]]")[0], encoding="utf-8")  # no tasks: the night exits 2 at once
+        with capture_logs() as logs:
+            assert run_scheduled_night(str(path)) == 2
+        assert [log["event"] for log in logs] == ["scheduled_night_started", "scheduled_night_finished"]
+
+    @pytest.mark.parametrize(("status", "due_now"), [("running", True), ("crashed", True), ("finished", False)])
+    def test_a_night_that_died_with_serve_is_due_again_when_serve_restarts(self, tmp_path: Path, status: str, due_now: bool) -> None:
+        """Power lost mid-night: serve and its night die together, the stored fire time already tomorrow's.
+        Within the grace, the restarted serve runs the night again (its recovery settles the dead one)."""
+        from tests.test_faults import dead_pid
+
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        store_job_due_at(path, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
+        a_run_this_hour(path, status=status, pid=dead_pid())
+        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+        scheduler.start(paused=True)
+        try:
+            due = scheduler.get_job(NIGHT_JOB_ID).next_run_time
+        finally:
+            scheduler.shutdown()
+        this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        assert (due == this_hour) is due_now and (due > this_hour) is not due_now
+
+    def test_serve_lives_through_a_job_store_that_fails_once(self, tmp_path: Path) -> None:
+        """Storing the next fire time fails (a locked or unreachable database): serve logs it and asks
+        again a little later instead of dying with a traceback."""
+        path = write_schedule_config(tmp_path / "night")
+        store_job_due_at(path, datetime.now(timezone.utc) - timedelta(seconds=30))
+        failed: list[bool] = []
+
+        def fail_once(connection: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if not failed and SCHEDULE_TABLE in statement and statement.lstrip().upper().startswith("UPDATE"):
+                failed.append(True)
+                raise RuntimeError("database is locked")
+
+        config = load(path)
+        scheduler = build_scheduler(config, path, job=MARKER_JOB)
+        # Once started (adding the job stores it too): the fire's own update fails.
+        scheduler.add_listener(lambda _: event.listen(Engine, "before_cursor_execute", fail_once), EVENT_SCHEDULER_STARTED)
+        stopper = threading.Timer(8, lambda: setattr(scheduler, "stop_requested", "SIGTERM"))
+        stopper.start()
+        try:
+            with capture_logs() as logs:
+                scheduler.start()  # returns once stop_requested is set
+            scheduler.shutdown(wait=True)
+        finally:
+            stopper.cancel()
+            event.remove(Engine, "before_cursor_execute", fail_once)
+        assert failed
+        assert "scheduler_store_failed" in [log["event"] for log in logs]
+        [(_, next_run)] = stored_jobs(config)
+        assert next_run > time.time()  # stored at the retry: tomorrow's night
 
 
 class TestServe:
