@@ -222,7 +222,8 @@ def _latest_run_since_fire(config: Config) -> tuple[Any, datetime] | None:
         offset = store.now() - datetime.now(timezone.utc)  # the store's clock: the database's, on PostgreSQL
     finally:
         store.close()
-    if latest is None or latest.started_at - offset < fired:
+    # Only this state dir's own: a run recorded without a state dir's name may be another machine's.
+    if latest is None or latest.state_id != state_id or latest.started_at - offset < fired:
         return None
     return latest, fired
 
@@ -659,9 +660,10 @@ def _log_unusual_fire(event: JobEvent) -> None:
         EVENT_JOB_ERROR: "scheduled_night_failed",
     }
     details: dict[str, Any] = {"job": event.job_id}
-    run_time = getattr(event, "scheduled_run_time", None)
-    if run_time is not None:
-        details["scheduled_for"] = run_time.isoformat()
+    # A refused (overlapping) fire carries its times as a list (JobSubmissionEvent), the others one.
+    run_times = getattr(event, "scheduled_run_times", None) or [getattr(event, "scheduled_run_time", None)]
+    if run_times[-1] is not None:
+        details["scheduled_for"] = run_times[-1].isoformat()
     exception = getattr(event, "exception", None)
     if exception is not None:
         details["error"] = _first_line(exception)

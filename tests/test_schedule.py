@@ -19,7 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, EVENT_SCHEDULER_STARTED
+from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, EVENT_SCHEDULER_STARTED
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.combining import OrTrigger
 from sqlalchemy import event
@@ -54,6 +54,16 @@ def marker_job(config_path: str, log_format: str = "auto") -> int:
     """Stands in for a night: one line per fire, next to the config."""
     with open(Path(config_path).parent / FIRED_LOG, "a", encoding="utf-8") as fired:
         fired.write("fired\n")
+    return 0
+
+
+SLOW_MARKER_JOB = "tests.test_schedule:slow_marker_job"
+
+
+def slow_marker_job(config_path: str, log_format: str = "auto") -> int:
+    """A night that lasts: the next fire finds it still running."""
+    marker_job(config_path, log_format)
+    time.sleep(3)
     return 0
 
 
@@ -597,6 +607,19 @@ class TestAFireSeenTwice:
             assert run_scheduled_night(str(path)) == 2
         assert [log["event"] for log in logs] == ["scheduled_night_started", "scheduled_night_finished"]
 
+    def test_a_night_finished_by_a_run_without_a_state_dirs_name_is_not_taken_for_ours(self, tmp_path: Path) -> None:
+        """A run recorded without a state dir's name (an older overnight on another machine sharing the store) is not this state dir's night."""
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        a_run_this_hour(path, status="crashed")  # makes the state dir's name
+        store = open_store(load(path))
+        try:
+            other = store.begin_run(config_path="elsewhere.toml", pid=1, host="old-machine", state_id=None)
+            store.finish_run(other, status="finished", exit_code=0)
+        finally:
+            store.close()
+        path.write_text(path.read_text(encoding="utf-8").split("[[task]]")[0], encoding="utf-8")  # no tasks: the night exits 2 at once
+        assert run_scheduled_night(str(path)) == 2
+
     @pytest.mark.parametrize(("status", "due_now"), [("running", True), ("crashed", True), ("finished", False)])
     def test_a_night_that_died_with_serve_is_due_again_when_serve_restarts(self, tmp_path: Path, status: str, due_now: bool) -> None:
         """Power lost mid-night: serve and its night die together, the stored fire time already tomorrow's.
@@ -644,6 +667,28 @@ class TestAFireSeenTwice:
         assert "scheduler_store_failed" in [log["event"] for log in logs]
         [(_, next_run)] = stored_jobs(config)
         assert next_run > time.time()  # stored at the retry: tomorrow's night
+
+
+class TestOverlap:
+    def test_a_fire_refused_because_the_night_still_runs_says_which_night(self, tmp_path: Path) -> None:
+        path = write_schedule_config(tmp_path / "night")
+        store_job_due_at(path, datetime.now(timezone.utc) - timedelta(seconds=30))
+        scheduler = build_scheduler(load(path), path, blocking=False, job=SLOW_MARKER_JOB)
+        refused = threading.Event()
+        scheduler.add_listener(lambda _: refused.set(), EVENT_JOB_MAX_INSTANCES)
+        with capture_logs() as logs:
+            scheduler.start()
+            try:
+                deadline = time.monotonic() + 10
+                while fires(tmp_path / "night") == 0 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                again = datetime.now(timezone.utc).replace(microsecond=0)
+                scheduler.modify_job(NIGHT_JOB_ID, next_run_time=again)  # due again while the first still runs
+                assert refused.wait(10)
+            finally:
+                scheduler.shutdown(wait=True)
+        [overlap] = [log for log in logs if log["event"] == "scheduled_night_skipped_overlap"]
+        assert datetime.fromisoformat(overlap["scheduled_for"]) == again
 
 
 class TestServe:
