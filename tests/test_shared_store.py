@@ -301,7 +301,12 @@ class TestMorning:
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config_a), "--junit", str(tmp_path / "a.xml")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
-        time.sleep(1.0)  # A's first answer is on its way; B's whole night comes back first
+        # B's night starts once A's first request has taken the slow answer (not after a fixed sleep:
+        # a loaded machine starts A's process slower than that, and B then took A's answers).
+        deadline = time.monotonic() + 60
+        while not server.requests and time.monotonic() < deadline and night_a.poll() is None:
+            time.sleep(0.02)
+        assert server.requests, "A's night sent no request"
         server.enqueue(*FIX)
         assert overnight("run", "--config", str(config_b)) == 0
         _, stderr = night_a.communicate(timeout=60)
