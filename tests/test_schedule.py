@@ -654,14 +654,20 @@ class TestAFireSeenTwice:
         scheduler = build_scheduler(config, path, job=MARKER_JOB)
         # Once started (adding the job stores it too): the fire's own update fails.
         scheduler.add_listener(lambda _: event.listen(Engine, "before_cursor_execute", fail_once), EVENT_SCHEDULER_STARTED)
-        stopper = threading.Timer(8, lambda: setattr(scheduler, "stop_requested", "SIGTERM"))
+        def stop_once_stored() -> None:  # tomorrow's time stored at the retry, or give up after 60 s
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (failed and stored_jobs(config)[0][1] > time.time()):
+                time.sleep(0.2)
+            scheduler.stop_requested = "SIGTERM"
+
+        stopper = threading.Thread(target=stop_once_stored, daemon=True)
         stopper.start()
         try:
             with capture_logs() as logs:
                 scheduler.start()  # returns once stop_requested is set
             scheduler.shutdown(wait=True)
         finally:
-            stopper.cancel()
+            stopper.join()
             event.remove(Engine, "before_cursor_execute", fail_once)
         assert failed
         assert "scheduler_store_failed" in [log["event"] for log in logs]
