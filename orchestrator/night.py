@@ -31,7 +31,7 @@ from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
-from orchestrator.worktree import Worktree, branch_for
+from orchestrator.worktree import Worktree, branch_for, open_repo
 from runs.store import sqlite_files
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
@@ -333,12 +333,13 @@ def _task_setup(
     )
 
 
-def shared_repository_key(config: Config, repo: Any) -> str:
+def shared_repository_key(config: Config, repo: Any = None) -> str:
     """repository_key in a store other state dirs may share; "" in the default one, a SQLite file in
-    the state dir, which is this state dir's alone (each task's start is spared asking)."""
+    the state dir, which is this state dir's alone (each task's start is spared asking). `repo`: the
+    user's git.Repo, opened here only when needed if not given."""
     if any(file.is_relative_to(config.state_dir) for file in sqlite_files(config.store_url)):
         return ""
-    return repository_key(repo, config.repo.base)
+    return repository_key(repo if repo is not None else open_repo(config.repo_path), config.repo.base)
 
 
 def repository_key(repo: Any, base: str) -> str:

@@ -71,7 +71,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     leases = {lease.task: lease for lease in store.leases()}
-    repository = shared_repository_key(config, open_repo(config.repo_path))
+    repository = shared_repository_key(config)
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
     settled, dead_runs, touched, alive = [], set(), set(), set()
     for iteration in store.running_iterations():
@@ -127,7 +127,7 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
     owed = store.owed_notes(state_id)
     written = {(entry.task, entry.iteration, entry.reason, entry.when) for entry in notes.entries()} if owed else set()
     for iteration in owed:
-        ended = _utc(iteration.finished_at or iteration.started_at)
+        ended = iteration.finished_at or iteration.started_at
         if (iteration.task_name, iteration.number, iteration.reason, stamp(ended)) not in written:
             notes.append(
                 task=iteration.task_name,
@@ -147,11 +147,6 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
                 reason=iteration.reason,
             )
         store.note_written(iteration.id)
-
-
-def _utc(moment: datetime) -> datetime:
-    """The store's times are UTC, naive where the database keeps no zone (SQLite)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def pid_alive(pid: int) -> bool:

@@ -20,6 +20,7 @@ restricted, and the hour repeated when the clocks go back runs once.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -230,10 +231,21 @@ def _latest_run_since_fire(config: Config) -> tuple[Any, datetime] | None:
 
 def _latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:
     """The trigger's last fire time in [since, now]."""
-    latest, previous, moment = None, None, since
-    while (upcoming := trigger.get_next_fire_time(previous, moment)) is not None and upcoming <= now:
-        latest, previous, moment = upcoming, upcoming, upcoming + timedelta(seconds=1)
+    latest = None
+    for upcoming in _fire_times(trigger, since):
+        if upcoming > now:
+            break
+        latest = upcoming
     return latest
+
+
+def _fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
+    """The trigger's fire times from `since` on, in order."""
+    previous: datetime | None = None
+    moment = since
+    while (upcoming := trigger.get_next_fire_time(previous, moment)) is not None:
+        yield upcoming
+        previous, moment = upcoming, upcoming + timedelta(seconds=1)
 
 
 def _interrupted_night(config: Config) -> datetime | None:
@@ -432,17 +444,7 @@ def _library_logs_as_events() -> Iterator[None]:
 def next_fire_times(config: Config, count: int = 3, *, now: datetime | None = None) -> list[datetime]:
     """The next `count` night starts after `now`, in the schedule's time zone."""
     zone = schedule_timezone(config)
-    trigger = night_trigger(config, zone)
-    moment = now or datetime.now(zone)
-    times: list[datetime] = []
-    previous: datetime | None = None
-    while len(times) < count:
-        upcoming = trigger.get_next_fire_time(previous, moment)
-        if upcoming is None:  # cannot happen for a trigger night_trigger accepted; kept as a guard
-            break
-        times.append(upcoming)
-        previous, moment = upcoming, upcoming + timedelta(seconds=1)
-    return times
+    return list(itertools.islice(_fire_times(night_trigger(config, zone), now or datetime.now(zone)), count))
 
 
 def schedule_timezone(config: Config) -> tzinfo:
