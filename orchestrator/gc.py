@@ -1,7 +1,7 @@
 """`overnight gc`: remove the worktrees and branches of tasks that left the config.
 
-A task's worktree is `<state dir>/worktrees/<task>` on `overnight/<task>`; gc removes
-no other worktree. One elsewhere, even on an `overnight/` branch, is the user's
+A task's worktree is `<state dir>/worktrees/<task>` on `overnight/<task>` (or detached there,
+when its HEAD commit is on some branch, tag or remote); gc removes no other worktree. One elsewhere, even on an `overnight/` branch, is the user's
 (a review checkout, say): it and its branch are left alone, as are the main
 worktree and every branch outside `overnight/`. A stale task's worktree is
 removed when it holds no uncommitted change, since the branch then has all of
@@ -11,7 +11,8 @@ on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
 remote-tracking branch (pushed); a detached HEAD and `overnight-kept/*` branches do not count. A branch rebased
 into base (`git cherry` finds each commit's change there) counts as merged, unless it
 has a merge commit of its own (whose conflict resolution cherry cannot see).
-Otherwise it is kept, with the reason, unless `force`. Transcripts, notes.md and the run
+Otherwise it is kept, with the reason, unless `force`. The branch `[repo] base` names is
+always kept, even merged: the next night starts from it. Transcripts, notes.md and the run
 store keep their history.
 """
 
@@ -75,27 +76,31 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     check_base(repo, config.repo.base)
     common = Path(repo.common_dir)
     git = _Git(config.repo_path)
-    stale = sorted(_task_branches(git) - {task.name for task in config.task})
     _repair_moved(repo, config.worktrees_dir)
-    ours, checked_out, locks = _worktrees(git, config.worktrees_dir)
+    ours, detached, checked_out, locks = _worktrees(git, config.worktrees_dir)
+    stale = sorted((_task_branches(git) | detached.keys()) - {task.name for task in config.task})
     removed_worktrees: list[Path] = []
     kept_worktrees: list[KeptWorktree] = []
     for name in stale:
-        path = ours.get(name)
+        path = ours.get(name) or detached.get(name, (None, ""))[0]
         if path is None:
             continue
         why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force)
+        if why_kept is None and name in detached and not force:
+            why_kept = _why_keep_detached(git, path, detached[name][1])
         if why_kept is None and not dry_run:
             why_kept = _remove_worktree(git, path, common)
         if why_kept:
             kept_worktrees.append(KeptWorktree(path, why_kept))
-            checked_out[BRANCH_PREFIX + name] = str(path)
+            if name in ours:
+                checked_out[BRANCH_PREFIX + name] = str(path)
             continue
         removed_worktrees.append(path)
     busy = _busy_branches(common, config.repo_path)
     removed_branches: list[str] = []
     kept_branches: list[KeptBranch] = []
     base_name = _base_label(git, config.repo.base)
+    base_branch = _base_branch(git, config.repo.base)
     for name in stale:
         branch = BRANCH_PREFIX + name
         tip = git.resolve(f"refs/heads/{branch}")
@@ -103,6 +108,9 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
             continue
         if branch in checked_out:
             kept_branches.append(KeptBranch(branch, f"checked out at {checked_out[branch]}"))
+            continue
+        if branch == base_branch:  # deleting it would leave every later night without its base
+            kept_branches.append(KeptBranch(branch, f"it is [repo] base ({config.repo.base})"))
             continue
         if branch in busy:  # a rebase or bisect holds it, though that worktree's HEAD is detached
             kept_branches.append(KeptBranch(branch, "checked out at {} (a {} in progress)".format(*busy[branch])))
@@ -227,6 +235,25 @@ def _rebased_into(git: _Git, base: str, tip: str) -> bool:
     return plain > 0 and marks.count("-") == plain == len(marks)
 
 
+def _base_branch(git: _Git, base: str) -> str | None:
+    """The local branch `[repo] base` names (HEAD: the branch checked out), or None."""
+    done = git._call("rev-parse", "--symbolic-full-name", base)
+    ref = done.stdout.strip() if done.returncode == 0 else ""
+    return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+
+
+def _why_keep_detached(git: _Git, path: Path, head: str) -> str | None:
+    """Why a stale task's worktree on a detached HEAD must stay: its HEAD commit is on no branch,
+    tag or remote, and removing the worktree removes the only name it has (its HEAD and reflog)."""
+    try:
+        lost = int(git.run("rev-list", "--count", head, "--not", "--branches", "--tags", "--remotes"))
+    except _GitFailed as failed:
+        return failed.detail
+    if not lost:
+        return None
+    return f"its detached HEAD has {lost} commit(s) on no branch, tag or remote (to remove only this worktree: git worktree remove --force {path})"
+
+
 def _base_label(git: _Git, base: str) -> str | None:
     """How to name `[repo] base` in a reason: itself when it names a ref (HEAD on a branch: that
     branch); None when it names no ref (a detached HEAD, a commit id), which keeps no commit."""
@@ -249,14 +276,18 @@ def _task_branches(git: _Git) -> set[str]:
     return {name for name in names if "/" not in name}
 
 
-def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, str], dict[Path, str]]:
-    """Task worktrees by task name, where every other worktree has its branch checked out
-    (by branch), and the locked worktrees with the lock's reason ("" when none was given).
+def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, tuple[Path, str]], dict[str, str], dict[Path, str]]:
+    """Task worktrees by task name (on their branch, and on a detached HEAD), where every other
+    worktree has its branch checked out (by branch), and the locked worktrees with the lock's
+    reason ("" when none was given).
 
-    Only `<worktrees_dir>/<task>` on `overnight/<task>` is a task's; the main worktree and
-    any the user added are theirs, whatever their branch, and their branches stay.
+    Only `<worktrees_dir>/<task>` is a task's: on `overnight/<task>`, or detached (with its HEAD
+    commit; git makes a person detach it to check the task's branch out in their own checkout for
+    review). The main worktree and any the user added are theirs, whatever their branch, and
+    their branches stay.
     """
     ours: dict[str, Path] = {}
+    detached: dict[str, tuple[Path, str]] = {}
     theirs: dict[str, str] = {}
     locks: dict[Path, str] = {}
     home = worktrees_dir.resolve()
@@ -267,13 +298,16 @@ def _worktrees(git: _Git, worktrees_dir: Path) -> tuple[dict[str, Path], dict[st
         branch = block.get("branch", "").removeprefix("refs/heads/")
         if "locked" in block:
             locks[path] = block["locked"]
-        if index > 0 and path.resolve().parent == home and branch == BRANCH_PREFIX + path.name:
+        in_home = index > 0 and path.resolve().parent == home
+        if in_home and branch == BRANCH_PREFIX + path.name:
             ours[path.name] = path
+        elif in_home and "detached" in block and "/" not in path.name:
+            detached[path.name] = (path, block.get("HEAD", "HEAD"))
         elif branch and "prunable" in block:
             theirs[branch] = f"{path}, a folder that no longer exists (`git worktree prune` forgets it)"
         elif branch:
             theirs[branch] = str(path)
-    return ours, theirs, locks
+    return ours, detached, theirs, locks
 
 
 def _worktree_blocks(git: _Git) -> list[dict[str, str]]:

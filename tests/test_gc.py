@@ -327,6 +327,73 @@ class TestUntouched:
         assert (review / "old.txt").read_text() == "edited by the user\n"
 
 
+class TestDetachedAndBase:
+    @pytest.mark.parametrize("dry_run", [False, True])
+    def test_a_stale_task_worktree_detached_for_review_is_collected(self, settings, repo, dry_run):
+        """git makes a person detach a task's worktree to check its branch out for review; once the branch
+        is merged and gone, that clean worktree was never collected, nor named (found by a review)."""
+        old = task_worktree(settings, "old", commit=True)
+        git(old.path, "checkout", "-q", "--detach")
+        git(repo, "merge", "-q", "--no-edit", "overnight/old")
+        result = collect_garbage(settings, dry_run=dry_run)
+        assert result.removed_worktrees == (old.path,) and result.removed_branches == ("overnight/old",)
+        assert old.path.exists() is dry_run and (str(old.path) in worktree_paths(repo)) is dry_run
+        if not dry_run:
+            assert collect_garbage(settings).lines() == ["nothing to collect"]
+
+    def test_a_detached_task_worktree_left_after_its_branch_is_collected_later(self, settings, repo):
+        old = task_worktree(settings, "old", commit=True)
+        git(old.path, "checkout", "-q", "--detach")
+        git(repo, "merge", "-q", "--no-edit", "overnight/old")
+        git(repo, "branch", "-q", "-D", "overnight/old")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == (old.path,) and not old.path.exists()
+        assert str(old.path) not in worktree_paths(repo)
+
+    def test_a_detached_worktree_whose_commit_nothing_else_keeps_stays(self, settings, repo):
+        """Its HEAD is the commit's only name: removing the worktree would lose it. --force removes it."""
+        old = task_worktree(settings, "old")
+        git(old.path, "checkout", "-q", "--detach")
+        (old.path / "loose.txt").write_text("committed on a detached HEAD\n")
+        git(old.path, "add", "loose.txt")
+        git(old.path, "commit", "-q", "-m", "loose")
+        head = git(old.path, "rev-parse", "HEAD")
+        result = collect_garbage(settings)
+        [kept] = result.kept_worktrees
+        assert kept.path == old.path and "detached HEAD has 1 commit(s) on no branch" in kept.reason
+        assert git(old.path, "rev-parse", "HEAD") == head
+        assert collect_garbage(settings, force=True).removed_worktrees == (old.path,) and not old.path.exists()
+
+    def test_a_detached_worktree_with_uncommitted_changes_stays(self, settings, repo):
+        old = task_worktree(settings, "old")
+        git(old.path, "checkout", "-q", "--detach")
+        (old.path / "draft.txt").write_text("unsaved\n")
+        [kept] = collect_garbage(settings).kept_worktrees
+        assert kept.path == old.path and "1 uncommitted change(s)" in kept.reason
+        assert (old.path / "draft.txt").read_text() == "unsaved\n"
+
+    def test_a_detached_worktree_of_a_current_task_is_left_alone(self, settings, repo):
+        tree = task_worktree(settings, "current")
+        git(tree.path, "checkout", "-q", "--detach")
+        assert collect_garbage(settings).lines() == ["nothing to collect"] and tree.path.exists()
+
+    @pytest.mark.parametrize("force", [False, True])
+    def test_the_branch_base_names_is_kept_even_merged(self, tmp_path, repo, force):
+        """base = "overnight/merged" (tasks stacked on one another): gc deleted it once its task left the
+        config, and the next run failed on a base that named nothing (found by a review)."""
+        write_config(tmp_path / "first.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[CURRENT])
+        first = load_config(tmp_path / "first.toml")
+        task_worktree(first, "merged", commit=True)
+        git(repo, "merge", "-q", "--no-edit", "overnight/merged")
+        path = tmp_path / "overnight.toml"
+        path.write_text((tmp_path / "first.toml").read_text().replace("[repo]\n", '[repo]\nbase = "overnight/merged"\n'))
+        settings = load_config(path)
+        result = collect_garbage(settings, force=force)
+        assert result.removed_branches == ()
+        assert [(k.branch, k.reason) for k in result.kept_branches] == [("overnight/merged", "it is [repo] base (overnight/merged)")]
+        assert "overnight/merged" in branches(repo)
+
+
 READ_ONLY_CACHE = """
 import json, os, sys
 from pathlib import Path
