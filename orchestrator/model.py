@@ -339,7 +339,7 @@ class EndpointModel:
             return ModelUnreachable(f"cannot route model {self.config.name!r}: {reason}")
         if failure.kind == transports.WRONG_SERVER:  # a setting to fix: no retry can help
             return ModelUnreachable(f"model endpoint {self._where()} {failure.message}")
-        if failure.kind == transports.CONNECTION or status in _RETRY_STATUSES:
+        if failure.kind in (transports.CONNECTION, transports.GARBLED) or status in _RETRY_STATUSES:
             return _Retryable(reason, failure.retry_after)
         if status in _CONFIG_STATUSES:
             return ModelUnreachable(f"model endpoint {self._where()} refused the request ({status}): {reason}")

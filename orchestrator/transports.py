@@ -43,6 +43,7 @@ CONTEXT_FULL = "context_full"  # the prompt does not fit the model's window
 UNROUTABLE = "unroutable"  # no known way to this model (litellm's provider, the api_base's scheme)
 WRONG_SERVER = "wrong_server"  # what answers at api_base is not a chat API: a redirect, a web page, a compressed body
 TOO_LONG = "too_long"  # one event grew past what max_output_chars could need, and has not ended
+GARBLED = "garbled"  # an answer or event that is not JSON: the server's fault (cut, mangled), never the model's
 
 OPENAI_PREFIX = "openai/"
 # Yielded by a stream for a keep-alive: a sign the connection lives, not that the model speaks.
@@ -561,6 +562,8 @@ class LiteLLMTransport:
             return TransportError(STATUS, message, status, retry_after)
         if isinstance(exc, openai.APIConnectionError):
             return TransportError(CONNECTION, message)
+        if isinstance(exc, json.JSONDecodeError):  # the SDK reading a cut or mangled event or body
+            return TransportError(GARBLED, f"the server sent something that is not JSON ({message})")
         return exc
 
 
@@ -685,7 +688,7 @@ def _loads(data: str | bytes) -> Any:
     try:
         return json.loads(data, object_hook=lambda fields: SimpleNamespace(**fields))
     except ValueError as exc:
-        raise TransportError(STATUS, f"the server sent something that is not JSON: {str(data)[:120]!r}") from exc
+        raise TransportError(GARBLED, f"the server sent something that is not JSON: {str(data)[:120]!r}") from exc
 
 
 def _error_message(text: str) -> str:

@@ -566,8 +566,9 @@ def _random_body(rng: random.Random) -> bytes:
 @pytest.mark.parametrize("seed", range(3))
 def test_random_answers_end_as_an_answer_or_a_known_failure(seed):
     """Whatever bytes come back with status 200, the client gives an answer that encodes as UTF-8, a
-    QualityError, ModelUnreachable, or "model request rejected" (an iteration_error: the server's
-    fault); never a TypeError of its own."""
+    QualityError, ModelUnreachable (bytes that are not JSON among them: retries spent), or "model
+    request rejected" (an error event with a status that means a bad request); never a TypeError of
+    its own."""
     rng = random.Random(seed)
     raw = _RawServer(b"")
     model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=2, retries=0, transport="direct"))

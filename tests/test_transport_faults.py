@@ -337,6 +337,33 @@ class TestBentTypes:
         assert [(c.name, c.arguments) for c in response.tool_calls] == [("read_file", expected)]
 
 
+class TestGarbledAnswers:
+    """An event or a whole answer that is not JSON is the server's fault (a proxy cutting it, a crash
+    mid-write): retried, and once retries are spent the task pauses (model_unreachable). It was a
+    RuntimeError "model request rejected (None)" through direct and a raw JSONDecodeError through
+    litellm: an iteration_error, notes blaming the model, the task parked (found by a review)."""
+
+    GARBLED = [
+        response_head() + sse(delta(content="Hel")) + b'data: {"choices": [{"index": 0, "delta": {"content": "lo\n\n',
+        response_head("200 OK", "application/json", length=30) + b'{"choices": [{"index": 0, "mes',
+    ]
+
+    @pytest.mark.parametrize("garbled", GARBLED, ids=["cut-event", "cut-whole-answer"])
+    def test_an_answer_that_is_not_json_is_retried(self, raw_server, transport, garbled):
+        server = raw_server(first_then_good(garbled))
+        model, retries = make_model(server.url, transport, retries=1)
+        assert model.complete(MESSAGES, []).text == "Hello world"
+        assert len(retries) == 1 and "not JSON" in retries[0][1]
+
+    @pytest.mark.parametrize("garbled", GARBLED, ids=["cut-event", "cut-whole-answer"])
+    def test_answers_that_stay_garbled_pause_the_task(self, raw_server, transport, garbled):
+        server = raw_server(lambda client, head: client.sendall(garbled))
+        model, retries = make_model(server.url, transport, retries=2)
+        with pytest.raises(ModelUnreachable, match="failed 3 times; last error: the server sent something that is not JSON"):
+            model.complete(MESSAGES, [])
+        assert len(retries) == 2
+
+
 class TestConnectionClosedMidAnswer:
     """A body framed only by the connection's close (no length, not chunked) that ends mid-answer."""
 
