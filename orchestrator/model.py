@@ -57,6 +57,8 @@ CONTEXT_OVERFLOW_CORRECTION = (
 
 # How often a waiting caller looks at the cancel token (and, under litellm, at the stream's silence).
 _CANCEL_POLL_S = 0.1
+# How long a server silent for request_timeout_s has to answer a GET / before its silence is its own.
+_PROBE_S = 5.0
 # How long a watched reader has to end once its stream was found silent and cut.
 _CUT_GRACE_S = 1.0
 
@@ -107,7 +109,7 @@ class EndpointModel:
         failures = 0
         while True:
             try:
-                return self._attempt_until_cancelled(messages, tools)
+                return self._attempt_or_server_silent(messages, tools)
             except _Retryable as failure:
                 failures += 1
                 if failures > self.config.retries:
@@ -117,6 +119,27 @@ class EndpointModel:
                 if self._on_retry is not None:
                     self._on_retry(failures, failure.reason)
                 self._wait_before_retry(self._backoff(failures, failure.retry_after))
+
+    def _attempt_or_server_silent(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        """One attempt; silence is the model's only while its server still answers (a `GET /` beside it).
+
+        A server stopped or wedged takes connections (the kernel does) and answers none: its
+        silence was blamed on the model as watchdog_timeout, with a note telling the next
+        attempt to write less, and the task parked. It is retried as any outage is.
+        """
+        try:
+            return self._attempt_until_cancelled(messages, tools)
+        except QualityError as stop:
+            if stop.reason != "watchdog_timeout":
+                raise
+            if self._cancel is not None:
+                self._cancel.raise_if_cancelled()
+            probe_s = min(_PROBE_S, self.config.request_timeout_s)
+            if transports.server_answers(self.config.api_base, probe_s) is not False:
+                raise
+            raise _Retryable(
+                f"no output for {self.config.request_timeout_s:g} s, and the server answered no GET / in {probe_s:g} s (stopped or wedged)"
+            ) from None
 
     def _wait_before_retry(self, seconds: float) -> None:
         """Wait out a backoff. A cancel (SIGTERM, the deadline) ends the wait at once: a night

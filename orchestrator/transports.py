@@ -106,6 +106,37 @@ def event_byte_limit(max_output_chars: int) -> int:
     return 12 * max_output_chars + 65536
 
 
+def server_answers(api_base: str | None, timeout_s: float) -> bool | None:
+    """Whether the server at `api_base` answers a plain `GET /` (any status) within `timeout_s`.
+
+    Told apart this way: a model that is silent (a long tool call the server holds back until it
+    ends) and a server that is not (stopped, wedged, its HTTP threads all stuck): the first still
+    answers a GET from another thread; the second only lets the kernel take the connection.
+    None when it cannot be asked directly (no api_base, or a proxy between): nothing is known.
+    """
+    if not api_base or _behind_proxy(api_base):
+        return None
+    base = urlsplit(api_base)
+    if base.scheme not in ("http", "https") or not base.hostname:
+        return None
+    if base.scheme == "https":
+        import ssl
+
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # alive is all that is asked
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(base.hostname, base.port, timeout=timeout_s, context=context)
+    else:
+        connection = http.client.HTTPConnection(base.hostname, base.port, timeout=timeout_s)
+    try:
+        connection.request("GET", "/", headers={"Connection": "close"})
+        connection.getresponse().close()
+        return True
+    except _NETWORK_ERRORS:
+        return False
+    finally:
+        connection.close()
+
+
 def _kind_of(message: str) -> str:
     return CONTEXT_FULL if _CONTEXT_FULL.search(message) else STATUS
 

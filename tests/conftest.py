@@ -259,6 +259,9 @@ class RawServer:
             head = _read_request(client)
             if head is None:
                 return
+            if head.startswith(b"GET "):  # a liveness probe: a live server answers one, whatever its handler does
+                client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
             self.requests += 1
             try:
                 self.handler(client, head)

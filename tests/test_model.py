@@ -250,26 +250,16 @@ class TestWatchdog:
     def test_keep_alive_comments_are_not_the_model_speaking(self):
         """A proxy that sends SSE keep-alive comments while the model says nothing is still silence:
         the watchdog cuts it. (Before, the comments kept the socket busy and the night waited forever.)"""
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
         stop = threading.Event()
 
-        def keep_alive() -> None:
-            client, _ = listener.accept()
-            with client:
-                client.recv(65536)
-                client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-                client.sendall(b'data: {"choices": [{"delta": {"content": "thinking"}}]}\n\n')
-                while not stop.wait(0.1):
-                    try:
-                        client.sendall(b": keep-alive\n\n")
-                    except OSError:
-                        return
+        def keep_alive(client: socket.socket, head: bytes) -> None:
+            client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            client.sendall(b'data: {"choices": [{"delta": {"content": "thinking"}}]}\n\n')
+            while not stop.wait(0.1):
+                client.sendall(b": keep-alive\n\n")
 
-        threading.Thread(target=keep_alive, daemon=True).start()
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-        model = EndpointModel(ModelConfig(name="openai/x", api_base=url, request_timeout_s=1.0, retries=0, transport="direct"))
+        proxy = RawServer(keep_alive)
+        model = EndpointModel(ModelConfig(name="openai/x", api_base=proxy.url, request_timeout_s=1.0, retries=0, transport="direct"))
         started = time.monotonic()
         try:
             with pytest.raises(QualityError) as caught:
@@ -277,7 +267,7 @@ class TestWatchdog:
         finally:
             stop.set()
             model.close()
-            listener.close()
+            proxy.close()
         assert caught.value.reason == "watchdog_timeout" and time.monotonic() - started < 1.0 + 1.5
 
     def test_silence_before_first_byte(self, server, make_model):

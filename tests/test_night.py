@@ -252,6 +252,27 @@ class TestReasonCodes:
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
 
 
+    def test_a_wedged_server_pauses_the_task_without_blaming_the_model(self, tmp_path, repo, capsys):
+        """A server stopped (SIGSTOP) or wedged: the kernel takes the connection, nothing answers. Its
+        silence was watchdog_timeout, noted as the model's ("keep each reply short") and the task
+        parked, exit 1 (found by a review): it is an outage, retried and then paused, exit 3."""
+        from tests.conftest import write_config
+
+        with socket.socket() as wedged:  # listening, never accepting: every connection waits in the backlog
+            wedged.bind(("127.0.0.1", 0))
+            wedged.listen(16)
+            port = wedged.getsockname()[1]
+            config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{port}/v1", repo=repo,
+                                  model={"request_timeout_s": 0.5})
+            capsys.readouterr()
+            assert overnight("run", "--config", str(config), "--log-format", "json") == 3
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        [unreachable] = [e for e in events if e["event"] == "iteration_model_unreachable"]
+        assert "answered no GET / in 0.5 s (stopped or wedged)" in unreachable["detail"]
+        assert "watchdog_timeout" not in notes_text(config)
+        task = report_json(config, capsys)["tasks"][0]
+        assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
+
     def test_the_task_finished_event_counts_an_iteration_that_ended_without_a_report(self, tmp_path, repo, capsys):
         """An iteration cut short by an unreachable model (or a cancel) ends by raising: the log's
         count of the task's iterations still says what the report says."""

@@ -229,6 +229,27 @@ class TestSilence:
         assert retries == []
 
 
+class TestWedgedServer:
+    """Silence is the model's only while its server answers anything else."""
+
+    def test_a_server_that_takes_connections_and_answers_nothing_is_an_outage(self, transport):
+        with socket.socket() as wedged:  # the kernel accepts into the backlog; no process ever reads
+            wedged.bind(("127.0.0.1", 0))
+            wedged.listen(16)
+            model, retries = make_model(f"http://127.0.0.1:{wedged.getsockname()[1]}/v1", transport, retries=1, request_timeout_s=0.5)
+            with pytest.raises(ModelUnreachable, match="failed 2 times; last error: no output for 0.5 s, and the server answered no GET / in 0.5 s"):
+                model.complete(MESSAGES, [])
+        assert len(retries) == 1
+
+    def test_a_silent_answer_from_a_server_that_still_answers_is_the_models(self, raw_server, transport):
+        """The same silence from a live server (a long call it holds back, say): watchdog_timeout, not retried."""
+        server = raw_server(lambda client, head: (client.sendall(response_head() + sse(delta(content="Let me"))), server.pause(5)))
+        model, retries = make_model(server.url, transport, retries=1, request_timeout_s=0.5)
+        with pytest.raises(QualityError) as stopped:
+            model.complete(MESSAGES, [])
+        assert stopped.value.reason == "watchdog_timeout" and retries == []
+
+
 class _CutReturningLate:
     """litellm's real transport, whose stream's `cut` returns only once the reading thread has seen the
     stream end: the order a loaded machine gives now and then (the reader wakes before the watcher goes on)."""
