@@ -31,6 +31,7 @@ from typing import Any
 
 from orchestrator.commands import stop_marked_processes
 from orchestrator.config import Config
+from orchestrator.errors import StateError
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
@@ -47,6 +48,8 @@ OWED_NOTE_EVIDENCE = (
 _GIT_LOCKS = ("index.lock", "HEAD.lock")
 # Where changes found in an idle worktree are kept: `git branch --list 'overnight-kept/*'`.
 KEPT_BRANCH_PREFIX = "overnight-kept/"
+# Under the state dir: worktrees git could not read, moved here whole (they may hold a person's edits).
+SET_ASIDE_DIR = "worktrees-set-aside"
 
 
 def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
@@ -236,8 +239,8 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
         try:
             worktree = Worktree(path, branch_for(path.name), config.repo.keep)
             dirty = not worktree.is_clean()
-        except Exception as exc:
-            _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
+            _set_aside(config, path, log, why=_git_said(exc))
             continue
         if not dirty:
             continue
@@ -289,6 +292,35 @@ def _remove_git_locks(path: Path, task: str, log: Any) -> None:
         if lock.exists():
             lock.unlink(missing_ok=True)
             log.info("git_lock_removed", task=task, path=str(lock))
+
+
+def _git_said(exc: Exception) -> str:
+    """git's own "fatal:" or "error:" line for a failed git command (its last line otherwise), else the exception."""
+    stderr = getattr(exc, "stderr", None)
+    # GitPython's stderr reads "  stderr: 'fatal: ...'" across lines.
+    lines = [line.strip().removeprefix("stderr:").strip().strip("'").strip() for line in str(stderr or "").splitlines()]
+    lines = [line for line in lines if line]
+    said = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
+    return said or f"{type(exc).__name__}: {exc}"
+
+
+def _set_aside(config: Config, path: Path, log: Any, why: str) -> None:
+    """Move a worktree git cannot read out of the night's way, whole: it may hold a person's edits
+    that no branch can keep now. `Worktree.ensure` then makes the task's worktree anew."""
+    import git
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    aside = config.state_dir / SET_ASIDE_DIR / f"{path.name}-{stamp}"
+    try:
+        aside.parent.mkdir(exist_ok=True)
+        path.rename(aside)
+    except OSError as exc:
+        raise StateError(f"cannot set aside the worktree {path}, which git cannot read ({why[:120]}): {exc.strerror or exc}") from exc
+    try:
+        git.Repo(config.repo_path).git.worktree("prune")
+    except git.GitError:
+        pass  # prune again happens in Worktree.ensure
+    log.warning("worktree_set_aside", task=path.name, kept_at=str(aside), why=why[:200])
 
 
 def _remove_worktree(config: Config, path: Path, log: Any, why: str) -> None:

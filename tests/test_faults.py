@@ -350,6 +350,24 @@ class TestRecoveryOfStoredState:
         assert git(repo, "rev-parse", "overnight/fix-greet") == before
         assert [(e["event"], e["branch"]) for e in logs if e["event"] == "worktree_changes_kept"] == [("worktree_changes_kept", kept)]
 
+    @pytest.mark.parametrize("index", [b"", b"garbage"], ids=["emptied", "garbled"])
+    def test_a_worktree_git_cannot_read_is_set_aside_whole(self, tmp_path: Path, repo: Path, index: bytes) -> None:
+        """An index a power loss emptied: git status fails, so whether a person's edits are there is unknown.
+        Recovery deleted the folder, their review notes with it (found by a review); it is moved aside whole,
+        and the task's worktree is made anew."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / "review_notes.txt").write_text("precious\n")
+        Path(git(worktree.path, "rev-parse", "--git-dir"), "index").write_bytes(index)
+        _, logs = recover(config)
+        [aside] = [e for e in logs if e["event"] == "worktree_set_aside"]
+        kept = Path(aside["kept_at"])
+        assert kept.parent == config.state_dir / "worktrees-set-aside" and kept.name.startswith("fix-greet-")
+        assert (kept / "review_notes.txt").read_text() == "precious\n"
+        assert "index" in aside["why"] and not worktree.path.exists()
+        again = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        assert git(again.path, "status", "--porcelain") == ""
+
     def test_changes_in_a_worktree_moved_with_the_state_dir_are_kept_too(self, tmp_path: Path, repo: Path) -> None:
         """After `mv` of the state dir (`[state] dir` edited), recovery took the moved worktree for a stranger's
         folder and left the person's edit in it: the night's first iteration then committed it as the agent's."""
