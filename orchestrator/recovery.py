@@ -36,7 +36,7 @@ from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook, stamp
-from orchestrator.worktree import Worktree, branch_for, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
+from orchestrator.worktree import Worktree, branch_for, git_reason, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -240,7 +240,7 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             worktree = Worktree(path, branch_for(path.name), config.repo.keep)
             dirty = not worktree.is_clean()
         except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
-            _set_aside(config, path, log, why=_git_said(exc))
+            _set_aside(config, path, log, why=git_reason(exc))
             continue
         if not dirty:
             continue
@@ -292,16 +292,6 @@ def _remove_git_locks(path: Path, task: str, log: Any) -> None:
         if lock.exists():
             lock.unlink(missing_ok=True)
             log.info("git_lock_removed", task=task, path=str(lock))
-
-
-def _git_said(exc: Exception) -> str:
-    """git's own "fatal:" or "error:" line for a failed git command (its last line otherwise), else the exception."""
-    stderr = getattr(exc, "stderr", None)
-    # GitPython's stderr reads "  stderr: 'fatal: ...'" across lines.
-    lines = [line.strip().removeprefix("stderr:").strip().strip("'").strip() for line in str(stderr or "").splitlines()]
-    lines = [line for line in lines if line]
-    said = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
-    return said or f"{type(exc).__name__}: {exc}"
 
 
 def _set_aside(config: Config, path: Path, log: Any, why: str) -> None:

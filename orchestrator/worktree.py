@@ -15,6 +15,7 @@ back as git wrote it before each rollback, commit and status check.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -137,6 +138,8 @@ class Worktree:
         registering the worktree is serialised, the checkout of its files (the
         slow part in a large repository) runs in parallel.
         """
+        import git
+
         repo = repo if repo is not None else open_repo(repo_path)
         repo.git.update_environment(**UNATTENDED_ENV)
         path = state_dir / WORKTREES_FOLDER / task
@@ -153,7 +156,10 @@ class Worktree:
         if not (worktree._admin / "index").exists():
             # Registered with --no-checkout, just now or by a night killed before this step:
             # check the files out (an empty index would commit every file as deleted).
-            worktree._git("reset", "--hard", "--quiet")
+            try:
+                worktree._git("reset", "--hard", "--quiet")
+            except (git.GitCommandError, OSError) as exc:
+                raise _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc)) from None
         return worktree
 
     def checkpoint(self) -> str:
@@ -176,7 +182,7 @@ class Worktree:
             try:
                 self._rollback(checkpoint)
             except (git.GitCommandError, OSError) as exc:
-                raise StateError(f"cannot roll back the worktree {self.path}: {_git_reason(exc)}") from None
+                raise StateError(f"cannot roll back the worktree {self.path}: {git_reason(exc)}") from None
 
     def _rollback(self, checkpoint: str) -> None:
         self._restore_link()
@@ -199,7 +205,7 @@ class Worktree:
         try:
             return self._keep_changes(branch, message)
         except (git.GitCommandError, OSError) as exc:
-            raise StateError(f"cannot keep the changes in the worktree {self.path}: {_git_reason(exc)}") from None
+            raise StateError(f"cannot keep the changes in the worktree {self.path}: {git_reason(exc)}") from None
 
     def _keep_changes(self, branch: str, message: str) -> str | None:
         if not (self._admin / "index").exists():
@@ -235,7 +241,7 @@ class Worktree:
             tracked = [entry[3:] for entry in self._git(*status).split("\0") if entry]
             return tracked + self._untracked()
         except (git.GitCommandError, OSError) as exc:
-            raise StateError(f"cannot list the changes in the worktree {self.path}: {_git_reason(exc)}") from None
+            raise StateError(f"cannot list the changes in the worktree {self.path}: {git_reason(exc)}") from None
 
     def _untracked(self, env: dict[str, str] | None = None) -> list[str]:
         """Untracked paths, not ignored and outside `keep` (the patterns `git clean -e` takes)."""
@@ -402,7 +408,10 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
     import git
 
     _exclude_state_dir(repo, state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StateError(f"cannot create the worktree of task {task!r} at {path}: {exc.strerror or exc}") from None
     made_branch = branch not in repo.heads
 
     def add() -> None:
@@ -420,7 +429,22 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
         except git.GitCommandError:
             if made_branch and branch in repo.heads:
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
-            raise ConfigError(f"cannot create the worktree of task {task!r} at {path}: {_last_line(first)}") from None
+            raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first)) from None
+
+
+# What git says when the state dir's disk, not the configuration, is at fault.
+_STORAGE_FAULTS = re.compile(
+    r"No space left on device|Disk quota exceeded|Read-only file system|Permission denied|Operation not permitted|Input/output error",
+    re.IGNORECASE,
+)
+
+
+def _creation_error(what: str, reason: str) -> ConfigError | StateError:
+    """A full or read-only disk is the state dir's fault (exit 4, as anywhere else in a night); anything
+    else git refuses in making a worktree (a base it cannot check out, a filter it lacks) is the setup's (exit 2)."""
+    if _STORAGE_FAULTS.search(reason):
+        return StateError(f"{what}: {reason}")
+    return ConfigError(f"{what}: {reason}")
 
 
 def moved_from(repo, path: Path) -> Path | None:
@@ -627,7 +651,7 @@ def _text(output: bytes) -> str:
     return os.fsdecode(output).removesuffix("\n")
 
 
-def _git_reason(exc: Exception) -> str:
+def git_reason(exc: Exception) -> str:
     """git's own `fatal:` or `error:` line (advice may follow it), else its last line."""
     return _git_said(exc) or _last_line(exc)
 

@@ -572,6 +572,27 @@ def test_the_morning_report_reads_a_state_dir_gone_read_only(tmp_path: Path, rep
     assert report["run"]["status"] == "finished" and report["tasks"][0]["outcome"] == "succeeded"
 
 
+class TestWorktreeOnAFailingDisk:
+    """A worktree made on a state dir gone read-only (or full): the state dir's fault, StateError (exit 4,
+    one line). Its checkout was a GitCommandError traceback (exit 1), and its registration a
+    ConfigError (exit 2: cron and CI read a full disk as a typo) (found by a review)."""
+
+    def test_a_worktree_registered_on_a_read_only_state_dir(self, tmp_path: Path, repo: Path, state_mount: Path) -> None:
+        (state_mount / "worktrees").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(state_mount)], check=True)
+        with pytest.raises(StateError, match=r"^cannot create the worktree of task 'fix-greet' at .*: .*Read-only file system"):
+            Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
+        assert git(repo, "branch", "--list", "overnight/fix-greet") == ""
+
+    def test_a_worktree_checked_out_on_a_read_only_state_dir(self, tmp_path: Path, repo: Path, state_mount: Path) -> None:
+        tree = Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
+        # As a night killed between registering and checking out leaves it: no index yet.
+        Path(git(tree.path, "rev-parse", "--git-dir"), "index").unlink()
+        subprocess.run(["mount", "-o", "remount,ro", str(state_mount)], check=True)
+        with pytest.raises(StateError, match=r"^cannot check out the files of task 'fix-greet' at .*Read-only file system"):
+            Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
+
+
 def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
