@@ -73,6 +73,18 @@ class ModelConfig(_Section):
             raise ValueError(f"{value!r} is not a URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        if any(character.isspace() or not character.isprintable() for character in value):
+            # Let through, every request failed as the model's iteration_error (http.client refuses it).
+            raise ValueError(f"{value!r} holds a space or a control character (percent-encode it: %20)")
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _header_safe(cls, value: str | None) -> str | None:
+        # Never echoed: it is a secret. A newline copied with it made every request fail, and the
+        # error (the key in it) went into notes.md and the next prompt.
+        if value is not None and (value != value.strip() or not all(" " <= character <= "~" for character in value)):
+            raise ValueError("holds a line break, a control character, a character outside ASCII or a space at an end (the key is not shown)")
         return value
 
     @model_validator(mode="after")

@@ -217,6 +217,29 @@ class TestGcAndServeCheckLikeRun:
         assert not (tmp_path / "state").exists()
 
 
+class TestModelAddress:
+    @pytest.mark.parametrize("key", ["sk-live-SECRET\n", " sk-live-SECRET", "sk-live-SECRET\t", "sk-live-\u201cSECRET\u201d", "sk-\x07SECRET"])
+    def test_an_api_key_no_header_can_carry_is_refused_without_showing_it(self, tmp_path, repo, key):
+        """A key copied with its newline passed the checks; every request then failed as iteration_error, and
+        the error, key and all, went into notes.md, the log and the next prompt (found by a review)."""
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo, model={"api_key": key})
+        done = overnight("run", "--config", str(config))
+        assert_one_line_error(done, 2, "[model] api_key", "the key is not shown")
+        assert "SECRET" not in done.stderr + done.stdout and not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize("api_base", ["http://a b:8080/v1", "http://127.0.0.1:8080/v1 ", "http://127.0.0.1:8080/v\n1"])
+    def test_an_api_base_with_a_space_or_control_character_is_refused(self, tmp_path, repo, api_base):
+        config = write_config(tmp_path / "overnight.toml", api_base=api_base, repo=repo)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[model] api_base", "space or a control character")
+        assert not (tmp_path / "state").exists()
+
+    def test_a_key_with_spaces_inside_is_still_read(self, tmp_path, repo):
+        from orchestrator.config import load_config
+
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo, model={"api_key": "Bearer-ish key 123"})
+        assert load_config(config).model.api_key == "Bearer-ish key 123"
+
+
 class TestLaxTypes:
     @pytest.mark.parametrize(
         ("sections", "key"),
