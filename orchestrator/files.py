@@ -1,10 +1,13 @@
-"""A file written whole or not at all: the one way overnight replaces a file it must not leave half written."""
+"""A file written whole or not at all: the one way overnight replaces a file it must not leave half written;
+and a state file read only when it is a file."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 # A name longer than this leaves no room in 255 bytes for the temporary file's own.
@@ -49,3 +52,20 @@ def write_over(fd: int, data: bytes) -> None:
     while remaining:
         remaining = remaining[os.write(fd, remaining) :]
     os.ftruncate(fd, len(data))
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of `path`, which must be a regular file (else OSError, "not a regular file").
+
+    A pipe put where a state file goes (`mkfifo notes.md`) blocked the night, deaf to SIGTERM,
+    until something wrote into it; a device would be read for ever.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a pipe's open waits for a writer without it
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", closefd=False) as opened:
+            return opened.read()
+    finally:
+        os.close(descriptor)

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.errors import StateError
+from orchestrator.files import read_regular_file
 
 LOCK_NAME = "overnight.lock"
 STATE_ID_NAME = "state-id"
@@ -127,7 +128,7 @@ class StateLock:
 def read_holder(path: Path) -> Holder | None:
     """Who wrote the lock file last; None if empty (free, or just being taken) or unreadable."""
     try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        record = json.loads(read_regular_file(Path(path)).decode("utf-8"))
         return Holder(pid=int(record["pid"]), host=str(record["host"]), since=datetime.fromisoformat(record["since"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -141,7 +142,7 @@ def state_identity(state_dir: Path, *, create: bool = True) -> str | None:
     """
     path = Path(state_dir) / STATE_ID_NAME
     try:
-        known = path.read_text(encoding="utf-8").strip()
+        known = read_regular_file(path).decode("utf-8", errors="replace").strip()
     except FileNotFoundError:
         known = ""
     except OSError as exc:

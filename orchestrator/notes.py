@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.errors import StateError
-from orchestrator.files import replace_file
+from orchestrator.files import read_regular_file, replace_file
 from orchestrator.printable import shortened, visible
 
 HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
@@ -52,7 +52,7 @@ class NotesBook:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with _locked(self.path.with_name(self.path.name + ".lock")):
                 # Bytes, not text: whatever a person wrote into the file stays exactly as written.
-                current = self.path.read_bytes() if self.path.exists() else HEADER.encode("utf-8")
+                current = read_regular_file(self.path) if self.path.exists() else HEADER.encode("utf-8")
                 _write_atomically(self.path, current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace"))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
@@ -63,7 +63,7 @@ class NotesBook:
         A byte order mark an editor put first is dropped: it would hide an entry header right after it.
         """
         try:
-            return self.path.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff")
+            return read_regular_file(self.path).decode("utf-8", errors="replace").removeprefix("\ufeff")
         except FileNotFoundError:
             return ""
         except OSError as exc:

@@ -240,6 +240,33 @@ class TestModelAddress:
         assert load_config(config).model.api_key == "Bearer-ish key 123"
 
 
+class TestNotesThatAreNotAFile:
+    """A pipe at notes.md (mkfifo): `notes` hung, and `run` hung after night_started, deaf to SIGTERM,
+    until something wrote into the pipe (found by a review); so did one at state-id. Now exit 4, at once."""
+
+    def test_notes_refuses_a_pipe(self, tmp_path, repo):
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo)
+        (tmp_path / "state").mkdir()
+        os.mkfifo(tmp_path / "state" / "notes.md")
+        assert_one_line_error(overnight("notes", "--config", str(config)), 4, "notes.md", "not a regular file")
+
+    def test_run_refuses_a_pipe_at_the_state_id(self, tmp_path, repo):
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo)
+        (tmp_path / "state").mkdir()
+        os.mkfifo(tmp_path / "state" / "state-id")
+        done = overnight("run", "--config", str(config))
+        assert done.returncode == 4 and "state-id: not a regular file" in done.stderr.strip().splitlines()[-1]
+
+    def test_run_refuses_a_pipe_before_asking_the_model(self, tmp_path, repo, server):
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+        (tmp_path / "state").mkdir()
+        os.mkfifo(tmp_path / "state" / "notes.md")
+        done = overnight("run", "--config", str(config))
+        assert done.returncode == 4 and "Traceback" not in done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("overnight: error: cannot read") and "not a regular file" in done.stderr
+        assert server.requests == []
+
+
 class TestLaxTypes:
     @pytest.mark.parametrize(
         ("sections", "key"),
