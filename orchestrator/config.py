@@ -73,9 +73,9 @@ class ModelConfig(_Section):
             raise ValueError(f"{value!r} is not a URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
-        if any(character.isspace() or not character.isprintable() for character in value):
+        if not all("!" <= character <= "~" for character in value):
             # Let through, every request failed as the model's iteration_error (http.client refuses it).
-            raise ValueError(f"{value!r} holds a space or a control character (percent-encode it: %20)")
+            raise ValueError(f"{value!r} holds a space, a control character or a character outside ASCII (percent-encode it: %20)")
         return value
 
     @field_validator("api_key")

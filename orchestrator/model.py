@@ -58,7 +58,8 @@ CONTEXT_OVERFLOW_CORRECTION = (
 # How often a waiting caller looks at the cancel token (and, under litellm, at the stream's silence).
 _CANCEL_POLL_S = 0.1
 # How long a server silent for request_timeout_s has to answer a GET / before its silence is its own.
-_PROBE_S = 5.0
+# Long enough for a busy server whose request threads are all taken to free one.
+_PROBE_S = 30.0
 # How long a watched reader has to end once its stream was found silent and cut.
 _CUT_GRACE_S = 1.0
 
@@ -135,10 +136,13 @@ class EndpointModel:
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()
             probe_s = min(_PROBE_S, self.config.request_timeout_s)
-            if transports.server_answers(self.config.api_base, probe_s) is not False:
+            alive = transports.server_answers(self.config.api_base, probe_s)
+            if self._cancel is not None:
+                self._cancel.raise_if_cancelled()  # a SIGTERM during the probe ends the iteration as cancelled
+            if alive is not False:
                 raise
             raise _Retryable(
-                f"no output for {self.config.request_timeout_s:g} s, and the server answered no GET / in {probe_s:g} s (stopped or wedged)"
+                f"no output for {self.config.request_timeout_s:g} s, and the server answered no GET / in {probe_s:g} s (stopped, wedged or gone)"
             ) from None
 
     def _wait_before_retry(self, seconds: float) -> None:

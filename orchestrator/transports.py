@@ -112,7 +112,9 @@ def server_answers(api_base: str | None, timeout_s: float) -> bool | None:
     Told apart this way: a model that is silent (a long tool call the server holds back until it
     ends) and a server that is not (stopped, wedged, its HTTP threads all stuck): the first still
     answers a GET from another thread; the second only lets the kernel take the connection.
-    None when it cannot be asked directly (no api_base, or a proxy between): nothing is known.
+    False only for silence or a refused connection: anything the server does (an error status,
+    a reset, a TLS refusal) shows it alive. None when it cannot be asked directly (no api_base,
+    or a proxy between): nothing is known.
     """
     if not api_base or _behind_proxy(api_base):
         return None
@@ -131,8 +133,10 @@ def server_answers(api_base: str | None, timeout_s: float) -> bool | None:
         connection.request("GET", "/", headers={"Connection": "close"})
         connection.getresponse().close()
         return True
-    except _NETWORK_ERRORS:
+    except (TimeoutError, ConnectionRefusedError):
         return False
+    except _NETWORK_ERRORS:  # a reset, a close without a word, a TLS refusal: something there is at work
+        return True
     finally:
         connection.close()
 

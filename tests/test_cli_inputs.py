@@ -227,10 +227,10 @@ class TestModelAddress:
         assert_one_line_error(done, 2, "[model] api_key", "the key is not shown")
         assert "SECRET" not in done.stderr + done.stdout and not (tmp_path / "state").exists()
 
-    @pytest.mark.parametrize("api_base", ["http://a b:8080/v1", "http://127.0.0.1:8080/v1 ", "http://127.0.0.1:8080/v\n1"])
+    @pytest.mark.parametrize("api_base", ["http://a b:8080/v1", "http://127.0.0.1:8080/v1 ", "http://127.0.0.1:8080/v\n1", "http://127.0.0.1:8080/v1\u201d"])
     def test_an_api_base_with_a_space_or_control_character_is_refused(self, tmp_path, repo, api_base):
         config = write_config(tmp_path / "overnight.toml", api_base=api_base, repo=repo)
-        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[model] api_base", "space or a control character")
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[model] api_base", "a control character or a character outside ASCII")
         assert not (tmp_path / "state").exists()
 
     def test_a_key_with_spaces_inside_is_still_read(self, tmp_path, repo):

@@ -268,7 +268,7 @@ class TestReasonCodes:
             assert overnight("run", "--config", str(config), "--log-format", "json") == 3
         events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
         [unreachable] = [e for e in events if e["event"] == "iteration_model_unreachable"]
-        assert "answered no GET / in 0.5 s (stopped or wedged)" in unreachable["detail"]
+        assert "answered no GET / in 0.5 s (stopped, wedged or gone)" in unreachable["detail"]
         assert "watchdog_timeout" not in notes_text(config)
         task = report_json(config, capsys)["tasks"][0]
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"

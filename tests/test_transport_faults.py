@@ -250,6 +250,64 @@ class TestWedgedServer:
         assert stopped.value.reason == "watchdog_timeout" and retries == []
 
 
+class TestProbeOfASilentServer:
+    """What the GET beside a silent request may conclude, through a server that takes both connections."""
+
+    @staticmethod
+    def silent_then(on_probe: Any) -> Any:
+        """A handler: the chat request gets nothing, ever; the probe's connection gets `on_probe`."""
+        def handler(client: socket.socket, head: bytes) -> None:
+            if head.startswith(b"POST"):
+                time.sleep(3)
+            else:
+                on_probe(client)
+        return handler
+
+    def test_a_probe_the_server_resets_shows_it_alive(self, transport):
+        """A server that drops the GET without a word (nginx's 444) is at work: the silence is the model's."""
+        def reset(client: socket.socket) -> None:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            client.close()
+
+        server = _GetAware(self.silent_then(reset))
+        try:
+            model, retries = make_model(server.url, transport, retries=1, request_timeout_s=0.5)
+            with pytest.raises(QualityError) as stopped:
+                model.complete(MESSAGES, [])
+            assert stopped.value.reason == "watchdog_timeout" and retries == []
+        finally:
+            server.close()
+
+    def test_a_cancel_during_the_probe_is_a_cancel(self):
+        """SIGTERM while the probe waits: the iteration ends cancelled, not blamed on the model nor the server."""
+        from orchestrator.cancel import CancelToken
+        from orchestrator.errors import Cancelled
+
+        token = CancelToken()
+        server = _GetAware(self.silent_then(lambda client: (token.cancel("SIGTERM"), time.sleep(2))))
+        try:
+            model, _ = make_model(server.url, "direct", retries=0, request_timeout_s=0.5, cancel=token)
+            with pytest.raises(Cancelled):
+                model.complete(MESSAGES, [])
+        finally:
+            server.close()
+
+
+class _GetAware(RawServer):
+    """A RawServer whose handler sees GETs too (the base class answers them itself, as a live server does)."""
+
+    def _answer(self, client: socket.socket) -> None:
+        from tests.conftest import _read_request
+
+        with client:
+            head = _read_request(client)
+            if head is not None:
+                try:
+                    self.handler(client, head)
+                except OSError:
+                    pass
+
+
 class _CutReturningLate:
     """litellm's real transport, whose stream's `cut` returns only once the reading thread has seen the
     stream end: the order a loaded machine gives now and then (the reader wakes before the watcher goes on)."""
