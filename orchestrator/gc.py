@@ -86,8 +86,9 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
         if path is None:
             continue
         why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force)
-        if why_kept is None and name in detached and not force:
-            why_kept = _why_keep_detached(git, path, detached[name][1])
+        if why_kept is None and name in detached:
+            # A rebase stopped at an `edit` shows its worktree detached: --force does not end it.
+            why_kept = _operation_in_progress(path, common) or (None if force else _why_keep_detached(git, path, detached[name][1]))
         if why_kept is None and not dry_run:
             why_kept = _remove_worktree(git, path, common)
         if why_kept:
@@ -240,6 +241,22 @@ def _base_branch(git: _Git, base: str) -> str | None:
     done = git._call("rev-parse", "--symbolic-full-name", base)
     ref = done.stdout.strip() if done.returncode == 0 else ""
     return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+
+
+# What a git operation under way leaves in a worktree's admin folder, and its name.
+_UNDER_WAY = (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("BISECT_START", "bisect"),
+              ("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert"))
+
+
+def _operation_in_progress(path: Path, common: Path) -> str | None:
+    """Why the worktree at `path` must stay because a person's git operation is under way in it, or None."""
+    admin = admin_dir(path, common)
+    if admin is None:
+        return None
+    for marker, doing in _UNDER_WAY:
+        if (Path(admin) / marker).exists():
+            return f"a {doing} is in progress there (finish or abort it first)"
+    return None
 
 
 def _why_keep_detached(git: _Git, path: Path, head: str) -> str | None:

@@ -364,6 +364,20 @@ class TestDetachedAndBase:
         assert git(old.path, "rev-parse", "HEAD") == head
         assert collect_garbage(settings, force=True).removed_worktrees == (old.path,) and not old.path.exists()
 
+    @pytest.mark.parametrize("force", [False, True])
+    def test_a_detached_worktree_in_the_middle_of_a_rebase_stays(self, settings, repo, force):
+        """A rebase stopped at an `edit` step shows its worktree detached and clean; removing it lost the
+        rebase under way (found by the fix-review)."""
+        old = task_worktree(settings, "old", commit=True)
+        (old.path / "second.txt").write_text("two\n")
+        git(old.path, "add", "second.txt")
+        git(old.path, "commit", "-q", "-m", "second")
+        git(old.path, "-c", "sequence.editor=sed -i s/^pick/edit/", "rebase", "-q", "-i", "HEAD~1")
+        assert git(old.path, "status", "--porcelain") == ""
+        result = collect_garbage(settings, force=force)
+        assert [(k.path, k.reason) for k in result.kept_worktrees] == [(old.path, "a rebase is in progress there (finish or abort it first)")]
+        git(old.path, "rebase", "--continue")
+
     def test_a_detached_worktree_with_uncommitted_changes_stays(self, settings, repo):
         old = task_worktree(settings, "old")
         git(old.path, "checkout", "-q", "--detach")
