@@ -22,6 +22,7 @@ dir's runs recorded under another host name (see `alive_elsewhere`).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 import socket
@@ -240,7 +241,7 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             worktree = Worktree(path, branch_for(path.name), config.repo.keep)
             dirty = not worktree.is_clean()
         except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
-            _set_aside(config, path, log, why=git_reason(exc))
+            _set_aside(config, repo, path, link, log, why=git_reason(exc))
             continue
         if not dirty:
             continue
@@ -294,23 +295,47 @@ def _remove_git_locks(path: Path, task: str, log: Any) -> None:
             log.info("git_lock_removed", task=task, path=str(lock))
 
 
-def _set_aside(config: Config, path: Path, log: Any, why: str) -> None:
-    """Move a worktree git cannot read out of the night's way, whole: it may hold a person's edits
-    that no branch can keep now. `Worktree.ensure` then makes the task's worktree anew."""
+def _set_aside(config: Config, repo: Any, path: Path, admin: Path, log: Any, why: str) -> None:
+    """Move the files of a worktree git cannot read out of the night's way: they may hold a person's
+    edits that no branch can keep now. `Worktree.ensure` then makes the task's worktree anew.
+
+    The folder goes as plain files, its `.git` link removed: left in, it would name the new
+    worktree's registration (same task, same name), and git run there would move the task's
+    branch and index. The commit it was on is logged (`on`). On another disk than the state dir
+    (a `worktrees` folder linked elsewhere), it is set aside beside itself instead.
+    """
     import git
 
+    on = _registered_head(repo, admin)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     aside = config.state_dir / SET_ASIDE_DIR / f"{path.name}-{stamp}"
     try:
         aside.parent.mkdir(exist_ok=True)
-        path.rename(aside)
+        try:
+            path.rename(aside)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            aside = path.with_name(f"{path.name}.set-aside-{stamp}")
+            path.rename(aside)
+        (aside / ".git").unlink(missing_ok=True)
     except OSError as exc:
         raise StateError(f"cannot set aside the worktree {path}, which git cannot read ({why[:120]}): {exc.strerror or exc}") from exc
     try:
         git.Repo(config.repo_path).git.worktree("prune")
     except git.GitError:
         pass  # prune again happens in Worktree.ensure
-    log.warning("worktree_set_aside", task=path.name, kept_at=str(aside), why=why[:200])
+    log.warning("worktree_set_aside", task=path.name, kept_at=str(aside), on=on, why=why[:200])
+
+
+def _registered_head(repo: Any, admin: Path) -> str:
+    """The commit a worktree's registration says it is on ("" when that cannot be read)."""
+    try:
+        head = (Path(admin) / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+        ref = head.removeprefix("ref: ").strip()
+        return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}") if ref != head else head
+    except Exception:  # an unreadable registration: the files are what matters
+        return ""
 
 
 def _remove_worktree(config: Config, path: Path, log: Any, why: str) -> None:

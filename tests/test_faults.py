@@ -365,8 +365,11 @@ class TestRecoveryOfStoredState:
         assert kept.parent == config.state_dir / "worktrees-set-aside" and kept.name.startswith("fix-greet-")
         assert (kept / "review_notes.txt").read_text() == "precious\n"
         assert "index" in aside["why"] and not worktree.path.exists()
+        assert aside["on"] == git(repo, "rev-parse", "overnight/fix-greet")
         again = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
         assert git(again.path, "status", "--porcelain") == ""
+        # Plain files now: git run there finds no worktree, so it cannot move the new one's branch or index.
+        assert not (kept / ".git").exists()
 
     def test_changes_in_a_worktree_moved_with_the_state_dir_are_kept_too(self, tmp_path: Path, repo: Path) -> None:
         """After `mv` of the state dir (`[state] dir` edited), recovery took the moved worktree for a stranger's
