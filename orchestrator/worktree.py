@@ -159,7 +159,7 @@ class Worktree:
             try:
                 worktree._git("reset", "--hard", "--quiet")
             except (git.GitCommandError, OSError) as exc:
-                raise _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc)) from None
+                raise _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path) from None
         return worktree
 
     def checkpoint(self) -> str:
@@ -429,21 +429,33 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
         except git.GitCommandError:
             if made_branch and branch in repo.heads:
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
-            raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first)) from None
+            raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent) from None
 
 
-# What git says when the state dir's disk, not the configuration, is at fault.
+# What git says when the state dir's disk, not the configuration, is at fault. (A checkout that
+# cannot write a file says only "unable to write file X", without the system's reason.)
 _STORAGE_FAULTS = re.compile(
-    r"No space left on device|Disk quota exceeded|Read-only file system|Permission denied|Operation not permitted|Input/output error",
+    r"No space left on device|Disk quota exceeded|Read-only file system|Permission denied|Operation not permitted|"
+    r"Input/output error|unable to (write|create) file|could not write",
     re.IGNORECASE,
 )
+# Less free space than this on the worktree's disk after a failed checkout: the disk is full.
+_NEARLY_FULL_BYTES = 1 << 20
 
 
-def _creation_error(what: str, reason: str) -> ConfigError | StateError:
+def _creation_error(what: str, reason: str, folder: Path) -> ConfigError | StateError:
     """A full or read-only disk is the state dir's fault (exit 4, as anywhere else in a night); anything
     else git refuses in making a worktree (a base it cannot check out, a filter it lacks) is the setup's (exit 2)."""
     if _STORAGE_FAULTS.search(reason):
         return StateError(f"{what}: {reason}")
+    try:
+        disk = os.statvfs(folder)
+    except OSError:
+        return ConfigError(f"{what}: {reason}")
+    if disk.f_flag & os.ST_RDONLY:
+        return StateError(f"{what}: {reason} (its disk is read-only)")
+    if disk.f_bavail * disk.f_frsize < _NEARLY_FULL_BYTES:
+        return StateError(f"{what}: {reason} (its disk is full)")
     return ConfigError(f"{what}: {reason}")
 
 

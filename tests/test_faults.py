@@ -587,6 +587,14 @@ class TestWorktreeOnAFailingDisk:
             Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
         assert git(repo, "branch", "--list", "overnight/fix-greet") == ""
 
+    def test_a_worktree_checked_out_on_a_full_state_dir(self, tmp_path: Path, repo: Path, state_mount: Path) -> None:
+        """git says only "unable to write file X" when the disk fills during the checkout (found by the fix-review)."""
+        (repo / "big.bin").write_bytes(os.urandom(9 << 20))  # more than the 8 MiB tmpfs holds
+        git(repo, "add", "big.bin")
+        git(repo, "commit", "-q", "-m", "big")
+        with pytest.raises(StateError, match=r"^cannot check out the files of task 'fix-greet' at .*(unable to write|No space)"):
+            Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
+
     def test_a_worktree_checked_out_on_a_read_only_state_dir(self, tmp_path: Path, repo: Path, state_mount: Path) -> None:
         tree = Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
         # As a night killed between registering and checking out leaves it: no index yet.
