@@ -246,11 +246,12 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
                     log.info("task_skipped_done_elsewhere", host=done_by)
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
                 else:
+                    asked = parts.now()
                     with night.ask_ahead(task) as model:
                         workspace = night.worktree(task)
                         log.info("task_started", branch=workspace.branch)
                         setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                        outcome, reason, reports, begun = _iterate(night, task, setup)
+                        outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked)
                 # Recorded before the lease is let go: a worker that takes it next sees the task done.
                 commit = finish(outcome, reason)
         except LeaseHeld as held:
@@ -261,8 +262,15 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
 
 
-def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOutcome, str, list[IterationReport], int]:
-    """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began."""
+def _iterate(
+    night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime
+) -> tuple[TaskOutcome, str, list[IterationReport], int]:
+    """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began.
+
+    The first iteration is timed from `first_asked`, when its first request left (ahead, during
+    the task's set-up): timed from its start, its first model call went uncounted, and a later
+    iteration began that could not finish by the deadline.
+    """
     parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []
     outcome, reason, begun = TaskOutcome.FAILED, "", 0
@@ -272,7 +280,7 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup) -> tuple[TaskOut
                 outcome, reason = TaskOutcome.CANCELLED, refused
                 break
             begun = number
-            started = parts.now()
+            started = first_asked if number == 1 else parts.now()
             report = run_iteration(setup, number)
             night.iteration_took(seconds_between(started, parts.now()))
             reports.append(report)

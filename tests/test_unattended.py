@@ -316,6 +316,24 @@ class TestDeadline:
         assert len(task.iterations) == 1 and task.outcome.value == "cancelled" and task.reason == "deadline"
 
 
+    def test_the_first_iterations_time_counts_its_first_model_call(self, config_file, server, repo):
+        """The first request leaves ahead, overlapping the task's set-up (here a 3 s checkout, as git-lfs
+        makes one): the first iteration was timed from its start, most of its 4 s call uncounted, and a
+        second began with 3 s left, to be cancelled at the deadline (found by a review). Timed from the
+        request, the second is refused."""
+        (repo / ".gitattributes").write_text("greet.py filter=slow\n")
+        git(repo, "config", "filter.slow.smudge", "sleep 3; cat")
+        git(repo, "config", "filter.slow.clean", "cat")
+        git(repo, "add", ".gitattributes")
+        git(repo, "commit", "-q", "-m", "a slow checkout")
+        config = config_file(night={"deadline": "06:30", "max_iterations": 3}, tasks=[{"name": "t", "prompt": "p", "check": "false"}])
+        server.enqueue(call("submit", {"summary": "x"}, delay_s=4), call("submit", {"summary": "x"}, delay_s=4))
+        result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 53, tzinfo=timezone.utc)))
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason) == ("cancelled", "deadline")
+        assert [(it.outcome.value, it.reason) for it in task.iterations] == [("rolled_back", "check_failed")]
+        assert len(server.requests) == 1
+
     def test_a_task_too_slow_for_the_time_left_stops_only_itself(self, tmp_path, repo):
         """At concurrency 2, a slow task refused another iteration (too little time left for one
         like its last) does not cancel the other task's iteration, which still commits in time."""
