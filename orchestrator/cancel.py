@@ -7,9 +7,11 @@ raises `Cancelled`, so the iteration in flight is rolled back, not abandoned.
 
 from __future__ import annotations
 
+import calendar
 import signal
 import threading
-from datetime import datetime, timedelta, timezone
+import time
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Callable
 
 from orchestrator.errors import Cancelled
@@ -115,8 +117,41 @@ def local_now() -> datetime:
         import tzlocal  # APScheduler's own dependency
 
         return datetime.now(tzlocal.get_localzone())
-    except Exception:  # a TZ tzlocal cannot read: this moment's offset still gives the right hour tonight
-        return datetime.now().astimezone()
+    except Exception:  # a zone tzlocal cannot name (a POSIX TZ rule such as CET-1CEST,M3.5.0,M10.5.0/3)
+        return datetime.now(SYSTEM_LOCAL_TIME)
+
+
+class _SystemLocalTime(tzinfo):
+    """The C library's local time, rules and all (it reads any TZ the system does).
+
+    `datetime.now().astimezone()` gives this moment's offset, fixed: on the night the clocks
+    go forward, 06:30 came an hour late.
+    """
+
+    def utcoffset(self, moment: datetime | None) -> timedelta:
+        return timedelta(seconds=self._local(moment).tm_gmtoff)
+
+    def dst(self, moment: datetime | None) -> timedelta:
+        # The standard offset is not known here; only whether summer time is on matters to callers.
+        return timedelta(hours=1) if self._local(moment).tm_isdst > 0 else timedelta(0)
+
+    def tzname(self, moment: datetime | None) -> str:
+        return self._local(moment).tm_zone
+
+    def fromutc(self, moment: datetime) -> datetime:
+        local = time.localtime(calendar.timegm(moment.replace(tzinfo=None).timetuple()))  # its fields are UTC here
+        return datetime(*local[:6], moment.microsecond, tzinfo=self)
+
+    @staticmethod
+    def _local(moment: datetime | None) -> time.struct_time:
+        if moment is None:
+            return time.localtime()
+        # A wall time the clocks skip or repeat is read as the C library reads it (tm_isdst = -1).
+        wall = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second, 0, 0, -1)
+        return time.localtime(time.mktime(wall))
+
+
+SYSTEM_LOCAL_TIME = _SystemLocalTime()
 
 
 def seconds_between(earlier: datetime, later: datetime) -> float:
