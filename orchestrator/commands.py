@@ -26,6 +26,11 @@ TIMEOUT_EXIT_CODE = 124
 # In the environment of every process overnight starts (its own git too): nothing may wait for a person.
 UNATTENDED_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
+    # git asks an askpass program before it looks at GIT_TERMINAL_PROMPT: GIT_ASKPASS, then
+    # core.askPass, then SSH_ASKPASS (VS Code's terminal and KDE set them). Set and empty, it
+    # turns all three off; ssh's own use of SSH_ASKPASS goes with SSH_ASKPASS_REQUIRE=never.
+    "GIT_ASKPASS": "",
+    "SSH_ASKPASS_REQUIRE": "never",
     "GIT_PAGER": "cat",
     "PAGER": "cat",
     # `git commit` without -m, `git rebase -i`, crontab -e: an editor would wait forever.

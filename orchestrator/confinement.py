@@ -44,7 +44,11 @@ from pathlib import Path
 
 from orchestrator.commands import WORKTREE_GIT_CONFIG
 
-SCREEN_PROGRAMS = ("vi", "vim", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe", "micro", "mcedit")
+SCREEN_PROGRAMS = (
+    "vi", "vim", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe", "micro", "mcedit",
+    # Debian's names for the same: the `editor` alternative and vim's builds.
+    "editor", "sensible-editor", "vim.basic", "vim.tiny", "vim.nox", "rvim", "rview",
+)
 _SCREEN_REFUSAL = """#!/bin/sh
 echo "overnight: ${0##*/} needs a terminal, and commands here have none; write files with the file tools instead" >&2
 exit 1

@@ -285,6 +285,15 @@ class TestScreenPrograms:
         assert time.monotonic() - started < 10
         assert toolbox.execute(ToolCall("run_command", {"command": "echo fine | cat"})).output.endswith("fine")
 
+    def test_debians_names_for_an_editor_are_refused_too(self, tmp_path: Path) -> None:
+        """`editor` (Debian's alternative, vim there) and vim's builds by name ran until the time limit (found by a review)."""
+        toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", command_timeout_s=60)
+        started = time.monotonic()
+        for editor in ("editor", "sensible-editor", "vim.basic", "vim.tiny", "rvim"):
+            result = toolbox.execute(ToolCall("run_command", {"command": f"{editor} notes.txt"}))
+            assert not result.ok and "needs a terminal" in result.output, result.output
+        assert time.monotonic() - started < 10
+
     def test_the_fences_are_made_again_if_a_tmp_cleaner_removed_them(self, tmp_path: Path) -> None:
         import shutil
 

@@ -80,6 +80,43 @@ class TestRunShell:
         result = run_shell("echo $GIT_TERMINAL_PROMPT $GIT_PAGER $PAGER", tmp_path, 10, 1000)
         assert result.output.split() == ["0", "cat", "cat"]
 
+    @pytest.mark.parametrize("askpass", ["GIT_ASKPASS", "SSH_ASKPASS", "core.askPass"])
+    def test_git_asks_no_askpass_program_for_credentials(self, tmp_path, monkeypatch, askpass):
+        """git asks an askpass program (VS Code's terminal and KDE set one) before it looks at
+        GIT_TERMINAL_PROMPT: a fetch needing credentials sat in it until command_timeout_s, its
+        output a bare timeout (found by a review). It fails at once now."""
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class WantsCredentials(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="x"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        asked = tmp_path / "asked"
+        slow = tmp_path / "slowask.sh"
+        slow.write_text(f"#!/bin/sh\necho asked >> {asked}\nsleep 30\n")
+        slow.chmod(0o755)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), WantsCredentials)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        remote = f"http://127.0.0.1:{server.server_address[1]}/x.git"
+        try:
+            if askpass == "core.askPass":
+                command = f"git -c core.askPass={slow} ls-remote {remote}"
+            else:
+                monkeypatch.setenv(askpass, str(slow))
+                command = f"git ls-remote {remote}"
+            result = run_shell(command, tmp_path, 10, 1000)
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert result.exit_code != 0 and not result.timed_out and result.duration_s < 5, result.output
+        assert "terminal prompts disabled" in result.output and not asked.exists()
+
     def test_an_interactive_rebase_does_not_wait_for_the_users_editor(self, tmp_path, monkeypatch):
         """A user's `sequence.editor` outranks GIT_EDITOR; an agent's `git rebase -i` must not sit in it until the timeout."""
         home = tmp_path / "home"
