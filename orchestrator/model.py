@@ -11,6 +11,7 @@ transport retries on its own, so retries never nest.
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
 import time
@@ -60,6 +61,8 @@ _CANCEL_POLL_S = 0.1
 # How long a server silent for request_timeout_s has to answer a GET / before its silence is its own.
 # Long enough for a busy server whose request threads are all taken to free one.
 _PROBE_S = 30.0
+# A live server answers a GET from another thread at once; one slower than this was stalled too.
+_PROMPT_ANSWER_S = 2.0
 # How long a watched reader has to end once its stream was found silent and cut.
 _CUT_GRACE_S = 1.0
 
@@ -122,11 +125,11 @@ class EndpointModel:
                 self._wait_before_retry(self._backoff(failures, failure.retry_after))
 
     def _attempt_or_server_silent(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
-        """One attempt; silence is the model's only while its server still answers (a `GET /` beside it).
+        """One attempt; silence is the model's only while its server answers a `GET /` beside it at once.
 
-        A server stopped or wedged takes connections (the kernel does) and answers none: its
-        silence was blamed on the model as watchdog_timeout, with a note telling the next
-        attempt to write less, and the task parked. It is retried as any outage is.
+        A server stopped, wedged or stalled takes connections (the kernel does) and answers late
+        or never: its silence was blamed on the model as watchdog_timeout, with a note telling the
+        next attempt to write less, and the task parked. It is retried as any outage is.
         """
         try:
             return self._attempt_until_cancelled(messages, tools)
@@ -136,14 +139,15 @@ class EndpointModel:
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()
             probe_s = min(_PROBE_S, self.config.request_timeout_s)
-            alive = transports.server_answers(self.config.api_base, probe_s)
+            took = transports.server_answer_time(self.config.api_base, probe_s)
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()  # a SIGTERM during the probe ends the iteration as cancelled
-            if alive is not False:
+            if took is None or took <= _PROMPT_ANSWER_S:
                 raise
-            raise _Retryable(
-                f"no output for {self.config.request_timeout_s:g} s, and the server answered no GET / in {probe_s:g} s (stopped, wedged or gone)"
-            ) from None
+            silent = f"no output for {self.config.request_timeout_s:g} s, and the server"
+            if took == math.inf:
+                raise _Retryable(f"{silent} answered no GET / in {probe_s:g} s (stopped, wedged or gone)") from None
+            raise _Retryable(f"{silent} took {took:.1f} s to answer a GET / (stalled or overloaded)") from None
 
     def _wait_before_retry(self, seconds: float) -> None:
         """Wait out a backoff. A cancel (SIGTERM, the deadline) ends the wait at once: a night

@@ -20,11 +20,13 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
+import math
 import os
 import queue
 import re
 import socket
 import threading
+import time
 import urllib.request
 import weakref
 from datetime import datetime, timezone
@@ -106,15 +108,16 @@ def event_byte_limit(max_output_chars: int) -> int:
     return 12 * max_output_chars + 65536
 
 
-def server_answers(api_base: str | None, timeout_s: float) -> bool | None:
-    """Whether the server at `api_base` answers a plain `GET /` (any status) within `timeout_s`.
+def server_answer_time(api_base: str | None, timeout_s: float) -> float | None:
+    """Seconds the server at `api_base` took to answer a plain `GET /` (any status); `math.inf`
+    when it answered nothing within `timeout_s` or refused the connection.
 
     Told apart this way: a model that is silent (a long tool call the server holds back until it
-    ends) and a server that is not (stopped, wedged, its HTTP threads all stuck): the first still
-    answers a GET from another thread; the second only lets the kernel take the connection.
-    False only for silence or a refused connection: anything the server does (an error status,
-    a reset, a TLS refusal) shows it alive. None when it cannot be asked directly (no api_base,
-    or a proxy between): nothing is known.
+    ends) and a server that is not (stopped, wedged, stalled, its HTTP threads all stuck): the
+    first answers a GET from another thread at once; the second lets the kernel take the
+    connection and answers late or never. Anything the server does (an error status, a reset, a
+    TLS refusal) is an answer. None when it cannot be asked directly (no api_base, or a proxy
+    between): nothing is known.
     """
     if not api_base or _behind_proxy(api_base):
         return None
@@ -129,16 +132,17 @@ def server_answers(api_base: str | None, timeout_s: float) -> bool | None:
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(base.hostname, base.port, timeout=timeout_s, context=context)
     else:
         connection = http.client.HTTPConnection(base.hostname, base.port, timeout=timeout_s)
+    started = time.monotonic()
     try:
         connection.request("GET", "/", headers={"Connection": "close"})
         connection.getresponse().close()
-        return True
     except (TimeoutError, ConnectionRefusedError):
-        return False
+        return math.inf
     except _NETWORK_ERRORS:  # a reset, a close without a word, a TLS refusal: something there is at work
-        return True
+        pass
     finally:
         connection.close()
+    return time.monotonic() - started
 
 
 def _kind_of(message: str) -> str:

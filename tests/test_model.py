@@ -239,6 +239,7 @@ class TestWatchdog:
         """A stream that falls silent past the timeout is cut: watchdog_timeout, not retried."""
         server.enqueue(Reply(text="starting to answer", stall_s=6), say("never reached"))
         model, retries = make_model(server.url, request_timeout_s=1.0)
+        transports.litellm_module()  # its first import takes seconds, which the time below is not about
         started = time.monotonic()
         with pytest.raises(QualityError) as caught:
             model.complete(MESSAGES, TOOLS)

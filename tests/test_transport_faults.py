@@ -258,7 +258,7 @@ class TestProbeOfASilentServer:
         """A handler: the chat request gets nothing, ever; the probe's connection gets `on_probe`."""
         def handler(client: socket.socket, head: bytes) -> None:
             if head.startswith(b"POST"):
-                time.sleep(3)
+                time.sleep(6)
             else:
                 on_probe(client)
         return handler
@@ -275,6 +275,18 @@ class TestProbeOfASilentServer:
             with pytest.raises(QualityError) as stopped:
                 model.complete(MESSAGES, [])
             assert stopped.value.reason == "watchdog_timeout" and retries == []
+        finally:
+            server.close()
+
+    def test_a_server_that_answers_the_probe_only_late_was_stalled(self, transport):
+        """A server stopped a little longer than request_timeout_s answers the probe once it resumes:
+        it was taken for alive, and the silence blamed on the model in every task waiting on it (found
+        by a review). An answer slower than 2 s shows the server stalled: retried, then model_unreachable."""
+        server = _GetAware(self.silent_then(lambda client: (time.sleep(2.5), client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))))
+        try:
+            model, retries = make_model(server.url, transport, retries=0, request_timeout_s=4)
+            with pytest.raises(ModelUnreachable, match=r"took 2\.[5-9] s to answer a GET / \(stalled or overloaded\)"):
+                model.complete(MESSAGES, [])
         finally:
             server.close()
 
