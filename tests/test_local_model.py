@@ -221,6 +221,16 @@ class TestServer:
             os.kill(pid, 0)
         assert (tmp_path / "state" / "llama-server.log").stat().st_size > 0
 
+    def test_a_pipe_where_the_servers_log_goes_is_refused_at_once(self, tmp_path: Path) -> None:
+        """Opened for appending, a pipe (mkfifo) blocked the night's start until something read it (found by a review)."""
+        from orchestrator.errors import StateError
+
+        (tmp_path / "state").mkdir()
+        os.mkfifo(tmp_path / "state" / "llama-server.log")
+        with pytest.raises(StateError, match="llama-server.log: not a regular file"):
+            with serve_local_model(self._config(tmp_path), log=get_logger()):
+                pytest.fail("the block must not run")
+
     def test_a_server_that_cannot_load_fails_fast_with_its_log(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A broken model file ends the start with ModelUnreachable quoting the server's log, not a hang."""
         cache = tmp_path / "cache"
