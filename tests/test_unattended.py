@@ -381,25 +381,29 @@ class TestDeadline:
             assert deadline.astimezone(berlin).strftime("%H:%M") == "06:30"
             assert seconds_between(start, deadline) == hours * 3600
 
-    def test_a_zone_given_as_a_posix_rule_keeps_its_daylight_saving(self, monkeypatch):
+    def test_a_zone_given_as_a_posix_rule_keeps_its_daylight_saving(self):
         """TZ as a POSIX rule, which tzlocal cannot name: the deadline used this moment's offset, fixed,
-        and on the night the clocks go forward 06:30 came at 07:30 (found by a review)."""
-        from orchestrator.cancel import deadline_after, local_now, seconds_between
+        and on the night the clocks go forward 06:30 came at 07:30 (found by a review). In a process of
+        its own: TZ is read at a process's start, and tzlocal keeps the zone it found first."""
+        import subprocess
+        import sys
 
-        monkeypatch.setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3")
-        time.tzset()
-        try:
-            zone = local_now().tzinfo
-            assert abs(seconds_between(local_now(), datetime.now(timezone.utc))) < 5
-            spring = datetime(2025, 3, 30, 1, 30, tzinfo=zone)  # 02:00 CET becomes 03:00 CEST
-            autumn = datetime(2025, 10, 26, 1, 30, tzinfo=zone)  # 03:00 CEST becomes 02:00 CET
-            for start, hours, utc in ((spring, 4, "04:30"), (autumn, 6, "05:30")):
-                deadline = deadline_after(start, "06:30")
-                assert seconds_between(start, deadline) == hours * 3600
-                assert deadline.astimezone(timezone.utc).strftime("%H:%M") == utc
-        finally:
-            monkeypatch.undo()
-            time.tzset()
+        script = """
+from datetime import datetime, timezone
+from orchestrator.cancel import deadline_after, local_now, seconds_between
+zone = local_now().tzinfo
+assert abs(seconds_between(local_now(), datetime.now(timezone.utc))) < 5
+spring = datetime(2025, 3, 30, 1, 30, tzinfo=zone)  # 02:00 CET becomes 03:00 CEST
+autumn = datetime(2025, 10, 26, 1, 30, tzinfo=zone)  # 03:00 CEST becomes 02:00 CET
+for start, hours, utc in ((spring, 4, "04:30"), (autumn, 6, "05:30")):
+    deadline = deadline_after(start, "06:30")
+    assert seconds_between(start, deadline) == hours * 3600, (start, deadline)
+    assert deadline.astimezone(timezone.utc).strftime("%H:%M") == utc, deadline
+print("ok")
+"""
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "TZ": "CET-1CEST,M3.5.0,M10.5.0/3"})
+        assert done.stdout.strip() == "ok", done.stderr
 
     def test_a_host_that_slept_through_the_deadline_cancels_when_it_wakes(self):
         """The deadline is watched on the wall clock: a jump past it (a suspended host waking) cancels within a poll."""
