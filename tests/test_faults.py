@@ -193,10 +193,12 @@ class TestLeases:
         url = f"sqlite:///{tmp_path / 'race.db'}"
         stores = [RunStore.open(url) for _ in range(8)]
         try:
+            # A ttl the race itself cannot outlast on a loaded machine: with 0.2 s, the first winner's
+            # lease had expired before the last thread asked, and two won, rightly.
             for round_ in range(2):
                 if round_:
-                    time.sleep(0.25)  # every round-0 lease has expired
-                wins = winners_of_a_race(stores, lambda store, index: store.acquire_lease("t", f"owner-{round_}-{index}", 0.2))
+                    time.sleep(1.6)  # every round-0 lease has expired
+                wins = winners_of_a_race(stores, lambda store, index: store.acquire_lease("t", f"owner-{round_}-{index}", 1.5))
                 assert len(wins) == 1
         finally:
             for each in stores:
