@@ -49,6 +49,9 @@ class RunContext:
     # The iteration's logger (bound to its run, task and iteration ids); a bare one when not given.
     log: Any = None
     turn: int = 0
+    # Turns whose answer came (whole, or cut off as the model's: silence, runaway): a turn refused
+    # by a budget or a cancel, or whose request found no server, is no turn of the model's.
+    answered: int = 0
     # Tokens this run has used so far, whatever ends it.
     tokens: int = 0
     signals: list[Signal] = field(default_factory=list)
@@ -128,10 +131,13 @@ def run_agent(
 
 def _complete(model: Model, request: list[Message], schemas: Sequence[dict[str, Any]], ctx: RunContext) -> ModelResponse:
     try:
-        return model.complete(request, schemas)
+        response = model.complete(request, schemas)
     except QualityError as stop:
         ctx.spend(stop.tokens)  # a response cut off (runaway, silence) used tokens too
+        ctx.answered = ctx.turn
         raise
+    ctx.answered = ctx.turn
+    return response
 
 
 def _act(

@@ -95,7 +95,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             # (the checkpoint is an earlier night's commit, or the base).
             return finish.committed(commit if commit != checkpoint else "", result.turns, result.tokens)
         except QualityError as stop:
-            return finish.rolled_back(stop, ctx.turn, ctx.tokens)
+            return finish.rolled_back(stop, ctx.answered, ctx.tokens)
         except ModelUnreachable as down:
             finish.unreachable(str(down))
             raise
@@ -113,7 +113,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
                 raise Cancelled(setup.cancel.why) from None
             log.exception("iteration_error")
             error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
-            return finish.rolled_back(error, ctx.turn, ctx.tokens)
+            return finish.rolled_back(error, ctx.answered, ctx.tokens)
 
 
 def first_messages(task: TaskConfig, night: NightConfig, tool_names: Sequence[str], notes: NotesBook) -> list[Message]:
@@ -186,7 +186,7 @@ class _Finisher:
                 outcome=IterationOutcome.ROLLED_BACK.value,
                 reason="iteration_error",
                 correction=STATE_FAILED_CORRECTION,
-                turns=self.ctx.turn,
+                turns=self.ctx.answered,
                 tokens=self.ctx.tokens,
             )
         self.log.error("iteration_state_failed")
@@ -197,7 +197,7 @@ class _Finisher:
         self._finish(
             outcome=IterationOutcome.ROLLED_BACK.value,
             reason="model_unreachable",
-            turns=self.ctx.turn,
+            turns=self.ctx.answered,
             tokens=self.ctx.tokens,
         )
         self.log.warning("iteration_model_unreachable", detail=detail)
@@ -208,7 +208,7 @@ class _Finisher:
             outcome=IterationOutcome.CANCELLED.value,
             reason="cancelled",
             correction=CANCELLED_CORRECTION.format(why=why),
-            turns=self.ctx.turn,
+            turns=self.ctx.answered,
             tokens=self.ctx.tokens,
         )
         self.log.info("iteration_cancelled", why=why)

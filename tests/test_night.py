@@ -250,6 +250,7 @@ class TestReasonCodes:
         assert "`model_unreachable`" not in notes_text(config)
         task = report_json(config, capsys)["tasks"][0]
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
+        assert [it["turns"] for it in task["iterations"]] == [0]  # no answer came: no turn (it said 1)
 
 
     def test_a_wedged_server_pauses_the_task_without_blaming_the_model(self, tmp_path, repo, capsys):

@@ -447,6 +447,8 @@ class TestBudgets:
         assert (b["outcome"], b["reason"]) == ("cancelled", "night token budget of 9000 spent")
         assert (c["outcome"], c["iterations"]) == ("cancelled", [])
         assert [it["tokens"] for task in (a, b) for it in task["iterations"]] == [8000, 4000]
+        # Turns the model answered: the turn a budget refused before its request is none (it said 3, then 2).
+        assert [it["turns"] for task in (a, b) for it in task["iterations"]] == [2, 1]
 
     def test_finished_work_whose_submit_crosses_the_budget_is_committed(self, config_file, server, capsys):
         """The tokens of the response that crosses a budget are spent either way: if it is the submit
