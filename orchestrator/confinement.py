@@ -246,7 +246,7 @@ def _private_folder() -> Path | None:
 def _make_private_folder() -> Path | None:
     bash, git = shutil.which("bash"), shutil.which("git")
     # /tmp may be mounted noexec (a common hardening): then a folder in the user's cache.
-    for base in (None, Path.home() / ".cache" / "overnight"):
+    for base in (None, *user_cache_folders("overnight")):
         folder: Path | None = None
         try:
             if base is not None:
@@ -264,6 +264,17 @@ def _make_private_folder() -> Path | None:
 
     get_logger().warning("agent_fences_unavailable", reason="no folder where programs may run (tmp and ~/.cache noexec or full)")
     return None
+
+
+def user_cache_folders(name: str) -> list[Path]:
+    """`<XDG cache or ~/.cache>/<name>`, or none when there is no home to find: HOME unset and no
+    passwd entry, as in a container run under an arbitrary uid (Path.home() raises then)."""
+    if os.environ.get("XDG_CACHE_HOME"):
+        return [Path(os.environ["XDG_CACHE_HOME"]) / name]
+    try:
+        return [Path.home() / ".cache" / name]
+    except (RuntimeError, KeyError):
+        return []
 
 
 def _fill(folder: Path, bash: str | None, git: str | None) -> None:

