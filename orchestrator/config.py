@@ -7,6 +7,7 @@ because a cron job's only reader is a person at breakfast.
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
@@ -239,6 +240,18 @@ class TaskConfig(_Section):
             raise ValueError("contains a NUL character, which no command or prompt can carry")
         if not value.strip():  # sh -c '   ' exits 0: every submit would pass such a check
             raise ValueError("is blank (only whitespace); write what it should say or run")
+        return value
+
+    @field_validator("check")
+    @classmethod
+    def _runs_in_this_locale(cls, value: str) -> str:
+        # A command goes to the shell in the locale's encoding: under a Latin-1 locale, '→' raised
+        # UnicodeEncodeError in every iteration (an iteration_error, the task parked).
+        encoding = sys.getfilesystemencoding()
+        try:
+            value.encode(encoding, "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"holds {value[exc.start:exc.end]!r}, which this locale's encoding ({encoding}) cannot pass to a shell; run under a UTF-8 locale (LC_ALL=C.UTF-8)") from None
         return value
 
     @field_validator("tools")

@@ -267,6 +267,25 @@ class TestNotesThatAreNotAFile:
         assert server.requests == []
 
 
+class TestLocale:
+    def test_a_check_the_locale_cannot_encode_is_refused_at_load(self, tmp_path, repo):
+        """Under a Latin-1 locale, a check with '→' raised UnicodeEncodeError in every iteration (an
+        iteration_error, the task parked; found by a review): exit 2 now, naming the key and the fix."""
+        locales = tmp_path / "locales"
+        locales.mkdir()
+        made = subprocess.run(["localedef", "--no-archive", "-i", "en_US", "-f", "ISO-8859-1", str(locales / "en_US.ISO-8859-1")],
+                              capture_output=True, text=True)
+        if made.returncode not in (0, 1) or not (locales / "en_US.ISO-8859-1").is_dir():
+            pytest.skip(f"cannot make a Latin-1 locale here: {made.stderr.strip()[:100]}")
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo,
+                              tasks=[{"name": "t", "prompt": "p", "check": "echo 'failed \u2192 see log'; false"}])
+        env = {"PATH": os.environ["PATH"], "LOCPATH": str(locales), "LC_ALL": "en_US.ISO-8859-1", "NO_COLOR": "1"}
+        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+                              capture_output=True, text=True, encoding="latin-1", errors="replace", stdin=subprocess.DEVNULL, timeout=60, env=env)
+        assert_one_line_error(done, 2, "[[task]] #1 check", "iso8859-1", "UTF-8 locale")
+        assert not (tmp_path / "state").exists()
+
+
 class TestLaxTypes:
     @pytest.mark.parametrize(
         ("sections", "key"),
