@@ -485,7 +485,9 @@ class TestBudgets:
                 night={"concurrency": 2, "max_iterations": 3, "max_tokens_per_night": 1000},
             )
             run_in_process(config)
-        fixer, other = report_json(config, capsys)["tasks"]
+        # By name: the report lists tasks in the order they began, which two at once may swap.
+        by_name = {task["name"]: task for task in report_json(config, capsys)["tasks"]}
+        fixer, other = by_name["fixer"], by_name["other"]
         assert (fixer["outcome"], [it["outcome"] for it in fixer["iterations"]]) == ("succeeded", ["committed"])
         assert "'hello'" in git(repo, "show", "overnight/fixer:greet.py")
         assert (other["outcome"], other["reason"]) == ("cancelled", "night token budget of 1000 spent")
