@@ -274,6 +274,13 @@ class RawServer:
 
     def close(self) -> None:
         self._stop.set()
+        # Closed alone, the socket lives on in the kernel while a thread is blocked in accept() on it:
+        # it went on taking connections, and a later test's night met this test's handler (a 307).
+        # shutdown() wakes that accept(), so the port is free when close() returns.
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
 
 
