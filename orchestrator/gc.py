@@ -100,8 +100,9 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     busy = _busy_branches(common, config.repo_path)
     removed_branches: list[str] = []
     kept_branches: list[KeptBranch] = []
-    base_name = _base_label(git, config.repo.base)
-    base_branch = _base_branch(git, config.repo.base)
+    base_ref = _symbolic_ref(git, config.repo.base)
+    base_name = _base_label(config.repo.base, base_ref)
+    base_branch = base_ref.removeprefix("refs/heads/") if base_ref.startswith("refs/heads/") else None
     for name in stale:
         branch = BRANCH_PREFIX + name
         tip = git.resolve(f"refs/heads/{branch}")
@@ -236,11 +237,10 @@ def _rebased_into(git: _Git, base: str, tip: str) -> bool:
     return plain > 0 and marks.count("-") == plain == len(marks)
 
 
-def _base_branch(git: _Git, base: str) -> str | None:
-    """The local branch `[repo] base` names (HEAD: the branch checked out), or None."""
+def _symbolic_ref(git: _Git, base: str) -> str:
+    """The full ref `[repo] base` names (HEAD on a branch: that branch's), or "" when it names none."""
     done = git._call("rev-parse", "--symbolic-full-name", base)
-    ref = done.stdout.strip() if done.returncode == 0 else ""
-    return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 # What a git operation under way leaves in a worktree's admin folder, and its name.
@@ -271,11 +271,10 @@ def _why_keep_detached(git: _Git, path: Path, head: str) -> str | None:
     return f"its detached HEAD has {lost} commit(s) on no branch, tag or remote (to remove only this worktree: git worktree remove --force {path})"
 
 
-def _base_label(git: _Git, base: str) -> str | None:
-    """How to name `[repo] base` in a reason: itself when it names a ref (HEAD on a branch: that
-    branch); None when it names no ref (a detached HEAD, a commit id), which keeps no commit."""
-    done = git._call("rev-parse", "--symbolic-full-name", base)
-    ref = done.stdout.strip() if done.returncode == 0 else ""
+def _base_label(base: str, ref: str) -> str | None:
+    """How to name `[repo] base` (whose full ref is `ref`) in a reason: itself when it names a ref
+    (HEAD on a branch: that branch); None when it names no ref (a detached HEAD, a commit id), which
+    keeps no commit."""
     if not ref.startswith(("refs/heads/", "refs/tags/", "refs/remotes/")):
         return None
     return base if base != "HEAD" else ref.removeprefix("refs/heads/")
