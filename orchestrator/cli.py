@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -362,6 +363,12 @@ def gc(
 
 def main() -> None:
     """Entry point: map our errors to one stderr line and an exit code."""
+    # Inherited from a git hook or a shell's dotfiles, they would send every git command of
+    # overnight's (GitPython's too) to that repository instead of the configured one.
+    from orchestrator.commands import INHERITED_GIT_VARIABLES
+
+    for name in INHERITED_GIT_VARIABLES:
+        os.environ.pop(name, None)
     try:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)

@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.commands import UNATTENDED_ENV
+from orchestrator.commands import UNATTENDED_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.recovery import KEPT_BRANCH_PREFIX
@@ -354,7 +354,8 @@ class _Git:
         return subprocess.run(
             ["git", *args],
             cwd=self.folder,
-            env={**os.environ, **_GIT_ENV},
+            # Without an inherited GIT_DIR (a hook, a shell's dotfiles): it would send gc to another repository.
+            env={**base_environment(), **_GIT_ENV},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -532,3 +532,33 @@ class TestBadInput:
         assert result.returncode == 2, result.stdout
         assert result.stderr.splitlines() == [f"overnight: error: [repo] base: 'main' is not a branch, tag or commit in {repo}"]
         assert "overnight/done" in branches(repo)
+
+
+class TestInheritedGitVariables:
+    def test_an_inherited_git_dir_does_not_send_gc_to_another_repository(self, settings, repo, tmp_path, monkeypatch):
+        """GIT_DIR exported by a hook or a shell's dotfiles names another repository: gc collects
+        the configured repository's stale task and leaves the other's `overnight/` branch alone."""
+        old = task_worktree(settings, "old")
+        other = make_repo(tmp_path / "other", {"o.txt": "o\n"})
+        git(other, "branch", "overnight/release-notes")
+        monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+        monkeypatch.setenv("GIT_WORK_TREE", str(other))
+        result = collect_garbage(settings)
+        assert result.removed_branches == ("overnight/old",) and not old.path.exists()
+        monkeypatch.delenv("GIT_DIR")
+        monkeypatch.delenv("GIT_WORK_TREE")
+        assert "overnight/release-notes" in branches(other)
+
+    def test_the_cli_drops_them_for_every_command(self, settings, repo, tmp_path):
+        """Through `overnight gc` as a hook would start it: the same."""
+        task_worktree(settings, "old")
+        other = make_repo(tmp_path / "other", {"o.txt": "o\n"})
+        git(other, "branch", "overnight/release-notes")
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "gc", "--config", str(settings.source)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            env={**os.environ, "NO_COLOR": "1", "GIT_DIR": str(other / ".git"), "GIT_INDEX_FILE": str(other / ".git" / "index")},
+        )
+        assert result.returncode == 0, result.stderr
+        assert "overnight/old" not in branches(repo)
+        assert "overnight/release-notes" in branches(other)
