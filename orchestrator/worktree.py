@@ -633,14 +633,15 @@ def _add_owner_rights(path: str) -> None:
 def _exclude_state_dir(repo, state_dir: Path) -> None:
     """Keep the state dir out of the user's `git status` when it lives inside the checkout.
 
-    Written to .git/info/exclude, never to a tracked file.
+    Written to the common dir's info/exclude, never to a tracked file: git reads it from there
+    for every worktree, the user's checkout too when that is itself a linked worktree.
     """
     top = Path(repo.working_tree_dir).resolve()
     try:
         relative = state_dir.resolve().relative_to(top)
     except ValueError:
         return
-    exclude = Path(repo.git_dir) / "info" / "exclude"
+    exclude = Path(repo.common_dir) / "info" / "exclude"
     # Bytes: the file is the user's, in whatever encoding they wrote it.
     line = f"/{relative.as_posix()}/".encode()
     try:

@@ -110,6 +110,18 @@ def test_a_state_dir_inside_the_checkout_stays_out_of_git_status(repo: Path) -> 
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
 
 
+def test_a_state_dir_inside_a_linked_checkout_stays_out_of_its_git_status(repo: Path, tmp_path: Path) -> None:
+    """The user's checkout is itself a linked worktree (`git worktree add ../wt`): git reads
+    info/exclude from the common dir, so that is where the state dir's line must go."""
+    linked = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    state = linked / ".overnight"
+    Worktree.ensure(linked, state, "fix", "HEAD")
+    (state / "notes.md").write_text("notes\n")
+    assert git(linked, "status", "--porcelain", "--untracked-files=all") == ""
+    assert not (repo / ".git" / "worktrees" / "wt" / "info" / "exclude").exists()
+
+
 def test_an_exclude_file_in_another_encoding_is_appended_to_as_it_is(repo: Path) -> None:
     """.git/info/exclude is the user's file: a line in latin-1 stays byte for byte, and ours is added once."""
     exclude = repo / ".git" / "info" / "exclude"
