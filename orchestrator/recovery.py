@@ -37,7 +37,7 @@ from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook, stamp
-from orchestrator.worktree import Worktree, branch_for, git_reason, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
+from orchestrator.worktree import Worktree, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -304,8 +304,6 @@ def _set_aside(config: Config, repo: Any, path: Path, admin: Path, log: Any, why
     branch and index. The commit it was on is logged (`on`). On another disk than the state dir
     (a `worktrees` folder linked elsewhere), it is set aside beside itself instead.
     """
-    import git
-
     on = _registered_head(repo, admin)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     aside = config.state_dir / SET_ASIDE_DIR / f"{path.name}-{stamp}"
@@ -321,10 +319,7 @@ def _set_aside(config: Config, repo: Any, path: Path, admin: Path, log: Any, why
         (aside / ".git").unlink(missing_ok=True)
     except OSError as exc:
         raise StateError(f"cannot set aside the worktree {path}, which git cannot read ({why[:120]}): {exc.strerror or exc}") from exc
-    try:
-        git.Repo(config.repo_path).git.worktree("prune")
-    except git.GitError:
-        pass  # prune again happens in Worktree.ensure
+    forget_missing(Path(repo.common_dir), path)
     log.warning("worktree_set_aside", task=path.name, kept_at=str(aside), on=on, why=why[:200])
 
 
@@ -343,9 +338,9 @@ def _remove_worktree(config: Config, path: Path, log: Any, why: str) -> None:
 
     shutil.rmtree(path, ignore_errors=True)
     try:
-        git.Repo(config.repo_path).git.worktree("prune")
+        forget_missing(Path(git.Repo(config.repo_path).common_dir), path)
     except git.GitError:
-        pass  # prune again happens in Worktree.ensure
+        pass  # Worktree.ensure forgets it too, before it registers the task's worktree again
     log.warning("worktree_removed", task=path.name, why=why[:200])
 
 

@@ -423,13 +423,31 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
         add()
     except git.GitCommandError as first:
         try:
-            # A worktree folder deleted by hand is still registered: prune, then once more.
-            repo.git.worktree("prune")
+            # A worktree folder deleted by hand is still registered: forgotten, then once more.
+            forget_missing(Path(repo.common_dir), path)
             add()
         except git.GitCommandError:
             if made_branch and branch in repo.heads:
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
             raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent) from None
+
+
+def forget_missing(common: Path, path: Path) -> None:
+    """What `git worktree prune` does, for the registration of `path` alone, when its folder is gone.
+
+    Not prune itself: it forgets every worktree whose folder is missing, the user's own on a disk
+    not mounted tonight too (its HEAD, index and reflog; a commit only it held is then lost to
+    the next `git gc`). A locked registration stays, as prune leaves it.
+    """
+    if os.path.lexists(path / ".git"):
+        return
+    try:
+        registered = sorted((common / "worktrees").iterdir())
+    except OSError:
+        return
+    for admin in registered:
+        if _names_back(admin, path) and not (admin / "locked").exists():
+            shutil.rmtree(admin, ignore_errors=True)
 
 
 # What git says when the state dir's disk, not the configuration, is at fault. (A checkout that

@@ -361,7 +361,11 @@ class TestRecoveryOfStoredState:
         worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
         (worktree.path / "review_notes.txt").write_text("precious\n")
         Path(git(worktree.path, "rev-parse", "--git-dir"), "index").write_bytes(index)
+        # The user's own worktree on a disk not mounted tonight: forgotten by a repository-wide prune.
+        git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "usb" / "mine"))
+        (tmp_path / "usb").rename(tmp_path / "unmounted")
         _, logs = recover(config)
+        assert f"worktree {tmp_path / 'usb' / 'mine'}" in git(repo, "worktree", "list", "--porcelain")
         [aside] = [e for e in logs if e["event"] == "worktree_set_aside"]
         kept = Path(aside["kept_at"])
         assert kept.parent == config.state_dir / "worktrees-set-aside" and kept.name.startswith("fix-greet-")

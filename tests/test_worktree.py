@@ -88,6 +88,25 @@ def test_a_worktree_folder_removed_by_hand_comes_back_on_its_branch(repo: Path, 
     assert back.is_clean()
 
 
+def test_remaking_a_removed_worktree_forgets_no_worktree_of_the_users(repo: Path, tmp_path: Path) -> None:
+    """The user's own worktree whose folder is missing tonight (a disk not mounted), with a commit
+    only its detached HEAD holds, stays registered: `git worktree prune` would have forgotten it,
+    and the next `git gc` would have deleted the commit."""
+    usb = tmp_path / "usb" / "experiment"
+    git(repo, "worktree", "add", "-q", "--detach", str(usb))
+    (usb / "idea.txt").write_text("only here\n")
+    git(usb, "add", "idea.txt")
+    git(usb, "commit", "-q", "-m", "experiment")
+    experiment = git(usb, "rev-parse", "HEAD")
+    state = tmp_path / "state"
+    tree = Worktree.ensure(repo, state, "fix", "HEAD")
+    shutil.rmtree(tree.path)
+    (usb.parent).rename(tmp_path / "unmounted")
+    Worktree.ensure(repo, state, "fix", "HEAD")
+    listed = git(repo, "worktree", "list", "--porcelain")
+    assert f"worktree {usb}" in listed and f"HEAD {experiment}" in listed
+
+
 def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, tmp_path: Path) -> None:
     """A night killed between `worktree add --no-checkout` and the checkout leaves an empty worktree; the next ensure fills it."""
     state = tmp_path / "state"
