@@ -61,7 +61,7 @@ def default_guards(config: GuardsConfig) -> list[Any]:
             stop_at=config.repeat_stop_at,
             progress_tools=config.progress_tools,
         ),
-        FailingStreakGuard(at=config.failing_streak_at, progress_tools=config.progress_tools),
+        FailingStreakGuard(at=config.failing_streak_at, stop_at=config.failing_streak_stop_at, progress_tools=config.progress_tools),
         DeadLoopGuard(
             window=config.dead_loop_window,
             recent=config.dead_loop_recent,

@@ -1,4 +1,4 @@
-"""Warn, then stop, when tool calls keep failing and nothing new happens in between."""
+"""Warn when tool calls keep failing and nothing new happens in between; stop only when configured to."""
 
 from __future__ import annotations
 
@@ -33,19 +33,21 @@ class FailingStreakGuard:
     failure) and a command failing again with the same output (durations and
     timestamps set aside) always count.
 
-    From the `at`-th failure on it warns and reminds; at the `stop_at`-th (twice
-    `at` unless given) it stops, as the warnings went unheeded and nothing was
+    From the `at`-th failure on it warns and reminds: the run goes on (a failing
+    streak is a warning in the guard suite's contract). With a `stop_at` (0: none, the
+    default) it stops at that failure, as the warnings went unheeded and nothing was
     learned in between, unless the check has passed since the last successful
     write: then the work is done and stopping would roll it back, so it only warns.
     """
 
     def __init__(
-        self, at: int = 3, stop_at: int | None = None, progress_tools: Sequence[str] = ("write_file", "edit_file")
+        self, at: int = 3, stop_at: int = 0, progress_tools: Sequence[str] = ("write_file", "edit_file")
     ) -> None:
         self.at = at
-        self.stop_at = stop_at if stop_at is not None else 2 * at
+        self.stop_at = stop_at
         self.progress_tools = frozenset(progress_tools)
         self._streak = 0
+        self._in_a_row = True  # no successful call inside the streak (its message says "in a row")
         self._seen: set[tuple[str, str]] = set()
         # Each failing command's outputs in this run.
         self._failed = SeenResults()
@@ -56,6 +58,7 @@ class FailingStreakGuard:
 
     def before_run(self, ctx: GuardContext) -> None:
         self._streak = 0
+        self._in_a_row = True
         self._seen = set()
         self._failed.clear()
         self._passed = False
@@ -84,16 +87,22 @@ class FailingStreakGuard:
             elif call.name in self.progress_tools:
                 self._passed = False
             if self._news(call, key, result):
-                self._streak = 0
+                self._streak, self._in_a_row = 0, True
+            elif self._streak:
+                self._in_a_row = False
             return
         if call.name in RUNS_COMMANDS and self._failed.note(call.name, key, False, result.output) != "known":
-            self._streak = 1  # a command failing with a new output is news: it ends the streak before it
+            # A command failing with a new output is news: it ends the streak before it.
+            self._streak, self._in_a_row = 1, True
         else:
             self._streak += 1
         if self._streak < self.at:
             return
-        message = f"failing: {self._streak} failed calls, nothing new in between"
-        if self._streak >= self.stop_at and not self._passed:
+        if self._in_a_row:
+            message = f"failing: {self._streak} tool calls in a row"
+        else:
+            message = f"failing: {self._streak} failed calls, nothing new in between"
+        if self.stop_at and self._streak >= self.stop_at and not self._passed:
             raise QualityError(KIND, _correction(self._streak), evidence=_evidence(call, result), message=message)
         ctx.remind(
             f"{self._streak} of your tool calls failed, and the calls between them showed nothing new. Stop and "

@@ -198,6 +198,7 @@ class GuardsConfig(_Section):
     unknown_tool_stop_at: int = Field(2, ge=1)
     broken_stop_at: int = Field(3, ge=1)
     failing_streak_at: int = Field(3, ge=2)
+    failing_streak_stop_at: int = Field(0, ge=0, description="failures with nothing new between them that stop the iteration; 0: never")
     dead_loop_window: int = Field(6, ge=2)
     dead_loop_recent: int = Field(4, ge=2)
     dead_loop_distinct: int = Field(2, ge=1)
@@ -216,6 +217,8 @@ class GuardsConfig(_Section):
     def _remind_before_stop(self) -> "GuardsConfig":
         if self.repeat_remind_at > self.repeat_stop_at:
             raise ValueError("repeat_remind_at must not be above repeat_stop_at")
+        if self.failing_streak_stop_at and self.failing_streak_stop_at < self.failing_streak_at:
+            raise ValueError("failing_streak_stop_at must be 0 (never) or not below failing_streak_at")
         return self
 
 

@@ -122,6 +122,7 @@ class TestBadConfig:
             ("[guards]\nrepeat_stop_at = 'four'\n", ("[guards] repeat_stop_at",)),
             ("[guards]\nbroken_stop_at = 0\n", ("[guards] broken_stop_at",)),
             ("[guards]\nrepeat_remind_at = 5\n", ("[guards]", "repeat_remind_at")),
+            ("[guards]\nfailing_streak_stop_at = 2\n", ("[guards]", "failing_streak_stop_at")),
             ("[[task]]\nname = 'a b'\nprompt = 'p'\ncheck = 'true'\n", ("[[task]] #2 name",)),
             ("[[task]]\nname = 'fix-greet'\nprompt = 'p'\ncheck = 'true'\n", ("appears twice",)),
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = ['sudo']\n", ("[[task]] #2 tools", "sudo")),

@@ -421,13 +421,22 @@ class TestUnusableAnswersGuard:
 
 
 class TestFailingStreakGuard:
-    def test_warns_from_the_third_failure_and_stops_at_the_sixth(self):
-        """Different failing calls warn from the third on, with the count, and the sixth raises."""
+    def test_warns_from_the_third_failure_and_never_stops_by_default(self):
+        """Issue 4's contract: a failing streak is a warning from the 3rd failure in a row, the run goes on."""
         guard = FailingStreakGuard(at=3)
+        ctx, sink = started(guard)
+        for index in range(12):
+            guard.after_tool_call(ctx, read(f"guess{index}.py"), ToolResult(ok=False, output="not found"))
+        assert [s.message for s in sink] == [f"failing: {n} tool calls in a row" for n in range(3, 13)]
+        assert {s.level for s in sink} == {Level.WARNING}
+
+    def test_with_a_stop_configured_it_warns_from_the_third_and_stops_there(self):
+        """`failing_streak_stop_at = 6`: different failing calls warn from the third on, with the count, and the sixth raises."""
+        guard = FailingStreakGuard(at=3, stop_at=6)
         ctx, sink = started(guard)
         for index in range(5):
             guard.after_tool_call(ctx, read(f"guess{index}.py"), ToolResult(ok=False, output="not found"))
-        assert [s.message for s in sink] == [f"failing: {n} failed calls, nothing new in between" for n in range(3, 6)]
+        assert [s.message for s in sink] == [f"failing: {n} tool calls in a row" for n in range(3, 6)]
         assert {s.kind for s in sink} == {"failing_streak"}
         assert "list_dir" in ctx.take_reminders()[0]
         with pytest.raises(QualityError) as stop:
@@ -455,6 +464,7 @@ class TestFailingStreakGuard:
             edit = ToolCall(name="edit_file", arguments={"path": "greet.py", "old": old, "new": "'hello'"})
             guard.after_tool_call(ctx, edit, ToolResult(ok=False, output="`old` was not found in greet.py"))
         assert kinds(sink) == [(Level.WARNING, "failing_streak")]
+        assert sink[0].message == "failing: 3 failed calls, nothing new in between"
 
 
     def test_copies_of_one_failing_call_in_one_answer_count_once(self):
@@ -471,7 +481,7 @@ class TestFailingStreakGuard:
             guard.after_model_response(ctx, *answer(read(path), read(path)))
             for _ in range(2):
                 guard.after_tool_call(ctx, read(path), ToolResult(ok=False, output="not found"))
-        assert [s.message for s in sink] == ["failing: 3 failed calls, nothing new in between"]
+        assert [s.message for s in sink] == ["failing: 3 tool calls in a row"]
 
     def test_a_failing_command_with_a_new_output_is_news(self):
         """Probes that fail, each with its own output, never warn; the same failure again (volatile parts aside) counts."""
@@ -484,11 +494,11 @@ class TestFailingStreakGuard:
         check = ToolCall(name="run_check", arguments={})
         for seconds in ("0.01", "0.02", "0.03"):
             guard.after_tool_call(ctx, check, ToolResult(ok=False, output=f"1 failed in {seconds}s"))
-        assert [s.message for s in sink] == ["failing: 3 failed calls, nothing new in between"]
+        assert [s.message for s in sink] == ["failing: 3 tool calls in a row"]
 
     def test_failed_edits_count_even_with_a_new_output(self):
         """Failed edits each with their own message still count: only commands' new failures are news."""
-        guard = FailingStreakGuard(at=3)
+        guard = FailingStreakGuard(at=3, stop_at=6)
         ctx, sink = started(guard)
         for index in range(5):
             edit = ToolCall(name="edit_file", arguments={"path": "a.py", "old": f"x{index}", "new": "y"})
@@ -498,7 +508,7 @@ class TestFailingStreakGuard:
 
     def test_no_stop_while_the_check_passes_since_the_last_write(self):
         """After the check passed, failures only warn (a stop would roll the fix back); a successful write ends that."""
-        guard = FailingStreakGuard(at=3)
+        guard = FailingStreakGuard(at=3, stop_at=6)
         ctx, sink = started(guard)
         edit = ToolCall(name="edit_file", arguments={"path": "a.py", "old": "x", "new": "y"})
         guard.after_tool_call(ctx, edit, OK)
@@ -542,7 +552,7 @@ class TestFileVersions:
         """A refused write to 'notes\\0.md', then failed edits: failing_streak still warns and stops (no guard_error)."""
         replies = [call("write_file", {"path": "notes\x00.md", "content": "x"})]
         replies += [call("edit_file", {"path": "app.py", "old": f"return 4{i}{i}", "new": "return 42"}) for i in range(8)]
-        sink, error, _ = run_with_guards(project, *replies)
+        sink, error, _ = run_with_guards(project, *replies, guards=STREAK_STOPS)
         assert "guard_error" not in {s.kind for s in sink}
         assert error is not None and error.reason == "failing_streak"
 
@@ -754,7 +764,9 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_with_guards(project: Path, *replies, check: str = "grep -q 'return 42' app.py", tools: tuple[str, ...] = ()):
+def run_with_guards(
+    project: Path, *replies, check: str = "grep -q 'return 42' app.py", tools: tuple[str, ...] = (), guards: GuardsConfig | None = None
+):
     """Run the real loop over a real toolbox with the default guards; return (signals, error, model)."""
     model = ScriptedModel(replies)
     toolbox = Toolbox(project, [*TOOLS, "search", *tools], check_command=check)
@@ -763,10 +775,14 @@ def run_with_guards(project: Path, *replies, check: str = "grep -q 'return 42' a
     messages = [{"role": "system", "content": "Fix app.py."}, {"role": "user", "content": "Make answer() return 42."}]
     error = None
     try:
-        run_agent(model, toolbox, build_guards(GuardsConfig()), messages, ctx, ListRecorder())
+        run_agent(model, toolbox, build_guards(guards or GuardsConfig()), messages, ctx, ListRecorder())
     except QualityError as stop:
         error = stop
     return sink, error, model
+
+
+# The stop at twice the warning count that a user may configure.
+STREAK_STOPS = GuardsConfig(failing_streak_stop_at=6)
 
 
 def reminders_seen(model: ScriptedModel) -> str:
@@ -835,22 +851,33 @@ class TestThroughTheAgentLoop:
         assert error is not None and error.reason == "no_tool_call"
         assert kinds(sink) == [(Level.WARNING, "empty_response"), (Level.SEVERE, "no_tool_call")]
 
-    def test_reading_and_failing_edits_in_a_circle_warns_then_stops(self, project: Path):
-        """Re-reading app.py between edits whose `old` never matches: a warning at the third failed edit, a stop at the sixth."""
+    def test_reading_and_failing_edits_in_a_circle_warns_and_goes_on(self, project: Path):
+        """Issue 4's contract: a failing streak warns (from the third failed edit here) and the run goes on to the fix."""
         replies = []
         for old in ("return 4l", "retrun 41", "return 41 ", "return  41", "Return 41", "return '41'", "return 14"):
             replies += [call("read_file", {"path": "app.py"}), call("edit_file", {"path": "app.py", "old": old, "new": "return 42"})]
-        sink, error, _ = run_with_guards(project, *replies)
+        fix = [call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}), call("run_check"), call("submit", {"summary": "s"})]
+        sink, error, _ = run_with_guards(project, *replies, *fix)
+        assert error is None
+        assert {(s.level, s.kind) for s in sink} == {(Level.WARNING, "failing_streak")}
+        assert [s.message for s in sink][0] == "failing: 3 failed calls, nothing new in between"
+
+    def test_reading_and_failing_edits_in_a_circle_warns_then_stops_when_told(self, project: Path):
+        """With `failing_streak_stop_at = 6`: a warning at the third failed edit, a stop at the sixth."""
+        replies = []
+        for old in ("return 4l", "retrun 41", "return 41 ", "return  41", "Return 41", "return '41'", "return 14"):
+            replies += [call("read_file", {"path": "app.py"}), call("edit_file", {"path": "app.py", "old": old, "new": "return 42"})]
+        sink, error, _ = run_with_guards(project, *replies, guards=STREAK_STOPS)
         assert error is not None and error.reason == "failing_streak"
         assert [(s.level, s.kind) for s in sink if s.kind == "failing_streak"][0] == (Level.WARNING, "failing_streak")
         assert [t for t, s in enumerate(sink) if s.level is Level.SEVERE] == [len(sink) - 1]
         assert sum(1 for s in sink if s.kind == "failing_streak") == 4
 
     def test_flip_flopping_an_edit_warns_at_the_third_check_and_stops_at_the_sixth(self, project: Path):
-        """Editing a line and back, checking after each: the undo restores the original, so it is no progress."""
+        """Editing a line and back, checking after each: the undo restores the original, so it is no progress (a stop when told to)."""
         there = call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 40"})
         back = call("edit_file", {"path": "app.py", "old": "return 40", "new": "return 41"})
-        sink, error, model = run_with_guards(project, *[there, call("run_check"), back, call("run_check")] * 5)
+        sink, error, model = run_with_guards(project, *[there, call("run_check"), back, call("run_check")] * 5, guards=STREAK_STOPS)
         assert error is not None and error.reason == "failing_streak"
         assert [s.message for s in sink][0] == "failing: 3 failed calls, nothing new in between"
         assert len(model.requests) == 12
@@ -930,7 +957,7 @@ class TestThroughTheAgentLoop:
         )
         assert error is None
         assert [(s.level, s.message) for s in sink] == [
-            (Level.WARNING, "failing: 3 failed calls, nothing new in between"),
+            (Level.WARNING, "failing: 3 tool calls in a row"),
             (Level.WARNING, "dead loop: 2 calls over 4 rounds"),
         ]
         seen = reminders_seen(model)
