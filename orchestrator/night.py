@@ -31,7 +31,7 @@ from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
-from orchestrator.worktree import Worktree, branch_for, open_repo
+from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
 from runs.store import sqlite_files
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
@@ -158,6 +158,8 @@ class _Night:
 
 # A task skipped because another worker sharing the store finished it tonight (not a failure).
 DONE_ELSEWHERE = "done_elsewhere"
+# A task skipped because its branch is checked out in another worktree (the user's, for review).
+BRANCH_CHECKED_OUT = "branch_checked_out"
 
 
 def run_night(parts: NightParts) -> NightResult:
@@ -248,10 +250,16 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
                 else:
                     asked = parts.now()
                     with night.ask_ahead(task) as model:
-                        workspace = night.worktree(task)
-                        log.info("task_started", branch=workspace.branch)
-                        setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                        outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked)
+                        try:
+                            workspace = night.worktree(task)
+                        except BranchCheckedOut as taken:
+                            log.warning("task_skipped_branch_checked_out", at=taken.at)
+                            workspace = None
+                            outcome, reason = TaskOutcome.SKIPPED, BRANCH_CHECKED_OUT
+                        if workspace is not None:
+                            log.info("task_started", branch=workspace.branch)
+                            setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
+                            outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked)
                 # Recorded before the lease is let go: a worker that takes it next sees the task done.
                 commit = finish(outcome, reason)
         except LeaseHeld as held:

@@ -239,6 +239,8 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
         _remove_git_locks(path, path.name, log)
         try:
             worktree = Worktree(path, branch_for(path.name), config.repo.keep)
+            if worktree.held_elsewhere() is not None:
+                continue  # detached for the person's review of the branch: the night skips the task (BranchCheckedOut)
             dirty = not worktree.is_clean()
         except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
             _set_aside(config, repo, path, link, log, why=git_reason(exc))

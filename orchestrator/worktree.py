@@ -41,6 +41,18 @@ GIT_TIMEOUT_S = 600.0
 _REGISTER_LOCK = threading.Lock()
 
 
+class BranchCheckedOut(ConfigError):
+    """The task's branch is checked out in another worktree (most often the user's checkout, for
+    review): the night may neither move that checkout's HEAD nor build on a stale copy of the branch."""
+
+    def __init__(self, task: str, branch: str, at: str) -> None:
+        super().__init__(
+            f"task {task!r}: its branch {branch} is checked out in {at}; switch that checkout to another branch "
+            "(or detach it) and the next night works on the task again"
+        )
+        self.at = at
+
+
 def branch_for(task: str) -> str:
     return BRANCH_PREFIX + task
 
@@ -160,7 +172,46 @@ class Worktree:
                 worktree._git("reset", "--hard", "--quiet")
             except (git.GitCommandError, OSError) as exc:
                 raise _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path) from None
+        worktree.back_on_branch(task)
         return worktree
+
+    def back_on_branch(self, task: str) -> None:
+        """Put HEAD back on the task's branch, at the branch's tip, files and all, when a person left it
+        off (git makes them detach it before they check the branch out in their own checkout).
+
+        Otherwise the night's checkpoint would be where HEAD was left, and its first commit or
+        rollback would move the branch off the commits the person added to it since. A file read
+        when HEAD is on the branch, as it is after every night; BranchCheckedOut (nothing changed)
+        while another worktree has the branch checked out.
+        """
+        taken = self.held_elsewhere()
+        if taken is not None:
+            raise BranchCheckedOut(task, self.branch, taken)
+        if self._head_file() == f"ref: refs/heads/{self.branch}":
+            return
+        if self._git("branch", "--list", self.branch).strip():
+            self._git("checkout", "--quiet", "--force", self.branch)
+        else:  # the branch was deleted: made again where HEAD is
+            self._git("checkout", "--quiet", "-b", self.branch)
+
+    def held_elsewhere(self) -> str | None:
+        """The folder of another worktree that has this task's branch checked out while this one's
+        HEAD is off it (git lets only one have it). A file read when HEAD is on the branch."""
+        if self._head_file() == f"ref: refs/heads/{self.branch}":
+            return None
+        wanted = f"branch refs/heads/{self.branch}"
+        for block in self._git("worktree", "list", "--porcelain", "-z").split("\0\0"):
+            lines = block.strip("\0").split("\0")
+            folder = lines[0].removeprefix("worktree ") if lines and lines[0].startswith("worktree ") else ""
+            if wanted in lines and folder and os.path.realpath(folder) != os.path.realpath(self.path):
+                return folder
+        return None
+
+    def _head_file(self) -> str:
+        try:
+            return (self._admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
 
     def checkpoint(self) -> str:
         # Read from the ref files, not `git rev-parse`: this runs twice an iteration.
@@ -289,11 +340,7 @@ class Worktree:
         """
         if (self._admin / "rebase-merge").exists() or (self._admin / "rebase-apply").exists():
             self._git("rebase", "--quit")
-        try:
-            head = (self._admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            head = ""
-        if head != f"ref: refs/heads/{self.branch}":
+        if self._head_file() != f"ref: refs/heads/{self.branch}":
             self._git("symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
 
     def _keep_on_branch(self, checkpoint: str) -> None:
@@ -429,6 +476,9 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
         except git.GitCommandError:
             if made_branch and branch in repo.heads:
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
+            taken = _CHECKED_OUT_AT.search(git_reason(first))
+            if taken:
+                raise BranchCheckedOut(task, branch, taken.group(1)) from None
             raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent) from None
 
 
@@ -450,6 +500,8 @@ def forget_missing(common: Path, path: Path) -> None:
             shutil.rmtree(admin, ignore_errors=True)
 
 
+# git's words for a branch another worktree has checked out (2.42 and later: "already used by worktree at").
+_CHECKED_OUT_AT = re.compile(r"is already (?:checked out|used by worktree) at '(.+)'")
 # What git says when the state dir's disk, not the configuration, is at fault. (A checkout that
 # cannot write a file says only "unable to write file X", without the system's reason.)
 _STORAGE_FAULTS = re.compile(

@@ -356,3 +356,72 @@ class TestOddCharacters:
         [path] = (config.parent / "state" / "transcripts").glob("*.jsonl")
         lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         assert any("nope-" in json.dumps(line) for line in lines)
+
+
+class TestTheBranchUnderReview:
+    """The morning's review, as git asks for it: detach the task's worktree, check its branch out in
+    your own checkout, commit a fixup there (an outside review found the next night then moved the
+    person's checkout under them, or dropped their commit from the branch)."""
+
+    def _reviewed(self, config: Path, server: Any, repo: Path, *more: Reply) -> str:
+        server.enqueue(*FIX, *more)
+        assert overnight("run", "--config", str(config)) == 0
+        git(worktree(config), "checkout", "--quiet", "--detach")
+        git(repo, "checkout", "--quiet", "overnight/fix-greet")
+        (repo / "review.txt").write_text("reviewed\n")
+        git(repo, "add", "review.txt")
+        git(repo, "commit", "--quiet", "-m", "user review fixup")
+        return git(repo, "rev-parse", "HEAD")
+
+    def test_a_branch_checked_out_in_the_users_checkout_skips_the_task(self, config_file, server, repo, capsys):
+        """The task is skipped (`branch_checked_out`, exit 1, the checkout named); the user's HEAD, branch,
+        commit and files stay as they were; the night's other tasks run."""
+        config = config_file(tasks=[
+            {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+            {"name": "other", "prompt": "p", "check": "true"},
+        ])
+        fixup = self._reviewed(config, server, repo, call("submit", {"summary": "done"}))
+        (worktree(config) / "greet.py").write_text("# a note in the detached worktree\n")
+        # Two: the skipped task's first request had left already (it leaves while the worktree is made).
+        server.enqueue(call("submit", {"summary": "done"}), call("submit", {"summary": "done"}))
+        assert overnight("run", "--config", str(config)) == 1
+        assert (worktree(config) / "greet.py").read_text() == "# a note in the detached worktree\n"
+        assert git(repo, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix-greet"
+        assert git(repo, "rev-parse", "overnight/fix-greet") == fixup
+        assert git(repo, "status", "--porcelain") == ""
+        tasks = {t["name"]: t for t in report_json(config, capsys)["tasks"]}
+        assert (tasks["fix-greet"]["outcome"], tasks["fix-greet"]["reason"]) == ("skipped", "branch_checked_out")
+        assert tasks["other"]["outcome"] == "succeeded"
+        # Once the checkout is switched back, the task's worktree takes up the branch where the person left it.
+        git(repo, "checkout", "--quiet", "main")
+        server.enqueue(call("write_file", {"path": "more.txt", "content": "x\n"}), call("submit", {"summary": "more"}), call("submit", {"summary": "done"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(repo, "rev-parse", "overnight/fix-greet^") == fixup
+        assert git(repo, "show", "overnight/fix-greet:review.txt") == "reviewed"
+
+    def test_a_reviewed_branch_is_built_on_not_undone(self, config_file, server, repo):
+        """The checkout switched back after the fixup: the night's worktree, still detached at its old
+        commit, is put on the branch's tip; its commit keeps the person's, and a rollback does not drop it."""
+        config = config_file()
+        fixup = self._reviewed(config, server, repo)
+        git(repo, "checkout", "--quiet", "main")
+        server.enqueue(call("write_file", {"path": "more.txt", "content": "x\n"}), call("submit", {"summary": "more"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(repo, "rev-parse", "overnight/fix-greet^") == fixup
+        assert git(repo, "show", "overnight/fix-greet:review.txt") == "reviewed"
+        # A rolled-back iteration leaves the branch where it was.
+        tip = git(repo, "rev-parse", "overnight/fix-greet")
+        git(worktree(config), "checkout", "--quiet", "--detach", "HEAD^^")
+        server.enqueue(say(""), say(""), say(""), say(""))
+        overnight("run", "--config", str(config))
+        assert git(repo, "rev-parse", "overnight/fix-greet") == tip
+
+    def test_a_task_worktree_removed_while_its_branch_is_checked_out_is_skipped_too(self, config_file, server, repo, capsys):
+        """No worktree to detach: `git worktree add` refuses the branch; the same skip, not a night-ending error."""
+        config = config_file()
+        fixup = self._reviewed(config, server, repo)
+        git(repo, "worktree", "remove", "--force", str(worktree(config)))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "branch_checked_out")
+        assert git(repo, "rev-parse", "HEAD") == fixup
