@@ -17,7 +17,8 @@ undoes that. The agent's commands therefore run with:
   -m/-c` (git writes the copy without the hook), `git reflog expire/delete`,
   `git worktree` (but `list`: `remove --force` deletes another task's work), and
   housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`); fetches without
-  tags, which the hook would refuse; and, outside the task's worktree (a `cd ..`
+  tags, which the hook would refuse, and without pruning (the hook refuses to delete
+  a remote-tracking ref: it can be the user's last name for unmerged commits); and, outside the task's worktree (a `cd ..`
   that lands in the user's checkout or another task's worktree), the commands
   that write an index or files (the ceilings of commands.git_ceilings already keep
   git from climbing out of the worktree into the user's checkout);
@@ -63,12 +64,18 @@ in_users_repository() {
   [[ "$common" -ef "$OVERNIGHT_COMMON_DIR" ]]
 }
 """
-# Per-worktree refs (HEAD and the like have no refs/ prefix) and remote-tracking ones (a fetch) may move.
+# Per-worktree refs (HEAD and the like have no refs/ prefix) may move; remote-tracking ones may move
+# forward with a fetch, but not be deleted: a pruned one can be the user's last name for unmerged commits.
 _REF_GUARD = "#!BASH" + _SHARED + r"""
 [[ "$1" == prepared ]] && in_users_repository || exit 0
 while read -r old new ref; do
   case "$ref" in
-    "$OVERNIGHT_BRANCH"|refs/bisect/*|refs/worktree/*|refs/rewritten/*|refs/remotes/*) ;;
+    "$OVERNIGHT_BRANCH"|refs/bisect/*|refs/worktree/*|refs/rewritten/*) ;;
+    refs/remotes/*)
+      if [[ "$new" =~ ^0+$ ]]; then
+        echo "overnight: refused: git here may not delete $ref, which the user's repository shares" >&2
+        exit 1
+      fi ;;
     refs/*)
       echo "overnight: refused: git here may change only the branch ${OVERNIGHT_BRANCH#refs/heads/}, not $ref, which the user's repository shares" >&2
       exit 1 ;;
@@ -134,9 +141,20 @@ case "$command" in
   gc|pack-refs|prune|repack|maintenance)
     refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
   fetch|pull)
-    # Tags a remote has and the user has not would be new shared refs, which the hook refuses.
+    # Tags a remote has and the user has not would be new shared refs, which the hook refuses; and a
+    # prune (asked for, or `fetch.prune` set) would delete the user's remote-tracking refs.
     if in_users_repository "${before[@]}"; then
-      exec REAL_GIT "${before[@]}" "$command" --no-tags "${rest[@]}"
+      kept=(); options=1
+      for arg in "${rest[@]}"; do
+        if [[ -n "$options" ]]; then
+          case "$arg" in
+            --) options= ;;
+            -p|--prune|-P|--prune-tags) continue ;;
+          esac
+        fi
+        kept+=("$arg")
+      done
+      exec REAL_GIT "${before[@]}" "$command" --no-tags --no-prune "${kept[@]}"
     fi ;;
 esac
 exec REAL_GIT "$@"

@@ -78,6 +78,7 @@ SHARED_REF_CHANGES = {
     "copy over the user's branch": "git branch -C main",
     "expire the reflogs": "git reflog expire --expire=now --all",
     "housekeeping": "git gc -q",
+    "delete a remote-tracking branch": "git branch -d -r origin/main",
 }
 
 
@@ -134,6 +135,17 @@ class TestOwnRepositories:
         assert result.ok, result.output
         assert "v9" not in git(repo, "tag")
         assert {key: value for key, value in users_repository(repo).items() if key != "refs"} == {k: v for k, v in before.items() if k != "refs"}
+
+
+    @pytest.mark.parametrize("fetch", ["git fetch -q --prune origin", "git -c fetch.prune=true fetch -q origin", "git pull -q -p origin main", "git fetch -q -p -- origin"])
+    def test_a_fetch_prunes_none_of_the_users_remote_tracking_branches(self, agent: Any, repo: Path, tmp_path: Path, fetch: str) -> None:
+        """The remote deleted `feature`: `origin/feature` may be the user's last name for its commits; the fetch works and keeps it."""
+        git(repo, "push", "-q", "origin", "HEAD:refs/heads/feature")
+        git(repo, "fetch", "-q", "origin")
+        git(tmp_path / "remote.git", "branch", "-D", "feature")
+        result = agent(fetch)
+        assert result.ok, result.output
+        assert "refs/remotes/origin/feature" in git(repo, "for-each-ref", "refs/remotes/")
 
 
 # A model that thinks the shell's folder persists (`cd tests` in one command, `cd ..` in the next)
