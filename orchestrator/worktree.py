@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
 from orchestrator.config import WORKTREES_FOLDER
-from orchestrator.errors import ConfigError, StateError
+from orchestrator.errors import ConfigError, QualityError, StateError
 from orchestrator.records import CheckResult
 
 BRANCH_PREFIX = "overnight/"
@@ -243,6 +243,8 @@ class Worktree:
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
         self._git("clean", "-ffdxq", *excludes)
+        if (self.path / ".gitmodules").exists():  # edits inside checked-out submodules: reset and clean does not reach them
+            self._git("submodule", "--quiet", "foreach", "--recursive", "git reset --hard --quiet && git clean -ffdxq")
 
     def keep_changes(self, branch: str, message: str) -> str | None:
         """Save what differs from HEAD (files changed, added, deleted; not ignored ones, nor `keep`
@@ -321,15 +323,33 @@ class Worktree:
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
-        if not self._git("add", "--all", "--verbose").strip() and not self._has_staged_changes():
-            return self.checkpoint()
-        try:
-            self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
-        except git.GitCommandError:
-            # Paths staged back to what HEAD has are "no change"; anything else is an error.
-            if self._has_staged_changes():
-                raise
+        # --sparse: in a sparse checkout, also what the agent wrote outside it (git >= 2.34).
+        sparse = ("--sparse",) if (self._admin / "info" / "sparse-checkout").exists() else ()
+        if self._git("add", "--all", "--verbose", *sparse).strip() or self._has_staged_changes():
+            try:
+                self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
+            except git.GitCommandError:
+                # Paths staged back to what HEAD has are "no change"; anything else is an error.
+                if self._has_staged_changes():
+                    raise
+        self._nothing_left_behind()
         return self.checkpoint()
+
+    def _nothing_left_behind(self) -> None:
+        """QualityError when a change is still uncommitted after the commit: edits inside a submodule
+        (another repository: `add` records only which commit it is on), which the check passed on and no
+        commit of the task's holds. Asked only where there are submodules (a file's existence otherwise)."""
+        if not (self.path / ".gitmodules").exists():
+            return
+        left = self.uncommitted_paths()
+        if left:
+            raise QualityError(
+                "iteration_error",
+                "Your changes inside a submodule (another repository in this one) cannot be committed on the task's "
+                "branch, so they were undone. Change only the files of this repository itself.",
+                evidence="left uncommitted: " + ", ".join(left[:10]),
+                message=f"changes no commit can hold: {', '.join(left[:3])}",
+            )
 
     def _onto_branch(self) -> None:
         """Undo what the agent's own git left that would send overnight's reset or commit off the task's branch.
@@ -372,7 +392,9 @@ class Worktree:
         tagged = [(entry[:1], entry[2:]) for entry in self._git("ls-files", "-v", "-z").split("\0") if entry[1:2] == " "]
         # A sparse checkout's skip-worktree bits are its own (and git clears those of files present on disk itself).
         sparse = (self._admin / "info" / "sparse-checkout").exists()
-        skipped = [] if sparse else [path for tag, path in tagged if tag in ("S", "s")]
+        skipped = [path for tag, path in tagged if tag in ("S", "s")]
+        if sparse:  # the checkout's own bits stay, but not on a file the agent wrote outside it: that is work
+            skipped = [path for path in skipped if os.path.lexists(self.path / path)]
         assumed = [path for tag, path in tagged if tag.islower()]
         # One flag per run: given both, update-index applies only the last.
         for flag, paths in (("--no-skip-worktree", skipped), ("--no-assume-unchanged", assumed)):

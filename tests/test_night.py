@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.scripted import Reply, call, say
-from tests.conftest import git
+from tests.conftest import git, make_repo
 
 FIX = [
     call("list_dir", {"path": "."}),
@@ -425,3 +425,46 @@ class TestTheBranchUnderReview:
         [task] = report_json(config, capsys)["tasks"]
         assert (task["outcome"], task["reason"]) == ("skipped", "branch_checked_out")
         assert git(repo, "rev-parse", "HEAD") == fixup
+
+
+class TestWorkNoCommitHolds:
+    """Work the check passed on must be on the branch, or the night must say it is not (an outside
+    review found both of these reported `succeeded` with the edit on no commit)."""
+
+    def test_a_file_written_outside_a_sparse_checkout_is_committed(self, config_file, server, repo, capsys):
+        (repo / "docs").mkdir()
+        (repo / "docs" / "guide.md").write_text("old\n")
+        git(repo, "add", "docs")
+        git(repo, "commit", "-q", "-m", "docs")
+        config = config_file(tasks=[{"name": "docs", "prompt": "p", "check": "grep -q new docs/guide.md"}])
+        state = config.parent / "state"
+        # The task's worktree checked out sparse (a monorepo's habit), docs/ outside it.
+        from orchestrator.worktree import Worktree
+
+        tree = Worktree.ensure(repo, state, "docs", "HEAD")
+        git(tree.path, "sparse-checkout", "set", "--no-cone", "/*.py")
+        assert not (tree.path / "docs" / "guide.md").exists()
+        server.enqueue(call("write_file", {"path": "docs/guide.md", "content": "new\n"}), call("submit", {"summary": "s"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(repo, "show", "overnight/docs:docs/guide.md") == "new"
+
+    def test_an_edit_inside_a_submodule_is_no_success(self, config_file, server, repo, tmp_path, capsys):
+        """The check passed on an edit inside a checked-out submodule, which no commit of the task's can
+        hold: the iteration is rolled back (the submodule's files too) with a note saying why, not `succeeded`."""
+        library = make_repo(tmp_path / "library", {"lib.py": "x = 1\n"})
+        git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "vendor/lib")
+        git(repo, "commit", "-q", "-m", "vendor lib")
+        config = config_file(
+            tasks=[{"name": "lib", "prompt": "p", "check": "grep -q 'x = 2' vendor/lib/lib.py"}], night={"max_iterations": 1}
+        )
+        from orchestrator.worktree import Worktree
+
+        tree = Worktree.ensure(repo, config.parent / "state", "lib", "HEAD")
+        git(tree.path, "-c", "protocol.file.allow=always", "submodule", "update", "-q", "--init")
+        server.enqueue(call("write_file", {"path": "vendor/lib/lib.py", "content": "x = 2\n"}), call("submit", {"summary": "s"}))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"], task["commit"]) == ("failed", "iteration_error", None)
+        assert "submodule" in notes_text(config) and "vendor/lib" in notes_text(config)
+        assert (tree.path / "vendor" / "lib" / "lib.py").read_text() == "x = 1\n"
+        assert git(repo, "rev-parse", "overnight/lib") == git(repo, "rev-parse", "main")
