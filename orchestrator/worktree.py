@@ -768,4 +768,8 @@ def _git_said(exc: Exception) -> str:
     if text.startswith("stderr: '") and text.endswith("'"):
         text = text[len("stderr: '") : -1]
     lines = [line.strip() for line in text.splitlines()]
-    return next((line for line in lines if line.startswith(("fatal:", "error:"))), "")
+    said = next((line for line in lines if line.startswith(("fatal:", "error:"))), "")
+    # A filter or hook program that is not installed (git-lfs): the shell's line says what git's does not
+    # ("the remote end hung up unexpectedly").
+    missing = next((line for line in lines if line.endswith(("not found", "No such file or directory")) and not line.startswith(("fatal:", "error:"))), "")
+    return f"{said} ({missing})" if said and missing else said

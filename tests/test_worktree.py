@@ -107,6 +107,22 @@ def test_remaking_a_removed_worktree_forgets_no_worktree_of_the_users(repo: Path
     assert f"worktree {usb}" in listed and f"HEAD {experiment}" in listed
 
 
+def test_a_filter_program_not_installed_is_named_in_the_error(repo: Path, tmp_path: Path) -> None:
+    """`git lfs install` written in the repository's config, git-lfs not on this machine: the checkout fails
+    with git saying only "the remote end hung up unexpectedly"; the error names the missing program."""
+    from orchestrator.errors import ConfigError
+
+    (repo / ".gitattributes").write_text("*.bin filter=lfs\n")
+    (repo / "a.bin").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 3\n")
+    git(repo, "add", ".gitattributes", "a.bin")
+    git(repo, "commit", "-q", "-m", "lfs")
+    for key, value in (("required", "true"), ("process", "git-lfs-not-installed filter-process"), ("smudge", "git-lfs-not-installed smudge %f")):
+        git(repo, "config", f"filter.lfs.{key}", value)
+    with pytest.raises(ConfigError) as refused:
+        Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    assert "git-lfs-not-installed" in str(refused.value) and "not found" in str(refused.value)
+
+
 def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, tmp_path: Path) -> None:
     """A night killed between `worktree add --no-checkout` and the checkout leaves an empty worktree; the next ensure fills it."""
     state = tmp_path / "state"
