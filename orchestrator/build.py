@@ -36,7 +36,7 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
         if problem:  # the same every night: a config error (exit 2), not an unreachable server (exit 3)
             raise ConfigError(
                 f"[model] name: litellm has no provider for {model_config.name!r}; write it as provider/model "
-                f"(ollama/llama3, or openai/<name> with api_base for an OpenAI-compatible server) ({problem})"
+                f"(ollama_chat/llama3, or openai/<name> with api_base for an OpenAI-compatible server) ({problem})"
             )
         model = EndpointModel(model_config, max_output_chars=config.guards.max_output_chars, cancel=cancel)
         stack.callback(model.close)

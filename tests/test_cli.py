@@ -90,6 +90,15 @@ class TestInit:
                 if shown is not None:  # set in the example: to its default (a TOML list for a tuple, a string for a Path)
                     assert type(spec.default)(shown) == spec.default, f"[{section}] {key}: {shown!r} is not the default"
 
+    def test_the_embedded_model_runs_at_its_own_temperature_from_inits_config(self, tmp_path):
+        """The example set `temperature = 0.2`, which cancelled the embedded model's documented 0 for every
+        config `overnight init` wrote (an outside review): a key set in the example is a key the user set."""
+        from orchestrator.config import example_config_text, load_config
+
+        (tmp_path / "overnight.toml").write_text(example_config_text())
+        model = load_config(tmp_path / "overnight.toml").model
+        assert model.name == "local" and "temperature" not in model.model_fields_set
+
     @pytest.mark.parametrize("where", ["no-such-folder/overnight.toml", "a-folder"])
     def test_init_that_cannot_write_says_why_in_one_line(self, tmp_path, where):
         (tmp_path / "a-folder").mkdir()
