@@ -21,6 +21,7 @@ dir's runs recorded under another host name (see `alive_elsewhere`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -85,7 +86,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         if not ours(run) and not _is_orphaned(iteration, run, leases.get(lease_key(iteration.task_name, repository)), host, me, now, stale_after):
             alive.add(iteration.task_name)  # perhaps still at work: its worktree is not cleaned either
             continue
-        commit = _settle_worktree(config, iteration, log)
+        # Another host's run that predates state dir names (an older version's, in a shared store):
+        # its worktree is on that host; this state dir's worktree of the same task is not its own.
+        commit = _settle_worktree(config, iteration, log) if run.state_id is not None or run.host == host else ""
         if commit:
             store.finish_iteration(
                 iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
@@ -199,7 +202,8 @@ def _settle_worktree(config: Config, iteration: Any, log: Any) -> str:
     except Exception as exc:  # a worktree too broken for git: rebuilt from its branch by the next night
         _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
         if head and not committed:
-            repo.git.branch("-f", branch, iteration.checkpoint)
+            with contextlib.suppress(git.GitCommandError):  # a checkpoint this clone lacks: the branch stays
+                repo.git.branch("-f", branch, iteration.checkpoint)
     return committed
 
 

@@ -518,16 +518,21 @@ class RunStore:
     def latest_run(self, *, state_id: str | None = "") -> RunView | None:
         """The most recently begun run, fully loaded.
 
-        With `state_id`, the latest of that state dir's runs (or of runs recorded before state
-        dirs had names); `None`: only such older runs. The default, "", means any run.
+        With `state_id`, the latest of that state dir's runs, or, while it has none, of runs
+        recorded before state dirs had names (its own, from before an upgrade; in a store
+        machines share, an older version's unnamed runs are any machine's, so once this state
+        dir has a run of its own they are not taken for it); `None`: only such older runs. The
+        default, "", means any run.
         """
         # Ids grow with every insert on every backend, unlike clocks that can step back.
-        query = select(Run).order_by(Run.id.desc()).limit(1)
-        if state_id != "":
-            # `== None` is SQL's IS NULL: with state_id None this is the older runs alone.
-            query = query.where(or_(Run.state_id.is_(None), Run.state_id == state_id))
+        latest = select(Run).order_by(Run.id.desc()).limit(1)
         with self._reading() as session:
-            run = session.scalars(query).first()
+            if state_id == "":
+                run = session.scalars(latest).first()
+            else:
+                run = session.scalars(latest.where(Run.state_id == state_id)).first() if state_id else None
+                # `== None` is SQL's IS NULL: the older runs.
+                run = run or session.scalars(latest.where(Run.state_id.is_(None))).first()
             return _run_view(session, run) if run is not None else None
 
     def run(self, run_id: int) -> RunView | None:

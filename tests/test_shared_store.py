@@ -119,6 +119,34 @@ class TestRecovery:
         [mine], _ = recover(load_config(config_a))
         assert mine.id == a_iteration and outcome_of(store, a_iteration) == "interrupted"
 
+    def test_an_older_versions_dead_night_on_another_host_leaves_this_state_dirs_worktree_alone(
+        self, tmp_path: Path, repo: Path, server: Any, capsys
+    ) -> None:
+        """A night of an older version (its runs carry no state dir's name) killed on machine A long ago:
+        B's recovery settles its row, but neither resets B's branch to A's checkpoint nor cleans B's
+        worktree (an outside review saw B's committed work leave the branch); B's report stays B's."""
+        store = tmp_path / "shared.db"
+        config_b = shared_config(tmp_path / "b", repo, server, store)
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config_b)) == 0
+        committed = git(repo, "rev-parse", "overnight/fix-greet")
+        worktree = tmp_path / "b" / "state" / "worktrees" / "fix-greet"
+        (worktree / "REVIEW.txt").write_text("a person's note\n")
+        shared = RunStore.open(f"sqlite:///{store}")
+        try:
+            old_run = shared.begin_run(config_path="/elsewhere/overnight.toml", pid=4242, host="machine-a")
+            task_run = shared.begin_task(old_run, name="fix-greet", branch="overnight/fix-greet")
+            old_iteration = shared.begin_iteration(task_run, number=1, checkpoint=git(repo, "rev-parse", "main"), pid=4242)
+        finally:
+            shared.close()
+        with sqlite3.connect(store) as db:
+            db.execute("UPDATE iterations SET started_at = '2020-01-01 00:00:00', heartbeat_at = '2020-01-01 00:00:00' WHERE id = ?", (old_iteration,))
+        [settled], _ = recover(load_config(config_b))
+        assert settled.id == old_iteration and outcome_of(store, old_iteration) == "interrupted"
+        assert git(repo, "rev-parse", "overnight/fix-greet") == committed
+        assert [task["name"] for task in report_json(config_b, capsys)["tasks"]] == ["fix-greet"]
+        assert report_json(config_b, capsys)["run"]["id"] != old_run
+
     def test_own_dead_night_is_settled_even_if_its_pid_now_names_a_live_process(self, tmp_path: Path, repo: Path, server: Any, sleeper) -> None:
         """Holding the state dir's lock proves its nights dead: a reused pid does not keep one `running`."""
         config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db")
