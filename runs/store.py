@@ -147,7 +147,28 @@ def _add_missing_columns(engine: Engine) -> None:
             if column.name not in present and column.nullable:
                 kind = column.type.compile(dialect=engine.dialect)
                 with engine.begin() as connection:
-                    connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+                    if engine.dialect.name == "postgresql":
+                        # ALTER waits for every open transaction on the table (a psql session left in one,
+                        # a report tool), and every machine's next statement then waits behind it: a night
+                        # would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
+                        connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT_S * 1000)}ms'")
+                    try:
+                        connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+                    except OperationalError as exc:
+                        if "lock timeout" in str(exc):
+                            raise _TableBusy(
+                                f"adding the column {column.name} to the table {table.name} waited {MIGRATION_LOCK_TIMEOUT_S:g} s "
+                                "for another session's open transaction on it; end that session (psql, a report tool), then run again"
+                            ) from None
+                        raise
+
+
+# How long adding a column may wait for the table on PostgreSQL.
+MIGRATION_LOCK_TIMEOUT_S = 20.0
+
+
+class _TableBusy(Exception):
+    """A column could not be added: another session held the table (its message says what to do)."""
 
 
 class RunStore:
@@ -184,7 +205,7 @@ class RunStore:
             _create_schema(engine)
         # ImportError: the URL names a database driver that is not installed; ValueError, TypeError:
         # a query argument the driver cannot take (`?timeout=abc`), should one get past the config's check.
-        except (SQLAlchemyError, OSError, ImportError, ValueError, TypeError) as exc:
+        except (SQLAlchemyError, OSError, ImportError, ValueError, TypeError, _TableBusy) as exc:
             if engine is not None:
                 engine.dispose()
             raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc

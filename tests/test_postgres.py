@@ -231,6 +231,29 @@ class TestSchema:
         assert open_at_once(pg_store_url) == [0] * 8
         assert_the_column_was_added(pg_store_url, run)
 
+    def test_adding_a_column_gives_up_on_a_table_another_session_holds(self, pg_store_url: str, monkeypatch) -> None:
+        """A psql session left in a transaction that read the table: ALTER waited for it without end (and every
+        machine's statements behind the ALTER with it). It gives up after its lock timeout, in one line."""
+        import time
+
+        import psycopg
+
+        import runs.store
+
+        store = RunStore.open(pg_store_url)
+        store.begin_run(config_path="c", pid=1, host="h")
+        store.close()
+        sql(pg_store_url, "ALTER TABLE runs DROP COLUMN state_id")
+        monkeypatch.setattr(runs.store, "MIGRATION_LOCK_TIMEOUT_S", 0.5)
+        with psycopg.connect(pg_store_url.replace("postgresql+psycopg://", "postgresql://")) as idle_in_transaction:
+            idle_in_transaction.execute("SELECT count(*) FROM runs").fetchall()
+            started = time.monotonic()
+            with pytest.raises(StateError, match="another session's open transaction") as caught:
+                RunStore.open(pg_store_url)
+            assert time.monotonic() - started < 10 and "\n" not in str(caught.value)
+        RunStore.open(pg_store_url).close()
+        assert sql(pg_store_url, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'runs' AND column_name = 'state_id'") == [(1,)]
+
     def test_a_connection_the_network_drops_is_given_up_in_bounded_time(self, store: RunStore, pg_store_url: str) -> None:
         """libpq's keepalives and TCP user timeout are on the store's connections (a partition would
         otherwise block a call for as long as TCP retries); a URL's own values win."""
