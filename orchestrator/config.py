@@ -281,11 +281,15 @@ class Config(_Section):
     @field_validator("task")
     @classmethod
     def _unique_names(cls, tasks: tuple[TaskConfig, ...]) -> tuple[TaskConfig, ...]:
-        seen: set[str] = set()
+        seen: dict[str, str] = {}
         for task in tasks:
-            if task.name in seen:
+            if task.name in seen.values():
                 raise ValueError(f"task name {task.name!r} appears twice")
-            seen.add(task.name)
+            other = seen.get(task.name.casefold())
+            if other is not None:
+                # Names a branch and a folder: on macOS and Windows file systems the two would be one.
+                raise ValueError(f"task names {other!r} and {task.name!r} differ only in case; give them different names")
+            seen[task.name.casefold()] = task.name
         return tasks
 
     @property

@@ -64,12 +64,23 @@ def open_repo(path: Path):
     try:
         repo = git.Repo(path)
     except (git.NoSuchPathError, git.InvalidGitRepositoryError):
-        raise ConfigError(f"[repo] path: {path} is not a git repository") from None
+        raise ConfigError(f"[repo] path: {path} is not a git repository{_inside_one(path)}") from None
     if repo.bare:
         raise ConfigError(f"[repo] path: {path} is a bare repository; point it at a checkout (a clone) of it")
     if _head_commit(repo) is None:
         raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
     return repo
+
+
+def _inside_one(path: Path) -> str:
+    """", but a folder inside the one at X: ..." when `path` is a subfolder of a checkout (a monorepo's project)."""
+    import git
+
+    try:
+        top = git.Repo(path, search_parent_directories=True).working_tree_dir
+    except (git.NoSuchPathError, git.InvalidGitRepositoryError, OSError):
+        return ""
+    return f", but a folder inside the one at {top}: point [repo] path there (a night works on the whole repository)" if top else ""
 
 
 def check_base(repo, base: str) -> None:

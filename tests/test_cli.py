@@ -134,6 +134,7 @@ class TestBadConfig:
             ("[guards]\nfailing_streak_stop_at = 2\n", ("[guards]", "failing_streak_stop_at")),
             ("[[task]]\nname = 'a b'\nprompt = 'p'\ncheck = 'true'\n", ("[[task]] #2 name",)),
             ("[[task]]\nname = 'fix-greet'\nprompt = 'p'\ncheck = 'true'\n", ("appears twice",)),
+            ("[[task]]\nname = 'Fix-Greet'\nprompt = 'p'\ncheck = 'true'\n", ("'fix-greet' and 'Fix-Greet' differ only in case",)),
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = ['sudo']\n", ("[[task]] #2 tools", "sudo")),
             ("[[task]]\nname = 'y'\nprompt = 'p'\n", ("[[task]] #2 check", "missing")),
             ("this is = = not toml\n", ("not valid TOML",)),
@@ -312,6 +313,12 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=plain)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "not a git repository")
         assert not (tmp_path / "state").exists()  # nothing made, not even the lock
+
+    def test_repo_path_inside_a_repository_names_its_top(self, tmp_path, repo):
+        """A monorepo's project folder as [repo] path: "not a git repository" misled; the line names the repository it is in."""
+        (repo / "services" / "api").mkdir(parents=True)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo / "services" / "api")
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", f"inside the one at {repo}")
 
     def test_bare_repository(self, tmp_path, repo):
         """A bare repository has no checkout to branch task worktrees beside: named, before any run is recorded."""
