@@ -19,6 +19,7 @@ from orchestrator.errors import ConfigError, StateError
 DEFAULT_CONFIG_NAME = "overnight.toml"
 # What a night keeps in the state dir (docs/reference.md, "Files"), named once here.
 NOTES_FILE, STORE_FILE, WORKTREES_FOLDER, TRANSCRIPTS_FOLDER = "notes.md", "runs.db", "worktrees", "transcripts"
+GIT_CONFIG_COPY = "git-config.kept"
 ALL_TOOLS = ("read_file", "write_file", "edit_file", "list_dir", "search", "run_check", "submit", "run_command")
 DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
 LOCAL_MODEL = "local"
@@ -327,6 +328,11 @@ class Config(_Section):
     @property
     def transcripts_dir(self) -> Path:
         return self.state_dir / TRANSCRIPTS_FOLDER
+
+    @property
+    def git_config_copy(self) -> Path:
+        """The repository's git config as it was while the agent's commands ran (orchestrator/confinement.py)."""
+        return self.state_dir / GIT_CONFIG_COPY
 
     def task_named(self, name: str) -> TaskConfig:
         for task in self.task:

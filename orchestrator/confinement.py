@@ -174,10 +174,13 @@ _made_lock = threading.Lock()
 
 @dataclass(frozen=True)
 class Confinement:
-    """Where one task's agent works: its branch (`overnight/<task>`) and the repository's shared config file."""
+    """Where one task's agent works: its branch (`overnight/<task>`) and the repository's shared config file;
+    `config_copy`: where the config's bytes are kept while agent commands run (in the state dir), so that a
+    night killed mid-command has it put back by the next night's recovery (restore_config_copy)."""
 
     branch: str
     shared_config: Path | None = None
+    config_copy: Path | None = None
 
 
 def agent_environment(confinement: Confinement | None) -> dict[str, str]:
@@ -204,9 +207,10 @@ class kept_config:
     _lock = threading.Lock()
     _held: dict[str, list] = {}  # real path -> [commands running, bytes before the first]
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, copy: Path | None = None) -> None:
         # The link's target: a `.git/config` that is a symlink stays one.
         self._path = os.path.realpath(path) if path is not None else None
+        self._copy = copy
         self._own_before: bytes | None = None
         self.restored = False
 
@@ -216,6 +220,8 @@ class kept_config:
         with self._lock:
             self._own_before = _read(self._path)
             held = self._held.setdefault(self._path, [0, self._own_before])
+            if held[0] == 0 and self._copy is not None and self._own_before is not None:
+                _save_copy(self._copy, self._path, self._own_before)
             held[0] += 1
         return self
 
@@ -231,6 +237,37 @@ class kept_config:
                 del self._held[self._path]
                 if now != held[1]:
                     _put_back(Path(self._path), held[1])
+                if self._copy is not None:
+                    self._copy.unlink(missing_ok=True)
+
+
+# The copy's first line names the file it is a copy of; the file's bytes follow.
+_COPY_HEADER = b"overnight: a copy of "
+
+
+def _save_copy(copy: Path, path: str, before: bytes) -> None:
+    """Whole or not at all, so that recovery never puts back half a config."""
+    spare = copy.with_name(copy.name + ".tmp")
+    spare.write_bytes(_COPY_HEADER + os.fsencode(path) + b"\n" + before)
+    os.replace(spare, copy)
+
+
+def restore_config_copy(copy: Path) -> str | None:
+    """After a night killed while the agent's commands ran: the repository's config put back from the copy
+    its first command kept, if a command changed it. The config's path when it was put back, else None."""
+    try:
+        saved = copy.read_bytes()
+    except FileNotFoundError:
+        return None
+    header, _, before = saved.partition(b"\n")
+    restored = None
+    if header.startswith(_COPY_HEADER):
+        path = os.fsdecode(header[len(_COPY_HEADER):])
+        if _read(path) != before:
+            _put_back(Path(path), before)
+            restored = path
+    copy.unlink(missing_ok=True)
+    return restored
 
 
 def _read(path: str) -> bytes | None:

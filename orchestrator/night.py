@@ -333,7 +333,7 @@ def _task_setup(
             command_timeout_s=config.night.command_timeout_s,
             max_output_chars=output_cap_for(parts.context_window),
             cancel=cancel,
-            confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config),
+            confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config, config_copy=config.git_config_copy),
         ),
         guards=parts.guards_factory(),
         notes=night.notes,

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.commands import stop_marked_processes
-from orchestrator.config import Config
+from orchestrator.config import GIT_CONFIG_COPY, Config
+from orchestrator.confinement import restore_config_copy
 from orchestrator.errors import StateError
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
@@ -75,6 +76,10 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
 
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
+    # After the commands that may have changed it are stopped: the config a killed night's agent changed.
+    restored = restore_config_copy(config.git_config_copy)
+    if restored:
+        log.warning("git_config_restored", path=restored)
     leases = {lease.task: lease for lease in store.leases()}
     repository = shared_repository_key(config)
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
@@ -368,8 +373,8 @@ def _release_dead_leases(store: Any, leases: Any, host: str, me: int, state_id: 
 
 
 def _remove_stale_temp_files(state_dir: Path, log: Any) -> None:
-    """notes.md's half-written temporary files: never renamed into place, so only debris."""
-    for temporary in state_dir.glob(".notes.md.*.tmp"):
+    """notes.md's and the git config copy's half-written temporary files: never renamed into place, so only debris."""
+    for temporary in [*state_dir.glob(".notes.md.*.tmp"), *state_dir.glob(f"{GIT_CONFIG_COPY}.tmp")]:
         temporary.unlink(missing_ok=True)
         log.info("temp_file_removed", path=str(temporary))
 

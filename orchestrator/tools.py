@@ -482,7 +482,7 @@ class Toolbox:
         if "\0" in command:
             raise _Refused("the command contains a NUL character, which a shell command cannot hold; write it without one")
         shared_config = self._confinement.shared_config if self._confinement else None
-        with kept_config(shared_config) as config:
+        with kept_config(shared_config, self._confinement.config_copy if self._confinement else None) as config:
             result = run_shell(
                 command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel,
                 extra_env=agent_environment(self._confinement),

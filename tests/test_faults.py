@@ -799,3 +799,32 @@ class TestKilledNight:
         text = capsys.readouterr().out
         assert "crashed" in text.splitlines()[0] and "is gone" not in text
         assert "#1 interrupted interrupted · 3 turns · 660 tokens" in text
+
+
+class TestKilledWhileTheAgentChangedGitConfig:
+    def test_the_repositorys_config_is_put_back_by_the_next_night(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The agent's `git config` in the user's repository is undone when its command ends; a night killed
+        before that (kill -9, the OOM killer) left it changed for good (an outside review: a remote's URL
+        pointed elsewhere). The config's bytes are kept in the state dir while agent commands run, and the
+        next night's recovery puts them back."""
+        git(repo, "remote", "add", "origin", "https://example.com/ours.git")
+        before = (repo / ".git" / "config").read_bytes()
+        task = {"name": "fix-greet", "prompt": "p", "check": "true", "tools": ["run_command", "submit"]}
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task])
+        server.enqueue(call("run_command", {"command": "git config remote.origin.url https://evil.example/x.git && sleep 60"}))
+        night = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while b"evil.example" not in (repo / ".git" / "config").read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert b"evil.example" in (repo / ".git" / "config").read_bytes()
+        finally:
+            os.killpg(night.pid, signal.SIGKILL)
+            night.wait()
+        settled, logs = recover(load_config(config))
+        assert (repo / ".git" / "config").read_bytes() == before
+        assert [e["path"] for e in logs if e["event"] == "git_config_restored"] == [os.path.realpath(repo / ".git" / "config")]
+        assert not list((tmp_path / "state").glob("git-config.kept*"))
