@@ -6,6 +6,7 @@ Each line is flushed as it is written, so a crash still leaves the record up to 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import time
 from pathlib import Path
@@ -18,13 +19,21 @@ class Transcript:
     """Raises StateError (one line) when the file cannot be opened or written: a full disk, a read-only state dir."""
 
     def __init__(self, path: Path) -> None:
+        """A new file at `path`, or, when that name is taken, at `<stem>.2.jsonl`, `.3`...: the store's ids
+        start again when runs.db is deleted or `[store] url` changes, and one transcript must never hold
+        two iterations. `self.path` is where it went."""
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # backslashreplace: a lone surrogate that got this far is written as its JSON escape, not a crash.
-            self._handle = path.open("a", encoding="utf-8", errors="backslashreplace")
+            for attempt in itertools.count(2):
+                try:
+                    # backslashreplace: a lone surrogate that got this far is written as its JSON escape, not a crash.
+                    self._handle = self.path.open("x", encoding="utf-8", errors="backslashreplace")
+                    break
+                except FileExistsError:
+                    self.path = path.with_name(f"{path.stem}.{attempt}{path.suffix}")
         except OSError as exc:
-            raise _cannot_write(path, exc) from None
+            raise _cannot_write(self.path, exc) from None
 
     def write(self, entry: str, **fields: Any) -> None:
         if self._handle.closed:

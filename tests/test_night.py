@@ -468,3 +468,22 @@ class TestWorkNoCommitHolds:
         assert "submodule" in notes_text(config) and "vendor/lib" in notes_text(config)
         assert (tree.path / "vendor" / "lib" / "lib.py").read_text() == "x = 1\n"
         assert git(repo, "rev-parse", "overnight/lib") == git(repo, "rev-parse", "main")
+
+
+class TestTranscripts:
+    def test_a_store_started_anew_never_writes_into_an_earlier_nights_transcript(self, config_file, server, repo, capsys):
+        """runs.db deleted (the obvious trim of a store that only grows): ids start at 1 again, and the second
+        night's first iteration was appended to the first night's transcript of the same name (an outside review)."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(say(""), say(""))
+        assert overnight("run", "--config", str(config)) == 1
+        first = Path(report_json(config, capsys)["tasks"][0]["iterations"][0]["transcript"])
+        first_lines = first.read_text().splitlines()
+        for store_file in (config.parent / "state").glob("runs.db*"):
+            store_file.unlink()
+        server.enqueue(say(""), say(""))
+        assert overnight("run", "--config", str(config)) == 1
+        second = Path(report_json(config, capsys)["tasks"][0]["iterations"][0]["transcript"])
+        assert second != first and second.name == first.name.replace(".jsonl", ".2.jsonl")
+        assert first.read_text().splitlines() == first_lines
+        assert json.loads(second.read_text().splitlines()[0])["entry"] == "message"
