@@ -306,7 +306,9 @@ def _make_private_folder() -> Path | None:
         try:
             if base is not None:
                 base.mkdir(parents=True, exist_ok=True)
-            folder = Path(tempfile.mkdtemp(prefix="overnight-agent-", dir=base))
+            folder = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX, dir=base))
+            # Whose it is: removed at exit, or, after a kill -9, by the next night (remove_abandoned_folders).
+            (folder / "pid").write_text(str(os.getpid()))
             _fill(folder, bash, git)
             if os.access(folder / "bin" / SCREEN_PROGRAMS[0], os.X_OK):
                 atexit.register(_remove, folder)
@@ -319,6 +321,35 @@ def _make_private_folder() -> Path | None:
 
     get_logger().warning("agent_fences_unavailable", reason="no folder where programs may run (tmp and ~/.cache noexec or full)")
     return None
+
+
+_FOLDER_PREFIX = "overnight-agent-"
+
+
+def remove_abandoned_folders() -> list[Path]:
+    """The private folders of overnight processes that died without their exit handlers (kill -9,
+    the OOM killer): one a night would otherwise pile up in /tmp, read-only parts and all."""
+    removed = []
+    for base in (Path(tempfile.gettempdir()), *user_cache_folders("overnight")):
+        for folder in base.glob(f"{_FOLDER_PREFIX}*"):
+            try:
+                pid = int((folder / "pid").read_text())
+            except (OSError, ValueError):
+                continue  # not one with an owner to ask (an older version's, another's): left alone
+            if pid != os.getpid() and not _process_exists(pid):
+                _remove(folder)
+                removed.append(folder)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def user_cache_folders(name: str) -> list[Path]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from orchestrator.commands import stop_marked_processes
 from orchestrator.config import GIT_CONFIG_COPY, Config
-from orchestrator.confinement import restore_config_copy
+from orchestrator.confinement import remove_abandoned_folders, restore_config_copy
 from orchestrator.errors import StateError
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
@@ -80,6 +80,8 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     restored = restore_config_copy(config.git_config_copy)
     if restored:
         log.warning("git_config_restored", path=restored)
+    for folder in remove_abandoned_folders():
+        log.info("agent_folder_removed", path=str(folder))
     leases = {lease.task: lease for lease in store.leases()}
     repository = shared_repository_key(config)
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)

@@ -824,7 +824,12 @@ class TestKilledWhileTheAgentChangedGitConfig:
         finally:
             os.killpg(night.pid, signal.SIGKILL)
             night.wait()
+        # Its folder of fences, which only its exit handler would have removed.
+        import tempfile
+
+        [left] = [f for f in Path(tempfile.gettempdir()).glob("overnight-agent-*") if (f / "pid").is_file() and (f / "pid").read_text() == str(night.pid)]
         settled, logs = recover(load_config(config))
+        assert not left.exists() and str(left) in [e["path"] for e in logs if e["event"] == "agent_folder_removed"]
         assert (repo / ".git" / "config").read_bytes() == before
         assert [e["path"] for e in logs if e["event"] == "git_config_restored"] == [os.path.realpath(repo / ".git" / "config")]
         assert not list((tmp_path / "state").glob("git-config.kept*"))
