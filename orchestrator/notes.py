@@ -86,14 +86,23 @@ class NotesBook:
         return [entry.text for entry in self.entries(task)]
 
     def for_prompt(self, task: str, budget_chars: int) -> str:
-        """The newest of the task's entries that fit in the budget, oldest first.
+        """The newest of the task's entries that teach something and fit in the budget, oldest first.
 
-        A newest entry too long for the budget alone still gives its header and correction
-        (they come first), without its evidence: a small budget must not mean no notes.
+        Left out: entries that blame nothing (`cancelled`, `parked`) and older copies of a reason and correction
+        a newer entry gives: night after night of the same stop, or of deadlines, would otherwise push the
+        one useful lesson out of the budget. A newest entry too long for the budget alone still gives
+        its header and correction (they come first), without its evidence: a small budget must not
+        mean no notes.
         """
         chosen: list[str] = []
+        taught: set[tuple[str, str]] = set()
         used = 0
-        for text in reversed(self.for_task(task)):
+        for entry in reversed(self.entries(task)):
+            lesson = (entry.reason, _correction_of(entry.text))
+            if entry.reason in _NO_LESSON or lesson in taught:
+                continue
+            taught.add(lesson)
+            text = entry.text
             cost = len(text) + (len(_SEPARATOR) if chosen else 0)  # the separators count too
             if used + cost > budget_chars:
                 if not chosen:
@@ -102,6 +111,16 @@ class NotesBook:
             chosen.append(text)
             used += cost
         return _SEPARATOR.join(reversed(chosen))
+
+
+# Reasons whose entries say what happened but nothing the model should do differently.
+_NO_LESSON = frozenset({"cancelled", "parked", "interrupted"})
+
+
+def _correction_of(entry: str) -> str:
+    """An entry's correction: what follows its header, up to its evidence."""
+    body = entry.split("\n", 1)[1] if "\n" in entry else ""
+    return body.split(EVIDENCE_MARK, 1)[0].strip()
 
 
 def _shortened(entry: str, budget_chars: int) -> str:

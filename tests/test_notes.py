@@ -94,6 +94,21 @@ class TestNotesBook:
         assert "reason_4" in text and "reason_5" in text and "reason_3" not in text and "elsewhere" not in text
         assert text.index("reason_4") < text.index("reason_5")
 
+    def test_nights_of_the_same_stop_and_of_deadlines_keep_the_one_real_lesson(self, tmp_path: Path):
+        """Night after night of the same repeated-call stop, parks and deadline cancels: the prompt kept only
+        those, and the one lesson that said something new (an outside review) fell out of the budget."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="The function lives in pkg.foo, not pkg.bar.", evidence="ImportError")
+        for night in range(14):
+            for number in (1, 2):
+                book.append(task="t", iteration=number, reason="repeated_tool_call", correction="Stop re-reading app.py.", evidence=f"read ×4 night {night}")
+            book.append(task="t", iteration=3, reason="parked", correction="A person should look at this task.")
+            book.append(task="t", iteration=4, reason="cancelled", correction="None needed: the deadline came.")
+        text = book.for_prompt("t", budget_chars=1500)
+        assert "pkg.foo" in text and text.count("Stop re-reading app.py.") == 1 and "night 13" in text
+        assert "`parked`" not in text and "`cancelled`" not in text
+        assert len(book.for_task("t")) == 1 + 14 * 4  # notes.md itself keeps every entry
+
     def test_the_separators_between_entries_count_against_the_budget(self, tmp_path: Path):
         """A budget of exactly two entries' lengths gives one entry: the blank line between two would overrun it."""
         book = NotesBook(tmp_path / "notes.md")
