@@ -10,9 +10,12 @@ ended before its events.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import random
+import shutil
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -138,6 +141,19 @@ def _create_schema(engine: Engine) -> None:
             time.sleep(random.uniform(0.01, 0.05))
 
 
+def _lacks_columns(engine: Engine) -> bool:
+    """Whether a table of the store lacks a column this version maps (an older version made it)."""
+    try:
+        inspector = inspect(engine)
+        return any(
+            {column.name for column in table.columns} - {column["name"] for column in inspector.get_columns(table.name)}
+            for table in Base.metadata.sorted_tables
+            if inspector.has_table(table.name)
+        )
+    except SQLAlchemyError:
+        return False  # what the read then meets says what is wrong
+
+
 def _add_missing_columns(engine: Engine) -> None:
     """Nullable columns a newer overnight added to a table an older one made (no migration tool for one column)."""
     inspector = inspect(engine)
@@ -228,7 +244,15 @@ class RunStore:
             if database is None or not database.is_file():
                 raise
         # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
-        return cls(create_engine(f"sqlite:///file:{database.resolve()}?mode=ro&immutable=1&uri=true"))
+        engine = create_engine(f"sqlite:///file:{database.resolve()}?mode=ro&immutable=1&uri=true")
+        if not _lacks_columns(engine):
+            return cls(engine)
+        # An older version's store, which cannot get its new columns here: read from a copy that can.
+        engine.dispose()
+        folder = Path(tempfile.mkdtemp(prefix="overnight-store-"))
+        atexit.register(shutil.rmtree, folder, True)
+        shutil.copyfile(database, folder / database.name)
+        return cls.open(f"sqlite:///{folder / database.name}")
 
     def now(self) -> datetime:
         """The time this store writes: this host's clock, or in a PostgreSQL store the database's."""

@@ -581,6 +581,26 @@ def test_the_morning_report_reads_a_state_dir_gone_read_only(tmp_path: Path, rep
     assert report["run"]["status"] == "finished" and report["tasks"][0]["outcome"] == "succeeded"
 
 
+def test_the_morning_report_reads_an_older_versions_store_gone_read_only(tmp_path: Path, repo: Path, server: Any, state_mount: Path, capsys: Any) -> None:
+    """A store an older version wrote (no `state_id` column yet) on a state dir gone read-only: the columns
+    cannot be added there, and the report failed on "no such column" (an outside review); it reads a copy."""
+    from tests.test_night import FIX
+
+    config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+    server.enqueue(*FIX)
+    assert overnight("run", "--config", str(config)) == 0
+    db = sqlite3.connect(state_mount / "runs.db")
+    db.execute("ALTER TABLE runs DROP COLUMN state_id")
+    db.execute("ALTER TABLE iterations DROP COLUMN note_owed")
+    db.commit()
+    db.close()
+    capsys.readouterr()
+    subprocess.run(["mount", "-o", "remount,ro", str(state_mount)], check=True)
+    assert overnight("report", "--config", str(config), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["run"]["status"] == "finished" and report["tasks"][0]["outcome"] == "succeeded"
+
+
 class TestWorktreeOnAFailingDisk:
     """A worktree made on a state dir gone read-only (or full): the state dir's fault, StateError (exit 4,
     one line). Its checkout was a GitCommandError traceback (exit 1), and its registration a
