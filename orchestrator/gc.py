@@ -18,7 +18,6 @@ store keep their history.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -27,8 +26,9 @@ from pathlib import Path
 from orchestrator.commands import UNATTENDED_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.recovery import KEPT_BRANCH_PREFIX
-from orchestrator.worktree import BRANCH_PREFIX, Worktree, admin_dir, check_base, make_writable, open_repo, repair_moved
+from orchestrator.worktree import (
+    BRANCH_PREFIX, KEPT_BRANCH_PREFIX, Worktree, admin_dir, branches_held_by_operations, check_base, make_writable, open_repo, repair_moved,
+)
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 
@@ -97,7 +97,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
                 checked_out[BRANCH_PREFIX + name] = str(path)
             continue
         removed_worktrees.append(path)
-    busy = _busy_branches(common, config.repo_path)
+    busy = branches_held_by_operations(common)
     removed_branches: list[str] = []
     kept_branches: list[KeptBranch] = []
     base_ref = _symbolic_ref(git, config.repo.base)
@@ -177,29 +177,6 @@ def _repair_moved(repo, worktrees_dir: Path) -> None:
         return
     for folder in folders:
         repair_moved(repo, folder)
-
-
-def _busy_branches(common: Path, repo_path: Path) -> dict[str, tuple[Path, str]]:
-    """Branches a rebase or a bisect in some worktree holds (`git branch -D` refuses them), with that worktree.
-
-    `git worktree list` shows such a worktree detached; git knows the branch from these files.
-    """
-    admins = [(common, repo_path)]
-    try:
-        for admin in sorted((common / "worktrees").iterdir()):
-            link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
-            admins.append((admin, Path(link).parent))
-    except OSError:
-        pass
-    busy: dict[str, tuple[Path, str]] = {}
-    for admin, folder in admins:
-        for name, doing in (("rebase-merge/head-name", "rebase"), ("rebase-apply/head-name", "rebase"), ("BISECT_START", "bisect")):
-            try:
-                ref = (admin / name).read_text(encoding="utf-8", errors="replace").strip()
-            except OSError:
-                continue
-            busy.setdefault(ref.removeprefix("refs/heads/"), (folder, doing))
-    return busy
 
 
 def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed: list[str]) -> str | None:

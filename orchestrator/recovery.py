@@ -39,7 +39,7 @@ from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook, stamp
-from orchestrator.worktree import Worktree, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
+from orchestrator.worktree import KEPT_BRANCH_PREFIX, Worktree, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -50,7 +50,6 @@ OWED_NOTE_EVIDENCE = (
 )
 _GIT_LOCKS = ("index.lock", "HEAD.lock")
 # Where changes found in an idle worktree are kept: `git branch --list 'overnight-kept/*'`.
-KEPT_BRANCH_PREFIX = "overnight-kept/"
 # Under the state dir: worktrees git could not read, moved here whole (they may hold a person's edits).
 SET_ASIDE_DIR = "worktrees-set-aside"
 
@@ -95,7 +94,8 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
             continue
         # Another host's run that predates state dir names (an older version's, in a shared store):
         # its worktree is on that host; this state dir's worktree of the same task is not its own.
-        commit = _settle_worktree(config, iteration, log) if run.state_id is not None or run.host == host else ""
+        settles_worktree = run.state_id is not None or run.host == host
+        commit = _settle_worktree(config, iteration, log) if settles_worktree else ""
         if commit:
             store.finish_iteration(
                 iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
@@ -118,7 +118,8 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         )
         settled.append(view)
         dead_runs.add(run.id)
-        touched.add(iteration.task_name)
+        if settles_worktree:  # else the worktree is left to the idle cleaning, which keeps a person's edits
+            touched.add(iteration.task_name)
     for run in store.running_runs():
         if elsewhere(run):
             continue

@@ -22,6 +22,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,6 +52,34 @@ class BranchCheckedOut(ConfigError):
             "(or detach it) and the next night works on the task again"
         )
         self.at = at
+
+
+# Branches that keep what a person left in a task's worktree (recovery and back_on_branch make them).
+KEPT_BRANCH_PREFIX = "overnight-kept/"
+
+
+def branches_held_by_operations(common: Path, exclude: Path | None = None) -> dict[str, tuple[Path, str]]:
+    """Branches a rebase or a bisect in some worktree holds (`git branch -D` and `checkout` elsewhere
+    refuse them), with that worktree's folder and what is under way. `git worktree list` shows such
+    a worktree detached; git knows the branch from these files. `exclude`: a registration to leave out."""
+    admins = [(common, common.parent)]
+    try:
+        for admin in sorted((common / "worktrees").iterdir()):
+            if exclude is not None and admin.resolve() == exclude.resolve():
+                continue
+            link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
+            admins.append((admin, Path(link).parent))
+    except OSError:
+        pass
+    busy: dict[str, tuple[Path, str]] = {}
+    for admin, folder in admins:
+        for name, doing in (("rebase-merge/head-name", "rebase"), ("rebase-apply/head-name", "rebase"), ("BISECT_START", "bisect")):
+            try:
+                ref = (admin / name).read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            busy.setdefault(ref.removeprefix("refs/heads/"), (folder, doing))
+    return busy
 
 
 def branch_for(task: str) -> str:
@@ -191,23 +220,50 @@ class Worktree:
         off (git makes them detach it before they check the branch out in their own checkout).
 
         Otherwise the night's checkpoint would be where HEAD was left, and its first commit or
-        rollback would move the branch off the commits the person added to it since. A file read
-        when HEAD is on the branch, as it is after every night; BranchCheckedOut (nothing changed)
-        while another worktree has the branch checked out.
+        rollback would move the branch off the commits the person added to it since. Commits the
+        person made on the detached HEAD itself are first kept on `overnight-kept/<task>/<UTC time>`.
+        A file read when HEAD is on the branch, as it is after every night; BranchCheckedOut
+        (nothing changed) while another worktree has the branch checked out, or rebases or bisects it.
         """
+        import git
+
         taken = self.held_elsewhere()
         if taken is not None:
             raise BranchCheckedOut(task, self.branch, taken)
         if self._head_file() == f"ref: refs/heads/{self.branch}":
             return
-        if self._git("branch", "--list", self.branch).strip():
-            self._git("checkout", "--quiet", "--force", self.branch)
-        else:  # the branch was deleted: made again where HEAD is
-            self._git("checkout", "--quiet", "-b", self.branch)
+        try:
+            if self._git("branch", "--list", self.branch).strip():
+                self._keep_commits_only_head_has(task)
+                self._git("checkout", "--quiet", "--force", self.branch)
+            else:  # the branch was deleted: made again where HEAD is
+                self._git("checkout", "--quiet", "-b", self.branch)
+        except git.GitCommandError as exc:
+            taken_at = _CHECKED_OUT_AT.search(git_reason(exc))
+            if taken_at:  # taken between the look and the checkout
+                raise BranchCheckedOut(task, self.branch, taken_at.group(1)) from None
+            raise
+
+    def _keep_commits_only_head_has(self, task: str) -> None:
+        """A detached HEAD with commits the branch lacks (a person's, made there): a branch of their own first."""
+        import git
+
+        try:
+            self._git("merge-base", "--is-ancestor", "HEAD", self.branch)
+            return
+        except git.GitCommandError as exc:
+            if exc.status != 1:
+                raise
+        kept = f"{KEPT_BRANCH_PREFIX}{task}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
+        self._git("branch", kept, "HEAD")
+        from orchestrator.logs import get_logger
+
+        get_logger().warning("worktree_commits_kept", task=task, branch=kept)
 
     def held_elsewhere(self) -> str | None:
-        """The folder of another worktree that has this task's branch checked out while this one's
-        HEAD is off it (git lets only one have it). A file read when HEAD is on the branch."""
+        """The folder of another worktree that has this task's branch checked out, or is rebasing or
+        bisecting it (git shows such a worktree detached), while this one's HEAD is off it (git lets
+        only one have it). A file read when HEAD is on the branch."""
         if self._head_file() == f"ref: refs/heads/{self.branch}":
             return None
         wanted = f"branch refs/heads/{self.branch}"
@@ -216,6 +272,10 @@ class Worktree:
             folder = lines[0].removeprefix("worktree ") if lines and lines[0].startswith("worktree ") else ""
             if wanted in lines and folder and os.path.realpath(folder) != os.path.realpath(self.path):
                 return folder
+        busy = branches_held_by_operations(self.shared_config.parent, exclude=self._admin)
+        if self.branch in busy:
+            folder, doing = busy[self.branch]
+            return f"{folder} (a {doing} in progress)"
         return None
 
     def _head_file(self) -> str:
@@ -506,10 +566,10 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
             # A worktree folder deleted by hand is still registered: forgotten, then once more.
             forget_missing(Path(repo.common_dir), path)
             add()
-        except git.GitCommandError:
+        except git.GitCommandError as second:
             if made_branch and branch in repo.heads:
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
-            taken = _CHECKED_OUT_AT.search(git_reason(first))
+            taken = _CHECKED_OUT_AT.search(git_reason(first)) or _CHECKED_OUT_AT.search(git_reason(second))
             if taken:
                 raise BranchCheckedOut(task, branch, taken.group(1)) from None
             raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent) from None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -487,3 +489,57 @@ class TestTranscripts:
         assert second != first and second.name == first.name.replace(".jsonl", ".2.jsonl")
         assert first.read_text().splitlines() == first_lines
         assert json.loads(second.read_text().splitlines()[0])["entry"] == "message"
+
+
+class TestTheBranchUnderReviewToo:
+    """More of the morning's review (a review of the first fix found these)."""
+
+    def _night_then_detach(self, config: Path, server: Any) -> None:
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        git(worktree(config), "checkout", "--quiet", "--detach")
+
+    @pytest.mark.parametrize("dirty", [False, True], ids=["clean", "with-an-untracked-file"])
+    def test_a_rebase_of_the_branch_stopped_in_the_users_checkout_skips_the_task(self, config_file, server, repo, capsys, dirty):
+        """`git worktree list` shows a checkout mid-rebase as detached: the night went on to `checkout` the
+        branch (a traceback) or, with a file to clean, onto it (and the person's `rebase --continue` failed)."""
+        config = config_file()
+        self._night_then_detach(config, server)
+        git(repo, "checkout", "--quiet", "-b", "side", "main")
+        (repo / "greet.py").write_text("def greet():\n    return 'conflict'\n")
+        git(repo, "commit", "--quiet", "-am", "side")
+        rebase = subprocess.run(["git", "rebase", "side", "overnight/fix-greet"], cwd=repo, capture_output=True, text=True)
+        assert rebase.returncode != 0 and (repo / ".git" / "rebase-merge").exists()
+        tip = git(repo, "rev-parse", "overnight/fix-greet")
+        if dirty:
+            (worktree(config) / "scratch.txt").write_text("a person's\n")
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "branch_checked_out")
+        assert git(repo, "rev-parse", "overnight/fix-greet") == tip and (repo / ".git" / "rebase-merge").exists()
+        assert subprocess.run(["git", "symbolic-ref", "-q", "HEAD"], cwd=worktree(config)).returncode != 0  # still detached
+
+    def test_a_task_worktree_deleted_by_hand_while_its_branch_is_checked_out_is_skipped(self, config_file, server, repo, capsys):
+        """rm -rf of the worktree leaves its registration: git's first refusal is "missing but registered",
+        its second (after that is forgotten) "already checked out" — the skip, not an exit 2."""
+        config = config_file()
+        self._night_then_detach(config, server)
+        git(repo, "checkout", "--quiet", "overnight/fix-greet")
+        shutil.rmtree(worktree(config))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "branch_checked_out")
+
+    def test_commits_made_on_the_detached_head_are_kept_on_a_branch(self, config_file, server, repo):
+        """A person committed in the detached task worktree: putting it back on the branch must not leave
+        that commit to the reflog alone."""
+        config = config_file()
+        self._night_then_detach(config, server)
+        (worktree(config) / "review.txt").write_text("reviewed\n")
+        git(worktree(config), "add", "review.txt")
+        git(worktree(config), "commit", "--quiet", "-m", "review on the detached head")
+        theirs = git(worktree(config), "rev-parse", "HEAD")
+        server.enqueue(call("submit", {"summary": "nothing to do"}))
+        assert overnight("run", "--config", str(config)) == 0
+        kept = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)")
+        assert kept and git(repo, "rev-parse", kept) == theirs

@@ -141,9 +141,12 @@ class TestRecovery:
             shared.close()
         with sqlite3.connect(store) as db:
             db.execute("UPDATE iterations SET started_at = '2020-01-01 00:00:00', heartbeat_at = '2020-01-01 00:00:00' WHERE id = ?", (old_iteration,))
-        [settled], _ = recover(load_config(config_b))
+        [settled], logs = recover(load_config(config_b))
         assert settled.id == old_iteration and outcome_of(store, old_iteration) == "interrupted"
         assert git(repo, "rev-parse", "overnight/fix-greet") == committed
+        # The person's note in B's worktree is kept before the worktree is cleaned for the night, as always.
+        [kept] = [e["branch"] for e in logs if e["event"] == "worktree_changes_kept"]
+        assert git(repo, "show", f"{kept}:REVIEW.txt") == "a person's note"
         assert [task["name"] for task in report_json(config_b, capsys)["tasks"]] == ["fix-greet"]
         assert report_json(config_b, capsys)["run"]["id"] != old_run
 
