@@ -31,6 +31,9 @@ class Transcript:
                     self._handle = self.path.open("x", encoding="utf-8", errors="backslashreplace")
                     break
                 except FileExistsError:
+                    if not self.path.is_file():  # not an earlier transcript: what opening it says is the answer
+                        self._handle = self.path.open("a", encoding="utf-8", errors="backslashreplace")
+                        break
                     self.path = path.with_name(f"{path.stem}.{attempt}{path.suffix}")
         except OSError as exc:
             raise _cannot_write(self.path, exc) from None
