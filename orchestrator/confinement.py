@@ -140,6 +140,22 @@ case "$command" in
       refuse "worktrees are overnight's: another task's holds its work, and this one is where this task works" ;;
   gc|pack-refs|prune|repack|maintenance)
     refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
+  remote)
+    # git remote runs no reference-transaction hook given through the environment: what it would
+    # delete or move among the user's remote-tracking refs is refused here.
+    case "${rest[0]}" in
+      prune|remove|rm|rename|set-head|update)
+        refuse "the remote-tracking branches are shared with the user's checkout; git fetch (without --prune) is fine" ;;
+    esac ;;
+  symbolic-ref)
+    # HEAD is this worktree's own; any other name is a ref the user's repository shares.
+    names=()
+    for arg in "${rest[@]}"; do
+      [[ "$arg" == -* ]] || names+=("$arg")
+    done
+    if [[ ${#names[@]} -ge 2 || " ${rest[*]} " == *" -d "* || " ${rest[*]} " == *" --delete "* ]] && [[ "${names[0]}" != HEAD ]]; then
+      refuse "only HEAD of this worktree may be pointed elsewhere; ${names[0]} is shared with the user's checkout"
+    fi ;;
   fetch|pull)
     # Tags a remote has and the user has not would be new shared refs, which the hook refuses; and a
     # prune (asked for, or `fetch.prune` set) would delete the user's remote-tracking refs.
@@ -150,6 +166,11 @@ case "$command" in
           case "$arg" in
             --) options= ;;
             -p|--prune|-P|--prune-tags) continue ;;
+            -[afkmnpPqtuv46]*)  # a cluster of flags (-pq): without its p and P
+              if [[ "$arg" =~ ^-[afkmnpPqtuv46]+$ ]]; then
+                arg=${arg//[pP]/}
+                [[ "$arg" == - ]] && continue
+              fi ;;
           esac
         fi
         kept+=("$arg")

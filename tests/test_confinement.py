@@ -79,6 +79,10 @@ SHARED_REF_CHANGES = {
     "expire the reflogs": "git reflog expire --expire=now --all",
     "housekeeping": "git gc -q",
     "delete a remote-tracking branch": "git branch -d -r origin/main",
+    "prune the remote-tracking branches": "git remote prune origin",
+    "remove the remote": "git remote remove origin",
+    "rename the remote": "git remote rename origin upstream",
+    "point the user's branch elsewhere": "git symbolic-ref refs/heads/main refs/heads/overnight/fix",
 }
 
 
@@ -137,7 +141,9 @@ class TestOwnRepositories:
         assert {key: value for key, value in users_repository(repo).items() if key != "refs"} == {k: v for k, v in before.items() if k != "refs"}
 
 
-    @pytest.mark.parametrize("fetch", ["git fetch -q --prune origin", "git -c fetch.prune=true fetch -q origin", "git pull -q -p origin main", "git fetch -q -p -- origin"])
+    @pytest.mark.parametrize(
+        "fetch", ["git fetch -q --prune origin", "git -c fetch.prune=true fetch -q origin", "git pull -q -p origin main", "git fetch -q -p -- origin", "git fetch -pq origin"]
+    )
     def test_a_fetch_prunes_none_of_the_users_remote_tracking_branches(self, agent: Any, repo: Path, tmp_path: Path, fetch: str) -> None:
         """The remote deleted `feature`: `origin/feature` may be the user's last name for its commits; the fetch works and keeps it."""
         git(repo, "push", "-q", "origin", "HEAD:refs/heads/feature")
