@@ -394,9 +394,7 @@ class Worktree:
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
-        # --sparse: in a sparse checkout, also what the agent wrote outside it (git >= 2.34).
-        sparse = ("--sparse",) if (self._admin / "info" / "sparse-checkout").exists() else ()
-        if self._git("add", "--all", "--verbose", *sparse).strip() or self._has_staged_changes():
+        if self._add_all().strip() or self._has_staged_changes():
             try:
                 self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
             except git.GitCommandError:
@@ -405,6 +403,20 @@ class Worktree:
                     raise
         self._nothing_left_behind()
         return self.checkpoint()
+
+    def _add_all(self) -> str:
+        """`git add --all --verbose`; in a sparse checkout with --sparse, which also takes what the agent
+        wrote outside it (git >= 2.34: an older git, which has no such option, adds without it)."""
+        import git
+
+        if not (self._admin / "info" / "sparse-checkout").exists():
+            return self._git("add", "--all", "--verbose")
+        try:
+            return self._git("add", "--all", "--verbose", "--sparse")
+        except git.GitCommandError as exc:
+            if "sparse" not in str(exc.stderr) or "unknown option" not in str(exc.stderr):
+                raise
+            return self._git("add", "--all", "--verbose")
 
     def _nothing_left_behind(self) -> None:
         """QualityError when a change is still uncommitted after the commit: edits inside a submodule

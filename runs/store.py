@@ -171,7 +171,8 @@ def _add_missing_columns(engine: Engine) -> None:
                     try:
                         connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
                     except OperationalError as exc:
-                        if "lock timeout" in str(exc):
+                        # 55P03 lock_not_available, in whatever language the server speaks.
+                        if getattr(exc.orig, "sqlstate", None) == "55P03":
                             raise _TableBusy(
                                 f"adding the column {column.name} to the table {table.name} waited {MIGRATION_LOCK_TIMEOUT_S:g} s "
                                 "for another session's open transaction on it; end that session (psql, a report tool), then run again"

@@ -123,6 +123,24 @@ def test_a_filter_program_not_installed_is_named_in_the_error(repo: Path, tmp_pa
     assert "git-lfs-not-installed" in str(refused.value) and "not found" in str(refused.value)
 
 
+def test_a_sparse_worktree_commits_with_a_git_older_than_add_sparse(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git 2.31-2.33 has no `add --sparse`: the commit in a sparse checkout adds without it, not an error every iteration."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    git(tree.path, "sparse-checkout", "set", "--no-cone", "/*.py")
+    real = shutil.which("git")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(
+        f"#!/bin/sh\nfor arg; do [ \"$arg\" = --sparse ] && {{ echo \"error: unknown option \\`sparse'\" >&2; exit 129; }}; done\nexec {real} \"$@\"\n"
+    )
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")  # its git environment is taken when it is made
+    (tree.path / "new.py").write_text("x = 1\n")
+    commit = tree.commit("overnight: fix iteration 1")
+    assert git(repo, "show", f"{commit}:new.py") == "x = 1"
+
+
 def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, tmp_path: Path) -> None:
     """A night killed between `worktree add --no-checkout` and the checkout leaves an empty worktree; the next ensure fills it."""
     state = tmp_path / "state"
