@@ -314,8 +314,8 @@ class Worktree:
         excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
         self._git("clean", "-ffdxq", *excludes)
-        if (self.path / ".gitmodules").exists():  # edits inside checked-out submodules: reset and clean does not reach them
-            self._git("submodule", "--quiet", "foreach", "--recursive", "git reset --hard --quiet && git clean -ffdxq")
+        if (self.path / ".gitmodules").exists():
+            self._roll_back_submodules()
 
     def keep_changes(self, branch: str, message: str) -> str | None:
         """Save what differs from HEAD (files changed, added, deleted; not ignored ones, nor `keep`
@@ -418,13 +418,46 @@ class Worktree:
                 raise
             return self._git("add", "--all", "--verbose")
 
+    def _roll_back_submodules(self) -> None:
+        """What reset and clean do not reach: the checked-out submodules back on the commits the
+        checkpoint records (the agent may have checked out another), cleaned; files the agent wrote
+        into a submodule's folder that was never checked out (git sees none of them) removed."""
+        import git
+
+        try:
+            self._git("submodule", "--quiet", "update", "--force", "--recursive", "--no-fetch")
+        except git.GitCommandError:
+            pass  # a recorded commit this clone lacks: at least each is reset to its own HEAD below
+        self._git("submodule", "--quiet", "foreach", "--recursive", "git reset --hard --quiet && git clean -ffdxq")
+        for folder in self._unpopulated_submodules():
+            for entry in list(folder.iterdir()):
+                if entry.is_dir() and not entry.is_symlink():
+                    make_writable(entry)
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+
+    def _unpopulated_submodules(self) -> list[Path]:
+        """The folders of submodules .gitmodules names that are not checked out, and hold files."""
+        try:
+            text = (self.path / ".gitmodules").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        found = []
+        for match in _SUBMODULE_PATH.finditer(text):
+            folder = self.path / match.group(1).strip().strip('"')
+            if folder.is_dir() and not folder.is_symlink() and not os.path.lexists(folder / ".git") and any(folder.iterdir()):
+                found.append(folder)
+        return found
+
     def _nothing_left_behind(self) -> None:
         """QualityError when a change is still uncommitted after the commit: edits inside a submodule
-        (another repository: `add` records only which commit it is on), which the check passed on and no
-        commit of the task's holds. Asked only where there are submodules (a file's existence otherwise)."""
+        (another repository: `add` records only which commit it is on; in one never checked out, git
+        does not even see them), which the check passed on and no commit of the task's holds. Asked
+        only where there are submodules (a file's existence otherwise)."""
         if not (self.path / ".gitmodules").exists():
             return
-        left = self.uncommitted_paths()
+        left = self.uncommitted_paths() + [f"{folder.relative_to(self.path).as_posix()}/" for folder in self._unpopulated_submodules()]
         if left:
             raise QualityError(
                 "iteration_error",
@@ -605,6 +638,8 @@ def forget_missing(common: Path, path: Path) -> None:
             shutil.rmtree(admin, ignore_errors=True)
 
 
+# A submodule's folder in .gitmodules.
+_SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.MULTILINE)
 # git's words for a branch another worktree has checked out (2.42 and later: "already used by worktree at").
 _CHECKED_OUT_AT = re.compile(r"is already (?:checked out|used by worktree) at '(.+)'")
 # What git says when the state dir's disk, not the configuration, is at fault. (A checkout that

@@ -543,3 +543,45 @@ class TestTheBranchUnderReviewToo:
         assert overnight("run", "--config", str(config)) == 0
         kept = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)")
         assert kept and git(repo, "rev-parse", kept) == theirs
+
+
+class TestSubmodulesToo:
+    """A review of the first submodule fix found these."""
+
+    def _with_submodule(self, repo: Path, tmp_path: Path) -> Path:
+        library = make_repo(tmp_path / "library", {"lib.py": "x = 1\n"})
+        git(library, "commit", "-q", "--allow-empty", "-m", "second")
+        git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "vendor/lib")
+        git(repo, "commit", "-q", "-m", "vendor lib")
+        return library
+
+    def test_files_written_into_a_submodule_never_checked_out_are_no_success(self, config_file, server, repo, tmp_path, capsys):
+        """overnight's worktrees do not check submodules out: the folder is empty, and what the agent writes
+        there git does not see at all. It was `succeeded` with no commit, the files left for later nights."""
+        self._with_submodule(repo, tmp_path)
+        config = config_file(tasks=[{"name": "lib", "prompt": "p", "check": "test -f vendor/lib/lib.py"}], night={"max_iterations": 1})
+        server.enqueue(call("write_file", {"path": "vendor/lib/lib.py", "content": "x = 2\n"}), call("submit", {"summary": "s"}))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("failed", "iteration_error")
+        assert list((worktree(config, "lib") / "vendor" / "lib").iterdir()) == []
+
+    def test_a_rolled_back_iteration_puts_a_submodule_back_on_its_recorded_commit(self, config_file, server, repo, tmp_path, capsys):
+        """The agent checked the submodule out at another commit, and its iteration was rolled back: the
+        next iteration's commit carried the moved submodule with it."""
+        self._with_submodule(repo, tmp_path)
+        recorded = git(repo, "rev-parse", "HEAD:vendor/lib")
+        config = config_file(
+            tasks=[{"name": "lib", "prompt": "p", "check": "test -f done.txt", "tools": ["run_command", "write_file", "submit"]}],
+            night={"max_iterations": 2},
+        )
+        from orchestrator.worktree import Worktree
+
+        tree = Worktree.ensure(repo, config.parent / "state", "lib", "HEAD")
+        git(tree.path, "-c", "protocol.file.allow=always", "submodule", "update", "-q", "--init")
+        server.enqueue(
+            call("run_command", {"command": "git -C vendor/lib checkout -q HEAD~1"}), call("submit", {"summary": "not yet"}),
+            call("write_file", {"path": "done.txt", "content": "done\n"}), call("submit", {"summary": "done"}),
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(repo, "rev-parse", "overnight/lib:vendor/lib") == recorded
