@@ -142,19 +142,29 @@ case "$command" in
     refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
   remote)
     # git remote runs no reference-transaction hook given through the environment: what it would
-    # delete or move among the user's remote-tracking refs is refused here.
-    case "${rest[0]}" in
+    # delete or move among the user's remote-tracking refs is refused here (after -v, its one option).
+    sub=""
+    for arg in "${rest[@]}"; do
+      case "$arg" in -v|--verbose) ;; *) sub=$arg; break ;; esac
+    done
+    case "$sub" in
       prune|remove|rm|rename|set-head|update)
         refuse "the remote-tracking branches are shared with the user's checkout; git fetch (without --prune) is fine" ;;
     esac ;;
   symbolic-ref)
     # HEAD is this worktree's own; any other name is a ref the user's repository shares.
-    names=()
+    names=(); deleting=; skip=
     for arg in "${rest[@]}"; do
-      [[ "$arg" == -* ]] || names+=("$arg")
+      if [[ -n "$skip" ]]; then skip=; continue; fi
+      case "$arg" in
+        -m) skip=1 ;;  # its reason, the next word
+        -d|--delete) deleting=1 ;;
+        -*) ;;
+        *) names+=("$arg") ;;
+      esac
     done
-    if [[ ${#names[@]} -ge 2 || " ${rest[*]} " == *" -d "* || " ${rest[*]} " == *" --delete "* ]] && [[ "${names[0]}" != HEAD ]]; then
-      refuse "only HEAD of this worktree may be pointed elsewhere; ${names[0]} is shared with the user's checkout"
+    if [[ ${#names[@]} -ge 2 || -n "$deleting" ]] && [[ "${names[0]:-}" != HEAD ]]; then
+      refuse "only HEAD of this worktree may be pointed elsewhere; ${names[0]:-that ref} is shared with the user's checkout"
     fi ;;
   fetch|pull)
     # Tags a remote has and the user has not would be new shared refs, which the hook refuses; and a

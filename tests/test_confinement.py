@@ -83,6 +83,8 @@ SHARED_REF_CHANGES = {
     "remove the remote": "git remote remove origin",
     "rename the remote": "git remote rename origin upstream",
     "point the user's branch elsewhere": "git symbolic-ref refs/heads/main refs/heads/overnight/fix",
+    "point it elsewhere with a reason": "git symbolic-ref -m HEAD refs/heads/main refs/heads/overnight/fix",
+    "prune behind -v": "git remote -v prune origin",
 }
 
 
@@ -109,6 +111,8 @@ class TestSharedRefs:
             "git switch -q --detach && git switch -q overnight/fix",
             CHANGE + "git commit -qam three && git rebase -q --exec true HEAD~1",
             "git log --oneline -1 main && git stash list && git fetch -q origin && git bisect start && git bisect reset",
+            "git remote -v && git remote show origin >/dev/null && git symbolic-ref --short HEAD && git symbolic-ref HEAD "
+            "&& git symbolic-ref -m why HEAD refs/heads/overnight/fix",
         ]
         for command in commands:
             result = agent(command)
