@@ -438,14 +438,15 @@ class Worktree:
                     entry.unlink()
 
     def _unpopulated_submodules(self) -> list[Path]:
-        """The folders of submodules .gitmodules names that are not checked out, and hold files."""
-        try:
-            text = (self.path / ".gitmodules").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
+        """The folders of submodules not checked out that hold files. The submodules are the index's
+        gitlinks, not what .gitmodules says: an entry left there after a submodule was vendored in
+        names a folder of tracked files."""
         found = []
-        for match in _SUBMODULE_PATH.finditer(text):
-            folder = self.path / match.group(1).strip().strip('"')
+        for entry in self._git("ls-files", "--stage", "-z").split("\0"):
+            mode, _, rest = entry.partition(" ")
+            if mode != _GITLINK:
+                continue
+            folder = self.path / rest.split("\t", 1)[1]
             if folder.is_dir() and not folder.is_symlink() and not os.path.lexists(folder / ".git") and any(folder.iterdir()):
                 found.append(folder)
         return found
@@ -638,8 +639,8 @@ def forget_missing(common: Path, path: Path) -> None:
             shutil.rmtree(admin, ignore_errors=True)
 
 
-# A submodule's folder in .gitmodules.
-_SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.MULTILINE)
+# The index's mode of a submodule's entry (a gitlink).
+_GITLINK = "160000"
 # git's words for a branch another worktree has checked out (2.42 and later: "already used by worktree at").
 _CHECKED_OUT_AT = re.compile(r"is already (?:checked out|used by worktree) at '(.+)'")
 # What git says when the state dir's disk, not the configuration, is at fault. (A checkout that

@@ -331,3 +331,21 @@ def test_rollback_puts_the_task_branch_back_whatever_git_the_agent_ran(repo: Pat
     (tree.path / "b.txt").write_text("2\n")
     made = tree.commit("overnight: fix iteration 2")
     assert git(repo, "rev-parse", "overnight/fix") == made != checkpoint
+
+
+def test_a_gitmodules_entry_left_after_a_submodule_was_vendored_in_deletes_nothing(repo: Path, tmp_path: Path) -> None:
+    """A submodule turned into plain tracked files, its .gitmodules entry left behind: the rollback took the
+    folder for an empty submodule and emptied it, and the next commit recorded the deletion (a review)."""
+    (repo / ".gitmodules").write_text('[submodule "vendor/lib"]\n\tpath = vendor/lib\n\turl = https://example.com/lib.git\n')
+    (repo / "vendor" / "lib").mkdir(parents=True)
+    (repo / "vendor" / "lib" / "lib.py").write_text("x = 1\n")
+    git(repo, "add", ".gitmodules", "vendor")
+    git(repo, "commit", "-q", "-m", "vendored lib")
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    checkpoint = tree.checkpoint()
+    (tree.path / "a.py").write_text("y = 2\n")
+    tree.rollback(checkpoint)
+    assert (tree.path / "vendor" / "lib" / "lib.py").read_text() == "x = 1\n"
+    (tree.path / "a.py").write_text("y = 2\n")
+    commit = tree.commit("overnight: fix iteration 1")
+    assert git(repo, "diff", "--name-status", checkpoint, commit) == "A\ta.py"
