@@ -145,7 +145,7 @@ case "$command" in
     # delete or move among the user's remote-tracking refs is refused here (after -v, its one option).
     sub=""
     for arg in "${rest[@]}"; do
-      case "$arg" in -v|--verbose) ;; *) sub=$arg; break ;; esac
+      case "$arg" in -*) ;; *) sub=$arg; break ;; esac  # before it, only -v and its spellings
     done
     case "$sub" in
       prune|remove|rm|rename|set-head|update)
@@ -153,13 +153,17 @@ case "$command" in
     esac ;;
   symbolic-ref)
     # HEAD is this worktree's own; any other name is a ref the user's repository shares.
-    names=(); deleting=; skip=
+    names=(); deleting=; skip=; ended=
     for arg in "${rest[@]}"; do
       if [[ -n "$skip" ]]; then skip=; continue; fi
+      if [[ -n "$ended" ]]; then names+=("$arg"); continue; fi
       case "$arg" in
-        -m) skip=1 ;;  # its reason, the next word
-        -d|--delete) deleting=1 ;;
-        -*) ;;
+        --) ended=1 ;;
+        --*) [[ "--delete" == "$arg"* ]] && deleting=1 ;;  # git takes --del for --delete
+        -*)
+          letters=${arg#-}
+          [[ "${letters%%m*}" == *d* ]] && deleting=1  # -d, or in a bundle (-qd) before any -m value
+          [[ "$letters" == *m ]] && skip=1 ;;  # -m or -qm: its reason is the next word
         *) names+=("$arg") ;;
       esac
     done

@@ -85,6 +85,9 @@ SHARED_REF_CHANGES = {
     "point the user's branch elsewhere": "git symbolic-ref refs/heads/main refs/heads/overnight/fix",
     "point it elsewhere with a reason": "git symbolic-ref -m HEAD refs/heads/main refs/heads/overnight/fix",
     "prune behind -v": "git remote -v prune origin",
+    "prune behind -vv": "git remote -vv prune origin",
+    "rename behind --verb": "git remote --verb rename origin upstream",
+    "point it elsewhere, options bundled": "git symbolic-ref -qm HEAD refs/heads/main refs/heads/overnight/fix",
 }
 
 
@@ -112,7 +115,7 @@ class TestSharedRefs:
             CHANGE + "git commit -qam three && git rebase -q --exec true HEAD~1",
             "git log --oneline -1 main && git stash list && git fetch -q origin && git bisect start && git bisect reset",
             "git remote -v && git remote show origin >/dev/null && git symbolic-ref --short HEAD && git symbolic-ref HEAD "
-            "&& git symbolic-ref -m why HEAD refs/heads/overnight/fix",
+            "&& git symbolic-ref -m why HEAD refs/heads/overnight/fix && git symbolic-ref -qm why HEAD refs/heads/overnight/fix",
         ]
         for command in commands:
             result = agent(command)
