@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import http.client
 import os
 import secrets
 import signal
@@ -130,9 +131,10 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
         keeper.watch()
         yield server
     finally:
+        pid = keeper.pid or keeper.last_pid
         code = keeper.stop()
-        if keeper.pid:
-            log.info("local_model_stopped", pid=keeper.pid, exit_code=code)
+        if pid:
+            log.info("local_model_stopped", pid=pid, exit_code=code)
 
 
 # How often the night's server is started again after dying; how often a start looks for another port.
@@ -157,7 +159,8 @@ class _Keeper:
         self._files, self._context, self._log_path, self._cancel, self._log = files, context, log_path, cancel, log
         self._process: subprocess.Popen | None = None
         self.port = 0
-        self.pid = 0  # the running server's (a restart changes it); 0 before the first start
+        self.pid = 0  # the running server's (a restart changes it); 0 while none runs
+        self.last_pid = 0  # the last one started
         self.returncode: int | None = None
         # A random name the server answers with (`--alias`): proof that the port's server is ours.
         self._alias = f"overnight-{secrets.token_hex(6)}"
@@ -200,7 +203,7 @@ class _Keeper:
             if self._stopping.is_set():  # stopped while it started: not kept
                 _stop(process)
                 raise Cancelled(self.why)
-            self._process, self.pid = process, process.pid
+            self._process, self.pid, self.last_pid = process, process.pid, process.pid
 
     def watch(self) -> None:
         self._watcher = threading.Thread(target=self._watch, name="local-model-watch", daemon=True)
@@ -212,7 +215,7 @@ class _Keeper:
             with self._lock:
                 if self._stopping.is_set() or self._process is None or self._process.poll() is None:
                     continue
-                dead, self._process = self._process, None
+                dead, self._process, self.pid = self._process, None, 0
             _running.discard(dead)
             self.returncode = dead.returncode
             self._log.warning(
@@ -421,7 +424,7 @@ def _read(url: str) -> str:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.read(65536).decode("utf-8", errors="replace")
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
         return ""
 
 
@@ -458,8 +461,8 @@ def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
-    except (urllib.error.URLError, OSError):
-        # 503 while the model loads, refused before the socket is bound.
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
+        # 503 while the model loads, refused before the socket is bound; not HTTP at all (another program).
         return False
 
 

@@ -387,3 +387,27 @@ def _health(server: LocalServer) -> int:
 def _models(server: LocalServer) -> str:
     with urllib.request.urlopen(server.url + "/models", timeout=5) as answer:
         return answer.read().decode()
+
+
+def test_a_port_that_answers_but_not_in_http_is_not_healthy() -> None:
+    """An SSH server (or any non-HTTP program) on the port: a bad status line, not a traceback in the start or the watcher."""
+    import socket
+    import threading
+
+    from orchestrator import local_model
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        for _ in range(2):
+            client, _ = listener.accept()
+            client.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            client.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        assert local_model._answers(url + "/health") is False
+        assert local_model._read(url + "/v1/models") == ""
+    finally:
+        listener.close()
