@@ -50,6 +50,18 @@ SAMPLE_FILES = {
 
 
 @pytest.fixture(autouse=True)
+def own_signal_handlers() -> Iterator[None]:
+    """A test that runs the CLI in this process leaves its SIGTERM/SIGINT/SIGHUP handlers (cancel the
+    night) behind: pytest itself then ignored a CI job's SIGTERM. Put back after each test."""
+    import signal
+
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    yield
+    for signum, handler in kept.items():
+        signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
 def fresh_logging() -> Iterator[None]:
     """Each test starts with structlog's defaults, never a stream a previous test closed."""
     import structlog
