@@ -250,7 +250,7 @@ def _process_gone(run: object) -> bool:
     """A run recorded as running whose process, on this host, no longer exists."""
     import socket
 
-    from orchestrator.recovery import pid_alive
+    from orchestrator.commands import pid_alive
 
     return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid)  # type: ignore[attr-defined]
 

@@ -533,3 +533,20 @@ class _OutputCollector(threading.Thread):
             tail = b"".join(self._tail).decode("utf-8", errors="replace")
         # Colours and cursor moves (a tool run with FORCE_COLOR, say) are noise to a small model and to notes.md.
         return _as_a_terminal_shows(_TERMINAL_ESCAPE.sub("", head + tail))
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid runs on this host (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"

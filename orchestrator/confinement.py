@@ -43,7 +43,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.commands import WORKTREE_GIT_CONFIG
+from orchestrator.commands import WORKTREE_GIT_CONFIG, pid_alive
+from orchestrator.files import replace_file
 
 SCREEN_PROGRAMS = (
     "vi", "vim", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe", "micro", "mcedit",
@@ -281,10 +282,9 @@ _COPY_HEADER = b"overnight: a copy of "
 
 
 def _save_copy(copy: Path, path: str, before: bytes) -> None:
-    """Whole or not at all, so that recovery never puts back half a config."""
-    spare = copy.with_name(copy.name + ".tmp")
-    spare.write_bytes(_COPY_HEADER + os.fsencode(path) + b"\n" + before)
-    os.replace(spare, copy)
+    """Whole or not at all, so that recovery never puts back half a config. Not synced (one write per
+    agent command): what a killed process wrote survives it; a power loss may take the copy."""
+    replace_file(copy, _COPY_HEADER + os.fsencode(path) + b"\n" + before, sync=False)
 
 
 def restore_config_copy(copy: Path) -> str | None:
@@ -371,20 +371,10 @@ def remove_abandoned_folders() -> list[Path]:
                 pid = int((folder / "pid").read_text())
             except (OSError, ValueError):
                 continue  # not one with an owner to ask (an older version's, another's): left alone
-            if pid != os.getpid() and not _process_exists(pid):
+            if pid != os.getpid() and not pid_alive(pid):
                 _remove(folder)
                 removed.append(folder)
     return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def user_cache_folders(name: str) -> list[Path]:

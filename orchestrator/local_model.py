@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.config import Config, ModelConfig
+from orchestrator.commands import pid_alive
 from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
 
@@ -308,18 +309,8 @@ def _remove_abandoned_partials(folder: Path, name: str) -> None:
     with contextlib.suppress(OSError):
         for partial in folder.glob(f"{name}.*.partial"):
             pid = partial.name[len(name) + 1 : -len(".partial")]
-            if pid.isdigit() and int(pid) != os.getpid() and not _process_exists(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
                 partial.unlink(missing_ok=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _model_dirs(state_dir: Path) -> list[Path]:

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands import stop_marked_processes
+from orchestrator.commands import pid_alive, stop_marked_processes
 from orchestrator.config import GIT_CONFIG_COPY, Config
 from orchestrator.confinement import remove_abandoned_folders, restore_config_copy
 from orchestrator.errors import StateError
@@ -39,7 +39,7 @@ from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook, stamp
-from orchestrator.worktree import KEPT_BRANCH_PREFIX, Worktree, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
+from orchestrator.worktree import Worktree, branch_for, forget_missing, git_reason, kept_branch, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -164,23 +164,6 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
         store.note_written(iteration.id)
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid runs on this host (a zombie counts as dead)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state != "Z"
-
-
 def _is_orphaned(iteration: Any, run: Any, lease: Any, host: str, me: int, now: datetime, stale_after: timedelta) -> bool:
     if run.host == host and (iteration.pid == me or not pid_alive(iteration.pid)):
         return True
@@ -271,8 +254,7 @@ def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, log: Any
     """Changes in a worktree no iteration was running in are not the agent's: most likely a person's
     (the morning's review, edited where git lets the task branch be checked out). They are kept on
     a branch of their own before the worktree is cleaned for the night."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    branch = f"{KEPT_BRANCH_PREFIX}{task}/{stamp}"
+    branch = kept_branch(task)
     message = f"Changes found in overnight's worktree of task {task} with no iteration running, kept before it was cleaned"
     # When they cannot be kept (StateError), cleaning would lose them: the night stops (exit 4), everything as it is.
     if worktree.keep_changes(branch, message) is not None:
@@ -377,7 +359,7 @@ def _release_dead_leases(store: Any, leases: Any, host: str, me: int, state_id: 
 
 def _remove_stale_temp_files(state_dir: Path, log: Any) -> None:
     """notes.md's and the git config copy's half-written temporary files: never renamed into place, so only debris."""
-    for temporary in [*state_dir.glob(".notes.md.*.tmp"), *state_dir.glob(f"{GIT_CONFIG_COPY}.tmp")]:
+    for temporary in [*state_dir.glob(".notes.md.*.tmp"), *state_dir.glob(f".{GIT_CONFIG_COPY}.*.tmp")]:
         temporary.unlink(missing_ok=True)
         log.info("temp_file_removed", path=str(temporary))
 

@@ -251,7 +251,7 @@ def _fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
 def _interrupted_night(config: Config) -> datetime | None:
     """The fire time of a night that began within the grace and died without ending (power lost,
     serve and night killed together): its fire time, for serve to run it again now. None otherwise."""
-    from orchestrator.recovery import pid_alive
+    from orchestrator.commands import pid_alive
 
     try:
         found = _latest_run_since_fire(config)

@@ -58,6 +58,11 @@ class BranchCheckedOut(ConfigError):
 KEPT_BRANCH_PREFIX = "overnight-kept/"
 
 
+def kept_branch(task: str) -> str:
+    """A new `overnight-kept/<task>/<UTC time>` branch name."""
+    return f"{KEPT_BRANCH_PREFIX}{task}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
+
+
 def branches_held_by_operations(common: Path, exclude: Path | None = None) -> dict[str, tuple[Path, str]]:
     """Branches a rebase or a bisect in some worktree holds (`git branch -D` and `checkout` elsewhere
     refuse them), with that worktree's folder and what is under way. `git worktree list` shows such
@@ -227,11 +232,11 @@ class Worktree:
         """
         import git
 
+        if self._head_file() == f"ref: refs/heads/{self.branch}":
+            return
         taken = self.held_elsewhere()
         if taken is not None:
             raise BranchCheckedOut(task, self.branch, taken)
-        if self._head_file() == f"ref: refs/heads/{self.branch}":
-            return
         try:
             if self._git("branch", "--list", self.branch).strip():
                 self._keep_commits_only_head_has(task)
@@ -254,7 +259,7 @@ class Worktree:
         except git.GitCommandError as exc:
             if exc.status != 1:
                 raise
-        kept = f"{KEPT_BRANCH_PREFIX}{task}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
+        kept = kept_branch(task)
         self._git("branch", kept, "HEAD")
         from orchestrator.logs import get_logger
 

@@ -141,43 +141,47 @@ def _create_schema(engine: Engine) -> None:
             time.sleep(random.uniform(0.01, 0.05))
 
 
+def _missing_columns(engine: Engine) -> list[tuple[Any, Any]]:
+    """(table, column) this version maps that the store's existing tables lack (an older version made them)."""
+    inspector = inspect(engine)
+    missing = []
+    for table in Base.metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        missing += [(table, column) for column in table.columns if column.name not in present]
+    return missing
+
+
 def _lacks_columns(engine: Engine) -> bool:
-    """Whether a table of the store lacks a column this version maps (an older version made it)."""
+    """Whether the store was made by an older version (a column of this one's is missing)."""
     try:
-        inspector = inspect(engine)
-        return any(
-            {column.name for column in table.columns} - {column["name"] for column in inspector.get_columns(table.name)}
-            for table in Base.metadata.sorted_tables
-            if inspector.has_table(table.name)
-        )
+        return bool(_missing_columns(engine))
     except SQLAlchemyError:
         return False  # what the read then meets says what is wrong
 
 
 def _add_missing_columns(engine: Engine) -> None:
     """Nullable columns a newer overnight added to a table an older one made (no migration tool for one column)."""
-    inspector = inspect(engine)
-    for table in Base.metadata.sorted_tables:
-        present = {column["name"] for column in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in present and column.nullable:
-                kind = column.type.compile(dialect=engine.dialect)
-                with engine.begin() as connection:
-                    if engine.dialect.name == "postgresql":
-                        # ALTER waits for every open transaction on the table (a psql session left in one,
-                        # a report tool), and every machine's next statement then waits behind it: a night
-                        # would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
-                        connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT_S * 1000)}ms'")
-                    try:
-                        connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
-                    except OperationalError as exc:
-                        # 55P03 lock_not_available, in whatever language the server speaks.
-                        if getattr(exc.orig, "sqlstate", None) == "55P03":
-                            raise _TableBusy(
-                                f"adding the column {column.name} to the table {table.name} waited {MIGRATION_LOCK_TIMEOUT_S:g} s "
-                                "for another session's open transaction on it; end that session (psql, a report tool), then run again"
-                            ) from None
-                        raise
+    for table, column in _missing_columns(engine):
+        if column.nullable:
+            kind = column.type.compile(dialect=engine.dialect)
+            with engine.begin() as connection:
+                if engine.dialect.name == "postgresql":
+                    # ALTER waits for every open transaction on the table (a psql session left in one,
+                    # a report tool), and every machine's next statement then waits behind it: a night
+                    # would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
+                    connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT_S * 1000)}ms'")
+                try:
+                    connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+                except OperationalError as exc:
+                    # 55P03 lock_not_available, in whatever language the server speaks.
+                    if getattr(exc.orig, "sqlstate", None) == "55P03":
+                        raise _TableBusy(
+                            f"adding the column {column.name} to the table {table.name} waited {MIGRATION_LOCK_TIMEOUT_S:g} s "
+                            "for another session's open transaction on it; end that session (psql, a report tool), then run again"
+                        ) from None
+                    raise
 
 
 # How long adding a column may wait for the table on PostgreSQL.
