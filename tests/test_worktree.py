@@ -13,6 +13,7 @@ import pytest
 import structlog
 
 from orchestrator.config import load_config
+from orchestrator.errors import StateError
 from orchestrator.gc import collect_garbage
 from orchestrator.lock import StateLock
 from orchestrator.recovery import recover_interrupted
@@ -226,6 +227,20 @@ def test_checkpoint_reads_the_same_commit_git_does(repo: Path, tmp_path: Path) -
     tree.commit("one")
     git(repo, "pack-refs", "--all")  # refs moved into packed-refs are still found
     assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD")
+    # HEAD through a symbolic ref to the branch, then detached: read as git reads them.
+    git(tree.path, "symbolic-ref", "refs/heads/alias", "refs/heads/overnight/fix")
+    git(tree.path, "symbolic-ref", "HEAD", "refs/heads/alias")
+    assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD") == git(repo, "rev-parse", "overnight/fix")
+    git(tree.path, "checkout", "--quiet", "--detach", "HEAD~1")
+    assert tree.checkpoint() == git(tree.path, "rev-parse", "HEAD") == git(repo, "rev-parse", "overnight/fix~1")
+
+
+def test_a_branch_with_no_commit_is_no_checkpoint(repo: Path, tmp_path: Path) -> None:
+    """HEAD naming a branch that has no commit (the agent's `git checkout --orphan`) is a one-line StateError."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+    git(tree.path, "checkout", "--quiet", "--orphan", "nothing-yet")
+    with pytest.raises(StateError, match="has no commit checked out"):
+        tree.checkpoint()
 
 
 def test_many_threads_sharing_one_repository_all_get_their_worktree(repo: Path, tmp_path: Path) -> None:
