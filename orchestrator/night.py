@@ -86,6 +86,10 @@ class _Night:
         self.run_id = run_id
         self.state_id = state_id
         self.notes = NotesBook(parts.config.notes_path)
+        # Resolved once for the night: each resolution asks the file system about every folder of
+        # the path, and every task's start asked for these several times, under the night's lock.
+        self.repo_path, self.state_dir = parts.config.repo_path, parts.config.state_dir
+        self.transcripts_dir, self.git_config_copy = parts.config.transcripts_dir, parts.config.git_config_copy
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
         self._repository_key = shared_repository_key(parts.config, parts.repo)
@@ -128,7 +132,7 @@ class _Night:
             return
         task, config = self._not_asked.popleft(), self.parts.config
         self._worktrees[task.name] = self._worktree_maker.submit(
-            Worktree.ensure, config.repo_path, config.state_dir, task.name, config.repo.base, config.repo.keep, repo=self._repo
+            Worktree.ensure, self.repo_path, self.state_dir, task.name, config.repo.base, config.repo.keep, repo=self._repo
         )
 
     def close(self) -> None:
@@ -333,13 +337,13 @@ def _task_setup(
             command_timeout_s=config.night.command_timeout_s,
             max_output_chars=output_cap_for(parts.context_window),
             cancel=cancel,
-            confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config, config_copy=config.git_config_copy),
+            confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config, config_copy=night.git_config_copy),
         ),
         guards=parts.guards_factory(),
         notes=night.notes,
         store=parts.store,
         task_run_id=task_run_id,
-        transcripts_dir=config.transcripts_dir,
+        transcripts_dir=night.transcripts_dir,
         on_signal=on_signal,
         log=log,
         context_window=parts.context_window,

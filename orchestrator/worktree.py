@@ -205,17 +205,19 @@ class Worktree:
 
     git_timeout_s: float = GIT_TIMEOUT_S
 
-    def __init__(self, path: Path, branch: str, keep: Sequence[str] = (), *, common_dir: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, branch: str, keep: Sequence[str] = (), *, common_dir: Path | None = None, admin: Path | None = None
+    ) -> None:
         """The registered worktree at `path`, of the repository at `common_dir` (its git common dir).
 
         Without `common_dir` (recovery), a link the agent broke is repaired when its
         registration can be found from the broken link or the repository above `path`;
-        otherwise StateError.
+        otherwise StateError. `admin`: `admin_dir(path, common_dir)`, when the caller has just found it.
         """
         self.path = path
         self.branch = branch
         self.keep = tuple(keep)
-        admin = admin_dir(path, common_dir)
+        admin = admin if admin is not None else admin_dir(path, common_dir)
         if admin is None:
             raise StateError(f"worktree {path}: its .git link is missing or broken and no repository registers it")
         self._admin = Path(os.path.abspath(admin))
@@ -250,12 +252,13 @@ class Worktree:
         common = Path(repo.common_dir)
         # Found registered on every night after a task's first, from two small files: no lock needed.
         # (Also when the agent broke the link: the registration names the folder, and the link is repaired.)
-        if admin_dir(path, common) is None:
+        admin = admin_dir(path, common)
+        if admin is None:
             with _REGISTER_LOCK:
                 # A folder moved here with the state dir is registered where it was: repaired, not made anew.
                 if admin_dir(path, common) is None and not repair_moved(repo, path):
                     _register(repo, state_dir, path, task, branch, base)
-        worktree = cls(path, branch, keep, common_dir=common)
+        worktree = cls(path, branch, keep, common_dir=common, admin=admin)
         if not (worktree._admin / "index").exists():
             # Registered with --no-checkout, just now or by a night killed before this step:
             # check the files out (an empty index would commit every file as deleted).
@@ -833,7 +836,7 @@ def _names_back(admin: Path, path: Path) -> bool:
     except OSError:
         return False
     # The folder resolved, not `.git` itself: a `.git` the agent made a symlink must not lead elsewhere.
-    return back.name == ".git" and back.parent.resolve() == path.resolve()
+    return back.name == ".git" and (back.parent == path or back.parent.resolve() == path.resolve())
 
 
 def _common_of(gitdir: Path) -> Path:
