@@ -20,7 +20,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping
+
+from orchestrator.secrecy import without_secrets
 
 TIMEOUT_EXIT_CODE = 124
 # In the environment of every process overnight starts (its own git too): nothing may wait for a person.
@@ -99,18 +101,27 @@ class CommandResult:
 
 
 def run_shell(
-    command: str, cwd: Path, timeout_s: float, max_output_chars: int, cancel: Any = None, *, extra_env: Mapping[str, str] | None = None
+    command: str,
+    cwd: Path,
+    timeout_s: float,
+    max_output_chars: int,
+    cancel: Any = None,
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    pass_env: Collection[str] = (),
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; kill its whole process group after `timeout_s`.
 
     With a `cancel` token (orchestrator.cancel.CancelToken), a cancellation kills
     the command too and raises Cancelled once the process group is gone.
-    `extra_env` goes on top of the environment below (the agent's commands: orchestrator/confinement.py).
+    The command runs without overnight's secret-named variables (orchestrator/secrecy.py)
+    but those named in `pass_env`; `extra_env` goes on top of the environment below (the
+    agent's commands: orchestrator/confinement.py).
     """
     started = time.monotonic()
     # The mark lets the next night's recovery find (and stop) a command a killed night left running.
     env = {
-        **base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
+        **without_secrets(base_environment(), pass_env), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
         COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": git_ceilings(cwd),
     }
     env.update(extra_env or {})
@@ -382,6 +393,20 @@ def stop_marked_processes(folder: Path, *, below: bool = False, created_after: P
     return stopped
 
 
+_no_sweep_said = threading.Event()
+
+
+def _say_no_sweep() -> None:
+    """Once a process: with no /proc (macOS, BSD) what a command left outside its process group is not found."""
+    if not _no_sweep_said.is_set():
+        _no_sweep_said.set()
+        from orchestrator.logs import get_logger
+
+        get_logger().warning(
+            "orphan_sweep_unavailable", reason="no /proc: processes a command started outside its process group (setsid, daemons) are not stopped"
+        )
+
+
 def _commands_processes(folder: Path, below: bool, created_after: ProcessClock | None = None) -> Iterator[tuple[int, bytes]]:
     """(pid, folder of its command) of each process, other than this one, that a command run in
     `folder` (`below`: under it) left; see stop_marked_processes.
@@ -395,6 +420,7 @@ def _commands_processes(folder: Path, below: bool, created_after: ProcessClock |
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
+        _say_no_sweep()
         return
     if created_after is not None:
         pids = created_after.made_since(pids)

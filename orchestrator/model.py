@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
+from orchestrator.secrecy import shown_url
 from orchestrator.surrogates import mend
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 from orchestrator import transports
@@ -377,12 +378,12 @@ class EndpointModel:
         return RuntimeError(f"model request rejected ({status}): {reason}")
 
     def _where(self) -> str:
-        return f"{self.config.api_base} ({self.config.name})" if self.config.api_base else self.config.name
+        return f"{shown_url(self.config.api_base)} ({self.config.name})" if self.config.api_base else self.config.name
 
     def _backoff(self, failures: int, retry_after: float | None = None) -> float:
         # Doubling, but never past MAX_BACKOFF_S a wait: 20 retries would otherwise sleep for weeks.
         ceiling = max(MAX_BACKOFF_S, self.config.retry_backoff_s)
-        wait = min(self.config.retry_backoff_s * 2 ** min(failures - 1, 32), ceiling) * random.uniform(0.75, 1.25)
+        wait = min(self.config.retry_backoff_s * 2 ** min(failures - 1, 32) * random.uniform(0.75, 1.25), ceiling)
         # A server's Retry-After is the least it will take, within the same ceiling.
         return max(wait, min(retry_after or 0.0, ceiling))
 

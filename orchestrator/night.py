@@ -30,6 +30,7 @@ from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
+from orchestrator.secrecy import Redactor, withheld
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
 from runs.store import sqlite_files
@@ -90,6 +91,8 @@ class _Night:
         # the path, and every task's start asked for these several times, under the night's lock.
         self.repo_path, self.state_dir = parts.config.repo_path, parts.config.state_dir
         self.transcripts_dir, self.git_config_copy = parts.config.transcripts_dir, parts.config.git_config_copy
+        model = parts.config.model
+        self.redact = Redactor.for_night(api_key=model.api_key, store_url=parts.config.store_url, api_base=model.api_base)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
         self._repository_key = shared_repository_key(parts.config, parts.repo)
@@ -172,6 +175,9 @@ def run_night(parts: NightParts) -> NightResult:
     run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id)
     night = _Night(parts, run_id, state_id)
     night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
+    if hidden := withheld(os.environ):
+        # Names only: a check that needs one fails, and this says why (a task's pass_env lets it through).
+        night.log.info("secrets_withheld", names=hidden)
     pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
     futures = [pool.submit(_run_task, night, task) for task in config.task]
     abandoned = False  # a second Ctrl-C: the iterations in flight are left to the next night's recovery
@@ -338,6 +344,8 @@ def _task_setup(
             max_output_chars=output_cap_for(parts.context_window),
             cancel=cancel,
             confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config, config_copy=night.git_config_copy),
+            pass_env=task.pass_env,
+            redact=night.redact,
         ),
         guards=parts.guards_factory(),
         notes=night.notes,
@@ -350,6 +358,8 @@ def _task_setup(
         cancel=cancel,
         budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
         lease=lease,
+        redact=night.redact,
+        max_file_bytes=int(config.repo.max_file_mb * 1_000_000),
     )
 
 

@@ -106,11 +106,12 @@ class Workspace(Protocol):
         """Back to `checkpoint` exactly: modified, new (ignored too) and deleted files."""
         ...
 
-    def commit(self, message: str, onto: str | None = None) -> str:
-        """Everything in the worktree, committed on the task's branch on top of `onto` (the checkpoint); the new HEAD."""
+    def commit(self, message: str, onto: str | None = None, max_file_bytes: int = 0) -> str:
+        """Everything in the worktree, committed on the task's branch on top of `onto` (the checkpoint); the new HEAD.
+        QualityError (`file_too_large`) for a file of more than `max_file_bytes` (0: no limit)."""
         ...
 
-    def run_check(self, command: str, timeout_s: float, cancel: Any = None) -> CheckResult: ...
+    def run_check(self, command: str, timeout_s: float, cancel: Any = None, pass_env: Sequence[str] = ()) -> CheckResult: ...
 
 
 class NotesBook(Protocol):

@@ -20,6 +20,9 @@ import regex
 
 # A search of a project takes well under a second; one still matching after this long is backtracking.
 SEARCH_TIMEOUT_S = 10.0
+# A file's search begun just before that still gets this long: a pattern that outlasts it on one
+# file (of at most 2 MB) is backtracking, not slow.
+FILE_MIN_TIME_S = 1.0
 # Escapes that match neither a line break nor anything across one (\b and \B see the break
 # as a non-word character, as they see a line's start and end).
 _ONE_LINE_ESCAPES = frozenset("dwSbB")

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
 import time
 from bisect import bisect_right
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from orchestrator import search
-from orchestrator.commands import cap_text, how_it_ended, run_shell
+from orchestrator.commands import UNATTENDED_ENV, base_environment, cap_text, git_ceilings, how_it_ended, run_shell
 from orchestrator.config import ALL_TOOLS, check_tool_names
 from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
 from orchestrator.files import replace_file, write_over
@@ -167,10 +168,14 @@ class Toolbox:
         max_output_chars: int = DEFAULT_OUTPUT_CHARS,
         cancel: Any = None,
         confinement: Confinement | None = None,
+        pass_env: Sequence[str] = (),
+        redact: Callable[[str], str] = str,
     ) -> None:
         """`confinement`: the task's branch and the repository's shared config, which the agent's
         commands may not change (without it, in a folder that is no task's worktree, editors
-        are still refused and `git config --global` still kept from the user's)."""
+        are still refused and `git config --global` still kept from the user's). `pass_env`: the
+        secret-named variables the check (run_check) still gets, which the agent's own commands never
+        do; `redact`: what every output goes through (orchestrator/secrecy.py)."""
         check_tool_names(allowed)
         self.root = Path(root).resolve()
         self._root_text = str(self.root)
@@ -181,6 +186,8 @@ class Toolbox:
         self._max_output_chars = max_output_chars
         self._cancel = cancel
         self._confinement = confinement
+        self._pass_env = tuple(pass_env)
+        self._redact = redact
         self._handlers: dict[str, Callable[..., ToolResult]] = {
             "read_file": self._read_file,
             "write_file": self._write_file,
@@ -215,7 +222,7 @@ class Toolbox:
             return ToolResult(False, f"{call.name} failed: {exc.__class__.__name__}: {exc}")
         # A file name that is not UTF-8 comes back from the file system as lone surrogates, which
         # no transcript or database could write: shown as escapes (orchestrator/surrogates.py).
-        return ToolResult(result.ok, cap_text(mend(result.output), self._max_output_chars), result.submitted)
+        return ToolResult(result.ok, cap_text(self._redact(mend(result.output)), self._max_output_chars), result.submitted)
 
     # --- paths ---------------------------------------------------------------
 
@@ -406,20 +413,35 @@ class Toolbox:
         target = self._resolve(path)
         if not target.exists():
             raise _Refused(f"not found: {path!r}; use \".\" to search the whole project")
+        ignored = self._ignored_under(target) if target.is_dir() else set()
         deadline = time.monotonic() + search.SEARCH_TIMEOUT_S
         matches: list[str] = []
+        searched = 0
         try:
-            for file in self._files_under(target):
+            for file in self._files_under(target, ignored):
                 if self._cancel is not None:
                     self._cancel.raise_if_cancelled()
-                matches.extend(self._matches_in(file, compiled, MAX_SEARCH_MATCHES + 1 - len(matches), deadline))
+                now = time.monotonic()
+                if now > deadline:
+                    # Many files (a large project searched from its top): what was found so far,
+                    # and how to make the next search quicker.
+                    found = "\n".join(matches) + "\n" if matches else ""
+                    return ToolResult(
+                        bool(matches),
+                        f"{found}[search stopped after {search.SEARCH_TIMEOUT_S:g}s with {searched} files searched; "
+                        "give a narrower path, a folder]",
+                    )
+                # A file begun near the end still gets a moment of its own (files over 2 MB are skipped).
+                room = max(deadline, now + search.FILE_MIN_TIME_S)
+                matches.extend(self._matches_in(file, compiled, MAX_SEARCH_MATCHES + 1 - len(matches), room))
+                searched += 1
                 if len(matches) > MAX_SEARCH_MATCHES:
                     shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
                     return ToolResult(
                         True,
                         f"{shown}\n[stopped after {MAX_SEARCH_MATCHES} matches; use a narrower pattern or path]",
                     )
-        except TimeoutError:
+        except TimeoutError:  # inside one file's text: the pattern
             raise _Refused(
                 f"search stopped after {search.SEARCH_TIMEOUT_S:g}s: the pattern {pattern!r} backtracks too much; "
                 "search for plain text, or a pattern without nested repeats like (a+)+"
@@ -428,22 +450,45 @@ class Toolbox:
             return ToolResult(True, f"no matches for {pattern!r} in {path}")
         return ToolResult(True, "\n".join(matches))
 
-    def _files_under(self, target: Path):
+    def _files_under(self, target: Path, ignored: set[str]):
         if target.is_file():
             yield target
             return
+        # os.walk follows no folder link, and `target` has none (_resolve): only a file that is a
+        # link needs resolving (resolving every file was half of a large project's search).
         for folder, dirs, files in os.walk(target):
-            dirs[:] = sorted(d for d in dirs if not _is_git(d) and d not in _SEARCH_SKIP_DIRS)
+            dirs[:] = sorted(
+                d for d in dirs if not _is_git(d) and d not in _SEARCH_SKIP_DIRS and os.path.join(folder, d) + "/" not in ignored
+            )
             # A worktree's or submodule's `.git` is a file, naming where its repository lies.
-            for name in sorted(name for name in files if not _is_git(name)):
-                file = Path(folder) / name
-                # A symlinked file may point out of the project, or loop; such files are not searched.
-                try:
-                    inside = file.resolve().is_relative_to(self.root)
-                except RuntimeError:
-                    continue
-                if inside:
-                    yield file
+            for name in sorted(name for name in files if not _is_git(name) and os.path.join(folder, name) not in ignored):
+                file = Path(folder, name)
+                if os.path.islink(file):
+                    # It may point out of the project, or loop; such files are not searched.
+                    try:
+                        if not file.resolve().is_relative_to(self.root):
+                            continue
+                    except (OSError, RuntimeError):
+                        continue
+                yield file
+
+    def _ignored_under(self, target: Path) -> set[str]:
+        """The untracked files and folders (these ending in "/") under `target` that git ignores, as
+        paths below `target`'s own: generated output (build/, dist/) that would crowd out the
+        project's own lines. Empty when `target` is itself ignored (searched as asked), or git cannot
+        tell (the agent broke the worktree's .git link: everything is searched, as before)."""
+        env = {**base_environment(), **UNATTENDED_ENV, "GIT_CEILING_DIRECTORIES": git_ceilings(self.root), "GIT_OPTIONAL_LOCKS": "0"}
+        try:
+            listed = subprocess.run(
+                ["git", "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
+                cwd=target, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=search.SEARCH_TIMEOUT_S,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return set()
+        names = [name for name in os.fsdecode(listed.stdout).split("\0") if name] if listed.returncode == 0 else []
+        if "./" in names:
+            return set()
+        return {os.path.join(target, name) for name in names}
 
     def _matches_in(self, file: Path, pattern: regex.Pattern[str], limit: int, deadline: float) -> list[str]:
         """`file:line: text` for the first `limit` matching lines of a text file; see orchestrator/search.py."""
@@ -464,7 +509,7 @@ class Toolbox:
 
     def _run_check(self) -> ToolResult:
         result = run_shell(
-            self._check_command, self.root, self._check_timeout_s, self._max_output_chars, cancel=self._cancel
+            self._check_command, self.root, self._check_timeout_s, self._max_output_chars, cancel=self._cancel, pass_env=self._pass_env
         )
         if result.timed_out:
             return ToolResult(False, f"the check timed out after {self._check_timeout_s:g}s\n{result.output}")

@@ -14,6 +14,7 @@ back as git wrote it before each rollback, commit and status check.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -67,17 +68,8 @@ def branches_held_by_operations(common: Path, exclude: Path | None = None) -> di
     """Branches a rebase or a bisect in some worktree holds (`git branch -D` and `checkout` elsewhere
     refuse them), with that worktree's folder and what is under way. `git worktree list` shows such
     a worktree detached; git knows the branch from these files. `exclude`: a registration to leave out."""
-    admins = [(common, common.parent)]
-    try:
-        for admin in sorted((common / "worktrees").iterdir()):
-            if exclude is not None and admin.resolve() == exclude.resolve():
-                continue
-            link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
-            admins.append((admin, Path(link).parent))
-    except OSError:
-        pass
     busy: dict[str, tuple[Path, str]] = {}
-    for admin, folder in admins:
+    for admin, folder in _checkouts(common, exclude):
         for name, doing in (("rebase-merge/head-name", "rebase"), ("rebase-apply/head-name", "rebase"), ("BISECT_START", "bisect")):
             try:
                 ref = (admin / name).read_text(encoding="utf-8", errors="replace").strip()
@@ -85,6 +77,21 @@ def branches_held_by_operations(common: Path, exclude: Path | None = None) -> di
                 continue
             busy.setdefault(ref.removeprefix("refs/heads/"), (folder, doing))
     return busy
+
+
+def _checkouts(common: Path, exclude: Path | None = None) -> list[tuple[Path, Path]]:
+    """(git dir, folder) of the repository's main checkout and of each registered worktree but `exclude`."""
+    found = [(common, common.parent)]
+    try:
+        for admin in sorted((common / "worktrees").iterdir()):
+            # The registrations' names are unique: only a same name needs resolving.
+            if exclude is not None and admin.name == exclude.name and (admin == exclude or admin.resolve() == exclude.resolve()):
+                continue
+            link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
+            found.append((admin, Path(link).parent))
+    except OSError:
+        pass
+    return found
 
 
 def branch_for(task: str) -> str:
@@ -282,6 +289,11 @@ class Worktree:
         import git
 
         if self._head_file() == f"ref: refs/heads/{self.branch}":
+            # Git lets a person check the branch out beside it (`checkout --ignore-other-worktrees`):
+            # the night's commit or rollback would then move their checkout's branch under it.
+            taken = self._also_held_elsewhere()
+            if taken is not None:
+                raise BranchCheckedOut(task, self.branch, taken)
             return
         taken = self.held_elsewhere()
         if taken is not None:
@@ -327,6 +339,22 @@ class Worktree:
             if wanted in lines and folder and os.path.realpath(folder) != os.path.realpath(self.path):
                 return folder
         busy = branches_held_by_operations(self.shared_config.parent, exclude=self._admin)
+        if self.branch in busy:
+            folder, doing = busy[self.branch]
+            return f"{folder} (a {doing} in progress)"
+        return None
+
+    def _also_held_elsewhere(self) -> str | None:
+        """While this worktree's HEAD is on the branch: another checkout whose HEAD is on it too, or
+        that rebases or bisects it. File reads only (this runs at every task's start)."""
+        wanted = f"ref: refs/heads/{self.branch}"
+        for admin, folder in _checkouts(self._common, exclude=self._admin):
+            try:
+                if (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted:
+                    return str(folder)
+            except OSError:
+                continue
+        busy = branches_held_by_operations(self._common, exclude=self._admin)
         if self.branch in busy:
             folder, doing = busy[self.branch]
             return f"{folder} (a {doing} in progress)"
@@ -430,13 +458,15 @@ class Worktree:
         self._restore_link()
         return not self._git("status", "--porcelain", "--ignored", "--untracked-files=all").strip()
 
-    def commit(self, message: str, onto: str | None = None) -> str:
+    def commit(self, message: str, onto: str | None = None, max_file_bytes: int = 0) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing.
 
         `onto`: the iteration's checkpoint. If the agent moved the branch so that it no longer
         holds it (`reset --hard HEAD~1`, `commit --amend`, the branch deleted), the branch is put
         back on it, files and index as they are: the commit then records the worktree exactly,
         and no earlier night's commit leaves the branch. Commits the agent added on top stay.
+        A file staged of more than `max_file_bytes` (0: any size) is QualityError `file_too_large`,
+        before anything is committed (the caller rolls back).
         """
         import git
 
@@ -448,7 +478,10 @@ class Worktree:
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
-        if self._add_all().strip() or self._has_staged_changes():
+        staged = self._add_all()
+        if max_file_bytes:
+            self._refuse_large_files(staged, max_file_bytes)
+        if staged.strip() or self._has_staged_changes():
             try:
                 self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
             except git.GitCommandError:
@@ -457,6 +490,27 @@ class Worktree:
                     raise
         self._nothing_left_behind()
         return self.checkpoint()
+
+    def _refuse_large_files(self, staged: str, limit: int) -> None:
+        """QualityError for the files `git add --verbose` staged ("add '<path>'") that are over `limit` bytes."""
+        large = []
+        for line in staged.splitlines():
+            if line.startswith("add '") and line.endswith("'"):
+                try:
+                    size = os.lstat(self.path / line[5:-1]).st_size
+                except OSError:
+                    continue
+                if size > limit:
+                    large.append((line[5:-1], size))
+        if large:
+            shown = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for path, size in large[:5])
+            raise QualityError(
+                "file_too_large",
+                f"Files over {limit / 1e6:g} MB are not committed: {shown}. Delete them, or write such output "
+                "where git ignores it (a build or output folder the repository's .gitignore names), then submit again.",
+                evidence=f"staged: {shown}",
+                message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
+            )
 
     def _add_all(self) -> str:
         """`git add --all --verbose`; in a sparse checkout with --sparse, which also takes what the agent
@@ -616,7 +670,9 @@ class Worktree:
         try:
             out, err = process.communicate(timeout=self.git_timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            # Gone meanwhile, or (macOS) a group of zombies only, which may not be signalled.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
             out, err = process.communicate()
             # The index lock it held would fail every later command.
             (self._admin / "index.lock").unlink(missing_ok=True)
@@ -636,10 +692,14 @@ class Worktree:
             raise
         return False
 
-    def run_check(self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None) -> CheckResult:
+    def run_check(
+        self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None, pass_env: Sequence[str] = ()
+    ) -> CheckResult:
         from orchestrator.commands import run_shell
 
-        result = run_shell(command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars, cancel=cancel)
+        result = run_shell(
+            command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars, cancel=cancel, pass_env=pass_env
+        )
         return CheckResult(exit_code=result.exit_code, output=result.output, timed_out=result.timed_out)
 
 

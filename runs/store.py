@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
+from orchestrator.secrecy import shown_url
 from orchestrator.surrogates import mend
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
@@ -692,11 +693,12 @@ def _event(iteration_id: int, event_type: str, *, name: str = "", message: str =
 
 
 def safe_url(url: str) -> str:
-    """`url` as it may be shown: the password as ***."""
+    """`url` as it may be shown: the password as ***, in the user info or the query (`?password=`)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        url = make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
-        return repr(url)
+        pass
+    return shown_url(url)
 
 
 def _run_view(session: Session, run: Run) -> RunView:

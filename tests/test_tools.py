@@ -488,6 +488,29 @@ class TestSearch:
         assert 0.9 < took < 5
         assert sum(started < t < started + took for t in ticks) >= 10  # ~20 if never blocked
 
+    def test_a_search_of_many_files_out_of_time_shows_what_it_found(self, repo, monkeypatch):
+        """A large project searched from its top runs out of time between files: the matches found so far,
+        and to search a narrower path (it was a refusal blaming the pattern, which was plain text)."""
+        monkeypatch.setattr(search, "SEARCH_TIMEOUT_S", 0.005)  # 2000 files take longer than this
+        (repo / "many").mkdir()
+        for index in range(2000):
+            (repo / "many" / f"m{index:04}.txt").write_text("needle\n" if index % 100 == 0 else "hay\n")
+        result = run(toolbox(repo), "search", pattern="needle", path="many")
+        assert result.ok and "many/m0000.txt:1: needle" in result.output and "backtracks" not in result.output
+        assert "files searched; give a narrower path" in result.output and "m1900.txt" not in result.output
+
+    def test_search_leaves_out_what_git_ignores_unless_asked_for_it(self, repo):
+        """Generated output (an ignored build/) crowded the project's own lines out of a search of the
+        whole project; searched by name, it is searched. A tracked file is searched whatever .gitignore says."""
+        (repo / ".gitignore").write_text("build/\n*.log\n")
+        (repo / "build" / "gen").mkdir(parents=True)
+        (repo / "build" / "gen" / "out.py").write_text("def add(): pass\n")
+        (repo / "run.log").write_text("add failed\n")
+        found = run(toolbox(repo), "search", pattern="add", path=".").output
+        assert "app.py:1:" in found and "build/" not in found and "run.log" not in found
+        assert "build/gen/out.py:1:" in run(toolbox(repo), "search", pattern="add", path="build").output
+        assert "build/gen/out.py:1:" in run(toolbox(repo), "search", pattern="add", path="build/gen").output
+
     def test_search_keeps_the_indentation(self, repo):
         """A matching line is shown with its leading spaces and tabs, so it can be copied into edit_file's `old`."""
         (repo / "ind.py").write_text("def f():\n    if x:\n\treturn 1   \n")

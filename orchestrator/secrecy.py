@@ -1,0 +1,108 @@
+"""Secrets kept from the agent's commands and the check, and out of what a night writes down.
+
+The agent runs shell commands, and small models debug with `env`: whatever overnight's own
+environment holds (the model server's API key, a CI job's token, a database password, the
+ssh agent's socket) would land in the transcript, the run store, notes.md (which the next
+prompt carries) and, written to a file, on the task's branch that CI then pushes. So:
+
+- the agent's commands and the task's check run without the variables whose names say they
+  hold a secret (`looks_secret`); the check (also when the agent runs it) gets those its task
+  names in `pass_env`, the agent's own commands never;
+- what a tool or the check prints has the values of those variables, the model's API key and
+  the run store's password replaced by `***` (`Redactor`), however the agent came by them.
+
+Not a sandbox: files the user can read (~/.git-credentials, a committed config) stay readable;
+the redaction keeps their known values out of the night's records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Collection, Iterable, Mapping
+
+# Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
+# GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, SSH_AUTH_SOCK, GOOGLE_APPLICATION_CREDENTIALS,
+# GH_PAT, MYSQL_PWD. Whole words: TOKENIZERS_PARALLELISM and GIT_AUTHOR_NAME are no secrets.
+_SECRET_WORDS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD"}
+)
+# The same glued to other letters: PGPASSWORD, CLIENTSECRET.
+_SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
+_NOT_SECRETS = frozenset({"PWD", "OLDPWD"})  # the shell's folders
+_WORD_BREAK = re.compile(r"[^A-Z0-9]+")  # SSH_AUTH_SOCK; in a URL's query, api-key
+# Shorter values are not replaced: "1", "true" or a port would mangle every output they appear in.
+MIN_REDACTED_CHARS = 8
+REDACTED = "***"
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable's name says its value is a secret."""
+    upper = name.upper()
+    if upper in _NOT_SECRETS:
+        return False
+    return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(_WORD_BREAK.split(upper))
+
+
+def withheld(environment: Mapping[str, str], pass_env: Collection[str] = ()) -> list[str]:
+    """The names of `environment` that the agent's commands and the check run without."""
+    return sorted(name for name in environment if looks_secret(name) and name not in pass_env)
+
+
+def without_secrets(environment: Mapping[str, str], pass_env: Collection[str] = ()) -> dict[str, str]:
+    """`environment` less the variables `withheld` names."""
+    return {name: value for name, value in environment.items() if name in pass_env or not looks_secret(name)}
+
+
+class Redactor:
+    """Replaces known secret values in text with ***."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        # Longest first: a secret that contains another is replaced whole.
+        self._values = sorted({value for value in values if len(value) >= MIN_REDACTED_CHARS}, key=len, reverse=True)
+
+    @classmethod
+    def for_night(cls, *, api_key: str | None = None, store_url: str | None = None, api_base: str | None = None) -> "Redactor":
+        """The values of this process's secret-named variables, the model's API key, and the passwords
+        (and query values) of the store's and the model endpoint's URLs."""
+        values = [value for name, value in os.environ.items() if looks_secret(name)]
+        values += [api_key or ""] + url_secrets(store_url) + url_secrets(api_base)
+        return cls(values)
+
+    def __call__(self, text: str) -> str:
+        for value in self._values:
+            if value in text:
+                text = text.replace(value, REDACTED)
+        return text
+
+
+# scheme://user:password@host..., and a query's settings (?password=..., ?key=...).
+_USERINFO = re.compile(r"(?<=//)([^/@\s]*)@")
+_QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The secret parts of a URL: its user info's password, and the values of query settings
+    whose names say they are secrets (`password`, `key`, `api_key`)."""
+    if not url:
+        return []
+    head, mark, query = url.partition("?")
+    found = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
+    userinfo = _USERINFO.search(head)
+    if userinfo is not None and ":" in userinfo.group(1):
+        found.append(userinfo.group(1).split(":", 1)[1])
+    return found
+
+
+def shown_url(url: str) -> str:
+    """`url` as logs and errors may show it: the password of its user info, and query settings whose
+    names say they are secrets, as ***. Also for a string that is no valid URL (a typo in a config)."""
+    head, mark, query = url.partition("?")
+    head = _USERINFO.sub(lambda found: _hide_password(found.group(1)) + "@", head)
+    shown_query = _QUERY_SETTING.sub(lambda found: f"{found.group(1)}={REDACTED}" if looks_secret(found.group(1)) else found.group(0), mark + query)
+    return head + shown_query
+
+
+def _hide_password(userinfo: str) -> str:
+    user, colon, _ = userinfo.partition(":")
+    return f"{user}:{REDACTED}" if colon else user

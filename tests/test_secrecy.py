@@ -1,0 +1,144 @@
+"""Secrets stay out of the agent's commands, the check, and what a night writes down (orchestrator/secrecy.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from orchestrator.records import ToolCall
+from orchestrator.scripted import call
+from orchestrator.secrecy import Redactor, looks_secret, shown_url, url_secrets
+from orchestrator.tools import Toolbox
+from runs.store import safe_url
+from tests.conftest import git
+from tests.test_night import notes_text, overnight
+
+OPENAI_KEY = "sk-test-0123456789abcdef"
+CI_TOKEN = "ghp_ci0123456789token"
+DB_PASSWORD = "db-pass-0123456789"
+
+
+@pytest.fixture
+def secrets_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What overnight's environment holds on a CI runner or a developer's machine."""
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("GITHUB_TOKEN", CI_TOKEN)
+    monkeypatch.setenv("PGPASSWORD", DB_PASSWORD)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # a word inside a name is no secret
+
+
+def test_names_that_say_secret() -> None:
+    secret = ["OPENAI_API_KEY", "GITHUB_TOKEN", "CI_JOB_TOKEN", "PGPASSWORD", "MYSQL_PWD", "AWS_SECRET_ACCESS_KEY",
+              "AWS_SESSION_TOKEN", "SSH_AUTH_SOCK", "GOOGLE_APPLICATION_CREDENTIALS", "GH_PAT", "HF_TOKEN", "password", "api-key"]
+    plain = ["PATH", "HOME", "PWD", "OLDPWD", "LD_LIBRARY_PATH", "TOKENIZERS_PARALLELISM", "GIT_AUTHOR_NAME", "DBUS_SESSION_BUS_ADDRESS",
+             "PYTHONPATH", "sslmode", "sslkey", "LANG"]
+    assert [name for name in secret if not looks_secret(name)] == []
+    assert [name for name in plain if looks_secret(name)] == []
+
+
+def test_urls_are_shown_without_their_passwords() -> None:
+    assert shown_url("postgresql+psycopg://u:s3cret@db:5432/o?password=s3cret2&sslmode=require") == (
+        "postgresql+psycopg://u:***@db:5432/o?password=***&sslmode=require"
+    )
+    assert shown_url("postgresql//u:s3cret@db/o") == "postgresql//u:***@db/o"  # no valid URL: a typo in the config
+    assert shown_url("http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080/v1"
+    assert sorted(url_secrets("http://me:APIBASESECRET@h:1/v1?key=QUERYSECRET&lang=en")) == ["APIBASESECRET", "QUERYSECRET"]
+    assert "s3cret" not in safe_url("postgresql+psycopg://u@db/o?password=s3cret")
+    assert "s3cret" not in safe_url("postgresql//u:s3cret@db/o")
+
+
+def test_redaction_replaces_known_values_longest_first_and_leaves_short_ones() -> None:
+    redact = Redactor(["abcdefgh12", "abcdefgh12345", "short"])
+    assert redact("x abcdefgh12345 y abcdefgh12 short") == "x *** y *** short"
+
+
+def test_the_agents_commands_run_without_secret_variables(tmp_path: Path, secrets_in_environment: None) -> None:
+    """`env` shows none of them; a task's pass_env lets one through; its value is still redacted in what the tool returns."""
+    (tmp_path / "config.toml").write_text(f'api_key = "{OPENAI_KEY}"\n')  # a file the agent may read
+    toolbox = Toolbox(tmp_path, ("run_command", "run_check"), check_command="env", redact=Redactor.for_night())
+    shown = toolbox.execute(ToolCall("run_command", {"command": "env; cat config.toml"})).output
+    assert OPENAI_KEY not in shown and CI_TOKEN not in shown and DB_PASSWORD not in shown
+    assert "GITHUB_TOKEN" not in shown and "PGPASSWORD" not in shown and "TOKENIZERS_PARALLELISM=false" in shown
+    assert 'api_key = "***"' in shown
+    checked = toolbox.execute(ToolCall("run_check", {})).output
+    assert "GITHUB_TOKEN" not in checked and "TOKENIZERS_PARALLELISM" in checked
+
+    # pass_env: the check gets it (its value redacted in what the tool returns); the agent's own commands never do.
+    passing = Toolbox(tmp_path, ("run_command", "run_check"), check_command="env", pass_env=("GITHUB_TOKEN",), redact=Redactor.for_night())
+    assert "GITHUB_TOKEN=***\n" in passing.execute(ToolCall("run_check", {})).output
+    assert "GITHUB_TOKEN" not in passing.execute(ToolCall("run_command", {"command": "env"})).output
+
+
+def test_a_night_writes_no_secret_down(config_file, server, repo: Path, tmp_path: Path, secrets_in_environment: None) -> None:
+    """An agent that runs `env` into a file and a check that prints the environment: the transcript, the run store,
+    notes.md and the committed file hold none of the secrets; the check with pass_env sees its token."""
+    check = f'env; [ ${{#GITHUB_TOKEN}} = {len(CI_TOKEN)} ] && [ -z "$OPENAI_API_KEY" ] && python check_greet.py'
+    config = config_file(tasks=[
+        {"name": "fix-greet", "prompt": "fix greet", "check": check, "pass_env": ["GITHUB_TOKEN"],
+         "tools": ["run_command", "edit_file", "submit"]},
+    ], night={"max_iterations": 2, "max_turns": 8})
+    server.enqueue(
+        call("run_command", {"command": "env > environment.txt; printenv PGPASSWORD"}),
+        call("submit", {"summary": "first try"}),  # the check fails: its output becomes the note's evidence
+        call("run_command", {"command": "env > environment.txt"}),
+        call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+        call("submit", {"summary": "fixed"}),
+    )
+    assert overnight("run", "--config", str(config)) == 0
+    state = tmp_path / "state"
+    written = [notes_text(config), git(repo, "show", "overnight/fix-greet:environment.txt")]
+    written += [path.read_text() for path in (state / "transcripts").iterdir()]
+    with sqlite3.connect(state / "runs.db") as db:
+        written += [json.dumps(row) for row in db.execute("select * from events")]
+    for text in written:
+        assert OPENAI_KEY not in text and CI_TOKEN not in text and DB_PASSWORD not in text
+    assert "GITHUB_TOKEN" not in written[1] and "OPENAI_API_KEY" not in written[1]
+
+
+def test_state_dir_and_the_kept_git_config_are_the_owners_alone(config_file, server, repo: Path, tmp_path: Path) -> None:
+    """Transcripts and the run store hold what commands printed; a .git/config only its owner may read
+    (it holds a remote's token) stays so after the agent changed it and overnight put it back."""
+    config_path = repo / ".git" / "config"
+    config_path.chmod(0o600)
+    config = config_file(tasks=[{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "edit_file", "submit"]}])
+    server.enqueue(
+        call("run_command", {"command": "git config --local agent.was here"}),
+        call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+        call("submit", {"summary": "fixed"}),
+    )
+    old_umask = os.umask(0o022)
+    try:
+        assert overnight("run", "--config", str(config)) == 0
+    finally:
+        os.umask(old_umask)
+    assert "agent.was" not in config_path.read_text()  # put back
+    assert stat.S_IMODE(config_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+
+
+def test_errors_show_no_password(tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store URL with its password in the query, or mistyped; a model endpoint with credentials in it."""
+    for url in ("postgresql+psycopg://u@127.0.0.1:1/db?password=s3cretA", "postgresql//u:s3cretB@127.0.0.1/db"):
+        config = tmp_path / "overnight.toml"
+        config.write_text(
+            f'[model]\nname = "openai/x"\napi_base = "http://127.0.0.1:9/v1"\n[repo]\npath = "{repo}"\n'
+            f'[store]\nurl = "{url}"\n[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n'
+        )
+        for command in ("run", "report"):
+            capsys.readouterr()
+            assert overnight(command, "--config", str(config)) != 0
+            said = capsys.readouterr()
+            assert "s3cret" not in said.out + said.err, said
+
+
+def test_an_unreachable_endpoint_is_named_without_its_credentials(config_file, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = config_file(model={"api_base": "http://me:APIBASESECRET@127.0.0.1:9/v1?key=QUERYSECRET", "retries": 0})
+    capsys.readouterr()
+    assert overnight("run", "--config", str(config)) == 3
+    said = capsys.readouterr()
+    assert "SECRET" not in said.out + said.err and "127.0.0.1:9" in said.out + said.err
