@@ -68,7 +68,7 @@ def measure(files: int) -> tuple[float, float]:
             started = time.perf_counter()
             worktree.rollback(checkpoint)
             rollbacks.append(time.perf_counter() - started)
-            assert worktree.is_clean()
+            assert worktree.idle_state() == "clean"
         for _ in range(ROUNDS):
             dirty(worktree.path)
             started = time.perf_counter()

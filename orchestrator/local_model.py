@@ -373,8 +373,11 @@ def _load_prctl() -> None:
         return
     import ctypes
 
-    with contextlib.suppress(Exception):
-        _prctl.append(ctypes.CDLL("libc.so.6", use_errno=True).prctl)
+    # The process's own symbols first: also musl's libc (Alpine), which has no libc.so.6.
+    for library in (None, "libc.so.6"):
+        with contextlib.suppress(Exception):
+            _prctl.append(ctypes.CDLL(library, use_errno=True).prctl)
+            return
 
 
 def _die_with_parent() -> None:

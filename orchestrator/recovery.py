@@ -236,13 +236,14 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             worktree = Worktree(path, branch_for(path.name), config.repo.keep)
             if worktree.held_elsewhere() is not None:
                 continue  # detached for the person's review of the branch: the night skips the task (BranchCheckedOut)
-            dirty = not worktree.is_clean()
+            state = worktree.idle_state()
         except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
             _set_aside(config, repo, path, link, log, why=git_reason(exc))
             continue
-        if not dirty:
+        if state == "clean":
             continue
-        _keep_what_a_person_may_have_written(worktree, path.name, log)
+        if state == "changed":  # files git ignores are nobody's work to keep (and keep_changes takes none)
+            _keep_what_a_person_may_have_written(worktree, path.name, log)
         try:
             worktree.rollback("HEAD")
             log.info("worktree_cleaned", task=path.name)

@@ -17,6 +17,7 @@ the redaction keeps their known values out of the night's records.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Collection, Iterable, Mapping
@@ -36,6 +37,7 @@ MIN_REDACTED_CHARS = 8
 REDACTED = "***"
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every variable for every command: the names repeat
 def looks_secret(name: str) -> bool:
     """Whether an environment variable's name says its value is a secret."""
     upper = name.upper()

@@ -454,9 +454,21 @@ class Worktree:
         excludes = [f"--exclude={pattern}" for pattern in self.keep]
         return [name for name in self._git("ls-files", "-z", "--others", "--exclude-standard", *excludes, env=env).split("\0") if name]
 
-    def is_clean(self) -> bool:
+    def idle_state(self) -> str:
+        """What a worktree no iteration runs in holds besides its HEAD: "clean"; "ignored" when only files git
+        ignores, which a rollback would remove (`keep` paths it spares are no change at all); else "changed"."""
         self._restore_link()
-        return not self._git("status", "--porcelain", "--ignored", "--untracked-files=all").strip()
+        status = self._git("status", "--porcelain", "--ignored", "--untracked-files=all").splitlines()
+        if not status:
+            return "clean"
+        if any(not line.startswith("!! ") for line in status):
+            return "changed"
+        if not self.keep:
+            return "ignored"
+        excludes = [arg for path in self.keep for arg in ("-e", path)]
+        # A large build folder kept across rollbacks was "changed" every night: a keep commit of nothing
+        # and a rollback, seconds each, before any task began.
+        return "ignored" if self._git("clean", "-ndffx", *excludes).strip() else "clean"
 
     def commit(self, message: str, onto: str | None = None, max_file_bytes: int = 0) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing.

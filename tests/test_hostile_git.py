@@ -77,7 +77,7 @@ class TestBrokenLink:
         tree.rollback(checkpoint)
         assert user_state(repo) == before
         assert git(tree.path, "rev-parse", "--absolute-git-dir").startswith(str(repo / ".git" / "worktrees"))
-        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.idle_state() == "clean"
         assert git(tree.path, "rev-parse", "HEAD") == checkpoint and not (tree.path / "junk.txt").exists()
 
     @pytest.mark.parametrize("how", BREAKAGES)
@@ -93,7 +93,7 @@ class TestBrokenLink:
         assert user_state(repo) == before
         assert git(repo, "rev-parse", "overnight/fix") == made != start
         assert git(repo, "show", "--name-only", "--format=", made) == "greet.py"
-        assert tree.is_clean() and git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
+        assert tree.idle_state() == "clean" and git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
 
     def test_git_variables_overnight_inherited_do_not_lead_its_commit_to_the_users_index(self, repo: Path, monkeypatch: Any) -> None:
         """Started from a git hook (GIT_INDEX_FILE, GIT_DIR set): the commit is made from the worktree, the user's index untouched."""
@@ -107,7 +107,7 @@ class TestBrokenLink:
         made = tree.commit("overnight: fix iteration 1")
         monkeypatch.undo()
         assert user_state(repo) == before
-        assert git(repo, "show", "--name-only", "--format=", made) == "greet.py" and tree.is_clean()
+        assert git(repo, "show", "--name-only", "--format=", made) == "greet.py" and tree.idle_state() == "clean"
 
     def test_a_worktree_opened_again_after_the_link_was_deleted_is_found_and_repaired(self, repo: Path) -> None:
         """Recovery opens a worktree by its folder alone: the registration in the repository above it is found by its back link."""
@@ -119,7 +119,7 @@ class TestBrokenLink:
         (tree.path / ".git").unlink()
         Worktree(tree.path, "overnight/fix").rollback(checkpoint)
         assert user_state(repo) == before
-        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.is_clean()
+        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.idle_state() == "clean"
 
     def test_a_worktree_opened_again_with_its_link_naming_the_users_repository(self, repo: Path, tmp_path: Path) -> None:
         """A link rewritten to name the user's `.git` leads to the repository, where the worktree's own registration is found."""
@@ -131,7 +131,7 @@ class TestBrokenLink:
         (tree.path / ".git").write_text(f"gitdir: {repo / '.git'}\n")
         Worktree(tree.path, "overnight/fix").rollback(checkpoint)
         assert user_state(repo) == before
-        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.is_clean()
+        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.idle_state() == "clean"
 
     def test_a_worktree_whose_registration_cannot_be_found_is_refused(self, repo: Path, tmp_path: Path) -> None:
         """No link and no repository above the folder: StateError, and no git runs anywhere."""
@@ -151,7 +151,7 @@ class TestBrokenLink:
         made = tree.commit("overnight: fix iteration 1")
         (tree.path / ".git").unlink()
         again = Worktree.ensure(repo, state, "fix", "HEAD")
-        assert again.checkpoint() == made and again.is_clean()
+        assert again.checkpoint() == made and again.idle_state() == "clean"
         assert git(again.path, "rev-parse", "HEAD") == made
 
 
@@ -195,9 +195,9 @@ class TestWorktreeMoved:
         checkpoint = tree.checkpoint()
         git(tree.path, "worktree", "move", ".", "../moved")
         tree.rollback(checkpoint)
-        assert tree.is_clean() and (tree.path / "greet.py").exists()
+        assert tree.idle_state() == "clean" and (tree.path / "greet.py").exists()
         again = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")  # the next night
-        assert again.checkpoint() == checkpoint and again.is_clean()
+        assert again.checkpoint() == checkpoint and again.idle_state() == "clean"
         assert f"{tree.path} " in git(repo, "worktree", "list")
 
 
@@ -230,7 +230,7 @@ class TestHeadMoved:
         made = tree.commit("overnight: fix iteration 1")
         assert user_state(repo) == before  # the user's feature branch did not move
         assert git(repo, "rev-parse", "overnight/fix") == made and git(repo, "rev-parse", f"{made}~1") == tip
-        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.idle_state() == "clean"
         assert "rebase" not in git(tree.path, "status")
         assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
 
@@ -253,7 +253,7 @@ class TestHeadMoved:
         (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
         made = tree.commit("overnight: fix iteration 2", onto=start)
         assert git(repo, "rev-parse", "overnight/fix") == made and git(repo, "rev-parse", f"{made}~1") == start
-        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.is_clean()
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and tree.idle_state() == "clean"
         assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
         # What the agent's reset removed from the files is removed in the commit too: the diff says so in the morning.
         removed = moved_by_the_agent in ("reset behind the checkpoint", "reset to the user's branch")
@@ -307,7 +307,7 @@ class TestHiddenFiles:
         assert (tree.path / "greet.py").read_text() == original
         assert git(tree.path, "ls-files", "-v", "greet.py", "check_greet.py") == "H check_greet.py\nH greet.py"
         (tree.path / "greet.py").write_text("changed\n")
-        assert not tree.is_clean() and tree.commit("overnight: fix iteration 2") != checkpoint
+        assert not tree.idle_state() == "clean" and tree.commit("overnight: fix iteration 2") != checkpoint
 
     @pytest.mark.parametrize("flag", ["--skip-worktree", "--assume-unchanged"])
     def test_the_commit_holds_the_change_the_check_passed_on(self, repo: Path, tmp_path: Path, flag: str) -> None:
@@ -317,7 +317,7 @@ class TestHiddenFiles:
         (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
         made = tree.commit("overnight: fix iteration 1", onto=start)
         assert made != start and "'hello'" in git(repo, "show", f"{made}:greet.py")
-        assert git(tree.path, "ls-files", "-v", "greet.py") == "H greet.py" and tree.is_clean()
+        assert git(tree.path, "ls-files", "-v", "greet.py") == "H greet.py" and tree.idle_state() == "clean"
 
     @pytest.mark.parametrize("index_version", ["2", "3", "4"])
     def test_the_index_is_read_as_git_reads_it(self, tmp_path: Path, index_version: str) -> None:
@@ -374,7 +374,7 @@ checkpoint = tree.checkpoint()
 for folder in ("junk", "src"):
     os.chmod(tree.path / folder, 0o555)
 tree.rollback(checkpoint)
-print(json.dumps({"clean": tree.is_clean(), "a.py": (tree.path / "src" / "a.py").read_text(), "junk": (tree.path / "junk").exists()}))
+print(json.dumps({"clean": tree.idle_state() == "clean", "a.py": (tree.path / "src" / "a.py").read_text(), "junk": (tree.path / "junk").exists()}))
 """
 
 
@@ -446,7 +446,7 @@ class TestGitThatHangs:
             tree.commit("overnight: fix iteration 1")
         assert time.monotonic() - started < 20
         tree.rollback(checkpoint)
-        assert tree.is_clean() and tree.checkpoint() == checkpoint
+        assert tree.idle_state() == "clean" and tree.checkpoint() == checkpoint
 
     def test_a_night_whose_commit_hangs_ends_the_iteration_as_an_error(self, repo: Path, server: Any, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
         """The iteration is rolled back as iteration_error and the night ends, instead of waiting on the filter."""

@@ -72,7 +72,7 @@ def test_a_worktree_folder_renamed_aside_is_left_as_it_is_and_the_task_made_anew
     assert (aside / "greet.py").read_text() == "my edit\n" and (aside / "new.txt").exists()
     again = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
     assert again.path == config.worktrees_dir / "fix" and again.checkpoint() == commit
-    assert (again.path / "new.txt").read_text() == "work\n" and again.is_clean()
+    assert (again.path / "new.txt").read_text() == "work\n" and again.idle_state() == "clean"
     assert str(aside) not in git(repo, "worktree", "list", "--porcelain")
 
 
@@ -86,7 +86,7 @@ def test_a_worktree_folder_removed_by_hand_comes_back_on_its_branch(repo: Path, 
     back = Worktree.ensure(repo, state, "fix", "HEAD")
     assert back.checkpoint() == commit
     assert (back.path / "new.txt").read_text() == "work\n"
-    assert back.is_clean()
+    assert back.idle_state() == "clean"
 
 
 def test_remaking_a_removed_worktree_forgets_no_worktree_of_the_users(repo: Path, tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, 
     path.parent.mkdir(parents=True)
     git(repo, "worktree", "add", "-q", "--no-checkout", "-b", "overnight/fix", str(path), "HEAD")
     tree = Worktree.ensure(repo, state, "fix", "HEAD")
-    assert (tree.path / "greet.py").exists() and tree.is_clean()
+    assert (tree.path / "greet.py").exists() and tree.idle_state() == "clean"
 
 
 def test_a_state_dir_inside_the_checkout_stays_out_of_git_status(repo: Path) -> None:
@@ -195,7 +195,7 @@ def test_a_repository_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> No
     assert Worktree.ensure(repo, state, "fix", "HEAD").path == tree.path  # found registered, from its link files
     before = tree.checkpoint()
     (tree.path / "new.txt").write_text("x\n")
-    assert tree.commit("add new.txt") != before and tree.is_clean()
+    assert tree.commit("add new.txt") != before and tree.idle_state() == "clean"
 
 
 def test_commits_are_unsigned_and_run_none_of_the_users_hooks(repo: Path, tmp_path: Path) -> None:
@@ -215,7 +215,7 @@ def test_commits_are_unsigned_and_run_none_of_the_users_hooks(repo: Path, tmp_pa
     before = tree.checkpoint()
     (tree.path / "new.txt").write_text("x\n")
     after = tree.commit("add new.txt")
-    assert after != before and tree.is_clean()
+    assert after != before and tree.idle_state() == "clean"
     assert git(repo, "log", "-1", "--format=%an %G?", after) == "overnight N"
     assert not ran.exists()
 
@@ -265,7 +265,7 @@ def test_many_threads_sharing_one_repository_all_get_their_worktree(repo: Path, 
     listed = git(repo, "worktree", "list", "--porcelain")
     for task, tree in made.items():
         assert f"worktree {tree.path.resolve()}" in listed
-        assert tree.is_clean() and (tree.path / "greet.py").exists()
+        assert tree.idle_state() == "clean" and (tree.path / "greet.py").exists()
     assert len(made) == 8
 
 
@@ -286,7 +286,7 @@ def test_commit_of_nothing_is_the_checkpoint_and_of_something_a_new_commit(repo:
     made = tree.commit("overnight: fix iteration 1")
     assert made != start and git(tree.path, "rev-parse", "HEAD~1") == start
     assert git(tree.path, "log", "-1", "--format=%an %s") == "overnight overnight: fix iteration 1"
-    assert tree.is_clean()
+    assert tree.idle_state() == "clean"
 
 
 def test_commit_takes_what_the_agent_staged_itself(repo: Path, tmp_path: Path) -> None:
@@ -297,7 +297,7 @@ def test_commit_takes_what_the_agent_staged_itself(repo: Path, tmp_path: Path) -
     git(tree.path, "add", "staged.txt")
     made = tree.commit("overnight: fix iteration 1")
     assert made != start and git(tree.path, "show", "--name-only", "--format=", "HEAD") == "staged.txt"
-    assert tree.is_clean()
+    assert tree.idle_state() == "clean"
 
 
 def test_commit_of_a_file_rewritten_with_its_own_content_or_staged_back_is_no_change(repo: Path, tmp_path: Path) -> None:
@@ -310,7 +310,7 @@ def test_commit_of_a_file_rewritten_with_its_own_content_or_staged_back_is_no_ch
     (tree.path / "greet.py").write_text("changed\n")
     git(tree.path, "add", "greet.py")
     (tree.path / "greet.py").write_bytes(same)
-    assert tree.commit("changed back") == start and tree.is_clean()
+    assert tree.commit("changed back") == start and tree.idle_state() == "clean"
 
 
 def test_a_commit_that_fails_for_another_reason_is_raised(repo: Path, tmp_path: Path) -> None:
@@ -341,7 +341,7 @@ def test_rollback_puts_the_task_branch_back_whatever_git_the_agent_ran(repo: Pat
         git(tree.path, "checkout", "-q", "--detach", "HEAD")
     tree.rollback(checkpoint)
     assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
-    assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.is_clean()
+    assert git(tree.path, "rev-parse", "HEAD") == checkpoint and tree.idle_state() == "clean"
     assert "rebase" not in git(tree.path, "status")
     (tree.path / "b.txt").write_text("2\n")
     made = tree.commit("overnight: fix iteration 2")
@@ -364,3 +364,35 @@ def test_a_gitmodules_entry_left_after_a_submodule_was_vendored_in_deletes_nothi
     (tree.path / "a.py").write_text("y = 2\n")
     commit = tree.commit("overnight: fix iteration 1")
     assert git(repo, "diff", "--name-status", checkpoint, commit) == "A\ta.py"
+
+
+def test_an_idle_worktree_holding_only_kept_build_output_is_left_as_it_is(repo: Path, tmp_path: Path) -> None:
+    """Ignored files under a `[repo] keep` path are no change: recovery neither keeps nor cleans anything (a big
+    build folder cost seconds of both, every night); ignored files a rollback removes are cleaned, nothing kept."""
+    (repo / ".gitignore").write_text("build/\n__pycache__/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore build output")
+    config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+                                      tasks=[{"name": "fix", "prompt": "p", "check": "true"}],
+                                      extra=""))
+    config = config.model_copy(update={"repo": config.repo.model_copy(update={"keep": ("/build",)})})
+    tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD", keep=("/build",))
+    (tree.path / "build").mkdir()
+    (tree.path / "build" / "out.o").write_text("object\n")
+
+    def recover() -> list[str]:
+        with StateLock(config.state_dir), structlog.testing.capture_logs() as logs:
+            store = RunStore.open(config.store_url)
+            try:
+                recover_interrupted(store, config, structlog.get_logger())
+            finally:
+                store.close()
+        return [e["event"] for e in logs if e.get("task") == "fix"]
+
+    assert tree.idle_state() == "clean" and recover() == []
+    assert (tree.path / "build" / "out.o").exists()
+    (tree.path / "__pycache__").mkdir()
+    (tree.path / "__pycache__" / "m.pyc").write_text("x")
+    assert tree.idle_state() == "ignored" and recover() == ["worktree_cleaned"]
+    assert not (tree.path / "__pycache__").exists() and (tree.path / "build" / "out.o").exists()
+    assert git(repo, "branch", "--list", "overnight-kept/*") == ""
