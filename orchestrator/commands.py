@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping
 
 from orchestrator.secrecy import without_secrets
 
@@ -109,6 +109,7 @@ def run_shell(
     *,
     extra_env: Mapping[str, str] | None = None,
     pass_env: Collection[str] = (),
+    redact: Callable[[str], str] = str,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; kill its whole process group after `timeout_s`.
 
@@ -154,7 +155,8 @@ def run_shell(
     collector.join(_DRAIN_GRACE_S)
     note = f"[timed out after {timeout_s:g}s; the command was killed]" if timed_out else ""
     room = max(max_output_chars - len(note) - 1, 0) if note else max_output_chars
-    output = cap_text(collector.text(), room, already_cut=collector.dropped)
+    # Redacted before the cut: a secret the cut splits would otherwise leave its part on one side.
+    output = cap_text(redact(collector.text()), room, already_cut=collector.dropped)
     if timed_out:
         exit_code = TIMEOUT_EXIT_CODE
         output = f"{output}\n{note}" if output else note

@@ -437,7 +437,11 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
         _write_program(folder / "bin" / "git", program(_GIT_FRONT))
         _write_program(folder / "hooks" / "reference-transaction", program(_REF_GUARD))
         _write_program(folder / "hooks" / "pre-push", program(_PUSH_REFUSAL))
-    (folder / "global-config").write_text(_including(_users_global_configs()))
+    # git drops GIT_CONFIG_COUNT for the git it starts in another repository (local_repo_env): a push
+    # from a clone the agent made into the user's repository runs receive-pack there with the hooks
+    # this file names (a repository's own core.hooksPath still wins).
+    hooks = f'[core]\n\thooksPath = "{folder / "hooks"}"\n' if bash and git else ""
+    (folder / "global-config").write_text(_including(_users_global_configs()) + hooks)
     # Read-only: a hook installer run by the agent (`git rev-parse --git-path hooks` names this folder) cannot replace them.
     for sub in ("bin", "hooks"):
         if (folder / sub).is_dir():

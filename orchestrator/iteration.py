@@ -83,8 +83,10 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             for message in messages:
                 recorder.message(message)
             result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
-            check = setup.workspace.run_check(setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env)
-            output = setup.redact(check.output)
+            check = setup.workspace.run_check(
+                setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
+            )
+            output = check.output
             transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=output[-CHECK_TAIL_CHARS:])
             if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
                 raise Cancelled(setup.cancel.why)

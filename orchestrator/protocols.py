@@ -111,7 +111,9 @@ class Workspace(Protocol):
         QualityError (`file_too_large`) for a file of more than `max_file_bytes` (0: no limit)."""
         ...
 
-    def run_check(self, command: str, timeout_s: float, cancel: Any = None, pass_env: Sequence[str] = ()) -> CheckResult: ...
+    def run_check(
+        self, command: str, timeout_s: float, cancel: Any = None, pass_env: Sequence[str] = (), redact: Callable[[str], str] = str
+    ) -> CheckResult: ...
 
 
 class NotesBook(Protocol):

@@ -6,8 +6,9 @@ ssh agent's socket) would land in the transcript, the run store, notes.md (which
 prompt carries) and, written to a file, on the task's branch that CI then pushes. So:
 
 - the agent's commands and the task's check run without the variables whose names say they
-  hold a secret (`looks_secret`); the check (also when the agent runs it) gets those its task
-  names in `pass_env`, the agent's own commands never;
+  hold a secret (`looks_secret`) or whose values are URLs with a password (`holds_secret`); the
+  check (also when the agent runs it) gets those its task names in `pass_env`, the agent's own
+  commands never;
 - what a tool or the check prints has the values of those variables, the model's API key and
   the run store's password replaced by `***` (`Redactor`), however the agent came by them.
 
@@ -21,12 +22,15 @@ import functools
 import os
 import re
 from typing import Collection, Iterable, Mapping
+from urllib.parse import unquote
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
 # GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, SSH_AUTH_SOCK, GOOGLE_APPLICATION_CREDENTIALS,
-# GH_PAT, MYSQL_PWD. Whole words: TOKENIZERS_PARALLELISM and GIT_AUTHOR_NAME are no secrets.
+# GH_PAT, MYSQL_PWD, DB_PASS, NGROK_AUTHTOKEN, CI_JOB_JWT, SENTRY_DSN. Whole words:
+# TOKENIZERS_PARALLELISM and GIT_AUTHOR_NAME are no secrets.
 _SECRET_WORDS = frozenset(
-    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD"}
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD",
+     "AUTHTOKEN", "ACCESSTOKEN", "JWT", "DSN"}
 )
 # The same glued to other letters: PGPASSWORD, CLIENTSECRET.
 _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
@@ -46,28 +50,41 @@ def looks_secret(name: str) -> bool:
     return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(_WORD_BREAK.split(upper))
 
 
+def holds_secret(name: str, value: str) -> bool:
+    """Whether a variable is withheld: its name says so, or its value is a URL with a password
+    (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token)."""
+    return looks_secret(name) or ("://" in value and bool(url_secrets(value)))
+
+
 def withheld(environment: Mapping[str, str], pass_env: Collection[str] = ()) -> list[str]:
     """The names of `environment` that the agent's commands and the check run without."""
-    return sorted(name for name in environment if looks_secret(name) and name not in pass_env)
+    return sorted(name for name, value in environment.items() if holds_secret(name, value) and name not in pass_env)
 
 
 def without_secrets(environment: Mapping[str, str], pass_env: Collection[str] = ()) -> dict[str, str]:
     """`environment` less the variables `withheld` names."""
-    return {name: value for name, value in environment.items() if name in pass_env or not looks_secret(name)}
+    return {name: value for name, value in environment.items() if name in pass_env or not holds_secret(name, value)}
 
 
 class Redactor:
     """Replaces known secret values in text with ***."""
 
     def __init__(self, values: Iterable[str]) -> None:
-        # Longest first: a secret that contains another is replaced whole.
-        self._values = sorted({value for value in values if len(value) >= MIN_REDACTED_CHARS}, key=len, reverse=True)
+        # Longest first: a secret that contains another is replaced whole. A plain word ("postgres",
+        # "password", "localhost": a test database's password) is in the project's own files and every
+        # output about them; replaced, read_file would show `***` where the code has it, and the model
+        # would write that back.
+        self._values = sorted(
+            {value.strip() for value in values if len(value.strip()) >= MIN_REDACTED_CHARS and not _plain_word(value.strip())},
+            key=len, reverse=True,
+        )
 
     @classmethod
     def for_night(cls, *, api_key: str | None = None, store_url: str | None = None, api_base: str | None = None) -> "Redactor":
         """The values of this process's secret-named variables, the model's API key, and the passwords
         (and query values) of the store's and the model endpoint's URLs."""
         values = [value for name, value in os.environ.items() if looks_secret(name)]
+        values += [secret for value in os.environ.values() if "://" in value for secret in url_secrets(value)]
         values += [api_key or ""] + url_secrets(store_url) + url_secrets(api_base)
         return cls(values)
 
@@ -76,6 +93,11 @@ class Redactor:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+
+def _plain_word(value: str) -> bool:
+    """Letters of one case only, shorter than a generated secret."""
+    return len(value) < 16 and value.isalpha() and (value.islower() or value.isupper())
 
 
 # scheme://user:password@host..., and a query's settings (?password=..., ?key=...).
@@ -92,7 +114,8 @@ def url_secrets(url: str | None) -> list[str]:
     found = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
     userinfo = _USERINFO.search(head)
     if userinfo is not None and ":" in userinfo.group(1):
-        found.append(userinfo.group(1).split(":", 1)[1])
+        password = userinfo.group(1).split(":", 1)[1]
+        found += dict.fromkeys((password, unquote(password)))  # as written, and as a program that used it prints it
     return found
 
 

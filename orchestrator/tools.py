@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from orchestrator import search
-from orchestrator.commands import UNATTENDED_ENV, base_environment, cap_text, git_ceilings, how_it_ended, run_shell
+from orchestrator.commands import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, cap_text, git_ceilings, how_it_ended, run_shell
 from orchestrator.config import ALL_TOOLS, check_tool_names
 from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
 from orchestrator.files import replace_file, write_over
@@ -477,7 +477,7 @@ class Toolbox:
         paths below `target`'s own: generated output (build/, dist/) that would crowd out the
         project's own lines. Empty when `target` is itself ignored (searched as asked), or git cannot
         tell (the agent broke the worktree's .git link: everything is searched, as before)."""
-        env = {**base_environment(), **UNATTENDED_ENV, "GIT_CEILING_DIRECTORIES": git_ceilings(self.root), "GIT_OPTIONAL_LOCKS": "0"}
+        env = {**base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, "GIT_CEILING_DIRECTORIES": git_ceilings(self.root), "GIT_OPTIONAL_LOCKS": "0"}
         try:
             listed = subprocess.run(
                 ["git", "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
@@ -509,7 +509,8 @@ class Toolbox:
 
     def _run_check(self) -> ToolResult:
         result = run_shell(
-            self._check_command, self.root, self._check_timeout_s, self._max_output_chars, cancel=self._cancel, pass_env=self._pass_env
+            self._check_command, self.root, self._check_timeout_s, self._max_output_chars, cancel=self._cancel, pass_env=self._pass_env,
+            redact=self._redact,
         )
         if result.timed_out:
             return ToolResult(False, f"the check timed out after {self._check_timeout_s:g}s\n{result.output}")
@@ -530,7 +531,7 @@ class Toolbox:
         with kept_config(shared_config, self._confinement.config_copy if self._confinement else None) as config:
             result = run_shell(
                 command, self.root, self._command_timeout_s, self._max_output_chars, cancel=self._cancel,
-                extra_env=agent_environment(self._confinement),
+                extra_env=agent_environment(self._confinement), redact=self._redact,
             )
         output = f"{how_it_ended(result.exit_code)}\n{result.output}".rstrip()
         return ToolResult(result.exit_code == 0, f"{output}\n{CONFIG_RESTORED}" if config.restored else output)

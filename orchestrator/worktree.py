@@ -25,7 +25,7 @@ import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
 from orchestrator.config import WORKTREES_FOLDER
@@ -350,7 +350,8 @@ class Worktree:
         wanted = f"ref: refs/heads/{self.branch}"
         for admin, folder in _checkouts(self._common, exclude=self._admin):
             try:
-                if (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted:
+                # A registration whose folder was deleted (not yet pruned) holds nothing for anyone.
+                if (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted and folder.is_dir():
                     return str(folder)
             except OSError:
                 continue
@@ -491,9 +492,12 @@ class Worktree:
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs two processes instead of three.
         staged = self._add_all()
-        if max_file_bytes:
-            self._refuse_large_files(staged, max_file_bytes)
-        if staged.strip() or self._has_staged_changes():
+        # With a size limit, the index is compared with the checkpoint anyway: when HEAD is still
+        # there, that also answers "anything staged?" without asking git again.
+        differs = self._refuse_large_files(onto or "HEAD", max_file_bytes) if max_file_bytes else None
+        if differs is not None and onto is not None and head_commit(self._admin, self._common) != onto:
+            differs = None  # the agent's own commits on top: the index is to be compared with them
+        if staged.strip() or (differs if differs is not None else self._has_staged_changes()):
             try:
                 self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
             except git.GitCommandError:
@@ -503,26 +507,45 @@ class Worktree:
         self._nothing_left_behind()
         return self.checkpoint()
 
-    def _refuse_large_files(self, staged: str, limit: int) -> None:
-        """QualityError for the files `git add --verbose` staged ("add '<path>'") that are over `limit` bytes."""
+    def _refuse_large_files(self, base: str, limit: int) -> bool:
+        """QualityError for the new blobs over `limit` bytes that the index holds against `base` (the
+        checkpoint): what `git add` staged now, and what the agent staged or committed itself. A blob
+        `base` already has (a rename, a mode change of a tracked file) is no new weight. Whether the
+        index differs from `base` at all."""
+        raw = self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", base)
+        fields = raw.split("\0")
+        new: dict[str, str] = {}
+        old: set[str] = set()
+        for at in range(0, len(fields) - 1, 2):
+            meta, path = fields[at].split(), fields[at + 1]
+            if len(meta) < 5:
+                continue
+            old.add(meta[2])
+            if meta[4][0] in "AMT" and meta[1] != "160000":
+                new.setdefault(meta[3], path)
+        wanted = [blob for blob in new if blob not in old]
         large = []
-        for line in staged.splitlines():
-            if line.startswith("add '") and line.endswith("'"):
-                try:
-                    size = os.lstat(self.path / line[5:-1]).st_size
-                except OSError:
+        for blob in wanted:
+            path = new[blob]
+            try:  # the file first (no process for the usual small one), then the blob (a filter's, LFS's, is small)
+                if os.lstat(self.path / path).st_size <= limit:
                     continue
-                if size > limit:
-                    large.append((line[5:-1], size))
+            except OSError:
+                pass
+            size = int(self._git("cat-file", "-s", blob).strip() or 0)
+            if size > limit:
+                large.append((path, size))
         if large:
             shown = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for path, size in large[:5])
             raise QualityError(
                 "file_too_large",
-                f"Files over {limit / 1e6:g} MB are not committed: {shown}. Delete them, or write such output "
-                "where git ignores it (a build or output folder the repository's .gitignore names), then submit again.",
+                f"Files over {limit / 1e6:g} MB are not committed: {shown}. Leave them out of your changes (delete a "
+                "file you made, `git rm --cached` one you staged), or write such output where git ignores it (a build "
+                "or output folder the repository's .gitignore names), then submit again.",
                 evidence=f"staged: {shown}",
                 message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
             )
+        return bool(raw)
 
     def _add_all(self) -> str:
         """`git add --all --verbose`; in a sparse checkout with --sparse, which also takes what the agent
@@ -705,12 +728,14 @@ class Worktree:
         return False
 
     def run_check(
-        self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None, pass_env: Sequence[str] = ()
+        self, command: str, timeout_s: float, max_output_chars: int = 8000, cancel: object = None, pass_env: Sequence[str] = (),
+        redact: Callable[[str], str] = str,
     ) -> CheckResult:
         from orchestrator.commands import run_shell
 
         result = run_shell(
-            command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars, cancel=cancel, pass_env=pass_env
+            command, cwd=self.path, timeout_s=timeout_s, max_output_chars=max_output_chars, cancel=cancel, pass_env=pass_env,
+            redact=redact,
         )
         return CheckResult(exit_code=result.exit_code, output=result.output, timed_out=result.timed_out)
 

@@ -142,9 +142,12 @@ class TestOwnRepositories:
             "&& git switch -qc other && echo b >> a && git stash -q && git stash pop -q && git branch -m renamed && git gc -q"
         )
         assert made.ok, made.output
-        cloned = agent(f"git clone -q {repo} cloned && cd cloned && git switch -qc mine && git tag t && git push -q origin mine")
+        cloned = agent(f"git clone -q {repo} cloned && cd cloned && git switch -qc mine && git tag t && git init -q --bare ../own.git "
+                       "&& git push -q ../own.git mine t")
         assert cloned.ok, cloned.output
-        assert "refs/heads/mine" in git(repo, "for-each-ref")  # its push went to the clone's origin: the user's repo, as asked
+        # Pushed back into the user's repository, the clone's refs meet the same guard (receive-pack runs there).
+        back = agent("cd cloned && git push -q origin mine")
+        assert not back.ok and "refs/heads/mine" not in git(repo, "for-each-ref"), back.output
 
     def test_a_fetch_brings_no_tags_into_the_users_repository(self, agent: Any, repo: Path, tmp_path: Path) -> None:
         """A remote that has released (a tag the user lacks): `git fetch` works, the tag stays out of the user's refs."""

@@ -416,6 +416,19 @@ class TestTheBranchUnderReview:
         assert (task["outcome"], task["reason"]) == ("skipped", "branch_checked_out")
         assert git(repo, "rev-parse", "overnight/fix-greet") == tip and git(repo, "status", "--porcelain") == ""
 
+    def test_a_deleted_review_worktree_git_still_registers_holds_nothing(self, config_file, server, repo, tmp_path):
+        """A person's second worktree on the branch, its folder deleted without `git worktree prune`: no checkout
+        has the branch, and the task runs (it was skipped, naming a folder that no longer exists)."""
+        import shutil
+
+        config = config_file()
+        server.enqueue(say(""), say(""), say(""), say(""))
+        overnight("run", "--config", str(config))
+        git(repo, "worktree", "add", "--quiet", "-f", str(tmp_path / "review"), "overnight/fix-greet")
+        shutil.rmtree(tmp_path / "review")
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+
     def test_a_reviewed_branch_is_built_on_not_undone(self, config_file, server, repo):
         """The checkout switched back after the fixup: the night's worktree, still detached at its old
         commit, is put on the branch's tip; its commit keeps the person's, and a rollback does not drop it."""

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.records import ToolCall
 from orchestrator.scripted import call
-from orchestrator.secrecy import Redactor, looks_secret, shown_url, url_secrets
+from orchestrator.secrecy import Redactor, looks_secret, shown_url, url_secrets, withheld
 from orchestrator.tools import Toolbox
 from runs.store import safe_url
 from tests.conftest import git
@@ -142,3 +142,32 @@ def test_an_unreachable_endpoint_is_named_without_its_credentials(config_file, r
     assert overnight("run", "--config", str(config)) == 3
     said = capsys.readouterr()
     assert "SECRET" not in said.out + said.err and "127.0.0.1:9" in said.out + said.err
+
+
+def test_a_plain_word_password_does_not_mangle_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POSTGRES_PASSWORD", "postgres")
+    monkeypatch.setenv("PASSWORD", "password")
+    (tmp_path / "db.py").write_text('def check_password(): return connect(user="postgres")\n')
+    shown = Toolbox(tmp_path, ("read_file",), check_command="true", redact=Redactor.for_night()).execute(
+        ToolCall("read_file", {"path": "db.py"})).output
+    assert 'check_password(): return connect(user="postgres")' in shown
+
+
+def test_url_passwords_in_any_variable_are_withheld_and_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://app:hunter2hunter2@db/app")
+    monkeypatch.setenv("CI_REPOSITORY_URL", "https://gitlab-ci-token:glcbt-JOBTOKEN-123@gitlab.example.com/g/p.git")
+    monkeypatch.setenv("DB_PASS", "dbpass-XYZ12345")
+    assert {"DATABASE_URL", "CI_REPOSITORY_URL", "DB_PASS"} <= set(withheld(os.environ))
+    toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", redact=Redactor.for_night())
+    out = toolbox.execute(ToolCall("run_command", {"command": "env > env.txt; echo postgres://app:hunter2hunter2@db"})).output
+    assert "hunter2" not in out and "hunter2" not in (tmp_path / "env.txt").read_text()
+    assert "JOBTOKEN" not in (tmp_path / "env.txt").read_text()
+
+
+def test_a_secret_the_output_cap_cuts_leaves_no_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-LEAKY-0123456789abcdefghij"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", redact=Redactor.for_night(), max_output_chars=2000)
+    for pad in range(600, 700, 3):
+        out = toolbox.execute(ToolCall("run_command", {"command": f"python3 -c \"print('a'*{pad}+'{secret}'+'b'*5000)\""})).output
+        assert secret[:12] not in out and secret[-12:] not in out, pad

@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from orchestrator.config import load_config
-from orchestrator.errors import StateError
+from orchestrator.errors import QualityError, StateError
 from orchestrator.gc import collect_garbage
 from orchestrator.lock import StateLock
 from orchestrator.recovery import recover_interrupted
@@ -396,3 +396,26 @@ def test_an_idle_worktree_holding_only_kept_build_output_is_left_as_it_is(repo: 
     assert tree.idle_state() == "ignored" and recover() == ["worktree_cleaned"]
     assert not (tree.path / "__pycache__").exists() and (tree.path / "build" / "out.o").exists()
     assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+
+
+def test_large_files_the_agent_staged_or_committed_itself(repo: Path, tmp_path: Path) -> None:
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    for command in ("git add dump.bin", "git add dump.bin && git commit -qm wip"):
+        checkpoint = tree.checkpoint()
+        (tree.path / "dump.bin").write_bytes(os.urandom(3_000_000))
+        subprocess.run(command, shell=True, cwd=tree.path, check=True, env={**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+                                                                          "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"})
+        with pytest.raises(QualityError):
+            tree.commit("x", onto=checkpoint, max_file_bytes=1_000_000)
+        tree.rollback(checkpoint)
+
+
+def test_a_tracked_large_file_moved_or_made_executable_is_no_new_weight(repo: Path, tmp_path: Path) -> None:
+    (repo / "data.bin").write_bytes(os.urandom(2_000_000))
+    git(repo, "add", "data.bin")
+    git(repo, "commit", "-qm", "data")
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    checkpoint = tree.checkpoint()
+    (tree.path / "data.bin").chmod(0o755)
+    os.rename(tree.path / "data.bin", tree.path / "moved.bin")
+    assert tree.commit("move", onto=checkpoint, max_file_bytes=1_000_000) != checkpoint
