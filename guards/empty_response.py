@@ -13,7 +13,7 @@ from guards._describe import times
 KIND = "empty_response"
 NUDGE = (
     "Your last answer was empty. Answer with a tool call. If you are not sure what to do next, "
-    "call list_dir or read_file; when the check passes, call submit(summary)."
+    "call list_dir or read_file; when the check passes, call submit with a one-line summary."
 )
 CUT_OFF_NUDGE = (
     "Your last answer was cut off at the token limit while you were still thinking, before any tool call. "
@@ -26,7 +26,7 @@ CUT_OFF_CORRECTION = (
 )
 CORRECTION = (
     "Never answer with an empty message. Every answer must call one tool: read_file or list_dir "
-    "to look, edit_file or write_file to change code, run_check to test, submit(summary) when done."
+    "to look, edit_file or write_file to change code, run_check to test, submit when done."
 )
 
 

@@ -126,7 +126,7 @@ def _correction(count: int) -> str:
         f"Last time {count} tool calls failed, and the calls between them only showed what you had already "
         "seen. Read each error message before the next call. For edit_file, copy `old` exactly from what "
         "read_file shows, a few whole lines; check paths with list_dir; after two failures of one kind, "
-        "try another way (write_file with the whole file, a smaller edit)."
+        "try another way (a smaller edit, or read the file again first)."
     )
 
 

@@ -130,8 +130,9 @@ def _loose_correction(call: ToolCall, count: int) -> str:
 
 
 def _correction(call: ToolCall, count: int) -> str:
+    # Not "or run the check" to a model that just ran it four times: it would read that as its way out.
+    instead = "change the code, or look at another file." if call.name == "run_check" else "change the code, look at another file, or run the check."
     return (
         f"You called {describe_call(call)} {count} times in a row and got the same result each time. "
-        "Do not call it again. Use what it already returned, or do something different: "
-        "change the code, look at another file, or run the check."
+        f"Do not call it again. Use what it already returned, or do something different: {instead}"
     )

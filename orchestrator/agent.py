@@ -19,7 +19,7 @@ from orchestrator.protocols import Guard, Message, Model, SignalSink, Toolbox
 from orchestrator.records import AgentResult, BrokenCall, Level, ModelResponse, Signal, ToolCall, ToolResult
 
 NO_TOOL_CALLED = (
-    "You did not call a tool. Use the tools to make progress; when the check passes, call submit(summary)."
+    "You did not call a tool. Use the tools to make progress; when the check passes, call submit with a one-line summary."
 )
 
 
@@ -107,7 +107,7 @@ def run_agent(
             ctx.check_cancelled()
             # Asked before a call, not after: the response that crossed a budget is still acted on.
             ctx.check_budgets()
-            request = history.with_reminders(messages, ctx.take_reminders())
+            request = history.with_reminders(history.fitted(messages, ctx.context_window), ctx.take_reminders())
             response = _complete(model, request, toolbox.schemas(), ctx)
             ctx._prompt_tokens = response.prompt_tokens
             recorder.model_call(response)

@@ -78,7 +78,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             log=log,
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
-        messages = first_messages(setup.task, setup.night, ctx.tool_names, setup.notes)
+        messages = first_messages(setup.task, setup.night, ctx.tool_names, setup.notes, setup.context_window)
         try:
             for message in messages:
                 recorder.message(message)
@@ -128,11 +128,20 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             return finish.rolled_back(error, ctx.answered, ctx.tokens)
 
 
-def first_messages(task: TaskConfig, night: NightConfig, tool_names: Sequence[str], notes: NotesBook) -> list[Message]:
-    """An iteration's prompt: how to work, the task, and the notes of its earlier iterations."""
-    return build_messages(
-        task_prompt=task.prompt, check=task.check, tool_names=tool_names, notes=notes.for_prompt(task.name, night.notes_budget_chars)
-    )
+# The notes a prompt carries, at most, as a share of a known context window (3 chars a token).
+NOTES_SHARE_OF_WINDOW = 0.1
+
+
+def first_messages(
+    task: TaskConfig, night: NightConfig, tool_names: Sequence[str], notes: NotesBook, context_window: int | None = None
+) -> list[Message]:
+    """An iteration's prompt: how to work, the task, and the notes of its earlier iterations (no more of
+    them than `notes_budget_chars`, nor than a tenth of a known window: a 4096-token one had a quarter
+    of itself taken by notes before the first turn)."""
+    budget = night.notes_budget_chars
+    if context_window:
+        budget = min(budget, int(context_window * NOTES_SHARE_OF_WINDOW * 3))
+    return build_messages(task_prompt=task.prompt, check=task.check, tool_names=tool_names, notes=notes.for_prompt(task.name, budget))
 
 
 def _died_of_the_nights_signal(cancel: Any, status: object) -> bool:

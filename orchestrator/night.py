@@ -127,7 +127,7 @@ class _Night:
     def ask_ahead(self, task: TaskConfig) -> AskedAhead:
         """The model, with the task's first request already on its way (see orchestrator/ahead.py)."""
         tool_names = offered(task.tools)
-        messages = first_messages(task, self.parts.config.night, tool_names, self.notes)
+        messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
         return AskedAhead(self.parts.model, messages, schemas_of(tool_names))
 
     def _ask_for_next_worktree(self) -> None:

@@ -99,10 +99,11 @@ class NotesBook:
         used = 0
         for entry in reversed(self.entries(task)):
             lesson = (entry.reason, _correction_of(entry.text))
-            if entry.reason in _NO_LESSON or lesson in taught:
+            # "None..." is the correction of an entry that blames nothing (an error of overnight's own).
+            if entry.reason in _NO_LESSON or lesson[1].removeprefix("**Correction:**").strip().startswith("None") or lesson in taught:
                 continue
             taught.add(lesson)
-            text = entry.text
+            text = _FOR_THE_PERSON.sub("", entry.text)  # advice to the person, not the model
             cost = len(text) + (len(_SEPARATOR) if chosen else 0)  # the separators count too
             if used + cost > budget_chars:
                 if not chosen:
@@ -113,6 +114,7 @@ class NotesBook:
         return _SEPARATOR.join(reversed(chosen))
 
 
+_FOR_THE_PERSON = re.compile(r" ?\(For the person: [^)]*\)")
 # Reasons whose entries say what happened but nothing the model should do differently.
 _NO_LESSON = frozenset({"cancelled", "parked", "interrupted"})
 

@@ -1,8 +1,10 @@
 """The first two messages of an iteration: how to work, and what to do.
 
 Small models follow a worked example far better than rules, so the system
-prompt shows one complete exchange. The task's notes from earlier iterations
-carry each failure's reason code and correction forward.
+prompt shows one complete exchange, made of the task's own tools only: a step
+naming a tool the task does not offer would be copied, and be an unknown tool.
+The task's notes from earlier iterations carry each failure's reason code and
+correction forward.
 """
 
 from __future__ import annotations
@@ -16,26 +18,38 @@ You are a careful software engineer working alone in a git repository.
 You act only by calling tools, one small step at a time. Paths are relative to the repository root.
 
 How to work:
-1. Look before you change: list_dir and read_file the files the task names.
-2. Make the smallest change that does the task, with write_file or edit_file.
-3. Call run_check to see whether the task is done.
-4. When run_check passes, call submit with a one-line summary. Do not submit before.
+{steps}
 
 Example of one good exchange:
 - task: "greet() should return 'hello'"
-- you call list_dir with {"path": "."} and see app.py
-- you call read_file with {"path": "app.py"} and see: def greet(): return 'helo'
-- you call edit_file with {"path": "app.py", "old": "'helo'", "new": "'hello'"}
-- you call run_check with {} and it passes
-- you call submit with {"summary": "fixed the typo in greet()"}
+{example}
 
+Call tools through the tool-calling interface. If you cannot, write one call per answer exactly like this:
+<tool_call>{"name": "read_file", "arguments": {"path": "app.py"}}</tool_call>
 Never repeat a call that already gave you its answer. If something fails twice, try another approach.
 Tools you have: {tools}.
 """
 
+# (the tool it takes, how the example shows it); the first of a group whose tool the task offers is shown.
+_EXAMPLE = (
+    (("list_dir", 'you call list_dir with {"path": "."} and see app.py'),),
+    (("read_file", "you call read_file with {\"path\": \"app.py\"} and see: def greet(): return 'helo'"),),
+    (
+        ("edit_file", "you call edit_file with {\"path\": \"app.py\", \"old\": \"'helo'\", \"new\": \"'hello'\"}"),
+        ("write_file", "you call write_file with {\"path\": \"app.py\", \"content\": \"def greet(): return 'hello'\\n\"}"),
+        ("run_command", "you call run_command with {\"command\": \"sed -i s/helo/hello/ app.py\"}"),
+    ),
+    (("run_check", "you call run_check with {} and it passes"),),
+    (("submit", 'you call submit with {"summary": "fixed the typo in greet()"}'),),
+)
+
 
 def build_messages(*, task_prompt: str, check: str, tool_names: Sequence[str], notes: str) -> list[Message]:
-    system = SYSTEM_PROMPT.replace("{tools}", ", ".join(tool_names))
+    system = (
+        SYSTEM_PROMPT.replace("{steps}", _steps(tool_names))
+        .replace("{example}", _example(tool_names))
+        .replace("{tools}", ", ".join(tool_names))
+    )
     parts = [f"Task:\n{task_prompt.strip()}", f"The task is done when this check passes: `{check}`"]
     if notes.strip():
         parts.append(
@@ -43,3 +57,30 @@ def build_messages(*, task_prompt: str, check: str, tool_names: Sequence[str], n
             "Read why, and do not make the same mistake again:\n\n" + notes.strip()
         )
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _steps(tools: Sequence[str]) -> str:
+    offered = set(tools)
+    look = _either([name for name in ("list_dir", "read_file", "search") if name in offered], "and")
+    change = _either([name for name in ("write_file", "edit_file", "run_command") if name in offered], "or")
+    steps = []
+    if look:
+        steps.append(f"Look before you change: {look} the files the task names.")
+    if change:
+        steps.append(f"Make the smallest change that does the task, with {change}.")
+    if "run_check" in offered:
+        steps.append("Call run_check to see whether the task is done.")
+        steps.append("When run_check passes, call submit with a one-line summary. Do not submit before.")
+    else:
+        steps.append("When the task is done, call submit with a one-line summary; the check then runs.")
+    return "\n".join(f"{number}. {step}" for number, step in enumerate(steps, 1))
+
+
+def _example(tools: Sequence[str]) -> str:
+    offered = set(tools)
+    lines = [next((line for name, line in group if name in offered), None) for group in _EXAMPLE]
+    return "\n".join(f"- {line}" for line in lines if line)
+
+
+def _either(names: list[str], joined_by: str) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {joined_by} {names[-1]}" if names else ""

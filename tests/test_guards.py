@@ -124,7 +124,9 @@ class TestRepeatedCallGuard:
         assert stop.value.correction.startswith("Last time you made the call run_check() 4 times in a row without changing")
         assert "FAILED test_greet: got 'helo'" in stop.value.evidence
         assert len(stop.value.evidence.splitlines()) <= 6
-        assert "Do not call it again" in ctx.take_reminders()[0]  # the in-run reminder is unchanged
+        reminder = ctx.take_reminders()[0]
+        assert "Do not call it again" in reminder  # the in-run reminder is unchanged
+        assert "run the check" not in reminder  # to a model that ran it four times, that read as the way on
 
     def test_copies_of_one_call_in_one_answer_count_once(self):
         """Four identical reads in one answer are one repeat; the same read in the next two answers reminds at the third."""

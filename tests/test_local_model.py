@@ -153,6 +153,15 @@ TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"
 
 
 class TestChatTemplate:
+    def test_the_worked_example_ends_with_a_submit(self) -> None:
+        """The base model copies the example's turns: one that stops at the passing check never shows it how a task ends."""
+        tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+                 for name in ("read_file", "edit_file", "run_check", "submit")]
+        text = _render([{"role": "system", "content": "S"}, {"role": "user", "content": "Fix it."}], tools)
+        example = text.split("That was an example.")[0]
+        assert example.rindex('"name": "submit"') > example.rindex('"name": "run_check"')
+
+
     def test_folds_system_and_tools_into_the_first_user_turn(self) -> None:
         """System text and tool schemas open the first user turn; the prompt ends on the model's turn."""
         text = _render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix it."}], TOOLS)

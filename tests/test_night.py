@@ -522,6 +522,27 @@ class TestWorkNoCommitHolds:
         assert git(repo, "rev-parse", "overnight/lib") == git(repo, "rev-parse", "main")
 
 
+class TestContextWindow:
+    def test_old_tool_output_is_left_out_of_a_small_window(self, config_file, server, repo, tmp_path):
+        """With a 4096-token window, six files read at full cap would fill it: the requests carry the newest
+        outputs whole and a line in place of the oldest (overflowed, the server refuses the request); the
+        transcript keeps every output."""
+        for index in range(6):
+            (repo / f"big{index}.py").write_text(f"# file {index}\n" + "x = 1\n" * 600)
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", "big files")
+        config = config_file(model={"context_window": 4096}, night={"max_iterations": 1, "max_turns": 10})
+        server.enqueue(*[call("read_file", {"path": f"big{index}.py"}) for index in range(6)], call("submit", {"summary": "read"}))
+        overnight("run", "--config", str(config))
+        last = server.requests[-1]["messages"]
+        outputs = [m["content"] for m in last if m["role"] == "tool"]
+        assert len(outputs) == 6 and "# file 5" in outputs[-1] and "# file 4" in outputs[-2]
+        assert outputs[0].startswith('[the output of read_file({"path": "big0.py"}) was left out here')
+        assert sum(len(text) for text in outputs) <= 4096 * 0.4 * 3 + 2 * 2000
+        transcript = "".join(path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir())
+        assert all(f"# file {index}" in transcript for index in range(6))
+
+
 class TestTranscripts:
     def test_a_store_started_anew_never_writes_into_an_earlier_nights_transcript(self, config_file, server, repo, capsys):
         """runs.db deleted (the obvious trim of a store that only grows): ids start at 1 again, and the second

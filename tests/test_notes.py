@@ -109,6 +109,16 @@ class TestNotesBook:
         assert "`parked`" not in text and "`cancelled`" not in text
         assert len(book.for_task("t")) == 1 + 14 * 4  # notes.md itself keeps every entry
 
+    def test_the_prompt_carries_no_blameless_entry_nor_advice_for_the_person(self, tmp_path: Path):
+        """An error of overnight's own ("None: ...") teaches the model nothing; "(For the person: raise max_tokens)"
+        is for the morning's reader. notes.md keeps both."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="iteration_error", correction="None: this was an error in overnight or its environment.")
+        book.append(task="t", iteration=2, reason="empty_response", correction="Think briefly. (For the person: raise [model] max_tokens.)")
+        text = book.for_prompt("t", budget_chars=4000)
+        assert "iteration_error" not in text and "Think briefly." in text and "For the person" not in text
+        assert "For the person" in (tmp_path / "notes.md").read_text() and len(book.for_task("t")) == 2
+
     def test_the_separators_between_entries_count_against_the_budget(self, tmp_path: Path):
         """A budget of exactly two entries' lengths gives one entry: the blank line between two would overrun it."""
         book = NotesBook(tmp_path / "notes.md")

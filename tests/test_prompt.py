@@ -1,0 +1,37 @@
+"""What the model is told at the start of an iteration (orchestrator/prompt.py)."""
+
+from __future__ import annotations
+
+from orchestrator.agent import NO_TOOL_CALLED
+from orchestrator.config import DEFAULT_TOOLS
+from orchestrator.prompt import build_messages
+from orchestrator.toolcalls import parse_calls
+from orchestrator.records import ModelResponse
+from orchestrator.tools import offered, schemas_of
+
+
+def system_prompt(tools: list[str]) -> str:
+    return build_messages(task_prompt="t", check="true", tool_names=tools, notes="")[0]["content"]
+
+
+def test_the_prompt_names_only_the_tasks_tools() -> None:
+    """A task with read_file, write_file and submit: the steps and the worked example name no other tool (a small
+    model copies the example: list_dir or edit_file would be unknown tools, two of which in a row stop the run)."""
+    text = system_prompt(["read_file", "write_file", "submit"])
+    for absent in ("list_dir", "edit_file", "run_check", "search", "run_command"):
+        assert absent not in text, absent
+    assert 'you call write_file with {"path": "app.py"' in text and "call submit with a one-line summary" in text
+
+
+def test_the_default_tools_get_the_whole_example() -> None:
+    text = system_prompt(offered(DEFAULT_TOOLS))
+    assert all(f"you call {name} with" in text for name in ("list_dir", "read_file", "edit_file", "run_check", "submit"))
+
+
+def test_the_written_call_form_the_prompt_shows_is_one_the_parser_takes() -> None:
+    """A server that does not parse tool calls: the form the prompt shows, copied, runs."""
+    text = system_prompt(offered(DEFAULT_TOOLS))
+    shown = next(line for line in text.splitlines() if line.startswith("<tool_call>"))
+    [parsed] = parse_calls(ModelResponse(text=shown), schemas_of(offered(DEFAULT_TOOLS)))
+    assert (parsed.name, parsed.arguments) == ("read_file", {"path": "app.py"})
+    assert "submit(summary)" not in NO_TOOL_CALLED
