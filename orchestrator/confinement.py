@@ -90,7 +90,12 @@ done
 exit 0
 """
 _PUSH_REFUSAL = "#!BASH" + _SHARED + r"""
-in_users_repository || exit 0
+# From a clone of the agent's too, when it pushes into the user's repository ($2: where to): there receive-pack
+# runs without the environment's settings, and a core.hooksPath of the repository's own (husky) beats overnight's.
+if ! in_users_repository; then
+  to=${2#file://}
+  [[ -e "$to" ]] && (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to") || exit 0
+fi
 echo "overnight: refused: nothing is pushed from an overnight worktree; a person reviews the branch in the morning" >&2
 exit 1
 """
@@ -255,6 +260,7 @@ def agent_environment(confinement: Confinement | None) -> dict[str, str]:
         env[BRANCH_VARIABLE] = f"refs/heads/{confinement.branch}"
         if confinement.shared_config is not None:
             env[COMMON_DIR_VARIABLE] = str(confinement.shared_config.parent)
+            env["GIT_CONFIG_GLOBAL"] = str(_global_config_for(folder, confinement.shared_config.parent))
     return env
 
 
@@ -440,8 +446,9 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
     # git drops GIT_CONFIG_COUNT for the git it starts in another repository (local_repo_env): a push
     # from a clone the agent made into the user's repository runs receive-pack there with the hooks
     # this file names (a repository's own core.hooksPath still wins).
-    hooks = f'[core]\n\thooksPath = "{folder / "hooks"}"\n' if bash and git else ""
-    (folder / "global-config").write_text(_including(_users_global_configs()) + hooks)
+    if bash and git:
+        (folder / "hooks-config").write_text(f'[core]\n\thooksPath = {_config_quoted(str(folder / "hooks"))}\n')
+    (folder / "global-config").write_text(_including(_users_global_configs()))
     # Read-only: a hook installer run by the agent (`git rev-parse --git-path hooks` names this folder) cannot replace them.
     for sub in ("bin", "hooks"):
         if (folder / sub).is_dir():
@@ -492,6 +499,29 @@ def _users_global_configs() -> list[str]:
     xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
     found = [os.path.join(xdg, "git", "config")] if xdg else []
     return found + ([os.path.join(home, ".gitconfig")] if home else [])
+
+
+def _global_config_for(folder: Path, common: Path) -> Path:
+    """The private global config, and overnight's hooks for the user's repository only: git drops
+    GIT_CONFIG_COUNT for the git it starts in another repository (local_repo_env), so a push from a
+    clone of the agent's into the user's repository runs receive-pack there with these; a test
+    suite's fixture repository keeps its own (a pre-receive hook under test)."""
+    import hashlib
+
+    path = folder / f"global-config-{hashlib.sha1(os.fsencode(common)).hexdigest()[:16]}"
+    if not path.exists() and (folder / "hooks-config").exists():
+        patterns = dict.fromkeys(_GLOB_SPECIAL.sub(r"\\\g<0>", place) for place in (os.path.abspath(common), os.path.realpath(common)))
+        hooks = _config_quoted(str(folder / "hooks-config"))
+        conditions = "".join(f"[includeIf {_config_quoted(f'gitdir:{pattern}/')}]\n\tpath = {hooks}\n" for pattern in patterns)
+        replace_file(path, (_including([str(folder / "global-config")]) + conditions).encode(), sync=False)
+    return path if path.exists() else folder / "global-config"
+
+
+_GLOB_SPECIAL = re.compile(r"[*?\[\\]")
+
+
+def _config_quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _including(paths: list[str]) -> str:

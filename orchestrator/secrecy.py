@@ -29,9 +29,11 @@ from urllib.parse import unquote
 # GH_PAT, MYSQL_PWD, DB_PASS, NGROK_AUTHTOKEN, CI_JOB_JWT, SENTRY_DSN. Whole words:
 # TOKENIZERS_PARALLELISM and GIT_AUTHOR_NAME are no secrets.
 _SECRET_WORDS = frozenset(
-    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD",
-     "AUTHTOKEN", "ACCESSTOKEN", "JWT", "DSN"}
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD",
+     "AUTHTOKEN", "ACCESSTOKEN"}
 )
+# Words that say so only at the name's end: DB_PASS, CI_JOB_JWT, SENTRY_DSN; not PASS_RATE, JWT_ALGORITHM, DSN_TIMEOUT.
+_SECRET_LAST_WORDS = frozenset({"PASS", "JWT", "DSN"})
 # The same glued to other letters: PGPASSWORD, CLIENTSECRET.
 _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
 _NOT_SECRETS = frozenset({"PWD", "OLDPWD"})  # the shell's folders
@@ -47,13 +49,16 @@ def looks_secret(name: str) -> bool:
     upper = name.upper()
     if upper in _NOT_SECRETS:
         return False
-    return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(_WORD_BREAK.split(upper))
+    words = _WORD_BREAK.split(upper)
+    return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or words[-1] in _SECRET_LAST_WORDS
 
 
 def holds_secret(name: str, value: str) -> bool:
     """Whether a variable is withheld: its name says so, or its value is a URL with a password
     (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token)."""
-    return looks_secret(name) or ("://" in value and bool(url_secrets(value)))
+    # Only a password the Redactor would hide: `postgres://postgres:postgres@localhost/test`, a CI service
+    # database's, is in the project's own files and shown anyway; withheld, the check just fails.
+    return looks_secret(name) or ("://" in value and any(_redactable(secret) for secret in url_secrets(value)))
 
 
 def withheld(environment: Mapping[str, str], pass_env: Collection[str] = ()) -> list[str]:
@@ -74,10 +79,10 @@ class Redactor:
         # "password", "localhost": a test database's password) is in the project's own files and every
         # output about them; replaced, read_file would show `***` where the code has it, and the model
         # would write that back.
-        self._values = sorted(
-            {value.strip() for value in values if len(value.strip()) >= MIN_REDACTED_CHARS and not _plain_word(value.strip())},
-            key=len, reverse=True,
-        )
+        # A multi-line value (a PEM key) also line by line: a command may print part of it, or with other line ends.
+        pieces = [line for value in values if "\n" in value or "\r" in value for line in re.split(r"\r\n|\r|\n", value)]
+        pieces += [value.replace("\r\n", "\n") for value in values if "\r\n" in value]
+        self._values = sorted({value.strip() for value in [*values, *pieces] if _redactable(value)}, key=len, reverse=True)
 
     @classmethod
     def for_night(cls, *, api_key: str | None = None, store_url: str | None = None, api_base: str | None = None) -> "Redactor":
@@ -93,6 +98,12 @@ class Redactor:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+
+def _redactable(value: str) -> bool:
+    """Long enough, and no plain word (below), to be replaced by the Redactor."""
+    value = value.strip()
+    return len(value) >= MIN_REDACTED_CHARS and not _plain_word(value)
 
 
 def _plain_word(value: str) -> bool:

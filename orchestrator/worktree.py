@@ -88,7 +88,7 @@ def _checkouts(common: Path, exclude: Path | None = None) -> list[tuple[Path, Pa
             if exclude is not None and admin.name == exclude.name and (admin == exclude or admin.resolve() == exclude.resolve()):
                 continue
             link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
-            found.append((admin, Path(link).parent))
+            found.append((admin, (admin / link).parent))  # relative (worktree.useRelativePaths, git >= 2.48): to `admin`
     except OSError:
         pass
     return found
@@ -350,8 +350,10 @@ class Worktree:
         wanted = f"ref: refs/heads/{self.branch}"
         for admin, folder in _checkouts(self._common, exclude=self._admin):
             try:
-                # A registration whose folder was deleted (not yet pruned) holds nothing for anyone.
-                if (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted and folder.is_dir():
+                # A registration whose folder was deleted (not yet pruned) holds nothing for anyone;
+                # a locked one (on a disk not mounted now) still holds it, as git says.
+                gone = not folder.is_dir() and not (admin / "locked").exists()
+                if (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted and not gone:
                     return str(folder)
             except OSError:
                 continue
@@ -497,6 +499,8 @@ class Worktree:
         differs = self._refuse_large_files(onto or "HEAD", max_file_bytes) if max_file_bytes else None
         if differs is not None and onto is not None and head_commit(self._admin, self._common) != onto:
             differs = None  # the agent's own commits on top: the index is to be compared with them
+            # and what those commits hold goes with the branch too, a file added and removed again included
+            self._refuse_large_committed(onto, max_file_bytes)
         if staged.strip() or (differs if differs is not None else self._has_staged_changes()):
             try:
                 self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
@@ -546,6 +550,28 @@ class Worktree:
                 message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
             )
         return bool(raw)
+
+    def _refuse_large_committed(self, base: str, limit: int) -> None:
+        """QualityError for a blob over `limit` bytes in the agent's own commits on top of `base` that `base`
+        does not have: the branch carries it even when a later commit removed the file. One process; a
+        second only to name what was found."""
+        omitted = self._git("rev-list", "--objects", f"--filter=blob:limit={limit + 1}", "--filter-print-omitted", f"{base}..HEAD")
+        blobs = {line[1:] for line in omitted.splitlines() if line.startswith("~")}
+        if not blobs:
+            return
+        names = {}
+        for line in self._git("rev-list", "--objects", f"{base}..HEAD").splitlines():
+            blob, _, path = line.partition(" ")
+            if blob in blobs:
+                names.setdefault(blob, path)
+        shown = ", ".join(f"{names.get(blob, blob)} ({int(self._git('cat-file', '-s', blob)) / 1e6:.1f} MB)" for blob in sorted(blobs)[:5])
+        raise QualityError(
+            "file_too_large",
+            f"Files over {limit / 1e6:g} MB are not committed: {shown}, in a commit of yours (removing the file in a later "
+            "commit still leaves it in the branch's history). Write such output where git ignores it, then submit again.",
+            evidence=f"committed: {shown}",
+            message=f"file over {limit / 1e6:g} MB: {shown.split(' (')[0]}",
+        )
 
     def _add_all(self) -> str:
         """`git add --all --verbose`; in a sparse checkout with --sparse, which also takes what the agent

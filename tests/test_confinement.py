@@ -149,6 +149,23 @@ class TestOwnRepositories:
         back = agent("cd cloned && git push -q origin mine")
         assert not back.ok and "refs/heads/mine" not in git(repo, "for-each-ref"), back.output
 
+    def test_a_push_from_a_clone_into_a_users_repository_with_its_own_hooks_path_is_refused(self, agent: Any, repo: Path) -> None:
+        """husky's core.hooksPath in the user's .git/config beats the global config's in receive-pack: the clone's
+        pre-push (overnight's, through the environment) refuses a push whose destination is the user's repository."""
+        (repo / ".husky" / "_").mkdir(parents=True)
+        git(repo, "config", "core.hooksPath", ".husky/_")
+        back = agent(f"git clone -q {repo} cloned && cd cloned && git switch -qc mine && git tag t && git push -q origin mine t")
+        assert not back.ok and "refs/heads/mine" not in git(repo, "for-each-ref"), back.output
+
+    def test_a_fixture_repositorys_own_server_hooks_run(self, agent: Any) -> None:
+        """A test suite that tests a pre-receive hook in a bare fixture repository sees it run, as the check does."""
+        made = agent(
+            "git init -q --bare srv.git && printf '#!/bin/sh\\necho FIXTURE-HOOK >&2; exit 1\\n' > srv.git/hooks/pre-receive "
+            "&& chmod +x srv.git/hooks/pre-receive && git init -q c && cd c && echo a > a && git add a && git commit -qm a "
+            "&& git push -q ../srv.git HEAD:refs/heads/x"
+        )
+        assert not made.ok and "FIXTURE-HOOK" in made.output, made.output
+
     def test_a_fetch_brings_no_tags_into_the_users_repository(self, agent: Any, repo: Path, tmp_path: Path) -> None:
         """A remote that has released (a tag the user lacks): `git fetch` works, the tag stays out of the user's refs."""
         upstream = tmp_path / "upstream"

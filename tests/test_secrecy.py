@@ -36,7 +36,8 @@ def test_names_that_say_secret() -> None:
     secret = ["OPENAI_API_KEY", "GITHUB_TOKEN", "CI_JOB_TOKEN", "PGPASSWORD", "MYSQL_PWD", "AWS_SECRET_ACCESS_KEY",
               "AWS_SESSION_TOKEN", "SSH_AUTH_SOCK", "GOOGLE_APPLICATION_CREDENTIALS", "GH_PAT", "HF_TOKEN", "password", "api-key"]
     plain = ["PATH", "HOME", "PWD", "OLDPWD", "LD_LIBRARY_PATH", "TOKENIZERS_PARALLELISM", "GIT_AUTHOR_NAME", "DBUS_SESSION_BUS_ADDRESS",
-             "PYTHONPATH", "sslmode", "sslkey", "LANG"]
+             "PYTHONPATH", "sslmode", "sslkey", "LANG", "JWT_ALGORITHM", "PASS_RATE", "DSN_TIMEOUT"]
+    secret += ["DB_PASS", "CI_JOB_JWT", "SENTRY_DSN", "NGROK_AUTHTOKEN"]
     assert [name for name in secret if not looks_secret(name)] == []
     assert [name for name in plain if looks_secret(name)] == []
 
@@ -55,6 +56,9 @@ def test_urls_are_shown_without_their_passwords() -> None:
 def test_redaction_replaces_known_values_longest_first_and_leaves_short_ones() -> None:
     redact = Redactor(["abcdefgh12", "abcdefgh12345", "short"])
     assert redact("x abcdefgh12345 y abcdefgh12 short") == "x *** y *** short"
+    # A PEM key written with CRLF, printed with LF or only in part (`head -2`): every line of it.
+    key = "-----BEGIN KEY-----\r\nMIIEabcdefghijklmn0123\r\nQWERTYuiop98765432\r\n-----END KEY-----"
+    assert "MIIE" not in Redactor([key])("head: -----BEGIN KEY-----\nMIIEabcdefghijklmn0123\n")
 
 
 def test_the_agents_commands_run_without_secret_variables(tmp_path: Path, secrets_in_environment: None) -> None:
@@ -171,3 +175,12 @@ def test_a_secret_the_output_cap_cuts_leaves_no_part(tmp_path: Path, monkeypatch
     for pad in range(600, 700, 3):
         out = toolbox.execute(ToolCall("run_command", {"command": f"python3 -c \"print('a'*{pad}+'{secret}'+'b'*5000)\""})).output
         assert secret[:12] not in out and secret[-12:] not in out, pad
+
+
+def test_a_url_whose_password_would_not_be_redacted_is_not_withheld() -> None:
+    """A CI service database's URL: its password is a plain word the Redactor leaves; withheld, the check fails."""
+    from orchestrator.secrecy import withheld
+
+    env = {"DATABASE_URL": "postgres://postgres:postgres@localhost:5432/test", "REDIS_URL": "redis://:dev@localhost",
+           "PROD_URL": "postgres://app:Xk3-9fq!Lm2@db/app"}
+    assert withheld(env) == ["PROD_URL"]

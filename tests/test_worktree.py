@@ -419,3 +419,37 @@ def test_a_tracked_large_file_moved_or_made_executable_is_no_new_weight(repo: Pa
     (tree.path / "data.bin").chmod(0o755)
     os.rename(tree.path / "data.bin", tree.path / "moved.bin")
     assert tree.commit("move", onto=checkpoint, max_file_bytes=1_000_000) != checkpoint
+
+
+def test_a_large_file_the_agent_committed_and_removed_again_does_not_go_with_the_branch(repo: Path, tmp_path: Path) -> None:
+    """Its blob is in the agent's first commit: the branch (and what CI pushes) would carry it."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    checkpoint = tree.checkpoint()
+    (tree.path / "dump.bin").write_bytes(os.urandom(3_000_000))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    subprocess.run("git add dump.bin && git commit -qm wip && git rm -q dump.bin && git commit -qm gone", shell=True, cwd=tree.path,
+                   check=True, env=env)
+    with pytest.raises(QualityError, match="dump.bin"):
+        tree.commit("x", onto=checkpoint, max_file_bytes=1_000_000)
+    tree.rollback(checkpoint)
+    (tree.path / "small.txt").write_text("x\n")  # commits of the agent's with small files still stay
+    subprocess.run("git add small.txt && git commit -qm small", shell=True, cwd=tree.path, check=True, env=env)
+    made = tree.commit("x", onto=checkpoint, max_file_bytes=1_000_000)
+    assert git(tree.path, "rev-list", "--count", f"{checkpoint}..{made}") == "1"
+
+
+@pytest.mark.parametrize("how", ["relative link", "locked, folder unmounted"])
+def test_a_checkout_of_the_branch_beside_the_worktree_is_seen_however_registered(repo: Path, tmp_path: Path, how: str) -> None:
+    from orchestrator.worktree import BranchCheckedOut
+
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    review = tmp_path / "review"
+    git(repo, "worktree", "add", "-q", "-f", str(review), "overnight/fix")
+    admin = repo / ".git" / "worktrees" / "review"
+    if how == "relative link":  # as git >= 2.48 writes it with worktree.useRelativePaths
+        (admin / "gitdir").write_text(os.path.relpath(review / ".git", admin) + "\n")
+    else:
+        git(repo, "worktree", "lock", str(review))
+        review.rename(tmp_path / "elsewhere")
+    with pytest.raises(BranchCheckedOut):
+        tree.back_on_branch("fix")
