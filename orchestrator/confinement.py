@@ -148,7 +148,33 @@ done
 case "$command" in
   push|send-pack)
     # The pre-push hook says the same, but --no-verify skips it.
-    refuse "nothing is pushed from an overnight worktree; a person reviews the branch in the morning" ;;
+    refuse "nothing is pushed from an overnight worktree; a person reviews the branch in the morning"
+    # From a repository of the agent's (a clone), the pre-push hook asks whether the destination is the user's
+    # repository, where a core.hooksPath of its own (husky's) keeps overnight's hooks out of receive-pack: so
+    # it is not skipped here (--no-verify, a hooks path of the command's), and send-pack, which runs no
+    # pre-push hook, may not name the user's repository.
+    if [[ -n "$OVERNIGHT_COMMON_DIR" ]]; then
+      kept=(); options=1
+      for arg in "${rest[@]}"; do
+        if [[ -n "$options" ]]; then
+          [[ "$arg" == -- ]] && options=
+          [[ "$command" == push && ${#arg} -ge 9 && "--no-verify" == "$arg"* ]] && continue
+          to=${arg#file://}
+          if [[ "$command" == send-pack && "$arg" != -* && -e "$to" ]] &&
+             (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to"); then
+            echo "overnight: refused: nothing is pushed into the user's repository; a person reviews the branch in the morning" >&2
+            exit 1
+          fi
+        fi
+        kept+=("$arg")
+      done
+      shopt -s nocasematch
+      for (( i = 0; i < ${#before[@]}; i++ )); do
+        [[ "${before[i]}" == *core.hookspath* ]] && { echo "overnight: refused: git's hooks here are overnight's when pushing" >&2; exit 1; }
+      done
+      shopt -u nocasematch
+      exec REAL_GIT "${before[@]}" "$command" "${kept[@]}"
+    fi ;;
   stash)
     [[ "${rest[0]}" == list || "${rest[0]}" == show ]] ||
       refuse "the stash is shared with the user's own checkout; to keep a change aside, copy the file or commit it on this branch" ;;

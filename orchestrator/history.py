@@ -70,44 +70,43 @@ def broken_call_note(call: BrokenCall, tool_names: Sequence[str]) -> str:
 # Tool output a request carries, as a share of a known context window (3 chars a token, as the
 # tools' output cap counts): the rest is the prompt, the tools' schemas, the turns and the answer.
 KEPT_OUTPUT_SHARE = 0.4
+# Once past it, the oldest outputs go until the rest fits this share: the request's beginning then stays
+# as it was for the next turns, which a server's prompt cache (llama.cpp's) reuses instead of reading it again.
+CUT_TO_SHARE = 0.2
 _CHARS_PER_TOKEN = 3
 # The newest results always go whole: what the model is working from now.
 ALWAYS_KEPT = 2
-LEFT_OUT = "[{what} was left out here to save room in the context window; call it again if you need it]"
+# Short: one stands in every request for each output left out (the call is named in the turn before it).
+LEFT_OUT = "[output left out to save room; call again if needed]"
 
 
 def fitted(messages: Sequence[Message], context_window: int | None) -> list[Message]:
-    """The history as the next request carries it: once the tools' output in it would pass
-    KEPT_OUTPUT_SHARE of a known window, the oldest results are replaced by a line saying so
-    (the newest ALWAYS_KEPT whole), so that a small window is not filled by files read long ago.
-    The history itself, and the transcript, keep everything."""
+    """The history as the next request carries it: once the tools' output in it (the lines standing for
+    outputs left out included) would pass KEPT_OUTPUT_SHARE of a known window, the oldest results are
+    replaced by LEFT_OUT (the newest ALWAYS_KEPT whole) until it fits CUT_TO_SHARE, so that a small window
+    is not filled by files read long ago. The history is replayed output by output, so what one request
+    left out every later one leaves out too (the oldest first, never one back again): requests change
+    only where the cut moves on, not at every turn. The history itself, and the transcript, keep everything."""
     request = list(messages)
     if not context_window:
         return request
     room = int(context_window * KEPT_OUTPUT_SHARE * _CHARS_PER_TOKEN)
+    low = int(context_window * CUT_TO_SHARE * _CHARS_PER_TOKEN)
     # Tool results, and text-mode results and notes (user messages after the task's own, the second message).
     outputs = [i for i, m in enumerate(request) if m.get("role") == "tool" or (m.get("role") == "user" and i > 1)]
-    used = 0
-    for rank, index in enumerate(reversed(outputs)):
-        content = request[index].get("content")
-        size = len(content) if isinstance(content, str) else 0
-        if rank < ALWAYS_KEPT or used + size <= room:
-            used += size
-            continue
-        request[index] = {**request[index], "content": LEFT_OUT.format(what=_what(messages, index))}
+    sizes = [len(c) if isinstance(c := request[i].get("content"), str) else 0 for i in outputs]
+    cut = kept = left = 0  # outputs[:cut] are left out; what the kept ones and the lines cost
+    for newest, size in enumerate(sizes):
+        kept += size
+        if kept + left > room:
+            while cut <= newest - ALWAYS_KEPT and kept + left > low:
+                kept -= sizes[cut]
+                left += min(sizes[cut], len(LEFT_OUT))
+                cut += 1
+    for index, size in zip(outputs[:cut], sizes):
+        if size > len(LEFT_OUT):  # a shorter output stays: the line would cost more
+            request[index] = {**request[index], "content": LEFT_OUT}
     return request
-
-
-def _what(messages: Sequence[Message], index: int) -> str:
-    """The call a tool result answers, from the assistant turn before it (servers reuse ids across turns)."""
-    wanted = messages[index].get("tool_call_id") if messages[index].get("role") == "tool" else None
-    for earlier in reversed(messages[:index]) if wanted else ():
-        if earlier.get("role") == "assistant":
-            call = next((c.get("function", {}) for c in earlier.get("tool_calls") or () if c.get("id") == wanted), None)
-            if call:
-                return f"the output of {call.get('name', 'a tool')}({str(call.get('arguments', ''))[:80]})"
-            break
-    return "an earlier result"
 
 
 def with_reminders(messages: Sequence[Message], reminders: Sequence[str]) -> list[Message]:

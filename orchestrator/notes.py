@@ -99,8 +99,9 @@ class NotesBook:
         used = 0
         for entry in reversed(self.entries(task)):
             lesson = (entry.reason, _correction_of(entry.text))
-            # "None..." is the correction of an entry that blames nothing (an error of overnight's own).
-            if entry.reason in _NO_LESSON or lesson[1].removeprefix("**Correction:**").strip().startswith("None") or lesson in taught:
+            # "None: ..." or "None needed: ..." is the correction of an entry that blames nothing (an error of
+            # overnight's own); "None of your answers made a usable tool call" is a lesson.
+            if entry.reason in _NO_LESSON or _BLAMES_NOTHING.match(lesson[1].removeprefix("**Correction:**").strip()) or lesson in taught:
                 continue
             taught.add(lesson)
             text = _FOR_THE_PERSON.sub("", entry.text)  # advice to the person, not the model
@@ -114,6 +115,7 @@ class NotesBook:
         return _SEPARATOR.join(reversed(chosen))
 
 
+_BLAMES_NOTHING = re.compile(r"None(?: needed)?:")
 _FOR_THE_PERSON = re.compile(r" ?\(For the person: [^)]*\)")
 # Reasons whose entries say what happened but nothing the model should do differently.
 _NO_LESSON = frozenset({"cancelled", "parked", "interrupted"})

@@ -9,6 +9,8 @@ correction forward.
 
 from __future__ import annotations
 
+import json
+
 from typing import Sequence
 
 from orchestrator.protocols import Message
@@ -25,7 +27,7 @@ Example of one good exchange:
 {example}
 
 Call tools through the tool-calling interface. If you cannot, write one call per answer exactly like this:
-<tool_call>{"name": "read_file", "arguments": {"path": "app.py"}}</tool_call>
+{written}
 Never repeat a call that already gave you its answer. If something fails twice, try another approach.
 Tools you have: {tools}.
 """
@@ -48,6 +50,7 @@ def build_messages(*, task_prompt: str, check: str, tool_names: Sequence[str], n
     system = (
         SYSTEM_PROMPT.replace("{steps}", _steps(tool_names))
         .replace("{example}", _example(tool_names))
+        .replace("{written}", _written(tool_names))
         .replace("{tools}", ", ".join(tool_names))
     )
     parts = [f"Task:\n{task_prompt.strip()}", f"The task is done when this check passes: `{check}`"]
@@ -80,6 +83,23 @@ def _example(tools: Sequence[str]) -> str:
     offered = set(tools)
     lines = [next((line for name, line in group if name in offered), None) for group in _EXAMPLE]
     return "\n".join(f"- {line}" for line in lines if line)
+
+
+# The call the written form shows: the first of these the task offers (one it does not would be an unknown tool).
+_WRITTEN = (
+    ("read_file", {"path": "app.py"}),
+    ("list_dir", {"path": "."}),
+    ("run_check", {}),
+    ("edit_file", {"path": "app.py", "old": "'helo'", "new": "'hello'"}),
+    ("write_file", {"path": "app.py", "content": "def greet(): return 'hello'\n"}),
+    ("run_command", {"command": "cat app.py"}),
+    ("submit", {"summary": "fixed the typo in greet()"}),
+)
+
+
+def _written(tools: Sequence[str]) -> str:
+    name, arguments = next(((name, arguments) for name, arguments in _WRITTEN if name in tools), _WRITTEN[-1])
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
 def _either(names: list[str], joined_by: str) -> str:

@@ -36,6 +36,7 @@ _SECRET_WORDS = frozenset(
 _SECRET_LAST_WORDS = frozenset({"PASS", "JWT", "DSN"})
 # The same glued to other letters: PGPASSWORD, CLIENTSECRET.
 _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
+_NUMBERING = re.compile(r"V?[0-9]*")
 _NOT_SECRETS = frozenset({"PWD", "OLDPWD"})  # the shell's folders
 _WORD_BREAK = re.compile(r"[^A-Z0-9]+")  # SSH_AUTH_SOCK; in a URL's query, api-key
 # Shorter values are not replaced: "1", "true" or a port would mangle every output they appear in.
@@ -50,7 +51,9 @@ def looks_secret(name: str) -> bool:
     if upper in _NOT_SECRETS:
         return False
     words = _WORD_BREAK.split(upper)
-    return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or words[-1] in _SECRET_LAST_WORDS
+    # The last word before a version or a number: CI_JOB_JWT_V2 (GitLab's), DB_PASS_2.
+    last = next((word for word in reversed(words) if not _NUMBERING.fullmatch(word)), "")
+    return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or last in _SECRET_LAST_WORDS
 
 
 def holds_secret(name: str, value: str) -> bool:
@@ -80,7 +83,10 @@ class Redactor:
         # output about them; replaced, read_file would show `***` where the code has it, and the model
         # would write that back.
         # A multi-line value (a PEM key) also line by line: a command may print part of it, or with other line ends.
-        pieces = [line for value in values if "\n" in value or "\r" in value for line in re.split(r"\r\n|\r|\n", value)]
+        # Only a line with no space in it (a PEM key's base64): "-----BEGIN PRIVATE KEY-----", or a JSON key file's
+        # `"type": "service_account",`, is in the project's own files too, and replaced there would be written back as ***.
+        pieces = [line for value in values if "\n" in value or "\r" in value for line in re.split(r"\r\n|\r|\n", value)
+                  if not any(space in line.strip() for space in " \t")]
         pieces += [value.replace("\r\n", "\n") for value in values if "\r\n" in value]
         self._values = sorted({value.strip() for value in [*values, *pieces] if _redactable(value)}, key=len, reverse=True)
 

@@ -419,3 +419,25 @@ def test_fences_a_git_too_old_or_no_bash_cannot_hold_are_said_to_be_off(tmp_path
     assert "2.25 is older than 2.32" in fences_missing("/bin/bash", str(old_git))
     assert "no bash" in fences_missing(None, "/usr/bin/git")
     assert fences_missing("/bin/bash", shutil.which("git")) == ""  # this machine's git holds them
+
+
+class TestPushesFromAClone:
+    """A review's findings: the user's repository sets core.hooksPath (husky), so receive-pack there runs
+    the repository's hooks, not overnight's; only the clone's pre-push hook stood between the agent and it."""
+
+    @pytest.mark.parametrize("push", [
+        "git push -q --no-verify origin HEAD:refs/heads/nv && git push -q --no-verif origin t",
+        "git -c core.hooksPath=/dev/null push -q origin HEAD:refs/heads/hp",
+        "git send-pack --all \"$(git remote get-url origin)\"",
+    ])
+    def test_a_push_into_a_husky_users_repository_is_refused(self, agent: Any, repo: Path, push: str) -> None:
+        (repo / ".husky" / "_").mkdir(parents=True)
+        git(repo, "config", "core.hooksPath", ".husky/_")
+        before = git(repo, "for-each-ref")
+        done = agent(f"git clone -q {repo} cloned && cd cloned && git switch -qc mine && git tag t && {push}")
+        assert not done.ok and git(repo, "for-each-ref") == before, done.output
+
+    def test_a_clone_still_pushes_to_a_fixture_with_no_verify(self, agent: Any) -> None:
+        made = agent("git init -q --bare srv.git && git init -q c && cd c && echo a > a && git add a && git commit -qm a "
+                     "&& git push -q --no-verify ../srv.git HEAD:refs/heads/x && git send-pack ../srv.git HEAD:refs/heads/y")
+        assert made.ok, made.output

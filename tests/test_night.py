@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.history import LEFT_OUT
 from orchestrator.scripted import Reply, call, say
 from tests.conftest import git, make_repo
 
@@ -537,7 +538,7 @@ class TestContextWindow:
         last = server.requests[-1]["messages"]
         outputs = [m["content"] for m in last if m["role"] == "tool"]
         assert len(outputs) == 6 and "# file 5" in outputs[-1] and "# file 4" in outputs[-2]
-        assert outputs[0].startswith('[the output of read_file({"path": "big0.py"}) was left out here')
+        assert outputs[0] == LEFT_OUT
         assert sum(len(text) for text in outputs) <= 4096 * 0.4 * 3 + 2 * 2000
         transcript = "".join(path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir())
         assert all(f"# file {index}" in transcript for index in range(6))

@@ -165,3 +165,17 @@ class TestNotesBook:
         assert remark.strip() in book.path.read_bytes()
         assert [entry.iteration for entry in book.entries("t")] == [1, 2]
         assert "Run the check." in book.for_prompt("t", 10_000) and "caf\ufffd" in book.text()
+
+
+def test_a_lesson_whose_correction_begins_with_none_of_is_still_given(tmp_path) -> None:
+    """unusable_answers' correction begins "None of your answers made a usable tool call": the one lesson such
+    a model needs was left out with the entries that blame nothing ("None: ...", "None needed: ...")."""
+    from guards.unusable_answers import _correction
+    from orchestrator.notes import NotesBook
+
+    book = NotesBook(tmp_path / "notes.md")
+    book.append(task="t", iteration=1, reason="no_tool_call", correction=_correction({"no_tool_call"}, ["read_file", "submit"]))
+    book.append(task="t", iteration=2, reason="iteration_error", correction="None: this was an error in overnight or its environment.")
+    book.append(task="t", iteration=3, reason="lease_lost", correction="None needed: the iteration was stopped on purpose (x), not because of the model.")
+    prompt = book.for_prompt("t", 4000)
+    assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt

@@ -35,3 +35,13 @@ def test_the_written_call_form_the_prompt_shows_is_one_the_parser_takes() -> Non
     [parsed] = parse_calls(ModelResponse(text=shown), schemas_of(offered(DEFAULT_TOOLS)))
     assert (parsed.name, parsed.arguments) == ("read_file", {"path": "app.py"})
     assert "submit(summary)" not in NO_TOOL_CALLED
+
+
+def test_the_written_call_form_names_a_tool_the_task_offers() -> None:
+    """Without read_file (a task of edit_file, run_check and submit), the written form named read_file anyway:
+    copied, an unknown tool, two of which in a row stop the run."""
+    for tools in (["edit_file", "run_check", "submit"], ["write_file", "submit"], ["submit", "run_command"], ["submit"]):
+        text = system_prompt(offered(tools))
+        shown = next(line for line in text.splitlines() if line.startswith("<tool_call>"))
+        [parsed] = parse_calls(ModelResponse(text=shown), schemas_of(offered(tools)))
+        assert parsed.name in tools and "read_file" not in text, (tools, parsed)

@@ -184,3 +184,22 @@ def test_a_url_whose_password_would_not_be_redacted_is_not_withheld() -> None:
     env = {"DATABASE_URL": "postgres://postgres:postgres@localhost:5432/test", "REDIS_URL": "redis://:dev@localhost",
            "PROD_URL": "postgres://app:Xk3-9fq!Lm2@db/app"}
     assert withheld(env) == ["PROD_URL"]
+
+
+class TestAReviewsFindings:
+    def test_a_secret_word_before_a_version_or_number_still_says_so(self) -> None:
+        """GitLab's CI_JOB_JWT_V1/_V2 were secret-named before the last-word rule; DB_PASS_2 too."""
+        from orchestrator.secrecy import looks_secret
+
+        assert all(looks_secret(name) for name in ("CI_JOB_JWT_V2", "CI_JOB_JWT_V1", "DB_PASS_2", "SENTRY_DSN"))
+        assert not any(looks_secret(name) for name in ("PASS_RATE", "JWT_ALGORITHM", "DSN_TIMEOUT", "PASS_V2_RATE"))
+
+    def test_lines_of_a_multi_line_secret_that_code_has_too_are_not_replaced_there(self) -> None:
+        from orchestrator.secrecy import Redactor
+
+        pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
+        key_file = '{\n  "type": "service_account",\n  "private_key_id": "0123456789abcdef0123"\n}'
+        redact = Redactor([pem, key_file])
+        code = 'if text.startswith("-----BEGIN PRIVATE KEY-----"):\n    kind = {"type": "service_account",}'
+        assert redact(code) == code
+        assert redact("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7") == "***" and "***" in redact(pem.replace("\n", "\r\n"))
