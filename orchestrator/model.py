@@ -40,6 +40,8 @@ REPEAT_CHECK_EVERY = 32
 # Statuses that mean "the endpoint is busy or broken right now": try again.
 # The longest wait between two attempts (unless retry_backoff_s itself is longer).
 MAX_BACKOFF_S = 300.0
+# The least max_tokens a request asks for when a small window scales it down.
+ANSWER_FLOOR = 256
 _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 # Statuses that mean "the configuration is wrong": retrying cannot help.
 _CONFIG_STATUSES = frozenset({401, 402, 403, 404, 407})
@@ -106,6 +108,7 @@ class EndpointModel:
         self._sleep = sleep
         self._on_retry = on_retry
         self._transport: Any = None
+        self._window: int | None = None  # the context window, asked once (_answer_limit)
         self._transport_lock = threading.Lock()
         if cancel is not None:
             cancel.on_cancel(self._interrupt)
@@ -164,13 +167,17 @@ class EndpointModel:
 
     def context_window(self) -> int | None:
         """Input tokens the model accepts: litellm's figure when it knows the model, else the config's."""
+        if self._window is not None:
+            return self._window or None
+        window = self.config.context_window
         try:
             known = transports.litellm_module().get_model_info(self.config.name).get("max_input_tokens")
             if known:
-                return int(known)
+                window = int(known)
         except Exception:  # unknown model, odd map entry: fall back, never fail a night over it
             pass
-        return self.config.context_window
+        self._window = window or 0
+        return window
 
     def close(self) -> None:
         if self._transport is not None:
@@ -293,13 +300,22 @@ class EndpointModel:
                     self._interrupt()  # the cancel came while it was being made
             return self._transport
 
+    def _answer_limit(self) -> int:
+        """`max_tokens`; left at its default, no more than a quarter of a known context window (at least
+        ANSWER_FLOOR): vLLM refuses a request whose prompt and max_tokens together pass the window, and
+        2048 is half of a 4096-token one."""
+        if "max_tokens" in self.config.model_fields_set:
+            return self.config.max_tokens
+        self.context_window()
+        return min(self.config.max_tokens, max(ANSWER_FLOOR, self._window // 4)) if self._window else self.config.max_tokens
+
     def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
         config = self.config
         request: dict[str, Any] = {
             "model": config.name,
             "messages": [dict(m) for m in messages],
             "temperature": config.temperature,
-            "max_tokens": config.max_tokens,
+            "max_tokens": self._answer_limit(),
         }
         if tools:
             request["tools"] = list(tools)

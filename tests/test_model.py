@@ -96,6 +96,16 @@ class TestAnswers:
         assert body["max_tokens"] == 2048
         assert body["model"] == "scripted"  # litellm's "openai/" route prefix is not sent
 
+    @pytest.mark.parametrize("transport", ["direct", "litellm"])
+    def test_a_small_window_asks_for_a_quarter_of_it_unless_max_tokens_is_set(self, server, transport):
+        """2048 answer tokens are half of a 4096-token window (vLLM refuses prompt + max_tokens past the window):
+        left at its default, max_tokens is a quarter of a known window; set, it is sent as set."""
+        for options, sent in (({}, 1024), ({"max_tokens": 3000}, 3000)):
+            server.enqueue(say("ok"))
+            config = ModelConfig(name="openai/scripted", api_base=server.url, context_window=4096, transport=transport, **options)
+            EndpointModel(config).complete(MESSAGES, TOOLS)
+            assert server.requests[-1]["max_tokens"] == sent
+
     def test_no_tools_sends_no_tool_choice(self, server, make_model):
         """Without tools the request has neither tools nor tool_choice."""
         server.enqueue(say("ok"))
