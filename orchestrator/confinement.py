@@ -155,16 +155,21 @@ case "$command" in
     # pre-push hook, may not name the user's repository.
     if [[ -n "$OVERNIGHT_COMMON_DIR" ]]; then
       kept=(); options=1
+      # git resolves a relative destination from the folder it runs in: the top of the work tree (or the
+      # repository, bare), not the command's folder.
+      base=$(REAL_GIT "${before[@]}" rev-parse --show-toplevel 2>/dev/null) ||
+        base=$(REAL_GIT "${before[@]}" rev-parse --absolute-git-dir 2>/dev/null) || base=$PWD
       for arg in "${rest[@]}"; do
         if [[ -n "$options" ]]; then
-          [[ "$arg" == -- ]] && options=
+          if [[ "$arg" == -- ]]; then options=; kept+=("$arg"); continue; fi
           [[ "$command" == push && ${#arg} -ge 9 && "--no-verify" == "$arg"* ]] && continue
-          to=${arg#file://}
-          if [[ "$command" == send-pack && "$arg" != -* && -e "$to" ]] &&
-             (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to"); then
-            echo "overnight: refused: nothing is pushed into the user's repository; a person reviews the branch in the morning" >&2
-            exit 1
-          fi
+        fi
+        to=${arg#file://}
+        [[ "$to" == /* ]] || to=$base/$to
+        if [[ "$command" == send-pack && ( -z "$options" || "$arg" != -* ) && -e "$to" ]] &&
+           (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to"); then
+          echo "overnight: refused: nothing is pushed into the user's repository; a person reviews the branch in the morning" >&2
+          exit 1
         fi
         kept+=("$arg")
       done

@@ -441,3 +441,21 @@ class TestPushesFromAClone:
         made = agent("git init -q --bare srv.git && git init -q c && cd c && echo a > a && git add a && git commit -qm a "
                      "&& git push -q --no-verify ../srv.git HEAD:refs/heads/x && git send-pack ../srv.git HEAD:refs/heads/y")
         assert made.ok, made.output
+
+
+class TestSendPackFromAClone:
+    """Review 4: send-pack's destination after `--`, or relative from a folder of the clone, reached the user's repository."""
+
+    @pytest.mark.parametrize("push", ["git send-pack -- {repo} mine", "mkdir -p a/b && cd a/b && git send-pack {up}/repo mine"])
+    def test_a_send_pack_into_the_users_repository_is_refused(self, agent: Any, repo: Path, push: str) -> None:
+        (repo / ".husky" / "_").mkdir(parents=True)
+        git(repo, "config", "core.hooksPath", ".husky/_")
+        before = git(repo, "for-each-ref")
+        up = os.path.relpath(repo.parent, agent.tree.path / "cloned")
+        done = agent(f"git clone -q {repo} cloned && cd cloned && git switch -qc mine && " + push.format(repo=repo, up=up))
+        assert not done.ok and git(repo, "for-each-ref") == before, done.output
+
+    def test_a_send_pack_from_a_folder_of_a_clone_to_a_fixture_works(self, agent: Any) -> None:
+        made = agent("git init -q --bare srv.git && git init -q c && cd c && echo a > a && git add a && git commit -qm a "
+                     "&& mkdir s && cd s && git send-pack ../srv.git HEAD:refs/heads/y && git send-pack -- ../srv.git HEAD:refs/heads/z")
+        assert made.ok, made.output

@@ -203,3 +203,15 @@ class TestAReviewsFindings:
         code = 'if text.startswith("-----BEGIN PRIVATE KEY-----"):\n    kind = {"type": "service_account",}'
         assert redact(code) == code
         assert redact("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7") == "***" and "***" in redact(pem.replace("\n", "\r\n"))
+
+
+def test_a_pretty_printed_json_keys_private_key_line_is_redacted() -> None:
+    """Review 4: lines with spaces were no longer pieces, so `grep private_key` of a JSON key printed the key."""
+    import json
+
+    key = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+    value = json.dumps({"type": "service_account", "private_key": f"-----BEGIN PRIVATE KEY-----\n{key}\n-----END PRIVATE KEY-----\n"}, indent=2)
+    redact = Redactor([value])
+    line = next(line for line in value.splitlines() if "private_key" in line)
+    assert key not in redact(line)
+    assert redact('"type": "service_account",') == '"type": "service_account",'
