@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 EXIT_USAGE = ConfigError.exit_code
 EXIT_STATE = StateError.exit_code
 EXIT_NO_RUNS = 1  # `report` before this state dir's first night
-EXIT_MODEL_UNREACHABLE = 3
+EXIT_MODEL_UNREACHABLE = ModelUnreachable.exit_code
 
 app = typer.Typer(
     name="overnight",

@@ -69,6 +69,11 @@ in_users_repository() {
   common=$(REAL_GIT "$@" rev-parse --path-format=absolute --git-common-dir 2>/dev/null) || return 1
   [[ "$common" -ef "$OVERNIGHT_COMMON_DIR" ]]
 }
+# Whether a push destination (a path, or a file:// URL) is the user's repository.
+names_users_repository() {
+  local to=${1#file://}
+  [[ -e "$to" ]] && (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to")
+}
 """
 # Per-worktree refs (HEAD and the like have no refs/ prefix) may move; remote-tracking ones may move
 # forward with a fetch, but not be deleted: a pruned one can be the user's last name for unmerged commits.
@@ -93,8 +98,7 @@ _PUSH_REFUSAL = "#!BASH" + _SHARED + r"""
 # From a clone of the agent's too, when it pushes into the user's repository ($2: where to): there receive-pack
 # runs without the environment's settings, and a core.hooksPath of the repository's own (husky) beats overnight's.
 if ! in_users_repository; then
-  to=${2#file://}
-  [[ -e "$to" ]] && (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to") || exit 0
+  names_users_repository "$2" || exit 0
 fi
 echo "overnight: refused: nothing is pushed from an overnight worktree; a person reviews the branch in the morning" >&2
 exit 1
@@ -166,8 +170,7 @@ case "$command" in
         fi
         to=${arg#file://}
         [[ "$to" == /* ]] || to=$base/$to
-        if [[ "$command" == send-pack && ( -z "$options" || "$arg" != -* ) && -e "$to" ]] &&
-           (unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY; in_users_repository -C "$to"); then
+        if [[ "$command" == send-pack && ( -z "$options" || "$arg" != -* ) ]] && names_users_repository "$to"; then
           echo "overnight: refused: nothing is pushed into the user's repository; a person reviews the branch in the morning" >&2
           exit 1
         fi
@@ -557,5 +560,4 @@ def _config_quoted(text: str) -> str:
 
 def _including(paths: list[str]) -> str:
     """A git config that reads `paths` (absent ones are skipped by git) and holds nothing itself."""
-    quoted = ['"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"' for path in paths]
-    return "[include]\n" + "".join(f"\tpath = {path}\n" for path in quoted)
+    return "[include]\n" + "".join(f"\tpath = {_config_quoted(path)}\n" for path in paths)

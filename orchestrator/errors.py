@@ -28,6 +28,7 @@ class ModelUnreachable(Exception):
     """The model endpoint stayed down or kept failing after every retry."""
 
     reason = "model_unreachable"
+    exit_code = 3
 
 
 class Cancelled(Exception):

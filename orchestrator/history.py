@@ -13,6 +13,7 @@ from typing import Sequence
 
 from orchestrator.protocols import Message
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
+from orchestrator.tokens import window_chars
 
 _PROBLEMS = {
     "unparseable": "its arguments are not valid JSON",
@@ -67,13 +68,12 @@ def broken_call_note(call: BrokenCall, tool_names: Sequence[str]) -> str:
     )
 
 
-# Tool output a request carries, as a share of a known context window (3 chars a token, as the
-# tools' output cap counts): the rest is the prompt, the tools' schemas, the turns and the answer.
+# Tool output a request carries, as a share of a known context window (counted as the tools'
+# output cap is, tokens.window_chars): the rest is the prompt, the tools' schemas, the turns and the answer.
 KEPT_OUTPUT_SHARE = 0.4
 # Once past it, the oldest outputs go until the rest fits this share: the request's beginning then stays
 # as it was for the next turns, which a server's prompt cache (llama.cpp's) reuses instead of reading it again.
 CUT_TO_SHARE = 0.2
-_CHARS_PER_TOKEN = 3
 # The newest results always go whole: what the model is working from now.
 ALWAYS_KEPT = 2
 # Short: one stands in every request for each output left out (the call is named in the turn before it).
@@ -90,8 +90,7 @@ def fitted(messages: Sequence[Message], context_window: int | None) -> list[Mess
     request = list(messages)
     if not context_window:
         return request
-    room = int(context_window * KEPT_OUTPUT_SHARE * _CHARS_PER_TOKEN)
-    low = int(context_window * CUT_TO_SHARE * _CHARS_PER_TOKEN)
+    room, low = window_chars(context_window, KEPT_OUTPUT_SHARE), window_chars(context_window, CUT_TO_SHARE)
     # Tool results, and text-mode results and notes (user messages after the task's own, the second message).
     outputs = [i for i, m in enumerate(request) if m.get("role") == "tool" or (m.get("role") == "user" and i > 1)]
     sizes = [len(c) if isinstance(c := request[i].get("content"), str) else 0 for i in outputs]

@@ -20,6 +20,7 @@ from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, State
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
 from orchestrator.records import IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
+from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
 
 CHECK_TAIL_CHARS = 1200
@@ -86,13 +87,12 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             check = setup.workspace.run_check(
                 setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
             )
-            output = check.output
-            transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=output[-CHECK_TAIL_CHARS:])
+            transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
             if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
                 raise Cancelled(setup.cancel.why)
             if not check.passed:
                 ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
-                return finish.rolled_back(_check_failed(check.exit_code, output), result.turns, result.tokens)
+                return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
             if setup.lease is not None and not setup.lease.still_held():
                 raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
             try:
@@ -128,7 +128,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             return finish.rolled_back(error, ctx.answered, ctx.tokens)
 
 
-# The notes a prompt carries, at most, as a share of a known context window (3 chars a token).
+# The notes a prompt carries, at most, as a share of a known context window.
 NOTES_SHARE_OF_WINDOW = 0.1
 
 
@@ -140,7 +140,7 @@ def first_messages(
     of itself taken by notes before the first turn)."""
     budget = night.notes_budget_chars
     if context_window:
-        budget = min(budget, int(context_window * NOTES_SHARE_OF_WINDOW * 3))
+        budget = min(budget, window_chars(context_window, NOTES_SHARE_OF_WINDOW))
     return build_messages(task_prompt=task.prompt, check=task.check, tool_names=tool_names, notes=notes.for_prompt(task.name, budget))
 
 

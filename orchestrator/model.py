@@ -37,11 +37,11 @@ Message = dict[str, Any]
 REPEAT_WINDOW = 512
 REPEAT_MAX_UNIT = 64
 REPEAT_CHECK_EVERY = 32
-# Statuses that mean "the endpoint is busy or broken right now": try again.
 # The longest wait between two attempts (unless retry_backoff_s itself is longer).
 MAX_BACKOFF_S = 300.0
 # The least max_tokens a request asks for when a small window scales it down.
 ANSWER_FLOOR = 256
+# Statuses that mean "the endpoint is busy or broken right now": try again.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 # Statuses that mean "the configuration is wrong": retrying cannot help.
 _CONFIG_STATUSES = frozenset({401, 402, 403, 404, 407})

@@ -35,7 +35,7 @@ from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
 from runs.store import sqlite_files
 
-EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, ModelUnreachable.exit_code
 EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
 # The signals that stop a night (its CancelToken's `why` names one), and the exit code each leaves.
 SIGNAL_EXIT_CODES = {"SIGHUP": EXIT_SIGHUP, "SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}

@@ -85,13 +85,13 @@ class Redactor:
         # A multi-line value (a PEM key) also line by line: a command may print part of it, or with other line ends.
         # Only a line with no space in it (a PEM key's base64): "-----BEGIN PRIVATE KEY-----", or a JSON key file's
         # `"type": "service_account",`, is in the project's own files too, and replaced there would be written back as ***.
-        pieces = [line for value in values if "\n" in value or "\r" in value for line in re.split(r"\r\n|\r|\n", value)
-                  if not any(space in line.strip() for space in " \t")]
+        values = list(values)
+        multiline = [value for value in values if "\n" in value or "\r" in value]
+        pieces = [line for value in multiline for line in re.split(r"\r\n|\r|\n", value) if not any(space in line.strip() for space in " \t")]
         # A line with spaces (a pretty-printed JSON key's `"private_key": "-----BEGIN ...\nMIIE..."`) gives its
         # long runs that mix letters and digits: grep of the value prints that line alone.
-        pieces += [run for value in values if "\n" in value or "\r" in value for run in re.split(r"\s+", value)
-                   if len(run) >= 20 and re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)]
-        pieces += [value.replace("\r\n", "\n") for value in values if "\r\n" in value]
+        pieces += [run for value in multiline for run in re.split(r"\s+", value) if len(run) >= 20 and re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)]
+        pieces += [value.replace("\r\n", "\n") for value in multiline if "\r\n" in value]
         self._values = sorted({value.strip() for value in [*values, *pieces] if _redactable(value)}, key=len, reverse=True)
 
     @classmethod

@@ -9,6 +9,16 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 
+# Room in a context window is counted at 3 characters a token: code and tool output run denser than
+# the prose the estimate above is for, so a share counted this way still fits.
+WINDOW_CHARS_PER_TOKEN = 3
+
+
+def window_chars(context_window: int, share: float) -> int:
+    """`share` of a context window of `context_window` tokens, in characters."""
+    return int(context_window * share * WINDOW_CHARS_PER_TOKEN)
+
+
 def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 

@@ -24,6 +24,7 @@ from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environ
 from orchestrator.files import replace_file, write_over
 from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.surrogates import mend, unmend_name
+from orchestrator.tokens import window_chars
 from orchestrator.toolcalls import arguments_problem, parse_calls
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ MAX_SEARCH_MATCHES = 100
 DEFAULT_OUTPUT_CHARS = 8000
 _MIN_OUTPUT_CHARS = 1500
 _OUTPUT_SHARE_OF_WINDOW = 0.15
-_CHARS_PER_TOKEN = 3
 _SEARCH_LINE_CHARS = 200
 _SEARCH_MAX_FILE_BYTES = 2_000_000
 _BINARY_SNIFF_BYTES = 8192
@@ -137,7 +137,7 @@ def output_cap_for(context_window: int | None) -> int:
     """The most chars one tool result shows a model with this context window (in tokens; None: not known)."""
     if not context_window:
         return DEFAULT_OUTPUT_CHARS
-    share = int(context_window * _OUTPUT_SHARE_OF_WINDOW * _CHARS_PER_TOKEN)
+    share = window_chars(context_window, _OUTPUT_SHARE_OF_WINDOW)
     return max(_MIN_OUTPUT_CHARS, min(DEFAULT_OUTPUT_CHARS, share))
 
 

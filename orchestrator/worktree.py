@@ -338,11 +338,7 @@ class Worktree:
             folder = lines[0].removeprefix("worktree ") if lines and lines[0].startswith("worktree ") else ""
             if wanted in lines and folder and os.path.realpath(folder) != os.path.realpath(self.path):
                 return folder
-        busy = branches_held_by_operations(self.shared_config.parent, exclude=self._admin)
-        if self.branch in busy:
-            folder, doing = busy[self.branch]
-            return f"{folder} (a {doing} in progress)"
-        return None
+        return self._held_by_an_operation()
 
     def _also_held_elsewhere(self) -> str | None:
         """While this worktree's HEAD is on the branch: another checkout whose HEAD is on it too, or
@@ -357,6 +353,10 @@ class Worktree:
                     return str(folder)
             except OSError:
                 continue
+        return self._held_by_an_operation()
+
+    def _held_by_an_operation(self) -> str | None:
+        """Another worktree that rebases or bisects the branch (git shows it detached), or None."""
         busy = branches_held_by_operations(self._common, exclude=self._admin)
         if self.branch in busy:
             folder, doing = busy[self.branch]
@@ -396,9 +396,8 @@ class Worktree:
         self._onto_branch()
         self._unhide_hidden_files()
         self._git("reset", "--hard", "--quiet", checkpoint)
-        excludes = [arg for path in self.keep for arg in ("-e", path)]
         # -ff: also remove nested repositories the agent may have created.
-        self._git("clean", "-ffdxq", *excludes)
+        self._git("clean", "-ffdxq", *self._kept_by_clean())
         if (self.path / ".gitmodules").exists():
             self._roll_back_submodules()
 
@@ -468,10 +467,13 @@ class Worktree:
             return "changed"
         if not self.keep:
             return "ignored"
-        excludes = [arg for path in self.keep for arg in ("-e", path)]
         # A large build folder kept across rollbacks was "changed" every night: a keep commit of nothing
         # and a rollback, seconds each, before any task began.
-        return "ignored" if self._git("clean", "-ndffx", *excludes).strip() else "clean"
+        return "ignored" if self._git("clean", "-ndffx", *self._kept_by_clean()).strip() else "clean"
+
+    def _kept_by_clean(self) -> list[str]:
+        """`git clean`'s arguments that spare the `keep` paths."""
+        return [arg for path in self.keep for arg in ("-e", path)]
 
     def commit(self, message: str, onto: str | None = None, max_file_bytes: int = 0) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing.
@@ -540,14 +542,10 @@ class Worktree:
             if size > limit:
                 large.append((path, size))
         if large:
-            shown = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for path, size in large[:5])
-            raise QualityError(
-                "file_too_large",
-                f"Files over {limit / 1e6:g} MB are not committed: {shown}. Leave them out of your changes (delete a "
-                "file you made, `git rm --cached` one you staged), or write such output where git ignores it (a build "
-                "or output folder the repository's .gitignore names), then submit again.",
-                evidence=f"staged: {shown}",
-                message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
+            raise _too_large(
+                large, limit, "staged", ". Leave them out of your changes (delete a file you made, `git rm --cached` one you "
+                "staged), or write such output where git ignores it (a build or output folder the repository's .gitignore "
+                "names), then submit again.",
             )
         return bool(raw)
 
@@ -564,13 +562,10 @@ class Worktree:
             blob, _, path = line.partition(" ")
             if blob in blobs:
                 names.setdefault(blob, path)
-        shown = ", ".join(f"{names.get(blob, blob)} ({int(self._git('cat-file', '-s', blob)) / 1e6:.1f} MB)" for blob in sorted(blobs)[:5])
-        raise QualityError(
-            "file_too_large",
-            f"Files over {limit / 1e6:g} MB are not committed: {shown}, in a commit of yours (removing the file in a later "
-            "commit still leaves it in the branch's history). Write such output where git ignores it, then submit again.",
-            evidence=f"committed: {shown}",
-            message=f"file over {limit / 1e6:g} MB: {shown.split(' (')[0]}",
+        large = [(names.get(blob, blob), int(self._git("cat-file", "-s", blob))) for blob in sorted(blobs)[:5]]
+        raise _too_large(
+            large, limit, "committed", ", in a commit of yours (removing the file in a later commit still leaves it in "
+            "the branch's history). Write such output where git ignores it, then submit again.",
         )
 
     def _add_all(self) -> str:
@@ -814,6 +809,17 @@ def forget_missing(common: Path, path: Path) -> None:
     for admin in registered:
         if _names_back(admin, path) and not (admin / "locked").exists():
             shutil.rmtree(admin, ignore_errors=True)
+
+
+def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:
+    """`file_too_large` for (path, size) pairs; `how` they came (staged, committed), `advice` after the list."""
+    shown = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for path, size in large[:5])
+    return QualityError(
+        "file_too_large",
+        f"Files over {limit / 1e6:g} MB are not committed: {shown}{advice}",
+        evidence=f"{how}: {shown}",
+        message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
+    )
 
 
 # The index's mode of a submodule's entry (a gitlink).

@@ -22,6 +22,17 @@ from runs import RunStore
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 
 
+def recovery_logs(config) -> list[dict]:
+    """The events of a night's recovery in `config`'s state dir, run as `overnight run` runs it (under the lock)."""
+    with StateLock(config.state_dir), structlog.testing.capture_logs() as logs:
+        store = RunStore.open(config.store_url)
+        try:
+            recover_interrupted(store, config, structlog.get_logger())
+        finally:
+            store.close()
+    return logs
+
+
 def test_made_once_then_reused(repo: Path, tmp_path: Path) -> None:
     """The second ensure finds the worktree and its branch as the first left them."""
     state = tmp_path / "state"
@@ -60,12 +71,7 @@ def test_a_worktree_folder_renamed_aside_is_left_as_it_is_and_the_task_made_anew
     (tree.path / "greet.py").write_text("my edit\n")
     aside = config.worktrees_dir / "fix.bak"
     tree.path.rename(aside)
-    with StateLock(config.state_dir), structlog.testing.capture_logs() as logs:
-        store = RunStore.open(config.store_url)
-        try:
-            recover_interrupted(store, config, structlog.get_logger())
-        finally:
-            store.close()
+    logs = recovery_logs(config)
     collect_garbage(config)
     assert ("worktree_folder_kept", "fix.bak") in [(e["event"], e.get("task")) for e in logs]
     assert git(repo, "branch", "--list", "overnight-kept/*") == ""
@@ -381,13 +387,7 @@ def test_an_idle_worktree_holding_only_kept_build_output_is_left_as_it_is(repo: 
     (tree.path / "build" / "out.o").write_text("object\n")
 
     def recover() -> list[str]:
-        with StateLock(config.state_dir), structlog.testing.capture_logs() as logs:
-            store = RunStore.open(config.store_url)
-            try:
-                recover_interrupted(store, config, structlog.get_logger())
-            finally:
-                store.close()
-        return [e["event"] for e in logs if e.get("task") == "fix"]
+        return [e["event"] for e in recovery_logs(config) if e.get("task") == "fix"]
 
     assert tree.idle_state() == "clean" and recover() == []
     assert (tree.path / "build" / "out.o").exists()
