@@ -8,6 +8,7 @@ JSON in history), and reminders ride on the next request only.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -68,44 +69,102 @@ def broken_call_note(call: BrokenCall, tool_names: Sequence[str]) -> str:
     )
 
 
-# Tool output a request carries, as a share of a known context window (counted as the tools'
-# output cap is, tokens.window_chars): the rest is the prompt, the tools' schemas, the turns and the answer.
+# Tool output a request carries, and long arguments of the model's earlier calls (a file written whole),
+# as a share of a known context window (counted as the tools' output cap is, tokens.window_chars): the rest
+# is the prompt, the tools' schemas, the turns' short parts and the answer.
 KEPT_OUTPUT_SHARE = 0.4
-# Once past it, the oldest outputs go until the rest fits this share: the request's beginning then stays
+# Once past it, the oldest go until the rest fits this share: the request's beginning then stays
 # as it was for the next turns, which a server's prompt cache (llama.cpp's) reuses instead of reading it again.
 CUT_TO_SHARE = 0.2
-# The newest results always go whole: what the model is working from now.
+# The newest results, and the newest calls' arguments, always go whole: what the model is working from now.
 ALWAYS_KEPT = 2
 # Short: one stands in every request for each output left out (the call is named in the turn before it).
 LEFT_OUT = "[output left out to save room; call again if needed]"
+# A string in a call's arguments longer than this is weight (a file's content); a path or a command is not.
+LONG_ARGUMENT_CHARS = 200
+# A JSON string literal of that length or more, as arguments (native) or a written call (text) hold it.
+_LONG_STRING = re.compile(r'"(?:[^"\\]|\\.){%d,}"' % LONG_ARGUMENT_CHARS, re.DOTALL)
+
+
+def argument_left_out(chars: int) -> str:
+    """What stands in an earlier call's arguments for a long string value (JSON string content)."""
+    return f"[{chars} characters left out to save room]"
 
 
 def fitted(messages: Sequence[Message], context_window: int | None) -> list[Message]:
-    """The history as the next request carries it: once the tools' output in it (the lines standing for
-    outputs left out included) would pass KEPT_OUTPUT_SHARE of a known window, the oldest results are
-    replaced by LEFT_OUT (the newest ALWAYS_KEPT whole) until it fits CUT_TO_SHARE, so that a small window
-    is not filled by files read long ago. The history is replayed output by output, so what one request
-    left out every later one leaves out too (the oldest first, never one back again): requests change
-    only where the cut moves on, not at every turn. The history itself, and the transcript, keep everything."""
+    """The history as the next request carries it: once the tools' output in it and the long strings in
+    the model's earlier calls' arguments (what stands for those left out included) would pass
+    KEPT_OUTPUT_SHARE of a known window, the oldest are left out (outputs replaced by LEFT_OUT, long
+    argument values by argument_left_out; the newest ALWAYS_KEPT of each whole) until it fits
+    CUT_TO_SHARE, so that a small window is not filled by files read or written long ago. The history is
+    replayed item by item, so what one request left out every later one leaves out too (the oldest first,
+    never one back again): requests change only where the cut moves on, not at every turn. The history
+    itself, and the transcript, keep everything."""
     request = list(messages)
     if not context_window:
         return request
     room, low = window_chars(context_window, KEPT_OUTPUT_SHARE), window_chars(context_window, CUT_TO_SHARE)
-    # Tool results, and text-mode results and notes (user messages after the task's own, the second message).
-    outputs = [i for i, m in enumerate(request) if m.get("role") == "tool" or (m.get("role") == "user" and i > 1)]
-    sizes = [len(c) if isinstance(c := request[i].get("content"), str) else 0 for i in outputs]
-    cut = kept = left = 0  # outputs[:cut] are left out; what the kept ones and the lines cost
-    for newest, size in enumerate(sizes):
+    # (index, is an output, chars carried whole, chars carried once left out), in the history's order:
+    # tool results, text-mode results and notes (user messages after the task's own, the second message),
+    # and the model's turns that carry long argument strings.
+    items: list[tuple[int, bool, int, int]] = []
+    for index, message in enumerate(request):
+        if message.get("role") == "tool" or (message.get("role") == "user" and index > 1):
+            size = len(content) if isinstance(content := message.get("content"), str) else 0
+            items.append((index, True, size, min(size, len(LEFT_OUT))))
+        elif message.get("role") == "assistant":
+            whole = shortened = 0
+            for literal in _long_strings(message):
+                whole += len(literal)
+                shortened += len(argument_left_out(len(literal) - 2)) + 2
+            if whole:
+                items.append((index, False, whole, shortened))
+    cut = kept = left = 0  # items[:cut] are left out; what the kept ones and the stand-ins cost
+    for newest, (_, _, size, _) in enumerate(items):
         kept += size
         if kept + left > room:
-            while cut <= newest - ALWAYS_KEPT and kept + left > low:
-                kept -= sizes[cut]
-                left += min(sizes[cut], len(LEFT_OUT))
+            protected = _newest_of_each_kind(items[: newest + 1])
+            while cut <= newest and cut not in protected and kept + left > low:
+                kept -= items[cut][2]
+                left += items[cut][3]
                 cut += 1
-    for index, size in zip(outputs[:cut], sizes):
-        if size > len(LEFT_OUT):  # a shorter output stays: the line would cost more
+    for index, is_output, size, _ in items[:cut]:
+        if not is_output:
+            request[index] = _without_long_strings(request[index])
+        elif size > len(LEFT_OUT):  # a shorter output stays: the line would cost more
             request[index] = {**request[index], "content": LEFT_OUT}
     return request
+
+
+def _newest_of_each_kind(items: Sequence[tuple[int, bool, int, int]]) -> set[int]:
+    """Positions in `items` of the newest ALWAYS_KEPT outputs and the newest ALWAYS_KEPT calls' arguments."""
+    outputs = [at for at, item in enumerate(items) if item[1]]
+    calls = [at for at, item in enumerate(items) if not item[1]]
+    return set(outputs[-ALWAYS_KEPT:]) | set(calls[-ALWAYS_KEPT:])
+
+
+def _long_strings(message: Message) -> list[str]:
+    texts = [message.get("content")] + [(call.get("function") or {}).get("arguments") for call in message.get("tool_calls") or ()]
+    return [literal for text in texts if isinstance(text, str) for literal in _LONG_STRING.findall(text)]
+
+
+def _shorten(text: object) -> object:
+    if not isinstance(text, str):
+        return text
+    return _LONG_STRING.sub(lambda found: f'"{argument_left_out(len(found.group(0)) - 2)}"', text)
+
+
+def _without_long_strings(message: Message) -> Message:
+    """`message` (a turn of the model's) with each long JSON string in its text and calls' arguments left out:
+    the arguments stay valid JSON, the call's name and its short arguments (a path) as they were."""
+    shortened: Message = {**message, "content": _shorten(message.get("content"))}
+    if message.get("tool_calls"):
+        shortened["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": _shorten(call["function"].get("arguments"))}}
+            if isinstance(call.get("function"), dict) else call
+            for call in message["tool_calls"]
+        ]
+    return shortened
 
 
 def with_reminders(messages: Sequence[Message], reminders: Sequence[str]) -> list[Message]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from orchestrator.history import KEPT_OUTPUT_SHARE, LEFT_OUT, fitted
+from orchestrator.history import KEPT_OUTPUT_SHARE, LEFT_OUT, argument_left_out, fitted
 
 WINDOW = 4096
 ROOM = int(WINDOW * KEPT_OUTPUT_SHARE * 3)
@@ -66,3 +66,79 @@ def test_an_output_shorter_than_the_line_stays() -> None:
 def test_the_task_and_the_newest_two_are_never_left_out() -> None:
     request = fitted(history([CAP] * 12), WINDOW)
     assert request[1]["content"] == "task" and request[-1]["content"] == "x" * CAP and request[-3]["content"] == "x" * CAP
+
+
+def writes(contents: list[str], text_mode: bool = False) -> list[dict]:
+    """A history of write_file calls, natively or as written `<tool_call>` text, each answered briefly."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i, content in enumerate(contents):
+        arguments = json.dumps({"path": f"f{i}.py", "content": content})
+        if text_mode:
+            call = json.dumps({"name": "write_file", "arguments": {"path": f"f{i}.py", "content": content}})
+            messages.append({"role": "assistant", "content": f"Writing it.\n<tool_call>{call}</tool_call>"})
+            messages.append({"role": "user", "content": f"Result of write_file (ok):\nwrote f{i}.py"})
+        else:
+            messages.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "write_file", "arguments": arguments}}]})
+            messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"wrote f{i}.py"})
+    return messages
+
+
+def carried(request: list[dict]) -> int:
+    """What a request carries of the model's calls' arguments and the tools' outputs."""
+    total = 0
+    for message in request[2:]:
+        total += len(message.get("content") or "")
+        total += sum(len(call["function"]["arguments"]) for call in message.get("tool_calls") or ())
+    return total
+
+
+def test_files_written_long_ago_leave_a_small_window_too() -> None:
+    """Ten files of 3000 characters written whole: 30000 characters of arguments, two and a half times a
+    4096-token window, went into every request (the server refused the eighth). The oldest calls keep their
+    name and path, their content stands as a short line, and the arguments still parse."""
+    contents = [f"# file {i}\n" + "x = 1\n" * 500 for i in range(10)]
+    request = fitted(writes(contents), WINDOW)
+    newest_two = sum(len(json.dumps({"path": f"f{i}.py", "content": contents[i]})) for i in (8, 9))
+    assert carried(request) - newest_two <= ROOM
+    calls = [m["tool_calls"][0]["function"] for m in request if m.get("tool_calls")]
+    arguments = [json.loads(call["arguments"]) for call in calls]
+    assert [a["path"] for a in arguments] == [f"f{i}.py" for i in range(10)]
+    assert arguments[-1]["content"] == contents[-1] and arguments[-2]["content"] == contents[-2]
+    assert arguments[0]["content"] == argument_left_out(len(json.dumps(contents[0])) - 2)
+    assert writes(contents)[2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"path": "f0.py", "content": contents[0]})
+
+
+def test_a_written_call_in_text_is_shortened_the_same_way() -> None:
+    contents = ["y = 2\n" * 500 for _ in range(10)]
+    request = fitted(writes(contents, text_mode=True), WINDOW)
+    assert carried(request) - len(request[-2]["content"]) - len(request[-4]["content"]) <= ROOM
+    first = request[2]["content"]
+    assert first.startswith("Writing it.\n<tool_call>") and "left out to save room" in first
+    assert json.loads(first.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["path"] == "f0.py"
+    assert "y = 2" * 3 not in first and request[-2]["content"].count("y = 2") == 500
+
+
+def test_short_arguments_and_a_large_window_are_left_as_they_are() -> None:
+    contents = ["z" * 150] * 30
+    assert fitted(writes(contents), WINDOW) == writes(contents)
+    contents = ["z" * 3000] * 10
+    assert fitted(writes(contents), 128_000) == writes(contents)
+
+
+def test_reads_and_writes_mixed_are_left_out_oldest_first_and_never_come_back() -> None:
+    rng = random.Random(5)
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    before: set[int] = set()
+    for i in range(30):
+        if rng.random() < 0.5:
+            arguments = json.dumps({"path": f"f{i}.py", "content": "w" * rng.choice([50, 800, 2500])})
+            output = "ok"
+        else:
+            arguments, output = json.dumps({"path": f"f{i}.py"}), "r" * rng.choice([30, 900, CAP])
+        messages.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": arguments}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": output})
+        request = fitted(messages, WINDOW)
+        now = {at for at, m in enumerate(request) if m != messages[at]}
+        assert before <= now, f"turn {i}: {sorted(before - now)} back"
+        assert carried(request) <= ROOM + 2 * CAP + 2 * 2600, i
+        before = now

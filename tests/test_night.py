@@ -543,6 +543,25 @@ class TestContextWindow:
         transcript = "".join(path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir())
         assert all(f"# file {index}" in transcript for index in range(6))
 
+    def test_files_written_long_ago_leave_a_small_window_too(self, config_file, server, repo, tmp_path):
+        """Eight files written whole (3000 characters each) filled a 4096-token window with the calls' own
+        arguments: the requests carry the oldest calls with their content left out (name and path kept);
+        the files, the commit and the transcript have every byte."""
+        contents = [f"# file {index}\n" + "".join(f"v{index}_{line} = {line * 7}\n" for line in range(200)) for index in range(8)]
+        config = config_file(
+            model={"context_window": 4096}, night={"max_iterations": 1, "max_turns": 12},
+            tasks=[{"name": "fix-greet", "prompt": "write them", "check": "test -f out7.py"}],
+        )
+        server.enqueue(*[call("write_file", {"path": f"out{index}.py", "content": contents[index]}) for index in range(8)], call("submit", {"summary": "wrote"}))
+        assert overnight("run", "--config", str(config)) == 0
+        last = server.requests[-1]["messages"]
+        written = [json.loads(c["function"]["arguments"]) for m in last if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+        assert [w["path"] for w in written] == [f"out{index}.py" for index in range(8)]
+        assert written[-1]["content"] == contents[-1] and "left out to save room" in written[0]["content"]
+        assert git(repo, "show", "overnight/fix-greet:out0.py") + "\n" == contents[0]
+        transcript = "".join(path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir())
+        assert json.dumps(contents[0])[1:-1] in transcript
+
 
 class TestTranscripts:
     def test_a_store_started_anew_never_writes_into_an_earlier_nights_transcript(self, config_file, server, repo, capsys):
