@@ -142,7 +142,7 @@ def night_parts(config: Config, checked: CheckedInputs | None = None, cancel: Ca
     cancel = cancel if cancel is not None else CancelToken()
     try:
         with model_for(config, cancel) as model:
-            context_window = model.context_window() if hasattr(model, "context_window") else None
+            context_window = model.context_window(ask_server=True) if hasattr(model, "context_window") else None
             yield NightParts(
                 config=config,
                 model=model,

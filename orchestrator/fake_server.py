@@ -66,6 +66,13 @@ class ScriptedServer:
         self.headers: list[dict[str, str]] = []
         self.connections_opened = 0
         self.exhausted = 0
+        # What the server says of itself: llama.cpp's `GET /props` (404 while None), fields a vLLM adds to
+        # its `GET /v1/models` entry (`max_model_len`), Ollama's `POST /api/show` (404 while None).
+        self.props: dict[str, Any] | None = None
+        self.model_fields: dict[str, Any] = {}
+        self.show: dict[str, Any] | None = None
+        # The path of every request that is not a chat request, in order.
+        self.other_requests: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -185,10 +192,14 @@ class _ChatHandler(BaseHTTPRequestHandler):
         pass  # tests read .requests; access logs would only be noise
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self.scripted.other_requests.append(self.path)
         if self.path == "/health":
             self._send_json(200, {"status": "ok"})
         elif self.path in ("/v1/models", "/models"):
-            self._send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "overnight"}]})
+            entry = {"id": "scripted", "object": "model", "owned_by": "overnight", **self.scripted.model_fields}
+            self._send_json(200, {"object": "list", "data": [entry]})
+        elif self.path == "/props" and self.scripted.props is not None:
+            self._send_json(200, self.scripted.props)
         else:
             self._send_json(404, _error_body(404, f"no route {self.path}"))
 
@@ -200,7 +211,11 @@ class _ChatHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         body = self._read_body()
         if self.path not in _CHAT_PATHS:
-            self._send_json(404, _error_body(404, f"no route {self.path}"))
+            self.scripted.other_requests.append(self.path)
+            if self.path == "/api/show" and self.scripted.show is not None:
+                self._send_json(200, self.scripted.show)
+            else:
+                self._send_json(404, _error_body(404, f"no route {self.path}"))
             return
         if body is None:
             self._send_json(400, _error_body(400, "body is not JSON"))

@@ -64,6 +64,8 @@ _CANCEL_POLL_S = 0.1
 # How long a server silent for request_timeout_s has to answer a GET / before its silence is its own.
 # Long enough for a busy server whose request threads are all taken to free one.
 _PROBE_S = 30.0
+# How long a night's start waits for each of the server's answers about the context window it serves.
+_WINDOW_ASK_S = 5.0
 # A live server answers a GET from another thread at once; one slower than this was stalled too.
 _PROMPT_ANSWER_S = 2.0
 # How long a watched reader has to end once its stream was found silent and cut.
@@ -109,6 +111,7 @@ class EndpointModel:
         self._on_retry = on_retry
         self._transport: Any = None
         self._window: int | None = None  # the context window, asked once (_answer_limit)
+        self._asked_server = False
         self._transport_lock = threading.Lock()
         if cancel is not None:
             cancel.on_cancel(self._interrupt)
@@ -165,19 +168,29 @@ class EndpointModel:
         if self._cancel is not None:
             self._cancel.raise_if_cancelled()
 
-    def context_window(self) -> int | None:
-        """Input tokens the model accepts: litellm's figure when it knows the model, else the config's."""
-        if self._window is not None:
-            return self._window or None
-        window = self.config.context_window
-        try:
-            known = transports.litellm_module().get_model_info(self.config.name).get("max_input_tokens")
-            if known:
-                window = int(known)
-        except Exception:  # unknown model, odd map entry: fall back, never fail a night over it
-            pass
-        self._window = window or 0
-        return window
+    def context_window(self, ask_server: bool = False) -> int | None:
+        """Input tokens the model accepts: litellm's figure when it knows the model, else the config's,
+        else (`ask_server`, once: a night's start) what the server says it serves the model with."""
+        if self._window is None:
+            window = self.config.context_window
+            try:
+                known = transports.litellm_module().get_model_info(self.config.name).get("max_input_tokens")
+                if known:
+                    window = int(known)
+            except Exception:  # unknown model, odd map entry: fall back, never fail a night over it
+                pass
+            self._window = window or 0
+        if not self._window and ask_server and not self._asked_server:
+            self._asked_server = True
+            served = transports.served_context_window(
+                self.config.api_base, self.config.name, self.config.api_key, min(_WINDOW_ASK_S, self.config.request_timeout_s)
+            )
+            if served is not None:
+                self._window = served[0]
+                from orchestrator.logs import get_logger
+
+                get_logger().info("context_window_served", window=served[0], said_by=served[1])
+        return self._window or None
 
     def close(self) -> None:
         if self._transport is not None:

@@ -145,6 +145,63 @@ def server_answer_time(api_base: str | None, timeout_s: float) -> float | None:
     return time.monotonic() - started
 
 
+# litellm providers that are Ollama's own API (not its OpenAI-compatible /v1).
+_OLLAMA_PREFIXES = ("ollama/", "ollama_chat/")
+
+
+def served_context_window(api_base: str | None, name: str, api_key: str | None, timeout_s: float) -> tuple[int, str] | None:
+    """The context window the server at `api_base` says it runs model `name` with, and which of its
+    answers said so; None when it says nothing usable (or cannot be asked directly: no api_base, a proxy).
+
+    A local server's model is rarely one litellm knows, and the window it serves is the server's
+    setting, not the model's: llama.cpp's `GET /props` (n_ctx, per slot), vLLM's `GET /v1/models`
+    (max_model_len), Ollama's `POST /api/show` (num_ctx, when the model's parameters set it: its own
+    default depends on the Ollama version and the machine, so nothing is guessed).
+    """
+    if not api_base or _behind_proxy(api_base):
+        return None
+    base = urlsplit(api_base)
+    if base.scheme not in ("http", "https") or not base.hostname:
+        return None
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    model = name.split("/", 1)[1] if "/" in name else name
+    root = base.path.rstrip("/").removesuffix("/v1")
+    if name.startswith(_OLLAMA_PREFIXES):
+        shown = _asked(base, "POST", f"{root}/api/show", headers, {"model": model}, timeout_s)
+        parameters = shown.get("parameters") if isinstance(shown, dict) else None
+        found = re.search(r"^num_ctx\s+(\d+)\s*$", parameters, re.MULTILINE) if isinstance(parameters, str) else None
+        return (int(found.group(1)), "Ollama's /api/show (num_ctx)") if found and int(found.group(1)) > 0 else None
+    props = _asked(base, "GET", f"{root}/props", headers, None, timeout_s)
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+        return n_ctx, "llama.cpp's /props (n_ctx)"
+    listed = _asked(base, "GET", f"{base.path.rstrip('/')}/models", headers, None, timeout_s)
+    entries = [entry for entry in (listed.get("data") if isinstance(listed, dict) else None) or () if isinstance(entry, dict)]
+    named = [entry for entry in entries if entry.get("id") == model] or (entries if len(entries) == 1 else [])
+    length = named[0].get("max_model_len") if named else None
+    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+        return length, "vLLM's /v1/models (max_model_len)"
+    return None
+
+
+def _asked(base: Any, method: str, path: str, headers: dict[str, str], body: Any, timeout_s: float) -> Any:
+    """The JSON a 200 answer to one request carries; None for anything else (an error status, no server, not JSON)."""
+    connection_type = http.client.HTTPSConnection if base.scheme == "https" else http.client.HTTPConnection
+    connection = connection_type(base.hostname, base.port, timeout=timeout_s)
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        sent = {**headers, "Connection": "close", **({"Content-Type": "application/json"} if payload else {})}
+        connection.request(method, path or "/", body=payload, headers=sent)
+        response = connection.getresponse()
+        data = response.read(1_000_000)
+        return json.loads(data) if response.status == 200 else None
+    except (*_NETWORK_ERRORS, ValueError):
+        return None
+    finally:
+        connection.close()
+
+
 def _kind_of(message: str) -> str:
     return CONTEXT_FULL if _CONTEXT_FULL.search(message) else STATUS
 

@@ -590,3 +590,43 @@ def test_random_answers_end_as_an_answer_or_a_known_failure(seed):
     finally:
         model.close()
         raw.close()
+
+
+class TestServedContextWindow:
+    def test_ollama_says_num_ctx_when_the_model_sets_it(self) -> None:
+        """Ollama's own API (`ollama_chat/`): the window is the model's num_ctx parameter, asked of /api/show."""
+        from orchestrator.fake_server import ScriptedServer
+        from orchestrator.transports import served_context_window
+
+        with ScriptedServer() as server:
+            root = f"http://127.0.0.1:{server.port}"
+            assert served_context_window(root, "ollama_chat/qwen2.5-coder:7b", None, 5) is None
+            server.show = {"parameters": 'num_ctx                        8192\nstop                           "<|im_end|>"', "model_info": {"qwen2.context_length": 32768}}
+            assert served_context_window(root, "ollama_chat/qwen2.5-coder:7b", None, 5) == (8192, "Ollama's /api/show (num_ctx)")
+            # Without num_ctx the window is Ollama's default, which depends on its version: not guessed.
+            server.show = {"parameters": 'stop "<|im_end|>"', "model_info": {"qwen2.context_length": 32768}}
+            assert served_context_window(root, "ollama/qwen2.5-coder:7b", None, 5) is None
+            assert server.other_requests == ["/api/show"] * 3
+
+    def test_vllm_names_the_model_among_several_and_the_key_goes_along(self) -> None:
+        from orchestrator.fake_server import ScriptedServer
+        from orchestrator.transports import served_context_window
+
+        with ScriptedServer() as server:
+            server.model_fields = {"max_model_len": 16384}
+            assert served_context_window(server.url, "hosted_vllm/scripted", "k-123", 5) == (16384, "vLLM's /v1/models (max_model_len)")
+            assert served_context_window(server.url, "openai/other", None, 5) == (16384, "vLLM's /v1/models (max_model_len)")  # the only one
+            server.props = {"default_generation_settings": {"n_ctx": True}}  # not a number: not believed
+            assert served_context_window(server.url, "openai/scripted", None, 5) == (16384, "vLLM's /v1/models (max_model_len)")
+
+    def test_no_server_and_a_proxy_are_nothing_known(self, monkeypatch) -> None:
+        from orchestrator.transports import served_context_window
+
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            closed = f"http://127.0.0.1:{free.getsockname()[1]}/v1"
+        assert served_context_window(closed, "openai/x", None, 2) is None
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        assert served_context_window("http://10.1.2.3:8000/v1", "openai/x", None, 2) is None

@@ -543,6 +543,43 @@ class TestContextWindow:
         transcript = "".join(path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir())
         assert all(f"# file {index}" in transcript for index in range(6))
 
+    @pytest.mark.parametrize("served", ["llama.cpp", "vllm"])
+    def test_the_window_a_local_server_serves_is_asked_when_nothing_else_knows_it(self, served, config_file, server, repo, capsys):
+        """`openai/<anything>` on llama-server or vLLM is a model litellm does not know: the window was unknown,
+        nothing was left out, and answers could ask for 2048 tokens of a 4096-token window, until the server
+        refused the request (context_overflow). The night asks the server once: llama.cpp's /props, vLLM's
+        /v1/models."""
+        for index in range(6):
+            (repo / f"big{index}.py").write_text(f"# file {index}\n" + "x = 1\n" * 600)
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", "big files")
+        if served == "llama.cpp":
+            server.props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}
+        else:
+            server.model_fields = {"max_model_len": 4096}
+        config = config_file(night={"max_iterations": 1, "max_turns": 10}, tasks=[{"name": "t", "prompt": "p", "check": "true"}])
+        server.enqueue(*[call("read_file", {"path": f"big{index}.py"}) for index in range(6)], call("submit", {"summary": "read"}))
+        assert overnight("run", "--config", str(config)) == 0
+        outputs = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+        assert outputs[0] == LEFT_OUT and "# file 5" in outputs[-1]
+        assert {request["max_tokens"] for request in server.requests} == {1024}
+        assert server.other_requests[0] == "/props"
+        said = [json.loads(line) for line in capsys.readouterr().err.splitlines() if '"context_window_served"' in line]
+        assert [(e["window"], e["said_by"].split("'")[0]) for e in said] == [(4096, "llama.cpp" if served == "llama.cpp" else "vLLM")]
+
+    def test_a_window_the_config_gives_is_not_asked_of_the_server(self, config_file, server, repo):
+        server.props = {"default_generation_settings": {"n_ctx": 4096}}
+        config = config_file(model={"context_window": 8192}, night={"max_iterations": 1}, tasks=[{"name": "t", "prompt": "p", "check": "true"}])
+        server.enqueue(call("submit", {"summary": "s"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert server.other_requests == [] and server.requests[0]["max_tokens"] == 2048
+
+    def test_a_server_that_says_nothing_of_its_window_leaves_it_unknown(self, config_file, server, repo):
+        config = config_file(night={"max_iterations": 1}, tasks=[{"name": "t", "prompt": "p", "check": "true"}])
+        server.enqueue(call("submit", {"summary": "s"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert server.other_requests == ["/props", "/v1/models"] and server.requests[0]["max_tokens"] == 2048
+
     def test_files_written_long_ago_leave_a_small_window_too(self, config_file, server, repo, tmp_path):
         """Eight files written whole (3000 characters each) filled a 4096-token window with the calls' own
         arguments: the requests carry the oldest calls with their content left out (name and path kept);
