@@ -48,7 +48,7 @@ class BrokenCallGuard:
                 self._count = 0
             return
         self._count += 1
-        message = f"broken call: {name_for_message(broken.name)}{times(self._count)}"
+        message = f"broken call: {name_for_message(broken.name) or '(no tool name)'}{times(self._count)}"
         if self._count >= self.stop_at:
             evidence = f"{describe_call(broken)}: {broken.problem} ({visible(shortened(broken.detail, _DETAIL_LIMIT))})"
             raise QualityError(KIND, _correction(broken), evidence=evidence, message=message)
@@ -57,6 +57,11 @@ class BrokenCallGuard:
 
 def _correction(broken: BrokenCall) -> str:
     why = visible(shortened(broken.detail, _DETAIL_LIMIT))
+    if not broken.name.strip():  # nothing named a tool: the whole call was unreadable, not its arguments
+        return (
+            f"Your tool calls could not be used ({why}). Write each call as one JSON object with the tool's "
+            'name and its arguments, like {"name": "read_file", "arguments": {"path": "a.py"}}, and nothing else.'
+        )
     return (
         f"Your calls to {name_for_message(broken.name)} could not be used ({why}). Give the arguments as one "
         "JSON object with every required parameter and nothing else. If the content is long, "

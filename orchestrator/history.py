@@ -63,6 +63,11 @@ def broken_call_note(call: BrokenCall, tool_names: Sequence[str]) -> str:
     if call.problem == "unknown_tool":
         return f"There is no tool named {call.name!r}. The tools you have are: {available}."
     what = _PROBLEMS.get(call.problem, "it could not be used")
+    if not call.name.strip():
+        return (
+            f"Your tool call was not run: it names no tool ({call.detail}). Write it as one JSON object, "
+            'like {"name": "read_file", "arguments": {"path": "a.py"}}, and nothing else.'
+        )
     return (
         f"Your call to {call.name} was not run: {what} ({call.detail}). "
         "Call it again with one JSON object of arguments, all required parameters, and nothing else."

@@ -601,11 +601,14 @@ class _Draft:
         return None
 
     def finish(self, messages: Sequence[Message], *, latency_s: float) -> ModelResponse:
-        text = mend(self.content.text())
+        from orchestrator.toolcalls import thinking_apart
+
+        # Thinking a server left in the text (no reasoning parser) is reasoning: the guards judge the answer.
+        text, thought = thinking_apart(mend(self.content.text()))
         calls = tuple(
             RawToolCall(name=mend(c.name), arguments=mend(c.arguments.text()), id=c.id) for _, c in sorted(self.calls.items())
         )
-        reasoning = mend(self.reasoning.text())
+        reasoning = "\n".join(filter(None, (mend(self.reasoning.text()), thought)))
         written = reasoning + text + "".join(c.name + c.arguments for c in calls)
         return ModelResponse(
             text=text,

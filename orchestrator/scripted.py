@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
+from orchestrator.toolcalls import thinking_apart
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,12 @@ class ScriptedModel:
             return ModelResponse(text="", prompt_tokens=estimate_prompt_tokens(messages))
         reply = self._replies.popleft()
         written = reply.text + "".join(c.name + c.arguments for c in reply.tool_calls)
+        text, thought = thinking_apart(reply.text)  # as EndpointModel reads a server's answer
         return ModelResponse(
-            text=reply.text,
+            text=text,
             tool_calls=reply.tool_calls,
             prompt_tokens=reply.prompt_tokens or estimate_prompt_tokens(messages),
             completion_tokens=reply.completion_tokens or estimate_tokens(written),
             finish_reason=reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
-            reasoning=reply.reasoning,
+            reasoning="\n".join(filter(None, (reply.reasoning, thought))),
         )

@@ -6,7 +6,8 @@ fence, in `<function=name>` blocks, or as a bare JSON object. Every call either
 fits a tool's parameters exactly and becomes a `ToolCall`, or becomes a
 `BrokenCall` that says what is wrong, so the guards can count it and the
 model can be told how to fix it. Nothing is coerced silently, except arguments
-sent as a JSON string that encodes an object.
+sent as a JSON string that encodes an object, and optional parameters given as null
+(left out, as "not given" is meant).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MAX_JSON_DEPTH = 64
 # A JSON value whose first key is double-quoted: `{"name"` or `[{"name"`.
 _DOUBLE_QUOTED_KEY = re.compile(r'[\[\s]*\{\s*"')
 _CALL_FENCE_LANGUAGES = {"", "json", "json5", "jsonc", "tool_call", "tool", "tool_code", "function"}
-_TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+_TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 # Possessive (*+): a fence line with no line break after it fails at once instead of being
 # re-split between the three parts in every way (quadratic in the reply's length).
 _FENCE = re.compile(r"```[ \t]*+([\w+-]*+)[^\n]*+\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -66,12 +67,36 @@ class _Arguments:
 
 
 def parse_calls(response: ModelResponse, schemas: list[dict[str, Any]]) -> list[ToolCall | BrokenCall]:
-    """Every call in `response`: native ones if any, else those written in the text."""
+    """Every call in `response`: native ones if any, else those written in the text (outside its thinking)."""
     tools = _parameters_by_name(schemas)
     cut = response.finish_reason == "length"
     if response.tool_calls:
         return [_check_native(raw, tools, cut) for raw in response.tool_calls]
-    return [_check_written(found, tools) for found in _calls_in_text(response.text, set(tools), cut)]
+    text, _ = thinking_apart(response.text)
+    return [_check_written(found, tools) for found in _calls_in_text(text, set(tools), cut)]
+
+
+# Qwen3, QwQ and DeepSeek-R1 think in `<think>` tags before they answer, which a server without a reasoning
+# parser leaves in the text; their chat templates may open the tag in the prompt, so only its end is there.
+_THINKING_START = re.compile(r"\s*<(think|thinking)>", re.IGNORECASE)
+_THINKING_END = re.compile(r"</(think|thinking)>", re.IGNORECASE)
+
+
+def thinking_apart(text: str) -> tuple[str, str]:
+    """`text` without the thinking it starts with, and that thinking: a `<think>` block at its start (to
+    the end when cut off there), or all before a first `</think>` when the prompt held the opening tag.
+    A call the model only considered while thinking is not one it made. Tags later in the text are the
+    answer's own (a file being written may hold them)."""
+    opened = _THINKING_START.match(text)
+    if opened is not None:
+        closed = re.compile(f"</{opened.group(1)}>", re.IGNORECASE).search(text, opened.end())
+        if closed is None:
+            return "", text[opened.end() :].strip()
+        return text[closed.end() :].strip(), text[opened.end() : closed.start()].strip()
+    closed = _THINKING_END.search(text)
+    if closed is None or "<" + closed.group(1).lower() + ">" in text[: closed.start()].lower():
+        return text, ""
+    return text[closed.end() :].strip(), text[: closed.start()].strip()
 
 
 def arguments_problem(parameters: dict[str, Any], arguments: Any) -> str:
@@ -79,13 +104,15 @@ def arguments_problem(parameters: dict[str, Any], arguments: Any) -> str:
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {_json_type(arguments)}"
     declared: dict[str, Any] = parameters.get("properties", {})
+    # A parameter misnamed (`old_str` for `old`) is named first: "missing 'old'" alone takes two rounds to fix.
+    for name in arguments:
+        if name not in declared:
+            takes = ", ".join(declared) or "no parameters"
+            return f"unknown parameter {name!r} (takes: {takes})"
     for name in parameters.get("required", []):
         if name not in arguments:
             return f"missing required parameter {name!r}"
     for name, value in arguments.items():
-        if name not in declared:
-            takes = ", ".join(declared) or "no parameters"
-            return f"unknown parameter {name!r} (takes: {takes})"
         expected = declared[name].get("type")
         if expected and not _has_type(value, expected):
             wanted = expected if isinstance(expected, str) else " or ".join(expected)
@@ -158,12 +185,28 @@ def _fit(
             else f"arguments must be a JSON object, got {_json_type(value)}"
         )
         return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
+    value = _without_nulls_for_options(parameters, value)
     reason = arguments_problem(parameters, value)
     if reason:
         if arguments.json_error:
             reason = f"arguments are not valid JSON ({arguments.json_error}); even repaired: {reason}"
         return BrokenCall(name, arguments.raw, "invalid", reason, id=call_id, source=source)
     return ToolCall(name=name, arguments=value, id=call_id, source=source)
+
+
+def _without_nulls_for_options(parameters: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """`arguments` without the optional parameters given as null: many small models fill in every
+    parameter they see, null meaning "not given", which is what leaving it out says."""
+    declared, required = parameters.get("properties", {}), set(parameters.get("required", []))
+
+    def takes_null(name: str) -> bool:
+        kind = declared[name].get("type") if isinstance(declared[name], dict) else None
+        return kind == "null" or (isinstance(kind, list) and "null" in kind)
+
+    return {
+        name: value for name, value in arguments.items()
+        if not (value is None and name in declared and name not in required and not takes_null(name))
+    }
 
 
 def _read_arguments(text: str) -> _Arguments:
@@ -173,7 +216,27 @@ def _read_arguments(text: str) -> _Arguments:
     try:
         return _Arguments(_loads(text), text)
     except ValueError as exc:
-        return _Arguments(_repair(text), text, _json_error(exc))
+        return _Arguments(_repaired(text), text, _json_error(exc))
+
+
+def _repaired(text: str) -> Any:
+    """`text`'s value after repair: first of the two slips small models make most (a backslash JSON does
+    not know: a regex's `\\d` written as is; a comma before a closing bracket) mended exactly, since
+    the repair library also drops the whitespace that ends a string (a file's last newline)."""
+    mended = _TRAILING_COMMA.sub(r"\1", _STRAY_BACKSLASH.sub(r"\1\\\\", text))
+    if mended != text:
+        try:
+            return _loads(mended)
+        except ValueError:
+            pass
+    return _repair(text)
+
+
+# A backslash that starts no escape JSON knows (an even run of backslashes before it is escapes of its own).
+_STRAY_BACKSLASH = re.compile(r'(?<!\\)((?:\\\\)*)\\(?=[^"\\/bfnrtu])')
+# A comma, then only white space, before `}` or `]` (outside strings: a string's such text is rare, and
+# only tried on JSON that does not parse as it is).
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
 
 def _repair(text: str) -> Any:
@@ -207,7 +270,9 @@ def _decode_string_object(value: Any) -> Any:
 
 def _calls_in_text(text: str, known: set[str], cut: bool) -> list[_Written]:
     """Calls in the first form that has any: tags, fences, bare JSON, then JSON after a sentence."""
-    tagged = [body for body in _TOOL_CALL_TAG.findall(text)]
+    # An unclosed tag whose body is no call (`I will call it with a <tool_call>.`) is the model talking about
+    # the form; a closed one is surely meant as a call, and said to be unreadable when it is.
+    tagged = [body for body, closed in _TOOL_CALL_TAG.findall(text) if closed or _meant_as_a_call(body, known)]
     if tagged:
         return [found for body in tagged for found in _calls_in_tag(body, known, cut)]
     text = _CALL_MARKER.sub(r"\1", text)
@@ -216,6 +281,15 @@ def _calls_in_text(text: str, known: set[str], cut: bool) -> list[_Written]:
         if found:
             return found
     return []
+
+
+def _meant_as_a_call(body: str, known: set[str]) -> bool:
+    """Whether a `<tool_call>` body starts as a call: JSON, a fence, `<function=`, or a tool's name first."""
+    inner = body.strip()
+    if inner.startswith(("{", "[", _FENCE_MARK, "<function=")):
+        return True
+    first = re.match(r"[\w.-]+", inner)
+    return first is not None and first.group(0) in known
 
 
 def _calls_in_tag(body: str, known: set[str], cut: bool) -> list[_Written]:
@@ -356,7 +430,21 @@ def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]
             found.extend(_calls_in_block(text[start : line_end if line_end >= 0 else len(text)], known, cut))
             continue
         found.extend(_written_from_value(value, text[start:resume], "", known, cut) or [])
+        # Llama 3 writes several calls on one line: `{...}; {...}`.
+        while (more := _NEXT_ON_THE_LINE.match(text, resume)) is not None:
+            try:
+                value, after = _raw_decode(text, more.end())
+            except ValueError:
+                break
+            shapes = _written_from_value(value, text[more.end() : after], "", known, cut)
+            if not shapes:
+                break
+            found.extend(shapes)
+            resume = after
     return found
+
+
+_NEXT_ON_THE_LINE = re.compile(r"[ \t]*[;,][ \t]*(?=[\[{])")
 
 
 def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
@@ -379,15 +467,40 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
 
 
 def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
-    """The calls in one JSON block, or [] when the block is not shaped like a call."""
+    """The calls in one JSON block, or [] when the block is not shaped like a call. A block of several
+    calls one after another (a line each, or `; ` between) is each of them: repaired as one value,
+    all but the last would be lost."""
     block = block.strip()
     if not block.startswith(("{", "[")):
         return []
     try:
         value, error = _loads(block), ""
     except ValueError as exc:
-        value, error = _repair(block), _json_error(exc)
+        several = _json_values(block)
+        if len(several) > 1:
+            written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
+            if all(found is not None for found in written):
+                return [call for found in written for call in found or ()]
+        value, error = _repaired(block), _json_error(exc)
     return _written_from_value(value, block, error, known, cut) or []
+
+
+# What may stand between two calls written one after another: Llama 3's `; `, a comma, white space.
+_BETWEEN_VALUES = re.compile(r"\s*[;,]?\s*")
+
+
+def _json_values(block: str) -> list[tuple[Any, str]]:
+    """The JSON values `block` holds one after another, each with its text; [] unless they are all of it."""
+    values: list[tuple[Any, str]] = []
+    position = 0
+    while position < len(block):
+        try:
+            value, end = _raw_decode(block, position)
+        except ValueError:
+            return []
+        values.append((value, block[position:end]))
+        position = _BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
+    return values
 
 
 def _written_from_value(value: Any, raw: str, error: str, known: set[str], cut: bool) -> list[_Written] | None:

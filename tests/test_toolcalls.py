@@ -342,3 +342,81 @@ class TestDescribeCall:
         """A BrokenCall shows its raw arguments on one line, and '?' for a missing name."""
         call = BrokenCall(name="", raw_arguments='{"a":\n 1}', problem="empty_tool_name", detail="")
         assert describe_call(call) == '?({"a": 1})'
+
+
+class TestSmallModelsOwnForms:
+    """Forms real small models write, from an outside review: each was misread before."""
+
+    def test_a_call_considered_while_thinking_is_not_made(self):
+        """Qwen3 and R1 distills served without a reasoning parser leave `<think>` in the text: the submit
+        the model only considered ran, and the read it made was dropped."""
+        text = (
+            '<think>\nOnce the check passes I would call <tool_call>{"name": "submit", "arguments": {"summary": "done"}}'
+            "</tool_call> but first I need to look at the file.\n</think>\n"
+            '<tool_call>\n{"name": "read_file", "arguments": {"path": "app.py"}}\n</tool_call>'
+        )
+        assert only(written(text)) == ToolCall("read_file", {"path": "app.py"}, source="text")
+        rejected = '<think>\nI could empty it with {"name": "write_file", "arguments": {"path": "app.py", "content": ""}} but no.\n</think>\nLet me read it first.'
+        assert written(rejected) == []
+        # The template opened the tag in the prompt: only its end is in the answer.
+        opened = 'thinking about {"name": "submit", "arguments": {"summary": "x"}}\n</think>\n{"name": "list_dir", "arguments": {"path": "."}}'
+        assert only(written(opened)).name == "list_dir"
+
+    def test_thinking_in_the_text_is_the_responses_reasoning(self):
+        """An answer of only thinking, cut off at the length limit, is judged as reasoning cut off (not
+        "do not describe what you would do")."""
+        from orchestrator.scripted import Reply, ScriptedModel
+
+        model = ScriptedModel([Reply(text="<think>\nLet me plan: first read app.py, then", finish_reason="length")])
+        response = model.complete([{"role": "user", "content": "p"}], SCHEMAS)
+        assert response.text == "" and response.reasoning.startswith("<think>") is False and "first read" in response.reasoning
+
+    def test_several_calls_in_one_tag_or_fence_are_each_made(self):
+        """json_repair merged two objects with the same keys into the last: the first edit silently never ran."""
+        first = '{"name": "edit_file", "arguments": {"path": "app.py", "old": "return 41", "new": "return 42"}}'
+        second = '{"name": "edit_file", "arguments": {"path": "app.py", "old": "return \'bob\'", "new": "return \'alice\'"}}'
+        for text in (f"<tool_call>\n{first}\n{second}\n</tool_call>", f"```json\n{first}\n{second}\n```"):
+            calls = written(text)
+            assert [c.arguments["new"] for c in calls] == ["return 42", "return 'alice'"], calls
+
+    def test_llama_calls_on_one_line_after_the_python_tag(self):
+        text = '<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}; {"name": "read_file", "parameters": {"path": "b.py"}}'
+        assert [c.arguments["path"] for c in written(text)] == ["a.py", "b.py"]
+
+    def test_the_tag_named_in_prose_is_no_call(self):
+        """Each answer also gave a nameless broken call, and the third stopped a working run (broken_tool_call)."""
+        text = 'I will read the file with a <tool_call>.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "app.py"}}\n</tool_call>'
+        assert only(written(text)) == ToolCall("read_file", {"path": "app.py"}, source="text")
+        after_mention = 'I will use <tool_call> tags now:\n{"name": "read_file", "arguments": {"path": "b.py"}}'
+        assert only(written(after_mention)).arguments == {"path": "b.py"}
+        # A body written as a call but unreadable is still a broken call, as before.
+        assert isinstance(only(written("<tool_call>read_file a.py</tool_call>")), BrokenCall)
+
+    def test_repaired_arguments_keep_a_files_last_newline(self):
+        """A regex's `\\d` (no JSON escape) or a trailing comma sent the arguments through the repair
+        library, which also dropped the whitespace ending a string: files lost their last newline."""
+        call = only(native(("write_file", '{"path": "app.py", "content": "import re\\nx = re.compile(\\"\\d+\\")\\n"}')))
+        assert call.arguments["content"] == 'import re\nx = re.compile("\\d+")\n'
+        call = only(native(("write_file", '{"path": "app.py", "content": "line1\\n    \\n",}')))
+        assert call.arguments["content"] == "line1\n    \n"
+        call = only(native(("edit_file", '{"path": "a.py", "old": "    return 41\\n", "new": "    return \\d\\n",}')))
+        assert (call.arguments["old"], call.arguments["new"]) == ("    return 41\n", "    return \\d\n")
+
+    def test_null_for_an_optional_parameter_means_not_given(self):
+        call = only(native(("read_file", '{"path": "a.py", "start_line": null, "end_line": null}')))
+        assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0", source="native")
+        assert isinstance(only(native(("read_file", '{"path": null}'))), BrokenCall)  # required: still wrong
+
+    def test_a_misnamed_parameter_is_named_before_the_missing_one(self):
+        broken = only(native(("edit_file", '{"path": "a.py", "old_str": "a", "new_str": "b"}')))
+        assert isinstance(broken, BrokenCall) and "unknown parameter 'old_str'" in broken.detail
+
+    def test_a_call_naming_no_tool_is_told_so_plainly(self):
+        from guards.broken_call import _correction
+        from orchestrator.history import broken_call_note
+
+        broken = only(written("<tool_call>{not json at all</tool_call>"))
+        assert isinstance(broken, BrokenCall) and broken.name == ""
+        note = broken_call_note(broken, ["read_file"])
+        assert "Your call to  " not in note and "names no tool" in note
+        assert "Your calls to  " not in _correction(broken) and '"name": "read_file"' in _correction(broken)
