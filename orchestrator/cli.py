@@ -252,7 +252,7 @@ def _process_gone(run: object) -> bool:
 
     from orchestrator.commands import pid_alive
 
-    return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid)  # type: ignore[attr-defined]
+    return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid, run.started_at)  # type: ignore[attr-defined]
 
 
 def _check_log_format(log_format: str) -> None:
@@ -356,7 +356,7 @@ def gc(
     # exit 2 before the state dir (and its lock) is made.
     check_repository(settings)
     # A dry run only reads: where no state dir is yet, it makes none (the lock would).
-    lock = StateLock(settings.state_dir) if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
+    lock = StateLock(settings.state_dir, command="overnight gc") if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
     with lock:
         result = collect_garbage(settings, force=force, dry_run=dry_run)
     _echo("\n".join(result.lines()))

@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping
 
@@ -563,8 +564,10 @@ class _OutputCollector(threading.Thread):
         return _as_a_terminal_shows(_TERMINAL_ESCAPE.sub("", head + tail))
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid runs on this host (a zombie counts as dead)."""
+def pid_alive(pid: int, recorded_at: datetime | None = None) -> bool:
+    """True if a process with this pid runs on this host (a zombie counts as dead). With `recorded_at`
+    (when the pid was written down, by the process itself), a process that began after it is another
+    one: after a reboot the pids are handed out again, and a dead night's pid can be a shell's (Linux)."""
     if pid <= 0:
         return False
     try:
@@ -572,9 +575,30 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # someone else's process
+        pass  # someone else's process: alive, unless it began after the record
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return True
-    return state != "Z"
+    if fields[0] == "Z":
+        return False
+    began = _process_began(fields)
+    if recorded_at is not None and began is not None:
+        return began <= recorded_at.timestamp() + PID_RECORD_SLACK_S
+    return True
+
+
+# A process starts before it records its pid; this much later still counts as the same (clocks, a shared store's).
+PID_RECORD_SLACK_S = 30.0
+
+
+def _process_began(stat_fields: list[str]) -> float | None:
+    """When a process began (seconds since the epoch), from its /proc/<pid>/stat fields after the name."""
+    try:
+        ticks = int(stat_fields[19])  # field 22, starttime: clock ticks after boot
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        pass
+    return None

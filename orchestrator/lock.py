@@ -37,7 +37,8 @@ class LockHeld(Exception):
 
     def __init__(self, path: Path, holder: "Holder | None", holder_kind: str = "overnight run") -> None:
         who = holder.describe() if holder else "holder not recorded yet"
-        super().__init__(f"another {holder_kind} holds {path}: {who}")
+        # The holder's own command when it recorded one (`overnight gc` holds the night's lock too).
+        super().__init__(f"another {holder.command if holder and holder.command else holder_kind} holds {path}: {who}")
         self.path = path
         self.holder = holder
 
@@ -47,6 +48,7 @@ class Holder:
     pid: int
     host: str
     since: datetime
+    command: str = ""
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host} since {self.since.strftime('%Y-%m-%d %H:%M UTC')}"
@@ -59,10 +61,11 @@ class StateLock:
     command (`serve.lock`, "overnight serve"): the message names what holds it.
     """
 
-    def __init__(self, state_dir: Path, *, name: str = LOCK_NAME, holder_kind: str = "overnight run") -> None:
+    def __init__(self, state_dir: Path, *, name: str = LOCK_NAME, holder_kind: str = "overnight run", command: str = "") -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / name
         self.holder_kind = holder_kind
+        self.command = command or holder_kind  # what this process is, for the message of one that finds it held
         self._fd: int | None = None
 
     def __enter__(self) -> "StateLock":
@@ -82,7 +85,7 @@ class StateLock:
             raise StateError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
         self._fd = fd
         try:
-            self._write_holder(Holder(pid=os.getpid(), host=socket.gethostname(), since=datetime.now(timezone.utc)))
+            self._write_holder(Holder(pid=os.getpid(), host=socket.gethostname(), since=datetime.now(timezone.utc), command=self.command))
         except OSError as exc:
             self._release()
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
@@ -104,7 +107,7 @@ class StateLock:
             raise StateError(f"{self.path} was removed or replaced while this night held it (the state dir deleted?): stopping, so that no other night works beside this one")
 
     def _write_holder(self, holder: Holder) -> None:
-        record = {"pid": holder.pid, "host": holder.host, "since": holder.since.isoformat()}
+        record = {"pid": holder.pid, "host": holder.host, "since": holder.since.isoformat(), "command": holder.command}
         data = (json.dumps(record) + "\n").encode()
         assert self._fd is not None
         # Rewritten in place, never replaced: a new inode would not carry our flock.
@@ -129,7 +132,11 @@ def read_holder(path: Path) -> Holder | None:
     """Who wrote the lock file last; None if empty (free, or just being taken) or unreadable."""
     try:
         record = json.loads(read_regular_file(Path(path)).decode("utf-8"))
-        return Holder(pid=int(record["pid"]), host=str(record["host"]), since=datetime.fromisoformat(record["since"]))
+        command = record.get("command")  # not in an older version's record
+        return Holder(
+            pid=int(record["pid"]), host=str(record["host"]), since=datetime.fromisoformat(record["since"]),
+            command=command if isinstance(command, str) and command.isprintable() and len(command) <= 40 else "",
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

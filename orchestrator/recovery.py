@@ -123,7 +123,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     for run in store.running_runs():
         if elsewhere(run):
             continue
-        on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid))
+        on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid, run.started_at))
         moved_here = run.state_id == state_id and run.host != host and not alive_elsewhere(run)
         if run.id in dead_runs or ours(run) or on_this_host or moved_here:
             store.close_interrupted_run(run.id)
@@ -165,7 +165,7 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
 
 
 def _is_orphaned(iteration: Any, run: Any, lease: Any, host: str, me: int, now: datetime, stale_after: timedelta) -> bool:
-    if run.host == host and (iteration.pid == me or not pid_alive(iteration.pid)):
+    if run.host == host and (iteration.pid == me or not pid_alive(iteration.pid, iteration.started_at)):
         return True
     if lease is not None:
         lease_host, lease_pid = owner_host_pid(lease.owner)

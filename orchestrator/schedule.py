@@ -55,7 +55,7 @@ from apscheduler.triggers.cron import CronTrigger
 from orchestrator.cancel import stopping_signals
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.lock import StateLock, make_dir, state_identity
+from orchestrator.lock import EXIT_LOCKED, StateLock, make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
 from runs.store import safe_url
 
@@ -130,6 +130,7 @@ class _NightInFlight:
         self._lock = threading.RLock()
         self._child: subprocess.Popen[bytes] | None = None
         self._stopping = False
+        self._stopped = threading.Event()
 
     def start(self, command: list[str]) -> subprocess.Popen[bytes] | None:
         """The child, started; None once `serve` is stopping (the night then stays due)."""
@@ -153,15 +154,20 @@ class _NightInFlight:
         """Pass the signal on to the night in flight, which rolls back its iteration; start no other."""
         with self._lock:
             self._stopping = True
+            self._stopped.set()
             if self._child is not None:
                 self._child.send_signal(signum)
+
+    def wait(self, seconds: float) -> bool:
+        """Wait `seconds`, or less if `serve` is told to stop meanwhile: whether it was."""
+        return self._stopped.wait(seconds)
 
 
 _night = _NightInFlight()
 
 
 def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | None:
-    """One night as a child `overnight run`; its exit code (75 when another night holds the lock).
+    """One night as a child `overnight run`; its exit code (75 when another process held the lock all through the grace).
 
     None when `serve`'s stop ended the night: before it began a run (not started, or stopped
     while starting up), or by cancelling it (exit 129/130/143, its iteration rolled back).
@@ -169,28 +175,48 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     instead of waiting for tomorrow's. `log_format` is serve's own (json or human), so that
     the child's stderr matches serve's.
     """
-    done = _finished_tonight(config_path)
-    if done is not None:
-        # A fire seen twice: the job store failed to store the next fire time after the night
-        # began (serve retried, or was restarted), or a person ran the night by hand.
-        _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
-        return 0
-    command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
-    child = _night.start(command)
-    if child is None:
-        return None
-    _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
+    # The state dir's lock held at the fire (an `overnight gc`, a night run by hand): tried again until
+    # the misfire grace is spent, else the night is lost until tomorrow's fire.
+    give_up_at = time.monotonic() + _grace_of(config_path)
+    while True:
+        done = _finished_tonight(config_path)
+        if done is not None:
+            # A fire seen twice: the job store failed to store the next fire time after the night
+            # began (serve retried, or was restarted), or a person ran the night by hand.
+            _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
+            return 0
+        command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
+        child = _night.start(command)
+        if child is None:
+            return None
+        _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
+        try:
+            exit_code = child.wait()
+        finally:
+            _night.finished()
+        run_id = _run_id_of(config_path, child.pid)
+        _logger().info(
+            "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
+        )
+        if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
+            return None  # stopped while starting up (a second or so of imports), or cancelled with serve
+        retry_in = min(LOCKED_RETRY_S, give_up_at - time.monotonic())
+        if exit_code != EXIT_LOCKED or retry_in <= 0:
+            return exit_code
+        _logger().info("scheduled_night_waits_for_lock", config=config_path, retry_in_s=round(retry_in, 1))
+        if _night.wait(retry_in):
+            return None  # serve stopped while waiting: the night stays due
+
+
+# How long `serve` waits before trying a night again whose state dir another process held.
+LOCKED_RETRY_S = 60.0
+
+
+def _grace_of(config_path: str) -> float:
     try:
-        exit_code = child.wait()
-    finally:
-        _night.finished()
-    run_id = _run_id_of(config_path, child.pid)
-    _logger().info(
-        "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
-    )
-    if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
-        return None  # stopped while starting up (a second or so of imports), or cancelled with serve
-    return exit_code
+        return float(load_config(Path(config_path), require_tasks=False).schedule.misfire_grace_s)
+    except Exception:  # the night itself will say what is wrong with the config
+        return 0.0
 
 
 def _finished_tonight(config_path: str) -> int | None:
@@ -204,13 +230,14 @@ def _finished_tonight(config_path: str) -> int | None:
     return latest[0].id if latest is not None and latest[0].status == "finished" else None
 
 
-def _latest_run_since_fire(config: Config) -> tuple[Any, datetime] | None:
+def _latest_run_since_fire(config: Config, now: datetime | None = None) -> tuple[Any, datetime] | None:
     """This state dir's latest run and the fire time it began after: the schedule's last fire time
     within the misfire grace, if this state dir's latest run began at or after it. None otherwise."""
     from orchestrator.build import open_store
 
     zone = schedule_timezone(config)
-    now = datetime.now(zone)
+    # In UTC: on the night the clocks change, the zone's own times are an hour off the seconds that passed.
+    now = now or datetime.now(timezone.utc)
     fired = _latest_fire_time(night_trigger(config, zone), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
     if fired is None or not config.state_dir.is_dir():
         return None
@@ -230,10 +257,10 @@ def _latest_run_since_fire(config: Config) -> tuple[Any, datetime] | None:
 
 
 def _latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:
-    """The trigger's last fire time in [since, now]."""
+    """The trigger's last fire time in [since, now] (compared as instants, whatever their zones)."""
     latest = None
     for upcoming in _fire_times(trigger, since):
-        if upcoming > now:
+        if upcoming.astimezone(timezone.utc) > now.astimezone(timezone.utc):
             break
         latest = upcoming
     return latest
@@ -245,22 +272,26 @@ def _fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
     moment = since
     while (upcoming := trigger.get_next_fire_time(previous, moment)) is not None:
         yield upcoming
-        previous, moment = upcoming, upcoming + timedelta(seconds=1)
+        previous, moment = upcoming, upcoming.astimezone(timezone.utc) + timedelta(seconds=1)
 
 
-def _interrupted_night(config: Config) -> datetime | None:
+def _interrupted_night(config: Config, now: datetime | None = None) -> datetime | None:
     """The fire time of a night that began within the grace and died without ending (power lost,
     serve and night killed together): its fire time, for serve to run it again now. None otherwise."""
     from orchestrator.commands import pid_alive
 
     try:
-        found = _latest_run_since_fire(config)
+        found = _latest_run_since_fire(config, now)
     except Exception:
         return None
     if found is None:
         return None
     run, fired = found
-    dead = run.status == "crashed" or (run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid))
+    # `crashed` with an exit code: the night recorded its own end (a full disk, exit 4), as any ended night
+    # does; without one, a later recovery found it dead.
+    dead = (run.status == "crashed" and run.exit_code is None) or (
+        run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid, run.started_at)
+    )
     return fired if dead else None
 
 
@@ -566,8 +597,8 @@ def _second_pass(moment: datetime) -> bool:
 def crontab_weekdays(field: str) -> str:
     """Crontab weekday numbers (0 or 7 = Sunday) as names, for APScheduler 3.x (0 = Monday).
 
-    APScheduler 3's `from_crontab` reads "1-5" as Tuesday to Saturday; names mean
-    the same to both. Parts with names pass through unchanged.
+    APScheduler 3's `from_crontab` reads "1-5" as Tuesday to Saturday. A name alone means the same
+    to both and passes through; a range of names is read as crontab reads it (`sun-thu`).
     """
     names = ",".join(_weekday_part(part) for part in field.split(","))
     return ",".join(dict.fromkeys(names.split(",")))
@@ -576,9 +607,19 @@ def crontab_weekdays(field: str) -> str:
 _WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _NUMERIC_PART = re.compile(r"^(\*|\d+(?:-\d+)?)(?:/(\d+))?$")
 _NAMES_PART = re.compile(r"^[a-z]+(?:-[a-z]+)?$", re.IGNORECASE)
+_NAMED_RANGE = re.compile(r"^([a-z]+)-([a-z]+)(?:/(\d+))?$", re.IGNORECASE)
 
 
 def _weekday_part(part: str) -> str:
+    named = _NAMED_RANGE.match(part)
+    if named is not None and all(name.lower() in _WEEKDAY_NAMES for name in named.group(1, 2)):
+        # APScheduler 3 counts `sun` last (6), crontab first (0): `sun-thu` is refused there as a range
+        # that ends before it starts. As numbers, it means what crontab means.
+        first, last = (_WEEKDAY_NAMES.index(name.lower()) for name in named.group(1, 2))
+        last = 7 if last == 0 and first > 0 else last  # `sat-sun`: Sunday as the week's end, 7
+        if first > last:
+            raise ValueError(f"weekday {part!r} ends before it starts (the week starts on sun)")
+        part = f"{first}-{last}" + (f"/{named.group(3)}" if named.group(3) else "")
     match = _NUMERIC_PART.match(part)
     if match is None or part == "*":
         _names_alone(part, "weekday", "mon-fri", "1-5")

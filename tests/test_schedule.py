@@ -369,7 +369,17 @@ class TestTimezone:
         assert weekdays == ["Tue", "Wed", "Thu", "Fri", "Mon", "Tue"]
         assert crontab_weekdays("0,7") == "sun"
         assert crontab_weekdays("*/3") == "sun,wed,sat"
-        assert crontab_weekdays("mon-fri") == "mon-fri"
+        assert crontab_weekdays("mon-fri") == "mon,tue,wed,thu,fri"
+
+    def test_a_range_of_names_from_sunday_means_what_crontab_means(self, tmp_path: Path) -> None:
+        """`sun-thu` was refused (exit 2, from `run` too): APScheduler 3 counts Sunday last."""
+        config = load(write_schedule_config(tmp_path, cron="30 1 * * sun-thu"))
+        friday = datetime(2026, 1, 9, 12, 0, tzinfo=timezone.utc)
+        weekdays = [moment.strftime("%a") for moment in next_fire_times(config, 6, now=friday)]
+        assert weekdays == ["Sun", "Mon", "Tue", "Wed", "Thu", "Sun"]
+        assert crontab_weekdays("sat-sun") == "sat,sun"  # as APScheduler read it before: kept
+        with pytest.raises(ValueError, match="ends before it starts"):
+            crontab_weekdays("fri-mon")
 
     def test_the_repeated_hour_of_a_fall_back_fires_once(self, tmp_path: Path) -> None:
         """When New York's clocks go back, 01:30 happens twice; the night starts at the first only, as cron's would."""
@@ -581,11 +591,27 @@ def a_run_this_hour(path: Path, *, status: str, pid: int | None = None) -> int:
         run = store.begin_run(
             config_path=str(path), pid=pid or os.getpid(), host=socket.gethostname(), state_id=state_identity(config.state_dir)
         )
-        if status != "running":
+        if status == "recovered":  # closed by a later night's recovery: crashed, no exit code
+            store.close_interrupted_run(run)
+        elif status != "running":
             store.finish_run(run, status=status, exit_code=0 if status == "finished" else 1)
     finally:
         store.close()
     return run
+
+
+def begun_at(path: Path, run_id: int, when: datetime) -> None:
+    """Rewrite when the run began (the store writes its own clock's now)."""
+    from sqlalchemy import update
+
+    from runs.models import Run
+
+    store = open_store(load(path))
+    try:
+        with store._engine.begin() as connection:
+            connection.execute(update(Run).where(Run.id == run_id).values(started_at=when))
+    finally:
+        store.close()
 
 
 class TestAFireSeenTwice:
@@ -620,10 +646,11 @@ class TestAFireSeenTwice:
         path.write_text(path.read_text(encoding="utf-8").split("[[task]]")[0], encoding="utf-8")  # no tasks: the night exits 2 at once
         assert run_scheduled_night(str(path)) == 2
 
-    @pytest.mark.parametrize(("status", "due_now"), [("running", True), ("crashed", True), ("finished", False)])
+    @pytest.mark.parametrize(("status", "due_now"), [("running", True), ("recovered", True), ("crashed", False), ("finished", False)])
     def test_a_night_that_died_with_serve_is_due_again_when_serve_restarts(self, tmp_path: Path, status: str, due_now: bool) -> None:
         """Power lost mid-night: serve and its night die together, the stored fire time already tomorrow's.
-        Within the grace, the restarted serve runs the night again (its recovery settles the dead one)."""
+        Within the grace, the restarted serve runs the night again (its recovery settles the dead one).
+        A night that recorded its own crash (exit 4, a full disk) ended: it was run a second time."""
         from tests.test_faults import dead_pid
 
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
@@ -637,6 +664,72 @@ class TestAFireSeenTwice:
             scheduler.shutdown()
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         assert (due == this_hour) is due_now and (due > this_hour) is not due_now
+
+    @pytest.mark.parametrize(
+        ("zone", "fired"),
+        [("Europe/Berlin", datetime(2026, 3, 29, 0, 30, tzinfo=timezone.utc)), ("America/New_York", datetime(2026, 11, 1, 5, 30, tzinfo=timezone.utc))],
+    )
+    def test_a_night_that_died_on_the_night_the_clocks_change_is_due_again(self, tmp_path: Path, zone: str, fired: datetime) -> None:
+        """The grace was counted in the zone's clock time: 40 minutes after the fire, on the night the clocks
+        went forward (or back, in New York: the fire is in the repeated hour), the dead night was lost."""
+        from orchestrator.schedule import _interrupted_night
+        from tests.test_faults import dead_pid
+
+        path = write_schedule_config(tmp_path / "night", cron="30 1 * * *", zone=zone, grace_s=3600)
+        run = a_run_this_hour(path, status="running", pid=dead_pid())
+        begun_at(path, run, fired + timedelta(seconds=5))
+        due = _interrupted_night(load(path), now=fired + timedelta(minutes=40))
+        assert due is not None and due.timestamp() == fired.timestamp()  # an hour that happens twice equals no other zone's
+        assert _interrupted_night(load(path), now=fired + timedelta(minutes=61)) is None
+
+    def test_a_dead_nights_pid_taken_by_another_process_after_a_reboot_is_not_the_night(self, tmp_path: Path) -> None:
+        """Pids are handed out again after a reboot: a shell holding the dead night's pid kept it `alive`."""
+        from orchestrator.schedule import _interrupted_night
+
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        fired = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        if datetime.now(timezone.utc) - fired < timedelta(minutes=2):
+            fired -= timedelta(hours=1)  # a run that began 1 minute after the fire must lie in the past
+        newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            run = a_run_this_hour(path, status="running", pid=newcomer.pid)
+            begun_at(path, run, fired + timedelta(seconds=60))
+            assert _interrupted_night(load(path)) == fired
+            begun_at(path, run, datetime.now(timezone.utc))  # the process began before the record: the night's own
+            assert _interrupted_night(load(path)) is None
+        finally:
+            newcomer.kill()
+            newcomer.wait()
+
+    def test_a_lock_held_at_the_fire_is_waited_out_within_the_grace(
+        self, tmp_path: Path, repo: Path, server: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        """An `overnight gc` from cron at the night's minute held the state dir: the night exited 75 and was
+        lost until tomorrow's fire. It is tried again, and the one line names gc as the holder."""
+        import orchestrator.schedule as schedule
+        from orchestrator.lock import StateLock
+
+        monkeypatch.setattr(schedule, "LOCKED_RETRY_S", 0.5)
+        path = night_config(tmp_path, repo, server)
+        server.enqueue(*FIX)
+        lock = StateLock(load(path).state_dir, command="overnight gc").__enter__()
+        threading.Timer(4.0, lock.__exit__, (None, None, None)).start()
+        with capture_logs() as logs:
+            assert run_scheduled_night(str(path), log_format="json") == 0
+        assert "another overnight gc holds" in capfd.readouterr().err
+        events = [log["event"] for log in logs]
+        assert events[:3] == ["scheduled_night_started", "scheduled_night_finished", "scheduled_night_waits_for_lock"]
+        assert events[-2:] == ["scheduled_night_started", "scheduled_night_finished"]
+        assert [log["exit_code"] for log in logs if log["event"] == "scheduled_night_finished"][0] == 75
+
+    def test_a_lock_held_past_the_grace_is_the_nights_75(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import orchestrator.schedule as schedule
+        from orchestrator.lock import StateLock
+
+        monkeypatch.setattr(schedule, "LOCKED_RETRY_S", 0.2)
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=1)
+        with StateLock(load(path).state_dir):
+            assert run_scheduled_night(str(path)) == 75
 
     def test_serve_lives_through_a_job_store_that_fails_once(self, tmp_path: Path) -> None:
         """Storing the next fire time fails (a locked or unreachable database): serve logs it and asks
