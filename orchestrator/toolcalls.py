@@ -275,12 +275,82 @@ def _calls_in_text(text: str, known: set[str], cut: bool) -> list[_Written]:
     tagged = [body for body, closed in _TOOL_CALL_TAG.findall(text) if closed or _meant_as_a_call(body, known)]
     if tagged:
         return [found for body in tagged for found in _calls_in_tag(body, known, cut)]
+    for finder in (_calls_after_names, _calls_in_deepseek_tokens):
+        found = finder(text, known, cut)
+        if found:
+            return found
     text = _CALL_MARKER.sub(r"\1", text)
-    for finder in (_calls_in_fences, _calls_in_function_tags, _calls_in_bare_json, _calls_after_prose):
+    for finder in (_calls_in_fences, _calls_in_function_tags, _calls_in_bare_json, _calls_after_prose, _calls_as_python):
         found = finder(text, known, cut)
         if found:
             return found
     return []
+
+
+# Mistral's newer form, `[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}`: the name, then its arguments' JSON.
+# (A name starts where no name character is before it, and is taken whole: linear in a long word.)
+_NAME_THEN_ARGUMENTS = re.compile(r"(?<![\w.-])([\w.-]++)\[ARGS\]")
+# DeepSeek's tokens (V3, R1): `<｜tool▁call▁begin｜>[function<｜tool▁sep｜>]name[<｜tool▁sep｜>]{json}` or a ```json fence.
+_DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>(?:function<｜tool▁sep｜>)?([\w.-]+)(?:<｜tool▁sep｜>)?\s*(?:```(?:json)?\s*)?")
+
+
+def _calls_after_names(text: str, known: set[str], cut: bool) -> list[_Written]:
+    return _calls_named_before_json(_NAME_THEN_ARGUMENTS, text, cut)
+
+
+def _calls_in_deepseek_tokens(text: str, known: set[str], cut: bool) -> list[_Written]:
+    return _calls_named_before_json(_DEEPSEEK_CALL, text, cut)
+
+
+def _calls_named_before_json(form: re.Pattern[str], text: str, cut: bool) -> list[_Written]:
+    """Calls written as a name `form` matches, followed by the arguments' JSON."""
+    found: list[_Written] = []
+    for match in form.finditer(text):
+        try:
+            value, end = _raw_decode(text, match.end())
+            found.append(_Written(match.group(1), _Arguments(value, text[match.end() : end])))
+        except ValueError as exc:
+            rest = text[match.end() :].split("<｜tool▁call▁end｜>", 1)[0].split("```", 1)[0].strip()
+            if cut:
+                found.append(_Written(match.group(1), _Arguments(None, rest), "unparseable", _CUT_OFF))
+            else:
+                found.append(_Written(match.group(1), _read_arguments(rest) if rest else _Arguments(None, rest, _json_error(exc))))
+    return found
+
+
+def _calls_as_python(text: str, known: set[str], cut: bool) -> list[_Written]:
+    """Calls written as Python, a line each (Llama 3.2's `[read_file(path="a.py")]`, Gemma's ```tool_code):
+    only a whole line that calls tools by name, with keyword arguments whose values are literals."""
+    import ast
+
+    found: list[_Written] = []
+    for fence in _fences(text):  # code shown in a ```python fence is code, not a call
+        if fence.language.lower() not in _CALL_FENCE_LANGUAGES:
+            text = text.replace(fence.body, "\n")
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or not re.match(r"\[?[\w.]+\(", line) or not line.rstrip(";").endswith((")", ")]")):
+            continue
+        try:
+            tree = ast.parse(line.rstrip(";"), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        calls = tree.elts if isinstance(tree, ast.List) else [tree]
+        if not calls or not all(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in known for c in calls):
+            continue
+        for call in calls:
+            name = call.func.id  # type: ignore[union-attr]
+            raw = ast.get_source_segment(line.rstrip(";"), call) or line
+            if call.args:
+                found.append(_Written(name, _Arguments(None, raw), "unparseable", "name every argument (path=\"a.py\"), or write the call as a JSON object"))
+                continue
+            try:
+                arguments = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg}
+            except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+                found.append(_Written(name, _Arguments(None, raw), "unparseable", "an argument is not a plain value (a string, number, list)"))
+                continue
+            found.append(_Written(name, _Arguments(arguments, raw)))
+    return found
 
 
 def _meant_as_a_call(body: str, known: set[str]) -> bool:
@@ -532,6 +602,9 @@ def _call_shapes(value: Any, known: set[str]) -> list[tuple[str, Any]] | None:
     return [shape] if shape else None
 
 
+_COMMENTARY_KEYS = {"thought", "thoughts", "thinking", "reasoning", "reason", "explanation", "comment"}
+
+
 def _call_shape(value: Any, known: set[str]) -> tuple[str, Any] | None:
     """The accepted shapes; any other key means it is some other JSON, not a call."""
     if not isinstance(value, dict):
@@ -546,7 +619,9 @@ def _call_shape(value: Any, known: set[str]) -> tuple[str, Any] | None:
         ("function", ("arguments", "parameters", "args")),
     ):
         name = value.get(name_key)
-        if not isinstance(name, str) or keys - {name_key, *argument_keys}:
+        extra = keys - {name_key, *argument_keys}
+        # A tool's call may carry the model's own words beside it ("thought"); other JSON may not.
+        if not isinstance(name, str) or (extra and not (extra <= _COMMENTARY_KEYS and name.strip() in known)):
             continue
         present = [key for key in argument_keys if key in value]
         if len(present) == 1:

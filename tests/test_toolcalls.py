@@ -420,3 +420,29 @@ class TestSmallModelsOwnForms:
         note = broken_call_note(broken, ["read_file"])
         assert "Your call to  " not in note and "names no tool" in note
         assert "Your calls to  " not in _correction(broken) and '"name": "read_file"' in _correction(broken)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            '[TOOL_CALLS]read_file[ARGS]{"path": "app.py"}',  # Mistral's newer form
+            '[read_file(path="app.py")]',  # Llama 3.2 1B/3B
+            '```tool_code\nread_file(path="app.py")\n```',  # Gemma
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>read_file<｜tool▁sep｜>{\"path\": \"app.py\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>read_file\n```json\n{\"path\": \"app.py\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            '{"thought": "I need the file first", "name": "read_file", "arguments": {"path": "app.py"}}',
+        ],
+    )
+    def test_more_families_forms_are_read(self, text):
+        """Each was "You did not call a tool", and three of them a no_tool_call stop whose correction told
+        the next iteration the wrong thing."""
+        assert only(written(text)) == ToolCall("read_file", {"path": "app.py"}, source="text")
+
+    def test_python_calls_only_as_whole_lines_of_tools_outside_python_fences(self):
+        calls = written('[read_file(path="a.py"), list_dir(path=".")]')
+        assert [(c.name, c.arguments) for c in calls] == [("read_file", {"path": "a.py"}), ("list_dir", {"path": "."})]
+        assert written('I will call read_file(path="a.py") next.') == []
+        assert written('Like this:\n```python\nwrite_file(path="a.py", content="")\n```') == []
+        assert written("print(x)") == []
+        positional = only(written('read_file("a.py")'))
+        assert isinstance(positional, BrokenCall) and "name every argument" in positional.detail
+        assert written('{"thought": "x", "name": "app", "arguments": {}}') == []  # other JSON, not a tool
