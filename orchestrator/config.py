@@ -6,6 +6,7 @@ because a cron job's only reader is a person at breakfast.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tomllib
@@ -327,11 +328,18 @@ class Config(_Section):
             return f"sqlite:///{self.state_dir / STORE_FILE}"
         from sqlalchemy.engine import make_url
 
+        from runs.store import sqlite_uri, sqlite_uri_path
+
         url = make_url(self.store.url)
-        if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:"):
-            # Against the config's folder, as every path here: not the folder cron happens to start in.
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return self.store.url
+        # Against the config's folder, as every path here: not the folder cron happens to start in.
+        if not url.database.startswith("file:"):
             return url.set(database=str(self.base_dir / url.database)).render_as_string(hide_password=False)
-        return self.store.url
+        path = sqlite_uri_path(url.database)
+        if not path or path == ":memory:" or url.query.get("mode") == "memory" or os.path.isabs(os.path.expanduser(path)):
+            return self.store.url
+        return url.set(database=sqlite_uri(self.base_dir / path)).render_as_string(hide_password=False)
 
     @property
     def notes_path(self) -> Path:

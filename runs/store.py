@@ -115,12 +115,33 @@ def sqlite_files(url: str) -> list[Path]:
 
 
 def _sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL names; None for other databases (and in-memory ones)."""
+    """The file a SQLite URL names, also in SQLite's URI form (`sqlite:///file:runs.db?mode=rwc&uri=true`);
+    None for other databases (and in-memory ones)."""
     parsed = make_url(url)
     database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return None
+    if database.startswith("file:"):
+        path = sqlite_uri_path(database)
+        return Path(path).expanduser() if path and path != ":memory:" and parsed.query.get("mode") != "memory" else None
     return Path(database).expanduser()
+
+
+def sqlite_uri_path(database: str) -> str:
+    """The path a SQLite `file:` URI names (`file:runs.db`, `file:/abs/runs.db`, `file:///abs/runs.db`), decoded."""
+    from urllib.parse import unquote
+
+    rest = database.removeprefix("file:").split("?", 1)[0].split("#", 1)[0]
+    if rest.startswith("//"):  # an authority (empty or localhost), then the absolute path
+        rest = "/" + rest[2:].partition("/")[2]
+    return unquote(rest)
+
+
+def sqlite_uri(path: Path) -> str:
+    """`path` as the database of a SQLite `file:` URI: what the URI form would read otherwise (`?`, `#`, `%`) escaped."""
+    from urllib.parse import quote
+
+    return "file:" + quote(str(path), safe="/")
 
 
 def _create_schema(engine: Engine) -> None:
@@ -250,7 +271,7 @@ class RunStore:
             if database is None or not database.is_file():
                 raise
         # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
-        engine = create_engine(f"sqlite:///file:{database.resolve()}?mode=ro&immutable=1&uri=true")
+        engine = create_engine(f"sqlite:///{sqlite_uri(database.resolve())}?mode=ro&immutable=1&uri=true")
         if not _lacks_columns(engine):
             return cls(engine)
         # An older version's store, which cannot get its new columns here: read from a copy that can.

@@ -284,11 +284,13 @@ class TestReportsThatCannotBeWritten:
         assert ("config file" if target.endswith(".toml") else "state dir") in json.loads(done.stderr.strip())["error"]
         assert not (tmp_path / "state" / "runs.db").exists()
 
+    @pytest.mark.parametrize("url", ["sqlite:///runs.db", "sqlite:///file:runs.db?mode=rwc&uri=true"])
     @pytest.mark.parametrize("target", ["runs.db", "runs.db-wal"])
-    def test_a_junit_path_that_names_a_run_store_outside_the_state_dir_is_refused(self, tmp_path, target):
-        """`[store] url = "sqlite:///runs.db"` keeps the store beside the config: `--junit runs.db` would replace it."""
+    def test_a_junit_path_that_names_a_run_store_outside_the_state_dir_is_refused(self, tmp_path, target, url):
+        """`[store] url = "sqlite:///runs.db"` keeps the store beside the config: `--junit runs.db` would replace it.
+        In SQLite's URI form (the form reference.md gives for `mode=`), it was not seen as the store: replaced."""
         repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
-        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra="\n[store]\nurl = \"sqlite:///runs.db\"\n")
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra=f"\n[store]\nurl = \"{url}\"\n")
         done = subprocess.run(
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--junit", str(tmp_path / target)],
             capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,

@@ -324,3 +324,34 @@ class TestWorstSignal:
     def test_no_signals(self) -> None:
         """An iteration without signals has no worst signal."""
         assert worst_signal([]) is None
+
+
+class TestWhereTheStoreIs:
+    @pytest.mark.parametrize(
+        "url", ["sqlite:///runs.db", "sqlite:///file:runs.db?mode=rwc&uri=true", "sqlite:///file:sub%20dir/runs.db?uri=true"]
+    )
+    def test_a_relative_sqlite_store_is_beside_the_config_whatever_the_folder(self, tmp_path: Path, monkeypatch, url) -> None:
+        """In SQLite's URI form a relative store was opened in the folder the command ran in: cron's night and
+        the person's report, started from different folders, read different stores."""
+        from orchestrator.config import load_config
+        from runs.store import sqlite_files
+
+        folder, elsewhere = tmp_path / "config", tmp_path / "elsewhere"
+        (folder / "sub dir").mkdir(parents=True)
+        elsewhere.mkdir()
+        (folder / "overnight.toml").write_text(f'[state]\ndir = "state"\n[store]\nurl = "{url}"\n')
+        monkeypatch.chdir(elsewhere)
+        config = load_config(folder / "overnight.toml", require_tasks=False)
+        expected = folder / ("sub dir" if "sub" in url else "") / "runs.db"
+        assert sqlite_files(config.store_url)[0] == expected
+        RunStore.open(config.store_url).close()
+        assert expected.is_file() and list(elsewhere.iterdir()) == []
+
+    def test_an_absolute_uri_is_left_as_written(self, tmp_path: Path) -> None:
+        from orchestrator.config import load_config
+        from runs.store import sqlite_files
+
+        for url, files in ((f"sqlite:///file:{tmp_path}/abs.db?uri=true", [tmp_path / "abs.db"]),):
+            (tmp_path / "overnight.toml").write_text(f'[state]\ndir = "state"\n[store]\nurl = "{url}"\n')
+            config = load_config(tmp_path / "overnight.toml", require_tasks=False)
+            assert config.store_url == url and sqlite_files(config.store_url)[:1] == files
