@@ -22,7 +22,6 @@ from orchestrator.night import NightParts
 @contextlib.contextmanager
 def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
     """The configured model; for "local", the embedded server, started for the night and stopped after."""
-    from orchestrator import transports
     from orchestrator.model import EndpointModel
 
     with contextlib.ExitStack() as stack:
@@ -32,15 +31,23 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
 
             server = stack.enter_context(serve_local_model(config, log=get_logger(), cancel=cancel))
             model_config = local_model_config(config.model, server)
-        problem = transports.routing_problem(model_config)
-        if problem:  # the same every night: a config error (exit 2), not an unreachable server (exit 3)
-            raise ConfigError(
-                f"[model] name: litellm has no provider for {model_config.name!r}; write it as provider/model "
-                f"(ollama_chat/llama3, or openai/<name> with api_base for an OpenAI-compatible server) ({problem})"
-            )
+        _check_routable(model_config)
         model = EndpointModel(model_config, max_output_chars=config.guards.max_output_chars, cancel=cancel)
         stack.callback(model.close)
         yield model
+
+
+def _check_routable(model_config: Any) -> None:
+    """ConfigError (exit 2) for a model name litellm has no provider for: the same every night, so a
+    config error, not an unreachable server (exit 3)."""
+    from orchestrator import transports
+
+    problem = transports.routing_problem(model_config)
+    if problem:
+        raise ConfigError(
+            f"[model] name: litellm has no provider for {model_config.name!r}; write it as provider/model "
+            f"(ollama_chat/llama3, or openai/<name> with api_base for an OpenAI-compatible server) ({problem})"
+        )
 
 
 def open_store(config: Config, *, reading: bool = False):
@@ -77,6 +84,8 @@ def check_inputs(config: Config) -> CheckedInputs:
         from orchestrator.local_model import default_threads
 
         default_threads()
+    else:  # before the state dir and the store are made (the embedded model's name is known once it runs)
+        _check_routable(config.model)
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
 
 

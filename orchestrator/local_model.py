@@ -90,15 +90,22 @@ def template_path() -> Path:
     return Path(str(files("orchestrator").joinpath("templates", TEMPLATE_NAME)))
 
 
+# llama-server reads its thread count as a C int; more threads than this is no machine's.
+MAX_THREADS = 1024
+
+
 def default_threads() -> int:
     """Half the cores, 1 to 4 (on a busy 2-core machine one thread was the steadier choice), or
-    $OVERNIGHT_LOCAL_THREADS; ConfigError (exit 2) when that is set to anything but a whole number above 0."""
+    $OVERNIGHT_LOCAL_THREADS; ConfigError (exit 2) when that is set (not empty) to anything but a whole
+    number from 1 to MAX_THREADS."""
     override = os.environ.get(THREADS_ENV, "").strip()
     if not override:
         return max(1, min(4, (os.cpu_count() or 2) // 2))
     # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
-    if not (override.isascii() and override.isdigit() and int(override) > 0):
-        raise ConfigError(f"{THREADS_ENV}: {override!r} is not a whole number of threads above 0 (unset it for the default)")
+    if not (override.isascii() and override.isdigit() and 0 < int(override) <= MAX_THREADS):
+        raise ConfigError(
+            f"{THREADS_ENV}: {override!r} is not a whole number of threads from 1 to {MAX_THREADS} (unset it for the default)"
+        )
     return int(override)
 
 

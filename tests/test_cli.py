@@ -260,9 +260,11 @@ class TestBadConfig:
 
     @pytest.mark.parametrize("name", ["llama3", "nosuchprovider/x"])
     def test_a_model_name_litellm_cannot_route_is_a_config_error(self, tmp_path, repo, name):
-        """Not exit 3 ("unreachable") with the task paused: it would fail the same way every night."""
+        """Not exit 3 ("unreachable") with the task paused: it would fail the same way every night. Said
+        before the state dir, its lock and the run store are made, as every config error is."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, model={"name": name})
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[model] name", repr(name), "provider/model")
+        assert not (tmp_path / "state").exists()
 
     @pytest.mark.parametrize("state", ["repo", "repo/.git/overnight"])
     def test_a_state_dir_that_is_the_repository_or_in_its_git_folder_is_refused(self, tmp_path, repo, state):

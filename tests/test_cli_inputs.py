@@ -317,7 +317,7 @@ class TestLaxTypes:
 
 
 class TestLocalThreads:
-    @pytest.mark.parametrize("value", ["\u00b2", "0", "four", "-2"])
+    @pytest.mark.parametrize("value", ["\u00b2", "0", "four", "-2", "1025", "99999999999999999999"])
     def test_a_bad_thread_count_is_one_line_before_the_night(self, tmp_path, repo, value):
         """OVERNIGHT_LOCAL_THREADS set to anything but a whole number above 0 ('²' passed str.isdigit, then crashed int()):
         exit 2 naming it, before the state dir, the model download or the server."""
@@ -365,3 +365,16 @@ class TestMinor:
         assert_one_line_error(overnight("run", "--config", str(config), "--junit", str(tmp_path / where)), 2, "--junit", "git folder")
         assert (repo / ".git" / "config").read_text() == before and not (repo / ".git" / "junit.xml").exists()
         assert git(repo, "status", "--porcelain") == "" and not (tmp_path / "state").exists()
+
+
+class TestHugeNumbers:
+    @pytest.mark.parametrize("key", ["dead_loop_window", "dead_loop_recent"])
+    def test_a_dead_loop_window_past_any_run_is_one_line(self, tmp_path, repo, key):
+        """18446744073709551616 was a 50-line OverflowError traceback from the guard's deque, exit 1."""
+        config = config_with(tmp_path, repo, extra=f"\n[guards]\n{key} = 18446744073709551616\n")
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "human"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        assert_one_line_error(result, 2, key)
+        assert not (tmp_path / "state").exists()
