@@ -27,6 +27,7 @@ import errno
 import os
 import shutil
 import socket
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,16 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
     died, or its store failed, between the entry and the mark) is only marked."""
     notes = NotesBook(config.notes_path)
     owed = store.owed_notes(state_id)
-    written = {(entry.task, entry.iteration, entry.reason, entry.when) for entry in notes.entries()} if owed else set()
+    # Headers show the minute: an earlier night's entry for the same task, iteration number and reason
+    # in that minute (a restart loop) reads the same. Entries so headed, past those the store knows
+    # were written, are the owed ones that notes.md already holds.
+    headed = Counter((entry.task, entry.iteration, entry.reason, entry.when) for entry in notes.entries()) if owed else Counter()
     for iteration in owed:
         ended = iteration.finished_at or iteration.started_at
-        if (iteration.task_name, iteration.number, iteration.reason, stamp(ended)) not in written:
+        minute = ended.astimezone(timezone.utc).replace(second=0, microsecond=0)
+        key = (iteration.task_name, iteration.number, iteration.reason, stamp(ended))
+        known = store.notes_written_alike(state_id, *key[:3], minute, minute + timedelta(minutes=1)) if headed[key] else 0
+        if headed[key] <= known:
             notes.append(
                 task=iteration.task_name,
                 iteration=iteration.number,

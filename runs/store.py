@@ -627,6 +627,22 @@ class RunStore:
         with self._reading() as session:
             return _iteration_views(session, session.execute(query).all())
 
+    def notes_written_alike(self, state_id: str, task: str, number: int, reason: str, start: datetime, end: datetime) -> int:
+        """How many iterations of state dir `state_id` named `task` and numbered `number` that ended for `reason`
+        in [start, end) have their notes.md entry written: entries whose header reads the same."""
+        query = (
+            select(func.count())
+            .select_from(Iteration)
+            .join(TaskRun, Iteration.task_run_id == TaskRun.id)
+            .join(Run, TaskRun.run_id == Run.id)
+            .where(
+                Iteration.note_owed.is_(False), Run.state_id == state_id, TaskRun.name == task, Iteration.number == number,
+                Iteration.reason == reason, Iteration.finished_at >= start, Iteration.finished_at < end,
+            )
+        )
+        with self._reading() as session:
+            return int(session.execute(query).scalar_one())
+
     def note_written(self, iteration_id: int) -> None:
         self._update("note_written", Iteration, iteration_id, after_events=False, note_owed=False)
 

@@ -746,6 +746,34 @@ class TestKilledNight:
         with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
             assert db.execute("SELECT note_owed FROM iterations").fetchall() == [(0,), (0,)]
 
+    def test_an_owed_entry_headed_like_an_earlier_nights_is_still_written(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Headers show the minute: a night killed in the same minute as an earlier night's same task, iteration
+        number and reason (a restart loop) owed an entry that recovery took for the earlier one: lost."""
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(call("submit", {"summary": "nothing fixed"}), call("submit", {"summary": "nor here"}))
+        assert overnight("run", "--config", str(config.source)) == 1
+        store = RunStore.open(config.store_url)
+        state_id = state_identity(config.state_dir)
+        try:
+            [earlier] = next(t for t in store.run(store.latest_run(state_id=state_id).id).tasks if t.name == "fix-greet").iterations
+            run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id)
+            task_run = store.begin_task(run_id, name="fix-greet", branch="overnight/fix-greet")
+            iteration = store.begin_iteration(task_run, number=1, checkpoint="c" * 40, pid=os.getpid())
+            store.finish_iteration(
+                iteration, outcome="rolled_back", reason="check_failed", correction="run the check", note_owed=True, at=earlier.finished_at,
+            )
+            store.close_interrupted_run(run_id)
+        finally:
+            store.close()
+        assert len(NotesBook(config.notes_path).entries()) == 2
+        _, logs = recover(config)
+        entries = NotesBook(config.notes_path).entries("fix-greet")
+        assert len(entries) == 2 and entries[0].when == entries[1].when
+        assert "Written by the next night's recovery" in entries[1].text
+        assert [e["event"] for e in logs].count("note_recovered") == 1
+        recover(config)
+        assert len(NotesBook(config.notes_path).entries()) == 3
+
     def test_the_notes_a_running_copy_of_the_state_dir_owes_are_its_own(self, tmp_path: Path, repo: Path) -> None:
         """Owed notes are written for ended runs only: a run still `running` (a live copy of the state
         dir on another machine sharing the store) writes its own."""
