@@ -152,6 +152,7 @@ def _create_schema(engine: Engine) -> None:
     catalog, an IntegrityError, when the other's CREATE commits while this one waits): a new
     look finds more of it there, so a few looks end it.
     """
+    _refuse_foreign_tables(engine)
     for attempt in range(_SCHEMA_ATTEMPTS):
         try:
             Base.metadata.create_all(engine)
@@ -161,6 +162,22 @@ def _create_schema(engine: Engine) -> None:
             if attempt == _SCHEMA_ATTEMPTS - 1:
                 raise
             time.sleep(random.uniform(0.01, 0.05))
+
+
+def _refuse_foreign_tables(engine: Engine) -> None:
+    """StateError when a table of the store's names is there without a column every version of overnight
+    made it with (the ones that may not be empty; later columns all may): some other program's table
+    (a `runs` of its own), which overnight must not add its columns to, nor read as its own."""
+    try:
+        missing = _missing_columns(engine)
+    except SQLAlchemyError:
+        return  # what the create then meets says what is wrong
+    for table, column in missing:
+        if not column.nullable:
+            raise StateError(
+                f"the run store's database holds a table {table.name!r} that is not overnight's (no column {column.name!r}): "
+                "point [store] url at a database of overnight's own"
+            )
 
 
 def _missing_columns(engine: Engine) -> list[tuple[Any, Any]]:

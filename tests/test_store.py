@@ -355,3 +355,17 @@ class TestWhereTheStoreIs:
             (tmp_path / "overnight.toml").write_text(f'[state]\ndir = "state"\n[store]\nurl = "{url}"\n')
             config = load_config(tmp_path / "overnight.toml", require_tasks=False)
             assert config.store_url == url and sqlite_files(config.store_url)[:1] == files
+
+
+class TestSomeOtherDatabase:
+    def test_a_table_of_another_programs_is_left_as_it_is(self, tmp_path: Path) -> None:
+        """A `runs` table of some other program's at the store's path: even `report` added overnight's columns
+        to it and made overnight's other tables beside it. Now one line (StateError, exit 4), nothing made."""
+        database = tmp_path / "runs.db"
+        with sqlite3.connect(database) as db:
+            db.execute("CREATE TABLE runs(x)")
+        for open_store in (RunStore.open, RunStore.open_for_reading):
+            with pytest.raises(StateError, match="'runs' that is not overnight's"):
+                open_store(f"sqlite:///{database}")
+        with sqlite3.connect(database) as db:
+            assert db.execute("SELECT name, sql FROM sqlite_master").fetchall() == [("runs", "CREATE TABLE runs(x)")]
