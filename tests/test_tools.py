@@ -638,8 +638,11 @@ class TestAllowlist:
 
     def test_execute_checks_arguments(self, repo):
         """execute refuses arguments that do not fit, even when called directly."""
-        result = run(toolbox(repo), "read_file", file="app.py")
-        assert not result.ok and "missing required parameter 'path'" in result.output
+        box = toolbox(repo)
+        misnamed = run(box, "read_file", file="app.py")
+        assert not misnamed.ok and "unknown parameter 'file' (takes: path" in misnamed.output
+        missing = run(box, "read_file", start_line=1)
+        assert not missing.ok and "missing required parameter 'path'" in missing.output
 
 
 class TestSpecialFiles:
