@@ -64,6 +64,8 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         # The HTTP headers of each chat request, beside `requests`.
         self.headers: list[dict[str, str]] = []
+        # When each chat request arrived (time.monotonic()), beside `requests`: shows which calls overlapped.
+        self.arrivals: list[float] = []
         self.connections_opened = 0
         self.exhausted = 0
         # What the server says of itself: llama.cpp's `GET /props` (404 while None), fields a vLLM adds to
@@ -127,12 +129,13 @@ class ScriptedServer:
         with self._lock:
             self._replies.extend(replies)
 
-    def _take(self, body: dict[str, Any], headers: dict[str, str]) -> Reply | None:
+    def _take(self, body: dict[str, Any], headers: dict[str, str], arrived: float) -> Reply | None:
         if self._responder is not None:
             return self._responder(body)
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
+            self.arrivals.append(arrived)
             if self._replies:
                 return self._replies.popleft()
             self.exhausted += 1
@@ -220,7 +223,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
         if body is None:
             self._send_json(400, _error_body(400, "body is not JSON"))
             return
-        reply = self.scripted._take(body, dict(self.headers))
+        reply = self.scripted._take(body, dict(self.headers), self._arrived)
         try:
             self._answer(body, reply or Reply(text="", finish_reason="stop"))
         except (ClientGone, BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):

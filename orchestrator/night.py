@@ -116,6 +116,10 @@ class _Night:
         """The task's work in a store other workers share (see runs.models.TaskRun.work_key); None in one they do not."""
         return work_key(self._repository_key, task) if self._repository_key else None
 
+    def position(self, task: TaskConfig) -> int | None:
+        """The task's place in the config (the order reports list the night's tasks in)."""
+        return next((at for at, named in enumerate(self.parts.config.task) if named.name == task.name), None)
+
     def worktree(self, task: TaskConfig) -> Worktree:
         """The task's worktree; asking for it also asks for the next task's."""
         with self._lock:
@@ -233,7 +237,9 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
     # the CI's test cases list every task of the night, not only those that began.
     work_key = night.work_key(task)
-    task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key)
+    task_run_id = store.begin_task(
+        night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key, position=night.position(task)
+    )
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
     reports: list[IterationReport] = []
     begun = 0  # iterations begun: a cancelled or unreachable one ends with no report

@@ -108,6 +108,9 @@ class TaskRun(Base):
     # What the work is, in a store several workers share: the repository (its first commits) and
     # the task's name, prompt and check, hashed. Two projects' tasks of one name differ here.
     work_key: Mapped[str | None] = mapped_column(Str, nullable=True)
+    # Where the task stands in the config: reports list a night's tasks in that order, not in the
+    # order their threads happened to begin them (with concurrency, another each night).
+    position: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Iteration(Base):

@@ -371,10 +371,11 @@ class RunStore:
     def finish_run(self, run_id: int, *, status: str, exit_code: int) -> None:
         self._update("finish_run", Run, run_id, status=_text(status), exit_code=exit_code, finished_at=self.now())
 
-    def begin_task(self, run_id: int, *, name: str, branch: str, work_key: str | None = None) -> int:
+    def begin_task(self, run_id: int, *, name: str, branch: str, work_key: str | None = None, position: int | None = None) -> int:
+        """`position`: the task's place in the config, the order a run's view lists its tasks in."""
         return self._add(
             "begin_task", TaskRun, after_events=False,
-            run_id=run_id, name=name, branch=branch, outcome="running", started_at=self.now(), work_key=work_key,
+            run_id=run_id, name=name, branch=branch, outcome="running", started_at=self.now(), work_key=work_key, position=position,
         )
 
     def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "") -> None:
@@ -756,7 +757,9 @@ def safe_url(url: str) -> str:
 
 
 def _run_view(session: Session, run: Run) -> RunView:
-    tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run.id).order_by(TaskRun.id)).all()
+    # The config's order; an older version's rows (no position) in the order they began.
+    order = (TaskRun.position.is_(None), TaskRun.position, TaskRun.id)
+    tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run.id).order_by(*order)).all()
     iterations = session.execute(
         select(Iteration, TaskRun.name)
         .join(TaskRun, Iteration.task_run_id == TaskRun.id)

@@ -261,6 +261,14 @@ class TestEventsInTheBackground:
 
 
 class TestQueries:
+    def test_a_runs_tasks_are_listed_in_the_configs_order(self, store: RunStore) -> None:
+        """With concurrency the threads begin tasks in another order each night: reports and JUnit cases
+        followed it (t1, t3, t2 one night, t2, t1, t3 the next). Rows of an older version (no position) come last."""
+        run = store.begin_run(config_path="c.toml", pid=1, host="h")
+        for name, position in (("t3", 2), ("t1", 0), ("old", None), ("t2", 1)):
+            store.begin_task(run, name=name, branch=f"overnight/{name}", position=position)
+        assert [task.name for task in store.run(run).tasks] == ["t1", "t2", "t3", "old"]
+
     def test_running_iterations_finds_unfinished_ones(self, store: RunStore) -> None:
         """Only iterations never finished are returned, each with its task name, pid and checkpoint."""
         _, _, finished = _iteration(store, task="done")
