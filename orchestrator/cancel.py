@@ -139,16 +139,38 @@ class _SystemLocalTime(tzinfo):
         return self._local(moment).tm_zone
 
     def fromutc(self, moment: datetime) -> datetime:
-        local = time.localtime(calendar.timegm(moment.replace(tzinfo=None).timetuple()))  # its fields are UTC here
-        return datetime(*local[:6], moment.microsecond, tzinfo=self)
+        instant = calendar.timegm(moment.replace(tzinfo=None).timetuple())  # its fields are UTC here
+        local = datetime(*time.localtime(instant)[:6], moment.microsecond, tzinfo=self)
+        # In the hour the clocks repeat, the second pass is fold 1: without it, reading the
+        # offset back took the first pass's, and times there were an hour off.
+        instants = self._instants(local)
+        return local.replace(fold=1) if len(instants) == 2 and instant == instants[1] else local
 
-    @staticmethod
-    def _local(moment: datetime | None) -> time.struct_time:
+    @classmethod
+    def _local(cls, moment: datetime | None) -> time.struct_time:
         if moment is None:
             return time.localtime()
-        # A wall time the clocks skip or repeat is read as the C library reads it (tm_isdst = -1).
+        instants = cls._instants(moment)
+        if instants:  # a repeated wall time: its fold says which pass
+            return time.localtime(instants[min(moment.fold, len(instants) - 1)])
+        # A wall time the clocks skip is read as the C library reads it (tm_isdst = -1).
         wall = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second, 0, 0, -1)
         return time.localtime(time.mktime(wall))
+
+    @staticmethod
+    def _instants(moment: datetime) -> list[int]:
+        """The seconds since the epoch whose local time reads as `moment`'s wall clock, earliest first:
+        one, two in the hour the clocks repeat, none in the hour they skip."""
+        fields = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second)
+        found = set()
+        for isdst in (0, 1):
+            try:
+                instant = int(time.mktime((*fields, 0, 0, isdst)))
+            except (OverflowError, ValueError):
+                continue
+            if tuple(time.localtime(instant)[:6]) == fields:
+                found.add(instant)
+        return sorted(found)
 
 
 SYSTEM_LOCAL_TIME = _SystemLocalTime()
@@ -163,8 +185,13 @@ def seconds_between(earlier: datetime, later: datetime) -> float:
 def deadline_after(start: datetime, clock: str) -> datetime:
     """The first `HH:MM` (in `start`'s time zone) after `start`: 06:30 after 01:30 is the same morning."""
     hour, minute = (int(part) for part in clock.split(":"))
-    candidate = start.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    return candidate if seconds_between(start, candidate) > 0 else candidate + timedelta(days=1)
+    today = start.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    # On the night the clocks go back, an HH:MM in the repeated hour comes twice: the second
+    # (fold 1) may still be ahead when the first has passed. Elsewhere both folds are one instant.
+    for candidate in (today.replace(fold=0), today.replace(fold=1)):
+        if seconds_between(start, candidate) > 0:
+            return candidate
+    return (today + timedelta(days=1)).replace(fold=0)
 
 
 class Deadline:

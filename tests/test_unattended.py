@@ -383,6 +383,21 @@ class TestDeadline:
             assert deadline.astimezone(berlin).strftime("%H:%M") == "06:30"
             assert seconds_between(start, deadline) == hours * 3600
 
+    def test_a_deadline_in_the_hour_the_clocks_repeat_is_its_second_pass_not_tomorrows(self):
+        """Started at 02:45 summer time on the night 03:00 becomes 02:00, "02:30" comes again 45 minutes
+        later (winter time): it was taken for tomorrow's, a night of 24.75 hours (found by a review)."""
+        from zoneinfo import ZoneInfo
+
+        from orchestrator.cancel import deadline_after, seconds_between
+
+        start = datetime(2025, 10, 26, 0, 45, tzinfo=timezone.utc).astimezone(ZoneInfo("Europe/Berlin"))
+        assert seconds_between(start, deadline_after(start, "02:30")) == 45 * 60
+        # Before the first pass, the first pass; after the second, tomorrow's.
+        early = datetime(2025, 10, 26, 0, 15, tzinfo=timezone.utc).astimezone(ZoneInfo("Europe/Berlin"))
+        assert seconds_between(early, deadline_after(early, "02:30")) == 15 * 60
+        late = datetime(2025, 10, 26, 1, 45, tzinfo=timezone.utc).astimezone(ZoneInfo("Europe/Berlin"))
+        assert seconds_between(late, deadline_after(late, "02:30")) == 24 * 3600 - 15 * 60
+
     def test_a_zone_given_as_a_posix_rule_keeps_its_daylight_saving(self):
         """TZ as a POSIX rule, which tzlocal cannot name: the deadline used this moment's offset, fixed,
         and on the night the clocks go forward 06:30 came at 07:30 (found by a review). In a process of
@@ -401,6 +416,14 @@ for start, hours, utc in ((spring, 4, "04:30"), (autumn, 6, "05:30")):
     deadline = deadline_after(start, "06:30")
     assert seconds_between(start, deadline) == hours * 3600, (start, deadline)
     assert deadline.astimezone(timezone.utc).strftime("%H:%M") == utc, deadline
+# The hour the clocks repeat: each pass read as itself (an iteration across it was an hour off), and
+# a deadline there is its second pass when the first has gone by.
+before = datetime(2025, 10, 26, 0, 50, tzinfo=timezone.utc).astimezone(zone)
+after = datetime(2025, 10, 26, 1, 10, tzinfo=timezone.utc).astimezone(zone)
+assert (before.strftime("%H:%M"), after.strftime("%H:%M")) == ("02:50", "02:10"), (before, after)
+assert seconds_between(before, after) == 20 * 60, (before, after)
+second_pass = datetime(2025, 10, 26, 0, 45, tzinfo=timezone.utc).astimezone(zone)
+assert seconds_between(second_pass, deadline_after(second_pass, "02:30")) == 45 * 60
 print("ok")
 """
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
