@@ -79,6 +79,19 @@ class NightParts:
     check_lock: Callable[[], None] = lambda: None
 
 
+def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
+    """`now` in `[schedule] timezone` when that names a zone: a deadline is read on the clock the night
+    starts by (a host on UTC serving New York's 01:30 read 06:30 as UTC's, a day after the start)."""
+    if config.schedule.timezone == "local":
+        return now
+    from zoneinfo import ZoneInfo
+
+    try:
+        return now.astimezone(ZoneInfo(config.schedule.timezone))
+    except (LookupError, ValueError):  # refused with the config already; the host's clock otherwise
+        return now
+
+
 class _Night:
     """State shared by the tasks of one night (possibly running in parallel)."""
 
@@ -97,7 +110,8 @@ class _Night:
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
         self._repository_key = shared_repository_key(parts.config, parts.repo)
         deadline = parts.config.night.deadline
-        self.deadline = Deadline(deadline_after(parts.now(), deadline) if deadline else None, parts.cancel, parts.now)
+        at = deadline_after(_on_the_schedules_clock(parts.now(), parts.config), deadline) if deadline else None
+        self.deadline = Deadline(at, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
         # Worktrees are made in task order, a little ahead of need: a task asks for its own

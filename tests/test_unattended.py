@@ -318,6 +318,18 @@ class TestDeadline:
         assert len(task.iterations) == 1 and task.outcome.value == "cancelled" and task.reason == "deadline"
 
 
+    def test_the_deadline_is_read_on_the_schedules_clock(self, config_file, server):
+        """`[schedule] timezone` names a zone: "06:30" is 06:30 there, as the cron line's 01:30 is (a host on
+        UTC serving another zone's night read it as UTC's, hours or a day away; found by a review)."""
+        from zoneinfo import ZoneInfo
+
+        config = config_file(night={"deadline": "06:30", "max_iterations": 3}, extra='\n[schedule]\ntimezone = "Pacific/Chatham"\n')
+        server.enqueue(call("read_file", {"path": "greet.py"}, delay_s=1.5), call("submit", {"summary": "x"}))
+        there = datetime(2026, 11, 30, 6, 29, 50, tzinfo=ZoneInfo("Pacific/Chatham"))
+        result = run_in_process(config, now=clock_from(there.astimezone(timezone.utc), speed=5))
+        [task] = result.tasks
+        assert len(task.iterations) == 1 and (task.outcome.value, task.reason) == ("cancelled", "deadline")
+
     def test_the_first_iterations_time_counts_its_first_model_call(self, config_file, server, repo):
         """The first request leaves ahead, overlapping the task's set-up (here a 3 s checkout, as git-lfs
         makes one): the first iteration was timed from its start, most of its 4 s call uncounted, and a
