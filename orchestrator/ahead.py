@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from orchestrator.protocols import Message, Model
 from orchestrator.records import ModelResponse
@@ -26,9 +26,17 @@ class AskedAhead:
     thread, so an answer nobody takes never holds up the end of the process.
     """
 
-    def __init__(self, model: Model, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        unused: Callable[[ModelResponse], None] | None = None,
+    ) -> None:
+        """`unused`: given the answer nobody took, when it arrives (the server spent its tokens all the same)."""
         self._model = model
         self._request = (list(messages), list(tools))
+        self._unused = unused
         self._answer: Future[ModelResponse] | None = Future()
         threading.Thread(target=self._ask, args=(self._answer,), name="first-request", daemon=True).start()
 
@@ -39,8 +47,15 @@ class AskedAhead:
         return self._model.complete(messages, tools)
 
     def drop(self) -> None:
-        """Nobody will take the answer (the task ended before its first turn); the call finishes unseen."""
-        self._answer = None
+        """Nobody will take the answer (the task ended before its first turn); the call finishes unseen,
+        but not uncounted: its answer goes to `unused`."""
+        answer, self._answer = self._answer, None
+        if answer is not None and self._unused is not None:
+            answer.add_done_callback(self._hand_unused)
+
+    def _hand_unused(self, answer: Future[ModelResponse]) -> None:
+        if answer.exception() is None and self._unused is not None:
+            self._unused(answer.result())
 
     def __enter__(self) -> "AskedAhead":
         return self

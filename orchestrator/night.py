@@ -9,6 +9,7 @@ as a shell reports a process the signal killed).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import socket
@@ -29,7 +30,7 @@ from orchestrator.leases import LeaseHeld, LeaseKeeper, lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
-from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
+from orchestrator.records import IterationOutcome, IterationReport, ModelResponse, TaskOutcome
 from orchestrator.secrecy import Redactor, withheld
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
@@ -146,7 +147,13 @@ class _Night:
         """The model, with the task's first request already on its way (see orchestrator/ahead.py)."""
         tool_names = offered(task.tools)
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
-        return AskedAhead(self.parts.model, messages, schemas_of(tool_names))
+        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, task))
+
+    def _unused_answer(self, task: TaskConfig, answer: ModelResponse) -> None:
+        """A first answer the task ended without taking (its branch checked out, the deadline or a budget
+        came first): its tokens were spent, and a night's budget is what may be spent in all."""
+        self.budget.spend(answer.tokens)
+        self.log.info("first_answer_unused", task=task.name, tokens=answer.tokens)
 
     def _ask_for_next_worktree(self) -> None:
         if not self._not_asked:

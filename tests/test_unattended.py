@@ -540,6 +540,34 @@ class TestBudgets:
         assert [(it["outcome"], it["reason"]) for it in task["iterations"]] == [("rolled_back", "check_failed")]
         assert [entry.reason for entry in NotesBook(config.parent / "state" / "notes.md").entries()] == ["check_failed"]
 
+    def test_a_first_answer_no_turn_took_counts_against_the_night(self, tmp_path, repo):
+        """A task's first request leaves before its worktree is made; skipped then (its branch checked out
+        for review), the task never took the answer, and its tokens escaped the night's budget: a cost
+        cap passed silently (found by a review)."""
+        from orchestrator.fake_server import ScriptedServer
+
+        def respond(body):
+            asked = "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
+            if "REVIEWED" in asked:
+                return call("submit", {"summary": "x"}, prompt_tokens=49_000, completion_tokens=1_000)
+            # The next task's second turn comes well after the skipped task's answer has arrived.
+            turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            if turn == 0:
+                return call("read_file", {"path": "greet.py"}, delay_s=0.5, prompt_tokens=10, completion_tokens=10)
+            return call("submit", {"summary": "done"}, prompt_tokens=10, completion_tokens=10)
+
+        git(repo, "checkout", "-q", "-b", "overnight/reviewed")  # a person reviews the branch in their checkout
+        tasks = [
+            {"name": "reviewed", "prompt": "REVIEWED task", "check": "true"},
+            {"name": "other", "prompt": "OTHER task", "check": "true"},
+        ]
+        with ScriptedServer(responder=respond) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks,
+                                  night={"max_tokens_per_night": 1000})
+            reviewed, other = run_in_process(config).tasks
+        assert reviewed.reason == "branch_checked_out"
+        assert (other.outcome.value, other.reason) == ("cancelled", "night token budget of 1000 spent")
+
     def test_a_runaway_response_cut_off_counts_its_tokens(self, config_file, server, capsys):
         """A response stopped for runaway output used tokens: the iteration counts them, and so do the budgets."""
         config = config_file(night={"max_iterations": 3, "max_tokens_per_task": 200}, guards={"park_after": 5})
