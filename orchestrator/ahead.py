@@ -41,9 +41,10 @@ class AskedAhead:
         threading.Thread(target=self._ask, args=(self._answer,), name="first-request", daemon=True).start()
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
-        answer, self._answer = self._answer, None
-        if answer is not None and (list(messages), list(tools)) == self._request:
+        if self._answer is not None and (list(messages), list(tools)) == self._request:
+            answer, self._answer = self._answer, None
             return answer.result()
+        self.drop()  # another first request (a guard reminded before it): this one's answer is not taken
         return self._model.complete(messages, tools)
 
     def drop(self) -> None:

@@ -59,6 +59,23 @@ def test_a_different_first_request_goes_to_the_model() -> None:
         model.close()
 
 
+def test_an_answer_nobody_takes_is_handed_on_when_it_arrives() -> None:
+    """Dropped, or passed over for another first request, the answer still cost the server its tokens:
+    it goes to `unused` (the night counts it against its budget)."""
+    with ScriptedServer([say("dropped", delay_s=0.3), say("passed over", delay_s=0.3), say("asked now")]) as server:
+        model = model_for(server.url)
+        unused: list[str] = []
+        with AskedAhead(model, MESSAGES, TOOLS, unused=lambda answer: unused.append(answer.text)):
+            pass  # the task ended before its first turn
+        assert unused == [] and wait_for(lambda: unused == ["dropped"])
+        ahead = AskedAhead(model, MESSAGES, TOOLS, unused=lambda answer: unused.append(answer.text))
+        assert wait_for(lambda: len(server.requests) == 2)
+        changed = [*MESSAGES, {"role": "user", "content": "Reminder: call one tool at a time."}]
+        assert ahead.complete(changed, TOOLS).text == "asked now"
+        assert wait_for(lambda: unused == ["dropped", "passed over"])
+        model.close()
+
+
 def test_the_first_requests_failure_reaches_the_first_turn() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
