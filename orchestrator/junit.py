@@ -96,8 +96,10 @@ def _verdict(task: TaskView) -> str:
 def _testcase(task: TaskView) -> ET.Element:
     case = ET.Element("testcase", {"classname": SUITE, "name": _clean(task.name), "time": _seconds(task.started_at, task.finished_at)})
     reasons = _reason_codes(task)
-    # A parked task's own reason is `parked`: its type is what kept stopping it, as for a failed one.
-    last = (reasons[-1] if reasons and task.outcome == "parked" else task.reason) or (reasons[-1] if reasons else task.outcome)
+    # A parked task's own reason is `parked`: its type is what kept stopping it (its last iterations'
+    # reason; not the newest distinct code, which an iteration in between may have brought), as for a failed one.
+    stopped_by = next((iteration.reason for iteration in reversed(task.iterations) if iteration.reason), "")
+    last = (stopped_by if task.outcome == "parked" else task.reason) or stopped_by or task.outcome
     verdict = _verdict(task)
     if verdict == "failure":
         _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))

@@ -121,6 +121,21 @@ class TestJunitFromARealNight:
         failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
         assert (failure.get("message"), failure.get("type")) == ("repeated_tool_call", "repeated_tool_call")
 
+    def test_a_parked_tasks_type_is_its_last_iterations_reason_not_the_newest_code(self, tmp_path):
+        """Parked after check_failed twice in a row, with a repeated_tool_call before: the type was the newest
+        distinct code (repeated_tool_call), not what parked it (found by a review)."""
+        import dataclasses
+
+        run = view("failed", "check_failed")
+        first = run.tasks[0].iterations[0]
+        iterations = tuple(
+            dataclasses.replace(first, id=n, number=n, reason=reason)
+            for n, reason in enumerate(("check_failed", "repeated_tool_call", "check_failed", "check_failed"), start=1)
+        )
+        run = dataclasses.replace(run, tasks=(dataclasses.replace(run.tasks[0], outcome="parked", reason="parked", iterations=iterations),))
+        failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
+        assert (failure.get("message"), failure.get("type")) == ("check_failed, repeated_tool_call", "check_failed")
+
     def test_rewrite_is_atomic_and_leaves_no_temporary_file(self, night, tmp_path):
         """Writing over an old report replaces it whole and leaves only the report in the folder."""
         _, _, run = night
