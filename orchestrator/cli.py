@@ -229,11 +229,12 @@ def report(
 
     settings = load_config(config, require_tasks=False)
     store = open_store(settings, reading=True)
-    latest = None
+    latest, began = None, None
     if store is not None:
         try:
             # In a store several state dirs share, the night of this one, not another machine's.
             latest = store.latest_run(state_id=state_identity(settings.state_dir, create=False))
+            began = store.on_this_hosts_clock(latest.started_at) if latest is not None else None
         finally:
             store.close()
     if latest is None:
@@ -243,16 +244,17 @@ def report(
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
-        _echo(reports.as_text(latest, base=_merge_target(settings), process_gone=_process_gone(latest)), nl=False)
+        _echo(reports.as_text(latest, base=_merge_target(settings), process_gone=_process_gone(latest, began)), nl=False)
 
 
-def _process_gone(run: object) -> bool:
-    """A run recorded as running whose process, on this host, no longer exists."""
+def _process_gone(run: object, began: object) -> bool:
+    """A run recorded as running whose process, on this host, no longer exists. `began`: the run's start
+    on this host's clock (a shared PostgreSQL store writes the database's, which may be minutes off)."""
     import socket
 
     from orchestrator.commands import pid_alive
 
-    return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid, run.started_at)  # type: ignore[attr-defined]
+    return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid, began)  # type: ignore[attr-defined]
 
 
 def _check_log_format(log_format: str) -> None:

@@ -90,7 +90,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         run = store.run_of_task_run(iteration.task_run_id)
         if elsewhere(run):
             continue
-        if not ours(run) and not _is_orphaned(iteration, run, leases.get(lease_key(iteration.task_name, repository)), host, me, now, stale_after):
+        began = store.on_this_hosts_clock(iteration.started_at)
+        lease = leases.get(lease_key(iteration.task_name, repository))
+        if not ours(run) and not _is_orphaned(iteration, began, run, lease, host, me, now, stale_after):
             alive.add(iteration.task_name)  # perhaps still at work: its worktree is not cleaned either
             continue
         # Another host's run that predates state dir names (an older version's, in a shared store):
@@ -124,7 +126,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     for run in store.running_runs():
         if elsewhere(run):
             continue
-        on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid, run.started_at))
+        on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid, store.on_this_hosts_clock(run.started_at)))
         moved_here = run.state_id == state_id and run.host != host and not alive_elsewhere(run)
         if run.id in dead_runs or ours(run) or on_this_host or moved_here:
             store.close_interrupted_run(run.id)
@@ -171,8 +173,11 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
         store.note_written(iteration.id)
 
 
-def _is_orphaned(iteration: Any, run: Any, lease: Any, host: str, me: int, now: datetime, stale_after: timedelta) -> bool:
-    if run.host == host and (iteration.pid == me or not pid_alive(iteration.pid, iteration.started_at)):
+def _is_orphaned(
+    iteration: Any, began: datetime, run: Any, lease: Any, host: str, me: int, now: datetime, stale_after: timedelta
+) -> bool:
+    """`began`: the iteration's start on this host's clock (a shared store's times are the database's)."""
+    if run.host == host and (iteration.pid == me or not pid_alive(iteration.pid, began)):
         return True
     if lease is not None:
         lease_host, lease_pid = owner_host_pid(lease.owner)

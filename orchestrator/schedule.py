@@ -20,6 +20,7 @@ restricted, and the hour repeated when the clocks go back runs once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -247,13 +248,14 @@ def _latest_run_since_fire(config: Config, now: datetime | None = None) -> tuple
     store = open_store(config)
     try:
         latest = store.latest_run(state_id=state_id)
-        offset = store.now() - datetime.now(timezone.utc)  # the store's clock: the database's, on PostgreSQL
+        # The store's clock is the database's on PostgreSQL: its start, on this host's clock.
+        began = store.on_this_hosts_clock(latest.started_at) if latest is not None else None
     finally:
         store.close()
     # Only this state dir's own: a run recorded without a state dir's name may be another machine's.
-    if latest is None or latest.state_id != state_id or latest.started_at - offset < fired:
+    if latest is None or began is None or latest.state_id != state_id or began < fired:
         return None
-    return latest, fired
+    return dataclasses.replace(latest, started_at=began), fired
 
 
 def _latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:

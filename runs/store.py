@@ -302,6 +302,10 @@ class RunStore:
         """The time this store writes: this host's clock, or in a PostgreSQL store the database's."""
         return utc_now() + self._clock_offset
 
+    def on_this_hosts_clock(self, moment: datetime) -> datetime:
+        """A time this store wrote, read on this host's clock (to compare with a process's start)."""
+        return moment - self._clock_offset
+
     def close(self) -> None:
         self._events.close()
         self._engine.dispose()
