@@ -129,6 +129,7 @@ def run(
     with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
         parts = dataclasses.replace(parts, check_lock=lock.check_still_held)
         recover_interrupted(parts.store, settings, parts.log)
+        _trim_transcripts(settings, parts.log)
         try:
             result = run_night(parts)
         except KeyboardInterrupt:
@@ -245,6 +246,20 @@ def report(
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
         _echo(reports.as_text(latest, base=_merge_target(settings), process_gone=_process_gone(latest, began)), nl=False)
+
+
+def _trim_transcripts(settings: object, log: object) -> None:
+    """`[state] keep_transcripts_days`: older transcripts deleted before the night; a file that cannot be is logged, not fatal."""
+    from orchestrator.transcript import remove_older_than
+
+    days = settings.state.keep_transcripts_days  # type: ignore[attr-defined]
+    if not days:
+        return
+    removed, failures = remove_older_than(settings.transcripts_dir, days)  # type: ignore[attr-defined]
+    if removed:
+        log.info("transcripts_removed", count=removed, older_than_days=days)  # type: ignore[attr-defined]
+    for failure in failures:
+        log.warning("transcript_not_removed", error=failure)  # type: ignore[attr-defined]
 
 
 def _process_gone(run: object, began: object) -> bool:

@@ -112,6 +112,10 @@ class RepoConfig(_Section):
 
 class StateConfig(_Section):
     dir: Path = Path(".overnight")
+    # Transcripts are the largest files a night leaves, one per iteration: nightly for months, gigabytes.
+    keep_transcripts_days: float = Field(
+        0, ge=0, le=36500, description="each run deletes transcripts last written more than this many days ago; 0 keeps all"
+    )
 
     @field_validator("dir", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,30 @@ class Transcript:
 def _cannot_write(path: Path, exc: OSError) -> StateError:
     reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
     return StateError(f"cannot write transcript {path}: {reason}")
+
+
+def remove_older_than(folder: Path, days: float, now: float | None = None) -> tuple[int, list[str]]:
+    """Delete the transcripts in `folder` last written more than `days` ago: how many went, and why
+    any could not (one line each). Only plain `.jsonl` files of the folder itself: a link, a folder
+    or another file put there is not a transcript of ours. The night that asks holds the state lock,
+    so none of these is being written."""
+    cutoff = (time.time() if now is None else now) - days * 86400
+    removed, failures = 0, []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return 0, []
+    except OSError as exc:
+        return 0, [f"{folder}: {exc.strerror or exc}"]
+    for entry in entries:
+        try:
+            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            failures.append(f"{entry.path}: {exc.strerror or exc}")
+    return removed, failures

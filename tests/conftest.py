@@ -95,13 +95,14 @@ def write_config(
     model: dict[str, Any] | None = None,
     night: dict[str, Any] | None = None,
     guards: dict[str, Any] | None = None,
+    state: dict[str, Any] | None = None,
     extra: str = "",
 ) -> Path:
     """An overnight.toml pointing at `api_base`; fast timeouts, no retry backoff."""
     model = {"name": "openai/scripted", "api_base": api_base, "request_timeout_s": 5, "retries": 1, "retry_backoff_s": 0, **(model or {})}
     night = {"max_iterations": 2, "max_turns": 8, **(night or {})}
     tasks = tasks or [{"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"}]
-    lines = ["[model]", *_pairs(model), "", "[repo]", f"path = {_toml(str(repo))}", "", "[state]", 'dir = "state"', "", "[night]", *_pairs(night)]
+    lines = ["[model]", *_pairs(model), "", "[repo]", f"path = {_toml(str(repo))}", "", "[state]", 'dir = "state"', *_pairs(state or {}), "", "[night]", *_pairs(night)]
     if guards:
         lines += ["", "[guards]", *_pairs(guards)]
     for task in tasks:

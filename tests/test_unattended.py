@@ -579,6 +579,43 @@ class TestBudgets:
         assert first["reason"] == "runaway_output" and first["tokens"] >= 200
         assert task["reason"] == "task token budget of 200 spent"
 
+class TestLongUse:
+    def test_transcripts_older_than_kept_days_are_removed_before_the_night(self, config_file, server, capsys):
+        """`[state] keep_transcripts_days`: a night deletes transcripts last written longer ago than that,
+        and only those: a newer one, another file, a link and its own transcripts stay."""
+        config = config_file(state={"keep_transcripts_days": 7})
+        folder = config.parent / "state" / "transcripts"
+        folder.mkdir(parents=True)
+        long_ago = time.time() - 8 * 86400
+        old, recent, other = folder / "task-run-1-a-1.jsonl", folder / "task-run-2-a-1.jsonl", folder / "mine.txt"
+        for path in (old, recent, other):
+            path.write_text("{}\n")
+        elsewhere = config.parent / "kept.jsonl"
+        elsewhere.write_text("{}\n")
+        link = folder / "link.jsonl"
+        link.symlink_to(elsewhere)
+        for path in (old, other, elsewhere):
+            os.utime(path, (long_ago, long_ago))
+        os.utime(link, (long_ago, long_ago), follow_symlinks=False)
+        os.utime(recent, (time.time() - 6 * 86400,) * 2)
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        assert not old.exists() and recent.exists() and other.exists() and link.is_symlink() and elsewhere.exists()
+        [task] = report_json(config, capsys)["tasks"]
+        assert all(Path(it["transcript"]).is_file() for it in task["iterations"])
+
+    def test_by_default_every_transcript_is_kept(self, config_file, server):
+        config = config_file()
+        folder = config.parent / "state" / "transcripts"
+        folder.mkdir(parents=True)
+        ancient = folder / "task-run-1-a-1.jsonl"
+        ancient.write_text("{}\n")
+        os.utime(ancient, (0, 0))
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert ancient.exists()
+
+
 class TestFlakyServer:
     def test_server_down_pauses_the_task_and_later_tasks_run(self, config_file, server, capsys):
         """5xx through every retry pauses that task (exit 3, no note); when the server is back, the next task runs."""
