@@ -35,10 +35,10 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
 class LockHeld(Exception):
     """Another live process holds the state dir's lock."""
 
-    def __init__(self, path: Path, holder: "Holder | None", holder_kind: str = "overnight run") -> None:
+    def __init__(self, path: Path, holder: "Holder | None", holder_kind: str = "overnight run", *, message: str = "") -> None:
         who = holder.describe() if holder else "holder not recorded yet"
         # The holder's own command when it recorded one (`overnight gc` holds the night's lock too).
-        super().__init__(f"another {holder.command if holder and holder.command else holder_kind} holds {path}: {who}")
+        super().__init__(message or f"another {holder.command if holder and holder.command else holder_kind} holds {path}: {who}")
         self.path = path
         self.holder = holder
 

@@ -38,7 +38,7 @@ from orchestrator.confinement import remove_abandoned_folders, restore_config_co
 from orchestrator.errors import StateError
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
-from orchestrator.lock import state_identity
+from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, stamp
 from orchestrator.worktree import Worktree, branch_for, forget_missing, git_reason, kept_branch, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
 
@@ -74,6 +74,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     def alive_elsewhere(run: Any) -> bool:
         return any(owner_host_pid(lease.owner) == (run.host, run.pid) and lease.expires_at > now for lease in leases.values())
 
+    # First of all, before any command is stopped or worktree touched: the lock says no night of
+    # this state dir runs, unless its file was removed under a live one.
+    _refuse_beside_a_live_night(store, config.state_dir, state_id, host, me)
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     # After the commands that may have changed it are stopped: the config a killed night's agent changed.
@@ -135,6 +138,31 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     _release_dead_leases(store, leases.values(), host, me, state_id, log)
     _clean_idle_worktrees(config, skip=touched | alive, log=log)
     return settled
+
+
+def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host: str, me: int) -> None:
+    """LockHeld (exit 75) if a night of this state dir still works on this host although we got its
+    lock: `overnight.lock` was deleted under it (by a person, or a cleaner of "stale" lock files),
+    and this run locked a new file. Recovering would stop that night's commands, roll its work back
+    and free its leases; it notices the lock is gone at its next check and stops by itself.
+
+    Its pid alone would not do: in another pid namespace under the same host name (a container)
+    the pid can be a process of this one's. A night at work renews its tasks' leases; a dead one's
+    run out with their ttl."""
+    now = store.now()
+    working = {owner_host_pid(lease.owner) for lease in store.leases() if owner_state_id(lease.owner) == state_id and lease.expires_at > now}
+    for run in store.running_runs():
+        if run.state_id != state_id or run.host != host or run.pid == me or (run.host, run.pid) not in working:
+            continue
+        began = store.on_this_hosts_clock(run.started_at)
+        if pid_alive(run.pid, began):
+            path = state_dir / LOCK_NAME
+            raise LockHeld(
+                path,
+                Holder(pid=run.pid, host=run.host, since=began),
+                message=f"a night of this state dir still runs (pid {run.pid} on {run.host}, run {run.id}, holding task leases) "
+                f"though {path} was free: its lock file was removed? Left alone; run again once it has ended",
+            )
 
 
 def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> None:

@@ -256,6 +256,41 @@ class TestRecoveryOfStoredState:
         iteration = store.begin_iteration(task_run, number=1, checkpoint=checkpoint, pid=pid)
         return store, worktree, run_id, iteration, checkpoint
 
+    def test_a_live_night_whose_lock_file_was_removed_is_left_alone(self, tmp_path: Path, repo: Path) -> None:
+        """`overnight.lock` deleted under a live night (a cleaner of "stale" locks): the next run gets a
+        fresh lock, but recovering would stop that night's commands, roll its worktree back and free its
+        leases. It is refused, exit 75's LockHeld naming the live pid, and nothing is touched."""
+        config = _config(tmp_path, repo)
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the night's process
+        its_lock = StateLock(config.state_dir).__enter__()  # held by this process for it: another inode's flock
+        try:
+            state_id = state_identity(config.state_dir)
+            store = RunStore.open(config.store_url)
+            worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+            run_id = store.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id)
+            task_run = store.begin_task(run_id, name="fix-greet", branch=worktree.branch)
+            store.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=live.pid)
+            owner = f"{socket.gethostname()}:{live.pid}:abcd1234:{state_id}"
+            assert store.acquire_lease("fix-greet", owner, ttl_s=600)
+            (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")  # its agent's edit
+            (config.state_dir / "overnight.lock").unlink()
+            with pytest.raises(LockHeld) as caught:
+                recover(config)
+            message = str(caught.value)
+            assert f"pid {live.pid} on {socket.gethostname()}" in message and "lock file was removed" in message
+            assert "\n" not in message
+            assert [lease.owner for lease in store.leases()] == [owner]
+            assert [i.task_name for i in store.running_iterations()] == ["fix-greet"]
+            assert [r.id for r in store.running_runs()] == [run_id]
+            assert "hello" in (worktree.path / "greet.py").read_text()
+            store.close()
+        finally:
+            live.kill()
+            live.wait()
+            its_lock.__exit__(None, None, None)
+        settled, _ = recover(config)  # once it has ended, its run is this state dir's dead night
+        assert [view.outcome for view in settled] == ["interrupted"]
+
     def test_commit_made_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
         """Killed after committing but before recording it: the commit stays and the iteration is `committed`."""
         config = _config(tmp_path, repo)
