@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, bindparam, create_engine, delete, event, func, insert, inspect, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -35,6 +36,9 @@ from orchestrator.surrogates import mend
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.views import IterationView, LeaseView, RunView, TaskView, worst_signal
+
+# INSERT ... ON CONFLICT DO UPDATE, where the database has it: from these versions on.
+_UPSERTS = {"sqlite": (sqlite.insert, (3, 24)), "postgresql": (postgresql.insert, (9, 5))}
 
 __all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "worst_signal"]
 
@@ -474,23 +478,45 @@ class RunStore:
     def acquire_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Take the task's lease if it is free, expired or already ours; False if someone else holds it."""
         now, expires = self._lease_times(ttl_s)
-        # Free is the usual case (a lease is deleted when its task ends): one INSERT takes it.
-        try:
-            with self._statements("acquire_lease", expected=(IntegrityError,), after_events=False) as connection:
-                connection.execute(insert(Lease).values(task=task, owner=owner, acquired_at=now, expires_at=expires))
-            return True
-        except IntegrityError:
-            pass  # a row exists: ours, expired, or someone else's
-        # A conditional UPDATE is atomic on every backend: two takers of an
-        # expired lease cannot both see rowcount 1.
-        with self._statements("acquire_lease", after_events=False) as connection:
-            return bool(
-                connection.execute(
-                    update(Lease)
-                    .where(Lease.task == task, or_(Lease.owner == owner, Lease.expires_at <= now))
-                    .values(owner=owner, acquired_at=now, expires_at=expires)
-                ).rowcount
+        values = dict(task=task, owner=owner, acquired_at=now, expires_at=expires)
+        takeable = or_(Lease.owner == owner, Lease.expires_at <= now)
+        upsert = self._upsert()
+        if upsert is not None:
+            # One statement, atomic on the database: an INSERT, then an UPDATE, told a lease freed
+            # between the two (its night's task just ended) that it was held, and the task was skipped.
+            statement = upsert(Lease).values(**values)
+            statement = statement.on_conflict_do_update(
+                index_elements=[Lease.task],
+                set_={name: statement.excluded[name] for name in ("owner", "acquired_at", "expires_at")},
+                where=takeable,
             )
+            with self._statements("acquire_lease", after_events=False) as connection:
+                if self._engine.dialect.name == "postgresql":  # psycopg gives no rowcount for it
+                    return len(connection.execute(statement.returning(Lease.task)).all()) == 1
+                return connection.execute(statement).rowcount == 1
+        for _ in range(3):  # another database: an INSERT for a free lease, a conditional UPDATE for one taken
+            try:
+                with self._statements("acquire_lease", expected=(IntegrityError,), after_events=False) as connection:
+                    connection.execute(insert(Lease).values(**values))
+                return True
+            except IntegrityError:
+                pass  # a row exists: ours, expired, or someone else's
+            with self._statements("acquire_lease", after_events=False) as connection:
+                if connection.execute(update(Lease).where(Lease.task == task, takeable).values(**values)).rowcount:
+                    return True
+                if connection.execute(select(Lease.task).where(Lease.task == task)).first() is not None:
+                    return False  # held by someone else
+        return False
+
+    def _upsert(self) -> Any:
+        """This database's INSERT with ON CONFLICT, or None: another kind, or too old a version."""
+        dialect = self._engine.dialect
+        upsert, since = _UPSERTS.get(dialect.name, (None, ()))
+        if dialect.name == "sqlite":
+            version = tuple(dialect.dbapi.sqlite_version_info) if dialect.dbapi else ()
+        else:
+            version = tuple(dialect.server_version_info or ())
+        return upsert if upsert is not None and version >= since else None
 
     def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""

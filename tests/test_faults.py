@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import sqlalchemy
 import structlog
 
 from orchestrator.config import load_config
@@ -203,6 +204,36 @@ class TestLeases:
         finally:
             for each in stores:
                 each.close()
+
+    def test_an_expired_lease_deleted_while_it_is_asked_for_is_taken(self, tmp_path: Path) -> None:
+        """A dead night's expired lease, released by another machine's recovery while this one asks for
+        it, was takeable all along: acquiring it succeeds. The release is made once the database
+        has refused an INSERT of the lease (SQLAlchemy's handle_error) and the taker's connection
+        is back in its pool: a taker that inserted, then updated, met a row that was gone and took
+        the free task for held."""
+        url = f"sqlite:///{tmp_path / 'race.db'}"
+        taker, recovering = RunStore.open(url), RunStore.open(url)
+        try:
+            assert recovering.acquire_lease("t", "dead-night", 0.05)
+            time.sleep(0.1)
+            refused = threading.Event()
+
+            def note_refusal(context: Any) -> None:
+                if "leases" in str(context.statement).lower():
+                    refused.set()
+
+            def release_between(*_: Any) -> None:
+                if refused.is_set():
+                    refused.clear()
+                    recovering.release_lease("t", "dead-night")
+
+            sqlalchemy.event.listen(taker._engine, "handle_error", note_refusal)
+            sqlalchemy.event.listen(taker._engine, "checkin", release_between)
+            assert taker.acquire_lease("t", "next-night", 30)
+            assert [lease.owner for lease in taker.leases()] == ["next-night"]
+        finally:
+            taker.close()
+            recovering.close()
 
     def test_keeper_renews_past_the_ttl_and_releases_at_exit(self, store: RunStore) -> None:
         """A LeaseKeeper keeps its lease alive for longer than the ttl, refuses a second keeper, and frees it on exit."""
