@@ -87,8 +87,10 @@ ALWAYS_KEPT = 2
 LEFT_OUT = "[output left out to save room; call again if needed]"
 # A string in a call's arguments longer than this is weight (a file's content); a path or a command is not.
 LONG_ARGUMENT_CHARS = 200
-# A JSON string literal of that length or more, as arguments (native) or a written call (text) hold it.
-_LONG_STRING = re.compile(r'"(?:[^"\\]|\\.){%d,}"' % LONG_ARGUMENT_CHARS, re.DOTALL)
+# A JSON string literal of that length or more where a value stands (after `:`, or `=` in a Python-form
+# call), as arguments (native) or a written call (text) hold it. Anywhere else in a turn's text, a quote
+# can be a closing one of the model's prose: the "string" from it would run over the call's own form.
+_LONG_STRING = re.compile(r'(?<=[:=])(\s*)("(?:[^"\\]|\\.){%d,}")' % LONG_ARGUMENT_CHARS, re.DOTALL)
 
 
 def argument_left_out(chars: int) -> str:
@@ -124,16 +126,22 @@ def fitted(messages: Sequence[Message], context_window: int | None) -> list[Mess
                 shortened += len(argument_left_out(len(literal) - 2)) + 2
             if whole:
                 items.append((index, False, whole, shortened))
-    cut = kept = left = 0  # items[:cut] are left out; what the kept ones and the stand-ins cost
+    out: set[int] = set()  # positions in items of those left out
+    kept = left = 0  # what the kept ones and the stand-ins cost
     for newest, (_, _, size, _) in enumerate(items):
         kept += size
         if kept + left > room:
+            # The newest of each kind are passed over, not a wall: one file written early would
+            # otherwise keep every output after it in the request.
             protected = _newest_of_each_kind(items[: newest + 1])
-            while cut <= newest and cut not in protected and kept + left > low:
-                kept -= items[cut][2]
-                left += items[cut][3]
-                cut += 1
-    for index, is_output, size, _ in items[:cut]:
+            for oldest in range(newest + 1):
+                if kept + left <= low:
+                    break
+                if oldest not in out and oldest not in protected:
+                    kept -= items[oldest][2]
+                    left += items[oldest][3]
+                    out.add(oldest)
+    for index, is_output, size, _ in (items[at] for at in sorted(out)):
         if not is_output:
             request[index] = _without_long_strings(request[index])
         elif size > len(LEFT_OUT):  # a shorter output stays: the line would cost more
@@ -150,13 +158,13 @@ def _newest_of_each_kind(items: Sequence[tuple[int, bool, int, int]]) -> set[int
 
 def _long_strings(message: Message) -> list[str]:
     texts = [message.get("content")] + [(call.get("function") or {}).get("arguments") for call in message.get("tool_calls") or ()]
-    return [literal for text in texts if isinstance(text, str) for literal in _LONG_STRING.findall(text)]
+    return [found.group(2) for text in texts if isinstance(text, str) for found in _LONG_STRING.finditer(text)]
 
 
 def _shorten(text: object) -> object:
     if not isinstance(text, str):
         return text
-    return _LONG_STRING.sub(lambda found: f'"{argument_left_out(len(found.group(0)) - 2)}"', text)
+    return _LONG_STRING.sub(lambda found: f'{found.group(1)}"{argument_left_out(len(found.group(2)) - 2)}"', text)
 
 
 def _without_long_strings(message: Message) -> Message:

@@ -142,3 +142,32 @@ def test_reads_and_writes_mixed_are_left_out_oldest_first_and_never_come_back() 
         assert before <= now, f"turn {i}: {sorted(before - now)} back"
         assert carried(request) <= ROOM + 2 * CAP + 2 * 2600, i
         before = now
+
+
+def test_a_file_written_early_does_not_keep_every_output_after_it() -> None:
+    """The newest two calls' arguments are kept whole, and the cut used to stop at them as at a wall:
+    one file written before nine reads of 1500 characters kept all nine in the request (15000
+    characters, more than the 4096-token window itself)."""
+    messages = writes(["w" * 1500])
+    for i in range(9):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"r{i}", "type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": f"r{i}.py"})}}]})
+        messages.append({"role": "tool", "tool_call_id": f"r{i}", "content": "r" * 1500})
+    request = fitted(messages, WINDOW)
+    assert carried(request) <= ROOM + 2 * 1500, carried(request)
+    assert request[-1]["content"] == "r" * 1500 and request[-3]["content"] == "r" * 1500
+    assert json.loads(request[2]["tool_calls"][0]["function"]["arguments"])["content"] == "w" * 1500  # one of the newest two calls
+
+
+def test_prose_quotes_in_a_written_turn_do_not_swallow_its_call() -> None:
+    """A closing quote in the model's prose was taken for a string's start, and the "string" from it ran
+    over `<tool_call>` and the call's first key: the old turn, which small models copy, lost its form."""
+    prose = 'The "parser" fails because ' + "the tokens are read in the wrong order and the state is lost " * 4
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i in range(10):
+        call = json.dumps({"name": "write_file", "arguments": {"path": f"f{i}.py", "content": "v = 1\n" * 300}})
+        messages.append({"role": "assistant", "content": f'{prose}. Writing "f{i}.py" now.\n<tool_call>\n{call}\n</tool_call>'})
+        messages.append({"role": "user", "content": f"Result of write_file (ok):\nwrote f{i}.py"})
+    first = fitted(messages, WINDOW)[2]["content"]
+    assert "left out to save room" in first and first.startswith(prose) and "<tool_call>\n{" in first
+    call = json.loads(first.split("<tool_call>")[1].split("</tool_call>")[0])
+    assert call["name"] == "write_file" and call["arguments"]["path"] == "f0.py"
