@@ -223,7 +223,7 @@ def _repaired(text: str) -> Any:
     """`text`'s value after repair: first of the two slips small models make most (a backslash JSON does
     not know: a regex's `\\d` written as is; a comma before a closing bracket) mended exactly, since
     the repair library also drops the whitespace that ends a string (a file's last newline)."""
-    mended = _TRAILING_COMMA.sub(r"\1", _STRAY_BACKSLASH.sub(r"\1\\\\", text))
+    mended = _mended(text)
     if mended != text:
         try:
             return _loads(mended)
@@ -232,11 +232,20 @@ def _repaired(text: str) -> Any:
     return _repair(text)
 
 
+def _mended(text: str) -> str:
+    """`text` with its stray backslashes escaped and its trailing commas (outside strings) taken out."""
+    return _STRING_OR_TRAILING_COMMA.sub(_keep_strings, _STRAY_BACKSLASH.sub(r"\1\\\\", text))
+
+
 # A backslash that starts no escape JSON knows (an even run of backslashes before it is escapes of its own).
 _STRAY_BACKSLASH = re.compile(r'(?<!\\)((?:\\\\)*)\\(?=[^"\\/bfnrtu])')
-# A comma, then only white space, before `}` or `]` (outside strings: a string's such text is rare, and
-# only tried on JSON that does not parse as it is).
-_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+# A string, kept as it is (a Go file's `"b",\n}` written with raw newlines is content), or a comma then
+# only white space before `}` or `]`, which goes.
+_STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])')
+
+
+def _keep_strings(match: re.Match[str]) -> str:
+    return match.group(1) or match.group(2)
 
 
 def _repair(text: str) -> Any:
@@ -295,20 +304,36 @@ _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>(?:function<｜tool▁s
 
 
 def _calls_after_names(text: str, known: set[str], cut: bool) -> list[_Written]:
-    return _calls_named_before_json(_NAME_THEN_ARGUMENTS, text, cut)
+    return _calls_named_before_json(_NAME_THEN_ARGUMENTS, text, cut, where=_begins_a_mistral_call)
+
+
+def _begins_a_mistral_call(text: str, start: int, previous_end: int) -> bool:
+    """`name[ARGS]` at `start` is a call where the model begins one: the answer's start, after `[TOOL_CALLS]`,
+    right after the call before, or a line's start. Elsewhere (`x = options[ARGS]` in a file an edit writes)
+    it is text."""
+    before = text[:start].rstrip(" \t")
+    after_a_call = previous_end >= 0 and not text[previous_end:start].strip(" \t\n,;")
+    return not before.strip() or before.endswith(("[TOOL_CALLS]", "\n")) or after_a_call
 
 
 def _calls_in_deepseek_tokens(text: str, known: set[str], cut: bool) -> list[_Written]:
     return _calls_named_before_json(_DEEPSEEK_CALL, text, cut)
 
 
-def _calls_named_before_json(form: re.Pattern[str], text: str, cut: bool) -> list[_Written]:
-    """Calls written as a name `form` matches, followed by the arguments' JSON."""
+def _calls_named_before_json(form: re.Pattern[str], text: str, cut: bool, where: Any = None) -> list[_Written]:
+    """Calls written as a name `form` matches, followed by the arguments' JSON; not a match inside the
+    arguments of the call before it, nor one at a place `where(text, start, previous_end)` refuses."""
     found: list[_Written] = []
+    previous_end = -1
     for match in form.finditer(text):
+        if match.start() < previous_end:
+            continue  # inside the call before: its arguments' text
+        if where is not None and not where(text, match.start(), previous_end):
+            continue
         try:
             value, end = _raw_decode(text, match.end())
             found.append(_Written(match.group(1), _Arguments(value, text[match.end() : end])))
+            previous_end = end
         except ValueError as exc:
             rest = text[match.end() :].split("<｜tool▁call▁end｜>", 1)[0].split("```", 1)[0].strip()
             if cut:
@@ -547,6 +572,8 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
         value, error = _loads(block), ""
     except ValueError as exc:
         several = _json_values(block)
+        if len(several) < 2:  # one of them wrote a regex's `\d` or a trailing comma
+            several = _json_values(_mended(block))
         if len(several) > 1:
             written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
             if all(found is not None for found in written):

@@ -379,6 +379,32 @@ class TestSmallModelsOwnForms:
             calls = written(text)
             assert [c.arguments["new"] for c in calls] == ["return 42", "return 'alice'"], calls
 
+    def test_several_calls_in_one_tag_each_made_when_one_needs_mending(self):
+        """A regex's `\\d` or a trailing comma in one of them sent the whole block through the repair
+        library, which kept only the last call: the first search or read silently never ran."""
+        backslashes = '<tool_call>{"name": "search", "arguments": {"pattern": "def \\w+"}}\n{"name": "search", "arguments": {"pattern": "\\d+ items"}}</tool_call>'
+        assert [c.arguments["pattern"] for c in written(backslashes)] == ["def \\w+", "\\d+ items"]
+        comma = '<tool_call>{"name": "read_file", "arguments": {"path": "a.py",}}; {"name": "read_file", "arguments": {"path": "b.py"}}</tool_call>'
+        assert [c.arguments["path"] for c in written(comma)] == ["a.py", "b.py"]
+
+    def test_mending_leaves_a_files_trailing_commas_alone(self):
+        """The comma before a closing brace was taken out inside strings too: a Go file's `"b",\\n}`, written
+        with raw newlines beside a stray `\\d`, lost its comma (a compile error) and the call still ran."""
+        content = '// match \\d\nvar names = []string{\n\t\\"a\\",\n\t\\"b\\",\n}\n'
+        call = only(written('<tool_call>{"name": "write_file", "arguments": {"path": "a.go", "content": "' + content + '"}}</tool_call>'))
+        assert call.arguments["content"] == '// match \\d\nvar names = []string{\n\t"a",\n\t"b",\n}\n'
+
+    def test_name_and_args_inside_a_calls_strings_is_text(self):
+        """`options[ARGS]` in the new text of an edit written in a fence (or as bare JSON) was read as
+        Mistral's form: a call to an unknown tool `options`, and the edit dropped at every try."""
+        edit = '{"name": "edit_file", "arguments": {"path": "a.py", "old": "x", "new": "value = options[ARGS]\\n"}}'
+        for text in (f"```json\n{edit}\n```", edit):
+            assert only(written(text)).arguments["new"] == "value = options[ARGS]\n"
+        mistral = '[TOOL_CALLS]edit_file[ARGS]{"path": "a.py", "old": "x", "new": "y = f[ARGS]{}"}'
+        assert only(written(mistral)).arguments["new"] == "y = f[ARGS]{}"
+        two = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}read_file[ARGS]{"path": "b.py"}'
+        assert [c.arguments["path"] for c in written(two)] == ["a.py", "b.py"]
+
     def test_llama_calls_on_one_line_after_the_python_tag(self):
         text = '<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}; {"name": "read_file", "parameters": {"path": "b.py"}}'
         assert [c.arguments["path"] for c in written(text)] == ["a.py", "b.py"]
