@@ -332,18 +332,19 @@ class Config(_Section):
             return f"sqlite:///{self.state_dir / STORE_FILE}"
         from sqlalchemy.engine import make_url
 
-        from runs.store import sqlite_uri, sqlite_uri_path
+        from runs.store import in_uri_form, sqlite_uri, sqlite_uri_path
 
         url = make_url(self.store.url)
         if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
             return self.store.url
-        # Against the config's folder, as every path here: not the folder cron happens to start in.
-        if not url.database.startswith("file:"):
-            return url.set(database=str(self.base_dir / url.database)).render_as_string(hide_password=False)
+        # Against the config's folder, as every path here: not the folder cron happens to start in;
+        # `~` is the user's home (SQLite itself would take it for a folder's name).
+        if not (url.database.startswith("file:") and in_uri_form(url)):
+            return url.set(database=str(self.base_dir / os.path.expanduser(url.database))).render_as_string(hide_password=False)
         path = sqlite_uri_path(url.database)
-        if not path or path == ":memory:" or url.query.get("mode") == "memory" or os.path.isabs(os.path.expanduser(path)):
+        if not path or path == ":memory:" or url.query.get("mode") == "memory" or os.path.isabs(path):
             return self.store.url
-        return url.set(database=sqlite_uri(self.base_dir / path)).render_as_string(hide_password=False)
+        return url.set(database=sqlite_uri(self.base_dir / os.path.expanduser(path))).render_as_string(hide_password=False)
 
     @property
     def notes_path(self) -> Path:

@@ -125,10 +125,21 @@ def _sqlite_file(url: str) -> Path | None:
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return None
-    if database.startswith("file:"):
+    if database.startswith("file:") and in_uri_form(parsed):
         path = sqlite_uri_path(database)
         return Path(path).expanduser() if path and path != ":memory:" and parsed.query.get("mode") != "memory" else None
     return Path(database).expanduser()
+
+
+def in_uri_form(url: Any) -> bool:
+    """Whether SQLite reads the parsed URL's database as a `file:` URI: only with `uri=true` (as the
+    driver decides it); without, `file:runs.db` is a file of that name."""
+    from sqlalchemy.util import asbool
+
+    try:
+        return asbool(url.query.get("uri", False))
+    except ValueError:
+        return False
 
 
 def sqlite_uri_path(database: str) -> str:

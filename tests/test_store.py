@@ -365,6 +365,28 @@ class TestWhereTheStoreIs:
             assert config.store_url == url and sqlite_files(config.store_url)[:1] == files
 
 
+    @pytest.mark.parametrize("url", ["sqlite:///file:runs.db", "sqlite:///~/home.db", "sqlite:///file:~/home.db?uri=true"])
+    def test_the_store_opened_is_the_one_named(self, tmp_path: Path, monkeypatch, url) -> None:
+        """Without `uri=true` SQLite takes `file:runs.db` for a file of that name, but it was read as a URI
+        (a file `file%3A...` that could not be opened, exit 4); `~` was the home folder to overnight (which
+        file is the store, what --junit may not replace) and a folder named `~` to SQLite."""
+        from orchestrator.config import load_config
+        from runs.store import sqlite_files
+
+        folder, home = tmp_path / "config", tmp_path / "home"
+        folder.mkdir()
+        home.mkdir()
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.chdir(tmp_path)
+        (folder / "overnight.toml").write_text(f'[state]\ndir = "state"\n[store]\nurl = "{url}"\n')
+        config = load_config(folder / "overnight.toml", require_tasks=False)
+        expected = folder / "file:runs.db" if "uri" not in url and "file:" in url else home / "home.db"
+        assert sqlite_files(config.store_url)[0] == expected
+        RunStore.open(config.store_url).close()
+        assert expected.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["config", "home"]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(["overnight.toml", *([expected.name] if expected.parent == folder else [])])
+
+
 class TestSomeOtherDatabase:
     def test_a_table_of_another_programs_is_left_as_it_is(self, tmp_path: Path) -> None:
         """A `runs` table of some other program's at the store's path: even `report` added overnight's columns
