@@ -75,8 +75,12 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         return any(owner_host_pid(lease.owner) == (run.host, run.pid) and lease.expires_at > now for lease in leases.values())
 
     # First of all, before any command is stopped or worktree touched: the lock says no night of
-    # this state dir runs, unless its file was removed under a live one.
-    _refuse_beside_a_live_night(store, config.state_dir, state_id, host, me)
+    # this state dir runs, unless its file was removed under a live one. Asked again before each
+    # step that would touch its work: met between two of its tasks, it holds no lease for a moment.
+    def refuse_beside_a_live_night() -> None:
+        _refuse_beside_a_live_night(store, config.state_dir, state_id, host, me)
+
+    refuse_beside_a_live_night()
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     # After the commands that may have changed it are stopped: the config a killed night's agent changed.
@@ -89,7 +93,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     repository = shared_repository_key(config)
     stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
     settled, dead_runs, touched, alive = [], set(), set(), set()
-    for iteration in store.running_iterations():
+    running = store.running_iterations()
+    refuse_beside_a_live_night()
+    for iteration in running:
         run = store.run_of_task_run(iteration.task_run_id)
         if elsewhere(run):
             continue
@@ -136,6 +142,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
             log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
     _write_owed_notes(store, config, state_id, log)
     _release_dead_leases(store, leases.values(), host, me, state_id, log)
+    refuse_beside_a_live_night()
     _clean_idle_worktrees(config, skip=touched | alive, log=log)
     return settled
 
