@@ -13,6 +13,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
+from orchestrator.errors import QualityError
 from orchestrator.protocols import Message, Model
 from orchestrator.records import ModelResponse
 
@@ -31,9 +32,10 @@ class AskedAhead:
         model: Model,
         messages: Sequence[Message],
         tools: Sequence[dict[str, Any]],
-        unused: Callable[[ModelResponse], None] | None = None,
+        unused: Callable[[int], None] | None = None,
     ) -> None:
-        """`unused`: given the answer nobody took, when it arrives (the server spent its tokens all the same)."""
+        """`unused`: given the tokens of the answer nobody took, when it arrives (the server spent them all
+        the same), an answer cut off as it came (runaway output, silence) included."""
         self._model = model
         self._request = (list(messages), list(tools))
         self._unused = unused
@@ -55,8 +57,13 @@ class AskedAhead:
             answer.add_done_callback(self._hand_unused)
 
     def _hand_unused(self, answer: Future[ModelResponse]) -> None:
-        if answer.exception() is None and self._unused is not None:
-            self._unused(answer.result())
+        if self._unused is None:
+            return
+        error = answer.exception()
+        if error is None:
+            self._unused(answer.result().tokens)
+        elif isinstance(error, QualityError) and error.tokens:  # cut off: what it read and wrote was spent
+            self._unused(error.tokens)
 
     def __enter__(self) -> "AskedAhead":
         return self

@@ -149,11 +149,11 @@ class _Night:
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
         return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, task))
 
-    def _unused_answer(self, task: TaskConfig, answer: ModelResponse) -> None:
+    def _unused_answer(self, task: TaskConfig, tokens: int) -> None:
         """A first answer the task ended without taking (its branch checked out, the deadline or a budget
         came first): its tokens were spent, and a night's budget is what may be spent in all."""
-        self.budget.spend(answer.tokens)
-        self.log.info("first_answer_unused", task=task.name, tokens=answer.tokens)
+        self.budget.spend(tokens)
+        self.log.info("first_answer_unused", task=task.name, tokens=tokens)
 
     def _ask_for_next_worktree(self) -> None:
         if not self._not_asked:

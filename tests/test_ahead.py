@@ -15,7 +15,7 @@ from orchestrator.config import ModelConfig
 from orchestrator.errors import ModelUnreachable
 from orchestrator.fake_server import ScriptedServer
 from orchestrator.model import EndpointModel
-from orchestrator.scripted import call, say
+from orchestrator.scripted import Reply, call, say
 from tests.conftest import git
 from tests.test_night import FIX, overnight
 
@@ -61,18 +61,32 @@ def test_a_different_first_request_goes_to_the_model() -> None:
 
 def test_an_answer_nobody_takes_is_handed_on_when_it_arrives() -> None:
     """Dropped, or passed over for another first request, the answer still cost the server its tokens:
-    it goes to `unused` (the night counts it against its budget)."""
-    with ScriptedServer([say("dropped", delay_s=0.3), say("passed over", delay_s=0.3), say("asked now")]) as server:
+    they go to `unused` (the night counts them against its budget)."""
+    dropped = say("dropped", delay_s=0.3, prompt_tokens=100, completion_tokens=5)
+    passed_over = say("passed over", delay_s=0.3, prompt_tokens=200, completion_tokens=7)
+    with ScriptedServer([dropped, passed_over, say("asked now")]) as server:
         model = model_for(server.url)
-        unused: list[str] = []
-        with AskedAhead(model, MESSAGES, TOOLS, unused=lambda answer: unused.append(answer.text)):
+        unused: list[int] = []
+        with AskedAhead(model, MESSAGES, TOOLS, unused=unused.append):
             pass  # the task ended before its first turn
-        assert unused == [] and wait_for(lambda: unused == ["dropped"])
-        ahead = AskedAhead(model, MESSAGES, TOOLS, unused=lambda answer: unused.append(answer.text))
+        assert unused == [] and wait_for(lambda: unused == [105])
+        ahead = AskedAhead(model, MESSAGES, TOOLS, unused=unused.append)
         assert wait_for(lambda: len(server.requests) == 2)
         changed = [*MESSAGES, {"role": "user", "content": "Reminder: call one tool at a time."}]
         assert ahead.complete(changed, TOOLS).text == "asked now"
-        assert wait_for(lambda: unused == ["dropped", "passed over"])
+        assert wait_for(lambda: unused == [105, 207])
+        model.close()
+
+
+def test_an_answer_cut_off_that_nobody_takes_is_counted_too() -> None:
+    """A first answer stopped as runaway output (a small model looping) cost the server more than most:
+    only answers that ended well were handed on, and max_tokens_per_night was passed unseen."""
+    with ScriptedServer([Reply(text="Let me check. ", endless="I will read the file again. ")]) as server:
+        model = model_for(server.url)
+        unused: list[int] = []
+        with AskedAhead(model, MESSAGES, TOOLS, unused=unused.append):
+            pass
+        assert wait_for(lambda: len(unused) == 1) and unused[0] > 0, unused
         model.close()
 
 
