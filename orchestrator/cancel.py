@@ -153,9 +153,13 @@ class _SystemLocalTime(tzinfo):
         instants = cls._instants(moment)
         if instants:  # a repeated wall time: its fold says which pass
             return time.localtime(instants[min(moment.fold, len(instants) - 1)])
-        # A wall time the clocks skip is read as the C library reads it (tm_isdst = -1).
+        # A wall time the clocks skip: fold 0 is read with the offset before the change, fold 1 with
+        # the one after (PEP 495, as zoneinfo does: 02:30 in a skipped hour is 03:30 of the new time).
+        # The C library's own reading (tm_isdst = -1) is an instant near it; hours on either side,
+        # the offsets are those of the two sides.
         wall = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second, 0, 0, -1)
-        return time.localtime(time.mktime(wall))
+        near = time.mktime(wall)
+        return time.localtime(near + (_SIDE_S if moment.fold else -_SIDE_S))
 
     @staticmethod
     def _instants(moment: datetime) -> list[int]:
@@ -172,6 +176,10 @@ class _SystemLocalTime(tzinfo):
                 found.add(instant)
         return sorted(found)
 
+
+# Far enough from a skipped hour to be past it (gaps are an hour, at most two), near enough to be on its
+# side of the change (changes are months apart).
+_SIDE_S = 3 * 3600
 
 SYSTEM_LOCAL_TIME = _SystemLocalTime()
 

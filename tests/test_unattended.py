@@ -436,6 +436,11 @@ assert (before.strftime("%H:%M"), after.strftime("%H:%M")) == ("02:50", "02:10")
 assert seconds_between(before, after) == 20 * 60, (before, after)
 second_pass = datetime(2025, 10, 26, 0, 45, tzinfo=timezone.utc).astimezone(zone)
 assert seconds_between(second_pass, deadline_after(second_pass, "02:30")) == 45 * 60
+# The hour the clocks skip: "02:30" at 01:45 CET is 45 minutes on (03:30 CEST), as a named zone reads
+# it; it was read with summer time's offset, so before the start, and taken for tomorrow's.
+skipped = datetime(2025, 3, 30, 0, 45, tzinfo=timezone.utc).astimezone(zone)
+assert skipped.strftime("%H:%M") == "01:45", skipped
+assert seconds_between(skipped, deadline_after(skipped, "02:30")) == 45 * 60, deadline_after(skipped, "02:30")
 print("ok")
 """
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
