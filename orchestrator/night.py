@@ -30,7 +30,7 @@ from orchestrator.leases import LeaseHeld, LeaseKeeper, lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
-from orchestrator.records import IterationOutcome, IterationReport, ModelResponse, TaskOutcome
+from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
 from orchestrator.secrecy import Redactor, withheld
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
