@@ -379,8 +379,34 @@ def gc(
     _echo("\n".join(result.lines()))
 
 
+def entry() -> None:
+    """The `overnight` process: main(), then a quiet exit with its code."""
+    try:
+        main()
+    except SystemExit:
+        _ignore_stopping_signals()
+        raise
+    except KeyboardInterrupt:  # a second Ctrl-C while main was mapping its ending to a code
+        _ignore_stopping_signals()
+        sys.exit(130)
+
+
+def _ignore_stopping_signals() -> None:
+    """The command is over and its exit code known, but the interpreter's own teardown still takes a
+    moment (seconds on a slow host). A Ctrl-C then was a KeyboardInterrupt in Python's shutdown, or,
+    once that has put the default handlers back, a death by SIGINT: exit status -2 to a parent
+    process instead of the 130 the night had decided. Ignored, it changes nothing: the process is
+    leaving. (SIG_IGN, not a handler of ours: Python's shutdown resets those to the default.)"""
+    import signal
+
+    from orchestrator.cancel import stopping_signals
+
+    for number in stopping_signals():
+        signal.signal(number, signal.SIG_IGN)
+
+
 def main() -> None:
-    """Entry point: map our errors to one stderr line and an exit code."""
+    """Run the command: map our errors to one stderr line and an exit code (SystemExit)."""
     # Inherited from a git hook or a shell's dotfiles, they would send every git command of
     # overnight's (GitPython's too) to that repository instead of the configured one.
     from orchestrator.commands import INHERITED_GIT_VARIABLES
@@ -471,4 +497,4 @@ def _one_line(message: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import signal
 import sqlite3
@@ -136,6 +137,38 @@ class TestCancellation:
         with sqlite3.connect(config.parent / "state" / "runs.db") as db:
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("crashed",), ("finished",)]
             assert db.execute("SELECT outcome FROM iterations ORDER BY id LIMIT 1").fetchall() == [("interrupted",)]
+
+    def test_a_second_ctrl_c_after_the_night_has_ended_still_exits_130(self, config_file, server, capsys):
+        """Once the night is over (`night_cancelled` logged, the JUnit file written) the interpreter's
+        teardown still takes a moment: a second Ctrl-C then was a KeyboardInterrupt in Python's
+        shutdown, the process dead of SIGINT (-2 to its parent), not the 130 the night had decided."""
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(Reply(text="thinking", delay_s=30))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while len(server.requests) < 1 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        # The state dir's lock is the last thing the command lets go of: free, the night is over.
+        lock = os.open(config.parent / "state" / "overnight.lock", os.O_RDWR)
+        try:
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    time.sleep(0.005)
+                    continue
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                break
+        finally:
+            os.close(lock)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 130, stderr
+        assert '"night_cancelled"' in stderr and "Traceback" not in stderr and "night_abandoned" not in stderr
 
     def test_sigterm_to_the_whole_service_while_the_check_runs_is_cancelled_not_check_failed(self, config_file, server, capsys):
         """systemd's control-group kill signals the check too; dying of it first is no failed check, no blame."""
