@@ -132,6 +132,7 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         dead_runs.add(run.id)
         if settles_worktree:  # else the worktree is left to the idle cleaning, which keeps a person's edits
             touched.add(iteration.task_name)
+    refuse_beside_a_live_night()
     for run in store.running_runs():
         if elsewhere(run):
             continue
@@ -153,22 +154,24 @@ def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host
     and this run locked a new file. Recovering would stop that night's commands, roll its work back
     and free its leases; it notices the lock is gone at its next check and stops by itself.
 
-    Its pid alone would not do: in another pid namespace under the same host name (a container)
-    the pid can be a process of this one's. A night at work renews its tasks' leases; a dead one's
-    run out with their ttl."""
+    Known by a task lease of this state dir that a live process of this host holds, one that began
+    before it took the lease: a night at work renews its leases, a dead one's run out with their ttl.
+    Its run row alone would not do (recovery closes it before it is done), nor its pid alone: in
+    another pid namespace under the same host name (a container) the pid can be a process of this
+    one's, begun after that lease was taken."""
     now = store.now()
-    working = {owner_host_pid(lease.owner) for lease in store.leases() if owner_state_id(lease.owner) == state_id and lease.expires_at > now}
-    for run in store.running_runs():
-        if run.state_id != state_id or run.host != host or run.pid == me or (run.host, run.pid) not in working:
+    for lease in store.leases():
+        lease_host, pid = owner_host_pid(lease.owner)
+        if owner_state_id(lease.owner) != state_id or lease_host != host or pid is None or pid == me or lease.expires_at <= now:
             continue
-        began = store.on_this_hosts_clock(run.started_at)
-        if pid_alive(run.pid, began):
+        if pid_alive(pid, store.on_this_hosts_clock(lease.acquired_at)):
             path = state_dir / LOCK_NAME
             raise LockHeld(
                 path,
-                Holder(pid=run.pid, host=run.host, since=began),
-                message=f"a night of this state dir still runs (pid {run.pid} on {run.host}, run {run.id}, holding task leases) "
-                f"though {path} was free: its lock file was removed? Left alone; run again once it has ended",
+                Holder(pid=pid, host=host, since=store.on_this_hosts_clock(lease.acquired_at)),
+                message=f"a night of this state dir still runs (pid {pid} on {host}, holding the lease of task "
+                f"{task_of_lease(lease.task)!r}) though {path} was free: its lock file was removed? Left alone; "
+                "run again once it has ended",
             )
 
 

@@ -322,6 +322,49 @@ class TestRecoveryOfStoredState:
         settled, _ = recover(config)  # once it has ended, its run is this state dir's dead night
         assert [view.outcome for view in settled] == ["interrupted"]
 
+    def test_a_live_night_met_between_two_tasks_is_still_left_alone(self, tmp_path: Path, repo: Path) -> None:
+        """The same night met between two of its tasks: no lease at recovery's first look, and the next
+        task's taken while recovery reads the running iterations (SQLAlchemy's after_cursor_execute on
+        recovery's store). Asked once, recovery went on: it closed the live run as crashed and rolled
+        back the worktree its next task had begun in."""
+        config = _config(tmp_path, repo)
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        its_lock = StateLock(config.state_dir).__enter__()
+        try:
+            state_id = state_identity(config.state_dir)
+            night = RunStore.open(config.store_url)
+            worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+            run_id = night.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id)
+            (config.state_dir / "overnight.lock").unlink()
+            owner = f"{socket.gethostname()}:{live.pid}:abcd1234:{state_id}"
+            taken = threading.Event()
+
+            def next_task_begins(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
+                if "from iterations" in statement.lower() and not taken.is_set():
+                    taken.set()
+                    assert night.acquire_lease("fix-greet", owner, ttl_s=600)
+                    task_run = night.begin_task(run_id, name="fix-greet", branch=worktree.branch)
+                    night.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=live.pid)
+                    (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+
+            with StateLock(config.state_dir), structlog.testing.capture_logs():
+                recovering = RunStore.open(config.store_url)
+                sqlalchemy.event.listen(recovering._engine, "after_cursor_execute", next_task_begins)
+                try:
+                    with pytest.raises(LockHeld, match="lock file was removed"):
+                        recover_interrupted(recovering, config, structlog.get_logger())
+                finally:
+                    recovering.close()
+            assert taken.is_set()
+            assert [r.id for r in night.running_runs()] == [run_id]
+            assert [i.task_name for i in night.running_iterations()] == ["fix-greet"]
+            assert "hello" in (worktree.path / "greet.py").read_text()
+            night.close()
+        finally:
+            live.kill()
+            live.wait()
+            its_lock.__exit__(None, None, None)
+
     def test_commit_made_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
         """Killed after committing but before recording it: the commit stays and the iteration is `committed`."""
         config = _config(tmp_path, repo)
