@@ -12,6 +12,7 @@ sent as a JSON string that encodes an object, and optional parameters given as n
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -240,8 +241,9 @@ def _mended(text: str) -> str:
 # A backslash that starts no escape JSON knows (an even run of backslashes before it is escapes of its own).
 _STRAY_BACKSLASH = re.compile(r'(?<!\\)((?:\\\\)*)\\(?=[^"\\/bfnrtu])')
 # A string, kept as it is (a Go file's `"b",\n}` written with raw newlines is content), or a comma then
-# only white space before `}` or `]`, which goes.
-_STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])')
+# only white space before `}` or `]`, which goes. A string never closed (an answer cut off) runs to the
+# end: else the scan started again at each of its escaped quotes, quadratic in a cut-off file.
+_STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*(?:"|\Z))|,(\s*[}\]])')
 
 
 def _keep_strings(match: re.Match[str]) -> str:
@@ -304,13 +306,17 @@ _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>(?:function<｜tool▁s
 
 
 def _calls_after_names(text: str, known: set[str], cut: bool) -> list[_Written]:
-    return _calls_named_before_json(_NAME_THEN_ARGUMENTS, text, cut, where=_begins_a_mistral_call)
+    return _calls_named_before_json(_NAME_THEN_ARGUMENTS, text, cut, where=functools.partial(_begins_a_mistral_call, known=known))
 
 
-def _begins_a_mistral_call(text: str, start: int, previous_end: int) -> bool:
-    """`name[ARGS]` at `start` is a call where the model begins one: the answer's start, after `[TOOL_CALLS]`,
-    right after the call before, or a line's start. Elsewhere (`x = options[ARGS]` in a file an edit writes)
-    it is text."""
+def _begins_a_mistral_call(text: str, start: int, previous_end: int, known: set[str]) -> bool:
+    """`name[ARGS]` at `start` is a call when it names a tool (after prose, in a list, in backticks), or,
+    naming none, where the model begins a call: the answer's start, after `[TOOL_CALLS]`, right after the
+    call before, or a line's start. Elsewhere an unknown name (`x = options[ARGS]` in a file an edit
+    writes) is text."""
+    name_end = text.index("[ARGS]", start)
+    if text[start:name_end] in known:
+        return True
     before = text[:start].rstrip(" \t")
     after_a_call = previous_end >= 0 and not text[previous_end:start].strip(" \t\n,;")
     return not before.strip() or before.endswith(("[TOOL_CALLS]", "\n")) or after_a_call
@@ -335,6 +341,7 @@ def _calls_named_before_json(form: re.Pattern[str], text: str, cut: bool, where:
             found.append(_Written(match.group(1), _Arguments(value, text[match.end() : end])))
             previous_end = end
         except ValueError as exc:
+            previous_end = match.end()  # where its arguments end is not known: a call may follow them
             rest = text[match.end() :].split("<｜tool▁call▁end｜>", 1)[0].split("```", 1)[0].strip()
             if cut:
                 found.append(_Written(match.group(1), _Arguments(None, rest), "unparseable", _CUT_OFF))

@@ -405,6 +405,21 @@ class TestSmallModelsOwnForms:
         two = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}read_file[ARGS]{"path": "b.py"}'
         assert [c.arguments["path"] for c in written(two)] == ["a.py", "b.py"]
 
+    @pytest.mark.parametrize("before", ["I'll read the file first. ", "Let me look: ", "- ", "1. ", "`", "<|im_end|>"])
+    def test_name_and_args_after_prose_is_a_call_when_it_names_a_tool(self, before):
+        """Only a call's usual places counted for a while: after prose on its line, in a list or in
+        backticks the call was dropped, and the turn was "you did not call a tool"."""
+        assert only(written(before + 'read_file[ARGS]{"path": "a.py"}')).arguments == {"path": "a.py"}
+
+    def test_a_cut_off_file_is_read_in_linear_time(self):
+        """A file write cut off by the length limit, its string never closed, full of escaped quotes
+        (JSON written into a file): the mend scanned from each of them to the end, 12 s for 40 kB."""
+        body = '<tool_call>{"name": "write_file", "arguments": {"path": "d.json", "content": "' + '\\"a\\": \\"b\\", ' * 3300
+        started = time.perf_counter()
+        broken = only(written(body, finish_reason="length"))
+        assert isinstance(broken, BrokenCall) and broken.problem == "unparseable"
+        assert time.perf_counter() - started < 3.0
+
     def test_llama_calls_on_one_line_after_the_python_tag(self):
         text = '<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}; {"name": "read_file", "parameters": {"path": "b.py"}}'
         assert [c.arguments["path"] for c in written(text)] == ["a.py", "b.py"]
