@@ -87,10 +87,11 @@ ALWAYS_KEPT = 2
 LEFT_OUT = "[output left out to save room; call again if needed]"
 # A string in a call's arguments longer than this is weight (a file's content); a path or a command is not.
 LONG_ARGUMENT_CHARS = 200
-# A JSON string literal of that length or more where a value stands (after `:`, or `=` in a Python-form
-# call), as arguments (native) or a written call (text) hold it. Anywhere else in a turn's text, a quote
-# can be a closing one of the model's prose: the "string" from it would run over the call's own form.
-_LONG_STRING = re.compile(r'(?<=[:=])(\s*)("(?:[^"\\]|\\.){%d,}")' % LONG_ARGUMENT_CHARS, re.DOTALL)
+# A JSON string literal of that length or more where a value stands (after a key's `":`, or a name's `=`
+# in a Python-form call), as arguments (native) or a written call (text) hold it. Anywhere else in a
+# turn's text a quote can be a closing one of the model's prose (`"Error:" when ...`): the "string"
+# from it would run over the call's own form.
+_LONG_STRING = re.compile(r'("\s*:\s*|(?<=\w)\s*=\s*)("(?:[^"\\]|\\.){%d,}")' % LONG_ARGUMENT_CHARS, re.DOTALL)
 
 
 def argument_left_out(chars: int) -> str:

@@ -161,7 +161,7 @@ def test_a_file_written_early_does_not_keep_every_output_after_it() -> None:
 def test_prose_quotes_in_a_written_turn_do_not_swallow_its_call() -> None:
     """A closing quote in the model's prose was taken for a string's start, and the "string" from it ran
     over `<tool_call>` and the call's first key: the old turn, which small models copy, lost its form."""
-    prose = 'The "parser" fails because ' + "the tokens are read in the wrong order and the state is lost " * 4
+    prose = 'The "parser" fails, the log says "Error:" because ' + "the tokens are read in the wrong order and the state is lost " * 4
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
     for i in range(10):
         call = json.dumps({"name": "write_file", "arguments": {"path": f"f{i}.py", "content": "v = 1\n" * 300}})
