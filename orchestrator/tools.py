@@ -422,9 +422,10 @@ class Toolbox:
                 if self._cancel is not None:
                     self._cancel.raise_if_cancelled()
                 now = time.monotonic()
-                if now > deadline:
+                if now > deadline and searched:
                     # Many files (a large project searched from its top): what was found so far,
-                    # and how to make the next search quicker.
+                    # and how to make the next search quicker. The first file is always searched:
+                    # listing a large folder can take the whole time on a slow disk or host.
                     found = "\n".join(matches) + "\n" if matches else ""
                     return ToolResult(
                         bool(matches),
