@@ -164,11 +164,12 @@ def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host
         lease_host, pid = owner_host_pid(lease.owner)
         if owner_state_id(lease.owner) != state_id or lease_host != host or pid is None or pid == me or lease.expires_at <= now:
             continue
-        if pid_alive(pid, store.on_this_hosts_clock(lease.acquired_at)):
+        taken = store.on_this_hosts_clock(lease.acquired_at)
+        if pid_alive(pid, taken):
             path = state_dir / LOCK_NAME
             raise LockHeld(
                 path,
-                Holder(pid=pid, host=host, since=store.on_this_hosts_clock(lease.acquired_at)),
+                Holder(pid=pid, host=host, since=taken),
                 message=f"a night of this state dir still runs (pid {pid} on {host}, holding the lease of task "
                 f"{task_of_lease(lease.task)!r}) though {path} was free: its lock file was removed? Left alone; "
                 "run again once it has ended",

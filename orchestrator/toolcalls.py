@@ -309,14 +309,14 @@ def _calls_after_names(text: str, known: set[str], cut: bool) -> list[_Written]:
     return _calls_named_before_json(_NAME_THEN_ARGUMENTS, text, cut, where=functools.partial(_begins_a_mistral_call, known=known))
 
 
-def _begins_a_mistral_call(text: str, start: int, previous_end: int, known: set[str]) -> bool:
-    """`name[ARGS]` at `start` is a call when it names a tool (after prose, in a list, in backticks), or,
-    naming none, where the model begins a call: the answer's start, after `[TOOL_CALLS]`, right after the
-    call before, or a line's start. Elsewhere an unknown name (`x = options[ARGS]` in a file an edit
-    writes) is text."""
-    name_end = text.index("[ARGS]", start)
-    if text[start:name_end] in known:
+def _begins_a_mistral_call(text: str, match: re.Match[str], previous_end: int, known: set[str]) -> bool:
+    """`name[ARGS]` is a call when it names a tool (after prose, in a list, in backticks), or, naming
+    none, where the model begins a call: the answer's start, after `[TOOL_CALLS]`, right after the call
+    before, or a line's start. Elsewhere an unknown name (`x = options[ARGS]` in a file an edit writes)
+    is text."""
+    if match.group(1) in known:
         return True
+    start = match.start()
     before = text[:start].rstrip(" \t")
     after_a_call = previous_end >= 0 and not text[previous_end:start].strip(" \t\n,;")
     return not before.strip() or before.endswith(("[TOOL_CALLS]", "\n")) or after_a_call
@@ -328,13 +328,13 @@ def _calls_in_deepseek_tokens(text: str, known: set[str], cut: bool) -> list[_Wr
 
 def _calls_named_before_json(form: re.Pattern[str], text: str, cut: bool, where: Any = None) -> list[_Written]:
     """Calls written as a name `form` matches, followed by the arguments' JSON; not a match inside the
-    arguments of the call before it, nor one at a place `where(text, start, previous_end)` refuses."""
+    arguments of the call before it, nor one `where(text, match, previous_end)` refuses."""
     found: list[_Written] = []
     previous_end = -1
     for match in form.finditer(text):
         if match.start() < previous_end:
             continue  # inside the call before: its arguments' text
-        if where is not None and not where(text, match.start(), previous_end):
+        if where is not None and not where(text, match, previous_end):
             continue
         try:
             value, end = _raw_decode(text, match.end())

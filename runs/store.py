@@ -493,8 +493,8 @@ class RunStore:
         takeable = or_(Lease.owner == owner, Lease.expires_at <= now)
         upsert = self._upsert()
         if upsert is not None:
-            # One statement, atomic on the database: an INSERT, then an UPDATE, told a lease freed
-            # between the two (its night's task just ended) that it was held, and the task was skipped.
+            # One statement, atomic on the database: an INSERT, then an UPDATE, told an expired lease
+            # deleted between the two (another machine's recovery releasing it) that it was held.
             statement = upsert(Lease).values(**values)
             statement = statement.on_conflict_do_update(
                 index_elements=[Lease.task],

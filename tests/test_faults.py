@@ -275,6 +275,29 @@ def recover(config: Any) -> tuple[list[Any], list[dict[str, Any]]]:
             store.close()
 
 
+@contextlib.contextmanager
+def _live_night_without_its_lock_file(config: Any) -> Iterator[tuple[int, RunStore, Worktree, int, str]]:
+    """A night of `config`'s state dir at work in a live process (a sleeper stands for it): its run begun,
+    the worktree of fix-greet made, then its `overnight.lock` deleted. Yields its pid, its store, that
+    worktree, its run's id and the lease owner it would take leases as."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the night's process
+    its_lock = StateLock(config.state_dir).__enter__()  # held by this process for it: another inode's flock
+    store = None
+    try:
+        state_id = state_identity(config.state_dir)
+        store = RunStore.open(config.store_url)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        run_id = store.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id)
+        (config.state_dir / "overnight.lock").unlink()
+        yield live.pid, store, worktree, run_id, f"{socket.gethostname()}:{live.pid}:abcd1234:{state_id}"
+    finally:
+        if store is not None:
+            store.close()
+        live.kill()
+        live.wait()
+        its_lock.__exit__(None, None, None)
+
+
 class TestRecoveryOfStoredState:
     """Recovery from states a killed night can leave, built with the real store and worktrees."""
 
@@ -292,33 +315,20 @@ class TestRecoveryOfStoredState:
         fresh lock, but recovering would stop that night's commands, roll its worktree back and free its
         leases. It is refused, exit 75's LockHeld naming the live pid, and nothing is touched."""
         config = _config(tmp_path, repo)
-        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the night's process
-        its_lock = StateLock(config.state_dir).__enter__()  # held by this process for it: another inode's flock
-        try:
-            state_id = state_identity(config.state_dir)
-            store = RunStore.open(config.store_url)
-            worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
-            run_id = store.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id)
+        with _live_night_without_its_lock_file(config) as (pid, store, worktree, run_id, owner):
             task_run = store.begin_task(run_id, name="fix-greet", branch=worktree.branch)
-            store.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=live.pid)
-            owner = f"{socket.gethostname()}:{live.pid}:abcd1234:{state_id}"
+            store.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=pid)
             assert store.acquire_lease("fix-greet", owner, ttl_s=600)
             (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")  # its agent's edit
-            (config.state_dir / "overnight.lock").unlink()
             with pytest.raises(LockHeld) as caught:
                 recover(config)
             message = str(caught.value)
-            assert f"pid {live.pid} on {socket.gethostname()}" in message and "lock file was removed" in message
+            assert f"pid {pid} on {socket.gethostname()}" in message and "lock file was removed" in message
             assert "\n" not in message
             assert [lease.owner for lease in store.leases()] == [owner]
             assert [i.task_name for i in store.running_iterations()] == ["fix-greet"]
             assert [r.id for r in store.running_runs()] == [run_id]
             assert "hello" in (worktree.path / "greet.py").read_text()
-            store.close()
-        finally:
-            live.kill()
-            live.wait()
-            its_lock.__exit__(None, None, None)
         settled, _ = recover(config)  # once it has ended, its run is this state dir's dead night
         assert [view.outcome for view in settled] == ["interrupted"]
 
@@ -328,15 +338,7 @@ class TestRecoveryOfStoredState:
         recovery's store). Asked once, recovery went on: it closed the live run as crashed and rolled
         back the worktree its next task had begun in."""
         config = _config(tmp_path, repo)
-        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-        its_lock = StateLock(config.state_dir).__enter__()
-        try:
-            state_id = state_identity(config.state_dir)
-            night = RunStore.open(config.store_url)
-            worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
-            run_id = night.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id)
-            (config.state_dir / "overnight.lock").unlink()
-            owner = f"{socket.gethostname()}:{live.pid}:abcd1234:{state_id}"
+        with _live_night_without_its_lock_file(config) as (pid, night, worktree, run_id, owner):
             taken = threading.Event()
 
             def next_task_begins(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
@@ -344,7 +346,7 @@ class TestRecoveryOfStoredState:
                     taken.set()
                     assert night.acquire_lease("fix-greet", owner, ttl_s=600)
                     task_run = night.begin_task(run_id, name="fix-greet", branch=worktree.branch)
-                    night.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=live.pid)
+                    night.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=pid)
                     (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
 
             with StateLock(config.state_dir), structlog.testing.capture_logs():
@@ -359,11 +361,6 @@ class TestRecoveryOfStoredState:
             assert [r.id for r in night.running_runs()] == [run_id]
             assert [i.task_name for i in night.running_iterations()] == ["fix-greet"]
             assert "hello" in (worktree.path / "greet.py").read_text()
-            night.close()
-        finally:
-            live.kill()
-            live.wait()
-            its_lock.__exit__(None, None, None)
 
     def test_commit_made_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
         """Killed after committing but before recording it: the commit stays and the iteration is `committed`."""
