@@ -154,11 +154,15 @@ def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host
     and this run locked a new file. Recovering would stop that night's commands, roll its work back
     and free its leases; it notices the lock is gone at its next check and stops by itself.
 
-    Known by a task lease of this state dir that a live process of this host holds, one that began
-    before it took the lease: a night at work renews its leases, a dead one's run out with their ttl.
-    Its run row alone would not do (recovery closes it before it is done), nor its pid alone: in
-    another pid namespace under the same host name (a container) the pid can be a process of this
-    one's, begun after that lease was taken."""
+    Known by a run of this state dir still marked running, or a task lease of it, whose process lives
+    on this host and began before the run (or lease) was recorded: not its pid alone, as in another
+    pid namespace under the same host name (a container) the pid can be a process of this one's,
+    begun later. The run shows a night that has not taken a lease yet (it has just begun, or is
+    writing its report); the lease, one whose run recovery has already closed by the time it asks
+    again (the run is closed before recovery's last look)."""
+    for run in store.running_runs():
+        if run.state_id == state_id and run.host == host and run.pid != me and pid_alive(run.pid, store.on_this_hosts_clock(run.started_at)):
+            _refuse(state_dir, Holder(pid=run.pid, host=host, since=store.on_this_hosts_clock(run.started_at)), f"run {run.id}")
     now = store.now()
     for lease in store.leases():
         lease_host, pid = owner_host_pid(lease.owner)
@@ -166,14 +170,17 @@ def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host
             continue
         taken = store.on_this_hosts_clock(lease.acquired_at)
         if pid_alive(pid, taken):
-            path = state_dir / LOCK_NAME
-            raise LockHeld(
-                path,
-                Holder(pid=pid, host=host, since=taken),
-                message=f"a night of this state dir still runs (pid {pid} on {host}, holding the lease of task "
-                f"{task_of_lease(lease.task)!r}) though {path} was free: its lock file was removed? Left alone; "
-                "run again once it has ended",
-            )
+            _refuse(state_dir, Holder(pid=pid, host=host, since=taken), f"holding the lease of task {task_of_lease(lease.task)!r}")
+
+
+def _refuse(state_dir: Path, night: Holder, seen_by: str) -> None:
+    path = state_dir / LOCK_NAME
+    raise LockHeld(
+        path,
+        night,
+        message=f"a night of this state dir still runs (pid {night.pid} on {night.host}, {seen_by}) though {path} "
+        "was free: its lock file was removed? Left alone; run again once it has ended",
+    )
 
 
 def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> None:

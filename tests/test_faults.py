@@ -276,10 +276,10 @@ def recover(config: Any) -> tuple[list[Any], list[dict[str, Any]]]:
 
 
 @contextlib.contextmanager
-def _live_night_without_its_lock_file(config: Any) -> Iterator[tuple[int, RunStore, Worktree, int, str]]:
-    """A night of `config`'s state dir at work in a live process (a sleeper stands for it): its run begun,
-    the worktree of fix-greet made, then its `overnight.lock` deleted. Yields its pid, its store, that
-    worktree, its run's id and the lease owner it would take leases as."""
+def _live_night_without_its_lock_file(config: Any, *, begun: bool = True) -> Iterator[tuple[int, RunStore, Worktree, int | None, str]]:
+    """A night of `config`'s state dir at work in a live process (a sleeper stands for it): its run begun
+    (unless not `begun`: still in its own recovery), the worktree of fix-greet made, then its `overnight.lock`
+    deleted. Yields its pid, its store, that worktree, its run's id and the lease owner it would take leases as."""
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the night's process
     its_lock = StateLock(config.state_dir).__enter__()  # held by this process for it: another inode's flock
     store = None
@@ -287,7 +287,7 @@ def _live_night_without_its_lock_file(config: Any) -> Iterator[tuple[int, RunSto
         state_id = state_identity(config.state_dir)
         store = RunStore.open(config.store_url)
         worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
-        run_id = store.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id)
+        run_id = store.begin_run(config_path=str(config.source), pid=live.pid, host=socket.gethostname(), state_id=state_id) if begun else None
         (config.state_dir / "overnight.lock").unlink()
         yield live.pid, store, worktree, run_id, f"{socket.gethostname()}:{live.pid}:abcd1234:{state_id}"
     finally:
@@ -332,18 +332,39 @@ class TestRecoveryOfStoredState:
         settled, _ = recover(config)  # once it has ended, its run is this state dir's dead night
         assert [view.outcome for view in settled] == ["interrupted"]
 
-    def test_a_live_night_met_between_two_tasks_is_still_left_alone(self, tmp_path: Path, repo: Path) -> None:
-        """The same night met between two of its tasks: no lease at recovery's first look, and the next
-        task's taken while recovery reads the running iterations (SQLAlchemy's after_cursor_execute on
-        recovery's store). Asked once, recovery went on: it closed the live run as crashed and rolled
-        back the worktree its next task had begun in."""
+    def test_a_live_night_that_holds_no_lease_yet_is_left_alone(self, tmp_path: Path, repo: Path) -> None:
+        """The same night met before its first task took a lease (just begun, or writing its report
+        after the last): known by its run, still running, of a live process begun before it. Recovery
+        closed it as crashed."""
         config = _config(tmp_path, repo)
-        with _live_night_without_its_lock_file(config) as (pid, night, worktree, run_id, owner):
+        with _live_night_without_its_lock_file(config) as (pid, store, _, run_id, _):
+            with pytest.raises(LockHeld, match=f"pid {pid} on .*, run {run_id}\\) though .*lock file was removed"):
+                recover(config)
+            assert [r.id for r in store.running_runs()] == [run_id]
+        recover(config)  # once it has ended, its run is this state dir's dead night
+        reopened = RunStore.open(config.store_url)
+        try:
+            assert reopened.running_runs() == [] and reopened.run(run_id).status == "crashed"
+        finally:
+            reopened.close()
+
+    def test_a_live_night_met_as_it_begins_is_still_left_alone(self, tmp_path: Path, repo: Path) -> None:
+        """The same night met while it began: neither its run nor a lease at recovery's first look,
+        both recorded while recovery reads the running iterations (SQLAlchemy's after_cursor_execute on
+        recovery's store). Asked once, recovery went on: it closed the live run as crashed and rolled
+        back the worktree its first task had begun in."""
+        config = _config(tmp_path, repo)
+        with _live_night_without_its_lock_file(config, begun=False) as (pid, night, worktree, _, owner):
             taken = threading.Event()
+            run_id = None
 
             def next_task_begins(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
+                nonlocal run_id
                 if "from iterations" in statement.lower() and not taken.is_set():
                     taken.set()
+                    run_id = night.begin_run(
+                        config_path=str(config.source), pid=pid, host=socket.gethostname(), state_id=state_identity(config.state_dir)
+                    )
                     assert night.acquire_lease("fix-greet", owner, ttl_s=600)
                     task_run = night.begin_task(run_id, name="fix-greet", branch=worktree.branch)
                     night.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=pid)
