@@ -18,6 +18,8 @@ from orchestrator.logs import get_logger
 from orchestrator.protocols import Guard, Message, Model, SignalSink, Toolbox
 from orchestrator.records import AgentResult, BrokenCall, Level, ModelResponse, Signal, ToolCall, ToolResult
 
+# Tools that change no file: after a passing run_check, calls to these leave it passed.
+LOOKING_TOOLS = frozenset({"read_file", "list_dir", "search", "submit"})
 NO_TOOL_CALLED = (
     "You did not call a tool. Use the tools to make progress; when the check passes, call submit with a one-line summary."
 )
@@ -54,6 +56,9 @@ class RunContext:
     answered: int = 0
     # Tokens this run has used so far, whatever ends it.
     tokens: int = 0
+    # The model's last run_check passed, and no call that may change files came after it: a run a
+    # guard stops now may still hold finished work (orchestrator.iteration keeps it if the check agrees).
+    check_passed: bool = False
     signals: list[Signal] = field(default_factory=list)
     _reminders: list[str] = field(default_factory=list)
     _prompt_tokens: int = 0
@@ -162,6 +167,8 @@ def _act(
         ctx.check_cancelled()
         result = toolbox.execute(call)
         recorder.tool_call(call, result)
+        if call.name == "run_check" or call.name not in LOOKING_TOOLS:
+            ctx.check_passed = call.name == "run_check" and result.ok
         if call.source == "native":
             _append(messages, recorder, history.tool_message(turn_messages.ids[id(call)], result))
         else:

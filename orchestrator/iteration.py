@@ -19,7 +19,7 @@ from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
-from orchestrator.records import IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
+from orchestrator.records import AgentResult, IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
 
@@ -83,13 +83,24 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
         try:
             for message in messages:
                 recorder.message(message)
-            result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
+            stopped: QualityError | None = None
+            try:
+                result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
+            except QualityError as stop:
+                if not ctx.check_passed:
+                    raise
+                # Stopped after its own run_check passed, nothing changed since (it never submitted, or
+                # confirmed the pass once too often): the work is judged as a submission would be.
+                stopped, result = stop, AgentResult(f"(not submitted: {stop.message}; the check had passed)", ctx.answered, ctx.tokens)
+                log.info("stopped_after_passing_check", reason=stop.reason)
             check = setup.workspace.run_check(
                 setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
             )
             transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
             if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
                 raise Cancelled(setup.cancel.why)
+            if not check.passed and stopped is not None:
+                raise stopped  # the guard's stop stands, as if the check had not been asked
             if not check.passed:
                 ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
                 return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)

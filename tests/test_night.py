@@ -184,6 +184,55 @@ class TestRollback:
         [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
         assert signal["message"] == "check failed: killed by signal 11 (SIGSEGV)"
 
+class TestFinishedWorkIsKept:
+    """A guard that stops a run whose own run_check had passed, with nothing changed since, does not
+    roll back finished work: the check is run as for a submission, and passing work is committed."""
+
+    FIXED_AND_CHECKED = FIX[:4]
+
+    @pytest.mark.parametrize(
+        ("after", "reason"),
+        [
+            ([say("I fixed greet(); the check passes. Task complete."), say("The task is done."), say("Done.")], "no_tool_call"),
+            ([call("run_check", {})] * 3, "repeated_tool_call"),
+            ([call("read_file", {"path": "greet.py"})] * 4, "repeated_tool_call"),
+        ],
+    )
+    def test_a_fix_the_model_never_submitted_is_committed(self, config_file, server, repo, capsys, after, reason):
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*self.FIXED_AND_CHECKED, *after)
+        assert overnight("run", "--config", str(config)) == 0
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        assert "(not submitted: " in git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        [iteration] = report_json(config, capsys)["tasks"][0]["iterations"]
+        assert iteration["outcome"] == "committed" and iteration["reason"] in ("", None)
+        assert iteration["signals"][-1]["level"] == "severe" and iteration["signals"][-1]["kind"] == reason
+        assert f"`{reason}`" not in notes_text(config)
+
+    def test_a_change_after_the_passing_check_rolls_back_as_before(self, config_file, server, repo, capsys):
+        """A write after the model's passing run_check: what the guard stopped is not known to pass."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(
+            *FIX[2:4], call("write_file", {"path": "extra.txt", "content": "x"}), *[call("read_file", {"path": "greet.py"})] * 4
+        )
+        assert overnight("run", "--config", str(config)) == 1
+        assert _reason_of_first_iteration(config, capsys)[0] == "repeated_tool_call"
+        assert (worktree(config) / "greet.py").read_text() == "def greet():\n    return 'helo'\n"
+
+    def test_the_guards_reason_stands_when_the_check_fails_after_all(self, config_file, server, repo, capsys, tmp_path):
+        """The model's run_check passed, the night's own run of the check fails (a flaky check): rolled back
+        with the guard's reason, not check_failed, and its note."""
+        once = tmp_path / "passed-once"
+        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": f"python check_greet.py && ! test -e {once} && touch {once}"}]
+        config = config_file(night={"max_iterations": 1}, tasks=tasks)
+        server.enqueue(*self.FIXED_AND_CHECKED, *[say("Done.")] * 3)
+        assert overnight("run", "--config", str(config)) == 1
+        assert once.exists()
+        assert _reason_of_first_iteration(config, capsys)[0] == "no_tool_call"
+        assert "`no_tool_call`" in notes_text(config)
+        assert (worktree(config) / "greet.py").read_text() == "def greet():\n    return 'helo'\n"
+
+
 def _reason_of_first_iteration(config: Path, capsys: Any) -> tuple[str, list[dict[str, str]]]:
     iteration = report_json(config, capsys)["tasks"][0]["iterations"][0]
     return iteration["reason"], iteration["signals"]
