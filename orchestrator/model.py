@@ -35,6 +35,13 @@ Message = dict[str, Any]
 # REPEAT_MAX_UNIT characters over and over. Checked every REPEAT_CHECK_EVERY
 # new characters so a long stream costs little.
 REPEAT_WINDOW = 512
+# A file being written may repeat a short unit for a while (an empty board in a test fixture, a
+# table of zeros, a rule line): in a call's arguments, and in text once a written call has begun
+# in it, a loop must fill this much (max_output_chars still caps the whole).
+WRITTEN_REPEAT_WINDOW = 4096
+# What begins a call written in the text (orchestrator/toolcalls.py reads these forms).
+_WRITTEN_CALL_OPENINGS = ("<tool_call>", "<function=", "[TOOL_CALLS]", '"arguments"', '"parameters"', "[ARGS]")
+_LONGEST_OPENING = max(map(len, _WRITTEN_CALL_OPENINGS))
 REPEAT_MAX_UNIT = 64
 REPEAT_CHECK_EVERY = 32
 # The longest wait between two attempts (unless retry_backoff_s itself is longer).
@@ -382,7 +389,8 @@ class EndpointModel:
             raise _runaway(f"output passed {self.max_output_chars} chars")
         loop = draft.looping_unit()
         if loop is not None:
-            raise _runaway(f"output repeats {loop[:40]!r} over its last {REPEAT_WINDOW} chars")
+            unit, window = loop
+            raise _runaway(f"output repeats {unit[:40]!r} over its last {window} chars")
 
     # -- failures ------------------------------------------------------------
 
@@ -490,22 +498,30 @@ class _Channel:
     length: int = 0
     tail: str = ""
     unchecked: int = 0
+    # How much of one unit over and over is a loop: WRITTEN_REPEAT_WINDOW for a call's arguments.
+    window: int = REPEAT_WINDOW
+    # Text, which may come to hold a written call: its window widens once one begins.
+    may_hold_calls: bool = False
 
     def add(self, piece: str) -> None:
         self.parts.append(piece)
         self.length += len(piece)
-        self.tail = (self.tail + piece)[-REPEAT_WINDOW:]
+        self.tail = (self.tail + piece)[-self.window :]
         self.unchecked += len(piece)
+        if self.may_hold_calls:
+            new = self.tail[-len(piece) - _LONGEST_OPENING :]  # an opening may have begun in the piece before
+            if any(opening in new for opening in _WRITTEN_CALL_OPENINGS):
+                self.may_hold_calls, self.window = False, WRITTEN_REPEAT_WINDOW
 
-    def looping_unit(self) -> str | None:
-        """The unit the tail repeats, if the whole window is one unit over and over."""
-        if self.unchecked < REPEAT_CHECK_EVERY or len(self.tail) < REPEAT_WINDOW:
+    def looping_unit(self) -> tuple[str, int] | None:
+        """The unit the tail repeats, and the window, if the whole window is one unit over and over."""
+        if self.unchecked < REPEAT_CHECK_EVERY or len(self.tail) < self.window:
             return None
         self.unchecked = 0
         tail = self.tail
         for unit in range(1, REPEAT_MAX_UNIT + 1):
             if tail[unit:] == tail[:-unit]:
-                return tail[:unit]
+                return tail[:unit], self.window
         return None
 
     def text(self) -> str:
@@ -516,14 +532,14 @@ class _Channel:
 class _CallDraft:
     id: str = ""
     name: str = ""
-    arguments: _Channel = field(default_factory=_Channel)
+    arguments: _Channel = field(default_factory=lambda: _Channel(window=WRITTEN_REPEAT_WINDOW))
 
 
 @dataclass
 class _Draft:
     """A response being put together from stream chunks (or one whole message)."""
 
-    content: _Channel = field(default_factory=_Channel)
+    content: _Channel = field(default_factory=lambda: _Channel(may_hold_calls=True))
     reasoning: _Channel = field(default_factory=_Channel)
     calls: dict[int, _CallDraft] = field(default_factory=dict)
     # Deltas without an index: the slot in `calls` that each place in a delta's list now continues.
@@ -593,7 +609,7 @@ class _Draft:
         # Reasoning is output too: a model thinking on and on runs away as surely as one writing.
         return self.content.length + self.reasoning.length + sum(c.arguments.length for c in self.calls.values())
 
-    def looping_unit(self) -> str | None:
+    def looping_unit(self) -> tuple[str, int] | None:
         for channel in (self.content, self.reasoning, *(c.arguments for c in self.calls.values())):
             unit = channel.looping_unit()
             if unit is not None:

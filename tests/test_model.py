@@ -369,11 +369,39 @@ class TestRunaway:
         assert "1000" in caught.value.evidence
 
     def test_runaway_tool_arguments_are_cut(self, server, make_model):
-        """Tool arguments that loop count as runaway output too."""
-        server.enqueue(Reply(tool_calls=(RawToolCall("write_file", '{"content": "' + "ab" * 400),)))
+        """Tool arguments that loop count as runaway output too, once the loop fills 4096 characters."""
+        server.enqueue(Reply(tool_calls=(RawToolCall("write_file", '{"content": "' + "ab" * 2500),)))
         model, _ = make_model(server.url)
-        with pytest.raises(QualityError, match="runaway_output"):
+        with pytest.raises(QualityError, match="runaway_output") as caught:
             model.complete(MESSAGES, TOOLS)
+        assert "over its last 4096 chars" in caught.value.evidence
+
+    # What a test fixture or a data file may hold: an empty 20 x 30 board, a table of 200 zeros.
+    REPETITIVE_FILES = ["\n".join(["." * 20] * 30) + "\n", "EXPECTED = [" + ", ".join(["0"] * 200) + "]\n"]
+
+    @pytest.mark.parametrize("content", REPETITIVE_FILES, ids=["board", "zeros"])
+    def test_a_file_that_repeats_a_short_unit_is_written_not_cut(self, server, make_model, content):
+        """A write_file of an empty board or a table of zeros was cut as runaway output (the same 512
+        characters of dots), every iteration again: the model cannot write such a file shorter."""
+        arguments = json.dumps({"path": "fixtures/board.txt", "content": content})
+        server.enqueue(Reply(tool_calls=(RawToolCall("write_file", arguments),)))
+        model, _ = make_model(server.url)
+        [written] = model.complete(MESSAGES, TOOLS).tool_calls
+        assert json.loads(written.arguments)["content"] == content
+
+    @pytest.mark.parametrize("content", REPETITIVE_FILES, ids=["board", "zeros"])
+    def test_the_same_file_in_a_call_written_in_the_text_is_not_cut(self, server, make_model, content):
+        text = "<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": "board.txt", "content": content}}) + "\n</tool_call>"
+        server.enqueue(say(text))
+        model, _ = make_model(server.url)
+        assert model.complete(MESSAGES, TOOLS).text == text
+
+    def test_text_that_repeats_before_any_call_is_still_cut_at_512_characters(self, server, make_model):
+        server.enqueue(say("I think. " + "." * 600 + ' <tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>'))
+        model, _ = make_model(server.url)
+        with pytest.raises(QualityError, match="runaway_output") as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert "over its last 512 chars" in caught.value.evidence
 
     def test_varied_long_text_is_kept(self, server, make_model):
         """Long output that does not repeat and stays under the cap is an answer, not a runaway."""
