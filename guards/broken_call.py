@@ -21,7 +21,9 @@ class BrokenCallGuard:
     """Counts answers with broken arguments; only an answer with a good call resets.
 
     A text-only answer in between does not reset: a model that writes prose
-    between broken calls has still not managed one usable call.
+    between broken calls has still not managed one usable call. An answer that
+    holds a good call beside a broken one (a burst whose last call was cut off)
+    only warns: its good calls run and are progress, which a stop would undo.
     """
 
     def __init__(self, stop_at: int = 3) -> None:
@@ -38,16 +40,15 @@ class BrokenCallGuard:
         broken = None
         usable = False
         for c in calls:
-            if isinstance(c, BrokenCall) and c.problem in _PROBLEMS:
-                broken = c
-                break
             if isinstance(c, ToolCall):
                 usable = True
+            elif broken is None and isinstance(c, BrokenCall) and c.problem in _PROBLEMS:
+                broken = c
+        if usable:
+            self._count = 0
         if broken is None:
-            if usable:
-                self._count = 0
             return
-        self._count += 1
+        self._count += 0 if usable else 1
         message = f"broken call: {name_for_message(broken.name) or '(no tool name)'}{times(self._count)}"
         if self._count >= self.stop_at:
             evidence = f"{describe_call(broken)}: {broken.problem} ({visible(shortened(broken.detail, _DETAIL_LIMIT))})"

@@ -19,6 +19,8 @@ class UnknownToolGuard:
     """Counts answers in a row that call a missing tool; the kind is the BrokenCall's problem.
 
     Only a warning at first: the loop already hands the tool list back to the model.
+    An answer that also holds a usable call (`run_check` beside a made-up `think`)
+    only warns: its usable calls run and are progress, which a stop would undo.
     """
 
     def __init__(self, stop_at: int = 2) -> None:
@@ -32,14 +34,17 @@ class UnknownToolGuard:
         self, ctx: GuardContext, response: ModelResponse, calls: Sequence[ToolCall | BrokenCall]
     ) -> None:
         bad = None
+        usable = False
         for c in calls:  # a plain loop: cheaper than a generator, on every answer
-            if isinstance(c, BrokenCall) and c.problem in _PROBLEMS:
+            if isinstance(c, ToolCall):
+                usable = True
+            elif bad is None and isinstance(c, BrokenCall) and c.problem in _PROBLEMS:
                 bad = c
-                break
-        if bad is None:
+        if bad is None or usable:
             self._count = 0
+        if bad is None:
             return
-        self._count += 1
+        self._count += 0 if usable else 1
         what = f"unknown tool: {name_for_message(bad.name)}" if bad.problem == UNKNOWN_TOOL else "empty tool name"
         message = f"{what}{times(self._count)}"
         if self._count >= self.stop_at:

@@ -306,6 +306,16 @@ class TestUnknownToolGuard:
         assert stop.value.reason == "unknown_tool"
         assert "read_file" in stop.value.correction
 
+    def test_an_answer_with_a_usable_call_beside_the_unknown_one_only_warns(self):
+        """`run_check` beside a made-up `think`, answer after answer: the usable calls run and are
+        progress; stopping at the second rolled back a fix whose check had passed."""
+        guard = UnknownToolGuard(stop_at=2)
+        ctx, sink = started(guard)
+        for _ in range(3):
+            guard.after_model_response(ctx, *answer(read(), broken("unknown_tool", name="think")))
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name="think")))  # the first in a row without one
+        assert [(s.level, s.message) for s in sink] == [(Level.WARNING, "unknown tool: think")] * 4
+
     def test_empty_tool_name_uses_its_own_kind(self):
         """A call without a name is reported and stopped as empty_tool_name."""
         guard = UnknownToolGuard(stop_at=2)
@@ -379,6 +389,19 @@ class TestBrokenCallGuard:
             guard.after_model_response(ctx, *answer(broken("invalid")))
             guard.after_model_response(ctx, *answer(read()))
         assert len(sink) == 6 and all(s.level is Level.WARNING for s in sink)
+
+    def test_an_answer_with_a_usable_call_beside_the_broken_one_only_warns(self):
+        """A burst whose last call was cut off, answer after answer: its good calls run and are progress;
+        the third such answer stopped the run before they did."""
+        guard = BrokenCallGuard(stop_at=3)
+        ctx, sink = started(guard)
+        for _ in range(4):
+            guard.after_model_response(ctx, *answer(read(), broken("unparseable")))
+        guard.after_model_response(ctx, *answer(broken("unparseable")))
+        guard.after_model_response(ctx, *answer(broken("unparseable")))
+        with pytest.raises(QualityError):
+            guard.after_model_response(ctx, *answer(broken("unparseable")))
+        assert [s.message for s in sink] == ["broken call: write_file"] * 5 + ["broken call: write_file ×2"]
 
     def test_prose_in_between_does_not_reset(self):
         """Text without any call between broken calls still counts towards the stop."""
