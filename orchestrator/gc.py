@@ -9,8 +9,9 @@ it and `Worktree.ensure` recreates it if the task comes back; one with changes
 is kept unless `force`. The branch is deleted only when each of its commits is
 on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
 remote-tracking branch (pushed); a detached HEAD and `overnight-kept/*` branches do not count. A branch rebased
-into base (`git cherry` finds each commit's change there) counts as merged, unless it
-has a merge commit of its own (whose conflict resolution cherry cannot see).
+into base (each commit's change there byte for byte, whitespace included, as `git patch-id --verbatim`
+tells; `git cherry` ignores whitespace) counts as merged, unless it has a merge commit of its own
+(whose conflict resolution patch ids cannot see), or git is older than 2.39 (no `--verbatim`).
 Otherwise it is kept, with the reason, unless `force`. The branch `[repo] base` names is
 always kept, even merged: the next night starts from it. Transcripts, notes.md and the run
 store keep their history.
@@ -200,18 +201,45 @@ def _why_unsafe(git: _Git, branch: str, tip: str, base_name: str | None, removed
 
 
 def _rebased_into(git: _Git, base: str, tip: str) -> bool:
-    """Whether `base` holds a commit with the same change as each commit of the branch (`git cherry`
-    marks all "-"): the branch was rebased into it, or squashed when it had one commit.
+    """Whether `base` holds a commit with the very same change as each commit of the branch, whitespace
+    included: the branch was rebased into it, or squashed when it had one commit.
 
-    Never for a branch with a merge commit of its own: `git cherry` skips merges, and a merge's
-    conflict resolution can carry work no other commit has. Each of the branch's other commits
-    must be among cherry's "-" lines.
+    What `git cherry` answers, but byte for byte: its patch ids ignore whitespace, and a line
+    indented otherwise (Python, YAML, a Makefile) is another program. Never for a branch with a
+    merge commit of its own: patch ids skip merges, and a merge's conflict resolution can carry
+    work no other commit has.
     """
     if int(git.run("rev-list", "--count", "--merges", f"{base}..{tip}")):
         return False
-    plain = int(git.run("rev-list", "--count", "--no-merges", f"{base}..{tip}"))
-    marks = [line[:1] for line in git.run("cherry", base, tip).splitlines()]
-    return plain > 0 and marks.count("-") == plain == len(marks)
+    ours = git.run("rev-list", "--no-merges", f"{base}..{tip}").split()
+    # git's own patch ids, whitespace ignored, first: cheap, and only the base commits they pair
+    # with need a diff of their own ("=": another commit on the other side has the same patch id).
+    marked = git.run("rev-list", "--cherry-mark", "--no-merges", f"{tip}...{base}").split()
+    paired = {line[1:] for line in marked if line.startswith("=")}
+    if not ours or not paired.issuperset(ours):
+        return False
+    ids = _verbatim_patch_ids(git, [*ours, *(paired - set(ours))])
+    if ids is None:
+        return False  # a git without `patch-id --verbatim`: the branch is kept rather than maybe lost
+    theirs = {ids[commit] for commit in paired - set(ours) if commit in ids}
+    return all(ids.get(commit) in theirs for commit in ours)
+
+
+# The change a commit makes, and nothing a person's config adds or hides: no external diff or
+# textconv (two binary edits shown alike), no colour, no rename (git's patch ids detect none).
+_PATCH = ("log", "--stdin", "--no-walk=unsorted", "--format=commit %H", "--patch", "--full-index",
+          "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color")
+
+
+def _verbatim_patch_ids(git: _Git, commits: list[str]) -> dict[str, str] | None:
+    """Each commit's patch id, whitespace as it is (`git patch-id --verbatim`, git 2.39 on), by commit;
+    None where git has no `--verbatim`. A commit that changes nothing has none."""
+    patches = git.feed(*_PATCH, data="\n".join(commits).encode())
+    try:
+        listed = git.feed("patch-id", "--verbatim", data=patches).decode()
+    except _GitFailed:
+        return None
+    return {commit: patch_id for patch_id, commit in (line.split() for line in listed.splitlines())}
 
 
 def _symbolic_ref(git: _Git, base: str) -> str:
@@ -328,25 +356,36 @@ class _Git:
         self.folder = folder
 
     def _call(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["git", *args],
+        return subprocess.run(["git", *args], stdin=subprocess.DEVNULL, text=True, **self._options())
+
+    def _options(self) -> dict:
+        """subprocess.run's arguments for any git command here."""
+        return dict(
             cwd=self.folder,
             # Without an inherited GIT_DIR (a hook, a shell's dotfiles): it would send gc to another repository.
             env={**base_environment(), **_GIT_ENV},
-            stdin=subprocess.DEVNULL,
             capture_output=True,
-            text=True,
             timeout=120,
         )
 
     def run(self, *args: str) -> str:
         done = self._call(*args)
         if done.returncode != 0:
-            lines = done.stderr.strip().splitlines() or ["failed"]
-            # git's own "fatal:" or "error:" line says why; hints follow it (for dubious ownership, a command to copy).
-            detail = next((line.strip() for line in lines if line.startswith(("fatal:", "error:"))), lines[-1].strip())
-            raise _GitFailed(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}", detail)
+            raise self._failed(args, done.stderr)
         return done.stdout
+
+    def feed(self, *args: str, data: bytes) -> bytes:
+        """git's output, bytes as they are, for `data` on its standard input (a patch, which need not be text)."""
+        done = subprocess.run(["git", *args], input=data, **self._options())
+        if done.returncode != 0:
+            raise self._failed(args, done.stderr.decode(errors="replace"))
+        return done.stdout
+
+    def _failed(self, args: tuple[str, ...], stderr: str) -> _GitFailed:
+        lines = stderr.strip().splitlines() or ["failed"]
+        # git's own "fatal:" or "error:" line says why; hints follow it (for dubious ownership, a command to copy).
+        detail = next((line.strip() for line in lines if line.startswith(("fatal:", "error:"))), lines[-1].strip())
+        return _GitFailed(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}", detail)
 
     def resolve(self, revision: str) -> str | None:
         done = self._call("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")

@@ -438,18 +438,48 @@ class Worktree:
 
     def uncommitted_paths(self) -> list[str]:
         """What differs from HEAD and is work: tracked files changed, staged or deleted (inside a
-        submodule too, whatever .gitmodules says), and untracked files neither ignored nor `keep`
-        paths (judged as `git clean -e` judges them: "/build" at the top only, "node_modules" at
-        any depth). A nested repository counts as its folder. StateError (one line) when git cannot tell."""
+        submodule too, whatever .gitmodules says; hidden from `git status` too), and untracked files
+        neither ignored nor `keep` paths (judged as `git clean -e` judges them: "/build" at the top
+        only, "node_modules" at any depth). A nested repository counts as its folder. StateError
+        (one line) when git cannot tell."""
         import git
 
         status = ("status", "--porcelain", "-z", "--no-renames", "--untracked-files=no", "--ignore-submodules=none")
         try:
             self._restore_link()
-            tracked = [entry[3:] for entry in self._git(*status).split("\0") if entry]
+            tracked = [entry[3:] for entry in self._status_seeing_hidden_files(*status).split("\0") if entry]
             return tracked + self._untracked()
         except (git.GitCommandError, OSError) as exc:
             raise StateError(f"cannot list the changes in the worktree {self.path}: {git_reason(exc)}") from None
+
+    def _status_seeing_hidden_files(self, *status: str) -> str:
+        """`git status` that also reports the files the index hides from it: those marked skip-worktree or
+        assume-unchanged (`git update-index`), a person's way to keep a local edit out of commits, which
+        would otherwise look like no change at all and be deleted with the worktree.
+
+        Asked of a copy of the index without those bits: the worktree's own stays as the person set it.
+        A process more only when the index has such bits.
+        """
+        if not _index_may_hide_files(self._admin / "index"):
+            return self._git(*status)
+        with tempfile.TemporaryDirectory(prefix="overnight-status-") as folder:
+            index = {"GIT_INDEX_FILE": os.path.join(folder, "index"), "GIT_LITERAL_PATHSPECS": "1"}
+            shutil.copyfile(self._admin / "index", index["GIT_INDEX_FILE"])
+            self._clear_hiding_bits(index)
+            return self._git(*status, env=index)
+
+    def _clear_hiding_bits(self, index: dict[str, str]) -> None:
+        """Clear the skip-worktree and assume-unchanged bits in the index `index` names (GIT_INDEX_FILE),
+        but not a sparse checkout's own on the files it leaves out: absent on purpose, they are no deletion."""
+        tagged = [(entry[:1], entry[2:]) for entry in self._git("ls-files", "-v", "-z", env=index).split("\0") if entry[1:2] == " "]
+        skipped = [path for tag, path in tagged if tag in ("S", "s")]
+        if (self._admin / "info" / "sparse-checkout").exists():
+            skipped = [path for path in skipped if os.path.lexists(self.path / path)]
+        assumed = [path for tag, path in tagged if tag.islower()]
+        # One flag per run: given both, update-index applies only the last.
+        for flag, paths in (("--no-skip-worktree", skipped), ("--no-assume-unchanged", assumed)):
+            for start in range(0, len(paths), 1000):  # a command line holds only so many paths
+                self._git("update-index", flag, "--", *paths[start : start + 1000], env=index)
 
     def _untracked(self, env: dict[str, str] | None = None) -> list[str]:
         """Untracked paths, not ignored and outside `keep` (the patterns `git clean -e` takes)."""

@@ -34,6 +34,12 @@ def task_worktree(settings: Config, name: str, *, commit: bool = False) -> Workt
     return tree
 
 
+def odd_numbers(indent: int) -> str:
+    """A function whose `return` line is indented by `indent` spaces: where it stands is the program
+    (4: after the loop; 8: inside it, after the first number; 12: inside the `if`)."""
+    return "def odd(xs):\n    for x in list(xs):\n        if x % 2 == 0:\n            xs.remove(x)\n" + " " * indent + "return xs\n"
+
+
 def overnight(*args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a child process, as a user runs it."""
     return subprocess.run(
@@ -128,6 +134,50 @@ class TestStaleTasks:
         result = collect_garbage(settings)
         assert result.removed_branches == () and [k.branch for k in result.kept_branches] == ["overnight/mixed"]
         assert "resolution.txt" in git(repo, "ls-tree", "--name-only", "overnight/mixed")
+
+    def test_a_commit_base_has_only_indented_otherwise_is_not_taken_for_rebased(self, settings, repo):
+        """git's patch-id ignores whitespace, so `git cherry` pairs a branch commit with a base commit that indents
+        the same line differently: in Python another program. The branch is kept as unmerged."""
+        (repo / "odd.py").write_text(odd_numbers(4))
+        git(repo, "add", "odd.py")
+        git(repo, "commit", "-q", "-m", "odd numbers")
+        tree = task_worktree(settings, "indent")
+        (tree.path / "odd.py").write_text(odd_numbers(8))  # returns after the first number
+        tree.commit("indent iteration 1")
+        (repo / "odd.py").write_text(odd_numbers(12))  # returns at the first even number
+        git(repo, "commit", "-q", "-am", "the user's own indent")
+        assert git(repo, "cherry", "main", "overnight/indent").startswith("-")  # cherry takes them for one change
+        result = collect_garbage(settings)
+        assert result.removed_branches == ()
+        [kept] = result.kept_branches
+        assert kept.branch == "overnight/indent" and kept.reason.startswith("1 commit(s) not merged into main")
+
+    def test_a_branch_of_several_commits_rebased_into_base_is_removed(self, settings, repo):
+        """Each of the branch's commits found byte for byte in base, after a commit of the user's, makes it merged."""
+        tree = task_worktree(settings, "two", commit=True)
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        tree.commit("two iteration 2")
+        (repo / "user.txt").write_text("the user's own work\n")
+        git(repo, "add", "user.txt")
+        git(repo, "commit", "-q", "-m", "user")
+        git(repo, "cherry-pick", "main..overnight/two")
+        assert collect_garbage(settings).removed_branches == ("overnight/two",)
+
+    def test_a_git_without_verbatim_patch_ids_keeps_a_rebased_branch(self, settings, repo, tmp_path, monkeypatch):
+        """Where git cannot tell whitespace apart (before 2.39, `patch-id --verbatim` is an unknown option), a
+        rebased branch is kept as unmerged rather than maybe lost."""
+        task_worktree(settings, "sq", commit=True)
+        git(repo, "cherry-pick", "overnight/sq")
+        shim = tmp_path / "old-git"
+        shim.mkdir()
+        real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+        (shim / "git").write_text(f'#!/bin/sh\n[ "$1 $2" = "patch-id --verbatim" ] && {{ echo "error: unknown option" >&2; exit 129; }}\nexec {real} "$@"\n')
+        (shim / "git").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+        result = collect_garbage(settings)
+        assert result.removed_branches == ()
+        [kept] = result.kept_branches
+        assert kept.branch == "overnight/sq" and kept.reason.startswith("1 commit(s) not merged into main")
 
     def test_the_advice_for_a_kept_branch_deletes_only_that_branch(self, settings, repo):
         """A kept branch's reason says how to delete that one branch, not to use --force, which deletes all kept work."""
@@ -224,6 +274,40 @@ class TestUncommittedWork:
         result = collect_garbage(settings)
         assert result.removed_worktrees == () and [k.path for k in result.kept_worktrees] == [old.path]
         assert (old.path / "vendor" / "lib" / "lib.py").read_text() == "x = 2\n"
+
+    @pytest.mark.parametrize("edit", ["modified", "deleted"])
+    @pytest.mark.parametrize("hide", ["--skip-worktree", "--assume-unchanged"])
+    def test_an_edit_hidden_from_git_status_is_uncommitted_work(self, settings, repo, tmp_path, hide, edit):
+        """A file a person hid from `git status` (skip-worktree, assume-unchanged) and then changed or deleted
+        keeps the stale worktree, with the reason, as any other uncommitted change does."""
+        old = task_worktree(settings, "old")
+        git(old.path, "update-index", hide, "greet.py")
+        hidden = old.path / "greet.py"
+        if edit == "deleted":
+            hidden.unlink()
+        else:
+            hidden.write_text("def greet():\n    return 'hello, my local edit'\n")
+        assert git(old.path, "status", "--porcelain") == ""  # what gc relied on
+        done = overnight("gc", "--config", str(tmp_path / "overnight.toml"))
+        assert done.returncode == 0, done.stderr
+        assert f"kept worktree {old.path}: 1 uncommitted change(s)" in done.stdout
+        assert "overnight/old" in branches(repo) and hidden.exists() == (edit == "modified")
+
+    @pytest.mark.parametrize("hide", ["--skip-worktree", "--assume-unchanged"])
+    def test_a_hidden_file_left_as_committed_is_no_change(self, settings, repo, hide):
+        """A file hidden from `git status` but as the index has it holds no work: the worktree goes."""
+        old = task_worktree(settings, "old")
+        git(old.path, "update-index", hide, "greet.py")
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
+
+    def test_the_files_a_sparse_checkout_leaves_out_are_no_change(self, settings, repo):
+        """A sparse checkout hides the files it leaves out (skip-worktree): absent on purpose, they are no deletion."""
+        old = task_worktree(settings, "old")
+        git(old.path, "sparse-checkout", "set", "--no-cone", "/greet.py")
+        assert not (old.path / "check_greet.py").exists()
+        result = collect_garbage(settings)
+        assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
 
     def test_force_removes_a_worktree_with_uncommitted_changes(self, settings, repo):
         """With force, the stale worktree goes even with changes in it, and its branch too."""
