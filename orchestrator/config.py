@@ -230,6 +230,9 @@ class GuardsConfig(_Section):
             raise ValueError("repeat_remind_at must not be above repeat_stop_at")
         if self.failing_streak_stop_at and self.failing_streak_stop_at < self.failing_streak_at:
             raise ValueError("failing_streak_stop_at must be 0 (never) or not below failing_streak_at")
+        if self.dead_loop_distinct >= self.dead_loop_recent:
+            # Any `recent` rounds have at most `recent` fingerprints: every run would be a dead loop.
+            raise ValueError("dead_loop_distinct must be below dead_loop_recent")
         return self
 
 

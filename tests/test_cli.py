@@ -132,6 +132,7 @@ class TestBadConfig:
             ("[guards]\nbroken_stop_at = 0\n", ("[guards] broken_stop_at",)),
             ("[guards]\nrepeat_remind_at = 5\n", ("[guards]", "repeat_remind_at")),
             ("[guards]\nfailing_streak_stop_at = 2\n", ("[guards]", "failing_streak_stop_at")),
+            ("[guards]\ndead_loop_distinct = 4\n", ("[guards]", "dead_loop_distinct must be below dead_loop_recent")),
             ("[[task]]\nname = 'a b'\nprompt = 'p'\ncheck = 'true'\n", ("[[task]] #2 name",)),
             ("[[task]]\nname = 'fix-greet'\nprompt = 'p'\ncheck = 'true'\n", ("appears twice",)),
             ("[[task]]\nname = 'Fix-Greet'\nprompt = 'p'\ncheck = 'true'\n", ("'fix-greet' and 'Fix-Greet' differ only in case",)),
