@@ -22,6 +22,8 @@ from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateE
 from orchestrator.lock import EXIT_LOCKED, LockHeld
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from orchestrator.cancel import CancelToken as Cancel
 
 EXIT_USAGE = ConfigError.exit_code
@@ -92,6 +94,11 @@ def run(
     log_format: str = typer.Option("auto", "--log-format", help="auto (human on a terminal, else json), human or json."),
     junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML report here (a task = a test case)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log every model call and tool call."),
+    scheduled_for: str | None = typer.Option(
+        None, "--scheduled-for", hidden=True,
+        help="Set by `serve`: the fire time (ISO 8601, with its offset) of the scheduled night this run is; "
+        "tasks this state dir's runs since then finished are not worked again, and their tokens count.",
+    ),
 ) -> None:
     """Work through the tasks tonight.
 
@@ -119,6 +126,7 @@ def run(
     _check_log_format(log_format)
     # First: with --log-format json, even a broken config is reported as a JSON line.
     configure_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    fire_time = _fire_time(scheduled_for) if scheduled_for is not None else None
     _require_git()
     if junit is not None:
         _check_writable(junit, "--junit")
@@ -127,7 +135,7 @@ def run(
     if junit is not None:
         _check_not_ours(junit, "--junit", settings, checked.repo)
     with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
-        parts = dataclasses.replace(parts, check_lock=lock.check_still_held)
+        parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_time)
         recover_interrupted(parts.store, settings, parts.log)
         _trim_transcripts(settings, parts.log)
         try:
@@ -137,6 +145,18 @@ def run(
         finally:
             _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log)
     raise typer.Exit(result.exit_code)
+
+
+def _fire_time(text: str) -> datetime:
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ConfigError(f"--scheduled-for: {text!r} is not an ISO 8601 time with its UTC offset, like 2026-12-02T01:30:00+00:00")
+    return when
 
 
 def _stop_at_once(log: object) -> None:

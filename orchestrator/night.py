@@ -35,6 +35,7 @@ from orchestrator.secrecy import Redactor, withheld
 from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
 from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
 from runs.store import sqlite_files
+from runs.views import EarlierTonight
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, ModelUnreachable.exit_code
 EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
@@ -78,6 +79,9 @@ class NightParts:
     now: Callable[[], datetime] = local_now
     # Raises StateError once the state dir's lock is no longer this night's (lock.StateLock.check_still_held).
     check_lock: Callable[[], None] = lambda: None
+    # The fire time of the scheduled night this run is (`serve` passes it): begun again after a restart,
+    # it goes on from what this state dir's runs since then did (tasks done, tokens spent).
+    scheduled_for: datetime | None = None
 
 
 def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
@@ -109,6 +113,14 @@ class _Night:
         self.redact = Redactor.for_night(api_key=model.api_key, store_url=parts.config.store_url, api_base=model.api_base)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
+        self.earlier = EarlierTonight()
+        if parts.scheduled_for is not None:
+            self.earlier = parts.store.earlier_tonight(state_id, parts.scheduled_for, run_id)
+            self.budget.spend(self.earlier.total_tokens)
+            if self.earlier.tokens:
+                self.log.info(
+                    "night_resumed", scheduled_for=parts.scheduled_for.isoformat(), done=sorted(self.earlier.succeeded), tokens=self.earlier.total_tokens
+                )
         self._repository_key = shared_repository_key(parts.config, parts.repo)
         deadline = parts.config.night.deadline
         at = deadline_after(_on_the_schedules_clock(parts.now(), parts.config), deadline) if deadline else None
@@ -190,6 +202,8 @@ class _Night:
 
 # A task skipped because another worker sharing the store finished it tonight (not a failure).
 DONE_ELSEWHERE = "done_elsewhere"
+# A task skipped because an earlier run of the same scheduled night finished it (serve restarted).
+DONE_EARLIER_TONIGHT = "done_earlier_tonight"
 # A task skipped because its branch is checked out in another worktree (the user's, for review).
 BRANCH_CHECKED_OUT = "branch_checked_out"
 
@@ -274,7 +288,13 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
         return commit
 
-    if refused := night.why_not_start_iteration():
+    if task.name in night.earlier.succeeded:
+        # Its commit, recorded again: the morning's report reads this run, and there is the work to review.
+        commit = night.earlier.succeeded[task.name]
+        log.info("task_skipped_done_earlier_tonight", commit=commit[:12])
+        outcome, reason = TaskOutcome.SKIPPED, DONE_EARLIER_TONIGHT
+        store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
+    elif refused := night.why_not_start_iteration():
         outcome, reason = TaskOutcome.CANCELLED, refused
         commit = finish(outcome, reason)
     else:
@@ -383,11 +403,17 @@ def _task_setup(
         log=log,
         context_window=parts.context_window,
         cancel=cancel,
-        budgets=(TokenBudget(config.night.max_tokens_per_task, "task"), night.budget),
+        budgets=(_task_budget(config.night.max_tokens_per_task, night.earlier.tokens.get(task.name, 0)), night.budget),
         lease=lease,
         redact=night.redact,
         max_file_bytes=int(config.repo.max_file_mb * 1_000_000),
     )
+
+
+def _task_budget(limit: int | None, spent_earlier_tonight: int) -> TokenBudget:
+    budget = TokenBudget(limit, "task")
+    budget.spend(spent_earlier_tonight)
+    return budget
 
 
 def shared_repository_key(config: Config, repo: Any = None) -> str:
@@ -426,6 +452,6 @@ def _should_park(reports: Sequence[IterationReport], park_after: int) -> bool:
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:
     if any(s.reason == "model_unreachable" for s in summaries):
         return EXIT_MODEL_UNREACHABLE
-    if summaries and all(s.outcome is TaskOutcome.SUCCEEDED or s.reason == DONE_ELSEWHERE for s in summaries):
+    if summaries and all(s.outcome is TaskOutcome.SUCCEEDED or s.reason in (DONE_ELSEWHERE, DONE_EARLIER_TONIGHT) for s in summaries):
         return EXIT_OK
     return EXIT_TASKS_FAILED

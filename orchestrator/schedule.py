@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import math
 import os
@@ -187,14 +188,22 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
             _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
             return 0
         command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
+        if (fired := _fire_of_tonight(config_path)) is not None:
+            # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
+            command += ["--scheduled-for", fired.isoformat()]
+        marker = _started_marker(config_path)
+        _mark_started(marker, pid=0)
         child = _night.start(command)
         if child is None:
+            _unmark_started(marker)
             return None
+        _mark_started(marker, pid=child.pid)
         _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
         try:
             exit_code = child.wait()
         finally:
             _night.finished()
+        _unmark_started(marker)  # seen to end: what it did (or that it stopped at once) is the night's
         run_id = _run_id_of(config_path, child.pid)
         _logger().info(
             "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
@@ -218,6 +227,16 @@ def _grace_of(config_path: str) -> float:
         return float(load_config(Path(config_path), require_tasks=False).schedule.misfire_grace_s)
     except Exception:  # the night itself will say what is wrong with the config
         return 0.0
+
+
+def _fire_of_tonight(config_path: str) -> datetime | None:
+    """The schedule's latest fire time within the misfire grace: the night being started is that fire's."""
+    try:
+        config = load_config(Path(config_path), require_tasks=False)
+        now = datetime.now(timezone.utc)
+        return _latest_fire_time(night_trigger(config, schedule_timezone(config)), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
+    except Exception:  # the night itself will say what is wrong with the config
+        return None
 
 
 def _finished_tonight(config_path: str) -> int | None:
@@ -277,6 +296,58 @@ def _fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
         previous, moment = upcoming, upcoming.astimezone(timezone.utc) + timedelta(seconds=1)
 
 
+# Written by serve just before it starts a night's child, removed once it has seen the child end: a
+# night that died with serve before the child recorded its run (power lost in its first seconds,
+# while it imports, loads the model or waits for the state lock) is known by it, as no run shows it.
+STARTED_MARKER_NAME = "serve-night-started"
+
+
+def _started_marker(config_path: str) -> Path | None:
+    """Where the marker goes; None without a state dir (serve has made it, for its lock: a night started
+    otherwise makes its own) or a config that cannot be read (the night itself will say what is wrong)."""
+    try:
+        state_dir = load_config(Path(config_path), require_tasks=False).state_dir
+    except Exception:
+        return None
+    return state_dir / STARTED_MARKER_NAME if state_dir.is_dir() else None
+
+
+def _mark_started(marker: Path | None, *, pid: int) -> None:
+    from orchestrator.files import replace_file
+
+    if marker is None:
+        return
+    record = {"at": datetime.now(timezone.utc).isoformat(), "pid": pid}
+    try:
+        replace_file(marker, (json.dumps(record) + "\n").encode())
+    except OSError as exc:  # the night runs all the same; only a crash in its first seconds would go unseen
+        _logger().warning("scheduled_night_not_marked", path=str(marker), error=_first_line(exc))
+
+
+def _unmark_started(marker: Path | None) -> None:
+    if marker is not None:
+        with contextlib.suppress(OSError):
+            marker.unlink(missing_ok=True)
+
+
+def _started_before_its_run(config: Config, now: datetime | None) -> datetime | None:
+    """The fire time of a night serve started (its marker left behind) that recorded no run and whose
+    child is gone: it died with serve as it started up. None otherwise."""
+    from orchestrator.commands import pid_alive
+    from orchestrator.files import read_regular_file
+
+    try:
+        record = json.loads(read_regular_file(config.state_dir / STARTED_MARKER_NAME).decode("utf-8"))
+        started, pid = datetime.fromisoformat(record["at"]), int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    now = now or datetime.now(timezone.utc)
+    fired = _latest_fire_time(night_trigger(config, schedule_timezone(config)), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
+    if fired is None or started < fired or (pid and pid_alive(pid, started)):
+        return None  # an earlier fire's, or its child still starts up (serve alone died): it will record its run
+    return fired
+
+
 def _interrupted_night(config: Config, now: datetime | None = None) -> datetime | None:
     """The fire time of a night that began within the grace and died without ending (power lost,
     serve and night killed together): its fire time, for serve to run it again now. None otherwise."""
@@ -284,9 +355,9 @@ def _interrupted_night(config: Config, now: datetime | None = None) -> datetime 
 
     try:
         found = _latest_run_since_fire(config, now)
+        if found is None:
+            return _started_before_its_run(config, now)
     except Exception:
-        return None
-    if found is None:
         return None
     run, fired = found
     # `crashed` with an exit code: the night recorded its own end (a full disk, exit 4), as any ended night

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from runs.store import RunStore
-from runs.views import IterationView, LeaseView, RunView, TaskView, worst_signal
+from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
 
-__all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "worst_signal"]
+__all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "EarlierTonight", "worst_signal"]

@@ -35,7 +35,7 @@ from orchestrator.secrecy import shown_url
 from orchestrator.surrogates import mend
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
-from runs.views import IterationView, LeaseView, RunView, TaskView, worst_signal
+from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
 
 # INSERT ... ON CONFLICT DO UPDATE, where the database has it: from these versions on.
 _UPSERTS = {"sqlite": (sqlite.insert, (3, 24)), "postgresql": (postgresql.insert, (9, 5))}
@@ -556,6 +556,22 @@ class RunStore:
                 return connection.execute(query).scalar()
         except SQLAlchemyError as exc:
             raise StateError(f"run store: reading failed: {_one_line(exc)}") from exc
+
+    def earlier_tonight(self, state_id: str, since: datetime, run_id: int) -> EarlierTonight:
+        """What this state dir's runs other than `run_id` begun at or after `since` (this host's clock:
+        a scheduled night's fire time) did: the tasks they finished with success, the tokens each task used."""
+        began = select(Run.id).where(Run.state_id == state_id, Run.id != run_id, Run.started_at >= since + self._clock_offset)
+        done = select(TaskRun.name, TaskRun.commit).where(TaskRun.run_id.in_(began), TaskRun.outcome == "succeeded").order_by(TaskRun.id)
+        used = (
+            select(TaskRun.name, func.sum(Iteration.tokens))
+            .join(Iteration, Iteration.task_run_id == TaskRun.id)
+            .where(TaskRun.run_id.in_(began))
+            .group_by(TaskRun.name)
+        )
+        with self._reading() as session:
+            succeeded = {name: commit for name, commit in session.execute(done)}
+            tokens = {name: int(total or 0) for name, total in session.execute(used)}
+        return EarlierTonight(succeeded=succeeded, tokens=tokens)
 
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:

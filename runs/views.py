@@ -6,7 +6,7 @@ rows, so nothing they do can write to the store by accident.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -156,3 +156,16 @@ class LeaseView:
     def pid(self) -> int | None:
         parts = self.owner.split(":")
         return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+
+
+@dataclass(frozen=True)
+class EarlierTonight:
+    """What a state dir's runs begun since a scheduled night's fire time did before this one: a night
+    `serve` started again (restarted, or dead with it, within the misfire grace) goes on from there."""
+
+    succeeded: dict[str, str] = field(default_factory=dict)  # task name: its commit ("" when none was needed)
+    tokens: dict[str, int] = field(default_factory=dict)  # task name: tokens its iterations used
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens.values())

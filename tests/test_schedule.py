@@ -632,6 +632,7 @@ class TestAFireSeenTwice:
         with capture_logs() as logs:
             assert run_scheduled_night(str(path)) == 2
         assert [log["event"] for log in logs] == ["scheduled_night_started", "scheduled_night_finished"]
+        assert not (load_config(path, require_tasks=False).state_dir / "serve-night-started").exists()  # seen to end: nothing left for a restart
 
     def test_a_night_finished_by_a_run_without_a_state_dirs_name_is_not_taken_for_ours(self, tmp_path: Path) -> None:
         """A run recorded without a state dir's name (an older overnight on another machine sharing the store) is not this state dir's night."""
@@ -663,6 +664,34 @@ class TestAFireSeenTwice:
         finally:
             scheduler.shutdown()
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        assert (due == this_hour) is due_now and (due > this_hour) is not due_now
+
+    @pytest.mark.parametrize(("child", "due_now"), [("dead", True), ("alive", False), ("before the fire", False), ("none", False)])
+    def test_a_night_that_died_with_serve_before_recording_its_run_is_due_again(
+        self, tmp_path: Path, sleeper: subprocess.Popen, child: str, due_now: bool
+    ) -> None:
+        """Power lost in the night's first seconds (its imports, an embedded model loading, a wait for the
+        state lock): no run recorded, the stored fire time already tomorrow's. The marker serve wrote as it
+        started the night says so: due again, unless that night's process still lives (serve alone died:
+        it records its run), or the marker is an earlier fire's."""
+        from orchestrator.schedule import STARTED_MARKER_NAME, _mark_started
+        from tests.test_faults import dead_pid
+
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        store_job_due_at(path, this_hour + timedelta(hours=1))
+        marker = load(path).state_dir / STARTED_MARKER_NAME
+        if child != "none":
+            _mark_started(marker, pid=sleeper.pid if child == "alive" else dead_pid())
+        if child == "before the fire":
+            record = json.loads(marker.read_text(encoding="utf-8"))
+            marker.write_text(json.dumps({**record, "at": (this_hour - timedelta(minutes=5)).isoformat()}), encoding="utf-8")
+        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+        scheduler.start(paused=True)
+        try:
+            due = scheduler.get_job(NIGHT_JOB_ID).next_run_time
+        finally:
+            scheduler.shutdown()
         assert (due == this_hour) is due_now and (due > this_hour) is not due_now
 
     @pytest.mark.parametrize(
@@ -937,6 +966,35 @@ class TestServe:
             runs = connection.execute("SELECT status, exit_code FROM runs ORDER BY id").fetchall()
         assert runs == [("cancelled", 143), ("finished", 0)]
 
+    def test_a_night_killed_with_serve_as_it_starts_up_is_run_when_serve_restarts(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """serve and its night killed together (-9, as by a power loss) as the night starts up, before it
+        recorded a run: the next serve finds the night due, not tomorrow's."""
+        path = night_config(tmp_path, repo, server)
+        hourly = path.read_text(encoding="utf-8").replace('cron = "30 1 * * *"', 'cron = "0 * * * *"').replace("misfire_grace_s = 3600", "misfire_grace_s = 7200")
+        path.write_text(hourly, encoding="utf-8")  # a fire within the grace whenever the test runs
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+        log_path = tmp_path / "serve.log"
+        with open(log_path, "wb") as log:
+            process = serve_process(path, log)
+        try:
+            wait_until(lambda: "scheduled_night_started" in log_path.read_text(encoding="utf-8"), process, "the night")
+            [started] = [line for line in json_lines(log_path.read_text(encoding="utf-8")) if line["event"] == "scheduled_night_started"]
+            os.killpg(started["pid"], signal.SIGKILL)
+            process.kill()
+            process.wait()
+        finally:
+            stop_leftovers(process, path)
+        assert json.loads((tmp_path / "state" / "serve-night-started").read_text(encoding="utf-8"))["pid"] == started["pid"]
+        [(_, next_run)] = stored_jobs(load(path))
+        assert next_run > due.timestamp()  # APScheduler had stored the next fire time
+        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+        scheduler.start(paused=True)
+        try:
+            assert scheduler.get_job(NIGHT_JOB_ID).next_run_time.timestamp() <= time.time()  # the fire it died in: at once
+        finally:
+            scheduler.shutdown()
+
     def test_a_night_stopped_while_starting_up_stays_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """SIGTERM as the night has just been started, before it began a run: it did no work, so it stays due."""
         path = night_config(tmp_path, repo, server)
@@ -1013,3 +1071,103 @@ class TestDocumentedSetups:
         assert len(services) == 2
         for service in services:
             assert "Environment=PATH=/repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" in service
+
+
+TWO_TASKS = [
+    {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+    {"name": "second", "prompt": "greet() should return 'hello' too.", "check": "python check_greet.py"},
+]
+
+
+def runs_of(path: Path) -> list[tuple[str, str, str, str]]:
+    """(task, outcome, reason, commit) of every task of every run, in order."""
+    with sqlite3.connect(path.parent / "state" / "runs.db") as connection:
+        return connection.execute("SELECT name, outcome, reason, \"commit\" FROM task_runs ORDER BY id").fetchall()
+
+
+def overnight_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(path), "--log-format", "json", *args],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+class TestANightBegunAgain:
+    """A scheduled night that serve starts again (restarted mid-night, or dead with it, within the
+    grace) goes on from what that fire's earlier runs did: it neither works a finished task twice
+    (a second commit on its branch) nor spends the night's token budget afresh."""
+
+    def _first_night(self, tmp_path: Path, repo: Path, server: Any, **night: Any) -> tuple[Path, datetime, str]:
+        """fix-greet committed, `second` failed; the fire time before it and fix-greet's commit."""
+        path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS, night={"max_iterations": 1, **night})
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(*FIX, call("submit", {"summary": "nothing"}))
+        assert overnight_run(path).returncode == 1
+        [(_, done, _, commit), (_, failed, _, _)] = runs_of(path)
+        assert (done, failed) == ("succeeded", "failed")
+        return path, fired, commit
+
+    def test_a_task_the_fires_earlier_run_finished_is_not_worked_again(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        path, fired, commit = self._first_night(tmp_path, repo, server)
+        asked = len(server.requests)
+        server.enqueue(*FIX)
+        result = overnight_run(path, "--scheduled-for", fired.isoformat())
+        assert result.returncode == 0, result.stderr  # the one left succeeded; the other was done tonight
+        skipped, worked = runs_of(path)[2:]
+        assert skipped == ("fix-greet", "skipped", "done_earlier_tonight", commit)  # the morning's report shows the work
+        assert worked[:3] == ("second", "succeeded", "")
+        assert git_log(repo, "overnight/fix-greet").count("overnight: fix-greet iteration") == 1
+        assert len(server.requests) - asked == len(FIX)  # the second task's, no more
+        events = [json.loads(line)["event"] for line in result.stderr.splitlines() if line.startswith("{")]
+        assert "night_resumed" in events and "task_skipped_done_earlier_tonight" in events
+
+    def test_the_tokens_the_fires_earlier_run_spent_count_in_the_nights_budget(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        path, fired, _ = self._first_night(tmp_path, repo, server)
+        with sqlite3.connect(path.parent / "state" / "runs.db") as connection:
+            [(spent,)] = connection.execute("SELECT SUM(tokens) FROM iterations").fetchall()
+        text = path.read_text(encoding="utf-8").replace("[night]\n", f"[night]\nmax_tokens_per_night = {spent}\n")
+        path.write_text(text, encoding="utf-8")
+        asked = len(server.requests)
+        assert overnight_run(path, "--scheduled-for", fired.isoformat()).returncode == 1
+        assert runs_of(path)[3][1:3] == ("cancelled", f"night token budget of {spent} spent")
+        assert len(server.requests) == asked
+
+    def test_runs_begun_before_the_fire_are_an_earlier_nights(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        path, _, _ = self._first_night(tmp_path, repo, server)
+        server.enqueue(*FIX, *FIX)
+        result = overnight_run(path, "--scheduled-for", datetime.now(timezone.utc).isoformat())
+        assert result.returncode == 0, result.stderr
+        assert [row[1] for row in runs_of(path)[2:]] == ["succeeded", "succeeded"]
+
+    @pytest.mark.parametrize("value", ["yesterday", "2026-12-02T01:30:00"])
+    def test_a_fire_time_that_is_not_one_is_refused_in_one_line(self, tmp_path: Path, repo: Path, server: Any, value: str) -> None:
+        path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+        result = overnight_run(path, "--scheduled-for", value)
+        assert result.returncode == 2
+        [line] = result.stderr.strip().splitlines()
+        assert "--scheduled-for" in line and "Traceback" not in result.stderr
+        assert not (tmp_path / "state").exists()
+
+    def test_serve_names_the_fire_to_the_night_it_starts(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The night serve starts again after a restart skips the task the fire's cancelled run had finished."""
+        path = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS,
+            extra='[schedule]\ncron = "0 * * * *"\ntimezone = "UTC"\nmisfire_grace_s = 7200\n',
+        )
+        server.enqueue(*FIX, *FIX)
+        assert overnight_run(path).returncode == 0  # stands for the fire's first run, ended by serve's stop:
+        with sqlite3.connect(path.parent / "state" / "runs.db") as connection:
+            connection.execute("UPDATE runs SET status = 'cancelled', exit_code = 143")
+            connection.execute("UPDATE task_runs SET outcome = 'cancelled', reason = 'SIGTERM' WHERE name = 'second'")
+        this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        begun_at(path, 1, this_hour + timedelta(seconds=1))
+        asked = len(server.requests)
+        server.enqueue(*FIX)
+        with capture_logs():
+            assert run_scheduled_night(str(path)) == 0
+        assert [row[:3] for row in runs_of(path)[2:]] == [("fix-greet", "skipped", "done_earlier_tonight"), ("second", "succeeded", "")]
+        assert len(server.requests) - asked == len(FIX)
+
+
+def git_log(repo: Path, branch: str) -> str:
+    return subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True, check=True).stdout
