@@ -506,12 +506,12 @@ class _Channel:
     def add(self, piece: str) -> None:
         self.parts.append(piece)
         self.length += len(piece)
-        self.tail = (self.tail + piece)[-self.window :]
-        self.unchecked += len(piece)
         if self.may_hold_calls:
-            new = self.tail[-len(piece) - _LONGEST_OPENING :]  # an opening may have begun in the piece before
+            new = self.tail[-_LONGEST_OPENING:] + piece  # an opening may have begun in the piece before
             if any(opening in new for opening in _WRITTEN_CALL_OPENINGS):
                 self.may_hold_calls, self.window = False, WRITTEN_REPEAT_WINDOW
+        self.tail = (self.tail + piece)[-self.window :]
+        self.unchecked += len(piece)
 
     def looping_unit(self) -> tuple[str, int] | None:
         """The unit the tail repeats, and the window, if the whole window is one unit over and over."""

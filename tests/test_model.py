@@ -396,6 +396,17 @@ class TestRunaway:
         model, _ = make_model(server.url)
         assert model.complete(MESSAGES, TOOLS).text == text
 
+    def test_a_call_opened_in_one_large_chunk_widens_the_window_too(self):
+        """A server (or proxy) that sends large deltas: the opening early in a 1000-character chunk was cut
+        from the tail before it was looked for, and the zeros of the file were cut at 512."""
+        from orchestrator.model import _Channel
+
+        text = '<tool_call>{"name": "write_file", "arguments": {"path": "t.txt", "content": "' + "0 " * 2000
+        channel = _Channel(may_hold_calls=True)
+        for start in range(0, len(text), 1000):
+            channel.add(text[start : start + 1000])
+        assert channel.window == 4096 and channel.looping_unit() is None
+
     def test_text_that_repeats_before_any_call_is_still_cut_at_512_characters(self, server, make_model):
         server.enqueue(say("I think. " + "." * 600 + ' <tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>'))
         model, _ = make_model(server.url)
