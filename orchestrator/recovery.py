@@ -107,7 +107,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         # Another host's run that predates state dir names (an older version's, in a shared store):
         # its worktree is on that host; this state dir's worktree of the same task is not its own.
         settles_worktree = run.state_id is not None or run.host == host
-        commit = _settle_worktree(config, iteration, log) if settles_worktree else ""
+        # The agent's last possible write: its last model call's answer acted on (a check, a command).
+        agent_done_by = store.on_this_hosts_clock(iteration.heartbeat_at or iteration.started_at) + stale_after
+        commit = _settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else ""
         if commit:
             store.finish_iteration(
                 iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
@@ -155,22 +157,45 @@ def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host
     and free its leases; it notices the lock is gone at its next check and stops by itself.
 
     Known by a run of this state dir still marked running, or a task lease of it, whose process lives
-    on this host and began before the run (or lease) was recorded: not its pid alone, as in another
-    pid namespace under the same host name (a container) the pid can be a process of this one's,
-    begun later. The run shows a night that has not taken a lease yet (it has just begun, or is
-    writing its report); the lease, one whose run recovery has already closed by the time it asks
-    again (the run is closed before recovery's last look)."""
+    on this host, began before the run (or lease) was recorded, and still has the removed lock file
+    open (Linux's /proc shows it; elsewhere, or for another user's process, its being alive is all
+    there is to go by). Not its pid alone: a dead night's pid may now be another process's (in a
+    container restarted under the same host name, within seconds). The run shows a night that has
+    not taken a lease yet (it has just begun, or is writing its report); the lease, one whose run
+    recovery has already closed by the time it asks again (the run is closed before recovery's last look)."""
+    removed_lock = f"{os.path.realpath(state_dir / LOCK_NAME)} (deleted)"
+
+    def live_night(pid: int, recorded: datetime) -> bool:
+        return pid_alive(pid, recorded) and _has_open(pid, removed_lock)
+
     for run in store.running_runs():
-        if run.state_id == state_id and run.host == host and run.pid != me and pid_alive(run.pid, store.on_this_hosts_clock(run.started_at)):
-            _refuse(state_dir, Holder(pid=run.pid, host=host, since=store.on_this_hosts_clock(run.started_at)), f"run {run.id}")
+        began = store.on_this_hosts_clock(run.started_at)
+        if run.state_id == state_id and run.host == host and run.pid != me and live_night(run.pid, began):
+            _refuse(state_dir, Holder(pid=run.pid, host=host, since=began), f"run {run.id}")
     now = store.now()
     for lease in store.leases():
         lease_host, pid = owner_host_pid(lease.owner)
         if owner_state_id(lease.owner) != state_id or lease_host != host or pid is None or pid == me or lease.expires_at <= now:
             continue
         taken = store.on_this_hosts_clock(lease.acquired_at)
-        if pid_alive(pid, taken):
+        if live_night(pid, taken):
             _refuse(state_dir, Holder(pid=pid, host=host, since=taken), f"holding the lease of task {task_of_lease(lease.task)!r}")
+
+
+def _has_open(pid: int, target: str) -> bool:
+    """Whether process `pid` has a file open that the kernel names `target` (its /proc/<pid>/fd links);
+    True where that cannot be seen: no /proc, or another user's process."""
+    try:
+        entries = os.listdir(f"/proc/{pid}/fd")
+    except PermissionError:
+        return True
+    except OSError:
+        return not os.path.isdir("/proc/self/fd")  # no /proc here; else the process has gone
+    for entry in entries:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(f"/proc/{pid}/fd/{entry}") == target:
+                return True
+    return False
 
 
 def _refuse(state_dir: Path, night: Holder, seen_by: str) -> None:
@@ -234,8 +259,14 @@ def _is_orphaned(
     return run.host != host and now - heartbeat > stale_after
 
 
-def _settle_worktree(config: Config, iteration: Any, log: Any) -> str:
-    """Roll the task's worktree back to the checkpoint; return the commit instead if the iteration had committed."""
+def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by: datetime) -> str:
+    """Roll the task's worktree back to the checkpoint; return the commit instead if the iteration had committed.
+
+    What a person did there after the night died (after `agent_done_by`, the latest the dead iteration
+    could have written) is theirs, as in a worktree no iteration ran in: commits they made on the
+    branch stay on it (the next night builds on them), files they changed are kept on an
+    `overnight-kept/` branch first. A worktree they detached to check the branch out elsewhere is
+    left as it is (the night skips the task while they have it; the idle cleaning settles it after)."""
     import git
 
     path = config.worktrees_dir / iteration.task_name
@@ -245,15 +276,68 @@ def _settle_worktree(config: Config, iteration: Any, log: Any) -> str:
     repo = git.Repo(config.repo_path)
     branch = branch_for(iteration.task_name)
     head = repo.heads[branch].commit.hexsha if branch in repo.heads else ""
-    committed = head if head and head != iteration.checkpoint and _is_iteration_commit(repo, head, iteration) else ""
+    committed = _iteration_commit_at(repo, head, iteration) if head and head != iteration.checkpoint else ""
+    worktree = Worktree(path, branch, config.repo.keep)
+    with contextlib.suppress(Exception):  # a worktree git cannot read is rebuilt below, as before
+        if (elsewhere := worktree.held_elsewhere()) is not None:
+            log.warning("worktree_not_rolled_back", task=iteration.task_name, why=f"its branch is checked out in {elsewhere}")
+            return committed
+    target = committed or iteration.checkpoint
+    if head and head != target and _committed_after(repo, target, head, agent_done_by):
+        target = head
+        log.warning("worktree_commits_left", task=iteration.task_name, commit=head[:12])
+    if _changed_after(worktree, agent_done_by):
+        _keep_what_a_person_may_have_written(worktree, iteration.task_name, log)
     try:
-        Worktree(path, branch, config.repo.keep).rollback(committed or iteration.checkpoint)
+        worktree.rollback(target)
     except Exception as exc:  # a worktree too broken for git: rebuilt from its branch by the next night
         _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
-        if head and not committed:
+        if head and target != head:
             with contextlib.suppress(git.GitCommandError):  # a checkpoint this clone lacks: the branch stays
-                repo.git.branch("-f", branch, iteration.checkpoint)
+                repo.git.branch("-f", branch, target)
     return committed
+
+
+def _iteration_commit_at(repo: Any, head: str, iteration: Any) -> str:
+    """The commit this iteration made: `head`, or below commits a person added on it since (first
+    parents, down to the checkpoint); "" if it made none."""
+    for commit in repo.iter_commits(head, first_parent=True, max_count=_PERSON_COMMITS_LOOKED_THROUGH):
+        if commit.hexsha == iteration.checkpoint:
+            break
+        if _is_iteration_commit(repo, commit.hexsha, iteration):
+            return commit.hexsha
+    return ""
+
+
+# How many commits a person may have added on an iteration's commit for it still to be found.
+_PERSON_COMMITS_LOOKED_THROUGH = 50
+
+
+def _committed_after(repo: Any, base: str, head: str, moment: datetime) -> bool:
+    """Whether a commit on `head` and not on `base` was made after `moment`: a person's, since the
+    night died (the agent's own commits of the killed iteration are older)."""
+    import git
+
+    after = moment.timestamp()
+    try:
+        return any(commit.committed_date > after for commit in repo.iter_commits(f"{base}..{head}", max_count=1000))
+    except git.GitCommandError:  # a checkpoint this clone lacks: nothing to tell them apart by
+        return False
+
+
+def _changed_after(worktree: Worktree, moment: datetime) -> bool:
+    """Whether a file that differs from HEAD (not ignored, not `keep`) was written after `moment`;
+    False when git cannot tell (the rollback then rebuilds the worktree, as it did)."""
+    try:
+        changed = worktree.uncommitted_paths()
+    except Exception:
+        return False
+    after = moment.timestamp()
+    for relative in changed:
+        with contextlib.suppress(OSError):  # deleted: nothing there to keep
+            if (worktree.path / relative.rstrip("/")).lstat().st_mtime > after:
+                return True
+    return False
 
 
 def _is_iteration_commit(repo: Any, head: str, iteration: Any) -> bool:

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -277,11 +278,16 @@ def recover(config: Any) -> tuple[list[Any], list[dict[str, Any]]]:
 
 @contextlib.contextmanager
 def _live_night_without_its_lock_file(config: Any, *, begun: bool = True) -> Iterator[tuple[int, RunStore, Worktree, int | None, str]]:
-    """A night of `config`'s state dir at work in a live process (a sleeper stands for it): its run begun
-    (unless not `begun`: still in its own recovery), the worktree of fix-greet made, then its `overnight.lock`
-    deleted. Yields its pid, its store, that worktree, its run's id and the lease owner it would take leases as."""
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the night's process
-    its_lock = StateLock(config.state_dir).__enter__()  # held by this process for it: another inode's flock
+    """A night of `config`'s state dir at work in a live process (one that takes the state lock and sleeps
+    stands for it): its run begun (unless not `begun`: still in its own recovery), the worktree of fix-greet
+    made, then its `overnight.lock` deleted. Yields its pid, its store, that worktree, its run's id and the
+    lease owner it would take leases as."""
+    holds_the_lock = "import sys, time; from pathlib import Path; from orchestrator.lock import StateLock; StateLock(Path(sys.argv[1])).__enter__(); print('locked', flush=True); time.sleep(120)"
+    live = subprocess.Popen(
+        [sys.executable, "-c", holds_the_lock, str(config.state_dir)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert live.stdout is not None and live.stdout.readline() == "locked\n"
     store = None
     try:
         state_id = state_identity(config.state_dir)
@@ -295,7 +301,7 @@ def _live_night_without_its_lock_file(config: Any, *, begun: bool = True) -> Ite
             store.close()
         live.kill()
         live.wait()
-        its_lock.__exit__(None, None, None)
+        live.stdout.close()
 
 
 class TestRecoveryOfStoredState:
@@ -345,6 +351,23 @@ class TestRecoveryOfStoredState:
         reopened = RunStore.open(config.store_url)
         try:
             assert reopened.running_runs() == [] and reopened.run(run_id).status == "crashed"
+        finally:
+            reopened.close()
+
+    def test_a_dead_nights_pid_now_another_process_begun_as_soon_is_no_live_night(self, tmp_path: Path, repo: Path, sleeper: subprocess.Popen) -> None:
+        """A night killed in its first seconds, its pid at once another process's (a container restarted
+        under the same host name): alive, and begun as early as the run, but without the state dir's lock
+        open. Its run is settled, not taken for a live night's (exit 75 until that process ends)."""
+        config = _config(tmp_path, repo)
+        store = RunStore.open(config.store_url)
+        try:
+            run_id = store.begin_run(config_path=str(config.source), pid=sleeper.pid, host=socket.gethostname(), state_id=state_identity(config.state_dir))
+        finally:
+            store.close()
+        recover(config)
+        reopened = RunStore.open(config.store_url)
+        try:
+            assert reopened.run(run_id).status == "crashed"
         finally:
             reopened.close()
 
@@ -414,6 +437,104 @@ class TestRecoveryOfStoredState:
         assert settled.outcome == "committed" and settled.commit == commit
         assert git(repo, "rev-parse", "overnight/fix-greet") == commit
         assert git(repo, "log", "--format=%s", "overnight/fix-greet").splitlines()[:2] == ["overnight: fix-greet iteration 1", "part one"]
+
+    def _seen_last(self, config: Any, iteration: int, when: datetime) -> None:
+        """The dead iteration's last heartbeat (the store writes its own clock's now)."""
+        from sqlalchemy import update
+
+        from runs.models import Iteration
+
+        store = RunStore.open(config.store_url)
+        try:
+            with store._engine.begin() as connection:
+                connection.execute(update(Iteration).where(Iteration.id == iteration).values(heartbeat_at=when, started_at=when))
+        finally:
+            store.close()
+
+    def test_what_a_person_did_in_the_worktree_after_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
+        """The night died at 03:00; in the morning a person committed in the task's worktree and left a
+        file of notes there. Recovery rolled the worktree back to the checkpoint and reset the branch:
+        both gone (the person's commit on no branch). Now the commit stays on the branch (the next night
+        builds on it, as on a reviewed branch) and the file is kept on an `overnight-kept/` branch."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, iteration, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        night = time.time() - 6 * 3600
+        self._seen_last(config, iteration, datetime.fromtimestamp(night, timezone.utc))
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        os.utime(worktree.path / "greet.py", (night, night))
+        (worktree.path / "review.txt").write_text("the person's review\n")
+        git(worktree.path, "add", "review.txt")
+        git(worktree.path, "commit", "-qm", "the person's commit")
+        person = git(worktree.path, "rev-parse", "HEAD")
+        (worktree.path / "NOTES-person.md").write_text("what I found\n")
+        [settled], logs = recover(config)
+        assert settled.outcome == "interrupted" and checkpoint != person
+        assert git(repo, "rev-parse", "overnight/fix-greet") == person and git(worktree.path, "status", "--porcelain") == ""
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "show", f"{kept}:NOTES-person.md") == "what I found"
+        assert {e["event"] for e in logs} >= {"worktree_commits_left", "worktree_changes_kept"}
+
+    def test_the_agents_own_commit_before_the_death_is_rolled_back_and_kept_nowhere(self, tmp_path: Path, repo: Path) -> None:
+        """The agent commits on the task branch itself; a kill after that is its iteration's, not a person's work."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        git(worktree.path, "commit", "-qam", "wip by the agent")
+        [settled], logs = recover(config)
+        assert settled.outcome == "interrupted" and git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
+        assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+        assert "worktree_commits_left" not in [e["event"] for e in logs]
+
+    def test_a_persons_commit_on_the_iterations_own_keeps_both(self, tmp_path: Path, repo: Path) -> None:
+        """The iteration committed, the night died before recording it, a person committed on top in the
+        morning: the iteration is `committed` (its commit found below theirs), the branch keeps both."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, iteration, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        self._seen_last(config, iteration, datetime.fromtimestamp(time.time() - 6 * 3600, timezone.utc))
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        commit = worktree.commit("overnight: fix-greet iteration 1\n\nfixed", onto=checkpoint)
+        (worktree.path / "review.txt").write_text("reviewed\n")
+        git(worktree.path, "add", "review.txt")
+        git(worktree.path, "commit", "-qm", "the person's commit")
+        person = git(worktree.path, "rev-parse", "HEAD")
+        [settled], _ = recover(config)
+        assert settled.outcome == "committed" and settled.commit == commit
+        assert git(repo, "rev-parse", "overnight/fix-greet") == person
+        assert git(repo, "rev-parse", "overnight/fix-greet^") == commit
+
+    def test_the_agents_own_half_done_edits_are_not_kept(self, tmp_path: Path, repo: Path) -> None:
+        """Only files written after the dead iteration could last have written are a person's: the agent's
+        edits of the killed iteration are rolled back and kept nowhere, as before."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, iteration, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        (worktree.path / "scratch.txt").write_text("the agent's\n")
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain") == ""
+        assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+
+    def test_a_branch_the_person_checked_out_in_their_checkout_is_left_to_them(self, tmp_path: Path, repo: Path) -> None:
+        """After the death the person detached the task's worktree (git asks that) to check its branch out
+        in their own checkout, and committed there. Recovery put the worktree back on the branch and reset
+        it to the checkpoint, under the person's checkout: their commit off every branch."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        git(worktree.path, "checkout", "-q", "--detach")
+        git(repo, "checkout", "-q", "overnight/fix-greet")
+        (repo / "review.txt").write_text("reviewed\n")
+        git(repo, "add", "review.txt")
+        git(repo, "commit", "-qm", "the person's commit")
+        person = git(repo, "rev-parse", "HEAD")
+        [settled], logs = recover(config)
+        assert settled.outcome == "interrupted"
+        assert git(repo, "rev-parse", "overnight/fix-greet") == person and git(repo, "status", "--porcelain") == ""
+        assert [e["event"] for e in logs if e["event"] == "worktree_not_rolled_back"] == ["worktree_not_rolled_back"]
 
     def test_a_commit_of_another_iteration_on_top_is_not_taken_for_this_ones(self, tmp_path: Path, repo: Path) -> None:
         config = _config(tmp_path, repo)
