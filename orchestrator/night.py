@@ -119,7 +119,7 @@ class _Night:
             self.budget.spend(self.earlier.total_tokens)
             if self.earlier.tokens:
                 self.log.info(
-                    "night_resumed", scheduled_for=parts.scheduled_for.isoformat(), done=sorted(self.earlier.succeeded), tokens=self.earlier.total_tokens
+                    "night_resumed", scheduled_for=parts.scheduled_for.isoformat(), done=len(self.earlier.succeeded), tokens=self.earlier.total_tokens
                 )
         self._repository_key = shared_repository_key(parts.config, parts.repo)
         deadline = parts.config.night.deadline
@@ -139,9 +139,15 @@ class _Night:
     def lease_key(self, task: TaskConfig) -> str:
         return lease_key(task.name, self._repository_key)
 
-    def work_key(self, task: TaskConfig) -> str | None:
-        """The task's work in a store other workers share (see runs.models.TaskRun.work_key); None in one they do not."""
-        return work_key(self._repository_key, task) if self._repository_key else None
+    def work_key(self, task: TaskConfig) -> str:
+        """What the task's work is (see runs.models.TaskRun.work_key): a task renamed, or its prompt or check
+        changed, is other work; in a store other workers share, the repository's too."""
+        return work_key(self._repository_key, task)
+
+    @property
+    def shares_store(self) -> bool:
+        """Whether other workers (state dirs) may share the run store and so the work."""
+        return bool(self._repository_key)
 
     def position(self, task: TaskConfig) -> int | None:
         """The task's place in the config (the order reports list the night's tasks in)."""
@@ -288,9 +294,9 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
         return commit
 
-    if task.name in night.earlier.succeeded:
+    if work_key in night.earlier.succeeded:
         # Its commit, recorded again: the morning's report reads this run, and there is the work to review.
-        commit = night.earlier.succeeded[task.name]
+        commit = night.earlier.succeeded[work_key]
         log.info("task_skipped_done_earlier_tonight", commit=commit[:12])
         outcome, reason = TaskOutcome.SKIPPED, DONE_EARLIER_TONIGHT
         store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
@@ -300,7 +306,7 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     else:
         try:
             with lease:
-                if work_key and (done_by := store.succeeded_elsewhere(work_key, night.run_id)):
+                if night.shares_store and (done_by := store.succeeded_elsewhere(work_key, night.run_id)):
                     # Machines sharing a store share the work: what another finished tonight is not done twice.
                     log.info("task_skipped_done_elsewhere", host=done_by)
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
@@ -403,7 +409,7 @@ def _task_setup(
         log=log,
         context_window=parts.context_window,
         cancel=cancel,
-        budgets=(_task_budget(config.night.max_tokens_per_task, night.earlier.tokens.get(task.name, 0)), night.budget),
+        budgets=(_task_budget(config.night.max_tokens_per_task, night.earlier.tokens.get(night.work_key(task), 0)), night.budget),
         lease=lease,
         redact=night.redact,
         max_file_bytes=int(config.repo.max_file_mb * 1_000_000),

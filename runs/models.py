@@ -105,8 +105,9 @@ class TaskRun(Base):
     commit: Mapped[str] = mapped_column(Str, default="")
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    # What the work is, in a store several workers share: the repository (its first commits) and
-    # the task's name, prompt and check, hashed. Two projects' tasks of one name differ here.
+    # What the work is: the task's name, prompt and check, hashed, with, in a store several workers
+    # share, the repository (its first commits): two projects' tasks of one name differ there.
+    # None in runs of versions that set it only in shared stores.
     work_key: Mapped[str | None] = mapped_column(Str, nullable=True)
     # Where the task stands in the config: reports list a night's tasks in that order, not in the
     # order their threads happened to begin them (with concurrency, another each night).

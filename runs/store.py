@@ -559,14 +559,16 @@ class RunStore:
 
     def earlier_tonight(self, state_id: str, since: datetime, run_id: int) -> EarlierTonight:
         """What this state dir's runs other than `run_id` begun at or after `since` (this host's clock:
-        a scheduled night's fire time) did: the tasks they finished with success, the tokens each task used."""
+        a scheduled night's fire time) did, by work key (see TaskRun.work_key): the work they finished
+        with success, the tokens each work's iterations used."""
         began = select(Run.id).where(Run.state_id == state_id, Run.id != run_id, Run.started_at >= since + self._clock_offset)
-        done = select(TaskRun.name, TaskRun.commit).where(TaskRun.run_id.in_(began), TaskRun.outcome == "succeeded").order_by(TaskRun.id)
+        keyed = (TaskRun.run_id.in_(began), TaskRun.work_key.is_not(None))
+        done = select(TaskRun.work_key, TaskRun.commit).where(*keyed, TaskRun.outcome == "succeeded").order_by(TaskRun.id)
         used = (
-            select(TaskRun.name, func.sum(Iteration.tokens))
+            select(TaskRun.work_key, func.sum(Iteration.tokens))
             .join(Iteration, Iteration.task_run_id == TaskRun.id)
-            .where(TaskRun.run_id.in_(began))
-            .group_by(TaskRun.name)
+            .where(*keyed)
+            .group_by(TaskRun.work_key)
         )
         with self._reading() as session:
             succeeded = {name: commit for name, commit in session.execute(done)}

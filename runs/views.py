@@ -163,8 +163,9 @@ class EarlierTonight:
     """What a state dir's runs begun since a scheduled night's fire time did before this one: a night
     `serve` started again (restarted, or dead with it, within the misfire grace) goes on from there."""
 
-    succeeded: dict[str, str] = field(default_factory=dict)  # task name: its commit ("" when none was needed)
-    tokens: dict[str, int] = field(default_factory=dict)  # task name: tokens its iterations used
+    # By work key (a task's name, prompt and check: see runs.models.TaskRun.work_key).
+    succeeded: dict[str, str] = field(default_factory=dict)  # its commit ("" when none was needed)
+    tokens: dict[str, int] = field(default_factory=dict)  # tokens its iterations used
 
     @property
     def total_tokens(self) -> int:

@@ -1132,6 +1132,16 @@ class TestANightBegunAgain:
         assert runs_of(path)[3][1:3] == ("cancelled", f"night token budget of {spent} spent")
         assert len(server.requests) == asked
 
+    def test_a_task_whose_check_changed_since_is_other_work(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Restarting serve is how an edited config is taken up: a task whose check was made stricter was
+        taken for done by the earlier run's commit, which the new check never judged."""
+        path, fired, _ = self._first_night(tmp_path, repo, server)
+        path.write_text(path.read_text(encoding="utf-8").replace('check = "python check_greet.py"', 'check = "python check_greet.py && true"', 1), encoding="utf-8")
+        server.enqueue(*FIX, *FIX)
+        result = overnight_run(path, "--scheduled-for", fired.isoformat())
+        assert result.returncode == 0, result.stderr
+        assert [row[1:3] for row in runs_of(path)[2:]] == [("succeeded", ""), ("succeeded", "")]
+
     def test_runs_begun_before_the_fire_are_an_earlier_nights(self, tmp_path: Path, repo: Path, server: Any) -> None:
         path, _, _ = self._first_night(tmp_path, repo, server)
         server.enqueue(*FIX, *FIX)
