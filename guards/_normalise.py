@@ -25,8 +25,26 @@ def call_key(call: ToolCall) -> str:
     """Name plus noise-free arguments, in one stable form."""
     key = _recent_keys.get(call)
     if key is MISSING:
-        key = _recent_keys.put(call, f"{call.name} {_arguments_text(call.arguments)}")
+        key = _recent_keys.put(call, f"{call.name} {_arguments_text(_without_defaults(call.name, call.arguments))}")
     return key
+
+
+# Arguments a tool takes at these values when they are left out (orchestrator/tools.py): a model
+# that gives one and then leaves it out makes the same call twice (`read_file` with `start_line: 1`).
+_DEFAULTS: dict[str, dict[str, Any]] = {"read_file": {"start_line": 1}, "list_dir": {"path": "."}, "search": {"path": "."}}
+
+
+def _without_defaults(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    defaults = _DEFAULTS.get(name)
+    if defaults is None or not any(key in arguments for key in defaults):
+        return arguments
+    return {key: value for key, value in arguments.items() if not (key in defaults and _is_default(key, value, defaults[key]))}
+
+
+def _is_default(key: str, value: Any, default: Any) -> bool:
+    if type(value) is not type(default):  # True is no 1, "1" no line number
+        return False
+    return (_str_value(key, value) if type(value) is str else value) == default
 
 
 MISSING = object()

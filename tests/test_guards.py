@@ -251,6 +251,29 @@ class TestCallNoise:
         assert key(path="./a.py\n") == key(path="a.py")
         assert key(content="a\n  b\n") != key(content="a\n b\n")
 
+    def test_an_optional_argument_at_its_default_is_the_call_without_it(self):
+        """`read_file` with `start_line: 1` and without it, `list_dir` of "./" and of nothing: one call each.
+        A model alternating them made two calls to repeated_tool_call, which never stopped it."""
+        from guards._normalise import call_key
+
+        def key(name, **arguments):
+            return call_key(ToolCall(name=name, arguments=arguments))
+
+        assert key("read_file", path="a.py", start_line=1) == key("read_file", path="a.py")
+        assert key("read_file", path="a.py", start_line=2) != key("read_file", path="a.py")
+        assert key("read_file", path="a.py", start_line=True) != key("read_file", path="a.py")
+        assert key("list_dir", path="./") == key("list_dir") == key("list_dir", path=".")
+        assert key("search", pattern="x", path=".") == key("search", pattern="x")
+        assert key("run_command", command="ls", path=".") != key("run_command", command="ls")
+
+    def test_the_alternating_read_now_stops_as_a_repeat(self):
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, _ = started(guard)
+        with pytest.raises(QualityError):
+            for turn in range(4):
+                arguments = {"path": "a.py", "start_line": 1} if turn % 2 else {"path": "a.py"}
+                guard.after_tool_call(ctx, ToolCall(name="read_file", arguments=arguments), OK)
+
 
 class TestEmptyResponseGuard:
     def test_first_empty_nudges_second_stops(self):
