@@ -48,7 +48,8 @@ class BrokenCallGuard:
             self._count = 0
         if broken is None:
             return
-        self._count += 0 if usable else 1
+        if not usable:  # a usable call beside it: warned, not counted
+            self._count += 1
         message = f"broken call: {name_for_message(broken.name) or '(no tool name)'}{times(self._count)}"
         if self._count >= self.stop_at:
             evidence = f"{describe_call(broken)}: {broken.problem} ({visible(shortened(broken.detail, _DETAIL_LIMIT))})"

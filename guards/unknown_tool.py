@@ -44,7 +44,8 @@ class UnknownToolGuard:
             self._count = 0
         if bad is None:
             return
-        self._count += 0 if usable else 1
+        if not usable:  # a usable call beside it: warned, not counted
+            self._count += 1
         what = f"unknown tool: {name_for_message(bad.name)}" if bad.problem == UNKNOWN_TOOL else "empty tool name"
         message = f"{what}{times(self._count)}"
         if self._count >= self.stop_at:
