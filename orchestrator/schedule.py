@@ -179,19 +179,20 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     """
     # The state dir's lock held at the fire (an `overnight gc`, a night run by hand): tried again until
     # the misfire grace is spent, else the night is lost until tomorrow's fire.
-    give_up_at = time.monotonic() + _grace_of(config_path)
+    config = _readable_config(config_path)
+    give_up_at = time.monotonic() + _grace_of(config)
     while True:
-        done = _finished_tonight(config_path)
+        done = _finished_tonight(config)
         if done is not None:
             # A fire seen twice: the job store failed to store the next fire time after the night
             # began (serve retried, or was restarted), or a person ran the night by hand.
             _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
             return 0
         command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
-        if (fired := _fire_of_tonight(config_path)) is not None:
+        if (fired := _fire_of_tonight(config)) is not None:
             # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
             command += ["--scheduled-for", fired.isoformat()]
-        marker = _started_marker(config_path)
+        marker = _started_marker(config)
         _mark_started(marker, pid=0)
         child = _night.start(command)
         if child is None:
@@ -216,34 +217,41 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
         _logger().info("scheduled_night_waits_for_lock", config=config_path, retry_in_s=round(retry_in, 1))
         if _night.wait(retry_in):
             return None  # serve stopped while waiting: the night stays due
+        config = _readable_config(config_path)  # perhaps mended while the lock was waited for
 
 
 # How long `serve` waits before trying a night again whose state dir another process held.
 LOCKED_RETRY_S = 60.0
 
 
-def _grace_of(config_path: str) -> float:
+def _readable_config(config_path: str) -> Config | None:
+    """The night's config, or None when it cannot be read: the night itself will say what is wrong."""
     try:
-        return float(load_config(Path(config_path), require_tasks=False).schedule.misfire_grace_s)
-    except Exception:  # the night itself will say what is wrong with the config
-        return 0.0
-
-
-def _fire_of_tonight(config_path: str) -> datetime | None:
-    """The schedule's latest fire time within the misfire grace: the night being started is that fire's."""
-    try:
-        config = load_config(Path(config_path), require_tasks=False)
-        now = datetime.now(timezone.utc)
-        return _latest_fire_time(night_trigger(config, schedule_timezone(config)), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
-    except Exception:  # the night itself will say what is wrong with the config
+        return load_config(Path(config_path), require_tasks=False)
+    except Exception:
         return None
 
 
-def _finished_tonight(config_path: str) -> int | None:
+def _grace_of(config: Config | None) -> float:
+    return float(config.schedule.misfire_grace_s) if config is not None else 0.0
+
+
+def _fire_of_tonight(config: Config | None) -> datetime | None:
+    """The fire the night started now is for (see _fire_within_grace); None when the config cannot tell."""
+    if config is None:
+        return None
+    try:
+        return _fire_within_grace(config)
+    except Exception:  # a [schedule] edited since serve started: the night itself will say what is wrong
+        return None
+
+
+def _finished_tonight(config: Config | None) -> int | None:
     """The id of a run of this state dir that began at or after the schedule's latest fire time
     (within the misfire grace) and finished: that fire's night was done. None otherwise."""
+    if config is None:
+        return None
     try:
-        config = load_config(Path(config_path), require_tasks=False)
         latest = _latest_run_since_fire(config)
     except Exception:  # the night itself will say what is wrong with the config or the store
         return None
@@ -255,10 +263,7 @@ def _latest_run_since_fire(config: Config, now: datetime | None = None) -> tuple
     within the misfire grace, if this state dir's latest run began at or after it. None otherwise."""
     from orchestrator.build import open_store
 
-    zone = schedule_timezone(config)
-    # In UTC: on the night the clocks change, the zone's own times are an hour off the seconds that passed.
-    now = now or datetime.now(timezone.utc)
-    fired = _latest_fire_time(night_trigger(config, zone), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
+    fired = _fire_within_grace(config, now)
     if fired is None or not config.state_dir.is_dir():
         return None
     state_id = state_identity(config.state_dir, create=False)
@@ -275,6 +280,13 @@ def _latest_run_since_fire(config: Config, now: datetime | None = None) -> tuple
     if latest is None or began is None or latest.state_id != state_id or began < fired:
         return None
     return dataclasses.replace(latest, started_at=began), fired
+
+
+def _fire_within_grace(config: Config, now: datetime | None = None) -> datetime | None:
+    """The schedule's latest fire time within the misfire grace before `now`: the night started now is that fire's."""
+    # In UTC: on the night the clocks change, the zone's own times are an hour off the seconds that passed.
+    now = now or datetime.now(timezone.utc)
+    return _latest_fire_time(night_trigger(config, schedule_timezone(config)), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
 
 
 def _latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:
@@ -302,14 +314,12 @@ def _fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
 STARTED_MARKER_NAME = "serve-night-started"
 
 
-def _started_marker(config_path: str) -> Path | None:
+def _started_marker(config: Config | None) -> Path | None:
     """Where the marker goes; None without a state dir (serve has made it, for its lock: a night started
-    otherwise makes its own) or a config that cannot be read (the night itself will say what is wrong)."""
-    try:
-        state_dir = load_config(Path(config_path), require_tasks=False).state_dir
-    except Exception:
+    otherwise makes its own) or a config that cannot be read."""
+    if config is None or not config.state_dir.is_dir():
         return None
-    return state_dir / STARTED_MARKER_NAME if state_dir.is_dir() else None
+    return config.state_dir / STARTED_MARKER_NAME
 
 
 def _mark_started(marker: Path | None, *, pid: int) -> None:
@@ -341,8 +351,7 @@ def _started_before_its_run(config: Config, now: datetime | None) -> datetime | 
         started, pid = datetime.fromisoformat(record["at"]), int(record["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    now = now or datetime.now(timezone.utc)
-    fired = _latest_fire_time(night_trigger(config, schedule_timezone(config)), now - timedelta(seconds=config.schedule.misfire_grace_s), now)
+    fired = _fire_within_grace(config, now)
     if fired is None or started < fired or (pid and pid_alive(pid, started)):
         return None  # an earlier fire's, or its child still starts up (serve alone died): it will record its run
     return fired

@@ -600,6 +600,16 @@ def a_run_this_hour(path: Path, *, status: str, pid: int | None = None) -> int:
     return run
 
 
+def due_when_serve_restarts(path: Path) -> datetime:
+    """When a `serve` started now would run the night: the job's next run time once it is built."""
+    scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+    scheduler.start(paused=True)
+    try:
+        return scheduler.get_job(NIGHT_JOB_ID).next_run_time
+    finally:
+        scheduler.shutdown()
+
+
 def begun_at(path: Path, run_id: int, when: datetime) -> None:
     """Rewrite when the run began (the store writes its own clock's now)."""
     from sqlalchemy import update
@@ -657,12 +667,7 @@ class TestAFireSeenTwice:
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         store_job_due_at(path, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
         a_run_this_hour(path, status=status, pid=dead_pid())
-        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
-        scheduler.start(paused=True)
-        try:
-            due = scheduler.get_job(NIGHT_JOB_ID).next_run_time
-        finally:
-            scheduler.shutdown()
+        due = due_when_serve_restarts(path)
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         assert (due == this_hour) is due_now and (due > this_hour) is not due_now
 
@@ -686,12 +691,7 @@ class TestAFireSeenTwice:
         if child == "before the fire":
             record = json.loads(marker.read_text(encoding="utf-8"))
             marker.write_text(json.dumps({**record, "at": (this_hour - timedelta(minutes=5)).isoformat()}), encoding="utf-8")
-        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
-        scheduler.start(paused=True)
-        try:
-            due = scheduler.get_job(NIGHT_JOB_ID).next_run_time
-        finally:
-            scheduler.shutdown()
+        due = due_when_serve_restarts(path)
         assert (due == this_hour) is due_now and (due > this_hour) is not due_now
 
     @pytest.mark.parametrize(
@@ -988,12 +988,7 @@ class TestServe:
         assert json.loads((tmp_path / "state" / "serve-night-started").read_text(encoding="utf-8"))["pid"] == started["pid"]
         [(_, next_run)] = stored_jobs(load(path))
         assert next_run > due.timestamp()  # APScheduler had stored the next fire time
-        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
-        scheduler.start(paused=True)
-        try:
-            assert scheduler.get_job(NIGHT_JOB_ID).next_run_time.timestamp() <= time.time()  # the fire it died in: at once
-        finally:
-            scheduler.shutdown()
+        assert due_when_serve_restarts(path).timestamp() <= time.time()  # the fire it died in: at once
 
     def test_a_night_stopped_while_starting_up_stays_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """SIGTERM as the night has just been started, before it began a run: it did no work, so it stays due."""
