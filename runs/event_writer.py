@@ -22,8 +22,6 @@ import queue
 import threading
 from typing import Any, Callable
 
-from sqlalchemy import Engine
-
 from orchestrator.errors import StateError
 
 # One transaction never takes more rows than this, so a flush never waits long behind a huge batch.
@@ -37,14 +35,12 @@ _STOP = object()
 class EventWriter:
     def __init__(
         self,
-        engine: Engine,
-        write: Callable[[Any, list[dict[str, Any]], dict[int, Any]], None],
+        write: Callable[[list[dict[str, Any]], dict[int, Any]], None],
         describe: Callable[[BaseException], str],
         *,
         write_lock: Any = None,
     ) -> None:
-        # write(connection, rows, {iteration_id: beat_at}) inside one transaction.
-        self._engine = engine
+        # write(rows, {iteration_id: beat_at}): one transaction (runs/event_batches.py).
         self._write = write
         self._describe = describe
         # Held around each batch's transaction: the store's own writes take it too.
@@ -115,8 +111,8 @@ class EventWriter:
         # One beat per iteration: its latest.
         beats = {row["iteration_id"]: row["at"] for row, beat in items if beat}
         try:
-            with self._write_lock, self._engine.begin() as connection:
-                self._write(connection, rows, beats)
+            with self._write_lock:
+                self._write(rows, beats)
         except Exception as exc:  # whatever it is, the writer thread must live on, or every flush would wait forever
             with self._lock:
                 self._failure = self._failure or StateError(f"run store: recording events failed: {self._describe(exc)}")

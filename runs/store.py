@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, delete, event, func, insert, inspect, or_, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
@@ -33,6 +33,7 @@ from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
 from orchestrator.secrecy import shown_url
 from orchestrator.surrogates import mend
+from runs.event_batches import EventBatches
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
@@ -258,7 +259,8 @@ class RunStore:
         # instead and are woken the moment the write before theirs commits; another
         # process (rare: the state dir's lock keeps out a second night) still meets busy_timeout.
         self._one_writer: Any = threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
-        self._events = EventWriter(engine, _write_events, _one_line, write_lock=self._one_writer)
+        self._event_batches = EventBatches(engine)
+        self._events = EventWriter(self._event_batches.write, _one_line, write_lock=self._one_writer)
         # The last run this object began: the night of this process, whatever others share the store.
         self.begun_run_id: int | None = None
         # Leases go by one clock. Machines sharing a PostgreSQL store each keep their own, which
@@ -323,6 +325,7 @@ class RunStore:
 
     def close(self) -> None:
         self._events.close()
+        self._event_batches.close()
         self._engine.dispose()
 
     def flush(self) -> None:
@@ -756,17 +759,6 @@ class RunStore:
             raise StateError(f"run store: reading failed: {_one_line(exc)}") from exc
 
 
-_EVENTS = Event.__table__
-_ITERATIONS = Iteration.__table__
-_INSERT_EVENT = insert(_EVENTS)
-# Named binds, so one compiled statement serves every beat.
-_BEAT = (
-    update(_ITERATIONS)
-    .where(_ITERATIONS.c.id == bindparam("beat_id"))
-    .values(heartbeat_at=bindparam("beat_at"))
-)
-
-
 def _database_clock_offset(engine: Engine, url: str) -> timedelta:
     """The database's clock minus this host's, to within half a round trip."""
     try:
@@ -780,12 +772,6 @@ def _database_clock_offset(engine: Engine, url: str) -> timedelta:
     if database_now.tzinfo is None:
         database_now = database_now.replace(tzinfo=timezone.utc)
     return database_now - (before + (after - before) / 2)
-
-
-def _write_events(connection: Any, rows: list[dict[str, Any]], beats: dict[int, Any]) -> None:
-    connection.execute(_INSERT_EVENT, rows)
-    if beats:
-        connection.execute(_BEAT, [{"beat_id": iteration_id, "beat_at": at} for iteration_id, at in beats.items()])
 
 
 def _event(iteration_id: int, event_type: str, *, name: str = "", message: str = "", data: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -849,6 +849,36 @@ def test_the_morning_report_reads_an_older_versions_store_gone_read_only(tmp_pat
     assert report["run"]["status"] == "finished" and report["tasks"][0]["outcome"] == "succeeded"
 
 
+def test_events_on_a_disk_that_fills_fail_whole_and_the_store_writes_again_once_it_has_room(state_mount: Path) -> None:
+    """SQLite's event batches go through a connection of their own (runs/event_batches.py): a batch the full
+    disk refuses is one StateError line at the next flush, and once there is room again the next batch
+    is written (on a fresh connection: the refused one was given up)."""
+    store = RunStore.open(f"sqlite:///{state_mount / 'runs.db'}")
+    try:
+        run_id = store.begin_run(config_path="c.toml", pid=1, host="h")
+        task_id = store.begin_task(run_id, name="t", branch="b")
+        iteration_id = store.begin_iteration(task_id, number=1, checkpoint="c", pid=1)
+        store.record_tool_call(iteration_id, name="read_file", ok=True)
+        store.flush()
+        filler = state_mount / "filler"
+        with contextlib.suppress(OSError), filler.open("wb") as out:
+            while True:
+                out.write(b"\0" * (256 << 10))
+                out.flush()
+        for n in range(200):  # more than the last pages' room
+            store.record_tool_call(iteration_id, name="write_file", ok=True, message="x" * 2000, data={"n": n})
+        with pytest.raises(StateError, match=r"^run store: recording events failed: database or disk is full$"):
+            store.flush()
+        filler.unlink()
+        store.record_tool_call(iteration_id, name="list_dir", ok=True)
+        store.flush()
+        names = [name for (name,) in sqlite3.connect(state_mount / "runs.db").execute("SELECT name FROM events ORDER BY id")]
+        assert names[0] == "read_file" and names[-1] == "list_dir"
+        assert names.count("write_file") < 200  # a refused batch stored none of its rows
+    finally:
+        store.close()
+
+
 class TestWorktreeOnAFailingDisk:
     """A worktree made on a state dir gone read-only (or full): the state dir's fault, StateError (exit 4,
     one line). Its checkout was a GitCommandError traceback (exit 1), and its registration a

@@ -210,18 +210,16 @@ class TestEventsInTheBackground:
 
     def test_a_failing_batch_is_reported_once_and_the_writer_lives_on(self, tmp_path: Path) -> None:
         """Whatever a batch raises reaches the next flush as StateError; later rows are still written."""
-        from sqlalchemy import create_engine
-
         from runs.event_writer import EventWriter
 
         written: list[int] = []
 
-        def write(connection, rows, beats) -> None:
+        def write(rows, beats) -> None:
             if any(row["n"] < 0 for row in rows):
                 raise TypeError("cannot store this row")
             written.extend(row["n"] for row in rows)
 
-        writer = EventWriter(create_engine(f"sqlite:///{tmp_path / 'w.db'}"), write, str)
+        writer = EventWriter(write, str)
         writer.put({"n": -1, "iteration_id": 1, "at": None})
         with pytest.raises(StateError, match="cannot store this row"):
             writer.flush()
@@ -258,6 +256,76 @@ class TestEventsInTheBackground:
 
         assert errors == []
         assert [it.tool_calls for it in store.run(run_id).tasks[0].iterations] == [50, 50, 50, 50]
+
+
+class TestEventBatches:
+    """SQLite's batches skip SQLAlchemy's per-statement work (runs/event_batches.py): what they store must
+    be what SQLAlchemy stores, and a failed batch must leave nothing behind."""
+
+    def test_rows_and_heartbeats_are_stored_as_sqlalchemy_stores_them(self, store: RunStore, db_path: Path) -> None:
+        from datetime import datetime, timedelta
+
+        from sqlalchemy import insert, update
+
+        from runs.event_batches import EventBatches
+        from runs.models import Event, Iteration
+
+        _, task_id, first = _iteration(store)
+        second = store.begin_iteration(task_id, number=2, checkpoint="abc123", pid=101)
+        at = datetime(2026, 12, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=-5)))
+        rows = [
+            {"at": at, "type": "tool_call", "name": "write_file", "level": "", "message": "wrote ü\x00 \U0001f600 'quoted'",
+             "prompt_tokens": 0, "completion_tokens": 0, "latency_ms": 7, "ok": True, "data": {"path": "a b.txt", "n": [1, 2.5, None]}},
+            {"at": at, "type": "model_call", "name": "stop", "level": "", "message": "", "prompt_tokens": 120,
+             "completion_tokens": 30, "latency_ms": 51, "ok": None, "data": {}},
+            {"at": at, "type": "signal", "name": "repeated_tool_call", "level": "warning", "message": "again",
+             "prompt_tokens": 0, "completion_tokens": 0, "latency_ms": 0, "ok": False, "data": {"count": 3}},
+        ]
+        store.flush()
+        engine = store._engine
+        with engine.begin() as connection:  # SQLAlchemy's own way, for the first iteration
+            connection.execute(insert(Event.__table__), [{**row, "iteration_id": first} for row in rows])
+            connection.execute(update(Iteration.__table__).where(Iteration.__table__.c.id == first).values(heartbeat_at=at))
+        batches = EventBatches(engine)
+        try:
+            batches.write([{**row, "iteration_id": second} for row in rows], {second: at})
+        finally:
+            batches.close()
+
+        with sqlite3.connect(db_path) as raw:
+            def stored(iteration_id: int) -> list[tuple]:
+                return raw.execute("SELECT * FROM events WHERE iteration_id = ? ORDER BY id", (iteration_id,)).fetchall()
+
+            def beat(iteration_id: int) -> tuple:
+                return raw.execute("SELECT heartbeat_at, typeof(heartbeat_at) FROM iterations WHERE id = ?", (iteration_id,)).fetchone()
+
+            ours, theirs = stored(second), stored(first)
+            typed = "SELECT " + ", ".join(f"typeof({c})" for c in ("at", "name", "ok", "data", "latency_ms")) + " FROM events WHERE iteration_id = ? ORDER BY id"
+            assert raw.execute(typed, (second,)).fetchall() == raw.execute(typed, (first,)).fetchall()
+        assert len(ours) == 3
+        assert [row[2:] for row in ours] == [row[2:] for row in theirs]  # all but the id and the iteration
+        assert beat(second) == beat(first)
+        view = store.run(store.begun_run_id).tasks[0].iterations[1]  # and read back as the store reads its own
+        assert (view.model_calls, view.tool_calls) == (1, 1)
+        assert view.signals == (Signal(Level.WARNING, "repeated_tool_call", "again"),)
+        assert view.heartbeat_at == at
+
+    def test_a_failed_batch_leaves_nothing_and_the_next_is_written(self, store: RunStore, db_path: Path) -> None:
+        from runs.event_batches import EventBatches
+        from runs.store import _event
+
+        _, _, iteration_id = _iteration(store)
+        store.flush()
+        batches = EventBatches(store._engine)
+        try:
+            good, orphan = _event(iteration_id, "tool_call", name="read_file"), _event(iteration_id + 999, "tool_call", name="x")
+            with pytest.raises(sqlite3.IntegrityError):  # foreign_keys=ON: no such iteration
+                batches.write([good, orphan], {iteration_id: good["at"]})
+            batches.write([_event(iteration_id, "tool_call", name="list_dir")], {})
+        finally:
+            batches.close()
+        with sqlite3.connect(db_path) as raw:
+            assert raw.execute("SELECT name FROM events").fetchall() == [("list_dir",)]
 
 
 class TestQueries:
