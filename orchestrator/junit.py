@@ -99,7 +99,8 @@ def _testcase(task: TaskView) -> ET.Element:
     # A parked task's own reason is `parked`: its type is what kept stopping it (its last iterations'
     # reason; not the newest distinct code, which an iteration in between may have brought), as for a failed one.
     stopped_by = next((iteration.reason for iteration in reversed(task.iterations) if iteration.reason), "")
-    last = (stopped_by if task.outcome == "parked" else task.reason) or stopped_by or task.outcome
+    # One with no iterations of its own (`parked_earlier_tonight`): its reason says it all.
+    last = (stopped_by if task.outcome == "parked" else task.reason) or task.reason or stopped_by or task.outcome
     verdict = _verdict(task)
     if verdict == "failure":
         _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))

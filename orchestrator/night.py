@@ -210,6 +210,10 @@ class _Night:
 DONE_ELSEWHERE = "done_elsewhere"
 # A task skipped because an earlier run of the same scheduled night finished it (serve restarted).
 DONE_EARLIER_TONIGHT = "done_earlier_tonight"
+# A task not worked again because an earlier run of the same scheduled night spent its iterations
+# on it (outcome failed), or parked it (outcome parked): a night begun again is not a second night.
+FAILED_EARLIER_TONIGHT = "failed_earlier_tonight"
+PARKED_EARLIER_TONIGHT = "parked_earlier_tonight"
 # A task skipped because its branch is checked out in another worktree (the user's, for review).
 BRANCH_CHECKED_OUT = "branch_checked_out"
 
@@ -300,6 +304,12 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         log.info("task_skipped_done_earlier_tonight", commit=commit[:12])
         outcome, reason = TaskOutcome.SKIPPED, DONE_EARLIER_TONIGHT
         store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
+    elif ended_earlier := _ended_earlier_tonight(night, work_key):
+        # Recorded as it ended there: the morning's report, the JUnit and the exit code tell the night as it was.
+        outcome, reason, earlier_reason = ended_earlier
+        skipped = "task_skipped_parked_earlier_tonight" if reason == PARKED_EARLIER_TONIGHT else "task_skipped_failed_earlier_tonight"
+        log.info(skipped, reason=earlier_reason, iterations=night.earlier.iterations.get(work_key, 0))
+        commit = finish(outcome, reason)
     elif refused := night.why_not_start_iteration():
         outcome, reason = TaskOutcome.CANCELLED, refused
         commit = finish(outcome, reason)
@@ -322,7 +332,8 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
                         if workspace is not None:
                             log.info("task_started", branch=workspace.branch)
                             setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                            outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked)
+                            earlier = night.earlier.iterations.get(work_key, 0), night.earlier.last_number.get(work_key, 0)
+                            outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked, earlier=earlier)
                 # Recorded before the lease is let go: a worker that takes it next sees the task done.
                 commit = finish(outcome, reason)
         except LeaseHeld as held:
@@ -333,25 +344,41 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
 
 
+def _ended_earlier_tonight(night: _Night, work_key: str) -> tuple[TaskOutcome, str, str] | None:
+    """(outcome, reason, the earlier reason) to record for a task that this scheduled night's earlier runs
+    parked or left no iterations to, or None: a task they paused, cancelled or saw interrupted is worked
+    again with the iterations it has left."""
+    outcome, reason = night.earlier.ended.get(work_key, ("", ""))
+    if outcome == TaskOutcome.PARKED.value:
+        return TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, reason
+    if night.earlier.iterations.get(work_key, 0) >= night.parts.config.night.max_iterations:
+        return TaskOutcome.FAILED, FAILED_EARLIER_TONIGHT, reason
+    return None
+
+
 def _iterate(
-    night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime
+    night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime, earlier: tuple[int, int] = (0, 0)
 ) -> tuple[TaskOutcome, str, list[IterationReport], int]:
     """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began.
 
     The first iteration is timed from `first_asked`, when its first request left (ahead, during
     the task's set-up): timed from its start, its first model call went uncounted, and a later
-    iteration began that could not finish by the deadline.
+    iteration began that could not finish by the deadline. `earlier`: of this scheduled night's earlier
+    runs (a night begun again), the iterations on the task that count against `max_iterations`, and
+    the highest number they began, which this run's numbers go on from (notes.md's "iteration N"
+    entries and the commits' subjects do not repeat one).
     """
+    counted, last_number = earlier
     parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []
     outcome, reason, begun = TaskOutcome.FAILED, "", 0
     try:
-        for number in range(1, config.night.max_iterations + 1):
+        for number in range(last_number + 1, last_number + 1 + config.night.max_iterations - counted):
             if refused := night.why_not_start_iteration() or _spent(setup.budgets):
                 outcome, reason = TaskOutcome.CANCELLED, refused
                 break
-            begun = number
-            started = first_asked if number == 1 else parts.now()
+            begun += 1
+            started = first_asked if begun == 1 else parts.now()
             report = run_iteration(setup, number)
             night.iteration_took(seconds_between(started, parts.now()))
             reports.append(report)

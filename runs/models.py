@@ -121,7 +121,7 @@ class Iteration(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_run_id: Mapped[int] = mapped_column(ForeignKey("task_runs.id"), index=True)
-    # 1-based within the task for this run.
+    # 1-based within the task for this run; a scheduled night begun again numbers on from its fire's earlier runs.
     number: Mapped[int] = mapped_column(Integer)
     # An IterationOutcome value; indexed because recovery looks for 'running'.
     outcome: Mapped[str] = mapped_column(Str, default="running", index=True)

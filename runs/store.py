@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
+from sqlalchemy import Connection, Engine, case, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
@@ -563,20 +563,30 @@ class RunStore:
     def earlier_tonight(self, state_id: str, since: datetime, run_id: int) -> EarlierTonight:
         """What this state dir's runs other than `run_id` begun at or after `since` (this host's clock:
         a scheduled night's fire time) did, by work key (see TaskRun.work_key): the work they finished
-        with success, the tokens each work's iterations used."""
+        with success, the tokens each work's iterations used, how many of them count against
+        `[night] max_iterations` and the highest number among them, and how the latest task run that
+        worked it ended."""
         began = select(Run.id).where(Run.state_id == state_id, Run.id != run_id, Run.started_at >= since + self._clock_offset)
         keyed = (TaskRun.run_id.in_(began), TaskRun.work_key.is_not(None))
         done = select(TaskRun.work_key, TaskRun.commit).where(*keyed, TaskRun.outcome == "succeeded").order_by(TaskRun.id)
+        # Not the model's doing, so not counted: a killed process's, one stopped on purpose, one the
+        # model never answered (still `running`: its dead process's, not yet recovered).
+        uncounted = or_(Iteration.outcome.in_(("interrupted", "cancelled", "running")), Iteration.reason == "model_unreachable")
         used = (
-            select(TaskRun.work_key, func.sum(Iteration.tokens))
+            select(TaskRun.work_key, func.sum(Iteration.tokens), func.sum(case((uncounted, 0), else_=1)), func.max(Iteration.number))
             .join(Iteration, Iteration.task_run_id == TaskRun.id)
             .where(*keyed)
             .group_by(TaskRun.work_key)
         )
+        worked = select(Iteration.id).where(Iteration.task_run_id == TaskRun.id).exists()
+        last = select(TaskRun.work_key, TaskRun.outcome, TaskRun.reason).where(*keyed, worked).order_by(TaskRun.id)
         with self._reading() as session:
             succeeded = {name: commit for name, commit in session.execute(done)}
-            tokens = {name: int(total or 0) for name, total in session.execute(used)}
-        return EarlierTonight(succeeded=succeeded, tokens=tokens)
+            tokens, iterations, last_number = {}, {}, {}
+            for name, total, counted, highest in session.execute(used):
+                tokens[name], iterations[name], last_number[name] = int(total or 0), int(counted or 0), int(highest or 0)
+            ended = {name: (outcome, reason) for name, outcome, reason in session.execute(last)}
+        return EarlierTonight(succeeded=succeeded, tokens=tokens, iterations=iterations, last_number=last_number, ended=ended)
 
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:

@@ -1080,6 +1080,31 @@ def runs_of(path: Path) -> list[tuple[str, str, str, str]]:
         return connection.execute("SELECT name, outcome, reason, \"commit\" FROM task_runs ORDER BY id").fetchall()
 
 
+# A task's answer that changes nothing: its check fails (reason check_failed).
+NOTHING = call("submit", {"summary": "nothing"})
+
+
+def iterations_of(path: Path, task_run_id: int) -> list[tuple[int, str]]:
+    """(number, outcome) of a task run's iterations."""
+    with sqlite3.connect(path.parent / "state" / "runs.db") as connection:
+        return connection.execute("SELECT number, outcome FROM iterations WHERE task_run_id = ? ORDER BY id", (task_run_id,)).fetchall()
+
+
+def json_events(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+
+
+def report_json_of(path: Path) -> dict[str, Any]:
+    """`overnight report --json` of the latest run (the text report is made too: it must not fail)."""
+    for extra in ((), ("--json",)):
+        shown = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(path), *extra],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
 def overnight_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(path), "--log-format", "json", *args],
@@ -1092,14 +1117,16 @@ class TestANightBegunAgain:
     grace) goes on from what that fire's earlier runs did: it neither works a finished task twice
     (a second commit on its branch) nor spends the night's token budget afresh."""
 
-    def _first_night(self, tmp_path: Path, repo: Path, server: Any, **night: Any) -> tuple[Path, datetime, str]:
-        """fix-greet committed, `second` failed; the fire time before it and fix-greet's commit."""
+    def _first_night(self, tmp_path: Path, repo: Path, server: Any, *, left: int = 1, **night: Any) -> tuple[Path, datetime, str]:
+        """fix-greet committed, `second` failed in its one iteration; the fire time before it and fix-greet's
+        commit. The config then allows `left` iterations more (serve restarted with it edited)."""
         path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS, night={"max_iterations": 1, **night})
         fired = datetime.now(timezone.utc) - timedelta(seconds=5)
-        server.enqueue(*FIX, call("submit", {"summary": "nothing"}))
+        server.enqueue(*FIX, NOTHING)
         assert overnight_run(path).returncode == 1
         [(_, done, _, commit), (_, failed, _, _)] = runs_of(path)
         assert (done, failed) == ("succeeded", "failed")
+        path.write_text(path.read_text(encoding="utf-8").replace("max_iterations = 1\n", f"max_iterations = {1 + left}\n"), encoding="utf-8")
         return path, fired, commit
 
     def test_a_task_the_fires_earlier_run_finished_is_not_worked_again(self, tmp_path: Path, repo: Path, server: Any) -> None:
@@ -1112,6 +1139,7 @@ class TestANightBegunAgain:
         assert skipped == ("fix-greet", "skipped", "done_earlier_tonight", commit)  # the morning's report shows the work
         assert worked[:3] == ("second", "succeeded", "")
         assert git_log(repo, "overnight/fix-greet").count("overnight: fix-greet iteration") == 1
+        assert git_log(repo, "overnight/second").startswith("overnight: second iteration 2\n")  # numbered on from the earlier run's
         assert len(server.requests) - asked == len(FIX)  # the second task's, no more
         events = [json.loads(line)["event"] for line in result.stderr.splitlines() if line.startswith("{")]
         assert "night_resumed" in events and "task_skipped_done_earlier_tonight" in events
@@ -1143,6 +1171,101 @@ class TestANightBegunAgain:
         result = overnight_run(path, "--scheduled-for", datetime.now(timezone.utc).isoformat())
         assert result.returncode == 0, result.stderr
         assert [row[1] for row in runs_of(path)[2:]] == ["succeeded", "succeeded"]
+
+    # --- a task the fire's earlier runs failed, parked, paused or saw interrupted ---------------------
+
+    def test_a_task_that_failed_with_all_its_iterations_is_not_worked_again(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """A night begun again is not a second night: the task that spent its iterations is recorded as it ended."""
+        path, fired, _ = self._first_night(tmp_path, repo, server, left=0)
+        asked = len(server.requests)
+        server.enqueue(*FIX)  # what the task would take, were it worked again
+        junit = tmp_path / "junit.xml"
+        result = overnight_run(path, "--scheduled-for", fired.isoformat(), "--junit", str(junit))
+        assert result.returncode == 1, result.stderr  # as the night with that failed task
+        assert [row[:3] for row in runs_of(path)[2:]] == [("fix-greet", "skipped", "done_earlier_tonight"), ("second", "failed", "failed_earlier_tonight")]
+        assert len(server.requests) == asked
+        [skipped] = [event for event in json_events(result) if event["event"] == "task_skipped_failed_earlier_tonight"]
+        assert (skipped["task"], skipped["reason"], skipped["iterations"]) == ("second", "check_failed", 1)
+        assert '<failure message="failed_earlier_tonight" type="failed_earlier_tonight">' in junit.read_text(encoding="utf-8")
+        [_, second] = report_json_of(path)["tasks"]
+        assert (second["outcome"], second["reason"], second["iterations"]) == ("failed", "failed_earlier_tonight", [])
+
+    def test_a_task_that_failed_with_iterations_left_gets_only_those(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        path, fired, _ = self._first_night(tmp_path, repo, server, left=1)  # max_iterations 2 now, 1 spent
+        asked = len(server.requests)
+        server.enqueue(NOTHING, NOTHING)
+        result = overnight_run(path, "--scheduled-for", fired.isoformat())
+        assert result.returncode == 1, result.stderr
+        assert len(server.requests) - asked == 1
+        assert runs_of(path)[3][:3] == ("second", "failed", "check_failed")
+        assert iterations_of(path, 4) == [(2, "rolled_back")]  # numbered on: notes.md has no second "iteration 1"
+
+    def test_a_task_parked_earlier_tonight_stays_parked(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        path = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS[1:], night={"max_iterations": 3}, guards={"park_after": 2}
+        )
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(NOTHING, NOTHING)
+        assert overnight_run(path).returncode == 1
+        assert runs_of(path)[0][1:3] == ("parked", "parked")  # one of its three iterations left: more of the same
+        asked = len(server.requests)
+        server.enqueue(*FIX)
+        junit = tmp_path / "junit.xml"
+        result = overnight_run(path, "--scheduled-for", fired.isoformat(), "--junit", str(junit))
+        assert result.returncode == 1, result.stderr
+        assert runs_of(path)[1][:3] == ("second", "parked", "parked_earlier_tonight")
+        assert len(server.requests) == asked
+        assert "task_skipped_parked_earlier_tonight" in [event["event"] for event in json_events(result)]
+        assert '<failure message="parked_earlier_tonight" type="parked_earlier_tonight">' in junit.read_text(encoding="utf-8")
+        [second] = report_json_of(path)["tasks"]
+        assert (second["outcome"], second["reason"]) == ("parked", "parked_earlier_tonight")
+
+    def test_an_interrupted_iteration_is_not_counted(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Killed mid-iteration (serve and its night died together): the night begun again has that iteration back."""
+        path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS[1:], night={"max_iterations": 2})
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(NOTHING, NOTHING)
+        assert overnight_run(path).returncode == 1
+        with sqlite3.connect(path.parent / "state" / "runs.db") as connection:  # as recovery leaves a dead night's
+            connection.execute("UPDATE iterations SET outcome = 'interrupted', reason = 'interrupted' WHERE number = 2")
+            connection.execute("UPDATE task_runs SET outcome = 'failed', reason = 'interrupted'")
+            connection.execute("UPDATE runs SET status = 'crashed', exit_code = NULL")
+        asked = len(server.requests)
+        server.enqueue(NOTHING, NOTHING)
+        assert overnight_run(path, "--scheduled-for", fired.isoformat()).returncode == 1
+        assert len(server.requests) - asked == 1  # the interrupted one's, not two more
+        assert iterations_of(path, 2) == [(3, "rolled_back")]
+
+    def test_a_task_paused_earlier_tonight_is_worked_again(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The model unreachable is not the task's doing: the iteration it cut short is not counted."""
+        path = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS[1:], night={"max_iterations": 1}, model={"retries": 0}
+        )
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(Reply(status=503))
+        assert overnight_run(path).returncode == 3
+        assert (len(server.requests), server.exhausted) == (1, 0)  # its one answer taken, no other asked for
+        assert runs_of(path)[0][1:3] == ("paused", "model_unreachable")
+        server.enqueue(*FIX)
+        result = overnight_run(path, "--scheduled-for", fired.isoformat())
+        assert result.returncode == 0, result.stderr
+        assert runs_of(path)[1][1:3] == ("succeeded", "")
+        assert iterations_of(path, 2) == [(2, "committed")]
+
+    def test_a_task_whose_prompt_changed_is_worked_anew(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Both failed with their one iteration; `second`'s prompt edited since is other work, with its iterations."""
+        path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS, night={"max_iterations": 1})
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(NOTHING, NOTHING)
+        assert overnight_run(path).returncode == 1
+        path.write_text(path.read_text(encoding="utf-8").replace("'hello' too.", "'hello' too, please."), encoding="utf-8")
+        asked = len(server.requests)
+        server.enqueue(*FIX)
+        result = overnight_run(path, "--scheduled-for", fired.isoformat())
+        assert result.returncode == 1, result.stderr
+        assert [row[:3] for row in runs_of(path)[2:]] == [("fix-greet", "failed", "failed_earlier_tonight"), ("second", "succeeded", "")]
+        assert len(server.requests) - asked == len(FIX)  # second's, anew
+        assert iterations_of(path, 4) == [(1, "committed")]
 
     @pytest.mark.parametrize("value", ["yesterday", "2026-12-02T01:30:00"])
     def test_a_fire_time_that_is_not_one_is_refused_in_one_line(self, tmp_path: Path, repo: Path, server: Any, value: str) -> None:
