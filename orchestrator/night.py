@@ -332,8 +332,7 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
                         if workspace is not None:
                             log.info("task_started", branch=workspace.branch)
                             setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                            earlier = night.earlier.iterations.get(work_key, 0), night.earlier.last_number.get(work_key, 0)
-                            outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked, earlier=earlier)
+                            outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked, work_key=work_key)
                 # Recorded before the lease is let go: a worker that takes it next sees the task done.
                 commit = finish(outcome, reason)
         except LeaseHeld as held:
@@ -357,18 +356,19 @@ def _ended_earlier_tonight(night: _Night, work_key: str) -> tuple[TaskOutcome, s
 
 
 def _iterate(
-    night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime, earlier: tuple[int, int] = (0, 0)
+    night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime, work_key: str
 ) -> tuple[TaskOutcome, str, list[IterationReport], int]:
     """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began.
 
     The first iteration is timed from `first_asked`, when its first request left (ahead, during
     the task's set-up): timed from its start, its first model call went uncounted, and a later
-    iteration began that could not finish by the deadline. `earlier`: of this scheduled night's earlier
-    runs (a night begun again), the iterations on the task that count against `max_iterations`, and
-    the highest number they began, which this run's numbers go on from (notes.md's "iteration N"
-    entries and the commits' subjects do not repeat one).
+    iteration began that could not finish by the deadline. A scheduled night begun again goes on
+    from its fire's earlier runs (`night.earlier`, by `work_key`): the iterations they began on the
+    task count against `max_iterations` and toward `park_after`, and this run's numbers go on from
+    theirs (notes.md's "iteration N" entries and the commits' subjects do not repeat one).
     """
-    counted, last_number = earlier
+    counted, last_number = night.earlier.iterations.get(work_key, 0), night.earlier.last_number.get(work_key, 0)
+    endings = list(night.earlier.endings.get(work_key, ()))  # (outcome, reason) of each counted iteration
     parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []
     outcome, reason, begun = TaskOutcome.FAILED, "", 0
@@ -382,13 +382,14 @@ def _iterate(
             report = run_iteration(setup, number)
             night.iteration_took(seconds_between(started, parts.now()))
             reports.append(report)
+            endings.append((report.outcome.value, report.reason))
             if report.outcome is IterationOutcome.COMMITTED:
                 outcome, reason = TaskOutcome.SUCCEEDED, ""
                 break
             reason = report.reason
             # Also on the last iteration: "parked" tells the morning that more of the same would not
             # have helped, which "failed" does not (the repeated reason is in the iterations and the note).
-            if _should_park(reports, config.guards.park_after):
+            if _should_park(endings, config.guards.park_after):
                 outcome = TaskOutcome.PARKED
                 night.notes.append(
                     task=task.name,
@@ -473,13 +474,14 @@ def _spent(budgets: Sequence[TokenBudget]) -> str:
     return next((budget.why for budget in budgets if budget.exhausted), "")
 
 
-def _should_park(reports: Sequence[IterationReport], park_after: int) -> bool:
-    """The same severe reason on `park_after` consecutive iterations: more of the same will not help."""
-    recent = reports[-park_after:]
-    if len(recent) < park_after or len(reports) < 2:
+def _should_park(endings: Sequence[tuple[str, str]], park_after: int) -> bool:
+    """The same severe reason on `park_after` consecutive iterations (`endings`: (outcome, reason) of
+    each, oldest first): more of the same will not help."""
+    recent = endings[-park_after:]
+    if len(recent) < park_after or len(endings) < 2:
         return False
-    reasons = {r.reason for r in recent}
-    return len(reasons) == 1 and all(r.outcome is IterationOutcome.ROLLED_BACK for r in recent)
+    reasons = {reason for _, reason in recent}
+    return len(reasons) == 1 and all(outcome == IterationOutcome.ROLLED_BACK.value for outcome, _ in recent)
 
 
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:

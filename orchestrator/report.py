@@ -85,12 +85,21 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
     return "\n".join(visible(line) for line in lines).rstrip() + "\n"
 
 
+# A scheduled night `serve` began again records these tasks without working them (orchestrator/night.py).
+_WORKED_EARLIER_TONIGHT = ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight")
+
+
 def _task_lines(task: TaskView) -> list[str]:
     mark = _TASK_MARKS.get(task.outcome, "?")
     where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
     why = f" ({task.reason})" if task.reason and task.outcome != "succeeded" else ""
     badge = _badge(task.signals)
-    lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {len(task.iterations)} iteration(s){badge}"]
+    worked = f"{len(task.iterations)} iteration(s)"
+    if not task.iterations and task.reason in _WORKED_EARLIER_TONIGHT:
+        worked = "its iterations in an earlier run of this scheduled night"
+        if task.outcome != "skipped":
+            worked += " (notes.md says why they were rolled back)"
+    lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {worked}{badge}"]
     for it in task.iterations:
         reason = f" {it.reason}" if it.reason else ""
         if it.outcome == "committed" and not it.commit:

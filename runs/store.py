@@ -570,13 +570,22 @@ class RunStore:
         keyed = (TaskRun.run_id.in_(began), TaskRun.work_key.is_not(None))
         done = select(TaskRun.work_key, TaskRun.commit).where(*keyed, TaskRun.outcome == "succeeded").order_by(TaskRun.id)
         # Not the model's doing, so not counted: a killed process's, one stopped on purpose, one the
-        # model never answered (still `running`: its dead process's, not yet recovered).
-        uncounted = or_(Iteration.outcome.in_(("interrupted", "cancelled", "running")), Iteration.reason == "model_unreachable")
+        # model never answered (still `running`: its dead process's, not yet recovered), one ended by
+        # an error of overnight's or its environment's (a full disk, a failing store).
+        uncounted = or_(
+            Iteration.outcome.in_(("interrupted", "cancelled", "running")), Iteration.reason.in_(("model_unreachable", "iteration_error"))
+        )
         used = (
             select(TaskRun.work_key, func.sum(Iteration.tokens), func.sum(case((uncounted, 0), else_=1)), func.max(Iteration.number))
             .join(Iteration, Iteration.task_run_id == TaskRun.id)
             .where(*keyed)
             .group_by(TaskRun.work_key)
+        )
+        each_counted = (
+            select(TaskRun.work_key, Iteration.outcome, Iteration.reason)
+            .join(Iteration, Iteration.task_run_id == TaskRun.id)
+            .where(*keyed, ~uncounted)
+            .order_by(Iteration.id)
         )
         worked = select(Iteration.id).where(Iteration.task_run_id == TaskRun.id).exists()
         last = select(TaskRun.work_key, TaskRun.outcome, TaskRun.reason).where(*keyed, worked).order_by(TaskRun.id)
@@ -586,7 +595,17 @@ class RunStore:
             for name, total, counted, highest in session.execute(used):
                 tokens[name], iterations[name], last_number[name] = int(total or 0), int(counted or 0), int(highest or 0)
             ended = {name: (outcome, reason) for name, outcome, reason in session.execute(last)}
-        return EarlierTonight(succeeded=succeeded, tokens=tokens, iterations=iterations, last_number=last_number, ended=ended)
+            endings: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            for name, outcome, reason in session.execute(each_counted):
+                endings[name].append((outcome, reason or ""))
+        return EarlierTonight(
+            succeeded=succeeded,
+            tokens=tokens,
+            iterations=iterations,
+            last_number=last_number,
+            ended=ended,
+            endings={name: tuple(seen) for name, seen in endings.items()},
+        )
 
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:

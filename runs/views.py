@@ -172,6 +172,8 @@ class EarlierTonight:
     last_number: dict[str, int] = field(default_factory=dict)  # the highest iteration number it began, counted or not
     # (outcome, reason) of the latest of its task runs that began an iteration: how its work last ended.
     ended: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # (outcome, reason) of each of its counted iterations, in order: `park_after` counts on across runs.
+    endings: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     @property
     def total_tokens(self) -> int:

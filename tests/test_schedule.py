@@ -1094,15 +1094,20 @@ def json_events(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]
     return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
 
 
+def report_text_of(path: Path, *extra: str) -> str:
+    """`overnight report` of the latest run."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(path), *extra],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 def report_json_of(path: Path) -> dict[str, Any]:
     """`overnight report --json` of the latest run (the text report is made too: it must not fail)."""
-    for extra in ((), ("--json",)):
-        shown = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(path), *extra],
-            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        assert shown.returncode == 0, shown.stderr
-    return json.loads(shown.stdout)
+    report_text_of(path)
+    return json.loads(report_text_of(path, "--json"))
 
 
 def overnight_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -1189,6 +1194,8 @@ class TestANightBegunAgain:
         assert '<failure message="failed_earlier_tonight" type="failed_earlier_tonight">' in junit.read_text(encoding="utf-8")
         [_, second] = report_json_of(path)["tasks"]
         assert (second["outcome"], second["reason"], second["iterations"]) == ("failed", "failed_earlier_tonight", [])
+        # Not "0 iteration(s)" for a task that used them all (found by a review):
+        assert "second: failed (failed_earlier_tonight) · overnight/second · its iterations in an earlier run of this scheduled night" in report_text_of(path)
 
     def test_a_task_that_failed_with_iterations_left_gets_only_those(self, tmp_path: Path, repo: Path, server: Any) -> None:
         path, fired, _ = self._first_night(tmp_path, repo, server, left=1)  # max_iterations 2 now, 1 spent
@@ -1235,6 +1242,40 @@ class TestANightBegunAgain:
         assert overnight_run(path, "--scheduled-for", fired.isoformat()).returncode == 1
         assert len(server.requests) - asked == 1  # the interrupted one's, not two more
         assert iterations_of(path, 2) == [(3, "rolled_back")]
+
+    def test_an_iteration_overnight_itself_ended_is_not_counted(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """`iteration_error` is overnight's or its environment's failure (a full disk, a failing store), fixed
+        before serve was started again: the night begun again has that iteration back (found by a review)."""
+        path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS[1:], night={"max_iterations": 1})
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(NOTHING)
+        assert overnight_run(path).returncode == 1
+        with sqlite3.connect(path.parent / "state" / "runs.db") as connection:  # as an error in the iteration leaves it
+            connection.execute("UPDATE iterations SET reason = 'iteration_error'")
+            connection.execute("UPDATE task_runs SET reason = 'iteration_error'")
+        asked = len(server.requests)
+        server.enqueue(*FIX)
+        assert overnight_run(path, "--scheduled-for", fired.isoformat()).returncode == 0
+        assert len(server.requests) - asked == len(FIX)
+        assert iterations_of(path, 2) == [(2, "committed")]
+
+    def test_park_after_counts_on_across_the_runs_of_the_fire(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The same reason in the earlier run's last iteration and this run's first is two in a row: parked
+        after one more iteration, not after two more (found by a review)."""
+        path = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS[1:], night={"max_iterations": 1}, guards={"park_after": 2}
+        )
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(NOTHING)
+        assert overnight_run(path).returncode == 1
+        assert runs_of(path)[0][1:3] == ("failed", "check_failed")
+        path.write_text(path.read_text(encoding="utf-8").replace("max_iterations = 1\n", "max_iterations = 3\n"), encoding="utf-8")
+        asked = len(server.requests)
+        server.enqueue(NOTHING, NOTHING)
+        assert overnight_run(path, "--scheduled-for", fired.isoformat()).returncode == 1
+        assert len(server.requests) - asked == 1
+        assert runs_of(path)[1][1:3] == ("parked", "parked")
+        assert iterations_of(path, 2) == [(2, "rolled_back")]
 
     def test_a_task_paused_earlier_tonight_is_worked_again(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The model unreachable is not the task's doing: the iteration it cut short is not counted."""
