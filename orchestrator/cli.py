@@ -140,10 +140,6 @@ def run(
         _trim_transcripts(settings, parts.log)
         try:
             result = run_night(parts)
-            # Over, its exit code known: a second Ctrl-C in the teardown from here (the JUnit, the store,
-            # the lock) raised its KeyboardInterrupt wherever the main thread was, a finalizer included,
-            # which prints "Exception ignored ... Traceback" on stderr.
-            _ignore_stopping_signals()
         except KeyboardInterrupt:
             _stop_at_once(parts.log)
         finally:
