@@ -22,6 +22,7 @@ from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateE
 from orchestrator.lock import EXIT_LOCKED, LockHeld
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from orchestrator.cancel import CancelToken as Cancel
@@ -112,7 +113,7 @@ def run(
     # kill the process half way; the night then begins cancelled, records its tasks as such and
     # ends with the signal's exit code.
     cancel = CancelToken()
-    _cancel_on_signals(cancel)
+    night_over = _cancel_on_signals(cancel)
 
     import logging
 
@@ -143,6 +144,7 @@ def run(
         except KeyboardInterrupt:
             _stop_at_once(parts.log)
         finally:
+            night_over()
             _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log)
     raise typer.Exit(result.exit_code)
 
@@ -473,18 +475,29 @@ def _is_usage_error(exc: Exception) -> bool:
     return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
 
 
-def _cancel_on_signals(token: Cancel) -> None:
+def _cancel_on_signals(token: Cancel) -> Callable[[], None]:
     """SIGTERM, Ctrl-C or a closed terminal (SIGHUP) cancels the iterations in flight: rolled back, noted `cancelled`.
 
     A second Ctrl-C stops at once, for a person who will not wait for the rollback. A signal
     that comes while the deadline winds the night down is a first one: nothing is abandoned,
     and the night ends with the signal's exit code.
+
+    Returns `night_over`, to call once the night's ending is decided: from then on a signal changes
+    nothing. A second Ctrl-C's KeyboardInterrupt in the teardown (the JUnit file, the store, the lock)
+    would land wherever the main thread was, a finalizer such as GitPython's Repo.__del__ included,
+    which prints "Exception ignored ... Traceback". A flag, not SIG_IGN: an ignored signal stays
+    ignored in every process started after it.
     """
     import signal
+    import threading
 
     from orchestrator.cancel import SIGNAL_NAMES, stopping_signals
 
+    over = threading.Event()
+
     def cancel(signum: int, frame: object) -> None:
+        if over.is_set():
+            return
         if token.cancelled and token.why in SIGNAL_NAMES:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
@@ -493,6 +506,7 @@ def _cancel_on_signals(token: Cancel) -> None:
 
     for number in stopping_signals():
         signal.signal(number, cancel)
+    return over.set
 
 
 def _fail(message: str, code: int) -> None:

@@ -170,6 +170,33 @@ class TestCancellation:
         assert process.returncode == 130, stderr
         assert '"night_cancelled"' in stderr and "Traceback" not in stderr and "night_abandoned" not in stderr
 
+    def test_ctrl_c_pressed_all_through_the_teardown_changes_nothing(self, config_file, server, tmp_path):
+        """A person who keeps pressing Ctrl-C while the process leaves: from the JUnit file on (the night's
+        ending decided and published) to the process's end, each press lands in the teardown somewhere."""
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(Reply(text="thinking", delay_s=30))
+        junit, errors = tmp_path / "night.xml", tmp_path / "stderr.txt"
+        with errors.open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", "--junit", str(junit)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+            )
+        deadline = time.monotonic() + 60
+        while len(server.requests) < 1 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        while not junit.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.001)
+        presses = 0
+        while process.poll() is None and time.monotonic() < deadline:
+            process.send_signal(signal.SIGINT)
+            presses += 1
+            time.sleep(0.002)
+        assert process.wait(timeout=30) == 130, errors.read_text()
+        text = errors.read_text()
+        assert presses > 0 and '"night_cancelled"' in text
+        assert "Traceback" not in text and "night_abandoned" not in text and "KeyboardInterrupt" not in text
+
     def test_sigterm_to_the_whole_service_while_the_check_runs_is_cancelled_not_check_failed(self, config_file, server, capsys):
         """systemd's control-group kill signals the check too; dying of it first is no failed check, no blame."""
         tasks = [{"name": "fix-greet", "prompt": "p", "check": "echo $$ > check.pid; sleep 10; python check_greet.py"}]
@@ -272,18 +299,23 @@ class TestSignalsAfterTheDeadline:
     is still a first signal (no rollback abandoned) and names the exit code."""
 
     @pytest.fixture
-    def handlers(self):
+    def signals(self):
+        """The night's token, and the `night_over` its handlers were given with it."""
         from orchestrator.cancel import CancelToken
         from orchestrator.cli import _cancel_on_signals
 
         saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         token = CancelToken()
         try:
-            _cancel_on_signals(token)
-            yield token
+            night_over = _cancel_on_signals(token)
+            yield token, night_over
         finally:
             for number, handler in saved.items():
                 signal.signal(number, handler)
+
+    @pytest.fixture
+    def handlers(self, signals):
+        return signals[0]
 
     def test_sigterm_while_the_deadline_winds_down_makes_the_night_a_sigterm_one(self, handlers):
         handlers.cancel("deadline")
@@ -297,6 +329,15 @@ class TestSignalsAfterTheDeadline:
         handlers.cancel("deadline")
         signal.raise_signal(signal.SIGINT)
         assert handlers.why == "SIGINT"
+
+    def test_once_the_night_is_over_a_second_ctrl_c_raises_nothing(self, signals):
+        """Its KeyboardInterrupt would land wherever the teardown was, a finalizer included."""
+        token, night_over = signals
+        signal.raise_signal(signal.SIGINT)
+        night_over()
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)
+        assert token.why == "SIGINT"
 
 
 class TestLogReaderGone:
