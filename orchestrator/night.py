@@ -304,11 +304,10 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
         log.info("task_skipped_done_earlier_tonight", commit=commit[:12])
         outcome, reason = TaskOutcome.SKIPPED, DONE_EARLIER_TONIGHT
         store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
-    elif ended_earlier := _ended_earlier_tonight(night, work_key):
+    elif ended := _ended_earlier_tonight(night, work_key):
         # Recorded as it ended there: the morning's report, the JUnit and the exit code tell the night as it was.
-        outcome, reason, earlier_reason = ended_earlier
-        skipped = "task_skipped_parked_earlier_tonight" if reason == PARKED_EARLIER_TONIGHT else "task_skipped_failed_earlier_tonight"
-        log.info(skipped, reason=earlier_reason, iterations=night.earlier.iterations.get(work_key, 0))
+        log.info(ended.event, reason=ended.earlier_reason, iterations=night.earlier.counted(work_key))
+        outcome, reason = ended.outcome, ended.reason
         commit = finish(outcome, reason)
     elif refused := night.why_not_start_iteration():
         outcome, reason = TaskOutcome.CANCELLED, refused
@@ -343,15 +342,24 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
 
 
-def _ended_earlier_tonight(night: _Night, work_key: str) -> tuple[TaskOutcome, str, str] | None:
-    """(outcome, reason, the earlier reason) to record for a task that this scheduled night's earlier runs
-    parked or left no iterations to, or None: a task they paused, cancelled or saw interrupted is worked
-    again with the iterations it has left."""
+@dataclass(frozen=True)
+class _EndedEarlier:
+    """How this scheduled night's earlier runs left a task it will not work again."""
+
+    outcome: TaskOutcome
+    reason: str  # recorded for this run's task
+    event: str  # the log event that says so
+    earlier_reason: str  # why its work ended there
+
+
+def _ended_earlier_tonight(night: _Night, work_key: str) -> _EndedEarlier | None:
+    """A task this scheduled night's earlier runs parked or left no iterations to, or None: a task
+    they paused, cancelled or saw interrupted is worked again with the iterations it has left."""
     outcome, reason = night.earlier.ended.get(work_key, ("", ""))
     if outcome == TaskOutcome.PARKED.value:
-        return TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, reason
-    if night.earlier.iterations.get(work_key, 0) >= night.parts.config.night.max_iterations:
-        return TaskOutcome.FAILED, FAILED_EARLIER_TONIGHT, reason
+        return _EndedEarlier(TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, "task_skipped_parked_earlier_tonight", reason)
+    if night.earlier.counted(work_key) >= night.parts.config.night.max_iterations:
+        return _EndedEarlier(TaskOutcome.FAILED, FAILED_EARLIER_TONIGHT, "task_skipped_failed_earlier_tonight", reason)
     return None
 
 
@@ -367,7 +375,7 @@ def _iterate(
     task count against `max_iterations` and toward `park_after`, and this run's numbers go on from
     theirs (notes.md's "iteration N" entries and the commits' subjects do not repeat one).
     """
-    counted, last_number = night.earlier.iterations.get(work_key, 0), night.earlier.last_number.get(work_key, 0)
+    counted, last_number = night.earlier.counted(work_key), night.earlier.last_number.get(work_key, 0)
     endings = list(night.earlier.endings.get(work_key, ()))  # (outcome, reason) of each counted iteration
     parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []

@@ -43,12 +43,14 @@ class EventBatches:
             beat_compiled = _BEAT.compile(dialect=dialect)
             # SQLite's paramstyle is positional (qmark): the compiled statements say the order.
             self._insert_sql, self._insert_order = str(insert_compiled), list(insert_compiled.positiontup or ())
-            self._beat_sql, self._beat_order = str(beat_compiled), list(beat_compiled.positiontup or ())
+            self._beat_sql = str(beat_compiled)
+            # SET's bind, then WHERE's: each beat's tuple is built in that order, without a dict per beat.
+            if list(beat_compiled.positiontup or ()) != ["beat_at", "beat_id"]:
+                raise RuntimeError(f"unexpected bind order in {self._beat_sql!r}: {beat_compiled.positiontup}")
             converters = {column.name: _converter(column.type, dialect) for column in _EVENTS.columns}
             self._insert_converters = [converters[name] for name in self._insert_order]
-            beat_at = _converter(_ITERATIONS.c.heartbeat_at.type, dialect)
-            id_of = _converter(_ITERATIONS.c.id.type, dialect)
-            self._beat_converters = [beat_at if name == "beat_at" else id_of for name in self._beat_order]
+            self._beat_at = _converter(_ITERATIONS.c.heartbeat_at.type, dialect) or _unchanged
+            self._iteration_id = _converter(_ITERATIONS.c.id.type, dialect) or _unchanged
 
     def write(self, rows: list[dict[str, Any]], beats: dict[int, Any]) -> None:
         if not self._direct:
@@ -65,8 +67,8 @@ class EventBatches:
             try:
                 cursor.executemany(self._insert_sql, [_values(row, self._insert_order, self._insert_converters) for row in rows])
                 if beats:
-                    named = [{"beat_id": iteration_id, "beat_at": at} for iteration_id, at in beats.items()]
-                    cursor.executemany(self._beat_sql, [_values(beat, self._beat_order, self._beat_converters) for beat in named])
+                    values = [(self._beat_at(at), self._iteration_id(iteration_id)) for iteration_id, at in beats.items()]
+                    cursor.executemany(self._beat_sql, values)
             finally:
                 cursor.close()
             connection.commit()
@@ -94,6 +96,10 @@ class EventBatches:
 
 def _converter(column_type: Any, dialect: Any) -> Callable[[Any], Any] | None:
     return column_type.dialect_impl(dialect).bind_processor(dialect)
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 def _values(row: dict[str, Any], order: list[str], converters: list[Callable[[Any], Any] | None]) -> tuple[Any, ...]:

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, case, create_engine, delete, event, func, insert, inspect, or_, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
@@ -563,9 +563,9 @@ class RunStore:
     def earlier_tonight(self, state_id: str, since: datetime, run_id: int) -> EarlierTonight:
         """What this state dir's runs other than `run_id` begun at or after `since` (this host's clock:
         a scheduled night's fire time) did, by work key (see TaskRun.work_key): the work they finished
-        with success, the tokens each work's iterations used, how many of them count against
-        `[night] max_iterations` and the highest number among them, and how the latest task run that
-        worked it ended."""
+        with success, the tokens each work's iterations used and the highest number among them, how
+        each of those that count against `[night] max_iterations` ended, and how the latest task run
+        that worked it ended."""
         began = select(Run.id).where(Run.state_id == state_id, Run.id != run_id, Run.started_at >= since + self._clock_offset)
         keyed = (TaskRun.run_id.in_(began), TaskRun.work_key.is_not(None))
         done = select(TaskRun.work_key, TaskRun.commit).where(*keyed, TaskRun.outcome == "succeeded").order_by(TaskRun.id)
@@ -576,7 +576,7 @@ class RunStore:
             Iteration.outcome.in_(("interrupted", "cancelled", "running")), Iteration.reason.in_(("model_unreachable", "iteration_error"))
         )
         used = (
-            select(TaskRun.work_key, func.sum(Iteration.tokens), func.sum(case((uncounted, 0), else_=1)), func.max(Iteration.number))
+            select(TaskRun.work_key, func.sum(Iteration.tokens), func.max(Iteration.number))
             .join(Iteration, Iteration.task_run_id == TaskRun.id)
             .where(*keyed)
             .group_by(TaskRun.work_key)
@@ -591,9 +591,9 @@ class RunStore:
         last = select(TaskRun.work_key, TaskRun.outcome, TaskRun.reason).where(*keyed, worked).order_by(TaskRun.id)
         with self._reading() as session:
             succeeded = {name: commit for name, commit in session.execute(done)}
-            tokens, iterations, last_number = {}, {}, {}
-            for name, total, counted, highest in session.execute(used):
-                tokens[name], iterations[name], last_number[name] = int(total or 0), int(counted or 0), int(highest or 0)
+            tokens, last_number = {}, {}
+            for name, total, highest in session.execute(used):
+                tokens[name], last_number[name] = int(total or 0), int(highest or 0)
             ended = {name: (outcome, reason) for name, outcome, reason in session.execute(last)}
             endings: dict[str, list[tuple[str, str]]] = defaultdict(list)
             for name, outcome, reason in session.execute(each_counted):
@@ -601,7 +601,6 @@ class RunStore:
         return EarlierTonight(
             succeeded=succeeded,
             tokens=tokens,
-            iterations=iterations,
             last_number=last_number,
             ended=ended,
             endings={name: tuple(seen) for name, seen in endings.items()},

@@ -166,14 +166,17 @@ class EarlierTonight:
     # By work key (a task's name, prompt and check: see runs.models.TaskRun.work_key).
     succeeded: dict[str, str] = field(default_factory=dict)  # its commit ("" when none was needed)
     tokens: dict[str, int] = field(default_factory=dict)  # tokens its iterations used
-    # Its iterations that count against `[night] max_iterations`: all it began but those `interrupted`
-    # (a killed process), `cancelled` (deadline, signal, lease) or cut short by an unreachable model.
-    iterations: dict[str, int] = field(default_factory=dict)
     last_number: dict[str, int] = field(default_factory=dict)  # the highest iteration number it began, counted or not
     # (outcome, reason) of the latest of its task runs that began an iteration: how its work last ended.
     ended: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # (outcome, reason) of each of its counted iterations, in order: `park_after` counts on across runs.
+    # (outcome, reason) of each of its iterations that count against `[night] max_iterations`, in order
+    # (`park_after` counts on across runs): all it began but those `interrupted` (a killed process),
+    # `cancelled` (deadline, signal, lease), cut short by an unreachable model or by overnight's own error.
     endings: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+    def counted(self, work_key: str) -> int:
+        """How many of the work's iterations count against `[night] max_iterations`."""
+        return len(self.endings.get(work_key, ()))
 
     @property
     def total_tokens(self) -> int:
