@@ -149,6 +149,14 @@ class _Night:
         """Whether other workers (state dirs) may share the run store and so the work."""
         return bool(self._repository_key)
 
+    def done_elsewhere(self, work_key: str) -> str | None:
+        """The host where another worker sharing the store finished the work tonight, if one did: since
+        this run began, or, for a scheduled night begun again, since its fire time (what another finished
+        between the fire's earlier run and this one is done too)."""
+        if not self.shares_store:
+            return None
+        return self.parts.store.succeeded_elsewhere(work_key, self.run_id, since=self.parts.scheduled_for)
+
     def position(self, task: TaskConfig) -> int | None:
         """The task's place in the config (the order reports list the night's tasks in)."""
         return next((at for at, named in enumerate(self.parts.config.task) if named.name == task.name), None)
@@ -315,7 +323,7 @@ def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
     else:
         try:
             with lease:
-                if night.shares_store and (done_by := store.succeeded_elsewhere(work_key, night.run_id)):
+                if done_by := night.done_elsewhere(work_key):
                     # Machines sharing a store share the work: what another finished tonight is not done twice.
                     log.info("task_skipped_done_elsewhere", host=done_by)
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
@@ -354,8 +362,13 @@ class _EndedEarlier:
 
 def _ended_earlier_tonight(night: _Night, work_key: str) -> _EndedEarlier | None:
     """A task this scheduled night's earlier runs parked or left no iterations to, or None: a task
-    they paused, cancelled or saw interrupted is worked again with the iterations it has left."""
+    they paused, cancelled or saw interrupted is worked again with the iterations it has left, and one
+    that another worker sharing the store has finished since goes on to be recorded `done_elsewhere`."""
     outcome, reason = night.earlier.ended.get(work_key, ("", ""))
+    if outcome != TaskOutcome.PARKED.value and night.earlier.counted(work_key) < night.parts.config.night.max_iterations:
+        return None
+    if night.done_elsewhere(work_key):
+        return None
     if outcome == TaskOutcome.PARKED.value:
         return _EndedEarlier(TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, "task_skipped_parked_earlier_tonight", reason)
     if night.earlier.counted(work_key) >= night.parts.config.night.max_iterations:

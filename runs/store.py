@@ -544,10 +544,14 @@ class RunStore:
         with self._statements("release_lease", after_events=False) as connection:
             connection.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
 
-    def succeeded_elsewhere(self, work_key: str, run_id: int) -> str | None:
+    def succeeded_elsewhere(self, work_key: str, run_id: int, *, since: datetime | None = None) -> str | None:
         """The host where another worker (a state dir sharing this store) finished the same work
-        (`work_key`: see TaskRun) with success since run `run_id` began, if one did."""
-        began = select(Run.started_at).where(Run.id == run_id).scalar_subquery()
+        (`work_key`: see TaskRun) with success since run `run_id` began, or since `since` (this host's
+        clock: a scheduled night's fire time) when given, if one did."""
+        if since is None:
+            began: Any = select(Run.started_at).where(Run.id == run_id).scalar_subquery()
+        else:
+            began = since + self._clock_offset
         query = (
             select(Run.host)
             .join(TaskRun, TaskRun.run_id == Run.id)

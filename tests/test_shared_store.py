@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -252,6 +253,34 @@ class TestSharedWork:
         [skipped] = ET.parse(tmp_path / "junit.xml").getroot().iter("skipped")
         assert skipped.get("message") == "done_elsewhere"
 
+
+    @pytest.mark.parametrize("left", [0, 1], ids=["no-iteration-left", "one-left"])
+    def test_a_task_another_worker_finished_since_the_fires_earlier_run_is_done_elsewhere(
+        self, tmp_path: Path, repo: Path, server: Any, left: int
+    ) -> None:
+        """serve begins a scheduled night again; between the fire's earlier run (which failed the task) and
+        this one, another machine sharing the store finished it. Recorded `done_elsewhere`, with no model
+        call: not worked again (an iteration left), not `failed_earlier_tonight` (none left)."""
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file, tasks=[{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"}], night={"max_iterations": 1})
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(call("submit", {"summary": "nothing"}))  # the check fails
+        [failed] = run_in_process(config).tasks
+        assert (failed.outcome.value, failed.reason) == ("failed", "check_failed")
+        config.write_text(config.read_text(encoding="utf-8").replace("max_iterations = 1\n", f"max_iterations = {1 + left}\n"), encoding="utf-8")
+        key = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            other = store.begin_run(config_path="elsewhere.toml", pid=1, host="machine-b", state_id="b" * 32)
+            store.finish_task(store.begin_task(other, name="fix-greet", branch="overnight/fix-greet", work_key=key), outcome="succeeded", commit="c" * 40)
+        finally:
+            store.close()
+        asked = len(server.requests)
+        result = run_in_process(config, scheduled_for=fired)
+        assert result.exit_code == 0
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason, task.iterations) == ("skipped", "done_elsewhere", ())
+        assert len(server.requests) == asked
 
     def test_a_task_of_the_same_name_in_another_repository_is_not_held_by_its_lease(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Two projects share a store, each with a task named `fix-greet`: while one project's night works
