@@ -485,15 +485,22 @@ def _serve_locked(config: Config, config_path: Path) -> int:
         scheduler.start()  # returns once a signal asked to stop
         _logger().info("scheduler_stopping", signal=scheduler.stop_requested)
         scheduler.shutdown(wait=True)  # the night in flight got the signal too: wait for its rollback
-    if deferred:
-        _keep_due(config, deferred[0])
-    _logger().info("scheduler_stopped")
+        # Still under serve's own handlers: a Ctrl-C held down reaches here too, and must not stop
+        # the night that serve's stop ended from being kept due.
+        if deferred:
+            _keep_due(config, deferred[0])
+        _logger().info("scheduler_stopped")
     return 0
 
 
 @contextlib.contextmanager
 def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
-    """SIGTERM, SIGINT and SIGHUP stop the scheduler's loop and reach the night in flight; the old handlers after."""
+    """SIGTERM, SIGINT and SIGHUP stop the scheduler's loop and reach the night in flight; after, they change nothing.
+
+    `serve` is then leaving with its code (0) decided. The default handlers put back would make a
+    late Ctrl-C a KeyboardInterrupt (exit 130) and a late SIGTERM a death by signal. A handler that
+    does nothing, not SIG_IGN: an ignored signal stays ignored in every process started after it.
+    """
     global _night
     _night = _NightInFlight()
 
@@ -502,13 +509,19 @@ def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
         _night.stop(signum)
         scheduler.stop_requested = signal.Signals(signum).name
 
-    handlers = {number: signal.signal(number, stop) for number in stopping_signals()}
+    numbers = stopping_signals()
+    for number in numbers:
+        signal.signal(number, stop)
     try:
         yield
     finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
+        for number in numbers:
+            signal.signal(number, _changes_nothing)
         _night = _NightInFlight()
+
+
+def _changes_nothing(signum: int, frame: object) -> None:
+    """A stopping signal once serve has stopped: see `_stop_on_signals`."""
 
 
 def _keep_due(config: Config, run_time: datetime) -> None:

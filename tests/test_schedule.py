@@ -943,6 +943,33 @@ class TestServe:
         assert (status, exit_code) == ("cancelled", night_exit)
         assert (finished["exit_code"], finished["run_id"]) == (night_exit, run_id)
 
+    def test_ctrl_c_held_down_on_serve_still_keeps_the_night_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """A Ctrl-C every 5 ms from the night's first edit to serve's end: the first stops, the second abandons
+        the night, the rest land in serve's own stop, which still keeps the night due and exits 0."""
+        server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=30))
+        path = night_config(tmp_path, repo, server, request_timeout_s=60)
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+        scratch = tmp_path / "state" / "worktrees" / "fix-greet" / "scratch.txt"
+        with open(tmp_path / "serve.log", "wb") as log:
+            process = serve_process(path, log)
+        try:
+            deadline = time.monotonic() + 60
+            while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            assert scratch.exists()
+            while process.poll() is None and time.monotonic() < deadline:
+                process.send_signal(signal.SIGINT)
+                time.sleep(0.005)
+            code = process.wait(timeout=30)
+        finally:
+            stop_leftovers(process, path)
+        text = (tmp_path / "serve.log").read_text(encoding="utf-8")
+        assert code == 0, text
+        assert "Traceback" not in text and '"scheduler_stopped"' in text
+        [(_, next_run)] = stored_jobs(load(path))
+        assert next_run == due.timestamp()
+
     def test_a_night_stopped_with_serve_runs_again_when_serve_restarts(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Restarting serve mid-night: the night it cancelled (143) stays due, and the next serve runs it that night, not tomorrow."""
         server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=30), *FIX)
