@@ -11,15 +11,33 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
+from orchestrator.cancel import stopping_signals  # light: the standard library only
 
-from orchestrator.config import DEFAULT_CONFIG_NAME
-from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
-from orchestrator.lock import EXIT_LOCKED, LockHeld
+
+def _exit_on_early_signal(signum: int, frame: object) -> None:
+    """A stopping signal before the command has begun (this module's imports take half a second on a
+    slow host): nothing is locked, started or written yet. Exit as the command would for it, quietly,
+    not with a KeyboardInterrupt traceback from inside an import or a death by signal."""
+    os._exit(128 + signum)
+
+
+# Only in the `overnight` process itself (the console script, or `python -m orchestrator.cli` as serve
+# starts each night): a program that imports this module keeps its own handlers. `main` puts the
+# usual ones back before a command runs; `run` and `serve` then install theirs.
+_EARLY_SIGNALS = stopping_signals() if __name__ == "__main__" or Path(sys.argv[0]).name == "overnight" else ()
+for _number in _EARLY_SIGNALS:
+    signal.signal(_number, _exit_on_early_signal)
+
+import typer  # noqa: E402  (after the early handlers: the imports below are the slow part)
+
+from orchestrator.config import DEFAULT_CONFIG_NAME  # noqa: E402
+from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError  # noqa: E402
+from orchestrator.lock import EXIT_LOCKED, LockHeld  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -419,10 +437,6 @@ def _ignore_stopping_signals() -> None:
     once that has put the default handlers back, a death by SIGINT: exit status -2 to a parent
     process instead of the 130 the night had decided. Ignored, it changes nothing: the process is
     leaving. (SIG_IGN, not a handler of ours: Python's shutdown resets those to the default.)"""
-    import signal
-
-    from orchestrator.cancel import stopping_signals
-
     for number in stopping_signals():
         signal.signal(number, signal.SIG_IGN)
 
@@ -433,6 +447,8 @@ def main() -> None:
     # overnight's (GitPython's too) to that repository instead of the configured one.
     from orchestrator.commands import INHERITED_GIT_VARIABLES
 
+    for number in _EARLY_SIGNALS:  # the usual handlers, until `run` or `serve` install their own
+        signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)
     try:
@@ -488,10 +504,9 @@ def _cancel_on_signals(token: Cancel) -> Callable[[], None]:
     which prints "Exception ignored ... Traceback". A flag, not SIG_IGN: an ignored signal stays
     ignored in every process started after it.
     """
-    import signal
     import threading
 
-    from orchestrator.cancel import SIGNAL_NAMES, stopping_signals
+    from orchestrator.cancel import SIGNAL_NAMES
 
     over = threading.Event()
 
@@ -500,6 +515,9 @@ def _cancel_on_signals(token: Cancel) -> Callable[[], None]:
             return
         if token.cancelled and token.why in SIGNAL_NAMES:
             if signum == signal.SIGINT:
+                # From here the night is abandoned (`_stop_at_once`): a third Ctrl-C landing in that,
+                # or in the exit after it, would raise where nothing catches it.
+                over.set()
                 raise KeyboardInterrupt
             return
         token.cancel(signal.Signals(signum).name, restate=True)

@@ -49,6 +49,16 @@ def run_in_process(config_path: Path, **replace: object):
         return run_night(dataclasses.replace(parts, **replace))
 
 
+def _caught_signals(pid: int) -> set[int]:
+    """The signals process `pid` has a handler for, from /proc ({} once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return set()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
 class TestCancellation:
     def test_sigterm_rolls_back_and_exits_143(self, config_file, server, capsys):
         """SIGTERM mid-iteration: exit 143, worktree back at its checkpoint, note says cancelled, no blame."""
@@ -197,6 +207,28 @@ class TestCancellation:
         assert presses > 0 and '"night_cancelled"' in text
         assert "Traceback" not in text and "night_abandoned" not in text and "KeyboardInterrupt" not in text
 
+    @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+    def test_a_signal_while_the_command_is_still_starting_exits_with_its_code(self, config_file, server, signum, code):
+        """The command's own imports take half a second on a slow host, before any handler of the night's: a
+        SIGTERM there was a death by signal (-15), a Ctrl-C a KeyboardInterrupt traceback from inside an import
+        (serve passing a signal on to a night it has just started meets that window too). Sent as soon as
+        the process catches SIGTERM (Python itself does not), while it has yet to load pydantic's core."""
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(Reply(text="thinking", delay_s=30))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while signal.SIGTERM not in _caught_signals(process.pid) and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.001)
+        still_importing = "pydantic_core" not in Path(f"/proc/{process.pid}/maps").read_text()
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == code, stderr
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+        assert still_importing  # the window this is about, not the night's own handlers
+
     def test_sigterm_to_the_whole_service_while_the_check_runs_is_cancelled_not_check_failed(self, config_file, server, capsys):
         """systemd's control-group kill signals the check too; dying of it first is no failed check, no blame."""
         tasks = [{"name": "fix-greet", "prompt": "p", "check": "echo $$ > check.pid; sleep 10; python check_greet.py"}]
@@ -328,6 +360,16 @@ class TestSignalsAfterTheDeadline:
     def test_a_first_ctrl_c_while_the_deadline_winds_down_abandons_nothing(self, handlers):
         handlers.cancel("deadline")
         signal.raise_signal(signal.SIGINT)
+        assert handlers.why == "SIGINT"
+
+    def test_a_third_ctrl_c_while_the_second_abandons_the_night_raises_nothing(self, handlers):
+        """The second's KeyboardInterrupt abandons the night (`_stop_at_once`: a log line, then exit 130); a
+        third landing in that log line escaped it, and the exit went on to the rollbacks' threads and a traceback."""
+        signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)
         assert handlers.why == "SIGINT"
 
     def test_once_the_night_is_over_a_second_ctrl_c_raises_nothing(self, signals):
