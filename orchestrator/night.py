@@ -365,15 +365,13 @@ def _ended_earlier_tonight(night: _Night, work_key: str) -> _EndedEarlier | None
     they paused, cancelled or saw interrupted is worked again with the iterations it has left, and one
     that another worker sharing the store has finished since goes on to be recorded `done_elsewhere`."""
     outcome, reason = night.earlier.ended.get(work_key, ("", ""))
-    if outcome != TaskOutcome.PARKED.value and night.earlier.counted(work_key) < night.parts.config.night.max_iterations:
-        return None
-    if night.done_elsewhere(work_key):
-        return None
     if outcome == TaskOutcome.PARKED.value:
-        return _EndedEarlier(TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, "task_skipped_parked_earlier_tonight", reason)
-    if night.earlier.counted(work_key) >= night.parts.config.night.max_iterations:
-        return _EndedEarlier(TaskOutcome.FAILED, FAILED_EARLIER_TONIGHT, "task_skipped_failed_earlier_tonight", reason)
-    return None
+        ended = _EndedEarlier(TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, "task_skipped_parked_earlier_tonight", reason)
+    elif night.earlier.counted(work_key) >= night.parts.config.night.max_iterations:
+        ended = _EndedEarlier(TaskOutcome.FAILED, FAILED_EARLIER_TONIGHT, "task_skipped_failed_earlier_tonight", reason)
+    else:
+        return None
+    return None if night.done_elsewhere(work_key) else ended
 
 
 def _iterate(
