@@ -29,8 +29,10 @@ def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path |
         return False
     try:
         # After a step that left its last line open (`echo -n`), the heading would join that line.
-        start = "\n" if _ends_mid_line(target) else ""
-        with open(target, "a", encoding="utf-8") as out:
+        start = "\n" if os.path.isfile(target) and _ends_mid_line(target) else ""
+        # Not blocking: a named pipe nobody reads is refused (ENXIO) instead of holding the night's end.
+        descriptor = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+        with open(descriptor, "a", encoding="utf-8") as out:
             out.write(start + step_summary(run, notes=notes))
     except OSError as exc:
         raise StateError(f"cannot append the step summary to {target}: {exc.strerror or exc}") from None

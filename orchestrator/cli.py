@@ -498,26 +498,33 @@ def _cancel_on_signals(token: Cancel) -> Callable[[], None]:
     that comes while the deadline winds the night down is a first one: nothing is abandoned,
     and the night ends with the signal's exit code.
 
-    Returns `night_over`, to call once the night's ending is decided: from then on a signal changes
-    nothing. A second Ctrl-C's KeyboardInterrupt in the teardown (the JUnit file, the store, the lock)
-    would land wherever the main thread was, a finalizer such as GitPython's Repo.__del__ included,
-    which prints "Exception ignored ... Traceback". A flag, not SIG_IGN: an ignored signal stays
-    ignored in every process started after it.
+    Returns `night_over`, to call once the night's ending is decided. From then on the first signal
+    changes nothing: a second Ctrl-C's KeyboardInterrupt in the teardown (the JUnit file, the store,
+    the lock) would land wherever the main thread was, a finalizer such as GitPython's Repo.__del__
+    included, which prints "Exception ignored ... Traceback". Everything is recorded by then, so the
+    next signal ends the process at once, with its own code: a report written into a pipe that nobody
+    reads would otherwise hold the process, and the state dir's lock, until SIGKILL. Flags, not
+    SIG_IGN: an ignored signal stays ignored in every process started after it.
     """
     import threading
 
     from orchestrator.cancel import SIGNAL_NAMES
 
-    over = threading.Event()
+    over, abandoned, once_over = threading.Event(), threading.Event(), threading.Event()
 
     def cancel(signum: int, frame: object) -> None:
+        if abandoned.is_set():
+            return
         if over.is_set():
+            if once_over.is_set():
+                _leave_now(128 + signum)
+            once_over.set()
             return
         if token.cancelled and token.why in SIGNAL_NAMES:
             if signum == signal.SIGINT:
                 # From here the night is abandoned (`_stop_at_once`): a third Ctrl-C landing in that,
                 # or in the exit after it, would raise where nothing catches it.
-                over.set()
+                abandoned.set()
                 raise KeyboardInterrupt
             return
         token.cancel(signal.Signals(signum).name, restate=True)
@@ -525,6 +532,16 @@ def _cancel_on_signals(token: Cancel) -> Callable[[], None]:
     for number in stopping_signals():
         signal.signal(number, cancel)
     return over.set
+
+
+def _leave_now(code: int) -> None:
+    """Exit at once, from a signal handler: the streams flushed if they can be (one may be mid-write)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
 
 
 def _fail(message: str, code: int) -> None:

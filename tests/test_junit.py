@@ -232,6 +232,46 @@ class TestStepSummary:
         assert append_step_summary(run) is True
         assert "| never |" in target.read_text()
 
+    def test_a_named_pipe_nobody_reads_is_refused_not_waited_on(self, night, tmp_path):
+        """Opening it to append blocked until a reader came: the night's end, and its lock, held for ever."""
+        import threading
+
+        _, _, run = night
+        target = tmp_path / "summary.pipe"
+        os.mkfifo(target)
+        outcome: list[BaseException | bool] = []
+
+        def append() -> None:
+            try:
+                outcome.append(append_step_summary(run, target))
+            except BaseException as error:
+                outcome.append(error)
+
+        writer = threading.Thread(target=append, daemon=True)
+        writer.start()
+        writer.join(5)
+        assert not writer.is_alive()
+        [error] = outcome
+        assert isinstance(error, StateError) and "summary.pipe" in str(error)
+
+    def test_a_named_pipe_someone_reads_gets_the_summary(self, night, tmp_path):
+        _, _, run = night
+        target = tmp_path / "summary.pipe"
+        os.mkfifo(target)
+        reader = subprocess.Popen(["cat", str(target)], stdout=subprocess.PIPE, text=True)
+        try:
+            deadline = datetime.now() + timedelta(seconds=10)
+            while datetime.now() < deadline:  # until cat has the pipe open: then writing needs no wait
+                try:
+                    assert append_step_summary(run, target) is True
+                    break
+                except StateError:
+                    pass
+            out, _ = reader.communicate(timeout=10)
+        finally:
+            reader.kill()
+        assert f"## overnight run #{run.id}" in out
+
     def test_pipes_in_messages_do_not_break_the_table(self, tmp_path):
         """A signal message containing | and newlines stays inside its cell."""
         target = tmp_path / "summary.md"

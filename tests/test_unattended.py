@@ -207,6 +207,39 @@ class TestCancellation:
         assert presses > 0 and '"night_cancelled"' in text
         assert "Traceback" not in text and "night_abandoned" not in text and "KeyboardInterrupt" not in text
 
+    def test_a_report_written_into_a_pipe_nobody_reads_does_not_hold_the_state_dir(self, config_file, server, tmp_path):
+        """`--junit` writes into a pipe; one nobody reads holds the writer. Once the night is recorded, the
+        first signal changes nothing and the second ends the process with its code, the lock let go."""
+        config = config_file()
+        server.enqueue(*FIX)
+        junit, errors = tmp_path / "junit.pipe", tmp_path / "stderr.txt"
+        os.mkfifo(junit)
+        with errors.open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", "--junit", str(junit)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while '"night_finished"' not in errors.read_text() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert process.poll() is None, errors.read_text()  # held by the pipe
+            process.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            assert process.poll() is None  # the first changes nothing
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 143
+        finally:
+            process.kill()
+            process.wait()
+        assert "Traceback" not in errors.read_text()
+        lock = os.open(config.parent / "state" / "overnight.lock", os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(lock)
+
     @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
     def test_a_signal_while_the_command_is_still_starting_exits_with_its_code(self, config_file, server, signum, code):
         """The command's own imports take half a second on a slow host, before any handler of the night's: a
@@ -373,12 +406,12 @@ class TestSignalsAfterTheDeadline:
         assert handlers.why == "SIGINT"
 
     def test_once_the_night_is_over_a_second_ctrl_c_raises_nothing(self, signals):
-        """Its KeyboardInterrupt would land wherever the teardown was, a finalizer included."""
+        """Its KeyboardInterrupt would land wherever the teardown was, a finalizer included. (The next
+        signal ends the process: see test_a_report_written_into_a_pipe_nobody_reads_does_not_hold_the_state_dir.)"""
         token, night_over = signals
         signal.raise_signal(signal.SIGINT)
         night_over()
         signal.raise_signal(signal.SIGINT)
-        signal.raise_signal(signal.SIGTERM)
         assert token.why == "SIGINT"
 
 
