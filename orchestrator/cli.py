@@ -168,11 +168,14 @@ def run(
 
 
 def _fire_time(text: str) -> datetime:
-    from datetime import datetime
+    from datetime import datetime, timezone
 
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+        # A time the run store cannot hold (year 1 at +05:00 is before year 1 in UTC) is as bad as none.
+        if when.tzinfo is not None and not 1970 <= when.astimezone(timezone.utc).year <= 9998:
+            when = None
+    except (ValueError, OverflowError):
         when = None
     if when is None or when.tzinfo is None:
         raise ConfigError(f"--scheduled-for: {text!r} is not an ISO 8601 time with its UTC offset, like 2026-12-02T01:30:00+00:00")

@@ -1335,7 +1335,7 @@ class TestANightBegunAgain:
         assert len(server.requests) - asked == len(FIX)  # second's, anew
         assert iterations_of(path, 4) == [(1, "committed")]
 
-    @pytest.mark.parametrize("value", ["yesterday", "2026-12-02T01:30:00"])
+    @pytest.mark.parametrize("value", ["yesterday", "2026-12-02T01:30:00", "0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-10:00"])
     def test_a_fire_time_that_is_not_one_is_refused_in_one_line(self, tmp_path: Path, repo: Path, server: Any, value: str) -> None:
         path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
         result = overnight_run(path, "--scheduled-for", value)
