@@ -153,6 +153,7 @@ def run(
     checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
     if junit is not None:
         _check_not_ours(junit, "--junit", settings, checked.repo)
+    summary_refused = _summary_refused(settings, checked.repo)
     with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
         parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_time)
         recover_interrupted(parts.store, settings, parts.log)
@@ -163,7 +164,7 @@ def run(
             _stop_at_once(parts.log)
         finally:
             night_over()
-            _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log)
+            _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refused)
     raise typer.Exit(result.exit_code)
 
 
@@ -235,7 +236,20 @@ def _check_not_ours(path: Path, option: str, settings: object, repo: object) -> 
         raise ConfigError(f"{option} {path}: is the run store ([store] url)")
 
 
-def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object) -> None:
+def _summary_refused(settings: object, repo: object) -> str:
+    """Why $GITHUB_STEP_SUMMARY will not be appended to, or "": it names one of our own files (the
+    config, notes.md, the run store), where the summary would break the next night. GitHub's to get
+    right, like its other failures: the night runs, and the log says what was not written."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    try:
+        if summary:
+            _check_not_ours(Path(summary), "$GITHUB_STEP_SUMMARY", settings, repo)
+    except ConfigError as refused:
+        return f"not appending the step summary: {refused}"
+    return ""
+
+
+def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object, summary_refused: str = "") -> None:
     """The JUnit file and the GitHub step summary, from what the store recorded; also after a cancel.
 
     A failure here (a disk filled in the night, an unwritable $GITHUB_STEP_SUMMARY) is logged,
@@ -249,7 +263,9 @@ def _publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: obje
     night_run = store.run(begun) if begun is not None else None  # type: ignore[attr-defined]
     if night_run is None:
         return
-    publishers = [lambda: append_step_summary(night_run, notes=notes)]
+    publishers = [] if summary_refused else [lambda: append_step_summary(night_run, notes=notes)]
+    if summary_refused:
+        log.error("ci_report_failed", error=summary_refused)  # type: ignore[attr-defined]
     if junit is not None:
         publishers.insert(0, lambda: write_junit(night_run, junit))
     for publish in publishers:

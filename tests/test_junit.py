@@ -374,6 +374,18 @@ class TestReportsThatCannotBeWritten:
         assert all(line.startswith("{") for line in done.stderr.splitlines() if line.strip())
 
 
+    @pytest.mark.parametrize("target", ["overnight.toml", "state/notes.md"])
+    def test_a_step_summary_that_names_the_config_or_notes_is_not_appended_to(self, tmp_path, target):
+        """Appended to the config, the next night's was not TOML (exit 2); to notes.md, a table among the notes."""
+        (tmp_path / "state").mkdir()
+        done = json_night(tmp_path, env={"GITHUB_STEP_SUMMARY": str(tmp_path / target)})
+        assert done.returncode == 1, done.stderr
+        [failed] = [e for e in log_events(done.stderr) if e["event"] == "ci_report_failed"]
+        assert "$GITHUB_STEP_SUMMARY" in failed["error"]
+        assert "## overnight run" not in (tmp_path / target).read_text()
+        assert load_config(tmp_path / "overnight.toml").task
+
+
 class TestJsonLogs:
     def test_every_log_line_is_json_with_event_and_run_id(self, json_run):
         """Each JSON log line names a stable event and the run it belongs to."""
