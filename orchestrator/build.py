@@ -117,7 +117,28 @@ def check_repository(config: Config) -> Any:
     if state == top or state.is_relative_to(git_dir):
         where = "the repository's own folder" if state == top else "inside its .git"
         raise ConfigError(f"[state] dir: {state} is {where}; name a folder of its own (the default is .overnight)")
+    _check_store_apart(config)
     return repo
+
+
+def _check_store_apart(config: Config) -> None:
+    """A SQLite run store in a file of its own: named as one of the state dir's other files (notes.md,
+    a lock) or put among the worktrees or transcripts, SQLite and that file's writer cut each other's
+    bytes off (notes appended after the database's pages were gone at its next close)."""
+    import os
+
+    from orchestrator.config import NOTES_FILE, STORE_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER
+    from orchestrator.lock import LOCK_NAME, STATE_ID_NAME
+    from orchestrator.schedule import SERVE_LOCK_NAME
+    from runs.store import sqlite_files
+
+    state = Path(os.path.realpath(config.state_dir))
+    taken = {state / name for name in (NOTES_FILE, NOTES_FILE + ".lock", LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME)}
+    taken.add(Path(os.path.realpath(config.source)))
+    for file in sqlite_files(config.store_url):
+        where = Path(os.path.realpath(file))
+        if where in taken or any(where.is_relative_to(state / folder) for folder in (WORKTREES_FOLDER, TRANSCRIPTS_FOLDER)):
+            raise ConfigError(f"[store] url: {file} is one of overnight's own files; name a file of its own (the default is {state / STORE_FILE})")
 
 
 def _check_programs_found(config: Config) -> None:

@@ -455,6 +455,29 @@ class TestWhereTheStoreIs:
         assert sorted(p.name for p in folder.iterdir()) == sorted(["overnight.toml", *([expected.name] if expected.parent == folder else [])])
 
 
+    @pytest.mark.parametrize("name", ["notes.md", "overnight.lock", "state-id", "worktrees/t/runs.db", "overnight.toml"])
+    def test_a_store_named_as_one_of_overnights_own_files_is_refused(self, tmp_path: Path, name: str) -> None:
+        """`[store] url = "sqlite:///state/notes.md"`: the notes appended after the database's pages were cut off
+        at its next close. Refused before anything is made: exit 2, one line naming the key."""
+        import subprocess
+        import sys
+
+        from tests.conftest import SAMPLE_FILES, make_repo, write_config
+
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        where = name if name == "overnight.toml" else f"state/{name}"
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra=f'\n[store]\nurl = "sqlite:///{where}"\n')
+        before = config.read_bytes()
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert "[store] url" in line and "own files" in line
+        assert config.read_bytes() == before and not (tmp_path / "state" / name).exists()
+
+
 class TestSomeOtherDatabase:
     def test_a_table_of_another_programs_is_left_as_it_is(self, tmp_path: Path) -> None:
         """A `runs` table of some other program's at the store's path: even `report` added overnight's columns
