@@ -6,8 +6,9 @@ when its HEAD commit is on some branch, tag or remote); gc removes no other work
 worktree and every branch outside `overnight/`. A stale task's worktree is
 removed when it holds no uncommitted change, since the branch then has all of
 it and `Worktree.ensure` recreates it if the task comes back; one with changes
-is kept unless `force`. The branch is deleted only when each of its commits is
-on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
+is kept unless `force` (one whose branch a person deleted counts its changes from
+the commit it was last on, and is kept too while that commit's own are on no
+other ref). The branch is deleted only when each of its commits is on another ref: merged into `[repo] base` (or another branch, or a tag) or on a
 remote-tracking branch (pushed); a detached HEAD and `overnight-kept/*` branches do not count. A branch rebased
 into base (each commit's change there byte for byte, whitespace included, as `git patch-id --verbatim`
 tells; `git cherry` ignores whitespace) counts as merged, unless it has a merge commit of its own
@@ -79,14 +80,19 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     git = _Git(config.repo_path)
     _repair_moved(repo, config.worktrees_dir)
     ours, detached, checked_out, locks = _worktrees(git, config.worktrees_dir)
-    stale = sorted((_task_branches(git) | detached.keys()) - {task.name for task in config.task})
+    # `ours` too: a task's worktree whose branch a person deleted (`git update-ref -d`) is still the task's.
+    stale = sorted((_task_branches(git) | ours.keys() | detached.keys()) - {task.name for task in config.task})
     removed_worktrees: list[Path] = []
     kept_worktrees: list[KeptWorktree] = []
     for name in stale:
         path = ours.get(name) or detached.get(name, (None, ""))[0]
         if path is None:
             continue
-        why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force)
+        # On a deleted branch (HEAD unborn), its changes are those since the commit it was last on.
+        last = _last_commit(git, path, common) if name in ours and git.resolve(f"refs/heads/{BRANCH_PREFIX}{name}") is None else None
+        why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force, last)
+        if why_kept is None and last and not force:
+            why_kept = _why_keep_orphaned(git, path, last)
         if why_kept is None and name in detached:
             # A rebase stopped at an `edit` shows its worktree detached: --force does not end it.
             why_kept = _operation_in_progress(path, common) or (None if force else _why_keep_detached(git, path, detached[name][1]))
@@ -131,15 +137,18 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
 
 
-def _why_keep_worktree(path: Path, branch: str, locks: dict[Path, str], keep: tuple[str, ...], common: Path, force: bool) -> str | None:
-    """Why the stale worktree at `path` must stay (the same answer in a dry run), or None."""
+def _why_keep_worktree(
+    path: Path, branch: str, locks: dict[Path, str], keep: tuple[str, ...], common: Path, force: bool, last: str | None = None
+) -> str | None:
+    """Why the stale worktree at `path` must stay (the same answer in a dry run), or None. `last`: the
+    commit to count changes from, for a worktree whose branch was deleted (None: its HEAD)."""
     if path in locks:  # `git worktree lock`: the user's word, which --force does not overrule
         return f"locked: {locks[path]}" if locks[path] else "locked"
     # A folder deleted by hand holds nothing; `worktree remove` then only forgets it.
     if force or not path.exists():
         return None
     try:
-        changes = _uncommitted_changes(path, branch, keep, common)
+        changes = _uncommitted_changes(path, branch, keep, common, last)
     except StateError as failed:
         return str(failed)
     # Not "use --force": that would also delete every other kept worktree and branch.
@@ -285,9 +294,48 @@ def _base_label(base: str, ref: str) -> str | None:
     return base if base != "HEAD" else ref.removeprefix("refs/heads/")
 
 
-def _uncommitted_changes(path: Path, branch: str, keep: tuple[str, ...], common: Path) -> int:
-    """What a rollback would undo in the worktree at `path`: `[repo] keep` and ignored files are not work."""
-    return len(Worktree(path, branch, keep, common_dir=common).uncommitted_paths())
+def _uncommitted_changes(path: Path, branch: str, keep: tuple[str, ...], common: Path, last: str | None = None) -> int:
+    """What a rollback would undo in the worktree at `path`: `[repo] keep` and ignored files are not work.
+
+    With `last` (its branch deleted, HEAD unborn, so that `git status` shows every file as added):
+    what differs from that commit, staged or not (hidden files too), and the untracked files.
+    """
+    tree = Worktree(path, branch, keep, common_dir=common)
+    if last is None:
+        return len(tree.uncommitted_paths())
+    import git as gitpython
+
+    diff = ("diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", "--ignore-submodules=none")
+    try:
+        changed = {name for cached in ((), ("--cached",)) for name in tree._status_seeing_hidden_files(*diff, *cached, last, "--").split("\0") if name}
+        return len(changed) + len(tree._untracked())
+    except (gitpython.GitCommandError, OSError) as exc:
+        raise StateError(f"cannot list the changes in the worktree {path}: {exc}") from None
+
+
+def _last_commit(git: _Git, path: Path, common: Path) -> str | None:
+    """The commit the worktree at `path` was last on, from its HEAD's reflog; None when that is gone
+    (its changes are then counted against nothing: every file, which keeps it unless `force`)."""
+    admin = admin_dir(path, common)
+    try:
+        entries = (Path(admin) / "logs" / "HEAD").read_text().splitlines() if admin is not None else []
+    except OSError:
+        return None
+    fields = entries[-1].split() if entries else []
+    return git.resolve(fields[1]) if len(fields) > 1 else None
+
+
+def _why_keep_orphaned(git: _Git, path: Path, last: str) -> str | None:
+    """Why a stale task's worktree whose branch was deleted must stay: the commit it was last on has
+    commits on no branch, tag or remote, whose last name is the worktree's HEAD reflog."""
+    try:
+        lost = int(git.run("rev-list", "--count", last, "--not", "--branches", "--tags", "--remotes"))
+    except _GitFailed as failed:
+        return failed.detail
+    if not lost:
+        return None
+    return (f"its branch was deleted and its last commit has {lost} commit(s) on no branch, tag or remote"
+            f" (to remove only this worktree: git worktree remove --force {path})")
 
 
 def _task_branches(git: _Git) -> set[str]:

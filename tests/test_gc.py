@@ -353,6 +353,49 @@ class TestUncommittedWork:
         assert result.removed_worktrees == (old.path,) and result.kept_worktrees == ()
 
 
+class TestBranchDeletedByHand:
+    """A stale task's worktree whose branch a person deleted (`git update-ref -d`) is still the task's:
+    it was skipped for good, neither removed nor named (found by a review)."""
+
+    def test_one_with_uncommitted_changes_is_kept_and_named_and_force_removes_it(self, settings, repo, tmp_path):
+        old = task_worktree(settings, "old")
+        (old.path / "user_edit.txt").write_text("the user's edit\n")
+        git(repo, "update-ref", "-d", "refs/heads/overnight/old")
+        config = str(tmp_path / "overnight.toml")
+        done = overnight("gc", "--config", config)
+        assert done.returncode == 0, done.stderr
+        assert f"kept worktree {old.path}: 1 uncommitted change(s) (to remove only this worktree: git worktree remove --force {old.path})" in done.stdout
+        assert "branch" not in done.stdout  # no branch to remove or keep
+        assert (old.path / "user_edit.txt").read_text() == "the user's edit\n"
+        done = overnight("gc", "--force", "--config", config)
+        assert done.returncode == 0, done.stderr
+        assert f"removed worktree {old.path}" in done.stdout.splitlines()
+        assert not old.path.exists() and str(old.path) not in worktree_paths(repo)
+        assert "overnight/old" not in branches(repo)
+
+    def test_one_with_no_changes_is_removed_as_the_dry_run_says(self, settings, repo):
+        """Its HEAD unborn, git status shows every file as added: changes count from the commit it was last on."""
+        old = task_worktree(settings, "old")
+        git(repo, "update-ref", "-d", "refs/heads/overnight/old")
+        would = collect_garbage(settings, dry_run=True)
+        assert would.lines() == [f"would remove worktree {old.path}"]
+        assert old.path.exists() and str(old.path) in worktree_paths(repo)
+        result = collect_garbage(settings)
+        assert result.lines() == [f"removed worktree {old.path}"]
+        assert result.removed_worktrees == (old.path,) and result.kept_worktrees == () and result.kept_branches == ()
+        assert not old.path.exists() and str(old.path) not in worktree_paths(repo)
+
+    def test_one_whose_last_commit_is_on_no_ref_is_kept_until_force(self, settings, repo):
+        """The deleted branch's commits are named only by the worktree's HEAD reflog: it stays, with the reason."""
+        old = task_worktree(settings, "old", commit=True)
+        git(repo, "update-ref", "-d", "refs/heads/overnight/old")
+        [kept] = collect_garbage(settings).kept_worktrees
+        assert kept.path == old.path and kept.reason.startswith("its branch was deleted and its last commit has 1 commit(s) on no branch")
+        assert old.path.exists()
+        assert collect_garbage(settings, force=True).lines() == [f"removed worktree {old.path}"]
+        assert not old.path.exists()
+
+
 class TestUntouched:
     def test_current_tasks_and_other_branches_are_untouched(self, settings, repo):
         """Tasks still in the config, the user's branches and non-task overnight/ refs stay exactly as they were."""
