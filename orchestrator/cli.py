@@ -405,7 +405,7 @@ def serve(
     _check_log_format(log_format)
     configure_logging(log_format)  # before the config is read: its errors, too, as JSON lines with --log-format json
     if show_next:
-        for moment in schedule.next_fire_times(load_config(config)):
+        for moment in schedule.next_fire_times(load_config(config, require_tasks=False)):  # the schedule alone
             typer.echo(moment.isoformat())
         return
     _require_git()  # each night needs it

@@ -223,6 +223,9 @@ def run_demo(workdir: Path | None, out: TextIO) -> int:
     from orchestrator.console import SignalPrinter
     from orchestrator.night import EXIT_MODEL_UNREACHABLE
 
+    from orchestrator.local_model import default_threads
+
+    default_threads()  # a bad OVERNIGHT_LOCAL_THREADS: exit 2 before the sample is made in the folder
     workdir = Path(os.path.abspath(workdir)) if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
     config = prepare_sample(workdir)
     _say(out, f"overnight demo in {workdir}")

@@ -367,6 +367,25 @@ class TestOtherCommands:
         times = result.stdout.split()
         assert len(times) == 3 and all("T01:30:00" in t for t in times)
 
+    def test_serve_next_needs_no_tasks(self, tmp_path):
+        """It judges the cron and the time zone alone (reference.md): a config still without tasks was exit 2."""
+        config = tmp_path / "overnight.toml"
+        config.write_text('[schedule]\ncron = "30 1 * * *"\ntimezone = "UTC"\n', encoding="utf-8")
+        result = overnight("serve", "--config", str(config), "--next")
+        assert result.returncode == 0, result.stderr
+        assert len(result.stdout.split()) == 3
+
+    def test_demo_with_a_bad_thread_count_leaves_its_folder_empty(self, tmp_path):
+        """Refused after the sample was made there, the same --dir was then refused as not empty."""
+        folder = tmp_path / "demo"
+        folder.mkdir()
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "demo", "--dir", str(folder)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "OVERNIGHT_LOCAL_THREADS": "four"},
+        )
+        assert result.returncode == 2 and "OVERNIGHT_LOCAL_THREADS" in result.stderr, result.stderr
+        assert list(folder.iterdir()) == []
+
     def test_gc_dry_run_through_the_cli(self, tmp_path, repo):
         """`overnight gc --dry-run` changes nothing and exits 0; before any night it makes no state dir either."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
