@@ -31,6 +31,7 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # A second longer than a day has no place in a night; past it, sleeps and dates overflow.
 _DAY_S = 86400.0
+_WEEK_S = 7 * 86400
 
 
 class _Section(BaseModel):
@@ -195,7 +196,8 @@ class ScheduleConfig(_Section):
 
     cron: str = Field("30 1 * * *", description="crontab expression: minute hour day month weekday")
     timezone: str = Field("local", description='IANA name such as "Europe/Berlin", or "local"')
-    misfire_grace_s: int = Field(3600, ge=1, description="a night missed by less than this (host down) still starts")
+    # At most a week: a night missed by longer is not that night's any more (and a huge grace overflows the date arithmetic).
+    misfire_grace_s: int = Field(3600, ge=1, le=_WEEK_S, description="a night missed by less than this (host down) still starts")
 
 
 class GuardsConfig(_Section):

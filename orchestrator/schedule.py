@@ -446,7 +446,7 @@ def serve(config_path: Path) -> int:
     The signal is passed on to the night in flight, and `serve` waits for its rollback and exit.
     LockHeld (exit 75) when another `serve` holds the state dir's `serve.lock`.
     """
-    from orchestrator.build import check_inputs
+    from orchestrator.build import check_inputs, open_store
 
     config = load_config(config_path)
     night_trigger(config, schedule_timezone(config))  # a bad [schedule]: exit 2 before the state dir is made
@@ -455,6 +455,9 @@ def serve(config_path: Path) -> int:
     check_inputs(config)
     # Before the job store is read: a second serve must neither replace the job nor run it.
     with StateLock(config.state_dir, name=SERVE_LOCK_NAME, holder_kind="overnight serve"):
+        # Opened as `run` opens it, before the job store touches the database: a database that is
+        # not overnight's (another program's `runs` table) is StateError (exit 4), nothing added to it.
+        open_store(config).close()
         return _serve_locked(config, config_path)
 
 

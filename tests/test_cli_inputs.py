@@ -66,6 +66,20 @@ class TestScheduleCheckedByRun:
         assert_one_line_error(overnight("run", "--config", str(config)), 2, key)
         assert not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize(("command", "grace"), [("run", "604801"), ("serve", "100000000000000000000")])
+    def test_a_misfire_grace_past_a_week_is_refused_naming_the_key(self, tmp_path, repo, grace, command):
+        """10**20 (a TOML integer) was accepted, then overflowed the date arithmetic of every restart (swallowed: missed nights
+        were silently never run again): past a week is exit 2 naming the key, before the state dir."""
+        config = config_with(tmp_path, repo, extra=f"[schedule]\nmisfire_grace_s = {grace}\n")
+        assert_one_line_error(overnight(command, "--config", str(config)), 2, "[schedule] misfire_grace_s")
+        assert not (tmp_path / "state").exists()
+
+    def test_a_misfire_grace_of_a_week_is_accepted(self, tmp_path, repo):
+        from orchestrator.config import load_config
+
+        config = config_with(tmp_path, repo, extra="[schedule]\nmisfire_grace_s = 604800\n")
+        assert load_config(config).schedule.misfire_grace_s == 604800
+
 
 class TestInit:
     def test_init_force_on_a_full_disk_leaves_the_old_config_whole(self, tmp_path):

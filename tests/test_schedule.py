@@ -543,6 +543,40 @@ class TestConfigErrors:
         [line] = result.stderr.strip().splitlines()
         assert "a file is in the way" in line and "Traceback" not in line
 
+    def test_serve_on_a_database_whose_runs_table_is_another_programs_is_one_line_exit_4(self, tmp_path: Path) -> None:
+        """`[store] url` naming a database with a `runs` table overnight did not make: serve refuses it as
+        `run` does (one line, exit 4) before its job store adds its table and index there."""
+        database = tmp_path / "theirs.db"
+        with sqlite3.connect(database) as connection:
+            connection.execute("CREATE TABLE runs(x text)")
+        connection.close()
+        path = write_schedule_config(tmp_path)
+        path.write_text(path.read_text(encoding="utf-8") + f"\n[store]\nurl = 'sqlite:///{database}'\n", encoding="utf-8")
+
+        def tables() -> list[tuple[str, str, str]]:
+            with sqlite3.connect(database) as connection:
+                found = connection.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+            connection.close()
+            return found
+
+        before = tables()
+        with open(tmp_path / "serve.err", "w+b") as stderr:
+            process = serve_process(path, stderr)
+            try:
+                code = process.wait(timeout=60)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            stderr.seek(0)
+            lines = stderr.read().decode().strip().splitlines()
+
+        assert code == 4, lines
+        [line] = lines
+        assert "'runs'" in line and "not overnight's" in line and "Traceback" not in line
+        assert "scheduler_started" not in line
+        assert tables() == before == [("table", "runs", "CREATE TABLE runs(x text)")]
+
 
 class TestNight:
     def test_scheduled_night_returns_the_run_exit_code(self, tmp_path: Path) -> None:
