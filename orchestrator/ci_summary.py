@@ -32,6 +32,7 @@ def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path |
         start = "\n" if os.path.isfile(target) and _ends_mid_line(target) else ""
         # Not blocking: a named pipe nobody reads is refused (ENXIO) instead of holding the night's end.
         descriptor = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+        os.set_blocking(descriptor, True)  # opened: a slow reader is waited for, not cut off at a full pipe
         with open(descriptor, "a", encoding="utf-8") as out:
             out.write(start + step_summary(run, notes=notes))
     except OSError as exc:

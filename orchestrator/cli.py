@@ -29,7 +29,12 @@ def _exit_on_early_signal(signum: int, frame: object) -> None:
 # Only in the `overnight` process itself (the console script, or `python -m orchestrator.cli` as serve
 # starts each night): a program that imports this module keeps its own handlers. `main` puts the
 # usual ones back before a command runs; `run` and `serve` then install theirs.
-_EARLY_SIGNALS = stopping_signals() if __name__ == "__main__" or Path(sys.argv[0]).name == "overnight" else ()
+# A signal its parent set to be ignored (`sh` does so for a command started with `&`) stays ignored.
+_EARLY_SIGNALS = {
+    number: handler
+    for number in (stopping_signals() if __name__ == "__main__" or Path(sys.argv[0]).name == "overnight" else ())
+    if (handler := signal.getsignal(number)) is not signal.SIG_IGN and handler is not None
+}
 for _number in _EARLY_SIGNALS:
     signal.signal(_number, _exit_on_early_signal)
 
@@ -466,8 +471,8 @@ def main() -> None:
     # overnight's (GitPython's too) to that repository instead of the configured one.
     from orchestrator.commands import INHERITED_GIT_VARIABLES
 
-    for number in _EARLY_SIGNALS:  # the usual handlers, until `run` or `serve` install their own
-        signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+    for number, handler in _EARLY_SIGNALS.items():  # the usual handlers, until `run` or `serve` install their own
+        signal.signal(number, handler)
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)
     try:

@@ -322,7 +322,9 @@ def _last_commit(git: _Git, path: Path, common: Path) -> str | None:
     except OSError:
         return None
     fields = entries[-1].split() if entries else []
-    return git.resolve(fields[1]) if len(fields) > 1 else None
+    if len(fields) > 1 and set(fields[1]) == {"0"}:  # the deletion itself, when made from inside the worktree
+        fields = fields[:1]
+    return git.resolve(fields[0 if len(fields) == 1 else 1]) if fields else None
 
 
 def _why_keep_orphaned(git: _Git, path: Path, last: str) -> str | None:

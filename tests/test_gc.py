@@ -385,6 +385,13 @@ class TestBranchDeletedByHand:
         assert result.removed_worktrees == (old.path,) and result.kept_worktrees == () and result.kept_branches == ()
         assert not old.path.exists() and str(old.path) not in worktree_paths(repo)
 
+    def test_one_whose_branch_was_deleted_from_inside_it_is_removed_too(self, settings, repo):
+        """Deleted from inside the worktree, git logs the deletion itself last in its HEAD reflog (new id all zeros)."""
+        old = task_worktree(settings, "old")
+        git(old.path, "update-ref", "-d", "refs/heads/overnight/old")
+        assert collect_garbage(settings).lines() == [f"removed worktree {old.path}"]
+        assert not old.path.exists()
+
     def test_one_whose_last_commit_is_on_no_ref_is_kept_until_force(self, settings, repo):
         """The deleted branch's commits are named only by the worktree's HEAD reflog: it stays, with the reason."""
         old = task_worktree(settings, "old", commit=True)

@@ -254,6 +254,31 @@ class TestStepSummary:
         [error] = outcome
         assert isinstance(error, StateError) and "summary.pipe" in str(error)
 
+    def test_a_slow_reader_of_a_named_pipe_gets_all_of_a_long_summary(self, tmp_path):
+        """Left non-blocking after its open, the write stopped at a full pipe (64 KiB): the table cut off."""
+        one = view("failed", "loop", signal_message="x" * 150)
+        run = replace(one, tasks=tuple(replace(one.tasks[0], id=n, name=f"task-{n}") for n in range(1000)))
+        target = tmp_path / "summary.pipe"
+        os.mkfifo(target)
+        notes = tmp_path / "notes.md"
+        reader = subprocess.Popen(["sh", "-c", 'exec 3<"$1"; sleep 1; wc -c <&3', "sh", str(target)], stdout=subprocess.PIPE, text=True)
+        try:
+            from orchestrator.ci_summary import step_summary
+
+            expected = len(step_summary(run, notes=notes).encode("utf-8"))
+            assert expected > 2 * 65536
+            deadline = datetime.now() + timedelta(seconds=10)
+            while datetime.now() < deadline:
+                try:
+                    append_step_summary(run, target, notes=notes)
+                    break
+                except StateError:  # the reader has yet to open it
+                    pass
+            out, _ = reader.communicate(timeout=10)
+        finally:
+            reader.kill()
+        assert int(out) == expected
+
     def test_a_named_pipe_someone_reads_gets_the_summary(self, night, tmp_path):
         _, _, run = night
         target = tmp_path / "summary.pipe"

@@ -262,6 +262,21 @@ class TestCancellation:
         assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
         assert still_importing  # the window this is about, not the night's own handlers
 
+    def test_a_signal_its_parent_ignores_stays_ignored(self, tmp_path):
+        """`sh` starts `overnight gc &` with SIGINT ignored: the early handler, and then main's usual ones, made a
+        Ctrl-C meant for the script stop the command (a gc half done)."""
+        script = (
+            "import os, signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "sys.argv = ['overnight', 'notes', '--config', sys.argv[1]]\n"
+            "import orchestrator.cli as cli\n"
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2)\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "missing.toml")], capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
+
     def test_sigterm_to_the_whole_service_while_the_check_runs_is_cancelled_not_check_failed(self, config_file, server, capsys):
         """systemd's control-group kill signals the check too; dying of it first is no failed check, no blame."""
         tasks = [{"name": "fix-greet", "prompt": "p", "check": "echo $$ > check.pid; sleep 10; python check_greet.py"}]
