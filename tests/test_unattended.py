@@ -251,6 +251,8 @@ class TestCancellation:
         process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # As at a terminal: a test run started in the background (`&`) has SIGINT ignored, and kept so.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 60
         while signal.SIGTERM not in _caught_signals(process.pid) and time.monotonic() < deadline and process.poll() is None:
