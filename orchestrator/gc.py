@@ -92,10 +92,12 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
         last = _last_commit(git, path, common) if name in ours and git.resolve(f"refs/heads/{BRANCH_PREFIX}{name}") is None else None
         why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force, last)
         if why_kept is None and last and not force:
-            why_kept = _why_keep_orphaned(git, path, last)
+            why_kept = _why_keep_unnamed(git, path, last, "its branch was deleted and its last commit")
         if why_kept is None and name in detached:
             # A rebase stopped at an `edit` shows its worktree detached: --force does not end it.
-            why_kept = _operation_in_progress(path, common) or (None if force else _why_keep_detached(git, path, detached[name][1]))
+            why_kept = _operation_in_progress(path, common)
+            if why_kept is None and not force:
+                why_kept = _why_keep_unnamed(git, path, detached[name][1], "its detached HEAD")
         if why_kept is None and not dry_run:
             why_kept = _remove_worktree(git, path, common)
         if why_kept:
@@ -273,18 +275,6 @@ def _operation_in_progress(path: Path, common: Path) -> str | None:
     return None
 
 
-def _why_keep_detached(git: _Git, path: Path, head: str) -> str | None:
-    """Why a stale task's worktree on a detached HEAD must stay: its HEAD commit is on no branch,
-    tag or remote, and removing the worktree removes the only name it has (its HEAD and reflog)."""
-    try:
-        lost = int(git.run("rev-list", "--count", head, "--not", "--branches", "--tags", "--remotes"))
-    except _GitFailed as failed:
-        return failed.detail
-    if not lost:
-        return None
-    return f"its detached HEAD has {lost} commit(s) on no branch, tag or remote (to remove only this worktree: git worktree remove --force {path})"
-
-
 def _base_label(base: str, ref: str) -> str | None:
     """How to name `[repo] base` (whose full ref is `ref`) in a reason: itself when it names a ref
     (HEAD on a branch: that branch); None when it names no ref (a detached HEAD, a commit id), which
@@ -296,21 +286,8 @@ def _base_label(base: str, ref: str) -> str | None:
 
 def _uncommitted_changes(path: Path, branch: str, keep: tuple[str, ...], common: Path, last: str | None = None) -> int:
     """What a rollback would undo in the worktree at `path`: `[repo] keep` and ignored files are not work.
-
-    With `last` (its branch deleted, HEAD unborn, so that `git status` shows every file as added):
-    what differs from that commit, staged or not (hidden files too), and the untracked files.
-    """
-    tree = Worktree(path, branch, keep, common_dir=common)
-    if last is None:
-        return len(tree.uncommitted_paths())
-    import git as gitpython
-
-    diff = ("diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", "--ignore-submodules=none")
-    try:
-        changed = {name for cached in ((), ("--cached",)) for name in tree._status_seeing_hidden_files(*diff, *cached, last, "--").split("\0") if name}
-        return len(changed) + len(tree._untracked())
-    except (gitpython.GitCommandError, OSError) as exc:
-        raise StateError(f"cannot list the changes in the worktree {path}: {exc}") from None
+    `last`: the commit to count from when its branch was deleted (see Worktree.uncommitted_paths)."""
+    return len(Worktree(path, branch, keep, common_dir=common).uncommitted_paths(since=last))
 
 
 def _last_commit(git: _Git, path: Path, common: Path) -> str | None:
@@ -321,23 +298,25 @@ def _last_commit(git: _Git, path: Path, common: Path) -> str | None:
         entries = (Path(admin) / "logs" / "HEAD").read_text().splitlines() if admin is not None else []
     except OSError:
         return None
-    fields = entries[-1].split() if entries else []
-    if len(fields) > 1 and set(fields[1]) == {"0"}:  # the deletion itself, when made from inside the worktree
-        fields = fields[:1]
-    return git.resolve(fields[0 if len(fields) == 1 else 1]) if fields else None
+    fields = entries[-1].split()[:2] if entries else []
+    if len(fields) < 2:
+        return None
+    before, after = fields
+    # Deleted from inside the worktree, git logs the deletion itself last: its new id all zeros.
+    return git.resolve(before if set(after) == {"0"} else after)
 
 
-def _why_keep_orphaned(git: _Git, path: Path, last: str) -> str | None:
-    """Why a stale task's worktree whose branch was deleted must stay: the commit it was last on has
-    commits on no branch, tag or remote, whose last name is the worktree's HEAD reflog."""
+def _why_keep_unnamed(git: _Git, path: Path, commit: str, holder: str) -> str | None:
+    """Why a stale task's worktree must stay: `commit` (its detached HEAD, or the commit it was last on
+    when its branch was deleted) has commits on no branch, tag or remote, and removing the worktree
+    removes the only name they have (its HEAD and reflog). `holder` says which, in the reason."""
     try:
-        lost = int(git.run("rev-list", "--count", last, "--not", "--branches", "--tags", "--remotes"))
+        lost = int(git.run("rev-list", "--count", commit, "--not", "--branches", "--tags", "--remotes"))
     except _GitFailed as failed:
         return failed.detail
     if not lost:
         return None
-    return (f"its branch was deleted and its last commit has {lost} commit(s) on no branch, tag or remote"
-            f" (to remove only this worktree: git worktree remove --force {path})")
+    return f"{holder} has {lost} commit(s) on no branch, tag or remote (to remove only this worktree: git worktree remove --force {path})"
 
 
 def _task_branches(git: _Git) -> set[str]:

@@ -436,18 +436,26 @@ class Worktree:
         self._git("branch", branch, commit)
         return commit
 
-    def uncommitted_paths(self) -> list[str]:
+    def uncommitted_paths(self, since: str | None = None) -> list[str]:
         """What differs from HEAD and is work: tracked files changed, staged or deleted (inside a
         submodule too, whatever .gitmodules says; hidden from `git status` too), and untracked files
         neither ignored nor `keep` paths (judged as `git clean -e` judges them: "/build" at the top
         only, "node_modules" at any depth). A nested repository counts as its folder. StateError
-        (one line) when git cannot tell."""
+        (one line) when git cannot tell.
+
+        `since`: the commit to compare with instead of HEAD, for a worktree whose branch was deleted
+        (its HEAD then names no commit, and `git status` shows every file as added)."""
         import git
 
         status = ("status", "--porcelain", "-z", "--no-renames", "--untracked-files=no", "--ignore-submodules=none")
+        diff = ("diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", "--ignore-submodules=none")
         try:
             self._restore_link()
-            tracked = [entry[3:] for entry in self._status_seeing_hidden_files(*status).split("\0") if entry]
+            if since is None:
+                tracked = [entry[3:] for entry in self._status_seeing_hidden_files(*status).split("\0") if entry]
+            else:  # changed in the files or in the index, staged or not
+                found = (self._status_seeing_hidden_files(*diff, *cached, since, "--") for cached in ((), ("--cached",)))
+                tracked = sorted({name for names in found for name in names.split("\0") if name})
             return tracked + self._untracked()
         except (git.GitCommandError, OSError) as exc:
             raise StateError(f"cannot list the changes in the worktree {self.path}: {git_reason(exc)}") from None
