@@ -128,8 +128,7 @@ def _check_store_apart(config: Config) -> None:
     import os
 
     from orchestrator.config import NOTES_FILE, STORE_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER
-    from orchestrator.lock import LOCK_NAME, STATE_ID_NAME
-    from orchestrator.schedule import SERVE_LOCK_NAME
+    from orchestrator.lock import LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME
     from runs.store import sqlite_files
 
     state = Path(os.path.realpath(config.state_dir))

@@ -28,6 +28,8 @@ from orchestrator.errors import StateError
 from orchestrator.files import read_regular_file
 
 LOCK_NAME = "overnight.lock"
+# One `serve` per state dir: two would each start every night, the second exiting 75 at once.
+SERVE_LOCK_NAME = "serve.lock"
 STATE_ID_NAME = "state-id"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
 

@@ -57,13 +57,11 @@ from apscheduler.triggers.cron import CronTrigger
 from orchestrator.cancel import stopping_signals
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.lock import EXIT_LOCKED, StateLock, make_dir, state_identity
+from orchestrator.lock import EXIT_LOCKED, SERVE_LOCK_NAME, StateLock, make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
 from runs.store import safe_url
 
 NIGHT_JOB_ID = "overnight-night"
-# One `serve` per state dir: two would each start every night, the second exiting 75 at once.
-SERVE_LOCK_NAME = "serve.lock"
 SCHEDULE_TABLE = "overnight_schedule"
 # Referenced by import path: a persistent job store pickles the reference, not the function.
 NIGHT_JOB = "orchestrator.schedule:run_scheduled_night"
