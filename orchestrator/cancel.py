@@ -8,6 +8,7 @@ raises `Cancelled`, so the iteration in flight is rolled back, not abandoned.
 from __future__ import annotations
 
 import calendar
+import os
 import signal
 import threading
 import time
@@ -25,6 +26,25 @@ def stopping_signals() -> tuple[signal.Signals, ...]:
 
 # The signals that stop a night, by the names a CancelToken's `why` gives them.
 SIGNAL_NAMES = frozenset({"SIGHUP", "SIGINT", "SIGTERM"})
+
+
+class StopNoted:
+    """A stopping signal that came before a handler could act on it (`serve` still loading its config
+    and scheduler): noted, by name, for that handler to find. Installed by `note_stops`. A second one
+    exits at once, with 0: nothing has started, and a store slow to answer must not hold the process."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def note_stops(self) -> StopNoted:
+        for number in stopping_signals():
+            signal.signal(number, self._note)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.signal is not None:
+            os._exit(0)
+        self.signal = signal.Signals(signum).name
 
 
 class CancelToken:

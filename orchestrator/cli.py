@@ -22,14 +22,21 @@ from orchestrator.cancel import stopping_signals  # light: the standard library 
 def _exit_on_early_signal(signum: int, frame: object) -> None:
     """A stopping signal before the command has begun (this module's imports take half a second on a
     slow host): nothing is locked, started or written yet. Exit as the command would for it, quietly,
-    not with a KeyboardInterrupt traceback from inside an import or a death by signal."""
-    os._exit(128 + signum)
+    not with a KeyboardInterrupt traceback from inside an import or a death by signal: `serve` with 0,
+    its clean stop (systemd counts an exit 143 as a failure), every other command with 128 + n."""
+    os._exit(0 if _command_named() == "serve" else 128 + signum)
+
+
+def _command_named() -> str | None:
+    """The command on the command line: its first word that is no option (the app's own options take no value)."""
+    return next((word for word in sys.argv[1:] if not word.startswith("-")), None)
 
 
 # Only in the `overnight` process itself (the console script, or `python -m orchestrator.cli` as serve
-# starts each night): a program that imports this module keeps its own handlers. `main` puts the
-# usual ones back before a command runs; `run` and `serve` then install theirs.
-# A signal its parent set to be ignored (`sh` does so for a command started with `&`) stays ignored.
+# starts each night): a program that imports this module keeps its own handlers. `run` and `serve`
+# replace them with their own as their first step; before any other command, `_usual_signals` puts the
+# usual ones back. A signal its parent set to be ignored (`sh` does so for a command started with `&`)
+# stays ignored.
 _EARLY_SIGNALS = {
     number: handler
     for number in (stopping_signals() if __name__ == "__main__" or Path(sys.argv[0]).name == "overnight" else ())
@@ -62,6 +69,23 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+# Commands that replace the early handlers with their own as their first step: until then, the early ones stay.
+_OWN_SIGNAL_HANDLING = frozenset({"run", "serve"})
+
+
+@app.callback()
+def _usual_signals(context: typer.Context) -> None:
+    # Runs after the command line is parsed, before the command. Put back in `main`, the usual handlers
+    # left `run` a window (typer's dispatch, a few milliseconds) in which a SIGTERM was a death by signal.
+    if context.invoked_subcommand not in _OWN_SIGNAL_HANDLING:
+        _usual_signal_handlers()
+
+
+def _usual_signal_handlers() -> None:
+    for number, handler in _EARLY_SIGNALS.items():
+        signal.signal(number, handler)
+
 
 ConfigOption = typer.Option(Path(DEFAULT_CONFIG_NAME), "--config", "-c", help="Path to overnight.toml.")
 
@@ -403,6 +427,13 @@ def serve(
 ) -> None:
     # The backslash keeps rich (typer's help) from reading [schedule] as markup and dropping it.
     """Start a night on \\[schedule] cron, in the foreground until SIGTERM; each night is a child `overnight run`."""
+    from orchestrator.cancel import StopNoted
+
+    # First, as `run` does: a stop while serve loads its config and scheduler is noted, and serve
+    # then stops as soon as its scheduler is up, with 0, before it starts any night.
+    if show_next:  # only prints
+        _usual_signal_handlers()
+    stop = None if show_next else StopNoted().note_stops()
     from orchestrator import schedule
     from orchestrator.config import load_config
     from orchestrator.logs import configure_logging
@@ -414,7 +445,7 @@ def serve(
             typer.echo(moment.isoformat())
         return
     _require_git()  # each night needs it
-    raise typer.Exit(schedule.serve(config))
+    raise typer.Exit(schedule.serve(config, stop))
 
 
 @app.command()
@@ -471,8 +502,6 @@ def main() -> None:
     # overnight's (GitPython's too) to that repository instead of the configured one.
     from orchestrator.commands import INHERITED_GIT_VARIABLES
 
-    for number, handler in _EARLY_SIGNALS.items():  # the usual handlers, until `run` or `serve` install their own
-        signal.signal(number, handler)
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)
     try:

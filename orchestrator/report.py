@@ -101,7 +101,7 @@ def _task_lines(task: TaskView) -> list[str]:
             worked += " (notes.md says why they were rolled back)"
     lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {worked}{badge}"]
     for it in task.iterations:
-        reason = f" {it.reason}" if it.reason else ""
+        reason = f" {it.reason}" if it.reason and it.reason != it.outcome else ""  # not "#1 cancelled cancelled"
         if it.outcome == "committed" and not it.commit:
             reason = " (no change: the check passed as it was)"
         lines.append(f"    #{it.number} {it.outcome}{reason} · {it.turns} turns · {it.tokens} tokens{_badge(it.signals)}")

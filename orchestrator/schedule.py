@@ -54,7 +54,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 
-from orchestrator.cancel import stopping_signals
+from orchestrator.cancel import StopNoted, stopping_signals
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.lock import EXIT_LOCKED, SERVE_LOCK_NAME, StateLock, make_dir, state_identity
@@ -438,10 +438,11 @@ def build_scheduler(
     return scheduler
 
 
-def serve(config_path: Path) -> int:
+def serve(config_path: Path, stop: StopNoted | None = None) -> int:
     """Run the scheduler in the foreground until SIGTERM, SIGINT or SIGHUP; 0 on a clean stop.
 
     The signal is passed on to the night in flight, and `serve` waits for its rollback and exit.
+    `stop`: where a signal that came while serve starts up is noted; the scheduler then starts no night.
     LockHeld (exit 75) when another `serve` holds the state dir's `serve.lock`.
     """
     from orchestrator.build import check_inputs, open_store
@@ -456,10 +457,10 @@ def serve(config_path: Path) -> int:
         # Opened as `run` opens it, before the job store touches the database: a database that is
         # not overnight's (another program's `runs` table) is StateError (exit 4), nothing added to it.
         open_store(config).close()
-        return _serve_locked(config, config_path)
+        return _serve_locked(config, config_path, stop or StopNoted())
 
 
-def _serve_locked(config: Config, config_path: Path) -> int:
+def _serve_locked(config: Config, config_path: Path, stop: StopNoted) -> int:
     """`serve` once it holds the state dir's serve lock: start the scheduler, then stop it on a signal."""
     scheduler = cast(_ForegroundScheduler, build_scheduler(config, config_path, log_format="json" if json_mode() else "human"))
     deferred: list[datetime] = []
@@ -482,7 +483,7 @@ def _serve_locked(config: Config, config_path: Path) -> int:
 
     scheduler.add_listener(started, EVENT_SCHEDULER_STARTED)
     scheduler.add_listener(executed, EVENT_JOB_EXECUTED)
-    with _stop_on_signals(scheduler), _library_logs_as_events():
+    with _stop_on_signals(scheduler, stop), _library_logs_as_events():
         scheduler.start()  # returns once a signal asked to stop
         _logger().info("scheduler_stopping", signal=scheduler.stop_requested)
         scheduler.shutdown(wait=True)  # the night in flight got the signal too: wait for its rollback
@@ -495,7 +496,7 @@ def _serve_locked(config: Config, config_path: Path) -> int:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
+def _stop_on_signals(scheduler: _ForegroundScheduler, early: StopNoted) -> Iterator[None]:
     """SIGTERM, SIGINT and SIGHUP stop the scheduler's loop and reach the night in flight; after, they change nothing.
 
     `serve` is then leaving with its code (0) decided. The default handlers put back would make a
@@ -513,6 +514,8 @@ def _stop_on_signals(scheduler: _ForegroundScheduler) -> Iterator[None]:
     numbers = stopping_signals()
     for number in numbers:
         signal.signal(number, stop)
+    # Asked while serve started up: its loop returns before it processes anything, a night due now included.
+    scheduler.stop_requested = scheduler.stop_requested or early.signal
     try:
         yield
     finally:

@@ -885,6 +885,41 @@ class TestServe:
         assert '"next_fire_time": "20' in output and "T01:30:00+09:00" in output
         assert "scheduler_stopped" in output
 
+    def test_a_stop_while_serve_starts_up_exits_0_and_starts_no_night(self, tmp_path: Path) -> None:
+        """SIGTERM as serve begins to load its config and scheduler (systemd restarting it at once): the usual
+        handlers `main` had put back made that a death by signal, not serve's documented clean stop (0). Now
+        serve notes it, stops as soon as its scheduler is up, with 0, and leaves a night due now due."""
+        from tests.test_unattended import SIGNAL_AS_IT_BEGINS
+
+        path = write_schedule_config(tmp_path)
+        due = (datetime.now(timezone.utc) - timedelta(minutes=1)).replace(microsecond=0)
+        store_job_due_at(path, due)
+        done = subprocess.run(
+            [sys.executable, "-c", SIGNAL_AS_IT_BEGINS, "orchestrator.schedule", "serve", "serve", "--config", str(path), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert done.returncode == 0, done.stderr
+        events = [json.loads(line)["event"] for line in done.stderr.splitlines()]
+        assert "scheduler_stopped" in events and "scheduled_night_started" not in events
+        [(_, next_run)] = stored_jobs(load(path))
+        assert next_run == due.timestamp()
+
+    def test_a_stop_while_serve_imports_exits_0(self, tmp_path: Path) -> None:
+        """Before any command has begun (the imports), a stop exits as the command would for it: serve with 0
+        (it was 143, which systemd counts as a failed unit)."""
+        from tests.test_unattended import _caught_signals
+
+        path = write_schedule_config(tmp_path)
+        with open(tmp_path / "serve.log", "w+", encoding="utf-8") as log:
+            process = serve_process(path, log)
+            deadline = time.monotonic() + 60
+            while signal.SIGTERM not in _caught_signals(process.pid) and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.001)
+            still_importing = "pydantic_core" not in Path(f"/proc/{process.pid}/maps").read_text()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
+        assert still_importing and not (tmp_path / "state").exists()
+
     def test_a_signal_as_the_night_falls_due_keeps_it_due(self, tmp_path: Path) -> None:
         """SIGTERM while serve picks up a due night: no failed submission; the night stays due, and the next start runs it."""
         path = write_schedule_config(tmp_path)

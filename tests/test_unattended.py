@@ -49,6 +49,23 @@ def run_in_process(config_path: Path, **replace: object):
         return run_night(dataclasses.replace(parts, **replace))
 
 
+# `overnight <command> ...` in this process, sent SIGTERM the moment function argv[2] of module argv[1] is
+# called (argv[3:] is the command line): a window too short to hit from outside.
+SIGNAL_AS_IT_BEGINS = """
+import importlib, os, signal, sys
+module, function, words = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.argv = ["overnight", *words]
+import orchestrator.cli as cli
+target = getattr(importlib.import_module(module), function).__code__
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is target:
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+sys.setprofile(hook)
+cli.entry()
+"""
+
+
 def _caught_signals(pid: int) -> set[int]:
     """The signals process `pid` has a handler for, from /proc ({} once it is gone)."""
     try:
@@ -264,6 +281,17 @@ class TestCancellation:
         assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
         assert still_importing  # the window this is about, not the night's own handlers
 
+    def test_a_signal_as_run_begins_exits_with_its_code_having_made_nothing(self, config_file):
+        """Sent the moment typer calls `run`, before its first line: `main` had put the usual handlers back
+        already, so SIGTERM there was a death by signal (-15) instead of 143."""
+        config = config_file()
+        done = subprocess.run(
+            [sys.executable, "-c", SIGNAL_AS_IT_BEGINS, "orchestrator.cli", "run", "run", "--config", str(config), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        )
+        assert done.returncode == 143, done.stderr
+        assert "Traceback" not in done.stderr and not (config.parent / "state").exists()
+
     def test_a_signal_its_parent_ignores_stays_ignored(self, tmp_path):
         """`sh` starts `overnight gc &` with SIGINT ignored: the early handler, and then main's usual ones, made a
         Ctrl-C meant for the script stop the command (a gc half done)."""
@@ -473,6 +501,9 @@ class TestDeadline:
         assert never_started["iterations"] == []
         assert git(worktree(config, "first"), "status", "--porcelain", "--ignored") == ""
         assert "`cancelled`" in notes_text(config)
+        capsys.readouterr()
+        assert overnight("report", "--config", str(config)) == 0
+        assert "    #1 cancelled · " in capsys.readouterr().out  # its reason, the same word, said once
 
     def test_no_iteration_starts_that_cannot_finish(self, config_file, server):
         """After an iteration that took longer than the time left, no further iteration starts."""
