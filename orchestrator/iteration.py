@@ -59,8 +59,11 @@ class TaskSetup:
 def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
     """Raises ModelUnreachable and Cancelled after rolling back; every other failure becomes a report."""
     checkpoint = setup.workspace.checkpoint()
-    # Opened before the iteration is recorded: a state dir that cannot take it (disk full) ends
-    # the night (StateError) before anything says an iteration began.
+    # The prompt (notes.md read) and the transcript (opened) before the iteration is recorded: a
+    # state dir that cannot give or take them (unreadable, disk full) ends the night (StateError)
+    # before anything says an iteration began, instead of leaving one `running` in an ended run.
+    tool_names = setup.toolbox.names()
+    messages = first_messages(setup.task, setup.night, tool_names, setup.notes, setup.context_window)
     transcript = Transcript(setup.transcripts_dir / f"task-run-{setup.task_run_id}-{setup.task.name}-{number}.jsonl")
     iteration_id = setup.store.begin_iteration(
         setup.task_run_id, number=number, checkpoint=checkpoint, pid=os.getpid(), transcript=str(transcript.path)
@@ -71,7 +74,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
         recorder = _Recorder(setup.store, iteration_id, transcript, log)
         ctx = RunContext(
             max_turns=setup.night.max_turns,
-            tool_names=setup.toolbox.names(),
+            tool_names=tool_names,
             sink=lambda signal: recorder.signal(signal, setup.on_signal),
             context_window=setup.context_window,
             cancel=setup.cancel,
@@ -79,7 +82,6 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             log=log,
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
-        messages = first_messages(setup.task, setup.night, ctx.tool_names, setup.notes, setup.context_window)
         try:
             for message in messages:
                 recorder.message(message)
@@ -211,16 +213,16 @@ class _Finisher:
     def state_failed(self) -> None:
         # Work that passed the check and was committed stays, as recovery would keep it.
         self.setup.workspace.rollback(self.commit or self.checkpoint)
-        if self.recorded:  # what failed came after the store had the iteration's end (notes.md)
-            return
-        with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
-            self._finish(
-                outcome=IterationOutcome.ROLLED_BACK.value,
-                reason="iteration_error",
-                correction=STATE_FAILED_CORRECTION,
-                turns=self.ctx.answered,
-                tokens=self.ctx.tokens,
-            )
+        # Recorded already when what failed came after the store had the iteration's end (notes.md).
+        if not self.recorded:
+            with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
+                self._finish(
+                    outcome=IterationOutcome.ROLLED_BACK.value,
+                    reason="iteration_error",
+                    correction=STATE_FAILED_CORRECTION,
+                    turns=self.ctx.answered,
+                    tokens=self.ctx.tokens,
+                )
         self.log.error("iteration_state_failed")
 
     def unreachable(self, detail: str) -> None:

@@ -127,6 +127,8 @@ class _Night:
         self.deadline = Deadline(at, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
+        # Set when an error ends a task and with it the night (see _run_task).
+        self.crashed = threading.Event()
         # Worktrees are made in task order, a little ahead of need: a task asks for its own
         # once its first request has left (the checkout overlaps that model call, and does not
         # compete with the other tasks' first requests for the CPU), and for the next task's,
@@ -200,6 +202,8 @@ class _Night:
         self.parts.check_lock()
         if self.parts.cancel.cancelled:
             return self.parts.cancel.why
+        if self.crashed.is_set():
+            return NIGHT_CRASHED
         if self.budget.exhausted:
             # Refused here, not cancelled for all: the iteration whose answer crossed the budget is
             # still checked and committed (its `submit` may carry finished work), while the others'
@@ -224,6 +228,9 @@ FAILED_EARLIER_TONIGHT = "failed_earlier_tonight"
 PARKED_EARLIER_TONIGHT = "parked_earlier_tonight"
 # A task skipped because its branch is checked out in another worktree (the user's, for review).
 BRANCH_CHECKED_OUT = "branch_checked_out"
+# A task cancelled because another task's error ended the night (the run `crashed`) before it began,
+# or before its next iteration.
+NIGHT_CRASHED = "night_crashed"
 
 
 def run_night(parts: NightParts) -> NightResult:
@@ -252,10 +259,10 @@ def run_night(parts: NightParts) -> NightResult:
             abandoned = True
             raise
     except Exception as crash:
-        # A task died of something that is not the model's doing (a broken worktree, a bug).
-        # The other tasks end as they would; then the run says `crashed` instead of staying
-        # "running" in the morning report (unless the store itself is what broke), with the
-        # exit code the process leaves with (a bug's traceback: 1).
+        # A task died of something that is not the model's doing (a broken worktree, a bug). The
+        # other tasks end their iterations in flight and start no more (_run_task); then the run
+        # says `crashed` instead of staying "running" in the morning report (unless the store
+        # itself is what broke), with the exit code the process leaves with (a bug's traceback: 1).
         pool.shutdown(wait=True)
         with contextlib.suppress(StateError):
             store.close_interrupted_run(run_id, exit_code=getattr(crash, "exit_code", 1))
@@ -286,6 +293,17 @@ def _results(futures: Sequence[Any]) -> list[TaskSummary]:
 
 
 def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
+    """One task's night. An error out of it (the state dir failing, a worktree git cannot make, a bug)
+    ends the night (the run `crashed`): the other tasks' iterations in flight end as they would, and no
+    task or iteration starts after it; such tasks are `cancelled`, reason `night_crashed`."""
+    try:
+        return _work_on_task(night, task)
+    except Exception:
+        night.crashed.set()
+        raise
+
+
+def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
     parts, store = night.parts, night.parts.store
     # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
     # the CI's test cases list every task of the night, not only those that began.

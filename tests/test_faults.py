@@ -793,6 +793,8 @@ class TestStateDirFailingMidNight:
         assert code == 4 and "notes.md" in last, last
         [iteration] = run.tasks[0].iterations
         assert (iteration.outcome, iteration.reason) == ("rolled_back", "check_failed")
+        # The task's reason is its last iteration's (it said `interrupted`, which no iteration of it was).
+        assert (run.tasks[0].outcome, run.tasks[0].reason) == ("failed", "check_failed")
         # The state dir mended, the next night's recovery writes the entry this night owed, once.
         (tmp_path / "state" / "notes.md.lock").rmdir()
         config = load_config(tmp_path / "overnight.toml")
@@ -802,6 +804,37 @@ class TestStateDirFailingMidNight:
         assert [e["event"] for e in logs].count("note_recovered") == 1
         recover(config)
         assert len(NotesBook(config.notes_path).entries()) == 1
+
+
+    def test_notes_unreadable_as_an_iteration_begins(self, tmp_path: Path, repo: Path, capsys: Any) -> None:
+        """notes.md turned unreadable (a folder in its place) once the task's first request had left, before
+        its iteration read the notes: that iteration was recorded first and stayed `running` in the ended
+        (`crashed`) run, and the task queued behind it read `failed (interrupted)` though it never began.
+        Now no iteration is recorded, and the other task is `cancelled`, reason `night_crashed`."""
+        from orchestrator.fake_server import ScriptedServer
+
+        notes = tmp_path / "state" / "notes.md"
+
+        def respond(body: dict[str, Any]) -> Reply:
+            if not notes.is_dir():
+                notes.unlink(missing_ok=True)
+                notes.mkdir(parents=True)
+            return call("submit", {"summary": "done"})
+
+        tasks = [{"name": "first", "prompt": "p", "check": "true"}, {"name": "second", "prompt": "p", "check": "true"}]
+        with ScriptedServer(responder=respond) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks)
+            assert overnight("run", "--config", str(config)) == 4
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last.startswith("overnight: error: cannot read") and "notes.md" in last, last
+        store = RunStore.open(load_config(config).store_url)
+        try:
+            run = store.latest_run()
+        finally:
+            store.close()
+        assert (run.status, run.exit_code) == ("crashed", 4)
+        account = [(task.name, task.outcome, task.reason, [it.outcome for it in task.iterations]) for task in run.tasks]
+        assert account == [("first", "failed", "interrupted", []), ("second", "cancelled", "night_crashed", [])]
 
 
 @pytest.fixture
@@ -1124,7 +1157,7 @@ class TestKilledNight:
         assert overnight("report", "--config", str(config.source)) == 0
         text = capsys.readouterr().out
         assert "crashed" in text.splitlines()[0] and "is gone" not in text
-        assert "#1 interrupted interrupted · 3 turns · 660 tokens" in text
+        assert "#1 interrupted · 3 turns · 660 tokens" in text  # the reason, the same word, said once
 
 
 class TestKilledWhileTheAgentChangedGitConfig:
