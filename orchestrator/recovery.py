@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands import pid_alive, stop_marked_processes
+from orchestrator.commands import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, pid_alive, stop_marked_processes
 from orchestrator.config import GIT_CONFIG_COPY, Config
 from orchestrator.confinement import remove_abandoned_folders, restore_config_copy
 from orchestrator.errors import StateError
@@ -40,7 +40,10 @@ from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, stamp
-from orchestrator.worktree import Worktree, branch_for, forget_missing, git_reason, kept_branch, gitdir_link, is_worktree_of, linked_admin_dir, open_repo, repair_moved
+from orchestrator.worktree import (
+    GIT_TIMEOUT_S, Worktree, admin_dir, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, kept_branch, linked_admin_dir,
+    open_repo, repair_moved,
+)
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."
@@ -365,6 +368,9 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
     repo = open_repo(config.repo_path)
     for path in sorted(p for p in root.iterdir() if p.name not in skip and p.is_dir() and not p.is_symlink()):
         repair_moved(repo, path)  # moved with the state dir: ours still, and what a person left there is kept
+        if _of_a_vanished_repository(repo, path):
+            _settle_orphaned_worktree(config, repo, path, log)
+            continue
         link = linked_admin_dir(repo, path)
         if link is None or not is_worktree_of(repo, path):
             contents = [entry.name for entry in path.iterdir()]
@@ -391,6 +397,52 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             log.info("worktree_cleaned", task=path.name)
         except Exception as exc:
             _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+
+
+def _of_a_vanished_repository(repo: Any, path: Path) -> bool:
+    """Whether `path` is a linked worktree whose repository is gone: its `.git` link names a registration
+    that no longer exists, and this repository has none for it. A state dir outside a checkout that is
+    cloned afresh each time (a CI workspace) finds its worktrees so; git could only say "already exists"."""
+    link = gitdir_link(path)
+    return (
+        link is not None and link.parent.name == "worktrees" and not os.path.lexists(link)
+        and admin_dir(path, Path(repo.common_dir)) is None
+    )
+
+
+def _settle_orphaned_worktree(config: Config, repo: Any, path: Path, log: Any) -> None:
+    """A worktree of a vanished repository (`_of_a_vanished_repository`) goes, for the task's to be made
+    anew: removed when it holds exactly the tip of the task's branch in this repository (taken up from
+    where the earlier night pushed it), ignored files and `[repo] keep` paths aside; else set aside,
+    since what else is in it (a person's edits, work never pushed) no branch here can hold."""
+    if _holds_only_its_branch(repo, path, branch_for(path.name), config.repo.keep):
+        _remove_worktree(config, path, log, why="a worktree of a repository that is gone, holding its branch's tip")
+    else:
+        _set_aside(config, repo, path, gitdir_link(path) or path, log, why="a worktree of a repository that is gone")
+
+
+def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, ...]) -> bool:
+    """Whether the files at `path` are `branch`'s tip in `repo` and nothing more (ignored files and `keep` aside):
+    compared through an index of its own, git working on `path` as a work tree of `repo`."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="overnight-orphan-") as scratch:
+        env = {
+            **base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV,
+            "GIT_DIR": str(repo.common_dir), "GIT_WORK_TREE": str(path), "GIT_INDEX_FILE": os.path.join(scratch, "index"),
+        }
+
+        def git(*args: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(["git", *args], cwd=path, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT_S)
+
+        if git("read-tree", f"refs/heads/{branch}").returncode != 0:  # no such branch here: nothing to compare with
+            return False
+        git("update-index", "-q", "--refresh")
+        if git("diff-files", "--quiet").returncode != 0:
+            return False
+        others = git("ls-files", "-z", "--others", "--exclude-standard", *(f"--exclude={pattern}" for pattern in keep))
+        return others.returncode == 0 and not others.stdout.strip(b"\0")
 
 
 def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, log: Any) -> None:

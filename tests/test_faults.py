@@ -1192,3 +1192,47 @@ class TestKilledWhileTheAgentChangedGitConfig:
         assert (repo / ".git" / "config").read_bytes() == before
         assert [e["path"] for e in logs if e["event"] == "git_config_restored"] == [os.path.realpath(repo / ".git" / "config")]
         assert not list((tmp_path / "state").glob("git-config.kept*"))
+
+
+class TestAStateDirOutlivingItsCheckout:
+    """A state dir kept outside a checkout that is cloned afresh each night (a CI runner's workspace): its
+    worktrees link to the registrations of a clone that is gone. The next night said `git worktree add`'s
+    "already exists" (exit 2) for ever after."""
+
+    @staticmethod
+    def _clone_afresh(tmp_path: Path, repo: Path) -> None:
+        """The checkout replaced by a new clone of where its branches were pushed, which takes them up."""
+        git(tmp_path, "clone", "-q", "--bare", str(repo), str(tmp_path / "remote.git"))
+        shutil.rmtree(repo)
+        git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(repo))
+        git(repo, "branch", "overnight/fix-greet", "origin/overnight/fix-greet")
+
+    def test_a_worktree_holding_its_branchs_tip_is_made_anew(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        from tests.test_night import FIX
+
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        fixed = git(repo, "rev-parse", "overnight/fix-greet")
+        self._clone_afresh(tmp_path, repo)
+        server.enqueue(call("submit", {"summary": "already fixed"}))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config)) == 0, capsys.readouterr().err[-500:]
+        assert git(repo, "rev-parse", "overnight/fix-greet") == fixed  # built on, not started again from main
+        assert not (tmp_path / "state" / "worktrees-set-aside").exists()
+        assert git(tmp_path / "state" / "worktrees" / "fix-greet", "status", "--porcelain") == ""
+
+    def test_a_worktree_holding_more_is_set_aside_whole(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        from tests.test_night import FIX
+
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        (tmp_path / "state" / "worktrees" / "fix-greet" / "mine.txt").write_text("a person's edit\n")
+        self._clone_afresh(tmp_path, repo)
+        server.enqueue(call("submit", {"summary": "already fixed"}))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config)) == 0, capsys.readouterr().err[-500:]
+        [aside] = (tmp_path / "state" / "worktrees-set-aside").iterdir()
+        assert (aside / "mine.txt").read_text() == "a person's edit\n" and (aside / "greet.py").exists()
+        assert not (tmp_path / "state" / "worktrees" / "fix-greet" / "mine.txt").exists()
