@@ -280,6 +280,9 @@ def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by:
     branch = branch_for(iteration.task_name)
     head = repo.heads[branch].commit.hexsha if branch in repo.heads else ""
     committed = _iteration_commit_at(repo, head, iteration) if head and head != iteration.checkpoint else ""
+    if _of_a_vanished_repository(repo, path):  # the clone the dead night worked in is gone (a CI workspace)
+        _settle_orphaned_worktree(config, repo, path, log)
+        return committed
     worktree = Worktree(path, branch, config.repo.keep)
     with contextlib.suppress(Exception):  # a worktree git cannot read is rebuilt below, as before
         if (elsewhere := worktree.held_elsewhere()) is not None:
@@ -415,10 +418,14 @@ def _settle_orphaned_worktree(config: Config, repo: Any, path: Path, log: Any) -
     anew: removed when it holds exactly the tip of the task's branch in this repository (taken up from
     where the earlier night pushed it), ignored files and `[repo] keep` paths aside; else set aside,
     since what else is in it (a person's edits, work never pushed) no branch here can hold."""
+    why = "a worktree of a repository that is gone"
     if _holds_only_its_branch(repo, path, branch_for(path.name), config.repo.keep):
-        _remove_worktree(config, path, log, why="a worktree of a repository that is gone, holding its branch's tip")
-    else:
-        _set_aside(config, repo, path, gitdir_link(path) or path, log, why="a worktree of a repository that is gone")
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            log.warning("worktree_removed", task=path.name, why=f"{why}, holding its branch's tip")
+            return
+        why += ", which could not be removed whole"  # a file it may not delete: out of the way all the same
+    _set_aside(config, repo, path, gitdir_link(path) or path, log, why=why)
 
 
 def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, ...]) -> bool:
@@ -436,12 +443,15 @@ def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, 
         def git(*args: str) -> subprocess.CompletedProcess[bytes]:
             return subprocess.run(["git", *args], cwd=path, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT_S)
 
-        if git("read-tree", f"refs/heads/{branch}").returncode != 0:  # no such branch here: nothing to compare with
+        try:
+            if git("read-tree", f"refs/heads/{branch}").returncode != 0:  # no such branch here: nothing to compare with
+                return False
+            git("update-index", "-q", "--refresh")
+            if git("diff-files", "--quiet").returncode != 0:
+                return False
+            others = git("ls-files", "-z", "--others", "--exclude-standard", *(f"--exclude={pattern}" for pattern in keep))
+        except (OSError, subprocess.TimeoutExpired):  # not known to hold only the branch: set aside, not removed
             return False
-        git("update-index", "-q", "--refresh")
-        if git("diff-files", "--quiet").returncode != 0:
-            return False
-        others = git("ls-files", "-z", "--others", "--exclude-standard", *(f"--exclude={pattern}" for pattern in keep))
         return others.returncode == 0 and not others.stdout.strip(b"\0")
 
 

@@ -653,12 +653,12 @@ class RunStore:
             return connection.execute(statement).rowcount == 1
 
     def close_interrupted_run(self, run_id: int, exit_code: int | None = None) -> None:
-        """End a dead run: open task runs become succeeded (if an iteration committed) or failed; the run `crashed`.
+        """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`.
 
         `exit_code`: the code its process left with, when known (None when found dead by
         recovery: the run then ends when it was last seen alive, not when it was found).
-        A failed task's reason is `interrupted`, or, for a run its own process closes (an error ended
-        the task, and the night), its last ended iteration's (`iteration_error` when the state dir failed).
+        A failed task's reason is `interrupted`, whatever its last iteration's: the night died under it
+        (killed, or an error not the task's own), which JUnit tells as an error, not the task's failure.
         """
         with self._writing("close_interrupted_run") as session:
             now = self.now() if exit_code is not None else self._last_seen_alive(session, run_id)
@@ -671,13 +671,6 @@ class RunStore:
                 ).first()
                 # A committed iteration's commit is "" when the check passed with nothing to commit.
                 task.outcome, task.reason = ("succeeded", "") if commit is not None else ("failed", "interrupted")
-                if commit is None and exit_code is not None:
-                    last = session.scalars(
-                        select(Iteration.reason)
-                        .where(Iteration.task_run_id == task.id, Iteration.outcome != "running", Iteration.reason != "")
-                        .order_by(Iteration.id.desc())
-                    ).first()
-                    task.reason = last or task.reason
                 task.commit, task.finished_at = commit or "", now
             session.execute(
                 update(Run)
