@@ -431,9 +431,11 @@ def serve(
 
     # First, as `run` does: a stop while serve loads its config and scheduler is noted, and serve
     # then stops as soon as its scheduler is up, with 0, before it starts any night.
+    stop = None
     if show_next:  # only prints
         _usual_signal_handlers()
-    stop = None if show_next else StopNoted().note_stops()
+    else:
+        stop = StopNoted().note_stops()
     from orchestrator import schedule
     from orchestrator.config import load_config
     from orchestrator.logs import configure_logging
