@@ -42,7 +42,7 @@ from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, stamp
 from orchestrator.worktree import (
     GIT_TIMEOUT_S, Worktree, admin_dir, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, kept_branch, linked_admin_dir,
-    open_repo, repair_moved,
+    make_writable, open_repo, repair_moved,
 )
 
 INTERRUPTED_CORRECTION = (
@@ -297,7 +297,7 @@ def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by:
     try:
         worktree.rollback(target)
     except Exception as exc:  # a worktree too broken for git: rebuilt from its branch by the next night
-        _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+        _remove_worktree(config, repo, path, log, why=f"{type(exc).__name__}: {exc}")
         if head and target != head:
             with contextlib.suppress(git.GitCommandError):  # a checkpoint this clone lacks: the branch stays
                 repo.git.branch("-f", branch, target)
@@ -378,7 +378,7 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
         if link is None or not is_worktree_of(repo, path):
             contents = [entry.name for entry in path.iterdir()]
             if not contents or (contents == [".git"] and link is not None):
-                _remove_worktree(config, path, log, why="creation was interrupted")
+                _remove_worktree(config, repo, path, log, why="creation was interrupted")
             else:
                 log.warning("worktree_folder_kept", task=path.name, why="not a worktree of this repository: left as it is")
             continue
@@ -399,7 +399,7 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             worktree.rollback("HEAD")
             log.info("worktree_cleaned", task=path.name)
         except Exception as exc:
-            _remove_worktree(config, path, log, why=f"{type(exc).__name__}: {exc}")
+            _remove_worktree(config, repo, path, log, why=f"{type(exc).__name__}: {exc}")
 
 
 def _of_a_vanished_repository(repo: Any, path: Path) -> bool:
@@ -420,12 +420,9 @@ def _settle_orphaned_worktree(config: Config, repo: Any, path: Path, log: Any) -
     since what else is in it (a person's edits, work never pushed) no branch here can hold."""
     why = "a worktree of a repository that is gone"
     if _holds_only_its_branch(repo, path, branch_for(path.name), config.repo.keep):
-        shutil.rmtree(path, ignore_errors=True)
-        if not os.path.lexists(path):
-            log.warning("worktree_removed", task=path.name, why=f"{why}, holding its branch's tip")
-            return
-        why += ", which could not be removed whole"  # a file it may not delete: out of the way all the same
-    _set_aside(config, repo, path, gitdir_link(path) or path, log, why=why)
+        _remove_worktree(config, repo, path, log, why=why, done=", holding its branch's tip")
+    else:
+        _set_aside(config, repo, path, gitdir_link(path) or path, log, why=why)
 
 
 def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, ...]) -> bool:
@@ -534,15 +531,23 @@ def _registered_head(repo: Any, admin: Path) -> str:
         return ""
 
 
-def _remove_worktree(config: Config, path: Path, log: Any, why: str) -> None:
-    import git
+def _remove_worktree(config: Config, repo: Any, path: Path, log: Any, why: str, *, done: str = "") -> None:
+    """Delete the worktree at `path` for its task's to be made anew (`done`: what the log adds when it goes).
 
+    Files the agent made read-only (a folder it chmod'ed, Go's module cache) are made writable and the
+    deletion tried once more. What still stays (an immutable file, another user's) is set aside whole:
+    a folder left half deleted is no worktree git can add there again, nor one recovery would touch
+    again, so the task would fail every night after.
+    """
     shutil.rmtree(path, ignore_errors=True)
-    try:
-        forget_missing(Path(git.Repo(config.repo_path).common_dir), path)
-    except git.GitError:
-        pass  # Worktree.ensure forgets it too, before it registers the task's worktree again
-    log.warning("worktree_removed", task=path.name, why=why[:200])
+    if os.path.lexists(path):
+        make_writable(path)
+        shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        _set_aside(config, repo, path, gitdir_link(path) or path, log, why=f"{why[:150]}, which could not be removed whole")
+        return
+    forget_missing(Path(repo.common_dir), path)  # Worktree.ensure forgets it too, before it registers it again
+    log.warning("worktree_removed", task=path.name, why=f"{why[:200]}{done}")
 
 
 def _release_dead_leases(store: Any, leases: Any, host: str, me: int, state_id: str, log: Any) -> None:

@@ -672,6 +672,29 @@ class TestRecoveryOfStoredState:
         assert git(repo, "branch", "--list", "overnight-kept/*") == ""
         assert not (worktree.path / "junk.pyc").exists()
 
+    def test_a_worktree_that_can_be_neither_cleaned_nor_removed_is_set_aside(self, tmp_path: Path, repo: Path) -> None:
+        """Debris that may not be deleted (root's build output, here immutable): `git clean` failed, the folder
+        was then deleted but for that file and logged removed, and the task's worktree could not be made
+        there again ("already exists") on any later night. It is set aside whole, and made anew."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        stuck = worktree.path / "__pycache__" / "stuck.pyc"
+        stuck.parent.mkdir()
+        stuck.write_text("build output")
+        if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+            pytest.skip("needs chattr +i (root, on a file system that has the flag)")
+        try:
+            _, logs = recover(config)
+            assert [e for e in logs if e["event"] == "worktree_removed"] == []
+            [aside] = [e for e in logs if e["event"] == "worktree_set_aside"]
+            assert aside["why"].startswith("StateError: cannot roll back") and aside["why"].endswith(", which could not be removed whole")
+            assert (Path(aside["kept_at"]) / "__pycache__" / "stuck.pyc").exists()
+            again = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+            assert git(again.path, "status", "--porcelain", "--ignored") == ""
+        finally:
+            for found in config.state_dir.rglob("stuck.pyc"):
+                subprocess.run(["chattr", "-i", str(found)], capture_output=True)
+
     def test_commit_the_agent_made_itself_is_rolled_back(self, tmp_path: Path, repo: Path) -> None:
         """A commit not made by overnight's commit step (e.g. the agent ran git commit) never survives recovery."""
         config = _config(tmp_path, repo)
