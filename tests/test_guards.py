@@ -150,6 +150,15 @@ class TestRepeatedCallGuard:
         assert "times in a row" not in reminder and "pkg_c" not in reminder
         assert "3 calls to read_file" in reminder
 
+    def test_a_varied_arguments_streak_warns_once_and_never_stops(self):
+        """Six different files with the same header: one warning at the third, none after, and no stop."""
+        guard = RepeatedCallGuard(remind_at=3, stop_at=4)
+        ctx, sink = started(guard)
+        header = ToolResult(ok=True, output="# Copyright 2024 Example Corp. Licensed under the Apache License 2.0.\n")
+        for package in "abcdef":
+            guard.after_tool_call(ctx, read(f"pkg_{package}/__init__.py"), header)
+        assert [s.message for s in sink] == ["loop: read_file ×3 (varied arguments)"]
+
     def test_before_run_resets(self):
         """A guard reused for a second run starts counting from zero."""
         guard = RepeatedCallGuard(remind_at=3, stop_at=4)
@@ -302,6 +311,18 @@ class TestEmptyResponseGuard:
         assert "cut off at the token limit" in stop.value.evidence and "2048" in stop.value.evidence
         assert sink[0].message == "empty response (cut off while thinking)"
 
+    def test_an_answer_cut_off_without_reasoning_is_not_said_to_be_thinking(self):
+        """finish_reason=length with no reasoning at all: the plain nudge and correction, no blame on thinking."""
+        guard = EmptyResponseGuard(stop_at=2)
+        ctx, sink = started(guard)
+        cut = ModelResponse(text="", finish_reason="length", completion_tokens=16)
+        guard.after_model_response(ctx, cut, [])
+        assert "Your last answer was empty" in ctx.take_reminders()[0]
+        with pytest.raises(QualityError) as stop:
+            guard.after_model_response(ctx, cut, [])
+        assert sink[0].message == "empty response"
+        assert "Never answer with an empty" in stop.value.correction and "max_tokens" not in stop.value.correction
+
     def test_an_answer_in_between_resets(self):
         """Text or a call between two empty answers means neither is the second in a row."""
         guard = EmptyResponseGuard(stop_at=2)
@@ -338,6 +359,15 @@ class TestUnknownToolGuard:
             guard.after_model_response(ctx, *answer(read(), broken("unknown_tool", name="think")))
         guard.after_model_response(ctx, *answer(broken("unknown_tool", name="think")))  # the first in a row without one
         assert [(s.level, s.message) for s in sink] == [(Level.WARNING, "unknown tool: think")] * 4
+
+    def test_an_answer_with_a_usable_call_beside_starts_the_count_again(self):
+        """A made-up tool alone, then beside a usable call, then alone again: the count started again, no stop."""
+        guard = UnknownToolGuard(stop_at=2)
+        ctx, sink = started(guard)
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name="think")))
+        guard.after_model_response(ctx, *answer(read(), broken("unknown_tool", name="think")))
+        guard.after_model_response(ctx, *answer(broken("unknown_tool", name="think")))
+        assert [(s.level, s.message) for s in sink] == [(Level.WARNING, "unknown tool: think")] * 3
 
     def test_empty_tool_name_uses_its_own_kind(self):
         """A call without a name is reported and stopped as empty_tool_name."""
@@ -585,6 +615,22 @@ class TestFileVersions:
             assert versions.new_after(tmp_path, write) is True
             assert versions.new_after(tmp_path, write) is False
 
+    def test_an_edit_of_a_pipe_or_a_device_does_not_read_it(self, tmp_path: Path):
+        """edit_file on a pipe or a link to a device: neither is read (a link to /dev/zero would never end);
+        the call stands in, so the first such edit is new and the same again is not."""
+        import os
+
+        from guards._contents import FileVersions
+
+        os.mkfifo(tmp_path / "pipe")
+        (tmp_path / "null").symlink_to("/dev/null")
+        versions = FileVersions()
+        for path in ("pipe", "null"):
+            edit = ToolCall(name="edit_file", arguments={"path": path, "old": "a", "new": "b"})
+            versions.before(tmp_path, [edit])
+            assert versions.new_after(tmp_path, edit) is True
+            assert versions.new_after(tmp_path, edit) is False
+
 
     def test_a_path_with_a_nul_is_unreadable_not_a_crash(self, tmp_path: Path):
         """os.stat raises ValueError for a NUL in the path: the call stands in for the content."""
@@ -689,6 +735,24 @@ class TestDeadLoopGuard:
             play_round(guard, ctx, (read(path), OK))
         assert sink == []
 
+    def test_a_cycle_warns_only_when_it_starts_a_third_time(self):
+        """A B C A B C then D is a second look that went elsewhere: quiet. A B C A B C A warns."""
+        for last, expected in (("d.py", []), ("a.py", ["dead loop: a cycle of 3 rounds, a third time"])):
+            guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+            ctx, sink = started(guard)
+            for path in ["a.py", "b.py", "c.py", "a.py", "b.py", "c.py", last]:
+                play_round(guard, ctx, (read(path), OK))
+            assert [s.message for s in sink] == expected
+
+    def test_a_file_read_with_a_new_time_in_it_is_news(self):
+        """A file read is compared exactly: a status file whose clock time moved on is progress, not a loop."""
+        guard = DeadLoopGuard(window=6, recent=4, distinct=2)
+        ctx, sink = started(guard)
+        for second in range(6):
+            play_round(guard, ctx, (read("status.log"), ToolResult(ok=True, output=f"job running, updated 12:00:0{second}\n")))
+            play_round(guard, ctx, (read("a.py"), OK))
+        assert sink == []
+
     def test_custom_progress_callable(self):
         """A progress callable replaces the progress tools."""
         guard = DeadLoopGuard(recent=2, distinct=1, progress=lambda calls, results: calls[0].name == "run_check")
@@ -713,6 +777,14 @@ class TestContextGuard:
         guard.after_model_response(ctx, ModelResponse(text="hi"), [])
         assert sink == [Signal(Level.WARNING, "context_full", "context 85% full")]
         assert "85%" in ctx.take_reminders()[0]
+
+    def test_warns_when_the_prompt_reaches_the_share_exactly(self):
+        """A prompt of exactly warn_ratio of the window has reached it."""
+        guard = ContextGuard(warn_ratio=0.8)
+        ctx, sink = started(guard, context_window=1000)
+        ctx._prompt_tokens = 800
+        guard.after_model_response(ctx, ModelResponse(text="hi"), [])
+        assert sink == [Signal(Level.WARNING, "context_full", "context 80% full")]
 
     def test_unknown_window_is_quiet(self):
         """Without a known context window the guard says nothing."""
@@ -827,6 +899,18 @@ def run_with_guards(
     except QualityError as stop:
         error = stop
     return sink, error, model
+
+
+def loop_context(project: Path, *replies) -> tuple[RunContext, QualityError | None]:
+    """Run the real loop with the default guards; return its context (check_passed, turns) and the stop."""
+    toolbox = Toolbox(project, [*TOOLS, "search"], check_command="grep -q 'return 42' app.py")
+    ctx, _ = make_ctx(context_window=100_000)
+    ctx.tool_names = toolbox.names()
+    try:
+        run_agent(ScriptedModel(replies), toolbox, build_guards(GuardsConfig()), [{"role": "user", "content": "Fix app.py."}], ctx, ListRecorder())
+    except QualityError as stop:
+        return ctx, stop
+    return ctx, None
 
 
 # The stop at twice the warning count that a user may configure.
@@ -1010,6 +1094,67 @@ class TestThroughTheAgentLoop:
         ]
         seen = reminders_seen(model)
         assert "list_dir" in seen and "same few calls" in seen
+
+    def test_prose_is_answered_with_a_nudge_to_call_a_tool(self, project: Path):
+        """An answer of prose alone gets a user message back telling the model to call a tool."""
+        _, error, model = run_with_guards(project, say("I would read app.py next."), call("submit", {"summary": "s"}))
+        assert error is None
+        assert model.requests[1][-2] == {"role": "assistant", "content": "I would read app.py next."}
+        assert "You did not call a tool" in model.requests[1][-1]["content"]
+
+    def test_an_empty_answer_leaves_no_trace_in_the_history(self, project: Path):
+        """After an empty answer the next request is the same history; only the nudge is joined to its last message."""
+        _, error, model = run_with_guards(project, say(""), call("submit", {"summary": "s"}))
+        assert error is None
+        first, second = model.requests[:2]
+        assert [m["role"] for m in second] == [m["role"] for m in first] == ["system", "user"]
+        assert second[-1]["content"].startswith(first[-1]["content"]) and "Your last answer was empty" in second[-1]["content"]
+
+    def test_a_reminder_goes_with_the_next_request_only(self, project: Path):
+        """The repeat reminder after the third read is in the fourth request, and in none after it."""
+        read_app = call("read_file", {"path": "app.py"})
+        _, error, model = run_with_guards(project, read_app, read_app, read_app, call("list_dir"), call("list_dir", {"path": "x"}))
+        assert error is not None  # the script ran out: empty answers
+        said = ["Do not call it again" in "\n".join(str(m.get("content")) for m in request) for request in model.requests]
+        assert said[:6] == [False, False, False, True, False, False]
+
+    def test_the_same_reminder_twice_in_a_turn_is_sent_once(self, project: Path):
+        """A guard that reminds on every write (docs/guards.md's NoTodoGuard) reminds once for two writes in one answer."""
+
+        class NoTodoGuard:
+            def after_tool_call(self, ctx, call, result):
+                if call.name in ("write_file", "edit_file") and "TODO" in str(call.arguments):
+                    ctx.remind("Write the code itself, not a TODO.")
+
+        model = ScriptedModel(
+            [
+                calls(("write_file", {"path": "a.py", "content": "# TODO\n"}), ("write_file", {"path": "b.py", "content": "# TODO\n"})),
+                call("submit", {"summary": "s"}),
+            ]
+        )
+        toolbox = Toolbox(project, TOOLS, check_command="true")
+        ctx, _ = make_ctx()
+        run_agent(model, toolbox, [NoTodoGuard()], [{"role": "user", "content": "Fix app.py."}], ctx, ListRecorder())
+        assert "\n".join(str(m.get("content")) for m in model.requests[1]).count("not a TODO") == 1
+
+    def test_the_context_guard_sees_the_prompt_size_the_server_counted(self, project: Path):
+        """The prompt tokens of each response reach the context guard: 90,000 of 100,000 warns."""
+        sink, error, _ = run_with_guards(
+            project, call("read_file", {"path": "app.py"}, prompt_tokens=90_000), call("submit", {"summary": "s"})
+        )
+        assert error is None
+        assert [(s.kind, s.message) for s in sink] == [("context_full", "context 90% full")]
+
+    def test_a_passing_check_stays_passed_across_looking_calls_only(self, project: Path):
+        """After the model's passing run_check, reads and searches leave check_passed set (a stop keeps the work);
+        a successful edit since clears it, and only run_check sets it."""
+        fix = call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"})
+        search = call("search", {"pattern": "answer"})
+        ctx, error = loop_context(project, fix, call("run_check"), call("read_file", {"path": "app.py"}), *[search] * 4)
+        assert error is not None and error.reason == "repeated_tool_call" and ctx.check_passed is True
+        comment = call("edit_file", {"path": "app.py", "old": "return 42", "new": "return 42  # the answer"})
+        ctx, error = loop_context(project, call("run_check"), comment, *[call("read_file", {"path": "app.py"})] * 4)
+        assert error is not None and error.reason == "repeated_tool_call" and ctx.check_passed is False
 
 
 class TestACrashingGuard:
