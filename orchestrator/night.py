@@ -42,7 +42,7 @@ EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
 # The signals that stop a night (its CancelToken's `why` names one), and the exit code each leaves.
 SIGNAL_EXIT_CODES = {"SIGHUP": EXIT_SIGHUP, "SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
 PARK_CORRECTION = (
-    "Parked for the night: the same problem stopped {count} iterations in a row ({reason}). "
+    "Parked for the night: the same problem stopped {iterations} in a row ({reason}). "
     "A person should look at the task or the model."
 )
 
@@ -432,7 +432,7 @@ def _iterate(
                     task=task.name,
                     iteration=number,
                     reason="parked",
-                    correction=PARK_CORRECTION.format(count=config.guards.park_after, reason=reason),
+                    correction=PARK_CORRECTION.format(iterations=_iterations(config.guards.park_after), reason=reason),
                 )
                 reason = "parked"
                 break
@@ -515,10 +515,14 @@ def _should_park(endings: Sequence[tuple[str, str]], park_after: int) -> bool:
     """The same severe reason on `park_after` consecutive iterations (`endings`: (outcome, reason) of
     each, oldest first): more of the same will not help."""
     recent = endings[-park_after:]
-    if len(recent) < park_after or len(endings) < 2:
+    if len(recent) < park_after:
         return False
     reasons = {reason for _, reason in recent}
     return len(reasons) == 1 and all(outcome == IterationOutcome.ROLLED_BACK.value for outcome, _ in recent)
+
+
+def _iterations(count: int) -> str:
+    return "1 iteration" if count == 1 else f"{count} iterations"
 
 
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:

@@ -247,6 +247,16 @@ class TestLeases:
             assert not keeper.lost.is_set()
         assert store.leases() == []
 
+    def test_keeper_never_lets_its_lease_lapse(self, store: RunStore) -> None:
+        """Renewed well within its ttl: at no moment of a keeper's life can another worker take the task
+        (renewing only once the ttl had passed would leave it free between the two)."""
+        with LeaseKeeper(store, "t", ttl_s=0.6) as keeper:
+            until = time.monotonic() + 1.5
+            while time.monotonic() < until:
+                assert not store.acquire_lease("t", "intruder", 30)
+                time.sleep(0.05)
+            assert not keeper.lost.is_set()
+
     def test_keeper_notices_a_lost_lease(self, store: RunStore) -> None:
         """If someone else took the lease, the keeper's next renewal sets `lost` and calls on_lost."""
         called = threading.Event()
@@ -326,8 +336,11 @@ class TestRecoveryOfStoredState:
             store.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=pid)
             assert store.acquire_lease("fix-greet", owner, ttl_s=600)
             (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")  # its agent's edit
+            in_flight = config.state_dir / ".notes.md.4242.tmp"  # its notes.md entry being written
+            in_flight.write_text("## half an entry")
             with pytest.raises(LockHeld) as caught:
                 recover(config)
+            assert in_flight.exists()
             message = str(caught.value)
             assert f"pid {pid} on {socket.gethostname()}" in message and "lock file was removed" in message
             assert "\n" not in message

@@ -184,6 +184,26 @@ class TestRollback:
         [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
         assert signal["message"] == "check failed: killed by signal 11 (SIGSEGV)"
 
+    def test_a_long_check_output_keeps_its_end(self, config_file, server):
+        """A test run's failure is at the end of its output: the note's evidence is the output's tail, not its head."""
+        check = "echo FIRST-LINE; printf '%05000d\\n' 0; echo LAST-WORDS; exit 1"
+        config = config_file(night={"max_iterations": 1}, tasks=[{"name": "fix-greet", "prompt": "p", "check": check}])
+        server.enqueue(call("submit", {"summary": "nothing"}))
+        assert overnight("run", "--config", str(config)) == 1
+        notes = notes_text(config)
+        assert "`check_failed`" in notes and "LAST-WORDS" in notes and "FIRST-LINE" not in notes
+
+    def test_a_check_that_dies_of_sigterm_on_its_own_is_check_failed(self, config_file, server, capsys):
+        """Only the night's own signal makes a check's SIGTERM death a cancel: a check killed by one of its
+        own (a test harness's timeout) while nothing stops the night failed, and the task is not `cancelled`."""
+        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": "kill -TERM $$"}]
+        config = config_file(night={"max_iterations": 1}, tasks=tasks)
+        server.enqueue(call("submit", {"summary": "nothing"}))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("failed", "check_failed")
+        assert "killed by signal 15 (SIGTERM)" in notes_text(config)
+
 class TestFinishedWorkIsKept:
     """A guard that stops a run whose own run_check had passed, with nothing changed since, does not
     roll back finished work: the check is run as for a submission, and passing work is committed."""
@@ -304,6 +324,23 @@ class TestReasonCodes:
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
         assert [it["turns"] for it in task["iterations"]] == [0]  # no answer came: no turn (it said 1)
 
+
+    def test_a_server_that_goes_down_mid_iteration_leaves_the_worktree_at_its_checkpoint(self, config_file, server, repo, capsys):
+        """The model edited a file, then the endpoint died (5xx through every retry): the task is paused
+        without blame, and the half-done edit is rolled back like any other. Left in place, the next
+        night's recovery would take it for a person's edits and keep it on an `overnight-kept/` branch."""
+        config = config_file(model={"retries": 1})
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'half'"}),
+            call("write_file", {"path": "scratch.txt", "content": "x"}),
+            *[Reply(status=503)] * 2,
+        )
+        assert overnight("run", "--config", str(config)) == 3
+        task = report_json(config, capsys)["tasks"][0]
+        assert (task["outcome"], task["reason"]) == ("paused", "model_unreachable")
+        tree = worktree(config)
+        assert git(tree, "status", "--porcelain", "--ignored") == ""
+        assert (tree / "greet.py").read_text() == "def greet():\n    return 'helo'\n"
 
     def test_a_wedged_server_pauses_the_task_without_blaming_the_model(self, tmp_path, repo, capsys):
         """A server stopped (SIGSTOP) or wedged: the kernel takes the connection, nothing answers. Its

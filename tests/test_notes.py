@@ -126,6 +126,7 @@ class TestNotesBook:
             book.append(task="t", iteration=number, reason="check_failed", correction=f"advice {number}")
         newest, before = book.for_task("t")[-1], book.for_task("t")[-2]
         assert book.for_prompt("t", len(newest) + len(before)) == newest
+        assert book.for_prompt("t", len(newest) + len(before) + 1) == newest  # one short of the separator
         assert book.for_prompt("t", len(newest) + len(before) + 2) == before + "\n\n" + newest
 
     def test_a_byte_order_mark_before_the_first_entry_hides_nothing(self, tmp_path: Path):
@@ -146,6 +147,17 @@ class TestNotesBook:
         assert "`check_failed`" in text and "Read the check's output." in text
         assert len(text) <= 300 and "E" * 10 not in text
         assert len(book.for_prompt("t", budget_chars=20)) <= 20
+
+    def test_evidence_past_its_limit_keeps_its_end(self, tmp_path: Path):
+        """Evidence is a check's or a command's output, whose failure is at its end: an entry keeps the last
+        MAX_EVIDENCE_CHARS of it, marked as cut, not its beginning."""
+        from orchestrator.notes import MAX_EVIDENCE_CHARS
+
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="c", evidence="START\n" + "x" * 3000 + "\nAssertionError: END")
+        [entry] = book.for_task("t")
+        assert "AssertionError: END" in entry and "START" not in entry and "…" in entry
+        assert entry.count("x") <= MAX_EVIDENCE_CHARS
 
     def test_control_characters_in_evidence_are_written_visibly(self, tmp_path: Path):
         """A NUL, a bell or a bidi override in what a check printed shows as its escape; lines and tabs stay."""

@@ -23,7 +23,7 @@ import pytest
 from git import Repo
 
 from orchestrator.config import load_config
-from orchestrator.leases import new_owner
+from orchestrator.leases import lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.night import repository_key, work_key
 from orchestrator.notes import NotesBook
@@ -178,6 +178,42 @@ class TestRecovery:
             assert [lease.task for lease in reopened.leases()] == ["theirs"]
         finally:
             reopened.close()
+
+    def test_a_lease_this_state_dir_took_under_another_host_name_waits_for_its_ttl(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The state dir's copy on another machine sharing the store (or this one under its former host
+        name) may be alive: its lease is judged by its ttl, never freed early on the lock alone."""
+        config = shared_config(tmp_path, repo, server, tmp_path / "shared.db")
+        settings = load_config(config)
+        opened = RunStore.open(settings.store_url)
+        owner = f"another-host:4242:abcd1234:{state_identity(settings.state_dir)}"
+        try:
+            assert opened.acquire_lease("fix-greet", owner, ttl_s=600)
+        finally:
+            opened.close()
+        recover(settings)
+        reopened = RunStore.open(settings.store_url)
+        try:
+            assert [lease.owner for lease in reopened.leases()] == [owner]
+        finally:
+            reopened.close()
+
+    def test_another_hosts_iteration_whose_lease_another_worker_took_is_settled(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """An iteration of machine A whose task's lease machine B holds now (taken over once A's lapsed):
+        A's worker is gone, though the lease is live and A's heartbeat recent. Settled `interrupted`, not
+        taken for work still under way until B lets the lease go."""
+        store = tmp_path / "shared.db"
+        config = shared_config(tmp_path, repo, server, store)
+        shared = RunStore.open(f"sqlite:///{store}")
+        try:
+            old_run = shared.begin_run(config_path="/elsewhere/overnight.toml", pid=4242, host="machine-a")
+            task_run = shared.begin_task(old_run, name="fix-greet", branch="overnight/fix-greet")
+            old_iteration = shared.begin_iteration(task_run, number=1, checkpoint=git(repo, "rev-parse", "main"), pid=4242)
+            key = lease_key("fix-greet", repository_key(Repo(repo), "HEAD"))
+            assert shared.acquire_lease(key, "machine-b:777:abcd1234", ttl_s=600)
+        finally:
+            shared.close()
+        [settled], _ = recover(load_config(config))
+        assert settled.id == old_iteration and outcome_of(store, old_iteration) == "interrupted"
 
 
 class TestLostLease:

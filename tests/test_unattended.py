@@ -107,6 +107,31 @@ class TestCancellation:
         assert not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_sigterm_after_a_task_was_paused_still_exits_143(self, config_file, server, capsys):
+        """A signal's code wins over 3: the first task paused (model unreachable), then SIGTERM during the
+        second's iteration. A service manager reads 143 as "stopped", and 3 would have it retry."""
+        tasks = [
+            {"name": "unlucky", "prompt": "p", "check": "python check_greet.py"},
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"},
+        ]
+        config = config_file(tasks=tasks, night={"concurrency": 1}, model={"retries": 1, "request_timeout_s": 60})
+        server.enqueue(*[Reply(status=503)] * 2, *EDIT_THEN_WAIT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        scratch = worktree(config) / "scratch.txt"
+        deadline = time.monotonic() + 60
+        while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert scratch.exists(), process.communicate()[1]
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 143, stderr
+        report = report_json(config, capsys)
+        assert (report["run"]["status"], report["run"]["exit_code"]) == ("cancelled", 143)
+        assert [(task["outcome"], task["reason"]) for task in report["tasks"]] == [("paused", "model_unreachable"), ("cancelled", "SIGTERM")]
+
     def test_sigterm_while_the_night_starts_up_ends_it_as_cancelled_with_143(self, config_file, server, capsys):
         """Start-up (imports, config, the lock, the store and the model) takes seconds: a SIGTERM then
         does not kill the process half way; the night begins cancelled, says so, and exits 143."""
@@ -742,6 +767,18 @@ class TestBudgets:
         assert [(it["outcome"], it["reason"]) for it in task["iterations"]] == [("rolled_back", "check_failed")]
         assert [entry.reason for entry in NotesBook(config.parent / "state" / "notes.md").entries()] == ["check_failed"]
 
+    def test_no_request_leaves_for_a_task_begun_once_the_nights_budget_is_spent(self, config_file, server, capsys):
+        """A task that comes up after the night's budget is spent is refused before its first request is
+        asked ahead: each token past the budget is a cost the cap was set to stop."""
+        tasks = [{"name": name, "prompt": "p", "check": "false"} for name in ("a", "b")]
+        config = config_file(tasks=tasks, night={"concurrency": 1, "max_iterations": 1, "max_tokens_per_night": 1000})
+        server.enqueue(*[call("submit", {"summary": "x"}, prompt_tokens=1999, completion_tokens=1)] * 2)
+        run_in_process(config)
+        a, b = report_json(config, capsys)["tasks"]
+        assert [it["reason"] for it in a["iterations"]] == ["check_failed"]
+        assert (b["outcome"], b["reason"], b["iterations"]) == ("cancelled", "night token budget of 1000 spent", [])
+        assert len(server.requests) == 1
+
     def test_a_first_answer_no_turn_took_counts_against_the_night(self, tmp_path, repo):
         """A task's first request leaves before its worktree is made; skipped then (its branch checked out
         for review), the task never took the answer, and its tokens escaped the night's budget: a cost
@@ -878,7 +915,7 @@ class TestParking:
         assert overnight("run", "--config", str(config)) == 1
         task = report_json(config, capsys)["tasks"][0]
         assert (task["outcome"], task["reason"]) == ("parked", "parked") and len(task["iterations"]) == 2
-        assert "`parked`" in notes_text(config)
+        assert "`parked`" in notes_text(config) and "stopped 2 iterations in a row" in notes_text(config)
 
     def test_with_the_defaults_the_same_reason_on_every_iteration_parks_the_task(self, config_file, server, capsys):
         """max_iterations = 3 and park_after = 3: the third iteration's stop is the third alike, so `parked`, not `failed`."""
@@ -888,3 +925,14 @@ class TestParking:
         task = report_json(config, capsys)["tasks"][0]
         assert (task["outcome"], task["reason"]) == ("parked", "parked")
         assert [it["reason"] for it in task["iterations"]] == ["repeated_tool_call"] * 3
+
+    def test_park_after_one_parks_at_the_first_severe_stop(self, config_file, server, capsys):
+        """`park_after = 1` (allowed: ge=1): "same severe reason on this many iterations in a row parks the task",
+        so one severe stop parks it, and its note says one iteration, as it is."""
+        config = config_file(night={"max_iterations": 3}, guards={"park_after": 1})
+        server.enqueue(*[call("read_file", {"path": "greet.py"})] * 12)
+        assert overnight("run", "--config", str(config)) == 1
+        task = report_json(config, capsys)["tasks"][0]
+        assert (task["outcome"], task["reason"]) == ("parked", "parked")
+        assert [it["reason"] for it in task["iterations"]] == ["repeated_tool_call"]
+        assert "stopped 1 iteration in a row (repeated_tool_call)" in notes_text(config)
