@@ -392,3 +392,36 @@ class TestHugeNumbers:
         )
         assert_one_line_error(result, 2, key)
         assert not (tmp_path / "state").exists()
+
+
+class TestDocumentedBounds:
+    """The edges docs/reference.md gives are exact: the last value allowed loads, the first past it is exit 2 naming the key."""
+
+    @pytest.mark.parametrize(
+        ("sections", "fine"),
+        [
+            ({"guards": {"repeat_remind_at": 4, "repeat_stop_at": 4}}, True),  # "remind not above stop": equal is fine
+            ({"guards": {"failing_streak_at": 5, "failing_streak_stop_at": 5}}, True),  # "not below failing_streak_at"
+            ({"night": {"concurrency": 64}}, True),
+            ({"night": {"concurrency": 65}}, False),
+            ({"night": {"deadline": "23:59"}}, True),
+            ({"night": {"deadline": "24:00"}}, False),
+            ({"tasks": [{"name": "a" * 64, "prompt": "p", "check": "true"}]}, True),
+            ({"tasks": [{"name": "a" * 65, "prompt": "p", "check": "true"}]}, False),
+            ({"tasks": [{"name": "fix.lock", "prompt": "p", "check": "true"}]}, False),
+        ],
+    )
+    def test_each_bound_is_where_the_reference_puts_it(self, tmp_path, repo, sections, fine):
+        import re
+
+        from orchestrator.config import load_config
+        from orchestrator.errors import ConfigError
+
+        config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo, **sections)
+        if fine:
+            load_config(config)
+            return
+        [(section, values)] = sections.items()
+        key = "[[task]] #1 name" if section == "tasks" else f"[{section}] {next(iter(values))}"
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            load_config(config)

@@ -24,7 +24,7 @@ from orchestrator.records import Level, Signal
 from orchestrator.scripted import Reply, call
 from runs.views import IterationView, RunView, TaskView
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
-from tests.test_night import FIX, overnight
+from tests.test_night import FIX, overnight, report_json
 
 TASKS = [
     {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
@@ -143,6 +143,14 @@ class TestJunitFromARealNight:
         target.write_text("old, not xml")
         junit_of(run, target)
         assert [p.name for p in tmp_path.iterdir()] == ["junit.xml"]
+
+    def test_a_report_written_over_keeps_a_mode_the_umask_would_not_give(self, tmp_path):
+        """0600 (a CI that keeps its reports private) stays 0600: with the umask's 0644 the old test could not tell."""
+        target = tmp_path / "junit.xml"
+        target.write_text("old")
+        target.chmod(0o600)
+        junit_of(view("failed", "check_failed"), target)
+        assert target.stat().st_mode & 0o777 == 0o600
 
     def test_unwritable_target_is_a_state_error(self, night, tmp_path):
         """A report path under a regular file fails with StateError naming the path."""
@@ -297,6 +305,15 @@ class TestStepSummary:
             reader.kill()
         assert f"## overnight run #{run.id}" in out
 
+    def test_only_succeeded_tasks_count_as_succeeded(self, tmp_path):
+        """A cancelled, a skipped and a failed task: 0 of 3 succeeded, not 2 (nothing but `succeeded` is a success)."""
+        one = view("failed", "check_failed").tasks[0]
+        tasks = tuple(replace(one, id=n, name=name, outcome=outcome, reason=reason) for n, (name, outcome, reason) in
+                      enumerate([("a", "cancelled", "cancelled"), ("b", "skipped", "leased"), ("c", "failed", "check_failed")], start=1))
+        target = tmp_path / "summary.md"
+        append_step_summary(replace(view("failed"), tasks=tasks), target)
+        assert "## overnight run #7: 0/3 task(s) succeeded (finished, exit 1)" in target.read_text()
+
     def test_pipes_in_messages_do_not_break_the_table(self, tmp_path):
         """A signal message containing | and newlines stays inside its cell."""
         target = tmp_path / "summary.md"
@@ -326,6 +343,54 @@ class TestStepSummary:
         [row] = [line for line in target.read_text().splitlines() if line.startswith("| t |")]
         assert "\\!\\[\\](https://e.vil/pixel.png) \\[approve the PR\\](https://e.vil) \\*\\*now\\*\\*" in row
         assert "![" not in row.replace("\\!\\[", "")
+
+
+class TestReportJson:
+    """`overnight report --json` is a public contract (docs/reference.md): values as documented, not only keys."""
+
+    def test_the_nights_json_report_holds_what_the_reference_says(self, night, capsys):
+        _, config, run = night
+        report = report_json(config, capsys)
+        assert (report["run"]["id"], report["run"]["status"], report["run"]["exit_code"]) == (run.id, "finished", 1)
+        for moment in (report["run"]["started_at"], report["run"]["finished_at"]):
+            assert moment[10] == "T" and datetime.fromisoformat(moment).utcoffset() == timedelta(0), moment
+        tasks = {task["name"]: task for task in report["tasks"]}
+        done, never = tasks["fix-greet"], tasks["never"]
+        tip = git(config.parent / "repo", "rev-parse", "overnight/fix-greet")
+        # A task's reason is "" when there is none, an iteration's null; no signals: worst null, counts {}.
+        assert (done["outcome"], done["reason"], done["commit"], done["worst_signal"], done["signal_counts"]) == ("succeeded", "", tip, None, {})
+        assert [(it["outcome"], it["reason"], it["commit"]) for it in done["iterations"]] == [("committed", None, tip)]
+        assert (never["outcome"], never["reason"], never["commit"]) == ("failed", "check_failed", None)
+        assert [(it["number"], it["outcome"], it["reason"], it["commit"]) for it in never["iterations"]] == [
+            (1, "rolled_back", "repeated_tool_call", None), (2, "rolled_back", "check_failed", None)]
+        # The worst signal is a severe one, though the loop's warnings came first; the counts name the levels that occurred.
+        assert never["worst_signal"]["level"] == "severe" and never["iterations"][0]["worst_signal"]["kind"] == "repeated_tool_call"
+        levels = [signal["level"] for it in never["iterations"] for signal in it["signals"]]
+        assert "warning" in levels and never["signal_counts"] == {"warning": levels.count("warning"), "severe": levels.count("severe")}
+        assert all(Path(it["transcript"]).is_absolute() and Path(it["transcript"]).is_file() for it in never["iterations"])
+
+    def test_a_night_that_exited_0_says_exit_0_everywhere(self, tmp_path):
+        """Exit 0 is an exit code, not "none yet": JSON 0 (not null), and the text report and step summary say it."""
+        from orchestrator.ci_summary import step_summary
+        from orchestrator.report import as_json, as_text
+
+        one = view("succeeded")
+        run = replace(one, exit_code=0, tasks=(replace(one.tasks[0], reason="", commit="abc1234567890"),))
+        assert as_json(run)["run"]["exit_code"] == 0
+        assert " · exit 0 · " in as_text(run).splitlines()[0]
+        assert step_summary(run).startswith("## overnight run #7: 1/1 task(s) succeeded (finished, exit 0)")
+
+    def test_only_succeeded_tasks_are_offered_for_merge(self):
+        """"To review and merge" lists the succeeded task's diff, not the failed, cancelled or skipped ones' branches."""
+        from orchestrator.report import as_text
+
+        one = view("failed", "check_failed").tasks[0]
+        tasks = tuple(replace(one, id=n, name=name, branch=f"overnight/{name}", outcome=outcome, reason=reason) for n, (name, outcome, reason) in
+                      enumerate([("ok", "succeeded", ""), ("no", "failed", "check_failed"), ("stop", "cancelled", "cancelled"),
+                                 ("away", "skipped", "leased")], start=1))
+        text = as_text(replace(view("failed"), tasks=tasks), base="main")
+        assert [line for line in text.splitlines() if "git diff" in line] == ["  git diff main...overnight/ok"]
+
 
 def json_night(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight run --log-format json` as CI runs it: a subprocess, stdin closed."""
