@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orchestrator.build import open_store
-from orchestrator.ci_summary import append_step_summary
+from orchestrator.ci_summary import append_step_summary, step_summary
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
 from orchestrator.fake_server import ScriptedServer
@@ -271,8 +271,6 @@ class TestStepSummary:
         notes = tmp_path / "notes.md"
         reader = subprocess.Popen(["sh", "-c", 'exec 3<"$1"; sleep 1; wc -c <&3', "sh", str(target)], stdout=subprocess.PIPE, text=True)
         try:
-            from orchestrator.ci_summary import step_summary
-
             expected = len(step_summary(run, notes=notes).encode("utf-8"))
             assert expected > 2 * 65536
             deadline = datetime.now() + timedelta(seconds=10)
@@ -313,6 +311,12 @@ class TestStepSummary:
         target = tmp_path / "summary.md"
         append_step_summary(replace(view("failed"), tasks=tasks), target)
         assert "## overnight run #7: 0/3 task(s) succeeded (finished, exit 1)" in target.read_text()
+
+    def test_the_summary_says_where_notes_md_is(self):
+        """The night's own notes.md by its path; without one known, the artifact a CI job keeps."""
+        run = view("failed", "check_failed")
+        assert "`/srv/state/notes.md` (or `overnight notes`)" in step_summary(run, notes=Path("/srv/state/notes.md"))
+        assert "the `notes.md` artifact (or `overnight notes`)" in step_summary(run)
 
     def test_pipes_in_messages_do_not_break_the_table(self, tmp_path):
         """A signal message containing | and newlines stays inside its cell."""
@@ -371,7 +375,6 @@ class TestReportJson:
 
     def test_a_night_that_exited_0_says_exit_0_everywhere(self, tmp_path):
         """Exit 0 is an exit code, not "none yet": JSON 0 (not null), and the text report and step summary say it."""
-        from orchestrator.ci_summary import step_summary
         from orchestrator.report import as_json, as_text
 
         one = view("succeeded")
