@@ -124,7 +124,7 @@ class TestSharedRefs:
             CHANGE + "git commit -qam two && git reset -q --hard HEAD~1",
             "git switch -q --detach && git switch -q overnight/fix",
             CHANGE + "git commit -qam three && git rebase -q --exec true HEAD~1",
-            "git log --oneline -1 main && git stash list && git fetch -q origin && git bisect start && git bisect reset",
+            "git log --oneline -1 main && git stash list && git fetch -q origin && git bisect start HEAD HEAD~1 >/dev/null && git bisect reset",
             "git remote -v && git remote show origin >/dev/null && git symbolic-ref --short HEAD && git symbolic-ref HEAD "
             "&& git symbolic-ref -m why HEAD refs/heads/overnight/fix && git symbolic-ref -qm why HEAD refs/heads/overnight/fix",
         ]
@@ -203,6 +203,7 @@ OUTSIDE_THE_WORKTREE = {
     "the user's checkout itself": "cd ../../.. && git add -A; git reset -q --hard",
     "the user's checkout, by -C": "git -C ../../.. restore greet.py",
     "another task's worktree": "cd ../other && git reset -q --hard && git clean -fdq",
+    "another task's worktree, clean alone": "cd ../other && git clean -fdq",
 }
 
 
@@ -289,6 +290,34 @@ class TestSharedConfig:
         assert (repo / ".git" / "config").read_bytes() == before
         assert "puts it back" in results["a"].output and "puts it back" not in results["b"].output
 
+    def test_the_kept_copy_is_gone_once_the_command_ends(self, repo: Path, tmp_path: Path) -> None:
+        """The config's copy is for a night killed mid-command; left after the command ended, the next night's
+        recovery would put that old config back over what the user changed in it since (a remote added)."""
+        from orchestrator.confinement import restore_config_copy
+
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        copy = tmp_path / "state" / "git-config.kept"
+        toolbox = Toolbox(tree.path, ("run_command",), check_command="true", confinement=Confinement(tree.branch, tree.shared_config, copy))
+        for command in ("true", "git config agent.was here"):
+            toolbox.execute(ToolCall("run_command", {"command": command}))
+            assert not copy.exists(), command
+        git(repo, "remote", "add", "upstream", "https://example.com/upstream.git")
+        users = (repo / ".git" / "config").read_bytes()
+        assert restore_config_copy(copy) is None and (repo / ".git" / "config").read_bytes() == users
+
+    def test_a_night_killed_while_commands_overlap_gets_the_config_from_before_the_first(self, repo: Path, tmp_path: Path) -> None:
+        """Task A's command changed the config and still runs when task B's begins; the night is killed. The
+        copy recovery puts back is the config from before A's command, not the one B found with A's change."""
+        from orchestrator.confinement import kept_config, restore_config_copy
+
+        config, copy = repo / ".git" / "config", tmp_path / "git-config.kept"
+        before = config.read_bytes()
+        with kept_config(config, copy):
+            git(repo, "config", "remote.origin.url", "https://evil.example/x.git")
+            with kept_config(config, copy):
+                assert restore_config_copy(copy) == os.path.realpath(config)  # what the next night's recovery does
+                assert config.read_bytes() == before
+
     def test_a_config_that_is_a_link_stays_one(self, agent: Any, repo: Path, tmp_path: Path) -> None:
         config = repo / ".git" / "config"
         kept = tmp_path / "kept-config"
@@ -328,6 +357,31 @@ class TestSharedConfig:
         result = toolbox.execute(ToolCall("run_command", {"command": "git config --global user.name Agent && git see --short"}))
         assert result.ok, result.output
         assert (home / ".gitconfig").read_text() == "[alias]\n\tsee = status\n"
+
+
+def test_only_the_fence_folders_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    """Recovery removes the folders of nights killed with -9; one whose process lives (another night, on another
+    repository) keeps its fences: its agent's command in flight would run with no git front and no hooks."""
+    import tempfile
+
+    from orchestrator.confinement import remove_abandoned_folders
+
+    alive = subprocess.Popen(["sleep", "30"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folders = {}
+    try:
+        for name, pid in (("alive", alive.pid), ("dead", dead.pid)):
+            folders[name] = Path(tempfile.mkdtemp(prefix="overnight-agent-"))
+            (folders[name] / "pid").write_text(str(pid))
+        removed = remove_abandoned_folders()
+        assert folders["dead"] in removed and not folders["dead"].exists()
+        assert folders["alive"] not in removed and (folders["alive"] / "pid").exists()
+    finally:
+        alive.kill()
+        alive.wait()
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class TestScreenPrograms:

@@ -217,6 +217,33 @@ class TestProcessesLeftBehind:
                     parent.stdout.close()
             os.close(terminal)
 
+    def test_an_orphan_with_a_terminal_is_a_persons_and_not_stopped(self, tmp_path: Path):
+        """A person's `(cmd &)` in a terminal in the worktree, while a command of the agent's runs: the subshell
+        is gone, so the job is an orphan made since the command began, in the worktree, without the mark; its
+        terminal (held by the person's shell) says it is the person's."""
+        work = tmp_path / "worktrees" / "task"
+        work.mkdir(parents=True)
+        env = {name: value for name, value in os.environ.items() if name != COMMAND_MARK}
+        terminal, _ = pty.openpty()
+        began = ProcessClock.now()
+        shell = subprocess.Popen(
+            ["sh", "-c", "(sleep 30 >/dev/null 2>&1 & echo $!); exec sleep 30"], cwd=work, env=env, start_new_session=True,
+            stdin=terminal, stdout=subprocess.PIPE, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
+        job = int(shell.stdout.readline())
+        try:
+            fields = Path(f"/proc/{job}/stat").read_text().rsplit(")", 1)[1].split()
+            assert int(fields[4]) != 0  # it has the terminal
+            assert stop_marked_processes(work, created_after=began) == {}
+            assert _alive(job)
+        finally:
+            if _alive(job):
+                os.kill(job, signal.SIGKILL)
+            shell.kill()
+            shell.wait()
+            shell.stdout.close()
+            os.close(terminal)
+
     def test_a_daemon_started_in_a_failed_iteration_does_not_reach_the_next_iterations_commit(
         self, config_file, server, repo, tmp_path: Path
     ):
@@ -273,5 +300,8 @@ class TestGitCeiling:
         worktree.mkdir(parents=True)
         result = run_shell("git status --porcelain", cwd=worktree, timeout_s=30, max_output_chars=8000)
         assert result.exit_code != 0 and "not a git repository" in result.output
+        for out in ("..", "../.."):  # a `cd ..` into worktrees/ or the state dir: every folder above is a ceiling
+            result = run_shell(f"cd {out} && git status --porcelain", cwd=worktree, timeout_s=30, max_output_chars=8000)
+            assert result.exit_code != 0 and "not a git repository" in result.output, (out, result.output)
         assert (user / "a.txt").read_text() == "uncommitted, the user's\n"
 

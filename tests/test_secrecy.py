@@ -157,6 +157,17 @@ def test_a_plain_word_password_does_not_mangle_the_code(tmp_path: Path, monkeypa
     assert 'check_password(): return connect(user="postgres")' in shown
 
 
+def test_the_file_tools_output_is_redacted_too(tmp_path: Path) -> None:
+    """A known secret in a file of the worktree (a committed .env) is replaced in what read_file and search
+    return, as in a command's output: the transcript, the store and notes.md keep every tool output."""
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={OPENAI_KEY}\n")
+    toolbox = Toolbox(tmp_path, ("read_file", "search"), check_command="true", redact=Redactor([OPENAI_KEY]))
+    read = toolbox.execute(ToolCall("read_file", {"path": ".env"}))
+    found = toolbox.execute(ToolCall("search", {"pattern": "OPENAI", "path": "."}))
+    assert read.ok and read.output == "OPENAI_API_KEY=***\n"
+    assert found.ok and found.output == ".env:1: OPENAI_API_KEY=***"
+
+
 def test_url_passwords_in_any_variable_are_withheld_and_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgres://app:hunter2hunter2@db/app")
     monkeypatch.setenv("CI_REPOSITORY_URL", "https://gitlab-ci-token:glcbt-JOBTOKEN-123@gitlab.example.com/g/p.git")

@@ -57,10 +57,19 @@ class TestRunShell:
         assert "out" in result.output and "err" in result.output
 
     def test_stdin_is_closed(self, tmp_path):
-        """A command that reads input gets end-of-file at once instead of waiting."""
-        started = time.monotonic()
-        result = run_shell("read x; echo got:$x", tmp_path, 10, 1000)
-        assert result.output == "got:\n" and time.monotonic() - started < 5
+        """A command that reads input gets end-of-file at once instead of waiting, also when overnight's own
+        stdin is open and silent (a terminal, a pipe nobody writes): pytest's is /dev/null, which would hide it."""
+        reader, writer = os.pipe()
+        saved = os.dup(0)
+        os.dup2(reader, 0)
+        try:
+            started = time.monotonic()
+            result = run_shell("read x; echo got:$x", tmp_path, 3, 1000)
+        finally:
+            os.dup2(saved, 0)
+            for fd in (saved, reader, writer):
+                os.close(fd)
+        assert result.output == "got:\n" and time.monotonic() - started < 2
 
     def test_timeout_kills_grandchildren(self, tmp_path):
         """On timeout the whole process group dies, background children included, and exit is 124."""
@@ -347,6 +356,12 @@ class TestFileTools:
         result = run(toolbox(repo), "edit_file", path="app.py", old="a - b", new="a + b")
         assert result.ok and (repo / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
 
+    def test_edit_file_with_new_the_same_as_old_is_refused(self, repo):
+        """An edit that would change nothing is a failed call saying so, not an "edited" the model takes for progress."""
+        result = run(toolbox(repo), "edit_file", path="app.py", old="a - b", new="a - b")
+        assert not result.ok and "the same" in result.output and "\n" not in result.output
+        assert (repo / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+
     def test_edit_file_old_not_found(self, repo):
         """An `old` that is not in the file fails and leaves the file alone."""
         result = run(toolbox(repo), "edit_file", path="app.py", old="a * b", new="a + b")
@@ -530,6 +545,16 @@ class TestSearch:
         box = toolbox(repo)
         assert run(box, "search", pattern="^target", path="ff.py").output == "ff.py:4: target()"
         assert run(box, "read_file", path="ff.py", start_line=4).output == "target()\n"
+
+    def test_search_from_above_skips_a_file_that_links_out_of_the_project(self, repo, tmp_path):
+        """A file link to somewhere outside the worktree (a key in ~/.ssh) is not searched through, as
+        read_file refuses it; a file link to a file inside is searched."""
+        (tmp_path / "outside.txt").write_text("PRIVATE KEY line\n")
+        (repo / "leak.txt").symlink_to(tmp_path / "outside.txt")
+        (repo / "inside.txt").write_text("PRIVATE KEY of a fixture\n")
+        (repo / "src" / "inside_link.txt").symlink_to(repo / "inside.txt")
+        found = run(toolbox(repo), "search", pattern="PRIVATE KEY")
+        assert found.ok and found.output == "inside.txt:1: PRIVATE KEY of a fixture\nsrc/inside_link.txt:1: PRIVATE KEY of a fixture"
 
     def test_search_is_line_by_line(self, repo):
         """^ and $ hold at each line, and a match never spans two lines."""

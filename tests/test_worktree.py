@@ -438,6 +438,54 @@ def test_a_large_file_the_agent_committed_and_removed_again_does_not_go_with_the
     assert git(tree.path, "rev-list", "--count", f"{checkpoint}..{made}") == "1"
 
 
+def test_a_tracked_file_grown_past_the_limit_is_refused_and_one_of_exactly_the_limit_is_not(repo: Path, tmp_path: Path) -> None:
+    """`max_file_mb` refuses a file larger than the limit, a tracked one the agent overwrote with a dump too
+    (a fixture rewritten as a 3 MB CSV); a file of exactly the limit is committed."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    checkpoint = tree.checkpoint()
+    (tree.path / "greet.py").write_bytes(b"x" * 3_000_000)
+    with pytest.raises(QualityError, match="greet.py"):
+        tree.commit("x", onto=checkpoint, max_file_bytes=1_000_000)
+    tree.rollback(checkpoint)
+    (tree.path / "exact.bin").write_bytes(b"y" * 1_000_000)
+    assert tree.commit("x", onto=checkpoint, max_file_bytes=1_000_000) != checkpoint
+    (tree.path / "over.bin").write_bytes(b"z" * 1_000_001)
+    with pytest.raises(QualityError, match="over.bin"):
+        tree.commit("x", max_file_bytes=1_000_000)
+
+
+def test_rollback_removes_a_repository_the_agent_made_inside_the_worktree(repo: Path, tmp_path: Path) -> None:
+    """`git clean -fd` skips a nested repository (`git init scratch`, a clone): it would outlive the rollback."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    checkpoint = tree.checkpoint()
+    git(tree.path, "init", "-q", "scratch")
+    (tree.path / "scratch" / "notes.txt").write_text("the agent's\n")
+    tree.rollback(checkpoint)
+    assert not (tree.path / "scratch").exists() and tree.idle_state() == "clean"
+
+
+def test_commits_a_person_made_on_the_worktrees_detached_head_are_kept_on_a_branch(repo: Path, tmp_path: Path) -> None:
+    """A person detached the task's worktree and committed there; putting HEAD back on the task's branch keeps
+    those commits on `overnight-kept/<task>/<time>` instead of leaving them to the reflog."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    tip = tree.checkpoint()
+    git(tree.path, "checkout", "-q", "--detach")
+    (tree.path / "review.txt").write_text("the person's\n")
+    git(tree.path, "add", "review.txt")
+    git(tree.path, "-c", "user.name=p", "-c", "user.email=p@x", "commit", "-qm", "the person's commit")
+    person = git(tree.path, "rev-parse", "HEAD")
+    Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    [kept] = git(repo, "branch", "--list", "overnight-kept/fix/*", "--format=%(refname:short)").splitlines()
+    assert git(repo, "rev-parse", kept) == person
+    assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix" and git(tree.path, "rev-parse", "HEAD") == tip
+
+
+def test_keeping_changes_of_a_worktree_with_none_makes_no_branch(repo: Path, tmp_path: Path) -> None:
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    assert tree.keep_changes("overnight-kept/fix/now", "kept") is None
+    assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+
+
 @pytest.mark.parametrize("how", ["relative link", "locked, folder unmounted"])
 def test_a_checkout_of_the_branch_beside_the_worktree_is_seen_however_registered(repo: Path, tmp_path: Path, how: str) -> None:
     from orchestrator.worktree import BranchCheckedOut
