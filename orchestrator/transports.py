@@ -642,7 +642,9 @@ class LiteLLMTransport:
         status = getattr(exc, "status_code", None)
         status = status if isinstance(status, int) else None
         message = " ".join(str(exc).split()) or type(exc).__name__
-        if isinstance(exc, openai.APITimeoutError) and status in (None, 408):
+        # litellm raises its Timeout (a 408) both for a read that timed out and for a 408 the server sent:
+        # only the first is silence; the second carries the server's response and is retried as a status.
+        if isinstance(exc, openai.APITimeoutError) and status in (None, 408) and getattr(exc, "response", None) is None:
             return TransportError(TIMEOUT, message, status)
         if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or _CONTEXT_FULL.search(message):
             return TransportError(CONTEXT_FULL, message, status)

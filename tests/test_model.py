@@ -95,6 +95,8 @@ class TestAnswers:
         assert body["stream"] is True
         assert body["max_tokens"] == 2048
         assert body["model"] == "scripted"  # litellm's "openai/" route prefix is not sent
+        # vLLM and llama-server send a stream's usage only when asked: without it every count is an estimate.
+        assert body["stream_options"] == {"include_usage": True}
 
     @pytest.mark.parametrize("transport", ["direct", "litellm"])
     def test_a_small_window_asks_for_a_quarter_of_it_unless_max_tokens_is_set(self, server, transport):
@@ -105,6 +107,15 @@ class TestAnswers:
             config = ModelConfig(name="openai/scripted", api_base=server.url, context_window=4096, transport=transport, **options)
             EndpointModel(config).complete(MESSAGES, TOOLS)
             assert server.requests[-1]["max_tokens"] == sent
+
+    def test_a_tiny_window_still_asks_for_the_answer_floor(self, server, transport):
+        """A quarter of an 800-token window is 200 tokens, too few for one tool call: at least ANSWER_FLOOR is asked."""
+        from orchestrator.model import ANSWER_FLOOR
+
+        server.enqueue(say("ok"))
+        config = ModelConfig(name="openai/scripted", api_base=server.url, context_window=800, transport=transport)
+        EndpointModel(config).complete(MESSAGES, TOOLS)
+        assert server.requests[-1]["max_tokens"] == ANSWER_FLOOR == 256
 
     def test_no_tools_sends_no_tool_choice(self, server, make_model):
         """Without tools the request has neither tools nor tool_choice."""
@@ -208,6 +219,38 @@ class TestFailures:
         config = ModelConfig(name="openai/scripted", api_base=server.url, retries=20, retry_backoff_s=2.0, transport=transport)
         EndpointModel(config, sleep=slept.append).complete(MESSAGES, TOOLS)
         assert len(slept) == 20 and max(slept) <= MAX_BACKOFF_S and slept[-1] >= MAX_BACKOFF_S * 0.75
+
+    def test_backoff_has_jitter(self, server):
+        """Parallel tasks whose server went down together must not retry in lockstep: each wait is the
+        doubling one times a jitter within +-25%, not the same factor every time."""
+        server.enqueue(*[Reply(status=503)] * 6)
+        slept: list[float] = []
+        config = ModelConfig(name="openai/scripted", api_base=server.url, retries=6, retry_backoff_s=1.0, transport="direct")
+        EndpointModel(config, sleep=slept.append).complete(MESSAGES, TOOLS)
+        factors = [wait / 2**n for n, wait in enumerate(slept)]
+        assert len(factors) == 6 and all(0.75 <= factor <= 1.25 for factor in factors)
+        assert len({round(factor, 6) for factor in factors}) > 1
+
+    def test_a_first_backoff_past_the_ceiling_is_its_own_ceiling(self, server):
+        """retry_backoff_s above MAX_BACKOFF_S (a server that takes 10 minutes to restart) is waited in full, not cut to 300 s."""
+        server.enqueue(Reply(status=503), Reply(status=503))
+        slept: list[float] = []
+        config = ModelConfig(name="openai/scripted", api_base=server.url, retries=2, retry_backoff_s=600.0, transport="direct")
+        EndpointModel(config, sleep=slept.append).complete(MESSAGES, TOOLS)
+        assert len(slept) == 2 and all(450.0 <= wait <= 600.0 for wait in slept) and slept[1] == 600.0
+
+    @pytest.mark.parametrize(("status", "retried"), [(408, True), (409, True), (425, True), (402, False), (407, False)])
+    def test_every_documented_status_is_retried_or_refused_as_documented(self, server, make_model, status, retried):
+        """[model] retries: 408, 409, 425, 429 and 5xx are retried; 401, 402, 403, 404 and 407 are model_unreachable at once."""
+        server.enqueue(Reply(status=status), say("back again"))
+        model, retries = make_model(server.url, retries=1)
+        if retried:
+            assert model.complete(MESSAGES, TOOLS).text == "back again"
+            assert len(retries) == 1 and len(server.requests) == 2
+        else:
+            with pytest.raises(ModelUnreachable, match=str(status)):
+                model.complete(MESSAGES, TOOLS)
+            assert retries == [] and len(server.requests) == 1
 
     @pytest.mark.parametrize("status", [401, 403, 404])
     def test_refused_configuration_is_unreachable_at_once(self, server, status, make_model):
@@ -368,6 +411,15 @@ class TestRunaway:
         assert caught.value.reason == "runaway_output"
         assert "1000" in caught.value.evidence
 
+    def test_too_long_output_is_cut_without_streaming_too(self, server, make_model):
+        """A whole (not streamed) answer past max_output_chars is runaway_output as a streamed one is."""
+        varied = " ".join(f"word{i}" for i in range(600))
+        server.enqueue(say(varied))
+        model, _ = make_model(server.url, max_output_chars=1000, stream=False)
+        with pytest.raises(QualityError) as caught:
+            model.complete(MESSAGES, TOOLS)
+        assert caught.value.reason == "runaway_output" and "1000" in caught.value.evidence
+
     def test_runaway_tool_arguments_are_cut(self, server, make_model):
         """Tool arguments that loop count as runaway output too, once the loop fills 4096 characters."""
         server.enqueue(Reply(tool_calls=(RawToolCall("write_file", '{"content": "' + "ab" * 2500),)))
@@ -393,6 +445,15 @@ class TestRunaway:
     def test_the_same_file_in_a_call_written_in_the_text_is_not_cut(self, server, make_model, content):
         text = "<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": "board.txt", "content": content}}) + "\n</tool_call>"
         server.enqueue(say(text))
+        model, _ = make_model(server.url)
+        assert model.complete(MESSAGES, TOOLS).text == text
+
+    def test_a_call_whose_opening_is_split_between_chunks_widens_the_window_too(self, server, make_model):
+        """`<tool_call>` arriving in two deltas ("...<tool_" then "call>...") still opens a written call."""
+        content = self.REPETITIVE_FILES[0]
+        text = "Writing it.\n<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": "board.txt", "content": content}}) + "\n</tool_call>"
+        assert text.index("<tool_call>") < 16 < text.index("<tool_call>") + len("<tool_call>")  # split by the 16-character chunks
+        server.enqueue(say(text, chunk_chars=16))
         model, _ = make_model(server.url)
         assert model.complete(MESSAGES, TOOLS).text == text
 

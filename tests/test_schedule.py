@@ -33,6 +33,7 @@ from orchestrator.lock import state_identity
 from orchestrator.schedule import (
     NIGHT_JOB_ID,
     SCHEDULE_TABLE,
+    _library_logs_as_events,
     _run_id_of,
     build_scheduler,
     crontab_weekdays,
@@ -369,6 +370,7 @@ class TestTimezone:
         assert weekdays == ["Tue", "Wed", "Thu", "Fri", "Mon", "Tue"]
         assert crontab_weekdays("0,7") == "sun"
         assert crontab_weekdays("*/3") == "sun,wed,sat"
+        assert crontab_weekdays("1/2") == "mon,wed,fri"  # from 1 to the week's end, stepping 2
         assert crontab_weekdays("mon-fri") == "mon,tue,wed,thu,fri"
 
     def test_a_range_of_names_from_sunday_means_what_crontab_means(self, tmp_path: Path) -> None:
@@ -413,6 +415,17 @@ class TestTimezone:
         second.shutdown()
         assert isinstance(stored.trigger, OrTrigger)
         assert [part.timezone for part in stored.trigger.triggers] == [ZoneInfo("Europe/Berlin")] * 2
+
+
+    def test_a_day_field_stepped_from_star_is_not_a_restriction(self, tmp_path: Path) -> None:
+        """"30 1 */2 * 1" is Mondays on odd days, as crontab reads a field that starts with `*`: not every
+        odd day or Monday, which is what a restricted day of month would make it."""
+        config = load(write_schedule_config(tmp_path, cron="30 1 */2 * 1"))
+        new_year = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+        days = [moment.strftime("%a %d") for moment in next_fire_times(config, 3, now=new_year)]
+
+        assert days == ["Mon 05", "Mon 19", "Mon 09"]
 
 
 class TestLocalZone:
@@ -465,11 +478,13 @@ class TestMisfire:
         store_job_due_at(path, missed)
 
         after = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
-        with capture_logs() as logs:
+        with capture_logs() as logs, _library_logs_as_events():  # as serve runs it
             assert start_and_wait_for(after, EVENT_JOB_EXECUTED | EVENT_JOB_MISSED)
 
         assert fires(tmp_path) == expected_fires
         assert any(log["event"] == "scheduled_night_missed" for log in logs) == (expected_fires == 0)
+        # Said once, by its own name: not again as APScheduler's line ('Run time of job ... was missed').
+        assert "scheduler_library_warning" not in [log["event"] for log in logs]
         [(_, next_run)] = stored_jobs(load(path))
         assert next_run > (datetime.now(timezone.utc) + timedelta(hours=20)).timestamp()
 
@@ -518,6 +533,19 @@ class TestConfigErrors:
         assert result.stdout == ""
         [line] = result.stderr.strip().splitlines()  # plain, or a JSON line once serve logs JSON
         assert f"[schedule] cron: {cron!r}" in line and "Traceback" not in line
+
+    def test_serve_refuses_a_check_whose_program_is_not_on_path(self, tmp_path: Path) -> None:
+        """What every night would refuse is refused once by serve, exit 2 with one line naming the task, before
+        its lock and job store are made: not a serve that runs on and fails each night."""
+        path = write_schedule_config(tmp_path)
+        path.write_text(path.read_text(encoding="utf-8").replace('check = "true"', 'check = "no-such-program-xyz --quick"'), encoding="utf-8")
+
+        result = serve_cli(path)
+
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert "'noop'" in line and "'no-such-program-xyz'" in line and "not on PATH" in line
+        assert not (tmp_path / "state").exists()
 
     def test_a_store_query_the_driver_cannot_take_is_a_state_error(self, tmp_path: Path) -> None:
         """The job store's engine on a URL whose query the driver refuses (past the config's check): StateError, one line."""
@@ -676,6 +704,7 @@ class TestAFireSeenTwice:
         with capture_logs() as logs:
             assert run_scheduled_night(str(path)) == 2
         assert [log["event"] for log in logs] == ["scheduled_night_started", "scheduled_night_finished"]
+        assert "run_id" not in logs[-1]  # the crashed run is not this night's: it recorded none
         assert not (load_config(path, require_tasks=False).state_dir / "serve-night-started").exists()  # seen to end: nothing left for a restart
 
     def test_a_night_finished_by_a_run_without_a_state_dirs_name_is_not_taken_for_ours(self, tmp_path: Path) -> None:
@@ -704,6 +733,22 @@ class TestAFireSeenTwice:
         due = due_when_serve_restarts(path)
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         assert (due == this_hour) is due_now and (due > this_hour) is not due_now
+
+    def test_a_night_running_on_another_host_is_not_taken_for_dead(self, tmp_path: Path) -> None:
+        """A state dir two hosts reach (a network file system): a run another host records `running` is not
+        known dead by its pid here, and is not run a second time beside it."""
+        from tests.test_faults import dead_pid
+
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        store_job_due_at(path, this_hour + timedelta(hours=1))
+        config = load(path)
+        store = open_store(config)
+        try:
+            store.begin_run(config_path=str(path), pid=dead_pid(), host="another-host", state_id=state_identity(config.state_dir))
+        finally:
+            store.close()
+        assert due_when_serve_restarts(path) == this_hour + timedelta(hours=1)
 
     @pytest.mark.parametrize(("child", "due_now"), [("dead", True), ("alive", False), ("before the fire", False), ("none", False)])
     def test_a_night_that_died_with_serve_before_recording_its_run_is_due_again(
@@ -784,6 +829,27 @@ class TestAFireSeenTwice:
         assert events[:3] == ["scheduled_night_started", "scheduled_night_finished", "scheduled_night_waits_for_lock"]
         assert events[-2:] == ["scheduled_night_started", "scheduled_night_finished"]
         assert [log["exit_code"] for log in logs if log["event"] == "scheduled_night_finished"][0] == 75
+
+    def test_a_stop_while_the_lock_is_waited_for_ends_the_wait_at_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """SIGTERM to serve between two tries of a locked state dir: the night stays due (None) at once, not
+        after the rest of the minute's wait (a service manager's stop timeout may run out first)."""
+        import orchestrator.schedule as schedule
+        from orchestrator.lock import StateLock
+
+        monkeypatch.setattr(schedule, "LOCKED_RETRY_S", 30.0)
+        monkeypatch.setattr(schedule, "_night", schedule._NightInFlight())  # serve's own, as _stop_on_signals makes it
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=3600)
+        outcome: list[int | None] = []
+        with StateLock(load(path).state_dir), capture_logs() as logs:
+            waiting = threading.Thread(target=lambda: outcome.append(run_scheduled_night(str(path))))
+            waiting.start()
+            deadline = time.monotonic() + 60
+            while "scheduled_night_waits_for_lock" not in [log["event"] for log in logs] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stopped = time.monotonic()
+            schedule._night.stop(signal.SIGTERM)
+            waiting.join(10)
+        assert outcome == [None] and time.monotonic() - stopped < 5
 
     def test_a_lock_held_past_the_grace_is_the_nights_75(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import orchestrator.schedule as schedule

@@ -241,6 +241,30 @@ class TestWedgedServer:
                 model.complete(MESSAGES, [])
         assert len(retries) == 1
 
+    def test_a_server_gone_while_its_request_is_silent_is_an_outage(self, transport):
+        """A server stopped with the request open (its listening socket closed, the accepted connection left
+        silent) refuses the probe: the silence is the server's, retried, then model_unreachable, not watchdog_timeout."""
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        held: list[socket.socket] = []
+
+        def take_the_request_then_stop() -> None:
+            client, _ = listener.accept()
+            held.append(client)
+            listener.close()  # from now on a connection is refused
+
+        threading.Thread(target=take_the_request_then_stop, daemon=True).start()
+        model, retries = make_model(url, transport, retries=0, request_timeout_s=0.5)
+        try:
+            with pytest.raises(ModelUnreachable, match="no output for 0.5 s, and the server answered no GET / in 0.5 s"):
+                model.complete(MESSAGES, [])
+        finally:
+            for client in held:
+                client.close()
+        assert held and retries == []
+
     def test_a_silent_answer_from_a_server_that_still_answers_is_the_models(self, raw_server, transport):
         """The same silence from a live server (a long call it holds back, say): watchdog_timeout, not retried."""
         server = raw_server(lambda client, head: (client.sendall(response_head() + sse(delta(content="Let me"))), server.pause(5)))
@@ -475,6 +499,23 @@ class TestConnectionClosedMidAnswer:
         assert model.complete(MESSAGES, []).text == "Hello world"
         assert len(retries) == 1 and "closed" in retries[0][1]
 
+    def test_a_server_that_hangs_up_on_each_new_connection_is_retried_and_counted(self, raw_server, transport):
+        """A fresh connection closed without a word (a server restarting) is a failed attempt, counted and
+        waited out, then model_unreachable; only a kept-alive connection gone stale is replaced at once, uncounted."""
+        hung_up: list[bytes] = []
+
+        def hang_up_then_answer(client: socket.socket, head: bytes) -> None:
+            if len(hung_up) < 10:
+                hung_up.append(head)  # closed without an answer
+                return
+            client.sendall(response_head() + GOOD_STREAM)
+
+        server = raw_server(hang_up_then_answer)
+        model, retries = make_model(server.url, transport, retries=1)
+        with pytest.raises(ModelUnreachable, match="failed 2 times"):
+            model.complete(MESSAGES, [])
+        assert len(retries) == 1 and len(hung_up) == 2
+
     def test_a_close_after_the_finish_reason_ends_the_answer(self, raw_server, transport):
         """A server that sends no [DONE] but a finish_reason, then closes, gave a whole answer."""
         body = response_head() + sse(delta(content="no done marker"), FINISH)
@@ -573,8 +614,14 @@ class TestCallsWithoutIndex:
 class TestRetryAfter:
     @pytest.mark.parametrize(
         ("header", "least"),
-        [("7", 7.0), ("100000", 300.0 * 0.99), ("Mon, 01 Jan 2024 00:00:00 +99999999999999999999", 0.0), ("\u00b2", 0.0)],
-        ids=["seconds", "past-the-ceiling", "date-out-of-range", "not-a-number"],
+        [
+            ("7", 7.0),
+            ("100000", 300.0 * 0.99),
+            ("Fri, 01 Jan 2100 00:00:00 GMT", 300.0 * 0.99),
+            ("Mon, 01 Jan 2024 00:00:00 +99999999999999999999", 0.0),
+            ("\u00b2", 0.0),
+        ],
+        ids=["seconds", "past-the-ceiling", "http-date", "date-out-of-range", "not-a-number"],
     )
     def test_a_servers_retry_after_is_the_least_wait(self, raw_server, transport, header, least):
         """A 429 with Retry-After waits at least that long before the retry (never past MAX_BACKOFF_S);

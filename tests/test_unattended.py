@@ -756,11 +756,13 @@ class TestBudgets:
         assert "'hello'" in git(repo, "show", "overnight/fixer:greet.py")
         assert (other["outcome"], other["reason"]) == ("cancelled", "night token budget of 1000 spent")
 
-    def test_no_iteration_begins_once_the_task_budget_is_spent(self, config_file, server, capsys):
+    @pytest.mark.parametrize("prompt_tokens", [5499, 4999], ids=["past", "exactly"])
+    def test_no_iteration_begins_once_the_task_budget_is_spent(self, config_file, server, capsys, prompt_tokens):
         """The response that crossed the budget was acted on (its check failed): no further iteration is
-        begun only to be cancelled at its first turn, with a row, a transcript and a note of its own."""
+        begun only to be cancelled at its first turn, with a row, a transcript and a note of its own.
+        A budget spent to its last token (5000 of 5000) is spent too."""
         config = config_file(night={"max_tokens_per_task": 5000, "max_iterations": 3})
-        server.enqueue(call("submit", {"summary": "x"}, prompt_tokens=5499, completion_tokens=1))
+        server.enqueue(call("submit", {"summary": "x"}, prompt_tokens=prompt_tokens, completion_tokens=1))
         run_in_process(config)
         [task] = report_json(config, capsys)["tasks"]
         assert (task["outcome"], task["reason"]) == ("cancelled", "task token budget of 5000 spent")
