@@ -213,6 +213,10 @@ class _Night:
             return "deadline"
         return ""
 
+    def task_budget(self, work_key: str) -> TokenBudget:
+        """A task's own token budget, less what its work spent in earlier runs of this scheduled night."""
+        return _task_budget(self.parts.config.night.max_tokens_per_task, self.earlier.tokens.get(work_key, 0))
+
     def iteration_took(self, seconds: float) -> None:
         with self._lock:
             self._slowest_iteration_s = max(self._slowest_iteration_s, seconds)
@@ -335,7 +339,8 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
         log.info(ended.event, reason=ended.earlier_reason, iterations=night.earlier.counted(work_key))
         outcome, reason = ended.outcome, ended.reason
         commit = finish(outcome, reason)
-    elif refused := night.why_not_start_iteration():
+    elif refused := night.why_not_start_iteration() or _spent((night.task_budget(work_key),)):
+        # Before its first request is asked ahead: a task whose budget the earlier runs spent costs no call.
         outcome, reason = TaskOutcome.CANCELLED, refused
         commit = finish(outcome, reason)
     else:
@@ -474,7 +479,7 @@ def _task_setup(
         log=log,
         context_window=parts.context_window,
         cancel=cancel,
-        budgets=(_task_budget(config.night.max_tokens_per_task, night.earlier.tokens.get(night.work_key(task), 0)), night.budget),
+        budgets=(night.task_budget(night.work_key(task)), night.budget),
         lease=lease,
         redact=night.redact,
         max_file_bytes=int(config.repo.max_file_mb * 1_000_000),

@@ -1322,6 +1322,20 @@ class TestANightBegunAgain:
         assert runs_of(path)[3][1:3] == ("cancelled", f"night token budget of {spent} spent")
         assert len(server.requests) == asked
 
+    def test_the_tokens_a_task_spent_in_the_fires_earlier_run_count_in_its_own_budget(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """`second` spent its whole `max_tokens_per_task` in the earlier run of the fire: no iteration more, and no request."""
+        path, fired, _ = self._first_night(tmp_path, repo, server)
+        with sqlite3.connect(path.parent / "state" / "runs.db") as connection:
+            [(spent,)] = connection.execute(
+                "SELECT SUM(i.tokens) FROM iterations i JOIN task_runs t ON i.task_run_id = t.id WHERE t.name = 'second'"
+            ).fetchall()
+        text = path.read_text(encoding="utf-8").replace("[night]\n", f"[night]\nmax_tokens_per_task = {spent}\n")
+        path.write_text(text, encoding="utf-8")
+        asked = len(server.requests)
+        assert overnight_run(path, "--scheduled-for", fired.isoformat()).returncode == 1
+        assert runs_of(path)[3][:3] == ("second", "cancelled", f"task token budget of {spent} spent")
+        assert len(server.requests) == asked
+
     def test_a_task_whose_check_changed_since_is_other_work(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Restarting serve is how an edited config is taken up: a task whose check was made stricter was
         taken for done by the earlier run's commit, which the new check never judged."""
