@@ -52,7 +52,7 @@ def test_most_turns_extend_the_last_request_instead_of_rewriting_it() -> None:
 
 
 def test_the_lines_standing_for_outputs_count_too() -> None:
-    """Thirty reads: uncounted, the lines (135 chars each) took another 3500 chars beside the 40%."""
+    """Thirty reads: what the tool messages carry, the lines standing for the outputs left out included, stays within the 40%."""
     request = fitted(history([900] * 30), WINDOW)
     carried = sum(len(m["content"]) for m in request[2:] if m["role"] == "tool")
     assert carried <= ROOM, carried
@@ -171,3 +171,68 @@ def test_prose_quotes_in_a_written_turn_do_not_swallow_its_call() -> None:
     assert "left out to save room" in first and first.startswith(prose) and "<tool_call>\n{" in first
     call = json.loads(first.split("<tool_call>")[1].split("</tool_call>")[0])
     assert call["name"] == "write_file" and call["arguments"]["path"] == "f0.py"
+
+
+def test_a_long_task_message_is_never_left_out() -> None:
+    """The task (the second message: the prompt and the notes carried forward) is no tool's output: however
+    long, and however many outputs come after it, every request carries it whole."""
+    task = "Make greet() return 'hello'.\n\n" + "Earlier attempts at this task failed. " * 60
+    messages = history([CAP] * 12)
+    messages[1] = {"role": "user", "content": task}
+    request = fitted(messages, WINDOW)
+    assert request[1] == {"role": "user", "content": task}
+    assert request[3]["content"] == LEFT_OUT  # the window was tight: old outputs did go
+
+
+def test_a_long_run_counts_the_lines_standing_for_outputs_and_arguments() -> None:
+    """Ninety turns (a raised max_turns) of short outputs or of short files written: the stand-in lines add up,
+    and counted they keep what the request carries of outputs and arguments within the share (the newest two
+    of each always whole); uncounted, they took 3000 characters more."""
+    for turn in range(1, 91):
+        request = fitted(history([200] * turn), WINDOW)
+        assert sum(len(m["content"]) for m in request[2:] if m["role"] == "tool") <= ROOM + 2 * 200, turn
+    for turn in range(1, 91):
+        request = fitted(writes(["q" * 260] * turn), WINDOW)
+        arguments = [json.loads(m["tool_calls"][0]["function"]["arguments"]) for m in request if m.get("tool_calls")]
+        weight = sum(len(json.dumps(a["content"])) for a in arguments) + sum(len(m["content"]) for m in request if m["role"] == "tool")
+        assert weight <= ROOM + 2 * 262, turn
+
+
+def test_a_broken_call_with_no_text_still_leaves_a_turn_that_says_what_happened() -> None:
+    """A call whose arguments did not parse is never sent back as a tool call, and an answer that was only that
+    call is not sent back empty: the turn says a call was tried and could not be used."""
+    from orchestrator.history import assistant_turn
+    from orchestrator.records import BrokenCall, ModelResponse, ToolCall
+
+    broken = BrokenCall(name="write_file", problem="unparseable", detail="Expecting value", raw_arguments="{{{")
+    turn = assistant_turn(ModelResponse(text=""), [broken], turn=3)
+    assert "tool_calls" not in turn.assistant and "could not be used" in turn.assistant["content"]
+    native = ToolCall(name="read_file", arguments={"path": "a.py"}, id="srv-7", source="native")
+    turn = assistant_turn(ModelResponse(text="Reading."), [native, broken], turn=3)
+    assert turn.assistant["content"] == "Reading."
+    assert [c["id"] for c in turn.assistant["tool_calls"]] == ["srv-7"] and turn.ids == {id(native): "srv-7"}
+
+
+def test_the_model_is_told_which_tool_did_not_exist_and_which_do() -> None:
+    from orchestrator.history import broken_call_note, text_call_result
+    from orchestrator.records import BrokenCall, ToolCall, ToolResult
+
+    note = broken_call_note(BrokenCall(name="bash", problem="unknown_tool", detail="", raw_arguments=""), ["read_file", "submit"])
+    assert "There is no tool named 'bash'" in note and "read_file, submit" in note
+    note = broken_call_note(BrokenCall(name="", problem="empty_tool_name", detail="", raw_arguments=""), ["read_file", "submit"])
+    assert "no tool name" in note and "read_file, submit" in note
+    call = ToolCall(name="run_check", arguments={}, source="text")
+    assert text_call_result(call, ToolResult(ok=False, output="exit 1")) == "Result of run_check (failed):\nexit 1"
+    assert text_call_result(call, ToolResult(ok=True, output="passed")) == "Result of run_check (ok):\npassed"
+
+
+def test_every_reminder_of_a_turn_goes_with_the_next_request_and_none_is_stored() -> None:
+    from orchestrator.history import with_reminders
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}, {"role": "assistant", "content": "Hmm."}]
+    request = with_reminders(messages, ["one tool at a time", "run the check"])
+    assert request[-1] == {"role": "user", "content": "Reminder: one tool at a time\nReminder: run the check"}
+    text_mode = [*messages, {"role": "user", "content": "Result of read_file (ok):\nx"}]
+    request = with_reminders(text_mode, ["run the check"])
+    assert len(request) == 4 and request[-1]["content"] == "Result of read_file (ok):\nx\n\nReminder: run the check"
+    assert text_mode[-1]["content"] == "Result of read_file (ok):\nx" and len(messages) == 3

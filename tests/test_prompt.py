@@ -45,3 +45,20 @@ def test_the_written_call_form_names_a_tool_the_task_offers() -> None:
         shown = next(line for line in text.splitlines() if line.startswith("<tool_call>"))
         [parsed] = parse_calls(ModelResponse(text=shown), schemas_of(offered(tools)))
         assert parsed.name in tools and "read_file" not in text, (tools, parsed)
+
+
+def test_the_first_attempt_is_not_told_of_earlier_failures_and_a_later_one_gets_its_notes() -> None:
+    first = build_messages(task_prompt="Fix greet().", check="pytest -q", tool_names=offered(DEFAULT_TOOLS), notes="  \n")[1]["content"]
+    assert first == "Task:\nFix greet().\n\nThe task is done when this check passes: `pytest -q`"
+    notes = "## 2026-01-01 02:00 UTC · task `t` · iteration 1 · `check_failed`\n\n**Correction:** Read the check's output."
+    later = build_messages(task_prompt="Fix greet().", check="pytest -q", tool_names=offered(DEFAULT_TOOLS), notes=notes)[1]["content"]
+    assert later.startswith(first + "\n\n") and "failed and were rolled back" in later and later.endswith(notes)
+
+
+def test_the_prompt_lists_every_tool_and_without_run_check_says_the_check_runs_at_submit() -> None:
+    tools = ["read_file", "write_file", "submit"]
+    text = system_prompt(tools)
+    assert "Tools you have: read_file, write_file, submit." in text
+    assert "When the task is done, call submit with a one-line summary; the check then runs." in text
+    text = system_prompt(offered(DEFAULT_TOOLS))
+    assert "Call run_check to see whether the task is done." in text and "Do not submit before." in text

@@ -228,6 +228,21 @@ class TestEventsInTheBackground:
         writer.close()
         assert written == [7]
 
+    def test_a_batch_beats_each_iteration_at_its_latest_model_call(self) -> None:
+        """Several model calls of one iteration in one batch (queued within the writer's linger): its heartbeat
+        is the last one's time, not the first's."""
+        from runs.event_writer import EventWriter
+
+        beaten: dict[int, int] = {}
+        writer = EventWriter(lambda rows, beats: beaten.update(beats), str)
+        for at in (1, 2, 3):
+            writer.put({"iteration_id": 1, "at": at}, beat=True)
+        writer.put({"iteration_id": 1, "at": 4})  # a tool call: no beat
+        writer.put({"iteration_id": 2, "at": 5}, beat=True)
+        writer.flush()
+        writer.close()
+        assert beaten == {1: 3, 2: 5}
+
     def test_a_model_call_beats_the_heartbeat(self, store: RunStore) -> None:
         run_id, _, iteration_id = _iteration(store)
         before = store.run(run_id).tasks[0].iterations[0].heartbeat_at
@@ -384,6 +399,71 @@ class TestQueries:
         before = store.running_iterations()[0].heartbeat_at
         store.record_model_call(iteration_id, prompt_tokens=1, completion_tokens=1, latency_ms=1)
         assert store.running_iterations()[0].heartbeat_at > before
+
+
+class TestRecoveryWrites:
+    """What crash recovery writes for a dead night (orchestrator/recovery.py calls these)."""
+
+    def test_interrupting_an_iteration_that_has_ended_changes_nothing(self, store: RunStore) -> None:
+        """An iteration that ended between recovery's look and its write (another host's, still alive) keeps its end."""
+        run_id, _, iteration_id = _iteration(store)
+        store.finish_iteration(iteration_id, outcome="committed", commit="c1", turns=3, tokens=50)
+        assert store.interrupt_iteration(iteration_id, correction="killed") is False
+        [view] = store.run(run_id).tasks[0].iterations
+        assert (view.outcome, view.reason, view.commit, view.turns, view.tokens) == ("committed", "", "c1", 3, 50)
+
+    def test_an_interrupted_iteration_counts_its_model_calls_and_ends_when_last_seen(self, store: RunStore) -> None:
+        run_id, _, iteration_id = _iteration(store)
+        store.record_model_call(iteration_id, prompt_tokens=100, completion_tokens=20, latency_ms=5)
+        store.record_model_call(iteration_id, prompt_tokens=200, completion_tokens=30, latency_ms=5)
+        beat = store.run(run_id).tasks[0].iterations[0].heartbeat_at
+        assert store.interrupt_iteration(iteration_id, correction="killed") is True
+        [view] = store.run(run_id).tasks[0].iterations
+        assert (view.outcome, view.reason, view.correction, view.turns, view.tokens) == ("interrupted", "interrupted", "killed", 2, 350)
+        assert view.finished_at == beat
+
+    def test_a_dead_task_whose_check_passed_with_nothing_to_commit_succeeded(self, store: RunStore) -> None:
+        """A committed iteration's commit is "" when the check passed with nothing to commit: still a success."""
+        run_id, task_id, iteration_id = _iteration(store)
+        store.finish_iteration(iteration_id, outcome="committed", commit="")
+        other = store.begin_task(run_id, name="other", branch="overnight/other")
+        store.finish_iteration(store.begin_iteration(other, number=1, checkpoint="c", pid=1), outcome="rolled_back", reason="check_failed")
+        store.close_interrupted_run(run_id)
+        run = store.run(run_id)
+        assert [(t.name, t.outcome, t.reason, t.commit) for t in run.tasks] == [
+            ("fix-bug", "succeeded", "", ""),
+            ("other", "failed", "interrupted", ""),
+        ]
+        assert run.status == "crashed" and run.exit_code is None
+
+    def test_a_dead_run_ends_when_it_was_last_seen_alive(self, store: RunStore) -> None:
+        """Found dead (no exit code), a run and its open tasks end at its latest heartbeat, not its first nor the moment found."""
+        run_id, _, first = _iteration(store)
+        second = store.begin_iteration(store.begin_task(run_id, name="two", branch="overnight/two"), number=1, checkpoint="c", pid=1)
+        store.heartbeat(first)
+        store.heartbeat(second)
+        latest = store.running_iterations()[-1].heartbeat_at
+        store.close_interrupted_run(run_id)
+        run = store.run(run_id)
+        assert run.finished_at == latest and all(task.finished_at == latest for task in run.tasks)
+
+
+class TestEarlierTonight:
+    def test_an_iteration_still_marked_running_is_not_counted(self, store: RunStore) -> None:
+        """A dead process's iteration not yet recovered (still `running`) is not the model's doing: it does not
+        count against max_iterations, though its number and tokens are known."""
+        from datetime import datetime, timedelta
+
+        since = datetime.now(timezone.utc) - timedelta(minutes=1)
+        earlier = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="s")
+        task = store.begin_task(earlier, name="t", branch="overnight/t", work_key="k")
+        done = store.begin_iteration(task, number=1, checkpoint="c", pid=1)
+        store.finish_iteration(done, outcome="rolled_back", reason="check_failed", tokens=10)
+        store.begin_iteration(task, number=2, checkpoint="c", pid=1)
+        now = store.begin_run(config_path="c.toml", pid=2, host="h", state_id="s")
+        seen = store.earlier_tonight("s", since, now)
+        assert seen.endings == {"k": (("rolled_back", "check_failed"),)} and seen.counted("k") == 1
+        assert seen.last_number == {"k": 2} and seen.tokens == {"k": 10}
 
 
 class TestWorstSignal:
