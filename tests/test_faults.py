@@ -250,8 +250,8 @@ class TestLeases:
     def test_keeper_never_lets_its_lease_lapse(self, store: RunStore) -> None:
         """Renewed well within its ttl: at no moment of a keeper's life can another worker take the task
         (renewing only once the ttl had passed would leave it free between the two)."""
-        with LeaseKeeper(store, "t", ttl_s=0.6) as keeper:
-            until = time.monotonic() + 1.5
+        with LeaseKeeper(store, "t", ttl_s=1.5) as keeper:  # renewed every 0.5 s: a 1 s stall of its thread to fail
+            until = time.monotonic() + 3.5
             while time.monotonic() < until:
                 assert not store.acquire_lease("t", "intruder", 30)
                 time.sleep(0.05)
