@@ -645,6 +645,15 @@ class TestNight:
         assert _run_id_of(str(configs["ours"]), 4242) == ours
 
 
+def clear_of_the_hour(margin_s: float = 20.0) -> None:
+    """Wait past the next hour when it is under `margin_s` away: a test that records a run "this hour" and
+    then asks serve about it would otherwise find the next hour's fire the latest (it failed so in CI)."""
+    now = datetime.now(timezone.utc)
+    left = (now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1) - now).total_seconds()
+    if left < margin_s:
+        time.sleep(left + 1)
+
+
 def a_run_this_hour(path: Path, *, status: str, pid: int | None = None) -> int:
     """A run of the config's state dir begun now (after this hour's fire of "0 * * * *"), left `status`."""
     config = load(path)
@@ -698,6 +707,7 @@ class TestAFireSeenTwice:
         assert [(log["event"], log.get("run_id")) for log in logs] == [("scheduled_night_skipped_done", run)]
 
     def test_a_night_that_failed_or_began_before_the_fire_is_run(self, tmp_path: Path) -> None:
+        clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         a_run_this_hour(path, status="crashed")
         path.write_text(path.read_text(encoding="utf-8").split("[[task]]")[0], encoding="utf-8")  # no tasks: the night exits 2 at once
@@ -709,6 +719,7 @@ class TestAFireSeenTwice:
 
     def test_a_night_finished_by_a_run_without_a_state_dirs_name_is_not_taken_for_ours(self, tmp_path: Path) -> None:
         """A run recorded without a state dir's name (an older overnight on another machine sharing the store) is not this state dir's night."""
+        clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         a_run_this_hour(path, status="crashed")  # makes the state dir's name
         store = open_store(load(path))
@@ -727,6 +738,7 @@ class TestAFireSeenTwice:
         A night that recorded its own crash (exit 4, a full disk) ended: it was run a second time."""
         from tests.test_faults import dead_pid
 
+        clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         store_job_due_at(path, datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
         a_run_this_hour(path, status=status, pid=dead_pid())
@@ -739,6 +751,7 @@ class TestAFireSeenTwice:
         known dead by its pid here, and is not run a second time beside it."""
         from tests.test_faults import dead_pid
 
+        clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         store_job_due_at(path, this_hour + timedelta(hours=1))
@@ -761,6 +774,7 @@ class TestAFireSeenTwice:
         from orchestrator.schedule import STARTED_MARKER_NAME, _mark_started
         from tests.test_faults import dead_pid
 
+        clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         store_job_due_at(path, this_hour + timedelta(hours=1))
@@ -794,6 +808,7 @@ class TestAFireSeenTwice:
         """Pids are handed out again after a reboot: a shell holding the dead night's pid kept it `alive`."""
         from orchestrator.schedule import _interrupted_night
 
+        clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
         fired = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         if datetime.now(timezone.utc) - fired < timedelta(minutes=2):
@@ -1495,6 +1510,7 @@ class TestANightBegunAgain:
 
     def test_serve_names_the_fire_to_the_night_it_starts(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The night serve starts again after a restart skips the task the fire's cancelled run had finished."""
+        clear_of_the_hour(90)  # a whole night runs before serve is asked about this hour's fire
         path = write_config(
             tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS,
             extra='[schedule]\ncron = "0 * * * *"\ntimezone = "UTC"\nmisfire_grace_s = 7200\n',
