@@ -215,7 +215,9 @@ class _Night:
 
     def task_budget(self, work_key: str) -> TokenBudget:
         """A task's own token budget, less what its work spent in earlier runs of this scheduled night."""
-        return _task_budget(self.parts.config.night.max_tokens_per_task, self.earlier.tokens.get(work_key, 0))
+        budget = TokenBudget(self.parts.config.night.max_tokens_per_task, "task")
+        budget.spend(self.earlier.tokens.get(work_key, 0))
+        return budget
 
     def iteration_took(self, seconds: float) -> None:
         with self._lock:
@@ -484,12 +486,6 @@ def _task_setup(
         redact=night.redact,
         max_file_bytes=int(config.repo.max_file_mb * 1_000_000),
     )
-
-
-def _task_budget(limit: int | None, spent_earlier_tonight: int) -> TokenBudget:
-    budget = TokenBudget(limit, "task")
-    budget.spend(spent_earlier_tonight)
-    return budget
 
 
 def shared_repository_key(config: Config, repo: Any = None) -> str:
