@@ -76,25 +76,28 @@ def _caught_signals(pid: int) -> set[int]:
     return {number for number in range(1, 65) if mask >> (number - 1) & 1}
 
 
+def sigterm_once_the_agent_wrote(config: Path) -> tuple[subprocess.Popen, str]:
+    """`overnight run` as a subprocess, sent SIGTERM once its agent wrote scratch.txt (EDIT_THEN_WAIT); its stderr."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    scratch = worktree(config) / "scratch.txt"
+    deadline = time.monotonic() + 60
+    while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert scratch.exists(), process.communicate()[1]
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    return process, stderr
+
+
 class TestCancellation:
     def test_sigterm_rolls_back_and_exits_143(self, config_file, server, capsys):
         """SIGTERM mid-iteration: exit 143, worktree back at its checkpoint, note says cancelled, no blame."""
         config = config_file(model={"request_timeout_s": 60})
         server.enqueue(*EDIT_THEN_WAIT)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        scratch = worktree(config) / "scratch.txt"
-        deadline = time.monotonic() + 60
-        while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        assert scratch.exists(), process.communicate()[1]
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
+        process, stderr = sigterm_once_the_agent_wrote(config)
         assert process.returncode == 143, stderr
         assert "Traceback" not in stderr
         assert git(worktree(config), "status", "--porcelain", "--ignored") == ""
@@ -116,17 +119,7 @@ class TestCancellation:
         ]
         config = config_file(tasks=tasks, night={"concurrency": 1}, model={"retries": 1, "request_timeout_s": 60})
         server.enqueue(*[Reply(status=503)] * 2, *EDIT_THEN_WAIT)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        scratch = worktree(config) / "scratch.txt"
-        deadline = time.monotonic() + 60
-        while not scratch.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        assert scratch.exists(), process.communicate()[1]
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
+        process, stderr = sigterm_once_the_agent_wrote(config)
         assert process.returncode == 143, stderr
         report = report_json(config, capsys)
         assert (report["run"]["status"], report["run"]["exit_code"]) == ("cancelled", 143)
