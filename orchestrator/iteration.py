@@ -194,10 +194,12 @@ class _Finisher:
     log: Any
     recorded: bool = False  # the store has the iteration's end
     commit: str = ""
+    committed_ending: dict[str, Any] | None = None  # once the work passed the check and is on the branch
 
     def committed(self, commit: str, turns: int, tokens: int) -> IterationReport:
         self.commit = commit
-        self._finish(outcome=IterationOutcome.COMMITTED.value, commit=commit, turns=turns, tokens=tokens)
+        self.committed_ending = {"outcome": IterationOutcome.COMMITTED.value, "commit": commit, "turns": turns, "tokens": tokens}
+        self._finish(**self.committed_ending)
         self.log.info("iteration_committed", commit=commit[:12], turns=turns, tokens=tokens)
         return self._report(IterationOutcome.COMMITTED, "", commit, turns, tokens)
 
@@ -215,14 +217,17 @@ class _Finisher:
         self.setup.workspace.rollback(self.commit or self.checkpoint)
         # Recorded already when what failed came after the store had the iteration's end (notes.md).
         if not self.recorded:
+            # The store failed as it recorded the commit (locked a moment, say): asked again, it must
+            # say what the branch holds, the commit, not a rollback that never happened.
+            ending = self.committed_ending or {
+                "outcome": IterationOutcome.ROLLED_BACK.value,
+                "reason": "iteration_error",
+                "correction": STATE_FAILED_CORRECTION,
+                "turns": self.ctx.answered,
+                "tokens": self.ctx.tokens,
+            }
             with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
-                self._finish(
-                    outcome=IterationOutcome.ROLLED_BACK.value,
-                    reason="iteration_error",
-                    correction=STATE_FAILED_CORRECTION,
-                    turns=self.ctx.answered,
-                    tokens=self.ctx.tokens,
-                )
+                self._finish(**ending)
         self.log.error("iteration_state_failed")
 
     def unreachable(self, detail: str) -> None:

@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -60,16 +60,27 @@ def _text(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-def _pragmas_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        # WAL lets readers (the CLI) look while the night writes; NORMAL is safe under WAL.
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.execute("PRAGMA foreign_keys=ON")
-    finally:
-        cursor.close()
+# How long a write waits for another process's to end (SQLite takes one writer at a time) before
+# it fails ("database is locked"), unless the URL's `?timeout=S` (the driver's) says otherwise.
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _pragmas_on_connect(busy_timeout_ms: int | None) -> Callable[[Any, Any], None]:
+    """The listener that sets each new connection up; `busy_timeout_ms` None: the driver's, the URL's `?timeout=S`."""
+
+    def set_up(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            # WAL lets readers (the CLI) look while the night writes; NORMAL is safe under WAL.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            if busy_timeout_ms is not None:
+                cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    return set_up
 
 
 def _create_engine(url: str) -> Engine:
@@ -92,7 +103,10 @@ def _create_engine(url: str) -> Engine:
             # mkdir's own message ("File exists") hides that the path is a regular file.
             raise NotADirectoryError(f"{parent} is not a directory") from None
     engine = create_engine(parsed)
-    event.listen(engine, "connect", _pragmas_on_connect)
+    # The driver sets a URL's `?timeout=S` as the connection's busy timeout: overwritten by the
+    # default here, it was a query argument checked at load and then ignored.
+    busy_timeout_ms = None if "timeout" in parsed.query else BUSY_TIMEOUT_MS
+    event.listen(engine, "connect", _pragmas_on_connect(busy_timeout_ms))
     return engine
 
 
