@@ -117,6 +117,9 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
             store.finish_iteration(
                 iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
             )
+            # Its run may have closed the task as interrupted already: the store failed as the commit was
+            # recorded and came back for the run's own end. The branch holds the work: the task succeeded.
+            store.succeed_interrupted_task(iteration.task_run_id, commit)
             view = dataclasses.replace(iteration, outcome="committed", commit=commit)
         else:
             store.interrupt_iteration(iteration.id, correction=INTERRUPTED_CORRECTION)

@@ -666,6 +666,16 @@ class RunStore:
             )
             return connection.execute(statement).rowcount == 1
 
+    def succeed_interrupted_task(self, task_run_id: int, commit: str) -> None:
+        """A task its dead run closed as failed (`interrupted`) while an iteration's end was still unrecorded,
+        that iteration found committed by recovery: the task succeeded, with the commit."""
+        with self._writing("succeed_interrupted_task") as session:
+            session.execute(
+                update(TaskRun)
+                .where(TaskRun.id == task_run_id, TaskRun.outcome == "failed", TaskRun.reason == "interrupted")
+                .values(outcome="succeeded", reason="", commit=commit)
+            )
+
     def close_interrupted_run(self, run_id: int, exit_code: int | None = None) -> None:
         """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import sqlite3
+import subprocess
 import sys
 import textwrap
 import threading
@@ -150,6 +151,11 @@ class TestStoreFailingAsTheCommitIsRecorded:
     commit stays on the branch (exit 4, as for any store failure), and the store says so."""
 
     def _night(self, tmp_path: Path, repo: Path, server: Any, *, until: str) -> tuple[int, Any]:
+        config = self._setup(tmp_path, repo, server, until=until)
+        return overnight("run", "--config", str(config)), load_config(config)
+
+    def _setup(self, tmp_path: Path, repo: Path, server: Any, *, until: str) -> Path:
+        """The config of a night whose store a clean filter locks as the fix is committed, until `until` exists."""
         folder = tmp_path / "fault"
         folder.mkdir()
         (folder / "filter.py").write_text(FAULT_FILTER)
@@ -164,7 +170,7 @@ class TestStoreFailingAsTheCommitIsRecorded:
             extra=f'[store]\nurl = "sqlite:///{database}?timeout=1"\n',
         )
         server.enqueue(*FIX)
-        return overnight("run", "--config", str(config)), load_config(config)
+        return config
 
     def _account(self, config: Any) -> tuple[Any, Any]:
         store = RunStore.open(config.store_url)
@@ -211,3 +217,30 @@ class TestStoreFailingAsTheCommitIsRecorded:
         assert [(it.outcome, it.commit) for it in task.iterations] == [("committed", tip)]
         assert (task.outcome, task.commit) == ("succeeded", tip)
         assert git(repo, "rev-parse", "overnight/fix-greet") == tip
+
+    def test_a_store_back_only_for_the_runs_end_leaves_the_task_to_recovery(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The store fails as the commit is recorded and again as that is retried, then comes back for
+        the run's own end, which closes the task `failed` (interrupted) with the iteration still open.
+        The next night's recovery records the commit and the task with it: `succeeded`, not failed."""
+        release = tmp_path / "fault" / "release"
+        config_path = self._setup(tmp_path, repo, server, until=str(release))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config_path), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        lines = []
+        for line in process.stderr:  # the holder lets go once the retry, too, has failed
+            lines.append(line)
+            if '"iteration_state_failed"' in line:
+                release.touch()
+        assert process.wait(timeout=60) == 4, "".join(lines)
+        config = load_config(config_path)
+        tip = git(repo, "rev-parse", "overnight/fix-greet")
+        run, task = self._account(config)
+        assert (run.status, [it.outcome for it in task.iterations]) == ("crashed", ["running"]), "".join(lines)
+        assert (task.outcome, task.reason) == ("failed", "interrupted")
+        settled, _ = recover(config)
+        assert [(it.outcome, it.commit) for it in settled] == [("committed", tip)]
+        run, task = self._account(config)
+        assert [(it.outcome, it.commit) for it in task.iterations] == [("committed", tip)]
+        assert (task.outcome, task.reason, task.commit) == ("succeeded", "", tip)
