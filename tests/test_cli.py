@@ -358,6 +358,15 @@ class TestBadConfig:
         result = overnight("run", "--config", str(config), "--log-format", "xml")
         assert_one_line_error(result, 2, "--log-format")
 
+    @pytest.mark.parametrize("when", ["2026-12-02T01:30:00", "tonight"])
+    def test_a_scheduled_for_time_without_its_offset_is_a_usage_error(self, tmp_path, repo, when):
+        """`--scheduled-for` (serve passes it) needs its UTC offset (reference.md: exit 2): read as this
+        host's time or as UTC, a fire time could be hours off, and with it which earlier runs count."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = overnight("run", "--config", str(config), "--scheduled-for", when)
+        assert_one_line_error(result, 2, "--scheduled-for", "offset")
+        assert not (tmp_path / "state").exists()
+
     def test_report_before_any_run(self, tmp_path, repo):
         """`overnight report` with no runs yet says so in one line (exit 1, not 4: nothing is broken),
         `--json` still prints JSON, and reading creates neither the state dir nor the database."""
@@ -389,6 +398,30 @@ class TestOtherCommands:
         assert result.returncode == 0, result.stderr
         assert len(result.stdout.split()) == 3
 
+    @pytest.mark.parametrize(
+        ("args", "code", "says"),
+        [
+            (("run",), 3, "unreachable"),
+            (("report",), 1, "no runs recorded yet"),
+            (("notes",), 0, "(no notes yet)"),
+            (("gc", "--dry-run"), 0, ""),
+            (("serve", "--next"), 0, "T01:30:00"),
+        ],
+        ids=["run", "report", "notes", "gc", "serve"],
+    )
+    def test_c_is_short_for_config_in_every_command(self, tmp_path, repo, args, code, says):
+        """reference.md: `-c` is short for `--config` in every command (init's is tested with init). Run from a
+        folder without an overnight.toml: a command that did not take `-c` would not find its default (exit 2)."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+            extra='[schedule]\ncron = "30 1 * * *"\ntimezone = "UTC"\n',
+        )
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        result = overnight(args[0], "-c", str(config), *args[1:], cwd=elsewhere)
+        assert result.returncode == code, result.stderr
+        assert says in result.stdout + result.stderr and "Traceback" not in result.stderr
+
     def test_demo_with_a_bad_thread_count_leaves_its_folder_empty(self, tmp_path):
         """Refused after the sample was made there, the same --dir was then refused as not empty."""
         folder = tmp_path / "demo"
@@ -407,6 +440,28 @@ class TestOtherCommands:
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
         assert not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize("args", [(), ("--dry-run",)], ids=["gc", "gc --dry-run"])
+    def test_gc_while_a_night_holds_the_state_dir_exits_75(self, tmp_path, repo, args):
+        """reference.md: gc takes the state dir's lock, exit 75 while a night holds it, `--dry-run` too (its list
+        would name worktrees a night is changing); the line names the holder."""
+        from orchestrator.lock import StateLock
+
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        with StateLock(tmp_path / "state"):
+            result = overnight("gc", "--config", str(config), *args)
+        assert_one_line_error(result, 75, "another overnight run holds", f"pid {os.getpid()} on ")
+
+    def test_a_night_while_gc_holds_the_state_dir_says_gc_holds_it(self, tmp_path, repo):
+        """The lock file records its holder's command (`overnight gc`), and the second command's line names it."""
+        from orchestrator.lock import StateLock
+
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        with StateLock(tmp_path / "state", command="overnight gc"):
+            holder = json.loads((tmp_path / "state" / "overnight.lock").read_text())
+            result = overnight("run", "--config", str(config))
+        assert set(holder) == {"pid", "host", "since", "command"} and holder["command"] == "overnight gc"
+        assert_one_line_error(result, 75, "another overnight gc holds", f"pid {os.getpid()} on ")
 
     @pytest.mark.parametrize("command", ["notes", "gc"])
     def test_output_a_latin1_terminal_cannot_hold_prints_as_question_marks(self, tmp_path, repo, command):

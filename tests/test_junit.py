@@ -372,6 +372,12 @@ class TestReportJson:
         levels = [signal["level"] for it in never["iterations"] for signal in it["signals"]]
         assert "warning" in levels and never["signal_counts"] == {"warning": levels.count("warning"), "severe": levels.count("severe")}
         assert all(Path(it["transcript"]).is_absolute() and Path(it["transcript"]).is_file() for it in never["iterations"])
+        # The fields issue 2 fixed for tests outside the repository: branch, and per iteration tokens and turns.
+        assert [task["branch"] for task in report["tasks"]] == ["overnight/fix-greet", "overnight/never"]
+        for it in done["iterations"] + never["iterations"]:
+            assert type(it["tokens"]) is int and it["tokens"] > 0 and type(it["turns"]) is int and it["turns"] > 0, it
+            assert all(set(signal) == {"level", "kind", "message"} and signal["level"] in ("warning", "severe") for signal in it["signals"])
+        assert [it["turns"] for it in never["iterations"]] == [4, 1]  # four reads (the 4th stopped), then the submit
 
     def test_a_night_that_exited_0_says_exit_0_everywhere(self, tmp_path):
         """Exit 0 is an exit code, not "none yet": JSON 0 (not null), and the text report and step summary say it."""
@@ -479,6 +485,46 @@ class TestReportsThatCannotBeWritten:
         assert load_config(tmp_path / "overnight.toml").task
 
 
+def night_on_a_terminal(folder: Path, *, no_color: bool) -> tuple[int, str]:
+    """`overnight run` with no --log-format, its stderr a terminal (a pty) as when a person runs it: exit code, what it showed."""
+    repo = make_repo(folder / "repo", SAMPLE_FILES)
+    env = {key: value for key, value in os.environ.items() if key != "NO_COLOR"} | ({"NO_COLOR": "1"} if no_color else {})
+    with ScriptedServer(SCRIPT) as server:
+        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=TASKS)
+        terminal, stderr = os.openpty()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env,
+        )
+        os.close(stderr)
+        shown = b""
+        try:
+            while chunk := os.read(terminal, 65536):  # read as it comes: a full pty would hold the night up
+                shown += chunk
+        except OSError:  # EIO: the night closed its end
+            pass
+        finally:
+            os.close(terminal)
+        return process.wait(timeout=120), shown.decode("utf-8", "replace")
+
+
+class TestTerminalLogs:
+    """Issues 4 and 5: human lines on a terminal (JSON lines otherwise), and a line per signal, yellow ⚠ or red ✖, plain with NO_COLOR."""
+
+    def test_a_terminal_gets_human_lines_and_coloured_signal_lines(self, tmp_path):
+        code, shown = night_on_a_terminal(tmp_path, no_color=False)
+        assert code == 1, shown
+        assert "night_started" in shown and "task_finished" in shown
+        assert not [line for line in shown.splitlines() if line.startswith("{")], "JSON lines on a terminal"
+        assert "\x1b[33m⚠ [never] repeated_tool_call:" in shown and "\x1b[31m✖ [never] check_failed:" in shown
+
+    def test_no_color_keeps_the_signal_lines_plain(self, tmp_path):
+        code, shown = night_on_a_terminal(tmp_path, no_color=True)
+        assert code == 1, shown
+        assert "⚠ [never] repeated_tool_call:" in shown and "✖ [never] check_failed:" in shown
+        assert "\x1b[3" not in shown
+
+
 class TestJsonLogs:
     def test_every_log_line_is_json_with_event_and_run_id(self, json_run):
         """Each JSON log line names a stable event and the run it belongs to."""
@@ -500,12 +546,50 @@ class TestJsonLogs:
         rolled = [e for e in events if e["event"] == "iteration_rolled_back"]
         assert [(e["task"], e["iteration"], e["reason"]) for e in rolled] == [("never", 1, "repeated_tool_call"), ("never", 2, "check_failed")]
 
+    def test_each_task_and_iteration_is_logged_under_its_stable_names(self, json_run):
+        """The landmarks docs/ci.md names for a log pipeline, in order per task, with the fields reference.md
+        gives them: a renamed or dropped event passes the id checks above, as they only look at what is there."""
+        events = log_events(json_run.stderr)
+        course = {
+            task: [e["event"] for e in events if e.get("task") == task and e["event"].startswith(("task_", "iteration_"))]
+            for task in ("fix-greet", "never")
+        }
+        assert course == {
+            "fix-greet": ["task_started", "iteration_started", "iteration_committed", "task_finished"],
+            "never": ["task_started", *["iteration_started", "iteration_rolled_back"] * 2, "task_finished"],
+        }
+        started = [e for e in events if e["event"] == "task_started"]
+        assert [e["branch"] for e in started] == ["overnight/fix-greet", "overnight/never"]
+        finished = {e["task"]: (e["outcome"], e["reason"], e["iterations"]) for e in events if e["event"] == "task_finished"}
+        assert finished == {"fix-greet": ("succeeded", "", 1), "never": ("failed", "check_failed", 2)}
+        [committed] = [e for e in events if e["event"] == "iteration_committed"]
+        assert committed["commit"] and isinstance(committed["turns"], int) and isinstance(committed["tokens"], int)
+        rolled = [(e["reason"], e["turns"]) for e in events if e["event"] == "iteration_rolled_back"]
+        assert rolled == [("repeated_tool_call", 4), ("check_failed", 1)]
+        assert all(isinstance(e["tokens"], int) for e in events if e["event"] == "iteration_rolled_back")
+        assert all(e["level"] and e["timestamp"] for e in events)
+
+    def test_model_and_tool_calls_are_logged_only_when_asked(self, json_run, tmp_path):
+        """`-v` (`--verbose`) adds a `model_call` event per answer and a `tool_call` per call, with the iteration's ids."""
+        assert not {"model_call", "tool_call"} & {e["event"] for e in log_events(json_run.stderr)}
+        done = json_night(tmp_path, "-v")
+        assert done.returncode == 1, done.stderr
+        events = log_events(done.stderr)
+        calls = [e for e in events if e["event"] in ("model_call", "tool_call")]
+        tools = [e["tool"] for e in calls if e["event"] == "tool_call" and e["task"] == "fix-greet"]
+        assert tools == ["list_dir", "read_file", "edit_file", "run_check", "submit"]
+        assert sum(e["event"] == "model_call" and e["task"] == "fix-greet" for e in calls) == 5
+        for event in calls:
+            assert isinstance(event["run_id"], int) and isinstance(event["task_run_id"], int), event
+            assert isinstance(event["iteration"], int) and isinstance(event["iteration_id"], int), event
+
     def test_signal_events_say_how_severe_the_signal_was(self, json_run):
         """A signal event's `level` is the signal's, as in the report: the log level would say `warning` for all."""
         signals = [(e["task"], e["iteration"], e["kind"], e["level"]) for e in log_events(json_run.stderr) if e["event"] == "signal"]
         assert ("never", 1, "repeated_tool_call", "severe") in signals
         assert ("never", 1, "repeated_tool_call", "warning") in signals
         assert ("never", 2, "check_failed", "severe") in signals
+        assert all(e["message"] for e in log_events(json_run.stderr) if e["event"] == "signal")  # reference.md: `level`, `kind`, `message`
 
     def test_an_error_that_ends_the_night_is_a_json_line_too(self, tmp_path):
         """With --log-format json even the error that ends the command is an event a pipeline can parse."""

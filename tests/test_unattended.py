@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import json
 import os
+import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -108,6 +111,10 @@ class TestCancellation:
         iteration = report["tasks"][0]["iterations"][0]
         assert iteration["outcome"] == "cancelled"
         assert not [s for s in iteration["signals"] if s["level"] == "severe"]
+        # stderr is a pipe, so JSON lines (no --log-format): the log names the cancel, as reference.md says.
+        events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert [(e["task"], e["iteration"], e["why"]) for e in events if e["event"] == "iteration_cancelled"] == [("fix-greet", 1, "SIGTERM")]
+        assert [(e["why"], e["exit_code"]) for e in events if e["event"] == "night_cancelled"] == [("SIGTERM", 143)]
 
 
     def test_sigterm_after_a_task_was_paused_still_exits_143(self, config_file, server, capsys):
@@ -900,6 +907,8 @@ class TestOverlap:
         assert result.returncode == 75
         assert time.monotonic() - started < 10
         assert f"pid {os.getpid()}" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        # Who holds it in full, as the issue asks: pid, host and since when.
+        assert re.search(rf"pid {os.getpid()} on {re.escape(socket.gethostname())} since \d{{4}}-\d\d-\d\d \d\d:\d\d UTC", result.stderr)
 
 
 class TestParking:
