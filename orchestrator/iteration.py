@@ -239,7 +239,8 @@ class _Finisher:
             turns=self.ctx.answered,
             tokens=self.ctx.tokens,
         )
-        self.log.warning("iteration_model_unreachable", detail=detail)
+        # Turns and tokens as the store has them: a night's log adds up to its report.
+        self.log.warning("iteration_model_unreachable", detail=detail, turns=self.ctx.answered, tokens=self.ctx.tokens)
 
     def cancelled(self, why: str) -> None:
         self.setup.workspace.rollback(self.checkpoint)
@@ -250,7 +251,7 @@ class _Finisher:
             turns=self.ctx.answered,
             tokens=self.ctx.tokens,
         )
-        self.log.info("iteration_cancelled", why=why)
+        self.log.info("iteration_cancelled", why=why, turns=self.ctx.answered, tokens=self.ctx.tokens)
 
     def _noted(self, *, evidence: str = "", **ending: Any) -> None:
         """The ending in the store with its notes.md entry owed, the entry, then the entry marked

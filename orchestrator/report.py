@@ -75,7 +75,7 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
     lines = [header, ""]
     for task in run.tasks:
         lines += _task_lines(task)
-    merges = [t for t in run.tasks if t.outcome == "succeeded"]
+    merges = [t for t in run.tasks if t.outcome == "succeeded" or _done_earlier_tonight(t)]
     if merges:
         lines.append("To review and merge:")
         lines += [f"  git diff {base}...{t.branch}" for t in merges]
@@ -87,6 +87,12 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
 
 # A scheduled night `serve` began again records these tasks without working them (orchestrator/night.py).
 _WORKED_EARLIER_TONIGHT = ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight")
+
+
+def _done_earlier_tonight(task: TaskView) -> bool:
+    """A task an earlier run of this scheduled night committed: its work is on the branch, unreviewed,
+    and this run's report is the one the morning reads (the earlier run's is no longer the latest)."""
+    return task.reason == "done_earlier_tonight" and bool(task.commit)
 
 
 def _task_lines(task: TaskView) -> list[str]:

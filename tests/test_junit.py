@@ -400,6 +400,17 @@ class TestReportJson:
         text = as_text(replace(view("failed"), tasks=tasks), base="main")
         assert [line for line in text.splitlines() if "git diff" in line] == ["  git diff main...overnight/ok"]
 
+    def test_work_an_earlier_run_of_the_scheduled_night_committed_is_offered_for_merge(self):
+        """A night `serve` began again skips a task its fire's earlier run committed (`done_earlier_tonight`):
+        this run's report is the one the morning reads, so the commit it names is still there to review."""
+        from orchestrator.report import as_text
+
+        one = view("failed", "check_failed").tasks[0]
+        tasks = tuple(replace(one, id=n, name=name, branch=f"overnight/{name}", outcome="skipped", reason="done_earlier_tonight", commit=commit, iterations=())
+                      for n, (name, commit) in enumerate([("done", "abc1234567890"), ("as-it-was", "")], start=1))
+        text = as_text(replace(view("failed"), tasks=tasks), base="main")
+        assert [line for line in text.splitlines() if "git diff" in line] == ["  git diff main...overnight/done"]
+
 
 def json_night(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight run --log-format json` as CI runs it: a subprocess, stdin closed."""
