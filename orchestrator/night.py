@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Sequence
 
+import structlog
+
 from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now, seconds_between
 from orchestrator.config import Config, TaskConfig
 from orchestrator.confinement import Confinement
@@ -188,8 +190,14 @@ class _Night:
             return
         task, config = self._not_asked.popleft(), self.parts.config
         self._worktrees[task.name] = self._worktree_maker.submit(
-            Worktree.ensure, self.repo_path, self.state_dir, task.name, config.repo.base, config.repo.keep, repo=self._repo
+            self._ensure_worktree, self.repo_path, self.state_dir, task.name, config.repo.base, config.repo.keep, repo=self._repo
         )
+
+    def _ensure_worktree(self, *args: Any, **kwargs: Any) -> Worktree:
+        """Worktree.ensure on the worktree maker's thread: what it logs (worktree_commits_kept) is this
+        night's, and carries its run_id as reference.md promises of every event while the run exists."""
+        with structlog.contextvars.bound_contextvars(run_id=self.run_id):
+            return Worktree.ensure(*args, **kwargs)
 
     def close(self) -> None:
         """After every task has ended: stop making worktrees nobody will use."""

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple
 
 import pytest
 import structlog
 
 from orchestrator import logs
+from orchestrator.config import load_config
+from orchestrator.fake_server import ScriptedServer
+from orchestrator.leases import new_owner
+from orchestrator.lock import state_identity
+from orchestrator.scripted import call
+from runs import RunStore
+from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
+from tests.test_faults import dead_pid
+from tests.test_night import FIX
 
 
 @pytest.fixture(autouse=True)
@@ -17,6 +34,23 @@ def _logging_restored():
     yield
     structlog.configure(**saved)
     logs._json_mode, logs._json_asked = modes
+
+
+@contextlib.contextmanager
+def json_logs() -> Iterator[io.StringIO]:
+    """The log of what runs in this process, as JSON lines in a buffer; the logging as it was after."""
+    saved, modes = structlog.get_config(), (logs._json_mode, logs._json_asked)
+    out = io.StringIO()
+    logs.configure_logging("json", stream=out)
+    try:
+        yield out
+    finally:
+        structlog.configure(**saved)
+        logs._json_mode, logs._json_asked = modes
+
+
+def events_of(out: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
 def _log_an_error(log_format: str) -> str:
@@ -45,3 +79,220 @@ def test_an_error_is_logged_with_its_traceback_but_not_the_variables_around_it(l
 def test_json_lines_carry_the_event_name_and_the_ids_bound():
     event = json.loads(_log_an_error("json").splitlines()[0])
     assert event["event"] == "iteration_error" and event["run_id"] == 7 and event["level"] == "error"
+
+
+# --- Events of a real night (`overnight run --log-format json`, a subprocess as CI runs it) -------------
+
+TWO_TASKS = [
+    {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+    {"name": "held", "prompt": "p", "check": "true"},
+]
+OTHER_MACHINE = f"machine-b:1:cafe:{'b' * 32}"
+SECRET_NAME = "OVERNIGHT_TEST_API_TOKEN"
+
+
+class Night(NamedTuple):
+    folder: Path
+    exit_code: int
+    events: list[dict[str, Any]]
+
+
+def _json_run(config: Path, env: dict[str, str] | None = None) -> Night:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, env={**os.environ, "NO_COLOR": "1", **(env or {})},
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert all(line.startswith("{") for line in lines), done.stderr
+    return Night(config.parent, done.returncode, [json.loads(line) for line in lines])
+
+
+def _leave_debris_of_earlier_nights(config: Path) -> None:
+    """What nights and people leave in a state dir between two nights, each of which the next night's
+    start settles with a log event of its own."""
+    settings = load_config(config)
+    state, worktree = settings.state_dir, settings.state_dir / "worktrees" / "fix-greet"
+    # A person's commit on the task worktree's detached HEAD (worktree_commits_kept).
+    git(worktree, "checkout", "-q", "--detach")
+    (worktree / "review.txt").write_text("a reviewer's note\n")
+    git(worktree, "add", "review.txt")
+    git(worktree, "commit", "-q", "-m", "a reviewer's commit")
+    # A killed git's index.lock (git_lock_removed), a half-written notes.md (temp_file_removed).
+    gitdir = Path(git(worktree, "rev-parse", "--absolute-git-dir").strip())
+    (gitdir / "index.lock").write_text("")
+    (state / ".notes.md.123.tmp").write_text("half")
+    # Last month's transcripts (transcripts_removed).
+    for old in settings.transcripts_dir.glob("*.jsonl"):
+        os.utime(old, (time.time() - 40 * 86400,) * 2)
+    store = RunStore.open(settings.store_url)
+    try:
+        # A run whose process died (run_recovered); a lease of this state dir's dead process
+        # (lease_released); a lease another machine holds (task_skipped_leased).
+        store.begin_run(config_path=str(config), pid=dead_pid(), host=socket.gethostname(), state_id=state_identity(state))
+        dead = new_owner(state_identity(state)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
+        assert store.acquire_lease("gone", dead, ttl_s=600)
+        assert store.acquire_lease("held", OTHER_MACHINE, ttl_s=600)
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def second_night(tmp_path_factory: pytest.TempPathFactory) -> Night:
+    """A night that commits, then one that finds what the first left and people added since, and no
+    model at all: a closed port."""
+    folder = tmp_path_factory.mktemp("nights")
+    repo = make_repo(folder / "repo", SAMPLE_FILES)
+    with ScriptedServer(list(FIX)) as server:
+        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS[:1])
+        first = _json_run(config)
+    assert first.exit_code == 0, first.events
+    _leave_debris_of_earlier_nights(config)
+    config = write_config(
+        folder / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=TWO_TASKS, state={"keep_transcripts_days": 7}
+    )
+    return _json_run(config, env={SECRET_NAME: "s3cr3t-value-not-a-word"})
+
+
+def _one(events: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = [e for e in events if e["event"] == name]
+    assert len(found) == 1, (name, [e["event"] for e in events])
+    return found[0]
+
+
+def _run_id_of_the_night(events: list[dict[str, Any]]) -> int:
+    return _one(events, "night_started")["run_id"]
+
+
+class TestEventsBeforeTheNight:
+    """What the next night's start settles, each under its name in reference.md with its fields. These come
+    before the night's run exists: they carry no run_id (the dead run's, for run_recovered)."""
+
+    def test_a_dead_nights_run_is_recovered(self, second_night):
+        events = second_night.events
+        recovered = _one(events, "run_recovered")
+        assert recovered["run_id"] != _run_id_of_the_night(events) and isinstance(recovered["dead_pid"], int) and recovered["dead_host"]
+
+    def test_a_dead_processes_lease_is_released(self, second_night):
+        folder, events = second_night.folder, second_night.events
+        released = _one(events, "lease_released")
+        assert released["task"] == "gone" and released["dead_owner"].endswith(":" + state_identity(folder / "state"))
+        assert "run_id" not in released
+
+    def test_a_killed_gits_lock_is_removed(self, second_night):
+        events = second_night.events
+        removed = _one(events, "git_lock_removed")
+        assert removed["task"] == "fix-greet" and removed["path"].endswith("index.lock")
+
+    def test_a_half_written_temporary_file_is_removed(self, second_night):
+        folder, events = second_night.folder, second_night.events
+        assert _one(events, "temp_file_removed")["path"] == str(folder / "state" / ".notes.md.123.tmp")
+
+    def test_old_transcripts_are_removed(self, second_night):
+        """`[state] keep_transcripts_days`: the first night's transcript, made 40 days old, goes."""
+        events = second_night.events
+        removed = _one(events, "transcripts_removed")
+        assert (removed["count"], removed["older_than_days"]) == (1, 7) and "run_id" not in removed
+
+
+class TestEventsOfTheNight:
+    def test_the_secrets_withheld_are_named_not_shown(self, second_night):
+        events = second_night.events
+        withheld = _one(events, "secrets_withheld")
+        assert SECRET_NAME in withheld["names"] and withheld["run_id"] == _run_id_of_the_night(events)
+        assert "s3cr3t-value-not-a-word" not in json.dumps(events)
+
+    def test_a_persons_commits_on_the_detached_worktree_are_kept(self, second_night):
+        """Logged while the night's run exists (the worktree is made for its task): with its run_id too."""
+        folder, events = second_night.folder, second_night.events
+        kept = _one(events, "worktree_commits_kept")
+        assert kept["task"] == "fix-greet" and kept["branch"].startswith("overnight-kept/fix-greet/")
+        assert kept["run_id"] == _run_id_of_the_night(events)
+        assert git(folder / "repo", "log", "-1", "--format=%s", kept["branch"]).strip() == "a reviewer's commit"
+
+    def test_a_task_another_worker_holds_is_skipped(self, second_night):
+        events = second_night.events
+        skipped = _one(events, "task_skipped_leased")
+        assert skipped["task"] == "held" and OTHER_MACHINE in skipped["holder"]
+        assert skipped["run_id"] == _run_id_of_the_night(events) and isinstance(skipped["task_run_id"], int)
+        finished = [e for e in events if e["event"] == "task_finished" and e["task"] == "held"]
+        assert [(e["outcome"], e["reason"], e["iterations"]) for e in finished] == [("skipped", "leased", 0)]
+
+    def test_an_unreachable_model_pauses_the_task_and_ends_the_night_with_3(self, second_night):
+        events = second_night.events
+        assert second_night.exit_code == 3
+        unreachable = _one(events, "iteration_model_unreachable")
+        assert unreachable["task"] == "fix-greet" and "127.0.0.1:9" in unreachable["detail"]
+        assert unreachable["run_id"] == _run_id_of_the_night(events) and isinstance(unreachable["task_run_id"], int)
+        assert (unreachable["iteration"], isinstance(unreachable["iteration_id"], int)) == (1, True)
+        finished = [e for e in events if e["event"] == "task_finished" and e["task"] == "fix-greet"]
+        assert [(e["outcome"], e["reason"], e["iterations"]) for e in finished] == [("paused", "model_unreachable", 1)]
+        night = _one(events, "night_finished")
+        assert (night["exit_code"], night["succeeded"], night["stopped_early"]) == (3, 0, None)
+
+
+class TestDeadlineEvents:
+    def test_the_deadline_cancels_the_iteration_and_says_so(self, config_file, server):
+        """At `[night] deadline` the iteration in flight is `iteration_cancelled` (`why`: deadline), each task's
+        `task_finished` says `cancelled`/`deadline` (the one that never began too), and `night_finished` says what
+        stopped it early. In this process, on a clock two seconds before the deadline."""
+        from datetime import datetime, timezone
+
+        from tests.test_unattended import EDIT_THEN_WAIT, clock_from, run_in_process
+
+        config = config_file(tasks=TWO_TASKS, model={"request_timeout_s": 60}, night={"deadline": "06:30"})
+        server.enqueue(*EDIT_THEN_WAIT)
+        with json_logs() as out:
+            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc)))
+        assert result.exit_code == 1
+        events = events_of(out)
+        run_id = _run_id_of_the_night(events)
+        cancelled = _one(events, "iteration_cancelled")
+        assert (cancelled["why"], cancelled["task"], cancelled["iteration"], cancelled["run_id"]) == ("deadline", "fix-greet", 1, run_id)
+        assert isinstance(cancelled["task_run_id"], int) and isinstance(cancelled["iteration_id"], int)
+        finished = [(e["task"], e["outcome"], e["reason"], e["iterations"]) for e in events if e["event"] == "task_finished"]
+        assert finished == [("fix-greet", "cancelled", "deadline", 1), ("held", "cancelled", "deadline", 0)]
+        night = _one(events, "night_finished")
+        assert (night["exit_code"], night["stopped_early"], night["run_id"]) == (1, "deadline", run_id)
+        assert "night_cancelled" not in [e["event"] for e in events]  # that one is a signal's: exit 130/143/129
+
+
+class TestFencesUnavailable:
+    def test_a_git_too_old_for_the_fences_is_said_and_the_night_goes_on(self, tmp_path):
+        """A git older than 2.32 ignores the settings the fences give through the environment:
+        `agent_fences_unavailable` says so (`reason`), and the night runs without them."""
+        shims = tmp_path / "bin"
+        shims.mkdir()
+        real_git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+        (shims / "git").write_text(f'#!/bin/sh\n[ "$1" = version ] && echo "git version 2.25.1" && exit 0\nexec {real_git} "$@"\n')
+        (shims / "git").chmod(0o755)
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        task = {**TWO_TASKS[0], "tools": ["run_command", "list_dir", "read_file", "edit_file", "run_check", "submit"]}
+        # The fences are made for the agent's first command.
+        with ScriptedServer([call("run_command", {"command": "git status --short"}), *FIX]) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task])
+            night = _json_run(config, env={"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"})
+        assert night.exit_code == 0, night.events
+        unavailable = _one(night.events, "agent_fences_unavailable")
+        assert "git 2.25 is older than 2.32" in unavailable["reason"]
+
+
+class TestTranscriptNotRemoved:
+    def test_an_old_transcript_that_cannot_be_deleted_is_logged_and_the_night_runs(self, tmp_path):
+        """`transcript_not_removed` (`error`: the file and why); the night goes on. The file is made
+        immutable (`chattr +i`), which stops even root; skipped where that cannot be set."""
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, state={"keep_transcripts_days": 7})
+        old = tmp_path / "state" / "transcripts" / "task-run-1-fix-greet-1.jsonl"
+        old.parent.mkdir(parents=True)
+        old.write_text("{}\n")
+        os.utime(old, (time.time() - 40 * 86400,) * 2)
+        if subprocess.run(["chattr", "+i", str(old)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not possible here")
+        try:
+            night = _json_run(config)
+        finally:
+            subprocess.run(["chattr", "-i", str(old)], check=True)
+        assert night.exit_code == 3, night.events  # the model's closed port: the night ran
+        failed = _one(night.events, "transcript_not_removed")
+        assert failed["error"].startswith(f"{old}: ") and "run_id" not in failed
+        assert "transcripts_removed" not in [e["event"] for e in night.events]

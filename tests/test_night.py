@@ -221,7 +221,10 @@ class TestFinishedWorkIsKept:
     def test_a_fix_the_model_never_submitted_is_committed(self, config_file, server, repo, capsys, after, reason):
         config = config_file(night={"max_iterations": 1})
         server.enqueue(*self.FIXED_AND_CHECKED, *after)
-        assert overnight("run", "--config", str(config)) == 0
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        [stopped] = [json.loads(line) for line in capsys.readouterr().err.splitlines() if '"stopped_after_passing_check"' in line]
+        assert (stopped["reason"], stopped["task"], stopped["iteration"]) == (reason, "fix-greet", 1)
+        assert isinstance(stopped["run_id"], int) and isinstance(stopped["iteration_id"], int)
         assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
         assert "(not submitted: " in git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
         [iteration] = report_json(config, capsys)["tasks"][0]["iterations"]
@@ -473,7 +476,14 @@ class TestTheBranchUnderReview:
         (worktree(config) / "greet.py").write_text("# a note in the detached worktree\n")
         # Two: the skipped task's first request had left already (it leaves while the worktree is made).
         server.enqueue(call("submit", {"summary": "done"}), call("submit", {"summary": "done"}))
-        assert overnight("run", "--config", str(config)) == 1
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 1
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+        # The log says where the branch is out, and that the answer asked ahead was spent for nothing.
+        [skipped] = [e for e in events if e["event"] == "task_skipped_branch_checked_out"]
+        assert (skipped["task"], Path(skipped["at"]), isinstance(skipped["run_id"], int)) == ("fix-greet", repo, True)
+        [unused] = [e for e in events if e["event"] == "first_answer_unused"]
+        assert (unused["task"], unused["run_id"]) == ("fix-greet", skipped["run_id"]) and unused["tokens"] > 0
         assert (worktree(config) / "greet.py").read_text() == "# a note in the detached worktree\n"
         assert git(repo, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix-greet"
         assert git(repo, "rev-parse", "overnight/fix-greet") == fixup

@@ -428,6 +428,19 @@ class TestTimezone:
         assert days == ["Mon 05", "Mon 19", "Mon 09"]
 
 
+class TestServeEvents:
+    def test_a_stop_is_logged_as_it_begins_and_as_it_ends(self, tmp_path: Path) -> None:
+        """`scheduler_stopping` (`signal`: what asked) as serve begins to wait for a night in flight, then
+        `scheduler_stopped`: a pipeline tells a slow stop from a hung one by the first."""
+        path = write_schedule_config(tmp_path)
+        code, logs = serve_then_signal(path, lambda log: "scheduler_started" in log, "the scheduler's start", signum=signal.SIGINT)
+        assert code == 0
+        names = [line["event"] for line in logs]
+        assert names[names.index("scheduler_started") :] == ["scheduler_started", "scheduler_stopping", "scheduler_stopped"]
+        [stopping] = [line for line in logs if line["event"] == "scheduler_stopping"]
+        assert stopping["signal"] == "SIGINT"
+
+
 class TestLocalZone:
     @pytest.mark.parametrize("setting", ["path", ":path"])
     def test_a_local_zone_read_from_a_file_is_stored_by_its_name(self, tmp_path: Path, setting: str) -> None:
@@ -716,6 +729,20 @@ class TestAFireSeenTwice:
         assert [log["event"] for log in logs] == ["scheduled_night_started", "scheduled_night_finished"]
         assert "run_id" not in logs[-1]  # the crashed run is not this night's: it recorded none
         assert not (load_config(path, require_tasks=False).state_dir / "serve-night-started").exists()  # seen to end: nothing left for a restart
+
+    def test_a_marker_that_cannot_be_written_is_logged_and_the_night_runs(self, tmp_path: Path) -> None:
+        """`serve-night-started` cannot be written (a folder took its name): `scheduled_night_not_marked`
+        (`path`, `error`), and the night runs all the same."""
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
+        path.write_text(path.read_text(encoding="utf-8").split("[[task]]")[0], encoding="utf-8")  # no tasks: the night exits 2 at once
+        marker = load_config(path, require_tasks=False).state_dir / "serve-night-started"
+        (marker / "in-the-way").mkdir(parents=True)
+        with capture_logs() as logs:
+            assert run_scheduled_night(str(path)) == 2
+        # Once as the night is about to start, once with its pid: each write fails.
+        names = [log["event"] for log in logs]
+        assert names == ["scheduled_night_not_marked", "scheduled_night_not_marked", "scheduled_night_started", "scheduled_night_finished"], names
+        assert logs[0]["path"] == str(marker) and logs[0]["error"]
 
     def test_a_night_finished_by_a_run_without_a_state_dirs_name_is_not_taken_for_ours(self, tmp_path: Path) -> None:
         """A run recorded without a state dir's name (an older overnight on another machine sharing the store) is not this state dir's night."""

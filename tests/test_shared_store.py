@@ -31,6 +31,7 @@ from orchestrator.scripted import Reply, call
 from runs import RunStore
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 from tests.test_faults import dead_pid, recover
+from tests.test_logs import events_of, json_logs
 from tests.test_night import FIX, overnight, report_json
 from tests.test_unattended import run_in_process
 
@@ -229,8 +230,14 @@ class TestLostLease:
             except sqlite3.OperationalError:  # the night has not made its tables yet
                 return False
 
-        task = night_losing_its_lease(config, server, steal)
+        with json_logs() as log:
+            task = night_losing_its_lease(config, server, steal)
         assert (task.outcome.value, task.reason) == ("cancelled", "lease_lost")
+        events = events_of(log)
+        [lost] = [e for e in events if e["event"] == "lease_lost"]
+        assert (lost["task"], isinstance(lost["run_id"], int)) == ("fix-greet", True) and lost["owner"] != "elsewhere:1:x:other"
+        cancelled = [(e["task"], e["why"]) for e in events if e["event"] == "iteration_cancelled"]
+        assert cancelled == [("fix-greet", "lease_lost")]
         assert git(repo, "rev-parse", "overnight/fix-greet") == base
         assert git(tmp_path / "state" / "worktrees" / "fix-greet", "status", "--porcelain", "--ignored") == ""
         [entry] = NotesBook(tmp_path / "state" / "notes.md").entries()
@@ -269,7 +276,8 @@ class TestSharedWork:
 
         other = threading.Thread(target=other_machine_finishes_fix_greet)
         other.start()
-        result = run_in_process(config)
+        with json_logs() as log:
+            result = run_in_process(config)
         other.join()
         assert result.exit_code == 0
         slow, fixed = result.tasks
@@ -279,6 +287,8 @@ class TestSharedWork:
             return
         assert (fixed.outcome.value, fixed.reason, fixed.iterations) == ("skipped", "done_elsewhere", ())
         assert len(server.requests) == 1  # no model call for the task done elsewhere
+        [skipped_event] = [e for e in events_of(log) if e["event"] == "task_skipped_done_elsewhere"]
+        assert (skipped_event["task"], skipped_event["host"], isinstance(skipped_event["task_run_id"], int)) == ("fix-greet", "machine-b", True)
         from orchestrator.junit import write_junit
 
         store = RunStore.open(f"sqlite:///{store_file}")
