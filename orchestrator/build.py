@@ -53,11 +53,13 @@ def _check_routable(model_config: Any) -> None:
 def open_store(config: Config, *, reading: bool = False):
     """The run store; `reading`: for commands that only read it, also from a read-only state dir,
     and None when there is nothing to read yet (reading creates neither the state dir nor the database)."""
+    from orchestrator.errors import StateError
+    from orchestrator.files import looked_up
     from orchestrator.lock import make_dir
     from runs.store import RunStore
 
     if reading:
-        if config.state_dir.exists():
+        if looked_up(config.state_dir, StateError, "state dir") is not None:
             make_dir(config.state_dir)  # a file in the way: one line, exit 4
         return RunStore.open_for_reading(config.store_url)
     make_dir(config.state_dir)

@@ -96,11 +96,15 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing config file."),
 ) -> None:
     """Write overnight.toml from the commented example (every key, its default, why to change it)."""
-    from orchestrator.config import example_config_text
+    import stat
 
-    if config.exists() and not config.is_file():  # a pipe would take the example and block; a device or folder is no config
+    from orchestrator.config import example_config_text
+    from orchestrator.files import looked_up
+
+    found = looked_up(config, ConfigError, "config file")
+    if found is not None and not stat.S_ISREG(found.st_mode):  # a pipe would take the example and block; a device or folder is no config
         raise ConfigError(f"cannot write {config}: it is not a regular file (a folder, a pipe or a device)")
-    if config.exists() and not force:
+    if found is not None and not force:
         raise ConfigError(f"{config} already exists (use --force to overwrite)")
     try:
         _replace_file(config, example_config_text().encode("utf-8"))
@@ -236,11 +240,15 @@ def _require_git() -> None:
 def _check_writable(path: Path, option: str) -> None:
     """Before the night, not after it: a report that cannot be written is found out at once."""
     import os
+    import stat
+
+    from orchestrator.files import looked_up
 
     folder = path.parent  # Path("x.xml").parent is Path("."): never empty
-    if path.is_dir():
+    found, folder_found = looked_up(path, ConfigError, option), looked_up(folder, ConfigError, option)
+    if found is not None and stat.S_ISDIR(found.st_mode):
         raise ConfigError(f"{option} {path}: is a folder")
-    if not folder.is_dir():
+    if folder_found is None or not stat.S_ISDIR(folder_found.st_mode):
         raise ConfigError(f"{option} {path}: {folder} is not a folder")
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"{option} {path}: {folder} is not writable")
@@ -461,6 +469,7 @@ def gc(
     """Remove worktrees and overnight/ branches of tasks no longer in the config; unmerged work is kept."""
     from orchestrator.build import check_repository
     from orchestrator.config import load_config
+    from orchestrator.files import looked_up
     from orchestrator.gc import collect_garbage
     from orchestrator.lock import StateLock
 
@@ -470,7 +479,8 @@ def gc(
     # exit 2 before the state dir (and its lock) is made.
     check_repository(settings)
     # A dry run only reads: where no state dir is yet, it makes none (the lock would).
-    lock = StateLock(settings.state_dir, command="overnight gc") if settings.state_dir.exists() or not dry_run else contextlib.nullcontext()
+    there = looked_up(settings.state_dir, StateError, "state dir") is not None
+    lock = StateLock(settings.state_dir, command="overnight gc") if there or not dry_run else contextlib.nullcontext()
     with lock:
         result = collect_garbage(settings, force=force, dry_run=dry_run)
     _echo("\n".join(result.lines()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 import tomllib
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Literal, Sequence, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from orchestrator.errors import ConfigError, StateError
+from orchestrator.files import looked_up
 from orchestrator.secrecy import shown_url
 
 DEFAULT_CONFIG_NAME = "overnight.toml"
@@ -394,15 +396,16 @@ def _resolved(path: Path, key: str, error: type[Exception] = ConfigError) -> Pat
 def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
     """Read and validate `path`; raise ConfigError with one line naming the key."""
     source = Path(path)
-    if source.exists() and not source.is_file() and not source.is_dir():
+    found = looked_up(source, ConfigError, "config file")
+    if found is not None and not stat.S_ISREG(found.st_mode) and not stat.S_ISDIR(found.st_mode):
         raise ConfigError(f"config file {source} is not a regular file (a pipe or a device would be read forever)")
     try:
         # utf-8-sig: Windows editors start a UTF-8 file with a byte-order mark, which TOML does not allow.
         raw = tomllib.loads(source.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {source} (create one with `overnight init`)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {source}: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:  # strerror: "Is a directory", not "[Errno 21] ...: '<the path again>'"
+        raise ConfigError(f"cannot read config file {source}: {getattr(exc, 'strerror', None) or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib reads nested arrays and tables by recursion

@@ -1,5 +1,5 @@
 """A file written whole or not at all: the one way overnight replaces a file it must not leave half written;
-and a state file read only when it is a file."""
+a state file read only when it is a file; and what is at a path the user gave, looked at without a traceback."""
 
 from __future__ import annotations
 
@@ -69,3 +69,19 @@ def read_regular_file(path: Path) -> bytes:
             return opened.read()
     finally:
         os.close(descriptor)
+
+
+def looked_up(path: Path, error: type[Exception], what: str = "") -> os.stat_result | None:
+    """`path`'s stat (links followed), None where nothing is (as Path.exists() says); `error` in one line
+    where it cannot be looked at. Path.exists() and is_dir() raise those as they are, a traceback: a folder
+    on the way that this user may not enter (cron's user is not the config's owner), a name too long."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symlink loop: nothing there, as Path.exists() has it
+            return None
+        raise error(f"cannot look at {what + ' ' if what else ''}{path}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL in the name: nothing there, as Path.exists() has it
+        return None

@@ -129,7 +129,7 @@ def check_base(repo, base: str) -> None:
     import git
 
     try:
-        repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
+        named = repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
     except git.GitCommandError as exc:
         # --quiet: a name that is no commit fails silently; anything git says is about the repository
         # itself ("detected dubious ownership" when cron runs as another user than its owner).
@@ -143,6 +143,10 @@ def check_base(repo, base: str) -> None:
             reason = said.removeprefix("error:").strip().removeprefix(f"{base}^{{commit}}:").strip()
             raise ConfigError(f"[repo] base: {base!r} is not a commit in {repo.working_tree_dir}: {reason}") from None
         raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
+    if not _OBJECT_NAME.fullmatch(named.strip()):
+        # `^HEAD` passes --verify as a negated commit ("^<sha>"), which `git worktree add` then refuses
+        # once the night has begun: a crashed run in a state dir made for nothing.
+        raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir} (git reads it as {named.strip()!r})")
 
 
 # What git says when it refuses the repository itself, whatever the name asked for.

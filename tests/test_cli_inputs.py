@@ -212,6 +212,14 @@ class TestBase:
         assert_one_line_error(result, 2, "[repo] base", repr(base), "is not a commit", "tree")
         assert "[repo] path" not in result.stderr and not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize("command", ["run", "gc"])
+    def test_a_negated_base_is_refused_before_the_night(self, tmp_path, repo, command):
+        """`^HEAD` passed `rev-parse --verify` (as "^<sha>"); `git worktree add` refused it once the night had
+        begun: a crashed run and a state dir made for nothing. Now exit 2 naming [repo] base, before any file."""
+        config = config_with(tmp_path, repo, replace=("[repo]\n", '[repo]\nbase = "^HEAD"\n'))
+        assert_one_line_error(overnight(command, "--config", str(config)), 2, "[repo] base", "'^HEAD'")
+        assert not (tmp_path / "state").exists()
+
 
 class TestGcAndServeCheckLikeRun:
     @pytest.mark.parametrize("state", ["repo", "repo/.git/overnight"])
@@ -425,3 +433,34 @@ class TestDocumentedBounds:
         key = "[[task]] #1 name" if section == "tasks" else f"[{section}] {next(iter(values))}"
         with pytest.raises(ConfigError, match=re.escape(key)):
             load_config(config)
+
+
+class TestPathsThatCannotBeLookedAt:
+    """Path.exists() and is_dir() raise what is neither "nothing there" nor "a file in the way": a name too long
+    here, and (the same code path) a folder on the way this user may not enter. Each was a traceback, exit 1."""
+
+    TOO_LONG = "a" * 300
+
+    @pytest.mark.parametrize("command", [("run",), ("report",), ("init",), ("serve", "--next")])
+    def test_a_config_path_that_cannot_be_looked_at_is_one_line(self, tmp_path, command):
+        assert_one_line_error(overnight(*command, "--config", self.TOO_LONG, cwd=tmp_path), 2, "config file", "File name too long")
+        assert list(tmp_path.iterdir()) == []
+
+    @pytest.mark.parametrize("command", [("report",), ("gc", "--dry-run")])
+    def test_a_state_dir_that_cannot_be_looked_at_is_one_line(self, tmp_path, repo, command):
+        config = config_with(tmp_path, repo, ('dir = "state"', f'dir = "{self.TOO_LONG}"'))
+        assert_one_line_error(overnight(*command, "--config", str(config)), 4, "state dir", "File name too long")
+
+    def test_a_junit_path_that_cannot_be_looked_at_is_one_line_before_the_night(self, tmp_path, repo):
+        config = config_with(tmp_path, repo)
+        result = overnight("run", "--config", str(config), "--log-format", "human", "--junit", str(tmp_path / self.TOO_LONG))
+        assert_one_line_error(result, 2, "--junit", "File name too long")
+        assert not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize("command", [("run",), ("notes",)])
+    def test_a_config_path_that_is_a_folder_is_named_once(self, tmp_path, command):
+        """`--config` naming a folder: "Is a directory", the path said once (not Python's "[Errno 21] ...: '<path>'" after it)."""
+        (tmp_path / "overnight.toml").mkdir()
+        result = overnight(*command, cwd=tmp_path)
+        assert_one_line_error(result, 2, "cannot read config file overnight.toml: Is a directory")
+        assert result.stderr.count("overnight.toml") == 1
