@@ -191,7 +191,8 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
             # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
             command += ["--scheduled-for", fired.isoformat()]
         marker = _started_marker(config)
-        _mark_started(marker, pid=0)
+        if not _mark_started(marker, pid=0):
+            marker = None  # not written: the warning is said once, not again with the child's pid
         child = _night.start(command)
         if child is None:
             _unmark_started(marker)
@@ -320,16 +321,19 @@ def _started_marker(config: Config | None) -> Path | None:
     return config.state_dir / STARTED_MARKER_NAME
 
 
-def _mark_started(marker: Path | None, *, pid: int) -> None:
+def _mark_started(marker: Path | None, *, pid: int) -> bool:
+    """Whether the marker is written."""
     from orchestrator.files import replace_file
 
     if marker is None:
-        return
+        return False
     record = {"at": datetime.now(timezone.utc).isoformat(), "pid": pid}
     try:
         replace_file(marker, (json.dumps(record) + "\n").encode())
     except OSError as exc:  # the night runs all the same; only a crash in its first seconds would go unseen
         _logger().warning("scheduled_night_not_marked", path=str(marker), error=_first_line(exc))
+        return False
+    return True
 
 
 def _unmark_started(marker: Path | None) -> None:
