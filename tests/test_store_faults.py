@@ -105,6 +105,26 @@ def test_the_lease_keeper_renews_on_after_the_store_refused_a_renewal(database: 
         store.close()
 
 
+def test_a_release_the_locked_store_refuses_is_logged_and_the_lease_lapses_at_its_ttl(database: Path) -> None:
+    """The store is locked as the task ends: `lease_release_failed` (`task`, `owner`, `error`), not an error
+    of the task's; the lease is left to its ttl, and another worker takes the task after it."""
+    store = RunStore.open(f"sqlite:///{database}?timeout=0.1")
+    try:
+        with structlog.testing.capture_logs() as logs:
+            with LeaseKeeper(store, "t", ttl_s=0.6, log=structlog.get_logger()) as keeper:
+                holder = hold_the_database(database, 0.5)  # over the release's 0.1 s wait, under the next beat's
+            released_at = time.monotonic()
+            holder.join()
+        assert [entry["event"] for entry in logs] == ["lease_release_failed"], logs
+        assert logs[0]["task"] == "t" and logs[0]["owner"] == keeper.owner and "database is locked" in logs[0]["error"]
+        assert [lease.owner for lease in store.leases()] == [keeper.owner]  # still there: not released
+        while not store.acquire_lease("t", "next-worker", 30):
+            assert time.monotonic() - released_at < 5, "the lease never lapsed"
+            time.sleep(0.05)
+    finally:
+        store.close()
+
+
 # The clean filter of greet.py: the first time it cleans the fixed file (overnight's `git add` of the
 # iteration's commit, after the lease was renewed), it starts a process that takes the store's write
 # lock, and waits until it has it. That process lets go once the file named `until` exists.
