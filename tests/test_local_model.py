@@ -384,6 +384,62 @@ class TestServer:
         assert died["exit_code"] == -signal.SIGKILL and "out-of-memory" in died["hint"]
 
 
+    def test_a_server_whose_port_another_took_is_not_started_again(self, tmp_path: Path) -> None:
+        """The server dies and, before its restart, another program listens on its port: the restart fails
+        (`local_model_not_restarted` with the port's error), no server is left, the night's end is quiet."""
+        import signal
+        import socket
+        import time
+
+        import structlog
+
+        with structlog.testing.capture_logs() as logs:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                port = server.port
+                os.kill(server.pid, signal.SIGKILL)
+                squatter = socket.socket()
+                squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the health checks' TIME_WAIT
+                deadline = time.monotonic() + 10
+                while True:  # the port is free once the kernel has closed the dead server's socket
+                    try:
+                        squatter.bind(("127.0.0.1", port))
+                        break
+                    except OSError:
+                        assert time.monotonic() < deadline, "the dead server's port never came free"
+                        time.sleep(0.005)
+                squatter.listen()
+                try:
+                    deadline = time.monotonic() + 60
+                    while not any(e["event"] == "local_model_not_restarted" for e in logs) and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                finally:
+                    squatter.close()
+        [not_restarted] = [e for e in logs if e["event"] == "local_model_not_restarted"]
+        assert not_restarted["restarts"] == 1 and str(port) in not_restarted["error"], not_restarted
+        assert "local_model_restarted" not in [e["event"] for e in logs]
+        assert subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True).stdout == b""
+
+    def test_a_server_that_died_too_often_is_not_started_again(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Past MAX_RESTARTS deaths a night (here none allowed) the server is left dead: `local_model_not_restarted`,
+        `restarts`, "restarted too often tonight"; a server that dies at every start is not restarted all night."""
+        import signal
+        import time
+
+        import structlog
+
+        from orchestrator import local_model
+
+        monkeypatch.setattr(local_model, "MAX_RESTARTS", 0)
+        with structlog.testing.capture_logs() as logs:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                os.kill(server.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 10
+                while not any(e["event"] == "local_model_not_restarted" for e in logs) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+        [not_restarted] = [e for e in logs if e["event"] == "local_model_not_restarted"]
+        assert not_restarted["restarts"] == 0 and not_restarted["error"] == "restarted too often tonight"
+        assert [e["event"] for e in logs].count("local_model_died") == 1 and "local_model_restarted" not in [e["event"] for e in logs]
+
 @needs_extra
 def test_a_night_whose_embedded_server_cannot_start_is_one_line_and_exit_3(tmp_path: Path) -> None:
     """It was a 70-line traceback and exit 1 ("tasks failed"), which cron scripts read the wrong way."""
