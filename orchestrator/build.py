@@ -83,9 +83,12 @@ def check_inputs(config: Config) -> CheckedInputs:
     _check_programs_found(config)
     _check_schedule(config)
     if config.model.name == LOCAL_MODEL:  # a bad OVERNIGHT_LOCAL_THREADS: said now, not after the model's download
-        from orchestrator.local_model import default_threads
+        from orchestrator.local_model import default_threads, installed_extra
 
         default_threads()
+        # Without the [local] extra (README's `pip install -e .` alone), said before the state dir is made:
+        # it was made first, and left in the user's checkout as an untracked .overnight/.
+        installed_extra()
     else:  # before the state dir and the store are made (the embedded model's name is known once it runs)
         _check_routable(config.model)
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))

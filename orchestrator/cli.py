@@ -194,7 +194,7 @@ def run(
         try:
             result = run_night(parts)
         except KeyboardInterrupt:
-            _stop_at_once(parts.log)
+            _stop_at_once(parts.log, parts.store.begun_run_id)
         finally:
             night_over()
             _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refused)
@@ -216,11 +216,13 @@ def _fire_time(text: str) -> datetime:
     return when
 
 
-def _stop_at_once(log: object) -> None:
+def _stop_at_once(log: object, run_id: int | None) -> None:
     """A second Ctrl-C: exit 130 now, not after the rollbacks in flight (and the worker threads
     Python would wait for). The next night's recovery rolls them back and records them `interrupted`."""
     import os
 
+    if run_id is not None:  # the night's parts log unbound; an event while its run exists carries the run's id (reference.md)
+        log = log.bind(run_id=run_id)  # type: ignore[attr-defined]
     log.warning("night_abandoned", why="a second Ctrl-C", exit_code=130)  # type: ignore[attr-defined]
     sys.stdout.flush()
     sys.stderr.flush()

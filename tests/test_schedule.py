@@ -1099,6 +1099,9 @@ class TestServe:
         assert code == 0
         assert events.count("scheduled_night_missed") == 1
         assert events[-1] == "scheduler_stopped"
+        # docs/scheduling.md: it names the night it missed.
+        [missed_event] = [line for line in logs if line["event"] == "scheduled_night_missed"]
+        assert datetime.fromisoformat(missed_event["scheduled_for"]) == missed
 
     @pytest.mark.parametrize("signum, night_exit", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
     def test_a_signal_to_serve_alone_stops_the_night_in_flight(
@@ -1262,6 +1265,9 @@ class TestDocumentedSetups:
 
         log = project / ".overnight" / "cron.log"
         assert result.returncode == 0, log.read_text(encoding="utf-8") if log.exists() else result.stderr
+        # The folder the crontab makes first is the default state dir: its owner's alone, as one overnight makes
+        # (a plain `mkdir -p` left the transcripts and the run store readable by every user of the host).
+        assert (project / ".overnight").stat().st_mode & 0o777 == 0o700
 
     def test_the_documented_services_put_the_venv_on_path(self) -> None:
         """Each documented systemd service (the timer's night and serve) puts the venv's bin on PATH, for the checks."""

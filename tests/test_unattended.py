@@ -180,6 +180,9 @@ class TestCancellation:
         assert process.returncode == 130, stderr
         assert time.monotonic() - second < 4, "the second Ctrl-C waited for the rollback"
         assert "night_abandoned" in stderr and "Traceback" not in stderr
+        # Logged while the night's run exists, it names the run as every such event does (reference.md, "Log events").
+        [abandoned] = [json.loads(line) for line in stderr.splitlines() if '"night_abandoned"' in line]
+        assert abandoned["run_id"] == 1 and abandoned["exit_code"] == 130
         marker.unlink()
         server.enqueue(*FIX)
         assert overnight("run", "--config", str(config)) == 0
