@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -492,7 +493,8 @@ def _task_setup(
         budgets=(night.task_budget(night.work_key(task)), night.budget),
         lease=lease,
         redact=night.redact,
-        max_file_bytes=int(config.repo.max_file_mb * 1_000_000),
+        # Rounded up: a tiny positive limit is at least a byte, never 0 (no limit).
+        max_file_bytes=math.ceil(config.repo.max_file_mb * 1_000_000),
     )
 
 

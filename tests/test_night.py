@@ -597,6 +597,16 @@ class TestWorkNoCommitHolds:
         assert "dump.bin" not in git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet")
         assert not (worktree(config) / "dump.bin").exists()
 
+    def test_a_limit_under_a_byte_is_still_a_limit(self, config_file, server, repo, capsys):
+        """`max_file_mb = 0.0000005` (half a byte) was rounded down to 0 bytes, which means no limit: the fix
+        was committed. A positive limit is at least one byte."""
+        config = config_file(night={"max_iterations": 1, "max_turns": 8}, extra="")
+        config.write_text(config.read_text().replace('path = "', 'max_file_mb = 0.0000005\npath = "', 1))
+        server.enqueue(call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}), call("submit", {"summary": "fixed"}))
+        assert overnight("run", "--config", str(config)) == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert [(i["outcome"], i["reason"]) for i in task["iterations"]] == [("rolled_back", "file_too_large")]
+
     def test_an_edit_inside_a_submodule_is_no_success(self, config_file, server, repo, tmp_path, capsys):
         """The check passed on an edit inside a checked-out submodule, which no commit of the task's can
         hold: the iteration is rolled back (the submodule's files too) with a note saying why, not `succeeded`."""
