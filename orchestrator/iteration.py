@@ -228,6 +228,8 @@ class _Finisher:
             }
             with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
                 self._finish(**ending)
+                if self.committed_ending is not None:  # the store has the commit now: so has the log, as for any commit
+                    self.log.info("iteration_committed", commit=self.commit[:12], turns=ending["turns"], tokens=ending["tokens"])
         self.log.error("iteration_state_failed")
 
     def unreachable(self, detail: str) -> None:

@@ -153,8 +153,11 @@ class _NightInFlight:
     def stop(self, signum: int) -> None:
         """Pass the signal on to the night in flight, which rolls back its iteration; start no other."""
         with self._lock:
-            self._stopping = True
-            self._stopped.set()
+            # Set once: a signal landing while the first handler is inside set() runs this again in it,
+            # and would wait for ever for the event's lock (plain, not reentrant), which that handler holds.
+            if not self._stopping:
+                self._stopping = True
+                self._stopped.set()
             if self._child is not None:
                 self._child.send_signal(signum)
 
@@ -191,13 +194,13 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
             # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
             command += ["--scheduled-for", fired.isoformat()]
         marker = _started_marker(config)
-        if not _mark_started(marker, pid=0):
-            marker = None  # not written: the warning is said once, not again with the child's pid
+        marked = _mark_started(marker, pid=0)
         child = _night.start(command)
         if child is None:
             _unmark_started(marker)
             return None
-        _mark_started(marker, pid=child.pid)
+        if marked:  # not written: the warning was said once, not again with the child's pid
+            _mark_started(marker, pid=child.pid)
         _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
         try:
             exit_code = child.wait()
@@ -783,11 +786,14 @@ def _job_store(config: Config) -> SQLAlchemyJobStore:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    from runs.store import BUSY_TIMEOUT_MS
+
     url = config.store_url
     parsed = make_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "sqlite":
-        options = {"connect_args": {"timeout": 30}}
+        # The URL's `?timeout=S`, as the run store has it: connect_args would overwrite it.
+        options = {} if "timeout" in parsed.query else {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
         database = parsed.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):
             make_dir(Path(database).expanduser().parent)  # a file in the way: StateError, one line

@@ -221,6 +221,21 @@ class TestBase:
         assert not (tmp_path / "state").exists()
 
 
+    @pytest.mark.parametrize("base", ["full", "short", "v1", "HEAD~1", "branch^{commit}", "@"])
+    def test_what_names_a_commit_is_taken_as_base(self, tmp_path, repo, base):
+        """The check that refuses `^HEAD` (git's answer must be a commit's full name) takes every other way
+        of naming a commit: a full or abbreviated id, an annotated tag, a relative name, a peeled one."""
+        from tests.conftest import git
+
+        git(repo, "tag", "-a", "v1", "-m", "a tag")
+        git(repo, "commit", "-q", "--allow-empty", "-m", "another")
+        tip = git(repo, "rev-parse", "HEAD").strip()
+        named = {"full": tip, "short": tip[:7], "branch^{commit}": git(repo, "branch", "--show-current").strip() + "^{commit}"}
+        config = config_with(tmp_path, repo, replace=("[repo]\n", f'[repo]\nbase = "{named.get(base, base)}"\n'))
+        result = overnight("gc", "--dry-run", "--config", str(config))
+        assert (result.returncode, result.stdout.strip()) == (0, "nothing to collect"), result.stderr
+
+
 class TestGcAndServeCheckLikeRun:
     @pytest.mark.parametrize("state", ["repo", "repo/.git/overnight"])
     @pytest.mark.parametrize("command", [("gc",), ("gc", "--dry-run"), ("serve",)])

@@ -474,6 +474,18 @@ class TestReportsThatCannotBeWritten:
         assert json_night(tmp_path / "b", "--junit", str(report)).returncode == 1
         assert report.stat().st_mode & 0o777 == 0o644 and ET.parse(report).getroot().get("tests") == "2"
 
+    @pytest.mark.parametrize("target", ["junit.xml", "nowhere/junit.xml"])
+    def test_a_link_that_leads_nowhere_is_replaced_by_the_report(self, tmp_path, target):
+        """A link at --junit is replaced by the file (reference.md), a dangling one too; one that leads to itself passed
+        the check before the night (nothing there, as for a dangling one) and then the write failed: no report,
+        `ci_report_failed`, after the whole night."""
+        link = tmp_path / "junit.xml"
+        link.symlink_to(target)  # "junit.xml": a loop
+        done = json_night(tmp_path, "--junit", str(link))
+        assert done.returncode == 1, done.stderr
+        assert "ci_report_failed" not in [e["event"] for e in log_events(done.stderr)]
+        assert not link.is_symlink() and ET.parse(link).getroot().get("tests") == "2"
+
     def test_an_unwritable_step_summary_is_logged_and_the_exit_code_stays_the_nights(self, tmp_path):
         """$GITHUB_STEP_SUMMARY is GitHub's to get right: exit 1 still says a task failed, the log says what was not written."""
         done = json_night(tmp_path, "--junit", str(tmp_path / "junit.xml"), env={"GITHUB_STEP_SUMMARY": str(tmp_path / "no" / "summary.md")})

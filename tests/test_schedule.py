@@ -572,6 +572,23 @@ class TestConfigErrors:
             build_scheduler(config, tmp_path / "overnight.toml", blocking=False, job=MARKER_JOB)
         assert "\n" not in str(caught.value)
 
+    @pytest.mark.parametrize(("query", "busy_timeout_ms"), [("?timeout=0.2", 200), ("", 30_000)])
+    def test_the_job_stores_busy_timeout_is_the_urls_own(self, tmp_path: Path, query: str, busy_timeout_ms: int) -> None:
+        """`[store] url`'s `?timeout=S` is how long a write waits for another process's (reference.md), in
+        serve's job store as in the run store: its own 30 s overwrote the URL's. 30 s when not given."""
+        from orchestrator.config import StoreConfig
+
+        config = load(write_schedule_config(tmp_path))
+        url = f"sqlite:///{tmp_path / 'jobs.db'}{query}"
+        config = config.model_copy(update={"store": StoreConfig.model_construct(url=url)})
+        scheduler = build_scheduler(config, tmp_path / "overnight.toml", blocking=False, job=MARKER_JOB)
+        engine = scheduler._jobstores["default"].engine
+        try:
+            with engine.connect() as connection:
+                assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == busy_timeout_ms
+        finally:
+            engine.dispose()
+
     def test_serve_with_a_state_dir_that_is_a_file_is_one_line_exit_4(self, tmp_path: Path) -> None:
         path = write_schedule_config(tmp_path)
         (tmp_path / "state").write_text("not a folder")
@@ -1122,6 +1139,26 @@ class TestServe:
             [(run_id, status, exit_code)] = connection.execute("SELECT id, status, exit_code FROM runs").fetchall()
         assert (status, exit_code) == ("cancelled", night_exit)
         assert (finished["exit_code"], finished["run_id"]) == (night_exit, run_id)
+
+    def test_a_signal_landing_in_the_handlers_own_stop_does_not_wait_for_ever(self, tmp_path: Path) -> None:
+        """A second signal that lands while the first one's handler sets the stop event (Ctrl-C held down, on a
+        busy host) ran the handler again inside it: it waited for the event's lock, which the handler it
+        interrupted holds, for ever (each further signal one level deeper, until a RecursionError). Here, in
+        a process of its own, the event's lock is held as the first handler holds it, and the signal comes."""
+        script = (
+            "import os, signal\n"
+            "from orchestrator.schedule import _NightInFlight\n"
+            "night = _NightInFlight()\n"
+            "signal.signal(signal.SIGINT, lambda signum, frame: night.stop(signum))\n"
+            "night.stop(signal.SIGTERM)  # the first stop\n"
+            "with night._stopped._cond:  # where the first handler is when the second signal lands\n"
+            "    os.kill(os.getpid(), signal.SIGINT)  # its handler runs here, before the lock is let go\n"
+            "print('stopped', night.stopping)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=10, env={**os.environ, "PYTHONPATH": str(ROOT)}
+        )
+        assert (done.returncode, done.stdout.strip()) == (0, "stopped True"), done.stderr
 
     def test_ctrl_c_held_down_on_serve_still_keeps_the_night_due(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """A Ctrl-C every 5 ms from the night's first edit to serve's end: the first stops, the second abandons

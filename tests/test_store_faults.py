@@ -7,6 +7,7 @@ the store writes again. No module of overnight's is mocked.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sqlite3
 import subprocess
@@ -170,9 +171,9 @@ class TestStoreFailingAsTheCommitIsRecorded:
     """The iteration's work passed the check and is committed; the store fails as it records that. The
     commit stays on the branch (exit 4, as for any store failure), and the store says so."""
 
-    def _night(self, tmp_path: Path, repo: Path, server: Any, *, until: str) -> tuple[int, Any]:
+    def _night(self, tmp_path: Path, repo: Path, server: Any, *args: str, until: str) -> tuple[int, Any]:
         config = self._setup(tmp_path, repo, server, until=until)
-        return overnight("run", "--config", str(config)), load_config(config)
+        return overnight("run", "--config", str(config), *args), load_config(config)
 
     def _setup(self, tmp_path: Path, repo: Path, server: Any, *, until: str) -> Path:
         """The config of a night whose store a clean filter locks as the fix is committed, until `until` exists."""
@@ -205,15 +206,21 @@ class TestStoreFailingAsTheCommitIsRecorded:
         """The store locked as the commit is recorded, free again by the time the iteration's end is
         written once more: it said `rolled_back` (iteration_error) and the task `failed`, while the
         branch held the commit. Now the iteration is `committed` and the task `succeeded`, with it."""
-        code, config = self._night(tmp_path, repo, server, until="ORIG_HEAD")
-        last = capsys.readouterr().err.strip().splitlines()[-1]
-        assert code == 4 and "database is locked" in last, last
+        code, config = self._night(tmp_path, repo, server, "--log-format", "json", until="ORIG_HEAD")
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert code == 4 and "database is locked" in lines[-1], lines[-1]
         tip = git(repo, "rev-parse", "overnight/fix-greet")
         assert "'hello'" in git(repo, "show", f"{tip}:greet.py")
         run, task = self._account(config)
         assert (run.status, run.exit_code) == ("crashed", 4)
         assert [(it.outcome, it.reason, it.commit) for it in task.iterations] == [("committed", "", tip)]
         assert (task.outcome, task.commit) == ("succeeded", tip)
+        # The log tells what the store has: the commit (it said only iteration_state_failed, "rolled back").
+        events = [json.loads(line) for line in lines if line.startswith("{")]
+        endings = [e for e in events if e["event"] in ("iteration_committed", "iteration_state_failed")]
+        assert [e["event"] for e in endings] == ["iteration_committed", "iteration_state_failed"], endings
+        [it] = task.iterations
+        assert (endings[0]["commit"], endings[0]["turns"], endings[0]["tokens"]) == (tip[:12], it.turns, it.tokens)
 
     def test_a_store_down_for_the_rest_of_the_night_leaves_the_commit_to_recovery(
         self, tmp_path: Path, repo: Path, server: Any, capsys: Any
