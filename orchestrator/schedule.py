@@ -786,12 +786,15 @@ def _job_store(config: Config) -> SQLAlchemyJobStore:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from runs.store import BUSY_TIMEOUT_MS
+    from runs.store import BUSY_TIMEOUT_MS, postgres_bounds
 
     url = config.store_url
     parsed = make_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True}
-    if parsed.get_backend_name() == "sqlite":
+    if parsed.get_backend_name() == "postgresql":
+        # As the run store's: a partition would otherwise hang the scheduler's thread, and no night would fire again.
+        options["connect_args"] = postgres_bounds(parsed)
+    elif parsed.get_backend_name() == "sqlite":
         # The URL's `?timeout=S`, as the run store has it: connect_args would overwrite it.
         options = {} if "timeout" in parsed.query else {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
         database = parsed.database or ""

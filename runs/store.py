@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -89,9 +89,7 @@ def _create_engine(url: str) -> Engine:
         # libpq waits for a host that accepts but never answers (a stuck pooler) without end, and on
         # a connection the network dropped (a partition), for as long as TCP retries (15 minutes and
         # more): a night would hang with nothing said. Bounded, unless the URL says otherwise.
-        limits = {"connect_timeout": CONNECT_TIMEOUT_S, **_SILENCE_LIMITS}
-        bounds = {name: value for name, value in limits.items() if name not in parsed.query}
-        return create_engine(parsed, pool_pre_ping=True, connect_args=bounds)
+        return create_engine(parsed, pool_pre_ping=True, connect_args=postgres_bounds(parsed))
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     database = parsed.database or ""
@@ -108,6 +106,12 @@ def _create_engine(url: str) -> Engine:
     busy_timeout_ms = None if "timeout" in parsed.query else BUSY_TIMEOUT_MS
     event.listen(engine, "connect", _pragmas_on_connect(busy_timeout_ms))
     return engine
+
+
+def postgres_bounds(parsed: URL) -> dict[str, Any]:
+    """libpq's time limits for a PostgreSQL connection, those the URL sets left as it sets them."""
+    limits = {"connect_timeout": CONNECT_TIMEOUT_S, **_SILENCE_LIMITS}
+    return {name: value for name, value in limits.items() if name not in parsed.query}
 
 
 _SCHEMA_ATTEMPTS = 8
