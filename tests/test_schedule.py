@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import pty
+import shutil
 import signal
 import socket
 import sqlite3
@@ -42,7 +43,7 @@ from orchestrator.schedule import (
     serve,
 )
 from orchestrator.scripted import Reply, call
-from tests.conftest import make_repo, write_config
+from tests.conftest import git, make_repo, write_config
 from tests.test_night import FIX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1313,6 +1314,64 @@ class TestDocumentedSetups:
         assert len(services) == 2
         for service in services:
             assert "Environment=PATH=/repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" in service
+
+    def test_the_documented_serve_unit_stops_a_night_in_flight_within_its_stop_timeout(
+        self, tmp_path: Path, repo: Path, server: Any
+    ) -> None:
+        """`systemctl stop` under the documented unit (KillMode=mixed: SIGTERM to serve alone) while the night
+        runs a check that ignores SIGTERM: serve passes the signal on, the night rolls back and ends (143), and
+        serve exits 0 well within the unit's TimeoutStopSec, before systemd would kill the night mid-rollback."""
+        [service] = [block for block in documented_blocks("docs/scheduling.md", "ini") if any(line.startswith("ExecStart=") and " serve" in line for line in block)]
+        settings = dict(line.split("=", 1) for line in service if "=" in line and not line.startswith("#"))
+        assert settings["KillMode"] == "mixed"
+        stop_timeout_s = float(settings["TimeoutStopSec"])
+        (repo / "slow_check.sh").write_text("trap '' TERM\nsleep 300\n", encoding="utf-8")
+        git(repo, "add", "slow_check.sh")
+        git(repo, "commit", "-q", "-m", "a slow check")
+        server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), call("run_check", {}))
+        path = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo,
+            tasks=[{"name": "slow", "prompt": "p", "check": "sh slow_check.sh"}], night={"check_timeout_s": 3600},
+            extra='[schedule]\ncron = "30 1 * * *"\ntimezone = "UTC"\nmisfire_grace_s = 3600\n',
+        )
+        store_job_due_at(path, datetime.now(timezone.utc) - timedelta(minutes=1))
+        log_path = tmp_path / "serve.log"
+        with open(log_path, "wb") as log:
+            process = serve_process(path, log)
+        try:
+            wait_until(lambda: len(server.requests) >= 2, process, "the night's check")
+            time.sleep(1)  # the check is running
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=stop_timeout_s)
+            took = time.monotonic() - started
+        finally:
+            stop_leftovers(process, path)
+
+        logs = json_lines(log_path.read_text(encoding="utf-8"))
+        [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
+        assert code == 0 and finished["exit_code"] == 143
+        assert took < stop_timeout_s / 2, took
+        assert not (tmp_path / "state" / "worktrees" / "slow" / "scratch.txt").exists()
+
+    def test_the_documented_units_pass_systemd_analyze_verify(self, tmp_path: Path) -> None:
+        """The timer's service and timer, and serve's service, as written (with /repo a real folder holding
+        the venv's overnight): systemd's own checker finds nothing to say about them."""
+        analyze = shutil.which("systemd-analyze")
+        if analyze is None or not (Path(sys.prefix) / "bin" / "overnight").exists():
+            pytest.skip("needs systemd-analyze and an installed overnight")
+        project = tmp_path / "repo"
+        (project / ".venv").mkdir(parents=True)
+        (project / ".venv" / "bin").symlink_to(Path(sys.prefix) / "bin")
+        units = ["\n".join(block) + "\n" for block in documented_blocks("docs/scheduling.md", "ini")]
+        names = ["overnight.service", "overnight.timer", "overnight-serve.service"]
+        assert len(units) == len(names)
+        for name, unit in zip(names, units):
+            (tmp_path / name).write_text(unit.replace("/repo", str(project)), encoding="utf-8")
+        for name in names:
+            result = subprocess.run([analyze, "verify", "--man=no", str(tmp_path / name)], capture_output=True, text=True, timeout=60)
+            said = [line for line in (result.stdout + result.stderr).splitlines() if tmp_path.name in line or name in line]
+            assert result.returncode == 0 and not said, (name, result.stdout, result.stderr)
 
 
 TWO_TASKS = [
