@@ -170,8 +170,8 @@ def cancel_a_step(
 ) -> tuple[int, list[int], Path, list[tuple[Any, ...]], Path]:
     """Run `script_text` under `bash -e` in a job's checkout; once the night has made its first edit, stop it
     as the CI runner does: GitHub (`group=False`) SIGINT to the shell, SIGTERM 7.5 s later, then kill 2.5 s
-    after that; GitLab (`group=True`) SIGTERM to the shell's process group. Then `then` (after_script), once the night
-    has ended, in a fresh `bash -e`. The shell's exit code, the night processes still alive (killed after), the half-done
+    after that; GitLab (`group=True`) SIGTERM to the shell's process group. Then `then` (after_script) at once, in a
+    fresh `bash -e`: what waits for the night to end is the script's own. The shell's exit code, the night processes still alive (killed after), the half-done
     edit's path, the stored runs' (status, exit_code) and the checkout."""
     replies = [call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=60)]
     with ScriptedServer(replies) as server:
@@ -202,10 +202,7 @@ def cancel_a_step(
                     except subprocess.TimeoutExpired:
                         step.kill()
                         code = step.wait()
-            if then:  # once the night has ended (the job's shell dies at once; the night rolls back in a second)
-                ended = time.monotonic() + 30
-                while any(_alive(pid) for pid in _night_pids(checkout)) and time.monotonic() < ended:
-                    time.sleep(0.05)
+            if then:  # at once, as GitLab does: the job's shell dies at once, the night rolls back a second more
                 after = run_step({"run": then}, checkout, env, origin)
                 assert after.returncode == 0, after.stderr
             time.sleep(0.5)
