@@ -126,9 +126,15 @@ class _Night:
                 )
         self._repository_key = shared_repository_key(parts.config, parts.repo)
         deadline = parts.config.night.deadline
-        at = deadline_after(_on_the_schedules_clock(parts.now(), parts.config), deadline) if deadline else None
+        # The night began at its fire time when `serve` names one (begun again after a restart, or late within
+        # the grace): read from the restart, 06:30 already past meant tomorrow's, a day more of work.
+        began = parts.scheduled_for if parts.scheduled_for is not None else parts.now()
+        at = deadline_after(_on_the_schedules_clock(began, parts.config), deadline) if deadline else None
         self.deadline = Deadline(at, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
+        # Set once the deadline has refused an iteration before it came: the night was stopped early by it
+        # (night_finished's `stopped_early`), though its watcher never cancelled anything.
+        self.refused_by_deadline = False
         self._lock = threading.Lock()
         # Set when an error ends a task and with it the night (see _run_task).
         self.crashed = threading.Event()
@@ -219,6 +225,7 @@ class _Night:
             # loops stop at their next model call (orchestrator.agent: budgets asked before each).
             return self.budget.why
         if not self.deadline.allows(self._slowest_iteration_s):
+            self.refused_by_deadline = True
             return "deadline"
         return ""
 
@@ -298,7 +305,9 @@ def run_night(parts: NightParts) -> NightResult:
         "night_finished",
         exit_code=exit_code,
         succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
-        stopped_early=parts.cancel.why or (night.budget.why if night.budget.exhausted else None),
+        stopped_early=parts.cancel.why
+        or ("deadline" if night.refused_by_deadline else None)
+        or (night.budget.why if night.budget.exhausted else None),
     )
     return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
 

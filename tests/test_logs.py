@@ -255,6 +255,23 @@ class TestDeadlineEvents:
         assert (night["exit_code"], night["stopped_early"], night["run_id"]) == (1, "deadline", run_id)
         assert "night_cancelled" not in [e["event"] for e in events]  # that one is a signal's: exit 130/143/129
 
+    def test_a_night_the_deadline_ends_before_it_comes_says_so(self, config_file, server):
+        """No iteration that cannot finish by the deadline starts: a night whose tasks that refused ends
+        before 06:30 itself, and was still stopped early by the deadline (`stopped_early`: deadline)."""
+        from datetime import datetime, timezone
+
+        from tests.test_unattended import clock_from, run_in_process
+
+        config = config_file(night={"deadline": "06:30", "max_iterations": 3})
+        server.enqueue(call("read_file", {"path": "greet.py"}, delay_s=1.5), call("submit", {"summary": "x"}))
+        # The clock runs 20x fast: the ~2 s first iteration looks like ~40 s, more than the ~20 s then left.
+        with json_logs() as out:
+            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 0, tzinfo=timezone.utc), speed=20))
+        [task] = result.tasks
+        assert (len(task.iterations), task.outcome.value, task.reason) == (1, "cancelled", "deadline")
+        night = _one(events_of(out), "night_finished")
+        assert (night["exit_code"], night["stopped_early"]) == (1, "deadline")
+
 
 class TestFencesUnavailable:
     def test_a_git_too_old_for_the_fences_is_said_and_the_night_goes_on(self, tmp_path):

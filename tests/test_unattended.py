@@ -533,6 +533,18 @@ class TestDeadline:
         assert overnight("report", "--config", str(config)) == 0
         assert "    #1 cancelled · " in capsys.readouterr().out  # its reason, the same word, said once
 
+    def test_a_scheduled_night_begun_again_after_its_deadline_starts_nothing(self, config_file, server):
+        """The deadline is the first after the night's fire time: `serve` starting the 06:00 night again at
+        06:45 (within the grace) ends it at once, every task `cancelled`/`deadline`, not tomorrow at 06:30."""
+        config = config_file(night={"deadline": "06:30"})
+        server.enqueue(*FIX)
+        fired = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
+        result = run_in_process(config, scheduled_for=fired, now=clock_from(datetime(2026, 11, 30, 6, 45, tzinfo=timezone.utc)))
+        assert result.exit_code == 1
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason, task.iterations) == ("cancelled", "deadline", ())
+        assert server.requests == []
+
     def test_no_iteration_starts_that_cannot_finish(self, config_file, server):
         """After an iteration that took longer than the time left, no further iteration starts."""
         config = config_file(night={"deadline": "06:30", "max_iterations": 3})
