@@ -132,9 +132,6 @@ class _Night:
         at = deadline_after(_on_the_schedules_clock(began, parts.config), deadline) if deadline else None
         self.deadline = Deadline(at, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
-        # Set once the deadline has refused an iteration before it came: the night was stopped early by it
-        # (night_finished's `stopped_early`), though its watcher never cancelled anything.
-        self.refused_by_deadline = False
         self._lock = threading.Lock()
         # Set when an error ends a task and with it the night (see _run_task).
         self.crashed = threading.Event()
@@ -225,7 +222,6 @@ class _Night:
             # loops stop at their next model call (orchestrator.agent: budgets asked before each).
             return self.budget.why
         if not self.deadline.allows(self._slowest_iteration_s):
-            self.refused_by_deadline = True
             return "deadline"
         return ""
 
@@ -306,7 +302,8 @@ def run_night(parts: NightParts) -> NightResult:
         exit_code=exit_code,
         succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
         stopped_early=parts.cancel.why
-        or ("deadline" if night.refused_by_deadline else None)
+        # A task it refused before it came is `cancelled`, reason deadline, though its watcher never fired.
+        or ("deadline" if any(summary.reason == "deadline" for summary in summaries) else None)
         or (night.budget.why if night.budget.exhausted else None),
     )
     return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))

@@ -245,6 +245,15 @@ class TestDemoWithoutTheExtra:
         assert f"sample repository:   {(tmp_path / 'demo' / 'sample-repo').resolve()}" in out.getvalue()
 
 
+def wait_for_event(logs: list[dict], name: str, *, within_s: float) -> None:
+    """Until the server's watcher has logged `name` (it runs on its own thread), or `within_s` has passed."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while not any(entry["event"] == name for entry in logs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @needs_extra
 class TestServer:
     def _config(self, tmp_path: Path):
@@ -366,9 +375,7 @@ class TestServer:
                 monkeypatch.setattr(local_model, "_answers", lambda url: False)  # the restart never becomes healthy
                 first = server.pid
                 os.kill(first, signal.SIGKILL)
-                deadline = time.monotonic() + 10
-                while not any(e["event"] == "local_model_died" for e in logs) and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                wait_for_event(logs, "local_model_died", within_s=10)
                 time.sleep(0.5)
                 ending = time.monotonic()
         assert time.monotonic() - ending < 10 and errors == []
@@ -379,16 +386,13 @@ class TestServer:
     def test_a_server_that_dies_mid_night_is_started_again(self, tmp_path: Path) -> None:
         """The OOM killer takes llama-server: it is started again on its port, and the next request is answered."""
         import signal
-        import time
 
         import structlog
 
         with structlog.testing.capture_logs() as logs:
             with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
                 os.kill(server.pid, signal.SIGKILL)
-                deadline = time.monotonic() + 60
-                while not any(e["event"] == "local_model_restarted" for e in logs) and time.monotonic() < deadline:
-                    time.sleep(0.2)
+                wait_for_event(logs, "local_model_restarted", within_s=60)
                 assert _health(server) == 200
             restarted = server.pid
         events = [e["event"] for e in logs]
@@ -426,9 +430,7 @@ class TestServer:
                         time.sleep(0.005)
                 squatter.listen()
                 try:
-                    deadline = time.monotonic() + 60
-                    while not any(e["event"] == "local_model_not_restarted" for e in logs) and time.monotonic() < deadline:
-                        time.sleep(0.1)
+                    wait_for_event(logs, "local_model_not_restarted", within_s=60)
                 finally:
                     squatter.close()
         [not_restarted] = [e for e in logs if e["event"] == "local_model_not_restarted"]
@@ -440,7 +442,6 @@ class TestServer:
         """Past MAX_RESTARTS deaths a night (here none allowed) the server is left dead: `local_model_not_restarted`,
         `restarts`, "restarted too often tonight"; a server that dies at every start is not restarted all night."""
         import signal
-        import time
 
         import structlog
 
@@ -450,9 +451,7 @@ class TestServer:
         with structlog.testing.capture_logs() as logs:
             with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
                 os.kill(server.pid, signal.SIGKILL)
-                deadline = time.monotonic() + 10
-                while not any(e["event"] == "local_model_not_restarted" for e in logs) and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                wait_for_event(logs, "local_model_not_restarted", within_s=10)
         [not_restarted] = [e for e in logs if e["event"] == "local_model_not_restarted"]
         assert not_restarted["restarts"] == 0 and not_restarted["error"] == "restarted too often tonight"
         assert [e["event"] for e in logs].count("local_model_died") == 1 and "local_model_restarted" not in [e["event"] for e in logs]
