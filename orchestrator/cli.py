@@ -219,14 +219,10 @@ def _fire_time(text: str) -> datetime:
 def _stop_at_once(log: object, run_id: int | None) -> None:
     """A second Ctrl-C: exit 130 now, not after the rollbacks in flight (and the worker threads
     Python would wait for). The next night's recovery rolls them back and records them `interrupted`."""
-    import os
-
     if run_id is not None:  # the night's parts log unbound; an event while its run exists carries the run's id (reference.md)
         log = log.bind(run_id=run_id)  # type: ignore[attr-defined]
     log.warning("night_abandoned", why="a second Ctrl-C", exit_code=130)  # type: ignore[attr-defined]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(130)
+    _leave_now(130)  # a stream closed (`>&-`) or broken must not turn exit 130 into a traceback
 
 
 def _require_git() -> None:

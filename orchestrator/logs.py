@@ -70,7 +70,7 @@ def get_logger(**bound: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=8)  # one wrapper per stream: structlog keeps one write lock per file object
-def lossy(stream: TextIO) -> "_LossyStream":
+def lossy(stream: TextIO | None) -> "_LossyStream":
     """`stream`, for lines that may be lost but must never raise (see _LossyStream)."""
     return _LossyStream(stream)
 
@@ -84,10 +84,12 @@ class _LossyStream:
     and fail no more.
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO | None) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
+        if self._stream is None:  # started with stderr closed (`2>&-`): Python's sys.stderr is None
+            return len(text)
         try:
             return self._stream.write(text)
         except OSError:
@@ -95,6 +97,8 @@ class _LossyStream:
             return len(text)
 
     def flush(self) -> None:
+        if self._stream is None:
+            return
         try:
             self._stream.flush()
         except OSError:

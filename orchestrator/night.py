@@ -177,17 +177,19 @@ class _Night:
             self._ask_for_next_worktree()
         return self._worktrees[task.name].result()
 
-    def ask_ahead(self, task: TaskConfig) -> AskedAhead:
-        """The model, with the task's first request already on its way (see orchestrator/ahead.py)."""
+    def ask_ahead(self, task: TaskConfig, log: Any) -> AskedAhead:
+        """The model, with the task's first request already on its way (see orchestrator/ahead.py).
+        `log`: the task's, bound to its name and task run id."""
         tool_names = offered(task.tools)
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
-        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, task))
+        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, log))
 
-    def _unused_answer(self, task: TaskConfig, tokens: int) -> None:
+    def _unused_answer(self, log: Any, tokens: int) -> None:
         """A first answer the task ended without taking (its branch checked out, the deadline or a budget
-        came first): its tokens were spent, and a night's budget is what may be spent in all."""
+        came first): its tokens were spent, and a night's budget is what may be spent in all. Logged on the
+        task's logger: a task's event carries its `task_run_id` (docs/reference.md), not the name alone."""
         self.budget.spend(tokens)
-        self.log.info("first_answer_unused", task=task.name, tokens=tokens)
+        log.info("first_answer_unused", tokens=tokens)
 
     def _ask_for_next_worktree(self) -> None:
         if not self._not_asked:
@@ -369,7 +371,7 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
                 else:
                     asked = parts.now()
-                    with night.ask_ahead(task) as model:
+                    with night.ask_ahead(task, log) as model:
                         try:
                             workspace = night.worktree(task)
                         except BranchCheckedOut as taken:

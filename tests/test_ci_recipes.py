@@ -135,6 +135,30 @@ class TestTheDocumentedJobs:
         assert taken_up.returncode == 0, taken_up.stderr
         assert git(tmp_path / "next", "rev-parse", "refs/heads/overnight/fix-greet") == pushed
 
+    def test_the_gitlab_job_takes_up_the_branches_earlier_nights_pushed(self, tmp_path: Path) -> None:
+        """GitLab's clone fetches the pipeline's branch alone (`+<sha>:refs/pipelines/<id>` and
+        `+refs/heads/<name>:refs/remotes/origin/<name>`), not every branch as GitHub's `fetch-depth: 0` does:
+        the script's first line found no `origin/overnight/*`, the night started each task again from
+        `[repo] base`, and the plain push of that work was then refused (an outside review)."""
+        source = make_repo(tmp_path / "source", SAMPLE_FILES)
+        git(source, "checkout", "-q", "-b", "overnight/fix-greet")
+        (source / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        git(source, "commit", "-q", "-am", "last night's work")
+        git(source, "checkout", "-q", "main")
+        origin = tmp_path / "origin.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(source), str(origin)], check=True)
+        # The job's checkout, fetched as gitlab-runner fetches a scheduled pipeline's branch.
+        checkout, tip = tmp_path / "checkout", git(source, "rev-parse", "main")
+        for command in (["init", "-q", str(checkout)], ["-C", str(checkout), "remote", "add", "origin", str(origin)],
+                        ["-C", str(checkout), "fetch", "-q", "origin", f"+{tip}:refs/pipelines/1", "+refs/heads/main:refs/remotes/origin/main"],
+                        ["-C", str(checkout), "checkout", "-q", "-f", tip]):
+            subprocess.run(["git", *command], check=True, env={**os.environ, **GIT_ENV})
+        _, gitlab = documented_yaml()
+        taking_up = [line for line in gitlab["script"] if line.startswith("git fetch")]
+        done = run_step({"run": "\n".join(taking_up)}, checkout, {**os.environ, **GIT_ENV}, origin)
+        assert done.returncode == 0, done.stderr
+        assert git(checkout, "rev-parse", "refs/heads/overnight/fix-greet") == git(source, "rev-parse", "overnight/fix-greet")
+
     def test_a_cancelled_github_job_rolls_the_night_back(self, tmp_path: Path) -> None:
         """GitHub cancels a step (Cancel workflow, or `timeout-minutes` run out) by sending SIGINT to the
         step's shell alone, SIGTERM 7.5 s later, then killing that shell. A bash waiting for its command

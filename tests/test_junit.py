@@ -312,6 +312,25 @@ class TestStepSummary:
         append_step_summary(replace(view("failed"), tasks=tasks), target)
         assert "## overnight run #7: 0/3 task(s) succeeded (finished, exit 1)" in target.read_text()
 
+    def test_a_task_done_earlier_tonight_counts_as_succeeded_in_the_heading(self, tmp_path):
+        """A scheduled night begun again (serve restarted) skips the task its fire's earlier run finished
+        (`done_earlier_tonight`) and exits 0: the heading said "0/1 task(s) succeeded (finished, exit 0)"
+        (found by an outside review)."""
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        summary, fire = tmp_path / "summary.md", datetime.now(timezone.utc).isoformat()
+        with ScriptedServer(FIX) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+            for _ in range(2):  # the night, then the same night begun again
+                done = subprocess.run(
+                    [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", "--scheduled-for", fire],
+                    capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+                    env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)},
+                )
+                assert done.returncode == 0, done.stderr
+        headings = [line for line in summary.read_text().splitlines() if line.startswith("## ")]
+        assert [heading.split(": ", 1)[1] for heading in headings] == ["1/1 task(s) succeeded (finished, exit 0)"] * 2
+        assert "| fix-greet | ⏭️ skipped | `done_earlier_tonight` | 0 |" in summary.read_text()
+
     def test_the_summary_says_where_notes_md_is(self):
         """The night's own notes.md by its path; without one known, the artifact a CI job keeps."""
         run = view("failed", "check_failed")

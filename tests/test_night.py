@@ -484,6 +484,8 @@ class TestTheBranchUnderReview:
         assert (skipped["task"], Path(skipped["at"]), isinstance(skipped["run_id"], int)) == ("fix-greet", repo, True)
         [unused] = [e for e in events if e["event"] == "first_answer_unused"]
         assert (unused["task"], unused["run_id"]) == ("fix-greet", skipped["run_id"]) and unused["tokens"] > 0
+        # A task's event carries its task run's id, as the task's other events do (reference.md; it had the name alone).
+        assert isinstance(skipped["task_run_id"], int) and unused["task_run_id"] == skipped["task_run_id"]
         assert (worktree(config) / "greet.py").read_text() == "# a note in the detached worktree\n"
         assert git(repo, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix-greet"
         assert git(repo, "rev-parse", "overnight/fix-greet") == fixup

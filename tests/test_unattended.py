@@ -505,6 +505,21 @@ class TestLogReaderGone:
         assert task["outcome"] == "succeeded"
         assert NotesBook(config.parent / "state" / "notes.md").entries() == []
 
+    @pytest.mark.parametrize("log_format", ["auto", "human"])
+    def test_a_night_started_with_stderr_closed_runs_and_reports(self, config_file, server, capsys, tmp_path, log_format):
+        """`overnight run 2>&-` (a daemon or a supervisor that starts it with its streams closed): Python's
+        sys.stderr is None, and the first log line was an AttributeError. The night died at `night_started`,
+        exit 1 ("a task failed"), its run left `running` and its JUnit file with no test case (an outside review)."""
+        config = config_file()
+        server.enqueue(*FIX)
+        junit = tmp_path / "junit.xml"
+        command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", log_format, "--junit", str(junit)]
+        done = subprocess.run(["bash", "-c", 'exec "$@" 2>&-', "night", *command], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout
+        [task] = report_json(config, capsys)["tasks"]
+        assert task["outcome"] == "succeeded"
+        assert '<testcase classname="overnight" name="fix-greet"' in junit.read_text()
+
 
 class TestDeadline:
     def test_deadline_cancels_the_iteration_in_flight(self, config_file, server, capsys):
