@@ -73,8 +73,12 @@ class StateLock:
     def __enter__(self) -> "StateLock":
         make_dir(self.state_dir)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # Not through a symbolic link: the holder is written over the file, and emptied at release,
+            # which would empty whatever file the link names (run from cron as root: any file at all).
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateError(f"cannot open {self.path}: a symbolic link, not the lock file overnight makes (remove the link)") from None
             raise StateError(f"cannot open {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -128,7 +128,11 @@ class _Night:
         deadline = parts.config.night.deadline
         # The night began at its fire time when `serve` names one (begun again after a restart, or late within
         # the grace): read from the restart, 06:30 already past meant tomorrow's, a day more of work.
-        began = parts.scheduled_for if parts.scheduled_for is not None else parts.now()
+        began = parts.now()
+        if parts.scheduled_for is not None:
+            # On the night's own clock: the fire time comes with a fixed offset (`--scheduled-for 01:30+01:00`), and
+            # read on that, 06:30 with `timezone = "local"` was an hour off on the nights the clocks change.
+            began = parts.scheduled_for.astimezone(began.tzinfo)
         at = deadline_after(_on_the_schedules_clock(began, parts.config), deadline) if deadline else None
         self.deadline = Deadline(at, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
@@ -306,7 +310,9 @@ def run_night(parts: NightParts) -> NightResult:
         stopped_early=parts.cancel.why
         # A task it refused before it came is `cancelled`, reason deadline, though its watcher never fired.
         or ("deadline" if any(summary.reason == "deadline" for summary in summaries) else None)
-        or (night.budget.why if night.budget.exhausted else None),
+        # Likewise the budget: spent by a task's last answer (its submit committed) with nothing left to refuse,
+        # it ended nothing early, and naming it sent the morning looking for work the budget had cut short.
+        or (night.budget.why if any(summary.reason == night.budget.why for summary in summaries) else None),
     )
     return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
 

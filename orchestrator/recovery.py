@@ -573,6 +573,11 @@ def _release_dead_leases(store: Any, leases: Any, host: str, me: int, state_id: 
 def _remove_stale_temp_files(state_dir: Path, log: Any) -> None:
     """notes.md's and the git config copy's half-written temporary files: never renamed into place, so only debris."""
     for temporary in [*state_dir.glob(".notes.md.*.tmp"), *state_dir.glob(f".{GIT_CONFIG_COPY}.*.tmp")]:
-        temporary.unlink(missing_ok=True)
+        if temporary.is_dir() and not temporary.is_symlink():
+            continue  # a folder so named is nobody's debris of ours (we write plain files): left as it is
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError as exc:  # a state dir this user may not write in: one line (exit 4), not a traceback
+            raise StateError(f"cannot remove {temporary}: {exc.strerror or exc}") from None
         log.info("temp_file_removed", path=str(temporary))
 

@@ -182,44 +182,48 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     # the misfire grace is spent, else the night is lost until tomorrow's fire.
     config = _readable_config(config_path)
     give_up_at = time.monotonic() + _grace_of(config)
-    while True:
-        done = _finished_tonight(config)
-        if done is not None:
-            # A fire seen twice: the job store failed to store the next fire time after the night
-            # began (serve retried, or was restarted), or a person ran the night by hand.
-            _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
-            return 0
-        command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
-        if (fired := _fire_of_tonight(config)) is not None:
-            # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
-            command += ["--scheduled-for", fired.isoformat()]
-        marker = _started_marker(config)
-        marked = _mark_started(marker, pid=0)
-        child = _night.start(command)
-        if child is None:
-            _unmark_started(marker)
-            return None
-        if marked:  # not written: the warning was said once, not again with the child's pid
-            _mark_started(marker, pid=child.pid)
-        _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
-        try:
-            exit_code = child.wait()
-        finally:
-            _night.finished()
+    # Marked from the fire until the night is seen to end, waits for the state lock included: APScheduler
+    # has stored tomorrow's fire time by now, and a serve that died (power lost, kill -9) before a child
+    # recorded its run, or while it waited out another's lock, lost the night without the marker.
+    marker = _started_marker(config)
+    marked = _mark_started(marker, pid=0)
+    try:
+        while True:
+            done = _finished_tonight(config)
+            if done is not None:
+                # A fire seen twice: the job store failed to store the next fire time after the night
+                # began (serve retried, or was restarted), or a person ran the night by hand.
+                _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
+                return 0
+            command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
+            if (fired := _fire_of_tonight(config)) is not None:
+                # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
+                command += ["--scheduled-for", fired.isoformat()]
+            child = _night.start(command)
+            if child is None:
+                return None
+            if marked:  # not written: the warning was said once, not again with the child's pid
+                _mark_started(marker, pid=child.pid)
+            _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
+            try:
+                exit_code = child.wait()
+            finally:
+                _night.finished()
+            run_id = _run_id_of(config_path, child.pid)
+            _logger().info(
+                "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
+            )
+            if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
+                return None  # stopped while starting up (a second or so of imports), or cancelled with serve
+            retry_in = min(LOCKED_RETRY_S, give_up_at - time.monotonic())
+            if exit_code != EXIT_LOCKED or retry_in <= 0:
+                return exit_code
+            _logger().info("scheduled_night_waits_for_lock", config=config_path, retry_in_s=round(retry_in, 1))
+            if _night.wait(retry_in):
+                return None  # serve stopped while waiting: the night stays due
+            config = _readable_config(config_path)  # perhaps mended while the lock was waited for
+    finally:
         _unmark_started(marker)  # seen to end: what it did (or that it stopped at once) is the night's
-        run_id = _run_id_of(config_path, child.pid)
-        _logger().info(
-            "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
-        )
-        if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
-            return None  # stopped while starting up (a second or so of imports), or cancelled with serve
-        retry_in = min(LOCKED_RETRY_S, give_up_at - time.monotonic())
-        if exit_code != EXIT_LOCKED or retry_in <= 0:
-            return exit_code
-        _logger().info("scheduled_night_waits_for_lock", config=config_path, retry_in_s=round(retry_in, 1))
-        if _night.wait(retry_in):
-            return None  # serve stopped while waiting: the night stays due
-        config = _readable_config(config_path)  # perhaps mended while the lock was waited for
 
 
 # How long `serve` waits before trying a night again whose state dir another process held.

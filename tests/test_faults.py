@@ -157,6 +157,22 @@ class TestStateLock:
         assert code == 4 and err.splitlines() == [err] and folder in err and "file is in the way" in err
         assert not (tmp_path / "state" / "runs.db").exists()
 
+    @pytest.mark.parametrize("command", ["run", "gc"])
+    def test_a_lock_file_that_is_a_symbolic_link_empties_nothing(self, tmp_path: Path, repo: Path, capsys: Any, command: str) -> None:
+        """The holder is written over the lock file and it is emptied at release: through a link at
+        `overnight.lock` (put there in a state dir others may write) that emptied the file it named.
+        Now one line, exit 4, the file as it was and nothing recorded."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        precious = tmp_path / "precious.txt"
+        precious.write_text("a person's work\n")
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "overnight.lock").symlink_to(precious)
+        code = overnight(command, "--config", str(config))
+        err = capsys.readouterr().err.strip()
+        assert code == 4 and err.splitlines() == [err] and "overnight.lock" in err and "symbolic link" in err
+        assert precious.read_text() == "a person's work\n"
+        assert not (tmp_path / "state" / "runs.db").exists()
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RunStore]:
@@ -717,6 +733,19 @@ class TestRecoveryOfStoredState:
         store.close()
         [settled], _ = recover(config)
         assert settled.outcome == "interrupted" and git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
+
+    def test_a_folder_named_like_a_half_written_notes_file_is_left_and_the_night_goes_on(self, tmp_path: Path, repo: Path, capsys: Any) -> None:
+        """Recovery deletes `.notes.md.*.tmp`, a killed night's half-written notes.md: a folder so named
+        was an IsADirectoryError traceback (exit 1) before any task. It is nobody's debris of ours:
+        left as it is, and the night goes on (here to an unreachable model: exit 3)."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        folder = tmp_path / "state" / ".notes.md.123.tmp"
+        folder.mkdir(parents=True)
+        (folder / "kept.txt").write_text("someone's\n")
+        code = overnight("run", "--config", str(config))
+        err = capsys.readouterr().err
+        assert code == 3 and "Traceback" not in err, err
+        assert (folder / "kept.txt").read_text() == "someone's\n"
 
     def test_live_process_is_left_alone_and_debris_is_cleared(self, tmp_path: Path, repo: Path, sleeper: subprocess.Popen) -> None:
         """An iteration of a live process is untouched; temp files and dead processes' leases are cleared."""

@@ -273,6 +273,40 @@ class TestDeadlineEvents:
         assert (night["exit_code"], night["stopped_early"]) == (1, "deadline")
 
 
+class TestBudgetEvents:
+    def test_a_night_budget_spent_by_the_last_answer_stopped_nothing_early(self, config_file, server):
+        """The answer that crossed `max_tokens_per_night` was the night's last (its submit committed): no task
+        was refused or cut short, and `stopped_early` named the budget all the same, sending the morning to
+        look for work it had stopped (found by a review). Null, as for a night that ran its course."""
+        from tests.test_unattended import run_in_process
+
+        config = config_file(night={"max_tokens_per_night": 1000})
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}, prompt_tokens=100, completion_tokens=1),
+            call("submit", {"summary": "fixed"}, prompt_tokens=1999, completion_tokens=1),
+        )
+        with json_logs() as out:
+            result = run_in_process(config)
+        [task] = result.tasks
+        assert (task.outcome.value, result.exit_code) == ("succeeded", 0)
+        night = _one(events_of(out), "night_finished")
+        assert (night["exit_code"], night["succeeded"], night["stopped_early"]) == (0, 1, None)
+
+    def test_a_night_budget_that_refused_a_task_stopped_the_night_early(self, config_file, server):
+        from tests.test_unattended import run_in_process
+
+        tasks = [{"name": name, "prompt": "p", "check": "false"} for name in ("a", "b")]
+        config = config_file(tasks=tasks, night={"max_iterations": 1, "max_tokens_per_night": 1000})
+        server.enqueue(call("submit", {"summary": "x"}, prompt_tokens=1999, completion_tokens=1))
+        with json_logs() as out:
+            result = run_in_process(config)
+        assert [(task.outcome.value, task.reason) for task in result.tasks] == [
+            ("failed", "check_failed"), ("cancelled", "night token budget of 1000 spent")
+        ]
+        night = _one(events_of(out), "night_finished")
+        assert (night["exit_code"], night["stopped_early"]) == (1, "night token budget of 1000 spent")
+
+
 class TestFencesUnavailable:
     def test_a_git_too_old_for_the_fences_is_said_and_the_night_goes_on(self, tmp_path):
         """A git older than 2.32 ignores the settings the fences give through the environment:

@@ -911,6 +911,34 @@ class TestAFireSeenTwice:
             waiting.join(10)
         assert outcome == [None] and time.monotonic() - stopped < 5
 
+    def test_a_serve_that_dies_while_it_waits_for_the_lock_leaves_the_night_due(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Power lost (or kill -9) while serve waits out another process's lock: tomorrow's fire time is stored,
+        the child that exited 75 recorded no run, and its marker was removed as it ended, so the restarted
+        serve had nothing to find and the night was lost (found by a review). The marker stays through the
+        wait: a serve started then runs the night at once. Gone once the night has ended."""
+        import orchestrator.schedule as schedule
+        from orchestrator.lock import StateLock
+        from orchestrator.schedule import STARTED_MARKER_NAME, _interrupted_night
+
+        clear_of_the_hour(margin_s=60)
+        monkeypatch.setattr(schedule, "LOCKED_RETRY_S", 30.0)
+        monkeypatch.setattr(schedule, "_night", schedule._NightInFlight())  # serve's own, as _stop_on_signals makes it
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=3600)
+        this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        outcome: list[int | None] = []
+        with StateLock(load(path).state_dir), capture_logs() as logs:
+            waiting = threading.Thread(target=lambda: outcome.append(run_scheduled_night(str(path))))
+            waiting.start()
+            try:
+                deadline = time.monotonic() + 60
+                while "scheduled_night_waits_for_lock" not in [log["event"] for log in logs] and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert _interrupted_night(load(path)) == this_hour  # what a serve started now would run at once
+            finally:
+                schedule._night.stop(signal.SIGTERM)
+                waiting.join(10)
+        assert outcome == [None] and not (load(path).state_dir / STARTED_MARKER_NAME).exists()
+
     def test_a_lock_held_past_the_grace_is_the_nights_75(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import orchestrator.schedule as schedule
         from orchestrator.lock import StateLock

@@ -560,6 +560,34 @@ class TestDeadline:
         assert (task.outcome.value, task.reason, task.iterations) == ("cancelled", "deadline", ())
         assert server.requests == []
 
+    @pytest.mark.parametrize(
+        ("fired", "now", "works"),
+        [
+            # Forward (02:00 CET is 03:00 CEST): at 06:45 summer time the deadline has passed; it was read as 07:30.
+            ("2026-03-29T01:30:00+01:00", datetime(2026, 3, 29, 6, 45), False),
+            # Back (03:00 CEST is 02:00 CET): at 05:45 winter time it is 45 minutes away; it was read as 05:30.
+            ("2026-10-25T01:30:00+02:00", datetime(2026, 10, 25, 5, 45), True),
+        ],
+        ids=["forward", "back"],
+    )
+    def test_a_scheduled_nights_deadline_keeps_its_hour_on_the_night_the_clocks_change(self, config_file, server, fired, now, works):
+        """`serve` names the fire time with its offset (`--scheduled-for 2026-03-29T01:30:00+01:00`), fixed: with
+        `timezone = "local"` (the default) the deadline was read on that offset, an hour off once the host's
+        clocks had changed. Read on the host's own clock (here Berlin's), 06:30 is 06:30 (found by a review)."""
+        from zoneinfo import ZoneInfo
+
+        config = config_file(night={"deadline": "06:30", "max_iterations": 1})
+        server.enqueue(*FIX)
+        result = run_in_process(
+            config, scheduled_for=datetime.fromisoformat(fired), now=clock_from(now.replace(tzinfo=ZoneInfo("Europe/Berlin")))
+        )
+        [task] = result.tasks
+        if works:
+            assert task.outcome.value == "succeeded"
+        else:
+            assert (task.outcome.value, task.reason, task.iterations) == ("cancelled", "deadline", ())
+            assert server.requests == []
+
     def test_no_iteration_starts_that_cannot_finish(self, config_file, server):
         """After an iteration that took longer than the time left, no further iteration starts."""
         config = config_file(night={"deadline": "06:30", "max_iterations": 3})
