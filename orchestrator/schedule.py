@@ -187,6 +187,10 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     # recorded its run, or while it waited out another's lock, lost the night without the marker.
     marker = _started_marker(config)
     marked = _mark_started(marker, pid=0)
+    # The fire this night is for, named once: tries after a long wait for the lock may come after the
+    # grace (counted from the first try, which may itself be late), and a night started without its
+    # fire time reads its deadline from its start: past 06:30, tomorrow's.
+    fired = _fire_of_tonight(config)
     try:
         while True:
             done = _finished_tonight(config)
@@ -196,7 +200,8 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
                 _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
                 return 0
             command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
-            if (fired := _fire_of_tonight(config)) is not None:
+            fired = fired or _fire_of_tonight(config)  # a config mended while the lock was waited for
+            if fired is not None:
                 # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
                 command += ["--scheduled-for", fired.isoformat()]
             child = _night.start(command)
