@@ -16,6 +16,12 @@ REMINDER = (
     "You keep making the same few calls without changing anything. Stop looking at the same things "
     "again: decide on one change, make it with edit_file or write_file, then run the check."
 )
+# A model that circles after its check passed has finished (small models often never submit): the reminder
+# above would send it to change the working code.
+DONE_REMINDER = (
+    "You keep making the same few calls, and your last run_check passed: the work is done. Do not change "
+    "the code again; call submit with a one-line summary."
+)
 
 Progress = Callable[[Sequence[ToolCall], Sequence[ToolResult]], bool]
 
@@ -111,7 +117,7 @@ class DeadLoopGuard:
         if message is None:
             return
         self._rounds.clear()
-        ctx.remind(REMINDER)
+        ctx.remind(DONE_REMINDER if ctx.check_passed else REMINDER)
         ctx.report(Level.WARNING, KIND, message)
 
     def _circling(self) -> str | None:

@@ -79,13 +79,15 @@ class FailingStreakGuard:
 
     def after_tool_call(self, ctx: GuardContext, call: ToolCall, result: ToolResult) -> None:
         key = call_key(call)
+        # Before the copies are passed over: they count once, but what they did happened. The check run again
+        # after an edit in the same answer ([run_check, edit_file, run_check]) passed after that edit.
+        if result.ok and call.name == "run_check":
+            self._passed = True
+        elif result.ok and call.name in self.progress_tools:
+            self._passed = False
         if not self._copies.first(key):
             return  # a copy of a call earlier in the same answer: one decision, counted once
         if result.ok:
-            if call.name == "run_check":
-                self._passed = True
-            elif call.name in self.progress_tools:
-                self._passed = False
             if self._news(call, key, result):
                 self._streak, self._in_a_row = 0, True
             elif self._streak:

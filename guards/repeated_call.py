@@ -91,7 +91,7 @@ class RepeatedCallGuard:
         message = f"loop: {call.name} ×{self._count}"
         if self._exact >= self.stop_at or self._count >= self.stop_at + _LOOSE_EXTRA:
             raise QualityError(KIND, _next_time(call, self._count), evidence=_evidence(call, self._count, result), message=message)
-        ctx.remind(_correction(call, self._count))
+        ctx.remind(_correction(call, self._count, done=ctx.check_passed))
         ctx.report(Level.WARNING, KIND, message)
 
     def _loosely_same(self, key: tuple[str, str, bool, str], previous: tuple[str, str, bool, str] | None) -> bool:
@@ -129,7 +129,14 @@ def _loose_correction(call: ToolCall, count: int) -> str:
     )
 
 
-def _correction(call: ToolCall, count: int) -> str:
+def _correction(call: ToolCall, count: int, done: bool = False) -> str:
+    if done:
+        # The check passed and no call since may have changed a file: "change the code" sent a model that never submits
+        # (small ones often don't) to undo its finished work. What is left to do is to submit.
+        return (
+            f"You called {describe_call(call)} {count} times in a row and got the same result each time. Do not call "
+            "it again: your last run_check passed, so the work is done. Call submit with a one-line summary."
+        )
     # Not "or run the check" to a model that just ran it four times: it would read that as its way out.
     instead = "change the code, or look at another file." if call.name == "run_check" else "change the code, look at another file, or run the check."
     return (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from orchestrator import history
-from orchestrator.errors import Cancelled, QualityError
+from orchestrator.errors import Cancelled, QualityError, StateError
 from orchestrator.logs import get_logger
 from orchestrator.protocols import Guard, Message, Model, SignalSink, Toolbox
 from orchestrator.records import AgentResult, BrokenCall, Level, ModelResponse, Signal, ToolCall, ToolResult
@@ -195,7 +195,10 @@ def _each(guards: list[Guard], hook: str, ctx: RunContext, *args: Any) -> None:
             continue
         try:
             method(ctx, *args)
-        except (QualityError, Cancelled):
+        except (QualityError, Cancelled, StateError):
+            # StateError: the run store or the state dir failed under the guard's ctx.report (a batch of events
+            # the store could not write is raised once, at the next write). Not a bug in the guard: left out, it
+            # watched no more, and the failure it swallowed never ended the night as a store failure does.
             raise
         except Exception as exc:  # a bug in the guard, often a user's: not the model's fault
             # By identity: two guards may compare equal (a dataclass with the same fields), and the healthy one must stay.

@@ -62,6 +62,9 @@ class GuardContext(Protocol):
     context_window: int | None
     # The worktree the tools act on: guards may read files there (not write them).
     workdir: Path | None
+    # The model's last run_check passed and no call since may have changed a file: its work is done
+    # unless it changes more (a reminder then says submit, not "change the code").
+    check_passed: bool
 
     def remind(self, text: str) -> None:
         """Attach `text` to the next request only; it never enters the history."""

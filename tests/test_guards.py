@@ -932,6 +932,34 @@ class TestThroughTheAgentLoop:
         ]
         assert "Do not call it again" in reminders_seen(model)
 
+    def test_a_passing_check_run_three_times_is_told_to_submit_not_to_change_the_code(self, project: Path):
+        """The reminder after the third passing run_check: the work is done, submit. It said "change the code",
+        which sends a model that never submits to undo the fix."""
+        sink, error, model = run_with_guards(
+            project,
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            *[call("run_check")] * 3,
+            call("submit", {"summary": "answer() returns 42"}),
+        )
+        assert error is None
+        assert "loop: run_check ×3" in [s.message for s in sink]
+        reminder = model.requests[4][-1]["content"]
+        assert "Call submit" in reminder and "change the code" not in reminder
+
+    def test_circling_after_the_check_passed_is_told_to_submit_not_to_make_a_change(self, project: Path):
+        """Checking and reading in turn once the fix passes: the dead-loop reminder says the work is done. It said
+        "decide on one change, make it", which sends a model that never submits to change working code."""
+        sink, error, model = run_with_guards(
+            project,
+            call("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}),
+            *[call("run_check"), call("read_file", {"path": "app.py"})] * 2,
+            call("submit", {"summary": "answer() returns 42"}),
+        )
+        assert error is None
+        assert [s.kind for s in sink] == ["dead_loop"]
+        reminder = model.requests[5][-1]["content"]
+        assert "call submit" in reminder and "decide on one change" not in reminder
+
     def test_edit_and_recheck_runs_to_submit(self, project: Path):
         """Checking, editing, re-reading and re-checking until it passes is never stopped."""
         sink, error, _ = run_with_guards(
@@ -1003,6 +1031,17 @@ class TestThroughTheAgentLoop:
         assert error is not None and error.reason == "failing_streak"
         assert [(s.level, s.kind) for s in sink if s.kind == "failing_streak"][0] == (Level.WARNING, "failing_streak")
         assert [t for t, s in enumerate(sink) if s.level is Level.SEVERE] == [len(sink) - 1]
+
+    def test_a_check_passed_again_after_an_edit_in_the_same_answer_keeps_the_stop_off(self, project: Path):
+        """[run_check, edit_file, run_check] in one answer: the second check, a copy by its call, passed after the
+        edit. Failed edits after it only warn, as they do when the check passed in an answer of its own."""
+        fix = calls(("run_check", {}), ("edit_file", {"path": "app.py", "old": "return 41", "new": "return 42"}), ("run_check", {}))
+        failed_edits = [call("edit_file", {"path": "app.py", "old": f"nothing like this {index}", "new": "x"}) for index in range(6)]
+        sink, error, _ = run_with_guards(
+            project, call("run_check"), fix, *failed_edits, call("submit", {"summary": "fixed"}), guards=STREAK_STOPS
+        )
+        assert error is None
+        assert {(s.level, s.kind) for s in sink} == {(Level.WARNING, "failing_streak")}
         assert sum(1 for s in sink if s.kind == "failing_streak") == 4
 
     def test_flip_flopping_an_edit_warns_at_the_third_check_and_stops_at_the_sixth(self, project: Path):
@@ -1238,6 +1277,37 @@ class TestACrashingGuard:
         run_agent(model, toolbox, [healthy, crasher], [], ctx, ListRecorder())
         assert (healthy.seen, crasher.seen) == (4, 1)
         assert [s.kind for s in sink] == ["guard_error"]
+
+    def test_a_run_store_failing_under_a_guards_signal_is_a_store_failure_not_the_guards(self, project: Path, tmp_path: Path):
+        """The store could not write a batch of events (locked past its busy timeout): the failure is raised once,
+        at the next write, here the repeat warning's signal. It ends the run as StateError; it was taken for a
+        bug in RepeatedCallGuard, which was left out (the fourth read went on unstopped) and the failure lost."""
+        from orchestrator.errors import StateError
+        from runs import RunStore
+        from tests.test_store_faults import hold_the_database
+
+        database = tmp_path / "runs.db"
+        RunStore.open(f"sqlite:///{database}").close()
+        store = RunStore.open(f"sqlite:///{database}?timeout=0.2")
+        try:
+            run_id = store.begin_run(config_path="c", pid=1, host="h")
+            iteration_id = store.begin_iteration(store.begin_task(run_id, name="t", branch="b"), number=1, checkpoint="c", pid=1)
+            holder = hold_the_database(database, 1.5)
+            store.record_tool_call(iteration_id, name="read_file", ok=True)  # its batch fails: the database is locked
+            holder.join()
+            signals: list[Signal] = []
+
+            def to_the_store(signal: Signal) -> None:
+                signals.append(signal)
+                store.record_signal(iteration_id, level=signal.level.value, kind=signal.kind, message=signal.message)
+
+            ctx = RunContext(max_turns=30, tool_names=list(TOOLS), sink=to_the_store)
+            model = ScriptedModel([call("read_file", {"path": "app.py"})] * 6)
+            with pytest.raises(StateError, match="database is locked"):
+                run_agent(model, Toolbox(project, TOOLS, check_command="true"), default_guards(GuardsConfig()), [], ctx, ListRecorder())
+            assert [s.kind for s in signals] == ["repeated_tool_call"]
+        finally:
+            store.close()
 
 
 class TestNoToolCallGuard:
