@@ -402,6 +402,10 @@ def notes(
         _echo(text or "(no notes yet)", nl=not text.endswith("\n"))
         return
     entries = book.for_task(task)
+    known = [t.name for t in settings.task]
+    if not entries and task not in known:
+        # A misspelt name: "(no notes for task ...)" and exit 0 read as a task that never failed.
+        raise ConfigError(f"--task {task!r}: no such task in {config} nor in notes.md (tasks: {', '.join(known) or 'none'})")
     _echo("\n\n".join(entries) if entries else f"(no notes for task {task!r})")
 
 

@@ -254,7 +254,10 @@ class TaskConfig(_Section):
     def _name_is_branch_safe(cls, value: str) -> str:
         # Also git's rules for a branch name that these characters can break.
         if not _TASK_NAME.fullmatch(value) or value.endswith((".lock", ".")) or ".." in value:
-            raise ValueError("must be letters, digits, '.', '_' or '-', not ending in '.' or '.lock' (it names a branch and a folder)")
+            raise ValueError(
+                "must be 1 to 64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, not ending in '.' "
+                "or '.lock', without '..' (it names a branch and a folder)"
+            )
         return value
 
     @field_validator("prompt", "check")

@@ -17,6 +17,7 @@ from orchestrator.agent import RunContext, run_agent
 from orchestrator.commands import how_it_ended
 from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
+from orchestrator.printable import visible
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
 from orchestrator.records import AgentResult, IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
@@ -108,10 +109,13 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
                 return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
             if setup.lease is not None and not setup.lease.still_held():
                 raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
+            # The model's summary, its control characters escaped: a NUL (which no command line can
+            # carry) failed the commit of work that had passed its check, and an escape sequence
+            # would redraw the terminal of whoever reads `git log` in the morning.
+            summary = visible(result.summary, keep="\n\t")
+            message = f"overnight: {setup.task.name} iteration {number}\n\n{summary}".strip()
             try:
-                commit = setup.workspace.commit(
-                    f"overnight: {setup.task.name} iteration {number}\n\n{result.summary}".strip(), onto=checkpoint, max_file_bytes=setup.max_file_bytes
-                )
+                commit = setup.workspace.commit(message, onto=checkpoint, max_file_bytes=setup.max_file_bytes)
             except QualityError as refused:
                 if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
                     ctx.report(Level.SEVERE, refused.reason, refused.message)

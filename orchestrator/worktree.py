@@ -611,18 +611,32 @@ class Worktree:
         )
 
     def _add_all(self) -> str:
-        """`git add --all --verbose`; in a sparse checkout with --sparse, which also takes what the agent
-        wrote outside it (git >= 2.34: an older git, which has no such option, adds without it)."""
+        """`git add --all --verbose`, new files under `keep` paths left out; in a sparse checkout with --sparse,
+        which also takes what the agent wrote outside it (git >= 2.34: an older git, which has no such option,
+        adds without it)."""
         import git
 
+        # New files under `[repo] keep` paths (a check's .venv or build cache that .gitignore does not
+        # name) are no work, as for a rollback, gc and a kept branch: staged, they went onto the task's
+        # branch and into the morning's merge. Listed before the add, which would make them tracked.
+        kept_new = sorted(set(self._untracked_all()) - set(self._untracked())) if self.keep else []
         if not (self._admin / "info" / "sparse-checkout").exists():
-            return self._git("add", "--all", "--verbose")
-        try:
-            return self._git("add", "--all", "--verbose", "--sparse")
-        except git.GitCommandError as exc:
-            if "sparse" not in str(exc.stderr) or "unknown option" not in str(exc.stderr):
-                raise
-            return self._git("add", "--all", "--verbose")
+            added = self._git("add", "--all", "--verbose")
+        else:
+            try:
+                added = self._git("add", "--all", "--verbose", "--sparse")
+            except git.GitCommandError as exc:
+                if "sparse" not in str(exc.stderr) or "unknown option" not in str(exc.stderr):
+                    raise
+                added = self._git("add", "--all", "--verbose")
+        paths = [name.rstrip("/") for name in kept_new]  # a nested repository is listed as its folder
+        for start in range(0, len(paths), 1000):  # a command line holds only so many paths
+            self._git("update-index", "--force-remove", "--", *paths[start : start + 1000])
+        return added
+
+    def _untracked_all(self) -> list[str]:
+        """Untracked paths not ignored, `keep` paths included."""
+        return [name for name in self._git("ls-files", "-z", "--others", "--exclude-standard").split("\0") if name]
 
     def _roll_back_submodules(self) -> None:
         """What reset and clean do not reach: the checked-out submodules back on the commits the

@@ -212,6 +212,9 @@ class TestBadConfig:
             ({"extra": "[store]\nurl = 'sqlite:///:memory:'\n"}, ("[store] url", "in-memory")),
             ({"tasks": [{"name": "foo.", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "not ending in '.'")),
             ({"tasks": [{"name": "foo\n", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "letters, digits")),
+            # "must be letters" refused "größe", whose letters are letters: the rule the line gives is the one applied.
+            ({"tasks": [{"name": "größe", "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "ASCII letters")),
+            ({"tasks": [{"name": "x" * 65, "prompt": "p", "check": "true"}]}, ("[[task]] #1 name", "1 to 64")),
             ({"tasks": [{"name": "foo", "prompt": "p", "check": "true\u0000"}]}, ("[[task]] #1 check", "NUL")),
             ({"extra": "[store]\nurl = 'mysql://u@localhost/db'\n"}, ("[store] url", "'mysql'", "sqlite or postgresql")),
             ({"model": {"retries": 1000}}, ("[model] retries",)),

@@ -419,6 +419,23 @@ class TestMorning:
         out = capsys.readouterr().out
         assert "task `two`" in out and "task `one`" not in out
 
+    def test_notes_for_a_task_nobody_knows_is_a_usage_error(self, config_file, server, capsys):
+        """`--task tow` (misspelt) printed "(no notes for task 'tow')" and exit 0, which reads as a task that
+        never failed: one line naming the tasks, exit 2. A task of the config without notes, and one no longer
+        in the config that notes.md still has, are no error."""
+        config = config_file(tasks=[{"name": "one", "prompt": "p", "check": "false"}], night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "a"}))
+        assert overnight("run", "--config", str(config)) == 1
+        config.write_text(config.read_text().replace('name = "one"', 'name = "two"'))
+        capsys.readouterr()
+        assert overnight("notes", "--config", str(config), "--task", "tow") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--task 'tow'" in err and "(tasks: two)" in err
+        assert overnight("notes", "--config", str(config), "--task", "two") == 0
+        assert "(no notes for task 'two')" in capsys.readouterr().out
+        assert overnight("notes", "--config", str(config), "--task", "one") == 0
+        assert "task `one`" in capsys.readouterr().out
+
     def test_transcript_records_the_iteration(self, config_file, server):
         """Each iteration leaves a JSONL transcript with its messages and tool calls."""
         config = config_file()
@@ -448,6 +465,19 @@ class TestOddCharacters:
         [path] = (config.parent / "state" / "transcripts").glob("*.jsonl")
         lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         assert any("nope-" in json.dumps(line) for line in lines)
+
+    def test_a_summary_with_a_nul_still_commits_the_passing_fix(self, config_file, server, repo, capsys):
+        """A submit summary holding a NUL (or a terminal escape): the fix had passed its check, and the commit
+        failed ("embedded null byte": no command line carries one), so it was rolled back as iteration_error.
+        Committed, the summary's control characters written as their escapes."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(FIX[2], call("submit", {"summary": "fixed\u0000 the \x1b[2Jtypo\nline two"}))
+        assert overnight("run", "--config", str(config)) == 0
+        [task] = report_json(config, capsys)["tasks"]
+        assert [(i["outcome"], i["reason"]) for i in task["iterations"]] == [("committed", None)]
+        assert git(repo, "show", "overnight/fix-greet:greet.py").endswith("'hello'")
+        message = git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        assert message == "overnight: fix-greet iteration 1\n\nfixed\\x00 the \\x1b[2Jtypo\nline two"
 
 
 class TestTheBranchUnderReview:
@@ -598,6 +628,29 @@ class TestWorkNoCommitHolds:
         assert "dump.bin (3.0 MB)" in notes_text(config)
         assert "dump.bin" not in git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet")
         assert not (worktree(config) / "dump.bin").exists()
+
+    def test_build_output_under_a_keep_path_is_not_committed(self, config_file, server, repo, capsys):
+        """`[repo] keep = [".venv"]`, a check that makes its .venv (not in .gitignore): the fix is committed,
+        the .venv is not (it went onto the branch, and into the morning's merge; a file there over
+        `max_file_mb`, a wheel's library, rolled back every passing iteration as file_too_large), and stays
+        for the next iteration as a rollback leaves it. A tracked file under a keep path the agent changes is still work."""
+        (repo / "vendor").mkdir()
+        (repo / "vendor" / "lib.py").write_text("x = 1\n")
+        git(repo, "add", "vendor")
+        git(repo, "commit", "-q", "-m", "vendor")
+        config = config_file(tasks=[{"name": "fix-greet", "prompt": "p",
+                                     "check": "mkdir -p .venv/bin vendor/cache && head -c 3000 /dev/zero > .venv/bin/tool && echo c > vendor/cache/c && python check_greet.py"}])
+        config.write_text(config.read_text().replace('path = "', 'keep = [".venv", "vendor"]\nmax_file_mb = 0.002\npath = "', 1))
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("edit_file", {"path": "vendor/lib.py", "old": "x = 1", "new": "x = 2"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        committed = git(repo, "diff", "--name-only", "main", "overnight/fix-greet").splitlines()
+        assert committed == ["greet.py", "vendor/lib.py"]
+        assert (worktree(config) / ".venv" / "bin" / "tool").exists()
+        assert (worktree(config) / "vendor" / "cache" / "c").exists()
 
     def test_a_limit_under_a_byte_is_still_a_limit(self, config_file, server, repo, capsys):
         """`max_file_mb = 0.0000005` (half a byte) was rounded down to 0 bytes, which means no limit: the fix
