@@ -100,7 +100,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
                 setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
             )
             transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
-            if not check.passed and _died_of_the_nights_signal(setup.cancel, check.exit_code):
+            if not check.passed and died_of_the_nights_signal(setup.cancel, check.exit_code):
                 raise Cancelled(setup.cancel.why)
             if not check.passed and stopped is not None:
                 raise stopped  # the guard's stop stands, as if the check had not been asked
@@ -137,7 +137,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             finish.state_failed()
             raise
         except Exception as exc:  # a bug or an environment failure: not the model's fault, but recorded
-            if _died_of_the_nights_signal(setup.cancel, getattr(exc, "status", None)):  # git, killed with the night
+            if died_of_the_nights_signal(setup.cancel, getattr(exc, "status", None)):  # git, killed with the night
                 finish.cancelled(setup.cancel.why)
                 raise Cancelled(setup.cancel.why) from None
             log.exception("iteration_error")
@@ -161,7 +161,7 @@ def first_messages(
     return build_messages(task_prompt=task.prompt, check=task.check, tool_names=tool_names, notes=notes.for_prompt(task.name, budget))
 
 
-def _died_of_the_nights_signal(cancel: Any, status: object) -> bool:
+def died_of_the_nights_signal(cancel: Any, status: object) -> bool:
     """Whether a process that died of SIGHUP, SIGINT or SIGTERM died of the signal that is stopping the night.
 
     systemd's control-group kill and Ctrl-C at a terminal signal the check and git as well as

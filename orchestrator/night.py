@@ -28,7 +28,7 @@ from orchestrator.config import Config, TaskConfig
 from orchestrator.confinement import Confinement
 from orchestrator.errors import Cancelled, ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
-from orchestrator.iteration import TaskSetup, first_messages, run_iteration
+from orchestrator.iteration import TaskSetup, died_of_the_nights_signal, first_messages, run_iteration
 from orchestrator.leases import LeaseHeld, LeaseKeeper, lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
@@ -287,7 +287,13 @@ def run_night(parts: NightParts) -> NightResult:
         # other tasks end their iterations in flight and start no more (_run_task); then the run
         # says `crashed` instead of staying "running" in the morning report (unless the store
         # itself is what broke), with the exit code the process leaves with (a bug's traceback: 1).
-        pool.shutdown(wait=True)
+        try:
+            pool.shutdown(wait=True)
+        except KeyboardInterrupt:
+            # A second Ctrl-C while the others end: abandoned as anywhere else. (Python 3.11's interrupted
+            # join marks the threads finished, so the wait in `finally` returned at once; 3.13's does not.)
+            abandoned = True
+            raise
         with contextlib.suppress(StateError):
             store.close_interrupted_run(run_id, exit_code=getattr(crash, "exit_code", 1))
         raise
@@ -384,6 +390,14 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
                             log.warning("task_skipped_branch_checked_out", at=taken.at)
                             workspace = None
                             outcome, reason = TaskOutcome.SKIPPED, BRANCH_CHECKED_OUT
+                        except Exception as failed:
+                            # Its git killed by the signal stopping the night (systemd's control-group kill, a moment
+                            # before the night's own handler runs; `git_status`: worktree._with_git_status, `status`: a
+                            # GitCommandError): the task is cancelled, not a night crashed on a worktree git refused.
+                            if not died_of_the_nights_signal(cancel, getattr(failed, "git_status", getattr(failed, "status", None))):
+                                raise
+                            workspace = None
+                            outcome, reason = TaskOutcome.CANCELLED, cancel.why
                         if workspace is not None:
                             log.info("task_started", branch=workspace.branch)
                             setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)

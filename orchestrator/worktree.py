@@ -276,7 +276,8 @@ class Worktree:
             try:
                 worktree._git("reset", "--hard", "--quiet")
             except (git.GitCommandError, OSError) as exc:
-                raise _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path) from None
+                failed = _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path)
+                raise _with_git_status(failed, exc) from None
         worktree.back_on_branch(task)
         return worktree
 
@@ -846,7 +847,8 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
             taken = _CHECKED_OUT_AT.search(git_reason(first)) or _CHECKED_OUT_AT.search(git_reason(second))
             if taken:
                 raise BranchCheckedOut(task, branch, taken.group(1)) from None
-            raise _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent) from None
+            failed = _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent)
+            raise _with_git_status(failed, first) from None
 
 
 def forget_missing(common: Path, path: Path) -> None:
@@ -891,6 +893,14 @@ _STORAGE_FAULTS = re.compile(
 )
 # Less free space than this on the worktree's disk after a failed checkout: the disk is full.
 _NEARLY_FULL_BYTES = 1 << 20
+
+
+def _with_git_status(error: ConfigError | StateError, git_error: BaseException) -> ConfigError | StateError:
+    """`error`, carrying the exit status of the git it stands for (`git_status`: negative when a signal killed
+    it): a git that died of the signal stopping the night (systemd's control-group kill reaches it in its own
+    process group) is the night's stop, not a setup git refuses (night._work_on_task tells them apart)."""
+    error.git_status = getattr(git_error, "status", None)  # type: ignore[attr-defined]
+    return error
 
 
 def _creation_error(what: str, reason: str, folder: Path) -> ConfigError | StateError:

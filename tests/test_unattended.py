@@ -360,6 +360,42 @@ class TestCancellation:
         assert iteration["outcome"] == "cancelled" and not [s for s in iteration["signals"] if s["level"] == "severe"]
 
 
+    def test_sigterm_to_the_whole_service_while_worktrees_are_checked_out_is_cancelled_not_crashed(self, config_file, server, repo, tmp_path, capsys):
+        """systemd's control-group kill while the night checks out its tasks' worktrees (seconds each on a large
+        repository's first night): git died of the SIGTERM a moment before the night's handler ran, and that
+        was "cannot check out the files", exit 2, the run `crashed`. Now the tasks are cancelled, exit 143,
+        and the next night checks the worktrees out and works."""
+        smudges = tmp_path / "smudge.pids"
+        git(repo, "config", "filter.slow.clean", "cat")
+        git(repo, "config", "filter.slow.smudge", f"echo $$ >> {smudges}; sleep 10; cat")
+        (repo / ".gitattributes").write_text("greet.py filter=slow\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "slow checkout of greet.py")
+        tasks = [{"name": name, "prompt": "p", "check": "python check_greet.py"} for name in ("fix-greet", "also")]
+        config = config_file(tasks=tasks, night={"concurrency": 2}, model={"request_timeout_s": 60})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while len(smudges.read_text().split() if smudges.exists() else ()) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        # Both checkouts under way, each git in its own process group: the service's kill reaches them first.
+        for pid in smudges.read_text().split():
+            os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 143, stderr
+        report = report_json(config, capsys)
+        assert (report["run"]["status"], report["run"]["exit_code"]) == ("cancelled", 143)
+        assert [(task["outcome"], task["reason"], task["iterations"]) for task in report["tasks"]] == [("cancelled", "SIGTERM", [])] * 2
+        git(repo, "config", "filter.slow.smudge", "cat")
+        config = config_file(tasks=tasks, night={"concurrency": 1})  # one at a time: each takes its FIX from the queue whole
+        server.enqueue(*FIX, *FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert all(git(worktree(config, name), "status", "--porcelain") == "" for name in ("fix-greet", "also"))
+
     def test_sighup_of_a_closed_terminal_rolls_back_and_exits_129(self, config_file, server, capsys):
         """The terminal a night was started from goes away: SIGHUP, and every log line written after it fails."""
         import pty
