@@ -544,6 +544,8 @@ class _Draft:
     calls: dict[int, _CallDraft] = field(default_factory=dict)
     # Deltas without an index: the slot in `calls` that each place in a delta's list now continues.
     unindexed_slots: dict[int, int] = field(default_factory=dict)
+    # Indexes a server gave to more than one call (Ollama's /v1 gives every call index 0): the slot each now continues.
+    reused_index_slots: dict[int, int] = field(default_factory=dict)
     finish_reason: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -572,6 +574,8 @@ class _Draft:
         index = getattr(call, "index", None)
         if not isinstance(index, int):
             index = self._unindexed_slot(position, getattr(call, "id", None))
+        else:
+            index = self._reused_index_slot(index, call)
         draft = self.calls.setdefault(index, _CallDraft())
         if getattr(call, "id", None) and not draft.id:
             draft.id = _as_text(call.id)
@@ -593,6 +597,20 @@ class _Draft:
         if call_id and current is not None and current.id and current.id != _as_text(call_id):
             slot = max(self.calls) + 1
             self.unindexed_slots[position] = slot
+        return slot
+
+    def _reused_index_slot(self, index: int, call: Any) -> int:
+        """Where a call delta with an `index` goes: the call at that index; or a new one when the delta begins
+        another call there (another id, and a name). Ollama's /v1 streams each whole call in a chunk of its
+        own, every one at index 0: two reads were one call of '{"path": "a.py"}{"path": "b.py"}'."""
+        slot = self.reused_index_slots.get(index, index)
+        current = self.calls.get(slot)
+        call_id, function = getattr(call, "id", None), getattr(call, "function", None)
+        # A name too: a server that sent a new id with every piece of one call would otherwise split it.
+        begins_a_call = bool(call_id) and bool(getattr(function, "name", None))
+        if begins_a_call and current is not None and current.id and current.id != _as_text(call_id):
+            slot = max(self.calls) + 1
+            self.reused_index_slots[index] = slot
         return slot
 
     def add_usage(self, usage: Any) -> None:

@@ -84,10 +84,27 @@ _THINKING_END = re.compile(r"</(think|thinking)>", re.IGNORECASE)
 
 
 def thinking_apart(text: str) -> tuple[str, str]:
-    """`text` without the thinking it starts with, and that thinking: a `<think>` block at its start (to
-    the end when cut off there), or all before a first `</think>` when the prompt held the opening tag.
-    A call the model only considered while thinking is not one it made. Tags later in the text are the
-    answer's own (a file being written may hold them)."""
+    """`text` without its thinking, and that thinking: a `<think>` block at its start (to the end when cut
+    off there), or all before a first `</think>` when the prompt held the opening tag; then each further
+    block opened on a line of its own while the text before it is prose only (a second block after the
+    first, a model that says a line and thinks again). A call the model only considered while thinking is
+    not one it made. Other tags are the answer's own (a file being written may hold them): once a call
+    may have begun (a bracket, a tag, a fence before the tag), they stay."""
+    answer, thought = _first_thinking_apart(text)
+    thoughts = [thought] if thought else []
+    while (later := _THINKING_AFTER_PROSE.match(answer)) is not None:
+        prose, rest = later.group(1), answer[later.start(2) :]
+        rest, thought = _first_thinking_apart(rest)
+        answer = (prose.rstrip() + "\n" + rest).strip()
+        thoughts.append(thought)
+    return answer, "\n".join(filter(None, thoughts))
+
+
+# A thinking tag opening a line, after nothing but prose: no bracket, tag or fence a call's text could begin with.
+_THINKING_AFTER_PROSE = re.compile(r"([^{\[<`]*?)(?:^|(?<=\n))[ \t]*(<(?:think|thinking)>)", re.IGNORECASE)
+
+
+def _first_thinking_apart(text: str) -> tuple[str, str]:
     opened = _THINKING_START.match(text)
     if opened is not None:
         closed = re.compile(f"</{opened.group(1)}>", re.IGNORECASE).search(text, opened.end())

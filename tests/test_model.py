@@ -161,6 +161,34 @@ class TestAnswers:
         assert response.reasoning == "First I think about the parser, then the tests."
         assert response.text == "Answer."
 
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            '<think>Read it first.</think>\n<think>Or {"name": "write_file", "arguments": {"path": "a.py", "content": ""}}?</think>\nLet me read.',
+            'Let me look.\n<think>\nI would then call <tool_call>{"name": "submit", "arguments": {"summary": "done"}}</tool_call>\n</think>\nLet me read.',
+        ],
+        ids=["second-block", "after-a-line-of-prose"],
+    )
+    def test_a_call_considered_in_a_later_thinking_block_is_not_made(self, server, make_model, answer):
+        """A second `<think>` block, or one after a line of prose, left in the text by a server without a
+        reasoning parser, is thinking too: only the first block at the very start was set apart, and the
+        call the model only considered in the next one ran (a submit it had not made, an emptied file)."""
+        from orchestrator.toolcalls import parse_calls
+        from orchestrator.tools import schemas_of
+
+        server.enqueue(say(answer))
+        response = make_model(server.url)[0].complete(MESSAGES, TOOLS)
+        assert parse_calls(response, schemas_of(["read_file", "write_file", "submit"])) == []
+        assert "<think>" not in response.text and response.text.endswith("Let me read.")
+        assert "would then call" in response.reasoning or "Or {" in response.reasoning
+
+    def test_thinking_tags_after_a_calls_beginning_are_the_calls_own(self, server, make_model):
+        """A tag once a written call has begun is the answer's own (a file that holds one): it stays."""
+        answer = 'Writing it.\n{"name": "write_file", "arguments": {"path": "p.py", "content": "x = 1\\n<think>\\ny = 2"}}'
+        server.enqueue(say(answer))
+        response = make_model(server.url)[0].complete(MESSAGES, TOOLS)
+        assert response.text == answer and response.reasoning == ""
+
     def test_context_window_falls_back_to_config(self):
         """A model litellm does not know gets the configured context window."""
         config = ModelConfig(name="openai/no-such-model-xyz", api_base="http://127.0.0.1:9/v1", context_window=8192)

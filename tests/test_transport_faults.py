@@ -634,3 +634,28 @@ class TestRetryAfter:
         config = ModelConfig(name="openai/x", api_base=server.url, retries=1, retry_backoff_s=1.0, transport=transport)
         assert EndpointModel(config, sleep=slept.append).complete(MESSAGES, []).text == "Hello world"
         assert len(slept) == 1 and least <= slept[0] <= 300.0 * 1.25
+
+
+class TestCallsAtTheSameIndex:
+    def test_whole_calls_each_at_index_0_stay_apart(self, raw_server, transport):
+        """Ollama's /v1 streams each whole call in a chunk of its own, every one at index 0 with its own id
+        (ollama/ollama#15457): two reads were one call of '{"path": "a.py"}{"path": "b.py"}', both lost."""
+        def whole(call_id: str, path: str) -> dict[str, Any]:
+            arguments = json.dumps({"path": path})
+            return delta(tool_calls=[{"id": call_id, "index": 0, "type": "function", "function": {"name": "read_file", "arguments": arguments}}])
+
+        finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        body = response_head() + sse(whole("call_a", "a.py"), whole("call_b", "b.py"), finish, "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        response = make_model(server.url, transport)[0].complete(MESSAGES, [])
+        assert [(c.id, c.arguments) for c in response.tool_calls] == [("call_a", '{"path": "a.py"}'), ("call_b", '{"path": "b.py"}')]
+
+    def test_a_new_id_on_each_piece_of_one_call_does_not_split_it(self, raw_server, transport):
+        """A piece that names no tool continues the call at its index, whatever id it carries."""
+        begin = delta(tool_calls=[{"id": "x1", "index": 0, "type": "function", "function": {"name": "read_file", "arguments": '{"path": '}}])
+        more = delta(tool_calls=[{"id": "x2", "index": 0, "function": {"arguments": '"a.py"}'}}])
+        finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        body = response_head() + sse(begin, more, finish, "[DONE]")
+        server = raw_server(lambda client, head: client.sendall(body))
+        response = make_model(server.url, transport)[0].complete(MESSAGES, [])
+        assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [("x1", "read_file", '{"path": "a.py"}')]
