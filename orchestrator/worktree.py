@@ -537,7 +537,7 @@ class Worktree:
         self._unhide_hidden_files()
         # --verbose names every path it stages. Silence means the files match the index, so
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
-        # asked of git only then, an unchanged worktree costs two processes instead of three.
+        # asked of git only then, an unchanged worktree costs one process fewer.
         staged = self._add_all()
         # With a size limit, the index is compared with the checkpoint anyway: when HEAD is still
         # there, that also answers "anything staged?" without asking git again.
@@ -612,7 +612,7 @@ class Worktree:
         )
 
     def _add_all(self) -> str:
-        """`git add --all --verbose`, new files under `keep` paths left out; in a sparse checkout with --sparse,
+        """`git add --all --verbose`, new files under `keep` paths and nested repositories left out; in a sparse checkout with --sparse,
         which also takes what the agent wrote outside it (git >= 2.34: an older git, which has no such option,
         adds without it)."""
         import git
@@ -620,16 +620,23 @@ class Worktree:
         # New files under `[repo] keep` paths (a check's .venv or build cache that .gitignore does not
         # name) are no work, as for a rollback, gc and a kept branch: staged, they went onto the task's
         # branch and into the morning's merge. Listed before the add, which would make them tracked.
-        kept_new = sorted(set(self._untracked_all()) - set(self._untracked())) if self.keep else []
+        untracked = self._untracked_all()
+        kept_new = sorted(set(untracked) - set(self._untracked())) if self.keep else []
+        # A repository the agent made inside the worktree (`git init` or `git clone` into a folder; a nested
+        # repository is listed as its folder) is left out, as kept branches and the rollback's cleaning leave
+        # it: git would add only a link to its commit, which exists in that folder alone and no clone of the
+        # task's branch can check out, never its files; and one with no commit yet failed the whole add.
+        leave_out = [f":(exclude,literal){name}" for name in untracked if name.endswith("/")]
+        pathspec = ["--", ".", *leave_out] if leave_out else []
         if not (self._admin / "info" / "sparse-checkout").exists():
-            added = self._git("add", "--all", "--verbose")
+            added = self._git("add", "--all", "--verbose", *pathspec)
         else:
             try:
-                added = self._git("add", "--all", "--verbose", "--sparse")
+                added = self._git("add", "--all", "--verbose", "--sparse", *pathspec)
             except git.GitCommandError as exc:
                 if "sparse" not in str(exc.stderr) or "unknown option" not in str(exc.stderr):
                     raise
-                added = self._git("add", "--all", "--verbose")
+                added = self._git("add", "--all", "--verbose", *pathspec)
         paths = [name.rstrip("/") for name in kept_new]  # a nested repository is listed as its folder
         for start in range(0, len(paths), 1000):  # a command line holds only so many paths
             self._git("update-index", "--force-remove", "--", *paths[start : start + 1000])

@@ -464,6 +464,26 @@ def test_rollback_removes_a_repository_the_agent_made_inside_the_worktree(repo: 
     assert not (tree.path / "scratch").exists() and tree.idle_state() == "clean"
 
 
+@pytest.mark.parametrize("nested", ["with a commit", "with no commit yet"])
+def test_a_commit_leaves_out_a_repository_the_agent_made_inside_the_worktree(repo: Path, tmp_path: Path, nested: str) -> None:
+    """`git init lib` or a `git clone` into the worktree, beside real work: the commit recorded a link to the nested
+    repository's commit (which exists in that folder alone) on the task's branch, or, with no commit there yet,
+    failed the whole add (`does not have a commit checked out`), losing the work. Left out, as kept branches leave it."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    checkpoint = tree.checkpoint()
+    lib = tree.path / "li[b]"  # a name that is a glob pattern matches itself only
+    git(tree.path, "init", "-q", str(lib))
+    (lib / "mod.py").write_text("x = 1\n")
+    if nested == "with a commit":
+        git(lib, "add", "mod.py")
+        git(lib, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "the agent's own repository")
+    (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+    commit = tree.commit("overnight: fix iteration 1", onto=checkpoint)
+    assert git(repo, "diff", "--name-status", checkpoint, commit) == "M\tgreet.py"
+    tree.rollback(commit)
+    assert not lib.exists() and tree.idle_state() == "clean"
+
+
 def test_commits_a_person_made_on_the_worktrees_detached_head_are_kept_on_a_branch(repo: Path, tmp_path: Path) -> None:
     """A person detached the task's worktree and committed there; putting HEAD back on the task's branch keeps
     those commits on `overnight-kept/<task>/<time>` instead of leaving them to the reflog."""
