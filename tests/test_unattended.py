@@ -33,6 +33,15 @@ EDIT_THEN_WAIT = [
 ]
 
 
+def slow_checkout(repo: Path, smudge: str) -> None:
+    """greet.py checked out through a filter whose smudge runs `smudge` first (a slow git-lfs, say), committed."""
+    git(repo, "config", "filter.slow.clean", "cat")
+    git(repo, "config", "filter.slow.smudge", f"{smudge}; cat")
+    (repo / ".gitattributes").write_text("greet.py filter=slow\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "slow checkout of greet.py")
+
+
 def clock_from(moment: datetime, speed: float = 1.0):
     """A clock that reads `moment` when the night first asks, then runs at `speed` times real time."""
     first: list[float] = []
@@ -156,11 +165,7 @@ class TestCancellation:
         """The rollback is slow (a smudge filter, as git-lfs fetching from a slow server): a second Ctrl-C
         exits 130 now, and the next night's recovery rolls back what was left in flight."""
         marker = tmp_path / "slow-now"
-        git(repo, "config", "filter.slow.clean", "cat")
-        git(repo, "config", "filter.slow.smudge", f"test -e {marker} && sleep 8; cat")
-        (repo / ".gitattributes").write_text("greet.py filter=slow\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-qm", "slow checkout of greet.py")
+        slow_checkout(repo, f"test -e {marker} && sleep 8")
         config = config_file(model={"request_timeout_s": 60})
         server.enqueue(call("write_file", {"path": "greet.py", "content": "half done\n"}), Reply(text="thinking", delay_s=30))
         process = subprocess.Popen(
@@ -366,11 +371,7 @@ class TestCancellation:
         was "cannot check out the files", exit 2, the run `crashed`. Now the tasks are cancelled, exit 143,
         and the next night checks the worktrees out and works."""
         smudges = tmp_path / "smudge.pids"
-        git(repo, "config", "filter.slow.clean", "cat")
-        git(repo, "config", "filter.slow.smudge", f"echo $$ >> {smudges}; sleep 10; cat")
-        (repo / ".gitattributes").write_text("greet.py filter=slow\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-qm", "slow checkout of greet.py")
+        slow_checkout(repo, f"echo $$ >> {smudges}; sleep 10")
         tasks = [{"name": name, "prompt": "p", "check": "python check_greet.py"} for name in ("fix-greet", "also")]
         config = config_file(tasks=tasks, night={"concurrency": 2}, model={"request_timeout_s": 60})
         process = subprocess.Popen(
@@ -651,11 +652,7 @@ class TestDeadline:
         makes one): the first iteration was timed from its start, most of its 4 s call uncounted, and a
         second began with 3 s left, to be cancelled at the deadline (found by a review). Timed from the
         request, the second is refused."""
-        (repo / ".gitattributes").write_text("greet.py filter=slow\n")
-        git(repo, "config", "filter.slow.smudge", "sleep 3; cat")
-        git(repo, "config", "filter.slow.clean", "cat")
-        git(repo, "add", ".gitattributes")
-        git(repo, "commit", "-q", "-m", "a slow checkout")
+        slow_checkout(repo, "sleep 3")
         config = config_file(night={"deadline": "06:30", "max_iterations": 3}, tasks=[{"name": "t", "prompt": "p", "check": "false"}])
         server.enqueue(call("submit", {"summary": "x"}, delay_s=4), call("submit", {"summary": "x"}, delay_s=4))
         result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 53, tzinfo=timezone.utc)))
