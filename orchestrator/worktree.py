@@ -612,35 +612,36 @@ class Worktree:
         )
 
     def _add_all(self) -> str:
-        """`git add --all --verbose`, new files under `keep` paths and nested repositories left out; in a sparse checkout with --sparse,
-        which also takes what the agent wrote outside it (git >= 2.34: an older git, which has no such option,
-        adds without it)."""
+        """`git add --all --verbose`, new files under `keep` paths and nested repositories left out; in a sparse
+        checkout with --sparse, which also takes what the agent wrote outside it (git >= 2.34: an older git,
+        which has no such option, adds without it)."""
         import git
 
+        untracked = self._untracked_all()
         # New files under `[repo] keep` paths (a check's .venv or build cache that .gitignore does not
         # name) are no work, as for a rollback, gc and a kept branch: staged, they went onto the task's
-        # branch and into the morning's merge. Listed before the add, which would make them tracked.
-        untracked = self._untracked_all()
-        kept_new = sorted(set(untracked) - set(self._untracked())) if self.keep else []
+        # branch and into the morning's merge.
+        kept_new = set(untracked) - set(self._untracked()) if self.keep else set()
         # A repository the agent made inside the worktree (`git init` or `git clone` into a folder; a nested
         # repository is listed as its folder) is left out, as kept branches and the rollback's cleaning leave
         # it: git would add only a link to its commit, which exists in that folder alone and no clone of the
         # task's branch can check out, never its files; and one with no commit yet failed the whole add.
-        leave_out = [f":(exclude,literal){name}" for name in untracked if name.endswith("/")]
-        pathspec = ["--", ".", *leave_out] if leave_out else []
-        if not (self._admin / "info" / "sparse-checkout").exists():
-            added = self._git("add", "--all", "--verbose", *pathspec)
-        else:
+        leave_out = [name for name in untracked if name.endswith("/") or name in kept_new]
+        with tempfile.TemporaryDirectory(prefix="overnight-add-") if leave_out else contextlib.nullcontext() as folder:
+            pathspec: list[str] = []
+            if folder is not None:
+                # From a file: a .venv's thousands of files would not fit on a command line.
+                listed = Path(folder) / "pathspec"
+                listed.write_bytes(b"\0".join(os.fsencode(spec) for spec in [".", *(f":(exclude,literal){name}" for name in leave_out)]))
+                pathspec = [f"--pathspec-from-file={listed}", "--pathspec-file-nul"]
+            if not (self._admin / "info" / "sparse-checkout").exists():
+                return self._git("add", "--all", "--verbose", *pathspec)
             try:
-                added = self._git("add", "--all", "--verbose", "--sparse", *pathspec)
+                return self._git("add", "--all", "--verbose", "--sparse", *pathspec)
             except git.GitCommandError as exc:
                 if "sparse" not in str(exc.stderr) or "unknown option" not in str(exc.stderr):
                     raise
-                added = self._git("add", "--all", "--verbose", *pathspec)
-        paths = [name.rstrip("/") for name in kept_new]  # a nested repository is listed as its folder
-        for start in range(0, len(paths), 1000):  # a command line holds only so many paths
-            self._git("update-index", "--force-remove", "--", *paths[start : start + 1000])
-        return added
+                return self._git("add", "--all", "--verbose", *pathspec)
 
     def _untracked_all(self) -> list[str]:
         """Untracked paths not ignored, `keep` paths included."""
