@@ -32,7 +32,9 @@ def compile_pattern(pattern: str) -> regex.Pattern[str]:
     """`pattern` as a regular expression; a pattern that is not one is the plain text the model meant."""
     try:
         return regex.compile(pattern, regex.MULTILINE)
-    except regex.error:
+    # ValueError: regex's own parser fails so on some text it takes for fuzzy matching (`{9s<`), which
+    # raised out of the tool and ended the iteration as iteration_error.
+    except (regex.error, ValueError, OverflowError, RecursionError):
         return regex.compile(regex.escape(pattern), regex.MULTILINE)
 
 

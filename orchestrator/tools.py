@@ -217,12 +217,18 @@ class Toolbox:
         try:
             result = self._handlers[call.name](**call.arguments)
         except _Refused as refusal:
-            return ToolResult(False, str(refusal))
+            # A refusal may quote the file (edit_file's lines alike): capped and redacted as any output.
+            return ToolResult(False, self._as_shown_to_the_model(str(refusal)))
         except (OSError, UnicodeError) as exc:
-            return ToolResult(False, f"{call.name} failed: {exc.__class__.__name__}: {exc}")
+            # The worktree's absolute path would lead the model to paths the tools refuse.
+            error = f"{exc.__class__.__name__}: {exc}".replace(self._root_text + os.sep, "")
+            return ToolResult(False, self._as_shown_to_the_model(f"{call.name} failed: {error}"))
+        return ToolResult(result.ok, self._as_shown_to_the_model(result.output), result.submitted)
+
+    def _as_shown_to_the_model(self, output: str) -> str:
         # A file name that is not UTF-8 comes back from the file system as lone surrogates, which
         # no transcript or database could write: shown as escapes (orchestrator/surrogates.py).
-        return ToolResult(result.ok, cap_text(self._redact(mend(result.output)), self._max_output_chars), result.submitted)
+        return cap_text(self._redact(mend(output)), self._max_output_chars)
 
     # --- paths ---------------------------------------------------------------
 
@@ -276,6 +282,11 @@ class Toolbox:
         if target.is_dir():
             raise _Refused(f"{path!r} is a folder, not a file; use list_dir to see what is in it")
         if not target.is_file():
+            if os.path.lexists(target):  # listed by list_dir: "not found" sent the model looking for it
+                raise _Refused(f"{path!r} is not a regular file (a pipe, socket or device); it cannot be read or edited")
+            if "\\" in path:  # a Windows path
+                slashed = path.replace("\\", "/")
+                raise _Refused(f"file not found: {path!r}; separate folders with /, like {slashed!r}")
             raise _Refused(f"file not found: {path!r}; use list_dir or search to find the right path")
         return target
 
@@ -342,6 +353,14 @@ class Toolbox:
         return ToolResult(True, _with_note("".join(shown), warning))
 
     def _write_file(self, path: str, content: str) -> ToolResult:
+        if path.rstrip().endswith("/"):
+            # Written as asked, `tests/` became a file named tests, and every later tests/x.py failed.
+            name = path.rstrip().rstrip("/") or "src"
+            like = name if "." in name.rsplit("/", 1)[-1].lstrip(".") else f"{name}/new_file.py"  # app.py/: the file meant
+            raise _Refused(
+                f"{path!r} ends with /, as a folder's path does; write_file makes a file (and its folders): "
+                f"give the file's path, like {like}"
+            )
         target = self._resolve(path)
         try:
             existed = True
@@ -353,16 +372,39 @@ class Toolbox:
                 raise _Refused(f"{path!r} is not a regular file (a pipe, socket or device); write another path")
         except OSError:
             existed = False
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if "\\" in path:
+                # A Windows path: src\app.py would be made as one file of that name, at the top.
+                raise _Refused(f"{path!r} has a backslash; separate folders with /, like src/app.py") from None
+            if any(name != name.strip() for name in path.split("/")):
+                # A space or line break the model let slip in: `app.py\n` would be a second app.py no import finds.
+                tidy = "/".join(name.strip() for name in path.split("/"))
+                raise _Refused(f"{path!r} has spaces or line breaks at the start or end of a name; give it without them, like {tidy!r}") from None
+            self._make_folders_for(target, path)
         if existed and "\ufffd" in content and not _file_is_utf8(target):
             # Most likely the text read_file showed, written back: every byte shown as \ufffd would be lost.
             raise _Refused(
                 f"{path} is not UTF-8 text, and its bytes shown as \ufffd would be lost; "
                 "change it with edit_file, choosing an `old` without them"
             )
+        if existed:
+            content = _as_the_file_was(target, content)
         _overwrite(target, content)
         verb = "replaced" if existed else "created"
         return ToolResult(True, f"{verb} {self._shown(target)} ({_count_lines(content)} lines)")
+
+    def _make_folders_for(self, target: Path, path: str) -> None:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            # A file where a folder of the path should be: said by its name in the project, not as
+            # an error that shows the worktree's absolute path (which the tools then refuse).
+            below = target.relative_to(self.root).parents
+            file = next((folder for folder in reversed(below) if _exists_but_not_a_folder(self.root / folder)), None)
+            if file is None:
+                raise
+            raise _Refused(
+                f"{file.as_posix()!r} is a file, not a folder, so {path!r} cannot be made in it; give another path"
+            ) from None
 
     def _edit_file(self, path: str, old: str, new: str) -> ToolResult:
         target = self._existing_file(path)
@@ -377,6 +419,8 @@ class Toolbox:
         with open(target, encoding="utf-8", errors="surrogateescape", newline="") as handle:
             text = handle.read()
         old, new = _with_the_files_line_endings(text, old, new)
+        if old == new:  # `new` differed in line ends only, and takes the file's own: nothing would change
+            raise _Refused(f"`old` and `new` differ only in line ends, and {path} keeps its own (CRLF), so nothing would change")
         count = _occurrences(text, old)
         if count == 0 and "\ufffd" in old and text != mend(text):
             raise _Refused(
@@ -396,6 +440,7 @@ class Toolbox:
         )
 
     def _list_dir(self, path: str = ".") -> ToolResult:
+        path = path if path.strip() else "."  # "" is how many small models say "the project"
         target = self._resolve(path)
         if target.is_file():
             raise _Refused(f"{path!r} is a file, not a folder; use read_file to see it")
@@ -409,10 +454,16 @@ class Toolbox:
     def _search(self, pattern: str, path: str = ".") -> ToolResult:
         if not pattern:
             raise _Refused("the pattern is empty; give the text or regular expression to look for")
+        path = path if path.strip() else "."  # "" is how many small models say "the whole project"
         compiled = search.compile_pattern(pattern)
         target = self._resolve(path)
         if not target.exists():
             raise _Refused(f"not found: {path!r}; use \".\" to search the whole project")
+        if not target.is_dir():
+            # Asked for by name, a file search skips is no file without matches.
+            skipped = _why_not_searched(target)
+            if skipped:
+                raise _Refused(f"{path!r} {skipped}")
         ignored = self._ignored_under(target) if target.is_dir() else set()
         deadline = time.monotonic() + search.SEARCH_TIMEOUT_S
         matches: list[str] = []
@@ -448,6 +499,9 @@ class Toolbox:
                 "search for plain text, or a pattern without nested repeats like (a+)+"
             ) from None
         if not matches:
+            if "\n" in pattern or "\\n" in pattern:
+                # Text copied from a file, several lines of it: there, but never on one line.
+                return ToolResult(True, f"no matches for {pattern!r} in {path}; search matches one line at a time: search for one line of it")
             return ToolResult(True, f"no matches for {pattern!r} in {path}")
         return ToolResult(True, "\n".join(matches))
 
@@ -465,13 +519,16 @@ class Toolbox:
             for name in sorted(name for name in files if not _is_git(name) and os.path.join(folder, name) not in ignored):
                 file = Path(folder, name)
                 if os.path.islink(file):
-                    # It may point out of the project, or loop; such files are not searched.
+                    # It may point out of the project or into .git, or loop; such files are not searched.
                     try:
-                        if not file.resolve().is_relative_to(self.root):
+                        if not self._inside_and_out_of_git(file.resolve()):
                             continue
                     except (OSError, RuntimeError):
                         continue
                 yield file
+
+    def _inside_and_out_of_git(self, resolved: Path) -> bool:
+        return resolved.is_relative_to(self.root) and not any(_is_git(name) for name in resolved.relative_to(self.root).parts)
 
     def _ignored_under(self, target: Path) -> set[str]:
         """The untracked files and folders (these ending in "/") under `target` that git ignores, as
@@ -585,6 +642,26 @@ def _with_the_files_line_endings(text: str, old: str, new: str) -> tuple[str, st
     return old, new
 
 
+_BARE_LF_BYTES = re.compile(rb"(?<!\r)\n")
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _as_the_file_was(target: Path, content: str) -> str:
+    """`content` with the byte order mark and the CRLF line ends of the file it replaces, where that
+    file has them and `content` does not: a model writes plain newlines, and a Windows file it wrote
+    whole came out changed on every line (edit_file keeps them too)."""
+    try:
+        with open(target, "rb") as handle:
+            head = handle.read(_BINARY_SNIFF_BYTES)
+    except OSError:  # a file this user may write but not read: written as given
+        return content
+    if content and head.startswith(_UTF8_BOM) and not content.startswith("\ufeff"):
+        content = "\ufeff" + content
+    if b"\r\n" in head and not _BARE_LF_BYTES.search(head) and "\r\n" not in content:
+        content = _crlf(content)
+    return content
+
+
 def _ends_lines_with_crlf(text: str, old: str) -> bool:
     """Whether the lines around `old` (found in `text`) end with CRLF."""
     if "\n" in old:
@@ -606,6 +683,28 @@ def _occurrences(text: str, old: str) -> int:
     while count < _MOST_OCCURRENCES_COUNTED and (at := text.find(old, at + 1)) >= 0:
         count += 1
     return count
+
+
+def _exists_but_not_a_folder(path: Path) -> bool:
+    return os.path.lexists(path) and not path.is_dir()
+
+
+def _why_not_searched(file: Path) -> str:
+    """Why search skips `file` (as it is said after the file's name), or "" when it searches it."""
+    try:
+        info = file.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return "is not a regular file (a pipe, socket or device); search looks in files only"
+        if info.st_size > _SEARCH_MAX_FILE_BYTES:
+            return (
+                f"has {info.st_size} bytes, more than search reads ({_SEARCH_MAX_FILE_BYTES}); "
+                "read the part you need with read_file, start_line and end_line"
+            )
+        with open(file, "rb") as handle:
+            binary = b"\0" in handle.read(_BINARY_SNIFF_BYTES)
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error}); give another path"
+    return "is a binary file; search looks in text files only" if binary else ""
 
 
 def _binary_message(path: str, size: int) -> str:
@@ -689,7 +788,15 @@ def _not_found_message(path: str, old: str, text: str) -> str:
             f"`old` was not found exactly in {path}, but similar text with different spaces or indentation is "
             f"there, at lines {first}-{last}; copy `old` exactly from these lines:\n{quoted}"
         )
+    label = _SEARCH_LABEL.match(old)
+    if label and label.group(0) not in text:
+        # Copied from search's output with its `file:line: ` label, which the file does not hold.
+        return f"`old` was not found in {path}: it starts with {label.group(0)!r}, search's label for the line; leave that out"
     return f"`old` was not found in {path}; read_file to see its current text and copy `old` exactly from it"
+
+
+# How search labels each line it shows: `path:line: `.
+_SEARCH_LABEL = re.compile(r"[^\n:]+:\d+: ")
 
 
 def _as_shown(text: str) -> str:

@@ -228,6 +228,18 @@ class TestPaths:
         box = toolbox(repo)
         assert box._resolve(path) == (repo / path).resolve()
 
+    def test_a_file_operation_that_fails_names_the_path_as_the_model_gave_it(self, repo):
+        """An error of the file system (a name too long) is one line naming the path in the project, without the worktree's absolute path that the tools would refuse."""
+        box = toolbox(repo)
+        for name, arguments in (
+            ("read_file", {"path": "n" * 300}),
+            ("write_file", {"path": f"src/{'n' * 300}.py", "content": "x"}),
+            ("list_dir", {"path": "n" * 300}),
+        ):
+            result = run(box, name, **arguments)
+            assert not result.ok and re.search(r"File name too long: '(src/)?nnn", result.output), result.output
+            assert str(repo) not in result.output and "\n" not in result.output
+
     def test_nul_character_is_refused_in_a_line(self, repo):
         """A path or command with a NUL in it (a model can write \\u0000) is refused, not raised."""
         box = toolbox(repo, allowed=ALL_TOOLS)
@@ -309,6 +321,54 @@ class TestFileTools:
         result = run(toolbox(repo), "write_file", path="new/deep/mod.py", content="A = 1\n")
         assert result.ok and (repo / "new" / "deep" / "mod.py").read_text() == "A = 1\n"
 
+    def test_write_file_to_a_path_ending_in_a_slash_makes_no_file(self, repo):
+        """A path ending in / names a folder: it is refused, so no file of the folder's name blocks the files written into it later."""
+        box = toolbox(repo)
+        result = run(box, "write_file", path="tests/", content="")
+        assert not result.ok and "tests/new_file.py" in result.output and "\n" not in result.output
+        assert not (repo / "tests").exists()
+        assert run(box, "write_file", path="tests/test_app.py", content="x = 1\n").ok
+
+    def test_write_file_under_a_file_names_that_file(self, repo):
+        """A path through a file (app.py/x.py) is refused naming the file in the project, not with an error showing the worktree's absolute path."""
+        os.mkfifo(repo / "pipe")
+        for path in ("app.py/inner.py", "src/util.py/deep/inner.py", "pipe/inner.py"):
+            result = run(toolbox(repo), "write_file", path=path, content="x")
+            assert not result.ok and "is a file, not a folder" in result.output, result.output
+            assert str(repo) not in result.output
+        assert (repo / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+
+    def test_write_file_with_a_windows_path_makes_no_file_of_that_name(self, repo):
+        """A path with backslashes (src\\new.py) is refused instead of made as one file of that name at the top; a file that has such a name is still written."""
+        box = toolbox(repo)
+        result = run(box, "write_file", path="src\\new.py", content="x = 1\n")
+        assert not result.ok and "separate folders with /" in result.output
+        assert sorted(path.name for path in repo.iterdir()) == [".git", "app.py", "src"]
+        assert "like 'src/util.py'" in run(box, "read_file", path="src\\util.py").output
+        (repo / "odd\\name.txt").write_text("old\n")
+        assert run(box, "write_file", path="odd\\name.txt", content="new\n").ok
+
+    def test_write_file_makes_no_new_file_whose_name_starts_or_ends_with_a_space(self, repo):
+        """A space or line break slipped into a new path (`app.py\\n`, `src/ util.py`) is refused instead of making a second file that no import finds; a file so named already is still written."""
+        box = toolbox(repo)
+        for path in ("app.py\n", "src/ util.py", "new .py ", " src/x.py"):
+            result = run(box, "write_file", path=path, content="x\n")
+            assert not result.ok and "at the start or end of a name" in result.output, path
+        assert sorted(path.name for path in repo.rglob("*") if ".git" not in path.parts) == ["app.py", "src", "util.py"]
+        assert "like 'src/util.py'" in run(box, "write_file", path="src/ util.py", content="x\n").output
+        (repo / "odd ").write_text("old\n")
+        assert run(box, "write_file", path="odd ", content="new\n").ok
+
+    def test_write_file_keeps_a_windows_files_line_ends_and_byte_order_mark(self, repo):
+        """A CRLF file with a byte order mark, written whole in plain newlines, keeps both (only the changed line differs); a new file and an LF file get the text as given."""
+        (repo / "Form.cs").write_bytes(b"\xef\xbb\xbfclass A\r\n{\r\n    int x = 1;\r\n}\r\n")
+        box = toolbox(repo)
+        assert run(box, "write_file", path="Form.cs", content="class A\n{\n    int x = 2;\n}\n").ok
+        assert (repo / "Form.cs").read_bytes() == b"\xef\xbb\xbfclass A\r\n{\r\n    int x = 2;\r\n}\r\n"
+        assert run(box, "write_file", path="new.cs", content="a\nb\n").ok
+        assert run(box, "write_file", path="app.py", content="a\nb\n").ok
+        assert (repo / "new.cs").read_bytes() == (repo / "app.py").read_bytes() == b"a\nb\n"
+
     def test_write_file_replaces_a_longer_file_exactly(self, repo):
         """Over a longer file, a file that is written holds only the new text, with no tail of the old."""
         (repo / "long.txt").write_text("0123456789\n" * 100)
@@ -368,6 +428,13 @@ class TestFileTools:
         assert not result.ok and "not found" in result.output
         assert "a - b" in (repo / "app.py").read_text()
 
+    def test_edit_file_says_to_leave_out_a_search_label_copied_into_old(self, repo):
+        """An `old` copied from search's output with its `file:line: ` label is refused saying to leave the label out."""
+        box = toolbox(repo)
+        label = run(box, "search", pattern="return", path="app.py").output
+        result = run(box, "edit_file", path="app.py", old=label, new="    return a + b")
+        assert not result.ok and "'app.py:2: '" in result.output and "leave that out" in result.output
+
     def test_edit_file_hints_at_whitespace(self, repo):
         """An `old` that differs only in indentation gets a hint to copy it exactly."""
         result = run(toolbox(repo), "edit_file", path="src/util.py", old="X = 1\n  Y = 2", new="Z")
@@ -378,6 +445,18 @@ class TestFileTools:
         (repo / "two.py").write_text("def f(x):\n  if x:\n\n    return x + 1\n  return 0\n")
         result = run(toolbox(repo), "edit_file", path="two.py", old="if x:\n        return x + 1", new="if x:\n  return 2")
         assert not result.ok and result.output.endswith("at lines 2-4; copy `old` exactly from these lines:\n  if x:\n\n    return x + 1")
+
+    def test_a_refusal_quoting_the_file_is_capped_and_redacted_as_any_output(self, repo):
+        """edit_file's quote of the lines alike (a long block re-indented) keeps to the output cap, and a secret in them is redacted."""
+        from orchestrator.secrecy import Redactor
+
+        secret = "sk-proj-4f9a8b7c6d5e4f3a2b1c"
+        body = "".join(f"    value_{index} = {index}\n" for index in range(400))
+        (repo / "conf.py").write_text(f"def settings():\n    key = '{secret}'\n{body}")
+        box = toolbox(repo, max_output_chars=1500, redact=Redactor([secret]))
+        result = run(box, "edit_file", path="conf.py", old=f"key = '{secret}'\n" + body.replace("    ", "  "), new="pass\n")
+        assert not result.ok and "copy `old` exactly" in result.output
+        assert len(result.output) <= 1500 and secret not in result.output and "***" in result.output
 
     def test_edit_file_old_found_several_times(self, repo):
         """An `old` found more than once fails and says how many times."""
@@ -398,6 +477,13 @@ class TestFileTools:
         (repo / "win.txt").write_bytes(b"a\r\nb\r\n")
         result = run(toolbox(repo), "edit_file", path="win.txt", old="a\nb", new="a\nc")
         assert result.ok and (repo / "win.txt").read_bytes() == b"a\r\nc\r\n"
+
+    def test_an_edit_of_line_ends_only_in_a_crlf_file_is_not_said_to_be_made(self, repo):
+        """`new` that differs from `old` in line ends only is written with the file's CRLF: the file would not change, and the result says so instead of "edited"."""
+        (repo / "win.txt").write_bytes(b"one\r\ntwo\r\n")
+        result = run(toolbox(repo), "edit_file", path="win.txt", old="one\r\ntwo", new="one\ntwo")
+        assert not result.ok and "nothing would change" in result.output
+        assert (repo / "win.txt").read_bytes() == b"one\r\ntwo\r\n"
 
     def test_edit_file_in_a_file_with_both_line_endings(self, repo):
         """In a file with CRLF and LF lines, a plain-newline `old` edits the LF part as given, and the CRLF part converted."""
@@ -447,6 +533,13 @@ class TestFileTools:
         result = run(toolbox(repo), "list_dir")
         assert result.ok and result.output.splitlines() == ["app.py", "src/"]
 
+    def test_an_empty_path_is_the_project_for_list_dir_and_search(self, repo):
+        """A path given empty (as many small models give it) lists or searches the project, as when it is left out."""
+        box = toolbox(repo)
+        assert run(box, "list_dir", path="").output == run(box, "list_dir").output == "app.py\nsrc/"
+        found = run(box, "search", pattern="X = 1", path=" ")
+        assert found.ok and found.output == "src/util.py:1: X = 1"
+
     def test_list_dir_of_a_file_fails(self, repo):
         """list_dir on a file fails and points to read_file."""
         result = run(toolbox(repo), "list_dir", path="app.py")
@@ -464,6 +557,12 @@ class TestSearch:
         (repo / "p.py").write_text("call(a, b\n")
         result = run(toolbox(repo), "search", pattern="call(a", path="p.py")
         assert result.ok and result.output == "p.py:1: call(a, b"
+
+    def test_a_pattern_regex_fails_to_parse_otherwise_is_plain_text_too(self, repo):
+        """Text the regex library fails on with a ValueError instead of its own error (`{9s<`, read as fuzzy matching) is searched as plain text, not raised out of the tool."""
+        (repo / "odd.txt").write_text("x = {9s<~~W\n")
+        result = run(toolbox(repo), "search", pattern="{9s<~~W")
+        assert result.ok and result.output == "odd.txt:1: x = {9s<~~W"
 
     def test_no_match_says_so(self, repo):
         """A search without matches succeeds and says nothing matched."""
@@ -555,6 +654,32 @@ class TestSearch:
         (repo / "src" / "inside_link.txt").symlink_to(repo / "inside.txt")
         found = run(toolbox(repo), "search", pattern="PRIVATE KEY")
         assert found.ok and found.output == "inside.txt:1: PRIVATE KEY of a fixture\nsrc/inside_link.txt:1: PRIVATE KEY of a fixture"
+
+    def test_a_file_search_skips_is_said_to_be_skipped_when_asked_for_by_name(self, repo):
+        """A file named as the path that search does not read (over 2 MB, binary) is said to be so, not to hold no matches."""
+        (repo / "big.log").write_text("needle\n" + "hay\n" * 600_000)
+        (repo / "blob.bin").write_bytes(b"needle\0\1\2")
+        box = toolbox(repo)
+        big = run(box, "search", pattern="needle", path="big.log")
+        assert not big.ok and "more than search reads" in big.output and "read_file" in big.output
+        blob = run(box, "search", pattern="needle", path="blob.bin")
+        assert not blob.ok and "binary" in blob.output
+        assert "no matches" in run(box, "search", pattern="needle", path=".").output
+
+    def test_search_from_above_skips_a_file_that_links_into_git(self, repo):
+        """A file link to .git/config is not searched through, as read_file refuses it and search skips .git."""
+        (repo / "cfg").symlink_to(repo / ".git" / "config")
+        (repo / "rel_cfg").symlink_to(".git/config")
+        found = run(toolbox(repo), "search", pattern="repositoryformatversion")
+        assert found.ok and "no matches" in found.output, found.output
+
+    def test_a_pattern_of_several_lines_is_told_to_search_for_one(self, repo):
+        """Several lines copied from a file (as text or with \\n) match nothing line by line: the result says to search for one line, not only that nothing matched."""
+        box = toolbox(repo)
+        for pattern in ("def add(a, b):\n    return a - b", r"def add\(a, b\):\n"):
+            found = run(box, "search", pattern=pattern)
+            assert found.ok and "no matches" in found.output and "search for one line of it" in found.output
+        assert "one line" not in run(box, "search", pattern="def sub").output
 
     def test_search_is_line_by_line(self, repo):
         """^ and $ hold at each line, and a match never spans two lines."""
@@ -714,6 +839,19 @@ class TestSpecialFiles:
         assert run(box, "search", pattern="X", path=shown).output == f"{shown}:1: X = 4"
         with open(folder + b"/caf\xe9.py") as handle:
             assert handle.read() == "X = 4\n"
+
+    def test_a_pipe_given_to_read_edit_or_search_is_said_to_be_no_regular_file(self, repo):
+        """A pipe that list_dir shows is said to be no regular file when named, not "file not found" nor "no matches"."""
+        os.mkfifo(repo / "src" / "pipe")
+        box = toolbox(repo)
+        assert run(box, "list_dir", path="src").output.splitlines() == ["pipe", "util.py"]
+        for name, arguments in (
+            ("read_file", {"path": "src/pipe"}),
+            ("edit_file", {"path": "src/pipe", "old": "a", "new": "b"}),
+            ("search", {"pattern": "a", "path": "src/pipe"}),
+        ):
+            result = run(box, name, **arguments)
+            assert not result.ok and "not a regular file" in result.output, (name, result)
 
     def test_a_pipe_in_the_worktree_never_blocks_a_tool(self, repo):
         """A named pipe (a command the model ran can make one) is refused or skipped; no tool waits on it."""
