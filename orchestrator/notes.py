@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,7 +54,8 @@ class NotesBook:
             with _locked(self.path.with_name(self.path.name + ".lock")):
                 # Bytes, not text: whatever a person wrote into the file stays exactly as written.
                 current = read_regular_file(self.path) if self.path.exists() else HEADER.encode("utf-8")
-                _write_atomically(self.path, current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace"))
+                data = current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace")
+                _write_atomically(self.path, data, mode=_mode_of(self.path))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
@@ -138,7 +140,7 @@ def stamp(moment: datetime) -> str:
 
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
     written = stamp(when or datetime.now(timezone.utc))
-    lines = [f"## {written} · task `{task}` · iteration {iteration} · `{reason}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
+    lines = [f"## {written} · task `{task}` · iteration {iteration} · `{header_reason(reason)}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
     if evidence.strip():
         shown = visible(evidence.strip(), keep="\n\t")
         if len(shown) > MAX_EVIDENCE_CHARS:
@@ -146,6 +148,13 @@ def render_entry(*, task: str, iteration: int, reason: str, correction: str, evi
         fence = "`" * max(3, _longest_backtick_run(shown) + 1)
         lines += ["", EVIDENCE_MARK, "", fence, _no_headers(shown), fence]
     return "\n".join(lines) + "\n"
+
+
+def header_reason(reason: str) -> str:
+    """A reason code as an entry's header shows it. A user guard's own code is any string: a backtick in it
+    ended the header's pattern, so the entry read as part of the one before it (another task's prompt
+    then carried it), and a line break in it could start an entry of its own, for any task."""
+    return visible(" ".join(reason.split())).replace("`", "'") or "?"
 
 
 def _headers(text: str) -> list[tuple[int, re.Match[str]]]:
@@ -173,8 +182,17 @@ def _longest_backtick_run(text: str) -> int:
     return max((len(r) for r in runs), default=0)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    replace_file(path, data)
+def _mode_of(path: Path) -> int | None:
+    """The permissions of the notes.md there is, which its replacement keeps: a person's `chmod 600` (it quotes
+    the checks' output) was undone by the next entry, the new file made as any new one (0666 less the umask)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
+    replace_file(path, data, mode=mode)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

@@ -39,7 +39,7 @@ from orchestrator.errors import StateError
 from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
-from orchestrator.notes import NotesBook, stamp
+from orchestrator.notes import NotesBook, header_reason, stamp
 from orchestrator.worktree import (
     GIT_TIMEOUT_S, Worktree, admin_dir, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, kept_branch, linked_admin_dir,
     make_writable, open_repo, repair_moved,
@@ -227,8 +227,9 @@ def _write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> No
     for iteration in owed:
         ended = iteration.finished_at or iteration.started_at
         minute = ended.astimezone(timezone.utc).replace(second=0, microsecond=0)
-        key = (iteration.task_name, iteration.number, iteration.reason, stamp(ended))
-        known = store.notes_written_alike(state_id, *key[:3], minute, minute + timedelta(minutes=1)) if headed[key] else 0
+        key = (iteration.task_name, iteration.number, header_reason(iteration.reason), stamp(ended))
+        alike = (iteration.task_name, iteration.number, iteration.reason)
+        known = store.notes_written_alike(state_id, *alike, minute, minute + timedelta(minutes=1)) if headed[key] else 0
         if headed[key] <= known:
             notes.append(
                 task=iteration.task_name,

@@ -90,3 +90,20 @@ class TestStepSummary:
         assert row.isprintable() and "<" not in row and "&lt;\\!--" in row
         assert row.count(" | ") == 5 and row.endswith(" |") and len(row) < 500
 
+
+
+class TestReviewLines:
+    def test_a_task_branch_checked_out_for_review_is_not_what_its_work_is_diffed_against(self, config_file, server, repo, capsys):
+        """With `[repo] base` HEAD and the person's checkout on the task's branch, the review line diffs against main, not the branch itself."""
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        # The documented way to review in one's own checkout: detach the task's worktree, check the branch out.
+        git(config.parent / "state" / "worktrees" / "fix-greet", "switch", "--detach")
+        git(repo, "switch", "-q", "overnight/fix-greet")
+        review = [line.strip() for line in text_report(config, capsys).splitlines() if "git diff" in line]
+        assert review == ["git diff main...overnight/fix-greet"]
+        assert git(repo, "diff", "--stat", review[0].split()[-1]) != ""  # the line shows the task's work
