@@ -28,7 +28,7 @@ CHECK_TAIL_CHARS = 1200
 # Killed by a signal that stops nights: the process itself (negative), or the shell's child (128 + n).
 _SIGNAL_DEATHS = {status for number in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM) for status in (-number, 128 + number)}
 SIGNAL_GRACE_S = 1.0
-CANCELLED_CORRECTION = "None needed: the iteration was stopped on purpose ({why}), not because of the model."
+CANCELLED_CORRECTION = "None needed: the iteration was stopped ({why}), not because of the model."
 STATE_FAILED_CORRECTION = "None: the state dir could not be written (disk full or read-only)."
 
 

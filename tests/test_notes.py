@@ -214,6 +214,6 @@ def test_a_lesson_whose_correction_begins_with_none_of_is_still_given(tmp_path) 
     book = NotesBook(tmp_path / "notes.md")
     book.append(task="t", iteration=1, reason="no_tool_call", correction=_correction({"no_tool_call"}, ["read_file", "submit"]))
     book.append(task="t", iteration=2, reason="iteration_error", correction="None: this was an error in overnight or its environment.")
-    book.append(task="t", iteration=3, reason="lease_lost", correction="None needed: the iteration was stopped on purpose (x), not because of the model.")
+    book.append(task="t", iteration=3, reason="lease_lost", correction="None needed: the iteration was stopped (x), not because of the model.")
     prompt = book.for_prompt("t", 4000)
     assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt
