@@ -80,6 +80,7 @@ def check_inputs(config: Config) -> CheckedInputs:
     from guards import guard_factory
 
     repo = check_repository(config)
+    _check_paths_are_text(config)
     _check_programs_found(config)
     _check_schedule(config)
     if config.model.name == LOCAL_MODEL:  # a bad OVERNIGHT_LOCAL_THREADS: said now, not after the model's download
@@ -92,6 +93,20 @@ def check_inputs(config: Config) -> CheckedInputs:
     else:  # before the state dir and the store are made (the embedded model's name is known once it runs)
         _check_routable(config.model)
     return CheckedInputs(repo=repo, make_guards=guard_factory(config.guards))
+
+
+def _check_paths_are_text(config: Config) -> None:
+    """A config file or state dir in a folder whose name is not UTF-8 (a Latin-1 `café`): the run store
+    records the config's path and every transcript's, and could hold neither; the night ended in a
+    traceback as it began. Said now, in one line, before the state dir is made."""
+    import os
+
+    from orchestrator.surrogates import mend
+
+    for key, path in (("--config", str(config.source)), ("[state] dir", str(config.state_dir)), ("[store] url", config.store_url)):
+        if mend(path) != path:
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise ConfigError(f"{key}: {shown} is a name in another encoding than UTF-8, which the run store cannot record; rename it in UTF-8")
 
 
 def _check_schedule(config: Config) -> None:

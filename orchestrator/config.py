@@ -330,11 +330,13 @@ class Config(_Section):
 
     @property
     def repo_path(self) -> Path:
-        return _resolved(self.base_dir / self.repo.path, "[repo] path")
+        # `~` is the user's home, as in `[store] url`: a state dir "~/..." was a folder named `~` in the
+        # config's folder (the user's checkout), one `rm -rf ~` away from the home it was meant to be in.
+        return _resolved(self.base_dir / os.path.expanduser(self.repo.path), "[repo] path")
 
     @property
     def state_dir(self) -> Path:
-        return _resolved(self.base_dir / self.state.dir, "[state] dir", StateError)
+        return _resolved(self.base_dir / os.path.expanduser(self.state.dir), "[state] dir", StateError)
 
     @property
     def store_url(self) -> str:

@@ -113,8 +113,10 @@ def default_threads() -> int:
     override = os.environ.get(THREADS_ENV, "").strip()
     if not override:
         return max(1, min(4, (os.cpu_count() or 2) // 2))
-    # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
-    if not (override.isascii() and override.isdigit() and 0 < int(override) <= MAX_THREADS):
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses; and no more of them than the
+    # largest count has (leading zeros aside): int() refuses more than 4300, a traceback.
+    digits = override.lstrip("0")
+    if not (override.isascii() and override.isdigit() and len(digits) <= len(str(MAX_THREADS)) and 0 < int(override) <= MAX_THREADS):
         raise ConfigError(
             f"{THREADS_ENV}: {override!r} is not a whole number of threads from 1 to {MAX_THREADS} (unset it for the default)"
         )

@@ -199,7 +199,11 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
                 # began (serve retried, or was restarted), or a person ran the night by hand.
                 _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
                 return 0
-            command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
+            # -P: `-m` would put serve's current folder (the repository's checkout, in the documented
+            # units) first on the night's import path, and a module of the project's named like one
+            # overnight imports (a secrets.py, a guards/ package) was imported in its place: every
+            # scheduled night failed while `overnight run` by hand worked. The console script never does.
+            command = [sys.executable, "-P", "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
             fired = fired or _fire_of_tonight(config)  # a config mended while the lock was waited for
             if fired is not None:
                 # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.

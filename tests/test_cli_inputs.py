@@ -354,7 +354,7 @@ class TestLaxTypes:
 
 
 class TestLocalThreads:
-    @pytest.mark.parametrize("value", ["\u00b2", "0", "four", "-2", "1025", "99999999999999999999"])
+    @pytest.mark.parametrize("value", ["\u00b2", "0", "four", "-2", "1025", "99999999999999999999", pytest.param("1" * 5000, id="5000-digits")])
     def test_a_bad_thread_count_is_one_line_before_the_night(self, tmp_path, repo, value):
         """OVERNIGHT_LOCAL_THREADS set to anything but a whole number above 0 ('²' passed str.isdigit, then crashed int()):
         exit 2 naming it, before the state dir, the model download or the server."""
@@ -486,3 +486,27 @@ class TestPathsThatCannotBeLookedAt:
         result = overnight(*command, cwd=tmp_path)
         assert_one_line_error(result, 2, "cannot read config file overnight.toml: Is a directory")
         assert result.stderr.count("overnight.toml") == 1
+
+
+class TestPathsThatAreNotUtf8:
+    @pytest.mark.parametrize("command", [("run",), ("serve",)])
+    def test_a_config_in_a_folder_named_in_latin_1_is_one_line_before_the_state_dir(self, tmp_path, repo, command):
+        """A config (and so its state dir) in a folder whose name is not UTF-8 is refused in one line, exit 2, before the state dir is made: the run store cannot record the paths."""
+        folder = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+        folder.mkdir()
+        config = config_with(folder, repo)
+        assert_one_line_error(overnight(*command, "--config", str(config), "--log-format", "human"), 2, "--config", "caf\\xe9", "UTF-8")
+        assert not (folder / "state").exists()
+
+
+class TestHomeInPaths:
+    def test_a_state_dir_under_home_is_made_there_not_as_a_folder_named_tilde(self, tmp_path, repo, monkeypatch):
+        """`[state] dir = "~/…"` is in the user's home, as `~` in a SQLite `[store] url` is, not a folder named `~` beside the config."""
+        home = tmp_path / "home"
+        home.mkdir()
+        monkeypatch.setenv("HOME", str(home))
+        config = config_with(tmp_path, repo, ('dir = "state"', 'dir = "~/night-state"'))
+        done = overnight("gc", "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        assert (home / "night-state" / "overnight.lock").is_file()
+        assert not (tmp_path / "~").exists()

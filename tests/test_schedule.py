@@ -650,6 +650,17 @@ class TestNight:
         events = [(log["event"], log.get("exit_code")) for log in logs]
         assert events == [("scheduled_night_started", None), ("scheduled_night_finished", 2)]
 
+    def test_the_checkouts_own_modules_are_not_imported_by_the_night(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A night serve starts in the repository's checkout imports overnight's modules, not the project's of the same name (a secrets.py)."""
+        checkout = tmp_path / "checkout"
+        checkout.mkdir()
+        (checkout / "secrets.py").write_text("raise SystemExit(9)  # the project's own settings module\n", encoding="utf-8")
+        path = checkout / "overnight.toml"
+        path.write_text('[state]\ndir = "state"\n', encoding="utf-8")
+        monkeypatch.chdir(checkout)
+
+        assert run_scheduled_night("overnight.toml") == 2  # no tasks: the night's own answer, not the project's module's 9
+
 
     def test_the_night_is_named_by_its_own_state_dirs_run_in_a_shared_store(self, tmp_path: Path) -> None:
         """With a store several state dirs share, the run serve names is its own state dir's, not one another machine began since."""
