@@ -147,12 +147,17 @@ def _check_store_apart(config: Config) -> None:
     bytes off (notes appended after the database's pages were gone at its next close)."""
     import os
 
-    from orchestrator.config import NOTES_FILE, STORE_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER
+    from orchestrator.config import (
+        GIT_CONFIG_COPY, LOCAL_SERVER_LOG, NOTES_FILE, SERVE_NIGHT_MARKER, STORE_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER,
+    )
     from orchestrator.lock import LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME
     from runs.store import sqlite_files
 
     state = Path(os.path.realpath(config.state_dir))
-    taken = {state / name for name in (NOTES_FILE, NOTES_FILE + ".lock", LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME)}
+    # Also the files a night or serve writes and then deletes (the marker, the git config's copy):
+    # a store there was deleted with them, every night's account gone.
+    own = (NOTES_FILE, NOTES_FILE + ".lock", LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME, SERVE_NIGHT_MARKER, GIT_CONFIG_COPY, LOCAL_SERVER_LOG)
+    taken = {state / name for name in own}
     taken.add(Path(os.path.realpath(config.source)))
     for file in sqlite_files(config.store_url):
         where = Path(os.path.realpath(file))

@@ -24,6 +24,7 @@ DEFAULT_CONFIG_NAME = "overnight.toml"
 # What a night keeps in the state dir (docs/reference.md, "Files"), named once here.
 NOTES_FILE, STORE_FILE, WORKTREES_FOLDER, TRANSCRIPTS_FOLDER = "notes.md", "runs.db", "worktrees", "transcripts"
 GIT_CONFIG_COPY = "git-config.kept"
+SERVE_NIGHT_MARKER, LOCAL_SERVER_LOG = "serve-night-started", "llama-server.log"
 ALL_TOOLS = ("read_file", "write_file", "edit_file", "list_dir", "search", "run_check", "submit", "run_command")
 DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
 LOCAL_MODEL = "local"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from orchestrator.config import Config, ModelConfig
+from orchestrator.config import LOCAL_SERVER_LOG, Config, ModelConfig
 from orchestrator.commands import pid_alive
 from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
@@ -134,7 +134,7 @@ def serve_local_model(config: Config, log: Any, cancel: Any = None) -> Iterator[
     """
     files = local_model_files(config.state_dir)
     context = config.model.context_window or DEFAULT_CONTEXT
-    log_path = config.state_dir / "llama-server.log"
+    log_path = config.state_dir / LOCAL_SERVER_LOG
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if log_path.exists() and not log_path.is_file():  # a pipe there would block the start until read
         raise StateError(f"cannot write {log_path}: not a regular file")

@@ -55,7 +55,7 @@ from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from orchestrator.cancel import StopNoted, stopping_signals
-from orchestrator.config import Config, load_config
+from orchestrator.config import SERVE_NIGHT_MARKER, Config, load_config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.lock import EXIT_LOCKED, SERVE_LOCK_NAME, StateLock, make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
@@ -326,7 +326,7 @@ def _fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
 # Written by serve just before it starts a night's child, removed once it has seen the child end: a
 # night that died with serve before the child recorded its run (power lost in its first seconds,
 # while it imports, loads the model or waits for the state lock) is known by it, as no run shows it.
-STARTED_MARKER_NAME = "serve-night-started"
+STARTED_MARKER_NAME = SERVE_NIGHT_MARKER
 
 
 def _started_marker(config: Config | None) -> Path | None:

@@ -879,13 +879,20 @@ def forget_missing(common: Path, path: Path) -> None:
 
 def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:
     """`file_too_large` for (path, size) pairs; `how` they came (staged, committed), `advice` after the list."""
-    shown = ", ".join(f"{path} ({size / 1e6:.1f} MB)" for path, size in large[:5])
+    shown = ", ".join(f"{path} ({_size_over(size, limit)})" for path, size in large[:5])
     return QualityError(
         "file_too_large",
         f"Files over {limit / 1e6:g} MB are not committed: {shown}{advice}",
         evidence=f"{how}: {shown}",
         message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
     )
+
+
+def _size_over(size: int, limit: int) -> str:
+    """A file's size as the note shows it: MB to one decimal, or its bytes where those would not read
+    as over the limit ("Files over 20 MB ...: dump.bin (20.0 MB)", "over 0.001 MB: log.txt (0.0 MB)")."""
+    megabytes = f"{size / 1e6:.1f}"
+    return f"{megabytes} MB" if float(megabytes) > limit / 1e6 else f"{size:,} bytes"
 
 
 # The index's mode of a submodule's entry (a gitlink).

@@ -347,3 +347,32 @@ class TestTranscriptNotRemoved:
         failed = _one(night.events, "transcript_not_removed")
         assert failed["error"].startswith(f"{old}: ") and "run_id" not in failed
         assert "transcripts_removed" not in [e["event"] for e in night.events]
+
+
+def _logged_event_names() -> set[str]:
+    """Every event name the product's code logs by name: the first argument of a logger call."""
+    import ast
+    import re
+
+    root = Path(__file__).parent.parent
+    methods = {"debug", "info", "warning", "error", "exception", "_log"}
+    names: set[str] = set()
+    for package in ("orchestrator", "guards", "runs"):
+        for source in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods and node.args):
+                    continue
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str) and re.fullmatch(r"[a-z]+(_[a-z]+)*", first.value):
+                    names.add(first.value)
+    return names
+
+
+class TestEventNamesDocumented:
+    def test_every_event_the_code_logs_is_named_in_the_reference(self):
+        """Each event name the code logs is in docs/reference.md's "Log events", the list log pipelines match on."""
+        reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+        listed = reference.split("## Log events", 1)[1]
+        logged = _logged_event_names()
+        assert {"night_started", "signal", "lease_lost", "scheduler_started"} <= logged  # the scan finds them
+        assert sorted(name for name in logged if f"`{name}`" not in listed) == []

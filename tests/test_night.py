@@ -629,6 +629,21 @@ class TestWorkNoCommitHolds:
         assert "dump.bin" not in git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet")
         assert not (worktree(config) / "dump.bin").exists()
 
+    def test_a_file_just_over_the_limit_is_noted_by_a_size_that_reads_as_over_it(self, config_file, server, repo):
+        """With `max_file_mb = 2`, a 2,040,000-byte dump is noted as its bytes: "Files over 2 MB are not
+        committed: dump.bin (2.0 MB)" told the model and the person that a file within the limit was refused."""
+        config = config_file(night={"max_iterations": 1, "max_turns": 8}, extra="")
+        config.write_text(config.read_text().replace('path = "', 'max_file_mb = 2\npath = "', 1))
+        server.enqueue(
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("run_command", {"command": "head -c 2040000 /dev/zero > dump.bin"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        config.write_text(config.read_text().replace('check = "python check_greet.py"', 'check = "python check_greet.py"\ntools = ["edit_file", "run_command", "submit"]'))
+        assert overnight("run", "--config", str(config)) == 1
+        notes = notes_text(config)
+        assert "Files over 2 MB are not committed: dump.bin (2,040,000 bytes)" in notes and "(2.0 MB)" not in notes
+
     def test_build_output_under_a_keep_path_is_not_committed(self, config_file, server, repo, capsys):
         """`[repo] keep = [".venv"]`, a check that makes its .venv (not in .gitignore): the fix is committed,
         the .venv is not (it went onto the branch, and into the morning's merge; a file there over

@@ -535,7 +535,10 @@ class TestWhereTheStoreIs:
         assert sorted(p.name for p in folder.iterdir()) == sorted(["overnight.toml", *([expected.name] if expected.parent == folder else [])])
 
 
-    @pytest.mark.parametrize("name", ["notes.md", "overnight.lock", "state-id", "worktrees/t/runs.db", "overnight.toml"])
+    @pytest.mark.parametrize(
+        "name",
+        ["notes.md", "overnight.lock", "state-id", "worktrees/t/runs.db", "overnight.toml", "serve-night-started", "git-config.kept", "llama-server.log"],
+    )
     def test_a_store_named_as_one_of_overnights_own_files_is_refused(self, tmp_path: Path, name: str) -> None:
         """`[store] url = "sqlite:///state/notes.md"`: the notes appended after the database's pages were cut off
         at its next close. Refused before anything is made: exit 2, one line naming the key."""
