@@ -119,7 +119,7 @@ def _check_schedule(config: Config) -> None:
         return
     from datetime import timezone
 
-    from orchestrator.schedule import night_trigger, schedule_timezone
+    from orchestrator.crontab import night_trigger, schedule_timezone
 
     zone = timezone.utc if config.schedule.timezone == "local" else schedule_timezone(config)
     night_trigger(config, zone)

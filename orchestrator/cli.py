@@ -476,14 +476,14 @@ def serve(
         _usual_signal_handlers()
     else:
         stop = StopNoted().note_stops()
-    from orchestrator import schedule
+    from orchestrator import crontab, schedule
     from orchestrator.config import load_config
     from orchestrator.logs import configure_logging
 
     _check_log_format(log_format)
     configure_logging(log_format)  # before the config is read: its errors, too, as JSON lines with --log-format json
     if show_next:
-        for moment in schedule.next_fire_times(load_config(config, require_tasks=False)):  # the schedule alone
+        for moment in crontab.next_fire_times(load_config(config, require_tasks=False)):  # the schedule alone
             typer.echo(moment.isoformat())
         return
     _require_git()  # each night needs it

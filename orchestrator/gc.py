@@ -28,9 +28,8 @@ from pathlib import Path
 from orchestrator.commands import UNATTENDED_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
-from orchestrator.worktree import (
-    BRANCH_PREFIX, KEPT_BRANCH_PREFIX, Worktree, admin_dir, branches_held_by_operations, check_base, make_writable, open_repo, repair_moved,
-)
+from orchestrator.gitdir import admin_dir, branches_held_by_operations
+from orchestrator.worktree import BRANCH_PREFIX, KEPT_BRANCH_PREFIX, Worktree, check_base, make_writable, open_repo, repair_moved
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 

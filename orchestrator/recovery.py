@@ -40,9 +40,9 @@ from orchestrator.night import shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, header_reason, stamp
+from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
 from orchestrator.worktree import (
-    GIT_TIMEOUT_S, Worktree, admin_dir, branch_for, forget_missing, git_reason, gitdir_link, is_worktree_of, kept_branch, linked_admin_dir,
-    make_writable, open_repo, repair_moved,
+    GIT_TIMEOUT_S, Worktree, branch_for, forget_missing, git_reason, kept_branch, make_writable, open_repo, repair_moved,
 )
 
 INTERRUPTED_CORRECTION = (

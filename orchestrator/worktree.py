@@ -30,6 +30,10 @@ from typing import Any, Callable, Sequence
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
 from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, QualityError, StateError
+from orchestrator.gitdir import (
+    OBJECT_NAME, admin_dir, branches_held_by_operations, checkouts, common_of, gitdir_link, head_commit, index_may_hide_files,
+    is_worktree_of, linked_admin_dir, names_back,
+)
 from orchestrator.records import CheckResult
 
 BRANCH_PREFIX = "overnight/"
@@ -62,36 +66,6 @@ KEPT_BRANCH_PREFIX = "overnight-kept/"
 def kept_branch(task: str) -> str:
     """A new `overnight-kept/<task>/<UTC time>` branch name."""
     return f"{KEPT_BRANCH_PREFIX}{task}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
-
-
-def branches_held_by_operations(common: Path, exclude: Path | None = None) -> dict[str, tuple[Path, str]]:
-    """Branches a rebase or a bisect in some worktree holds (`git branch -D` and `checkout` elsewhere
-    refuse them), with that worktree's folder and what is under way. `git worktree list` shows such
-    a worktree detached; git knows the branch from these files. `exclude`: a registration to leave out."""
-    busy: dict[str, tuple[Path, str]] = {}
-    for admin, folder in _checkouts(common, exclude):
-        for name, doing in (("rebase-merge/head-name", "rebase"), ("rebase-apply/head-name", "rebase"), ("BISECT_START", "bisect")):
-            try:
-                ref = (admin / name).read_text(encoding="utf-8", errors="replace").strip()
-            except OSError:
-                continue
-            busy.setdefault(ref.removeprefix("refs/heads/"), (folder, doing))
-    return busy
-
-
-def _checkouts(common: Path, exclude: Path | None = None) -> list[tuple[Path, Path]]:
-    """(git dir, folder) of the repository's main checkout and of each registered worktree but `exclude`."""
-    found = [(common, common.parent)]
-    try:
-        for admin in sorted((common / "worktrees").iterdir()):
-            # The registrations' names are unique: only a same name needs resolving.
-            if exclude is not None and admin.name == exclude.name and (admin == exclude or admin.resolve() == exclude.resolve()):
-                continue
-            link = os.fsdecode((admin / "gitdir").read_bytes()).strip()
-            found.append((admin, (admin / link).parent))  # relative (worktree.useRelativePaths, git >= 2.48): to `admin`
-    except OSError:
-        pass
-    return found
 
 
 def branch_for(task: str) -> str:
@@ -143,7 +117,7 @@ def check_base(repo, base: str) -> None:
             reason = said.removeprefix("error:").strip().removeprefix(f"{base}^{{commit}}:").strip()
             raise ConfigError(f"[repo] base: {base!r} is not a commit in {repo.working_tree_dir}: {reason}") from None
         raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
-    if not _OBJECT_NAME.fullmatch(named.strip()):
+    if not OBJECT_NAME.fullmatch(named.strip()):
         # `^HEAD` passes --verify as a negated commit ("^<sha>"), which `git worktree add` then refuses
         # once the night has begun: a crashed run in a state dir made for nothing.
         raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir} (git reads it as {named.strip()!r})")
@@ -156,59 +130,6 @@ _REPOSITORY_REFUSED = ("dubious ownership", "safe.directory", "not a git reposit
 def _head_commit(repo) -> str | None:
     """The HEAD commit of a git.Repo's checkout (see head_commit)."""
     return head_commit(Path(repo.git_dir), Path(repo.common_dir))
-
-
-# A commit's full name: SHA-1, or SHA-256 in a repository made with --object-format=sha256.
-_OBJECT_NAME = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
-# Refs a linked worktree keeps in its own git dir (gitrepository-layout); the others are in the common dir.
-_PER_WORKTREE_REFS = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
-_SYMREF_DEPTH = 5  # git follows symbolic refs this deep
-
-
-def head_commit(git_dir: Path, common: Path) -> str | None:
-    """HEAD's commit, read from the ref files (git's "files" backend); None when HEAD names a branch with
-    no commit yet.
-
-    A few small reads: `git rev-parse` would be a process, and GitPython's reader resolves every
-    path it opens (a dozen `lstat`s each), 0.2 ms, three times an iteration and under the GIL.
-    Anything else (another ref backend, a ref that is not a name) is left to GitPython.
-    """
-    name = "HEAD"
-    try:
-        for _ in range(_SYMREF_DEPTH):
-            folder = git_dir if name == "HEAD" or name.startswith(_PER_WORKTREE_REFS) else common
-            try:
-                content = (folder / name).read_bytes().decode("ascii").strip()
-            except FileNotFoundError:
-                return _packed_ref(common, name)
-            if not content.startswith("ref:"):
-                if _OBJECT_NAME.fullmatch(content):
-                    return content
-                break
-            name = content.removeprefix("ref:").strip()
-    except (OSError, UnicodeDecodeError):
-        pass
-    return _head_commit_by_gitpython(git_dir)
-
-
-def _packed_ref(common: Path, name: str) -> str | None:
-    """`name`'s commit in packed-refs (lines `<object name> <ref>`), or None when it has none."""
-    try:
-        lines = (common / "packed-refs").read_bytes().decode("utf-8", "replace").splitlines()
-    except FileNotFoundError:
-        return None
-    wanted = f" {name}"
-    return next((line.split(" ", 1)[0] for line in lines if line.endswith(wanted) and not line.startswith(("#", "^"))), None)
-
-
-def _head_commit_by_gitpython(git_dir: Path) -> str | None:
-    import git
-    from git.refs.symbolic import SymbolicReference
-
-    try:
-        return SymbolicReference.dereference_recursive(git.Repo(git_dir), "HEAD")
-    except ValueError:  # HEAD names a branch with no commit yet
-        return None
 
 
 class Worktree:
@@ -237,7 +158,7 @@ class Worktree:
         self._link = (path / ".git").read_bytes() if intact else b"gitdir: " + os.fsencode(self._admin) + b"\n"
         self._restore_link()
         # The repository's config, which the user's checkout reads too (the agent's commands may not change it).
-        self._common = Path(os.path.abspath(common_dir)) if common_dir is not None else _common_of(self._admin)
+        self._common = Path(os.path.abspath(common_dir)) if common_dir is not None else common_of(self._admin)
         self.shared_config = self._common / "config"
         # No discovery from the worktree's folder: whatever `.git` holds, git works on this worktree only.
         self._env = {
@@ -349,7 +270,7 @@ class Worktree:
         """While this worktree's HEAD is on the branch: another checkout whose HEAD is on it too, or
         that rebases or bisects it. File reads only (this runs at every task's start)."""
         wanted = f"ref: refs/heads/{self.branch}"
-        for admin, folder in _checkouts(self._common, exclude=self._admin):
+        for admin, folder in checkouts(self._common, exclude=self._admin):
             try:
                 # A registration whose folder was deleted (not yet pruned) holds nothing for anyone;
                 # a locked one (on a disk not mounted now) still holds it, as git says.
@@ -473,7 +394,7 @@ class Worktree:
         Asked of a copy of the index without those bits: the worktree's own stays as the person set it.
         A process more only when the index has such bits.
         """
-        if not _index_may_hide_files(self._admin / "index"):
+        if not index_may_hide_files(self._admin / "index"):
             return self._git(*status)
         with tempfile.TemporaryDirectory(prefix="overnight-status-") as folder:
             index = {"GIT_INDEX_FILE": os.path.join(folder, "index"), "GIT_LITERAL_PATHSPECS": "1"}
@@ -733,7 +654,7 @@ class Worktree:
         hide it from status and add: a commit would leave out a change the check passed on, and
         the next check pass on a change no commit holds. A process only when the index has such bits.
         """
-        if not _index_may_hide_files(self._admin / "index"):
+        if not index_may_hide_files(self._admin / "index"):
             return
         tagged = [(entry[:1], entry[2:]) for entry in self._git("ls-files", "-v", "-z").split("\0") if entry[1:2] == " "]
         # A sparse checkout's skip-worktree bits are its own (and git clears those of files present on disk itself).
@@ -767,7 +688,7 @@ class Worktree:
             link.unlink()
         self.path.mkdir(parents=True, exist_ok=True)  # the agent may have removed the whole folder: reset --hard refills it
         link.write_bytes(self._link)
-        if not _names_back(self._admin, self.path):  # `git worktree move`: the registration names the new folder
+        if not names_back(self._admin, self.path):  # `git worktree move`: the registration names the new folder
             (self._admin / "gitdir").write_bytes(os.fsencode(os.path.abspath(link)) + b"\n")
 
     def _git(self, *args: str, identity: bool = False, env: dict[str, str] | None = None) -> str:
@@ -873,7 +794,7 @@ def forget_missing(common: Path, path: Path) -> None:
     except OSError:
         return
     for admin in registered:
-        if _names_back(admin, path) and not (admin / "locked").exists():
+        if names_back(admin, path) and not (admin / "locked").exists():
             shutil.rmtree(admin, ignore_errors=True)
 
 
@@ -941,7 +862,7 @@ def moved_from(repo, path: Path) -> Path | None:
     other folder: a copy whose original still exists leaves the registration to the original, and
     a folder renamed aside (`mv worktrees/fix worktrees/fix.bak`) is a person's, not the task's."""
     admin = linked_admin_dir(repo, path)
-    if admin is None or _names_back(admin, path) or path.parent.name != WORKTREES_FOLDER:
+    if admin is None or names_back(admin, path) or path.parent.name != WORKTREES_FOLDER:
         return None
     try:
         registered = admin / os.fsdecode((admin / "gitdir").read_bytes()).strip()  # relative: to `admin`
@@ -964,127 +885,6 @@ def repair_moved(repo, path: Path) -> bool:
     except git.GitCommandError:
         return False
     return is_worktree_of(repo, path)
-
-
-def is_worktree_of(repo, path: Path) -> bool:
-    """Whether `path` is a worktree registered in `repo`, read from the two files that make the link.
-
-    `path/.git` names the repository's `worktrees/<id>` folder, whose `gitdir` file names
-    `path/.git` back; `git worktree list` reads the same files, at the cost of a process a task.
-    """
-    admin = linked_admin_dir(repo, path)
-    return admin is not None and _names_back(admin, path)
-
-
-def admin_dir(path: Path, common: Path | None = None) -> Path | None:
-    """The folder `<common>/worktrees/<id>` that registers the worktree at `path` (its `gitdir` file names `path/.git`).
-
-    Read from `path/.git` when that link is intact (two small files). When the agent deleted or
-    rewrote it, found by the registration's own back link: in `common` if given, else in the
-    repository the broken link names or the one above `path` (where git's discovery would go).
-    """
-    link = gitdir_link(path)
-    if link is not None and _names_back(link, path) and (common is None or link.resolve().parent == common.resolve() / "worktrees"):
-        return link
-    if not path.is_dir():
-        return None  # a folder removed altogether is registered anew (after `git worktree prune`)
-    candidates = [common] if common is not None else [_common_of(gitdir) for gitdir in (link, _gitdir_above(path)) if gitdir]
-    for candidate in candidates:
-        try:
-            registered = sorted((candidate / "worktrees").iterdir())
-        except OSError:
-            continue
-        found = next((admin for admin in registered if _names_back(admin, path)), None)
-        if found is not None:
-            return found
-    return None
-
-
-# Past this many entries the index is read by `git ls-files` instead (a process beats Python's loop).
-_INDEX_ENTRIES_READ_HERE = 5000
-_ASSUME_VALID, _EXTENDED, _SKIP_WORKTREE = 0x8000, 0x4000, 0x4000  # flags, flags, extended flags
-
-
-def _index_may_hide_files(index: Path) -> bool:
-    """Whether an entry of the index (git's format 2-4) may carry assume-unchanged or skip-worktree:
-    False only when read and none does; a large or unknown index is left to git."""
-    try:
-        data = index.read_bytes()
-    except OSError:
-        return False  # no index: nothing hidden
-    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
-    if data[:4] != b"DIRC" or version not in (2, 3, 4) or count > _INDEX_ENTRIES_READ_HERE:
-        return True
-    at = 12
-    try:
-        for _ in range(count):
-            flags = int.from_bytes(data[at + 60 : at + 62], "big")
-            header = 62
-            if flags & _ASSUME_VALID:
-                return True
-            if flags & _EXTENDED:
-                if int.from_bytes(data[at + 62 : at + 64], "big") & _SKIP_WORKTREE:
-                    return True
-                header = 64
-            if version == 4:  # the name's shared prefix length (a varint), then the rest of the name, NUL-ended
-                at += header
-                while data[at] & 0x80:
-                    at += 1
-                at = data.index(b"\0", at + 1) + 1
-            else:  # the name NUL-padded to a multiple of eight bytes
-                name_length = data.index(b"\0", at + header) - at - header
-                at += (header + name_length + 8) & ~7
-    except (IndexError, ValueError):
-        return True
-    return False
-
-
-def _names_back(admin: Path, path: Path) -> bool:
-    """Whether the registration folder `admin` names `path/.git` as its worktree's link."""
-    try:
-        back = admin / os.fsdecode((admin / "gitdir").read_bytes()).strip()  # relative: to `admin`
-    except OSError:
-        return False
-    # The folder resolved, not `.git` itself: a `.git` the agent made a symlink must not lead elsewhere.
-    return back.name == ".git" and (back.parent == path or back.parent.resolve() == path.resolve())
-
-
-def _common_of(gitdir: Path) -> Path:
-    """The common dir of a git dir: what its `commondir` file names (a linked worktree's), else itself."""
-    try:
-        return (gitdir / os.fsdecode((gitdir / "commondir").read_bytes()).strip()).resolve()
-    except OSError:
-        return gitdir.resolve()
-
-
-def _gitdir_above(path: Path) -> Path | None:
-    """The git dir git's discovery would find from `path`'s parent folder, if any."""
-    for folder in path.resolve().parents:
-        dotgit = folder / ".git"
-        if dotgit.is_dir():
-            return dotgit
-        if dotgit.exists():
-            return gitdir_link(folder)
-    return None
-
-
-def linked_admin_dir(repo, path: Path) -> Path | None:
-    """The folder in `repo`'s own `worktrees/` (git's, in the .git dir) that `path/.git` links to, if it links to one there."""
-    admin = gitdir_link(path)
-    return admin if admin is not None and admin.resolve().parent == Path(repo.common_dir).resolve() / "worktrees" else None
-
-
-def gitdir_link(path: Path) -> Path | None:
-    """The git dir that `path/.git` names, when that is a linked worktree's link file; else None."""
-    try:
-        # os.fsdecode: git writes paths as the file system's bytes, which need not be UTF-8.
-        link = os.fsdecode((path / ".git").read_bytes()).strip()
-    except OSError:  # missing, or a folder: not a linked worktree
-        return None
-    if not link.startswith("gitdir:"):
-        return None
-    gitdir = Path(link.removeprefix("gitdir:").strip())
-    return gitdir if gitdir.is_absolute() else path / gitdir
 
 
 def make_writable(top: Path) -> None:

@@ -321,19 +321,19 @@ class TestHiddenFiles:
 
     @pytest.mark.parametrize("index_version", ["2", "3", "4"])
     def test_the_index_is_read_as_git_reads_it(self, tmp_path: Path, index_version: str) -> None:
-        """`_index_may_hide_files` agrees with `git ls-files -v` (a process it saves on every commit)."""
-        from orchestrator.worktree import _index_may_hide_files
+        """`index_may_hide_files` agrees with `git ls-files -v` (a process it saves on every commit)."""
+        from orchestrator.gitdir import index_may_hide_files
 
         names = [f"d{i % 3}/{'n' * (i * 7 % 90)}{i}.txt" for i in range(40)] + ["/".join(["x" * 200] * 3) + ".txt"]
         repo = make_repo(tmp_path / "r", {name: f"{name}\n" for name in names})
         git(repo, "update-index", f"--index-version={index_version}")
         index = repo / ".git" / "index"
-        assert not _index_may_hide_files(index)
+        assert not index_may_hide_files(index)
         for flag, name in [("--assume-unchanged", names[-1]), ("--skip-worktree", names[17]), ("--assume-unchanged", names[0])]:
             git(repo, "update-index", flag, name)
-            assert _index_may_hide_files(index)
+            assert index_may_hide_files(index)
             git(repo, "update-index", flag.replace("--", "--no-", 1), name)
-            assert not _index_may_hide_files(index), flag
+            assert not index_may_hide_files(index), flag
 
     def test_a_night_does_not_report_success_for_a_fix_its_commit_left_out(self, repo: Path, server: Any, tmp_path: Path) -> None:
         task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}

@@ -31,14 +31,13 @@ from orchestrator.build import open_store
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.lock import state_identity
+from orchestrator.crontab import crontab_weekdays, next_fire_times
 from orchestrator.schedule import (
     NIGHT_JOB_ID,
     SCHEDULE_TABLE,
     _library_logs_as_events,
     _run_id_of,
     build_scheduler,
-    crontab_weekdays,
-    next_fire_times,
     run_scheduled_night,
     serve,
 )
@@ -747,6 +746,20 @@ class TestAFireSeenTwice:
         with capture_logs() as logs:
             assert run_scheduled_night(str(path)) == 0
         assert [(log["event"], log.get("run_id")) for log in logs] == [("scheduled_night_skipped_done", run)]
+
+    def test_a_fire_named_at_the_first_try_still_finds_its_night_done_after_the_grace(self, tmp_path: Path) -> None:
+        """A retry after a long wait for the state lock comes past the misfire grace: the fire it names
+        (not one worked out from the time then: none) finds the night a person ran meanwhile, done."""
+        from orchestrator.schedule import _finished_tonight
+
+        path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=60)
+        run = a_run_this_hour(path, status="finished")
+        fired = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+        begun_at(path, run, fired + timedelta(minutes=5))
+        config = load(path)
+        assert _finished_tonight(config) is None  # the fire within the grace: none now
+        assert _finished_tonight(config, fired) == run
+        assert _finished_tonight(config, fired + timedelta(minutes=10)) is None  # begun before that fire: not its night
 
     def test_a_night_that_failed_or_began_before_the_fire_is_run(self, tmp_path: Path) -> None:
         clear_of_the_hour()

@@ -1,0 +1,228 @@
+"""When nights fire: `[schedule] cron` and `timezone`, read as crontab(5) reads them, as APScheduler 3 triggers.
+
+crontab and APScheduler 3 disagree in three places, each a night started on the wrong day
+or twice: weekday numbers (crontab counts from Sunday = 0, APScheduler from Monday), a day
+of month and a weekday both restricted (crontab runs on either, APScheduler on both), and
+the hour repeated when the clocks go back (crontab runs once, APScheduler twice). Every
+trigger carries its zone (a CronTrigger ignores the scheduler's), one the job store can pickle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import re
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Iterator
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
+from apscheduler.triggers.cron import CronTrigger
+
+from orchestrator.config import Config
+from orchestrator.errors import ConfigError
+
+
+def latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:
+    """The trigger's last fire time in [since, now] (compared as instants, whatever their zones)."""
+    latest = None
+    for upcoming in fire_times(trigger, since):
+        if upcoming.astimezone(timezone.utc) > now.astimezone(timezone.utc):
+            break
+        latest = upcoming
+    return latest
+
+
+def fire_times(trigger: BaseTrigger, since: datetime) -> Iterator[datetime]:
+    """The trigger's fire times from `since` on, in order."""
+    previous: datetime | None = None
+    moment = since
+    while (upcoming := trigger.get_next_fire_time(previous, moment)) is not None:
+        yield upcoming
+        previous, moment = upcoming, upcoming.astimezone(timezone.utc) + timedelta(seconds=1)
+
+
+def next_fire_times(config: Config, count: int = 3, *, now: datetime | None = None) -> list[datetime]:
+    """The next `count` night starts after `now`, in the schedule's time zone."""
+    zone = schedule_timezone(config)
+    return list(itertools.islice(fire_times(night_trigger(config, zone), now or datetime.now(zone)), count))
+
+
+def schedule_timezone(config: Config) -> tzinfo:
+    """`[schedule] timezone`: an IANA name, or "local" for the host's zone."""
+    name = config.schedule.timezone
+    if name == "local":
+        return _local_zone(config)
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{config.source}: [schedule] timezone: unknown time zone {name!r}") from None
+
+
+def _local_zone(config: Config) -> tzinfo:
+    """The host's zone, as one the job store can pickle: a zone read from a file is rebuilt from its IANA name.
+
+    tzlocal reads the zone from the file itself when TZ names a file (TZ=:/etc/localtime,
+    TZ=/usr/share/zoneinfo/Europe/Berlin) or /etc/localtime is a copy, not a link; such a
+    zone cannot be pickled, and the job store pickles the trigger that carries it.
+    """
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from tzlocal import get_localzone, get_localzone_name
+
+    def unreadable(why: str) -> ConfigError:
+        return ConfigError(
+            f'{config.source}: [schedule] timezone: "local" cannot be read from this host ({why}); '
+            'set an IANA name such as "Europe/Berlin"'
+        )
+
+    try:
+        zone = get_localzone()
+        if _pickles(zone):
+            return zone
+        name = get_localzone_name()
+    except Exception as exc:  # TZ=UTC0, a POSIX rule or a name tzlocal cannot map to a zone
+        raise unreadable(_first_line(exc)) from None
+    # tzlocal keys a zone read from a file by its name when it finds one; otherwise the name it
+    # returns comes from elsewhere (/etc/timezone) and may be another zone than the one in use.
+    if not name or name != getattr(zone, "key", None):
+        raise unreadable(f"the zone from {_zone_source()} has no IANA name")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise unreadable(f"no time zone {name!r} in the zone database") from None
+
+
+def _zone_source() -> str:
+    """Where the host's zone was read from, for the error that says it has no name."""
+    setting = os.environ.get("TZ")
+    return f"TZ={setting}" if setting else "/etc/localtime"
+
+
+def _pickles(zone: tzinfo) -> bool:
+    try:
+        pickle.dumps(zone)
+    except Exception:  # PicklingError, or a TypeError from a zone that refuses any other way
+        return False
+    return True
+
+
+def night_trigger(config: Config, zone: tzinfo) -> BaseTrigger:
+    """The cron trigger, read as crontab(5) reads it, in `zone`; ConfigError if it is bad or never fires."""
+    expression = config.schedule.cron
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ConfigError(
+            f"{config.source}: [schedule] cron: {expression!r} needs 5 fields (minute hour day month weekday), got {len(fields)}"
+        )
+    try:
+        trigger = crontab_trigger(*fields, zone=zone)
+    except ValueError as exc:
+        raise ConfigError(f"{config.source}: [schedule] cron: {expression!r}: {_first_line(exc)}") from None
+    if trigger.get_next_fire_time(None, datetime.now(zone)) is None:
+        raise ConfigError(f"{config.source}: [schedule] cron: {expression!r} never fires (no such day)")
+    return trigger
+
+
+def crontab_trigger(minute: str, hour: str, day: str, month: str, weekday: str, *, zone: tzinfo) -> BaseTrigger:
+    """A trigger that fires when crontab would; each CronTrigger carries `zone` (it ignores the scheduler's).
+
+    crontab(5): when both day of month and weekday are restricted (not `*`), a day matching
+    either runs; APScheduler 3 requires both. Picklable, for the persistent job store.
+    """
+    _names_alone(month, "month", "jan-mar", "1-3")
+    weekday_names = crontab_weekdays(weekday)
+
+    def cron(day: str, weekday: str) -> _CrontabTrigger:
+        return _CrontabTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=weekday, timezone=zone)
+
+    if day.startswith("*") or weekday.startswith("*"):
+        return cron(day, weekday_names)
+    return OrTrigger([cron(day, "*"), cron("*", weekday_names)])
+
+
+class _CrontabTrigger(CronTrigger):
+    """A CronTrigger that, like cron, never fires twice at the same wall-clock time.
+
+    When the clocks go back, the local times of the repeated hour happen twice;
+    APScheduler 3 fires at both (01:30-04:00, then 01:30-05:00), cron only at the first.
+    """
+
+    __slots__ = ()
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        fire = super().get_next_fire_time(previous_fire_time, now)
+        while fire is not None and _second_pass(fire):
+            fire = super().get_next_fire_time(fire, fire)
+        return fire
+
+
+def _second_pass(moment: datetime) -> bool:
+    """Whether `moment` is the second time its local wall-clock time happens (after the clocks went back)."""
+    return moment.fold == 1 and moment.utcoffset() != moment.replace(fold=0).utcoffset()
+
+
+def crontab_weekdays(field: str) -> str:
+    """Crontab weekday numbers (0 or 7 = Sunday) as names, for APScheduler 3.x (0 = Monday).
+
+    APScheduler 3's `from_crontab` reads "1-5" as Tuesday to Saturday. A name alone means the same
+    to both and passes through; a range of names is read as crontab reads it (`sun-thu`).
+    """
+    names = ",".join(_weekday_part(part) for part in field.split(","))
+    return ",".join(dict.fromkeys(names.split(",")))
+
+
+_WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+_NUMERIC_PART = re.compile(r"^(\*|\d+(?:-\d+)?)(?:/(\d+))?$")
+
+
+_NAMES_PART = re.compile(r"^[a-z]+(?:-[a-z]+)?$", re.IGNORECASE)
+
+
+_NAMED_RANGE = re.compile(r"^([a-z]+)-([a-z]+)(?:/(\d+))?$", re.IGNORECASE)
+
+
+def _weekday_part(part: str) -> str:
+    named = _NAMED_RANGE.match(part)
+    if named is not None and all(name.lower() in _WEEKDAY_NAMES for name in named.group(1, 2)):
+        # APScheduler 3 counts `sun` last (6), crontab first (0): `sun-thu` is refused there as a range
+        # that ends before it starts. As numbers, it means what crontab means.
+        first, last = (_WEEKDAY_NAMES.index(name.lower()) for name in named.group(1, 2))
+        last = 7 if last == 0 and first > 0 else last  # `sat-sun`: Sunday as the week's end, 7
+        if first > last:
+            raise ValueError(f"weekday {part!r} ends before it starts (the week starts on sun)")
+        part = f"{first}-{last}" + (f"/{named.group(3)}" if named.group(3) else "")
+    match = _NUMERIC_PART.match(part)
+    if match is None or part == "*":
+        _names_alone(part, "weekday", "mon-fri", "1-5")
+        return part
+    span, step_text = match.groups()
+    step = int(step_text) if step_text else 1
+    if span == "*":
+        first, last = 0, 6
+    elif "-" in span:
+        first, last = (int(value) for value in span.split("-"))
+    else:
+        first = last = int(span)
+        if step_text:  # "5/2" means 5 to the end, stepping 2
+            last = 6
+    if not (0 <= first <= 7 and 0 <= last <= 7) or first > last or step < 1:
+        raise ValueError(f"weekday {part!r} is not within 0-7 (0 and 7 are Sunday)")
+    return ",".join(_WEEKDAY_NAMES[day] for day in range(first, last + 1, step))
+
+
+def _names_alone(field: str, kind: str, names: str, numbers: str) -> None:
+    """Reject parts that mix names and numbers ("mon-5"): APScheduler 3 reads the name and drops the rest."""
+    for part in field.split(","):
+        if re.search("[a-z]", part, re.IGNORECASE) and not _NAMES_PART.match(part):
+            raise ValueError(f"{kind} {part!r}: names and numbers do not mix (write {names} or {numbers})")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
