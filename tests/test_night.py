@@ -586,6 +586,19 @@ class TestTheBranchUnderReview:
         assert git(repo, "rev-parse", "HEAD") == fixup
 
 
+def _a_fix_with_a_dump(config_file: Any, server: Any, *, dump_bytes: int) -> Path:
+    """A config with `[repo] max_file_mb = 2` whose model fixes greet.py, writes a dump.bin of `dump_bytes`, and submits."""
+    config = config_file(night={"max_iterations": 1, "max_turns": 8}, extra="")
+    text = config.read_text().replace('path = "', 'max_file_mb = 2\npath = "', 1)
+    config.write_text(text.replace('check = "python check_greet.py"', 'check = "python check_greet.py"\ntools = ["edit_file", "run_command", "submit"]'))
+    server.enqueue(
+        call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+        call("run_command", {"command": f"head -c {dump_bytes} /dev/zero > dump.bin"}),
+        call("submit", {"summary": "fixed"}),
+    )
+    return config
+
+
 class TestWorkNoCommitHolds:
     """Work the check passed on must be on the branch, or the night must say it is not (an outside
     review found both of these reported `succeeded` with the edit on no commit)."""
@@ -611,15 +624,7 @@ class TestWorkNoCommitHolds:
         """A 3 MB dump with `[repo] max_file_mb = 2`: the iteration is rolled back (`file_too_large`, a severe signal,
         a note naming the file); the branch and the worktree hold none of it. It was committed, and went into the
         user's repository with the branch."""
-        config = config_file(night={"max_iterations": 1, "max_turns": 8}, extra="")
-        text = config.read_text().replace('path = "', 'max_file_mb = 2\npath = "', 1)
-        config.write_text(text)
-        server.enqueue(
-            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
-            call("run_command", {"command": "head -c 3000000 /dev/zero > dump.bin"}),
-            call("submit", {"summary": "fixed"}),
-        )
-        config.write_text(config.read_text().replace('check = "python check_greet.py"', 'check = "python check_greet.py"\ntools = ["edit_file", "run_command", "submit"]'))
+        config = _a_fix_with_a_dump(config_file, server, dump_bytes=3_000_000)
         assert overnight("run", "--config", str(config)) == 1
         [task] = report_json(config, capsys)["tasks"]
         [iteration] = task["iterations"]
@@ -632,14 +637,7 @@ class TestWorkNoCommitHolds:
     def test_a_file_just_over_the_limit_is_noted_by_a_size_that_reads_as_over_it(self, config_file, server, repo):
         """With `max_file_mb = 2`, a 2,040,000-byte dump is noted as its bytes: "Files over 2 MB are not
         committed: dump.bin (2.0 MB)" told the model and the person that a file within the limit was refused."""
-        config = config_file(night={"max_iterations": 1, "max_turns": 8}, extra="")
-        config.write_text(config.read_text().replace('path = "', 'max_file_mb = 2\npath = "', 1))
-        server.enqueue(
-            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
-            call("run_command", {"command": "head -c 2040000 /dev/zero > dump.bin"}),
-            call("submit", {"summary": "fixed"}),
-        )
-        config.write_text(config.read_text().replace('check = "python check_greet.py"', 'check = "python check_greet.py"\ntools = ["edit_file", "run_command", "submit"]'))
+        config = _a_fix_with_a_dump(config_file, server, dump_bytes=2_040_000)
         assert overnight("run", "--config", str(config)) == 1
         notes = notes_text(config)
         assert "Files over 2 MB are not committed: dump.bin (2,040,000 bytes)" in notes and "(2.0 MB)" not in notes
