@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.files import looked_up
-from orchestrator.secrecy import shown_url
+from orchestrator.secrecy import shown_url, url_password
 
 DEFAULT_CONFIG_NAME = "overnight.toml"
 # What a night keeps in the state dir (docs/reference.md, "Files"), named once here.
@@ -75,6 +75,10 @@ class ModelConfig(_Section):
             return value
         from urllib.parse import urlsplit
 
+        if any(mark in (url_password(value) or "") for mark in "/?#"):
+            # urllib ends the user info at the first of them, and its error ("Port could not be cast to
+            # integer value as '...'") quoted the password's start.
+            raise ValueError(f"{shown_url(value)!r}: its password holds / ? or #, which a URL must percent-encode (%2F %3F %23)")
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018 - raises ValueError for a port out of range

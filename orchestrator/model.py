@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.records import ModelResponse, RawToolCall
-from orchestrator.secrecy import shown_url
+from orchestrator.secrecy import Redactor, shown_url
 from orchestrator.surrogates import mend
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
 from orchestrator import transports
@@ -120,6 +120,10 @@ class EndpointModel:
         self._window: int | None = None  # the context window, asked once (_answer_limit)
         self._asked_server = False
         self._transport_lock = threading.Lock()
+        # A server's error may quote the request (the URL with api_base's token, the Authorization
+        # header): the message goes into logs, the run store, the exit's error line and notes.md,
+        # which the next prompt carries. Those values read *** there, as in a tool's output.
+        self._redact = Redactor.for_night(api_key=config.api_key, api_base=config.api_base)
         if cancel is not None:
             cancel.on_cancel(self._interrupt)
 
@@ -396,7 +400,8 @@ class EndpointModel:
 
     def _decide(self, failure: transports.TransportError) -> Exception:
         """What a transport failure means for the night."""
-        reason = failure.message[:200]
+        message = self._redact(failure.message)
+        reason = message[:200]  # cut after the redaction: a cut secret would leave its part
         status = failure.status
         if failure.kind == transports.TIMEOUT:
             return _watchdog(self.config.request_timeout_s)
@@ -407,7 +412,7 @@ class EndpointModel:
         if failure.kind == transports.UNROUTABLE:
             return ModelUnreachable(f"cannot route model {self.config.name!r}: {reason}")
         if failure.kind == transports.WRONG_SERVER:  # a setting to fix: no retry can help
-            return ModelUnreachable(f"model endpoint {self._where()} {failure.message}")
+            return ModelUnreachable(f"model endpoint {self._where()} {message}")
         if failure.kind in (transports.CONNECTION, transports.GARBLED) or status in _RETRY_STATUSES:
             return _Retryable(reason, failure.retry_after)
         if status in _CONFIG_STATUSES:

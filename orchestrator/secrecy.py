@@ -121,8 +121,11 @@ def _plain_word(value: str) -> bool:
     return len(value) < 16 and value.isalpha() and (value.islower() or value.isupper())
 
 
-# scheme://user:password@host..., and a query's settings (?password=..., ?key=...).
-_USERINFO = re.compile(r"(?<=//)([^/@\s]*)@")
+# scheme://user:password@host..., and a query's settings (?password=..., ?key=...). The password as
+# SQLAlchemy reads a [store] url's: up to the @, so a generated one with `/`, `?` or `#` left unencoded
+# counts whole (RFC 3986's reading stopped at the `/` and showed all of it); but digits before a `/`,
+# `?` or `#` are a port (http://host:8080/users/a@b has no password).
+_USERINFO = re.compile(r"(?<=//)([^:/?#@\s]*)(?::((?![0-9]*[/?#])[^@\s]*))?@")
 _QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
 
 
@@ -131,24 +134,28 @@ def url_secrets(url: str | None) -> list[str]:
     whose names say they are secrets (`password`, `key`, `api_key`)."""
     if not url:
         return []
-    head, mark, query = url.partition("?")
-    found = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
-    userinfo = _USERINFO.search(head)
-    if userinfo is not None and ":" in userinfo.group(1):
-        password = userinfo.group(1).split(":", 1)[1]
-        found += dict.fromkeys((password, unquote(password)))  # as written, and as a program that used it prints it
-    return found
+    password = url_password(url)
+    # As written, and as a program that used it prints it.
+    found = list(dict.fromkeys((password, unquote(password)))) if password is not None else []
+    _, mark, query = _USERINFO.sub("", url, count=1).partition("?")  # a `?` in the password starts no query
+    return [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)] + found
+
+
+def url_password(url: str) -> str | None:
+    """The password of a URL's user info, as written; None when it has none."""
+    userinfo = _USERINFO.search(url)
+    return userinfo.group(2) if userinfo is not None else None
 
 
 def shown_url(url: str) -> str:
     """`url` as logs and errors may show it: the password of its user info, and query settings whose
     names say they are secrets, as ***. Also for a string that is no valid URL (a typo in a config)."""
+    url = _USERINFO.sub(_hide_password, url)  # first: a `?` in the password starts no query
     head, mark, query = url.partition("?")
-    head = _USERINFO.sub(lambda found: _hide_password(found.group(1)) + "@", head)
     shown_query = _QUERY_SETTING.sub(lambda found: f"{found.group(1)}={REDACTED}" if looks_secret(found.group(1)) else found.group(0), mark + query)
     return head + shown_query
 
 
-def _hide_password(userinfo: str) -> str:
-    user, colon, _ = userinfo.partition(":")
-    return f"{user}:{REDACTED}" if colon else user
+def _hide_password(userinfo: re.Match[str]) -> str:
+    user, password = userinfo.group(1, 2)
+    return f"{user}:{REDACTED}@" if password is not None else f"{user}@"

@@ -316,7 +316,8 @@ class Toolbox:
         if len(text) + len(warning) <= self._max_output_chars and complete:
             return ToolResult(True, _with_note(text, warning))
         length = f"{len(text)} chars" if complete else f"{size} bytes"
-        shown = _whole_lines(text[: self._max_output_chars - _NOTE_ROOM - len(path) - len(warning)])
+        # Redacted before the cut, as every output is (execute): a secret on a line the cut splits left its first part.
+        shown = _whole_lines(self._redact(text)[: self._max_output_chars - _NOTE_ROOM - len(path) - len(warning)])
         if "\n" not in shown:  # one line longer than the cap: nothing to read on from
             cut = f"[... {path} has {length}; only the first {len(shown)} chars are shown.]"
         else:
@@ -343,7 +344,8 @@ class Toolbox:
                     warning = _not_utf8_note(path)
                 text = line.decode("utf-8", errors="replace")
                 if used + len(text) > room:
-                    return ToolResult(True, _with_note(*_cut_range(shown, first, number, text, room), warning))
+                    # Redacted before the cut: see _read_whole.
+                    return ToolResult(True, _with_note(*_cut_range(shown, first, number, self._redact(text), room), warning))
                 shown.append(text)
                 used += len(text)
         if number == 0:
@@ -562,8 +564,9 @@ class Toolbox:
             return []
         shown = file.relative_to(self.root).as_posix() if file.is_relative_to(self.root) else file.name
         lines = search.matching_lines(data.decode("utf-8", errors="replace"), pattern, limit, deadline)
-        # Indentation kept: a model copies these lines into edit_file's `old`.
-        return [f"{shown}:{number}: {line.rstrip()[:_SEARCH_LINE_CHARS]}" for number, line in lines]
+        # Indentation kept: a model copies these lines into edit_file's `old`. Redacted before the cut to
+        # _SEARCH_LINE_CHARS: a secret the cut splits (a long line of JSON) left its first part.
+        return [f"{shown}:{number}: {self._redact(line.rstrip())[:_SEARCH_LINE_CHARS]}" for number, line in lines]
 
     def _run_check(self) -> ToolResult:
         result = run_shell(

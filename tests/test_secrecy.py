@@ -226,3 +226,125 @@ def test_a_pretty_printed_json_keys_private_key_line_is_redacted() -> None:
     line = next(line for line in value.splitlines() if "private_key" in line)
     assert key not in redact(line)
     assert redact('"type": "service_account",') == '"type": "service_account",'
+
+
+class TestModelErrorsKeepSecretsOut:
+    API_KEY = "sk-configkey-0123456789zz"
+    BASE_PASSWORD = "basepw-0123456789UIO"
+
+    def _config(self, config_file, server) -> Path:
+        host = server.url.split("//", 1)[1]
+        return config_file(model={"api_key": self.API_KEY, "api_base": f"http://me:{self.BASE_PASSWORD}@{host}", "retries": 0})
+
+    def _written(self, config: Path, said: str) -> list[str]:
+        state = config.parent / "state"
+        written = [said, notes_text(config)]
+        with sqlite3.connect(state / "runs.db") as db:
+            for (table,) in db.execute("select name from sqlite_master where type = 'table'"):
+                written += [json.dumps(row) for row in db.execute(f"select * from {table}")]  # noqa: S608 - the store's own tables
+        return written
+
+    def test_a_rejected_request_whose_error_quotes_the_key_leaves_it_out_of_notes_logs_store_and_prompt(
+        self, config_file, server, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A server's 400 quoting the API key and api_base's password (an iteration_error): notes.md, the next prompt, the logs and the store show ***."""
+        from orchestrator.scripted import Reply
+
+        config = self._config(config_file, server)
+        server.enqueue(Reply(status=400, text=f"bad request: key {self.API_KEY} for http://me:{self.BASE_PASSWORD}@host/v1"))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 1
+        said = capsys.readouterr()
+        written = self._written(config, said.out + said.err) + [json.dumps(server.requests)]
+        assert "bad request: key ***" in notes_text(config)
+        assert [text for text in written if self.API_KEY in text or self.BASE_PASSWORD in text] == []
+
+    def test_an_unreachable_endpoint_whose_error_quotes_the_key_leaves_it_out_of_the_exit_line(
+        self, config_file, server, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A 401 quoting the API key (ModelUnreachable, exit 3): the error line, the logs and the store show ***."""
+        from orchestrator.scripted import Reply
+
+        config = self._config(config_file, server)
+        server.enqueue(Reply(status=401, text=f"Incorrect API key provided: {self.API_KEY}"))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 3
+        said = capsys.readouterr()
+        assert "Incorrect API key provided: ***" in said.err
+        assert [text for text in self._written(config, said.out + said.err) if self.API_KEY in text] == []
+
+
+class TestPasswordsWithUnencodedMarks:
+    # Generated passwords hold `/` (base64) or `?`; SQLAlchemy reads a [store] url's password up to its `@`.
+    PASSWORD = "Xk3-9fqLm2/w0rd?Secret"
+
+    def test_a_url_variable_whose_password_holds_a_slash_is_withheld_and_redacted(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """DATABASE_URL with `/` and `?` left unencoded in its password: the agent's commands run without it, and a file that holds it reads ***."""
+        monkeypatch.setenv("DATABASE_URL", f"postgres://app:{self.PASSWORD}@db/app")
+        (tmp_path / "settings.py").write_text(f'DATABASE = "postgres://app:{self.PASSWORD}@db/app"\n')
+        assert "DATABASE_URL" in withheld(os.environ)
+        toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", redact=Redactor.for_night())
+        out = toolbox.execute(ToolCall("run_command", {"command": "env; cat settings.py"})).output
+        assert "Xk3-9fqLm2" not in out and 'DATABASE = "postgres://app:***@db/app"' in out
+        assert shown_url(f"postgresql+psycopg://app:{self.PASSWORD}@db/app?sslmode=require") == "postgresql+psycopg://app:***@db/app?sslmode=require"
+        assert url_secrets("http://host:8080/users/a@example.com") == []  # a port, then a path: no password
+
+    def test_the_store_urls_password_with_a_slash_is_redacted_in_what_the_agent_reads(
+        self, tmp_path: Path, repo: Path, server, pg_store_url: str
+    ) -> None:
+        """A PostgreSQL [store] url whose password holds `/`: the agent that cats the config sees ***, in the transcript and the store too."""
+        store_url = pg_store_url.replace("://postgres@", f"://postgres:{self.PASSWORD}@")  # trust auth takes any password
+        config = tmp_path / "overnight.toml"
+        from tests.conftest import write_config
+
+        write_config(config, api_base=server.url, repo=repo, extra=f"\n[store]\nurl = {json.dumps(store_url)}\n", tasks=[
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "edit_file", "submit"]}])
+        server.enqueue(
+            call("run_command", {"command": f"cat {config}"}),
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        transcripts = [path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir()]
+        assert any("postgres:***@" in text for text in transcripts)
+        assert not any("Xk3-9fqLm2" in text for text in [*transcripts, json.dumps(server.requests)])
+
+    def test_an_api_base_whose_password_holds_a_slash_is_refused_without_showing_it(
+        self, config_file, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """urllib's error quoted the password's start ("Port could not be cast to integer value as 'Xk3-9fqLm2'"): the line says what to do, with ***."""
+        config = config_file(model={"api_base": f"http://me:{self.PASSWORD}@127.0.0.1:9/v1"})
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config)) == 2
+        said = capsys.readouterr()
+        assert "Xk3" not in said.out + said.err and "http://me:***@127.0.0.1:9/v1" in said.err and "percent-encode" in said.err
+
+
+class TestFileToolsRedactBeforeTheyCut:
+    SECRET = "sk-LEAKY-0123456789abcdefghij"
+
+    def _leaves_a_part(self, output: str) -> bool:
+        return self.SECRET[:12] in output or self.SECRET[-12:] in output
+
+    def test_search_redacts_a_long_line_before_cutting_it(self, tmp_path: Path) -> None:
+        """A secret across the 200th character of a long matching line (minified JSON): search shows no part of it."""
+        toolbox = Toolbox(tmp_path, ("search",), check_command="true", redact=Redactor([self.SECRET]))
+        leaky = []
+        for pad in range(140, 176, 2):  # the key begins 24 characters after the pad
+            (tmp_path / "settings.json").write_text('{"name": "' + "a" * pad + f'", "apiKey": "{self.SECRET}"}}\n')
+            found = toolbox.execute(ToolCall("search", {"pattern": "apiKey", "path": "."}))
+            assert found.ok and "settings.json:1:" in found.output
+            leaky += [pad] if self._leaves_a_part(found.output) else []
+        assert leaky == []
+
+    def test_read_file_redacts_a_line_longer_than_the_cap_before_cutting_it(self, tmp_path: Path) -> None:
+        """One line past the output cap, with a secret where the cap cuts it: read_file, whole or by lines, shows no part of it."""
+        toolbox = Toolbox(tmp_path, ("read_file",), check_command="true", redact=Redactor([self.SECRET]), max_output_chars=2000)
+        leaky = []
+        for pad in range(1700, 1820, 2):
+            (tmp_path / "data.txt").write_text("a" * pad + self.SECRET + "b" * 3000 + "\nend\n")
+            for arguments in ({"path": "data.txt"}, {"path": "data.txt", "start_line": 1, "end_line": 2}):
+                read = toolbox.execute(ToolCall("read_file", arguments))
+                assert read.ok
+                leaky += [(pad, len(arguments))] if self._leaves_a_part(read.output) else []
+        assert leaky == []
