@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import git as gitpython
@@ -521,3 +522,64 @@ def test_a_checkout_of_the_branch_beside_the_worktree_is_seen_however_registered
         review.rename(tmp_path / "elsewhere")
     with pytest.raises(BranchCheckedOut):
         tree.back_on_branch("fix")
+
+
+class TestCommitBesideAKeptFolder:
+    """A commit leaves out new files under `[repo] keep` paths at a cost that does not grow with their number."""
+
+    def test_a_commit_beside_a_30000_file_kept_venv_takes_seconds_not_tens(self, repo: Path, tmp_path: Path) -> None:
+        """A .venv of 30,000 new files under `keep` (a check's, not in .gitignore): the commit takes the fix and no
+        file of the .venv, in well under the seconds one exclusion per file cost git (each path matched against each)."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD", keep=(".venv",))
+        for i in range(30000):
+            folder = tree.path / ".venv" / "lib" / f"pkg{i // 500}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"m{i}.py").write_bytes(b"")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        start = time.perf_counter()
+        tree.commit("overnight: fix iteration 1")
+        took = time.perf_counter() - start
+        assert git(tree.path, "diff", "--name-only", "HEAD~1", "HEAD").splitlines() == ["greet.py"]
+        assert took < 4.0, f"a commit beside a 30,000-file kept .venv took {took:.1f}s"
+
+    def test_work_beside_kept_files_in_one_folder_is_committed(self, repo: Path, tmp_path: Path) -> None:
+        """Kept files in a folder that also holds work (a tracked file changed, a new file outside `keep`) are
+        left out one by one, the work committed; a folder of kept files alone is left out whole."""
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD", keep=("*.log", "/cache"))
+        (tree.path / "logs").mkdir()
+        (tree.path / "logs" / "run.log").write_text("kept\n")
+        (tree.path / "logs" / "summary.txt").write_text("work\n")
+        (tree.path / "out" / "deep").mkdir(parents=True)
+        (tree.path / "out" / "deep" / "all.log").write_text("kept\n")
+        (tree.path / "cache").mkdir()
+        (tree.path / "cache" / "c.bin").write_text("kept\n")
+        (tree.path / "greet.log").write_text("kept\n")
+        (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        tree.commit("overnight: fix iteration 1")
+        committed = git(tree.path, "diff", "--name-only", "HEAD~1", "HEAD").splitlines()
+        assert committed == ["greet.py", "logs/summary.txt"]
+        assert (tree.path / "cache" / "c.bin").exists() and (tree.path / "out" / "deep" / "all.log").exists()
+
+
+class TestIdleWorktreeWithAKeptVenv:
+    """An idle worktree whose only new files lie under `[repo] keep` holds no change."""
+
+    def test_a_kept_venv_not_in_gitignore_is_no_change_to_keep_or_clean(self, repo: Path, tmp_path: Path) -> None:
+        """A check's .venv under `keep`, not named in .gitignore: recovery keeps no branch of it and cleans
+        nothing (it judged the worktree changed every night: a keep commit of nothing and a rollback, seconds in
+        a large project, logged as `worktree_cleaned`); a new file of a person's beside it is still kept."""
+        config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+                                          tasks=[{"name": "fix", "prompt": "p", "check": "true"}]))
+        config = config.model_copy(update={"repo": config.repo.model_copy(update={"keep": (".venv",)})})
+        tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD", keep=(".venv",))
+        (tree.path / ".venv" / "bin").mkdir(parents=True)
+        (tree.path / ".venv" / "bin" / "python").write_text("#!/bin/sh\n")
+
+        def recover() -> list[str]:
+            return [e["event"] for e in recovery_logs(config) if e.get("task") == "fix"]
+
+        assert tree.idle_state() == "clean" and recover() == []
+        assert (tree.path / ".venv" / "bin" / "python").exists()
+        (tree.path / "review.txt").write_text("a person's note\n")
+        assert tree.idle_state() == "changed" and recover() == ["worktree_changes_kept", "worktree_cleaned"]
+        assert not (tree.path / "review.txt").exists() and (tree.path / ".venv" / "bin" / "python").exists()
