@@ -165,7 +165,7 @@ def _act(
             feedback.append(history.broken_call_note(call, ctx.tool_names))
             continue
         ctx.check_cancelled()
-        result = toolbox.execute(call)
+        result = _executed(toolbox, call, ctx)
         recorder.tool_call(call, result)
         if call.name == "run_check" or call.name not in LOOKING_TOOLS:
             ctx.check_passed = call.name == "run_check" and result.ok
@@ -181,6 +181,25 @@ def _act(
     if feedback:
         _append(messages, recorder, {"role": "user", "content": "\n\n".join(feedback)})
     return None
+
+
+def _executed(toolbox: Toolbox, call: ToolCall, ctx: RunContext) -> ToolResult:
+    """The tool's result; a failed one when what the model gave it nests too deeply for Python (a
+    search through a folder tree a thousand levels deep, a write_file under as many new folders).
+
+    That RecursionError ended the iteration as iteration_error, the model's work rolled back, for an
+    input the model can change as it does any other refused one. Logged with its traceback
+    (`tool_error`): should it be a bug of overnight's after all, it is seen, not swallowed."""
+    try:
+        return toolbox.execute(call)
+    except RecursionError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        (ctx.log or get_logger()).warning("tool_error", tool=call.name, error=error, turn=ctx.turn, exc_info=exc)
+        return ToolResult(
+            False,
+            f"{call.name} failed: what it was given nests too deeply to handle ({error}); "
+            "use a shorter path, a narrower folder or a simpler pattern",
+        )
 
 
 def _append(messages: list[Message], recorder: Recorder, message: Message) -> None:

@@ -548,6 +548,19 @@ def main() -> None:
 
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)
+    watch = _StdoutWatch(sys.stdout) if sys.stdout is not None and _command_named() not in _NIGHTS else None
+    if watch is not None:
+        sys.stdout = watch  # type: ignore[assignment]
+    try:
+        _run_app()
+    except _ReaderGone:  # also from the help printed for `overnight` alone, in an except clause of _run_app
+        _reader_gone()
+    finally:
+        if watch is not None and sys.stdout is watch:  # main() called in a process that goes on (a test)
+            sys.stdout = watch.stream  # type: ignore[assignment]
+
+
+def _run_app() -> None:
     try:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
@@ -578,6 +591,51 @@ def main() -> None:
             sys.exit(0)
         hint = f" (see `{context.command_path} --help`)" if context is not None else ""
         _fail(exc.format_message() + hint, exc.exit_code)
+
+
+# Commands that run a night: what they print on stdout (the demo's progress) is written from inside it,
+# where an exception of ours must not land; their account is the run store's.
+_NIGHTS = frozenset({"run", "demo"})
+EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141, as a shell reports a command that SIGPIPE ended
+
+
+class _ReaderGone(Exception):
+    """stdout's reader went away (`overnight report | head -1`). No OSError: click takes a broken pipe
+    for its own and exits 1, silently, which reads as "no runs recorded yet" from `report`."""
+
+
+class _StdoutWatch:
+    """sys.stdout, whose write or flush into a pipe nobody reads any more raises _ReaderGone."""
+
+    def __init__(self, stream: object) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)  # type: ignore[attr-defined]
+        except BrokenPipeError:
+            raise _ReaderGone from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()  # type: ignore[attr-defined]
+        except BrokenPipeError:
+            raise _ReaderGone from None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+
+def _reader_gone() -> None:
+    """Exit 141, quietly, as `git log | head` does: the reader asked for no more. What the command did
+    (gc's removals) is done; only its output is cut short. stdout's descriptor goes to /dev/null first:
+    the interpreter's own flush at exit would otherwise fail again, with a message and exit 120."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    finally:
+        os.close(devnull)
+    sys.exit(EXIT_READER_GONE)
 
 
 def _is_usage_error(exc: Exception) -> bool:

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import TextIO
 
+from orchestrator.logs import lossy
 from orchestrator.records import Level, Signal
 
 _YELLOW, _RED, _RESET = "\033[33m", "\033[31m", "\033[0m"
@@ -24,7 +25,9 @@ class SignalPrinter:
     """A SignalSink that prints `⚠ loop: read_file ×3` lines, tagged with the task."""
 
     def __init__(self, stream: TextIO | None = None, task: str = "") -> None:
-        self.stream = stream or sys.stderr
+        # None when stderr was closed before the start (`2>&-`): the lines go nowhere then, as the
+        # log's do, never onto stdout (print's fallback), which a script may be reading.
+        self.stream = stream if stream is not None else sys.stderr
         self.task = task
         self.colour = use_colour(self.stream)
 
@@ -37,4 +40,5 @@ class SignalPrinter:
         line = f"{mark} {where}{signal.kind}: {signal.message}"
         if self.colour:
             line = f"{colour}{line}{_RESET}"
-        print(line, file=self.stream, flush=True)
+        # Lossy, as the log is: a reader gone away (`2>&1 | head`) loses lines, not the night.
+        print(line, file=lossy(self.stream), flush=True)

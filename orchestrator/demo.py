@@ -294,6 +294,8 @@ class _Progress:
         fields = dict(event)
         fields["ok_word"] = "ok" if event.get("ok") else "failed"
         fields["reason_part"] = f" ({event['reason']})" if event.get("reason") else ""
+        if "commit" in event and not event["commit"]:  # the check passed on the iteration's checkpoint as it was
+            fields["commit"] = "nothing new"
         fields["model_file"] = Path(str(event.get("model_file", ""))).name
         try:
             return template.format(**fields)

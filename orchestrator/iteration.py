@@ -186,6 +186,11 @@ def _check_failed(exit_code: int, output: str) -> QualityError:
     )
 
 
+def _logged(commit: str) -> str | None:
+    """A commit as the log names it: its first 12 hex digits; null, as in `report --json`, when the iteration made none."""
+    return commit[:12] or None
+
+
 @dataclass
 class _Finisher:
     """The three endings of an iteration, each leaving store, notes and worktree consistent."""
@@ -204,7 +209,7 @@ class _Finisher:
         self.commit = commit
         self.committed_ending = {"outcome": IterationOutcome.COMMITTED.value, "commit": commit, "turns": turns, "tokens": tokens}
         self._finish(**self.committed_ending)
-        self.log.info("iteration_committed", commit=commit[:12], turns=turns, tokens=tokens)
+        self.log.info("iteration_committed", commit=_logged(commit), turns=turns, tokens=tokens)
         return self._report(IterationOutcome.COMMITTED, "", commit, turns, tokens)
 
     def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
@@ -233,7 +238,7 @@ class _Finisher:
             with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
                 self._finish(**ending)
                 if self.committed_ending is not None:  # the store has the commit now: so has the log, as for any commit
-                    self.log.info("iteration_committed", commit=self.commit[:12], turns=ending["turns"], tokens=ending["tokens"])
+                    self.log.info("iteration_committed", commit=_logged(self.commit), turns=ending["turns"], tokens=ending["tokens"])
         self.log.error("iteration_state_failed")
 
     def unreachable(self, detail: str) -> None:

@@ -216,7 +216,9 @@ class _Keeper:
 
     A restart runs in the watcher's thread without the lock, so that `stop` never waits for one:
     it sets `_stopping`, which ends a start under way (as a signal does), and stops whatever
-    process the keeper holds then or is handed after.
+    process the keeper holds then or is handed after. The watcher outlives the server it started:
+    a child started from a thread is sent SIGTERM when that thread ends (`_die_with_parent`), and a
+    second SIGTERM makes llama-server abandon its clean stop and exit 1.
     """
 
     def __init__(self, files: LocalModelFiles, context: int, log_path: Path, cancel: Any, log: Any) -> None:
@@ -229,6 +231,7 @@ class _Keeper:
         # A random name the server answers with (`--alias`): proof that the port's server is ours.
         self._alias = f"overnight-{secrets.token_hex(6)}"
         self._stopping = threading.Event()
+        self._watch_over = threading.Event()  # set once the server is stopped: then the watcher may end
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
@@ -279,7 +282,7 @@ class _Keeper:
 
     def _watch(self) -> None:
         restarts = 0
-        while not self._stopping.wait(_WATCH_EVERY_S):
+        while not self._watch_over.wait(_WATCH_EVERY_S):
             with self._lock:
                 if self._stopping.is_set() or self._process is None or self._process.poll() is None:
                     continue
@@ -305,12 +308,15 @@ class _Keeper:
 
     def stop(self) -> int | None:
         """Stop the server (and a restart under way); its exit code, or the dead one's."""
-        self._stopping.set()
+        with self._lock:  # from here the watcher starts none again
+            self._stopping.set()
+            process, self._process = self._process, None
+        code = _stop(process) if process is not None else None
+        # Only now may the watcher end: its end sends SIGTERM to a server it started again.
+        self._watch_over.set()
         if self._watcher is not None:
             self._watcher.join(timeout=STARTUP_TIMEOUT_S + STOP_GRACE_S)
-        with self._lock:
-            process, self._process = self._process, None
-        return _stop(process) if process is not None else self.returncode
+        return code if process is not None else self.returncode
 
 
 def local_model_config(model: ModelConfig, server: LocalServer) -> ModelConfig:

@@ -558,3 +558,45 @@ class TestOtherCommands:
         (tmp_path / "a-file").write_text("x")
         (tmp_path / "loop").symlink_to("loop")
         assert_one_line_error(overnight("demo", "--dir", str(tmp_path / where)), 2, "--dir")
+
+
+def overnight_into_a_closed_pipe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`overnight ARGS | true`, made certain: its stdout is a pipe whose reader is gone before it starts."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, stdout=writer, stderr=subprocess.PIPE,
+            text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "NO_COLOR": "1"},
+        )
+    finally:
+        os.close(writer)
+
+
+class TestAReaderThatGoesAway:
+    @pytest.mark.parametrize(
+        "args",
+        [("notes", "-c", "CONFIG"), ("serve", "--next", "-c", "CONFIG"), ("gc", "--dry-run", "-c", "CONFIG"), ("--help",), ("init", "--help"), ()],
+        ids=["notes", "serve --next", "gc --dry-run", "--help", "init --help", "no command"],
+    )
+    def test_a_command_whose_reader_went_away_exits_141_quietly(self, tmp_path, repo, args):
+        """`overnight notes | true`: exit 141, as a command SIGPIPE ended, and nothing on stderr; it was exit 1 (click's),
+        which `report` uses for "no runs recorded yet" and `run` for "a task failed"."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra='[schedule]\ntimezone = "UTC"\n'
+        )
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "notes.md").write_text("## 2026-12-01 01:30 · task `fix-greet` · iteration 1 · `check_failed`\n")
+        done = overnight_into_a_closed_pipe(*(str(config) if word == "CONFIG" else word for word in args), cwd=tmp_path)
+        assert (done.returncode, done.stderr) == (141, "")
+
+    @pytest.mark.parametrize("as_json", [False, True], ids=["report", "report --json"])
+    def test_a_report_whose_reader_went_away_exits_141_quietly(self, config_file, server, as_json):
+        """`overnight report --json | head -c 10` in a script: the cut is said by 141, not by exit 1 ("no runs recorded yet")."""
+        from tests.test_night import FIX
+
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)).returncode == 0
+        done = overnight_into_a_closed_pipe("report", "--config", str(config), *(["--json"] if as_json else []))
+        assert (done.returncode, done.stderr) == (141, "")

@@ -524,6 +524,21 @@ class TestServer:
         [died] = [e for e in logs if e["event"] == "local_model_died"]
         assert died["exit_code"] == -signal.SIGKILL and "out-of-memory" in died["hint"]
 
+    def test_a_server_started_again_stops_cleanly_at_the_nights_end(self, tmp_path: Path) -> None:
+        """The restarted server is stopped with one SIGTERM, as the first is: it was sent a second one (the
+        watcher thread that started it ended first), abandoned its clean stop and was reported exit code 1."""
+        import signal
+
+        import structlog
+
+        with structlog.testing.capture_logs() as logs:
+            with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
+                os.kill(server.pid, signal.SIGKILL)
+                wait_for_event(logs, "local_model_restarted", within_s=60)
+        [stopped] = [e for e in logs if e["event"] == "local_model_stopped"]
+        assert stopped["exit_code"] == 0
+        assert "second interrupt" not in (tmp_path / "state" / "llama-server.log").read_text()
+
 
     def test_a_server_whose_port_another_took_is_not_started_again(self, tmp_path: Path) -> None:
         """The server dies and, before its restart, another program listens on its port: the restart fails

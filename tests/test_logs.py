@@ -230,6 +230,22 @@ class TestEventsOfTheNight:
         assert (night["exit_code"], night["succeeded"], night["stopped_early"]) == (3, 0, None)
 
 
+class TestCommittedEvent:
+    def test_an_iteration_that_made_no_commit_logs_commit_null_as_the_report_says_it(self, tmp_path, capsys):
+        """The check passed on the checkpoint as it was: `iteration_committed` has `commit` null, as `report --json` does, not ""."""
+        from tests.test_night import report_json
+
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        tasks = [{"name": "already-done", "prompt": "p", "check": "true"}]
+        with ScriptedServer([call("submit", {"summary": "nothing to change"})]) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks)
+            night = _json_run(config)
+        assert night.exit_code == 0, night.events
+        committed = _one(night.events, "iteration_committed")
+        [task] = report_json(config, capsys)["tasks"]
+        assert task["iterations"][0]["commit"] is None and committed["commit"] is None
+
+
 class TestDeadlineEvents:
     def test_the_deadline_cancels_the_iteration_and_says_so(self, config_file, server):
         """At `[night] deadline` the iteration in flight is `iteration_cancelled` (`why`: deadline), each task's

@@ -865,3 +865,25 @@ class TestSpecialFiles:
         found = run(box, "search", pattern="X = 1", path="src")
         assert found.ok and found.output == "src/util.py:1: X = 1"
         assert time.monotonic() - started < 5
+
+
+class TestAToolFailingOnTheModelsInput:
+    def test_input_nested_past_pythons_recursion_limit_fails_the_call_and_keeps_the_work(self, tmp_path, capsys):
+        """A write_file under a thousand new folders (a RecursionError) is a failed call the model goes on from, logged
+        `tool_error` with its traceback; it ended the iteration as iteration_error and rolled the model's edit back."""
+        import json
+
+        from orchestrator.fake_server import ScriptedServer
+        from tests.test_night import FIX, overnight, report_json
+
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        deep = "e/" * 1100 + "x.txt"
+        with ScriptedServer([FIX[2], call("write_file", {"path": deep, "content": "x"}), *FIX[3:]]) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+            assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        [failed] = [e for e in events if e["event"] == "tool_error"]
+        assert failed["tool"] == "write_file" and "RecursionError" in failed["error"] and "Traceback" in failed["exception"]
+        assert failed["task"] == "fix-greet" and failed["iteration"] == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert task["outcome"] == "succeeded" and [it["outcome"] for it in task["iterations"]] == ["committed"]

@@ -557,6 +557,18 @@ class TestLogReaderGone:
         assert task["outcome"] == "succeeded"
         assert '<testcase classname="overnight" name="fix-greet"' in junit.read_text()
 
+    def test_signal_lines_with_stderr_closed_go_nowhere_not_onto_stdout(self, config_file, server, capsys):
+        """`overnight run --log-format human 2>&-`: the guards' warning and stop lines were printed on stdout
+        (print's fallback for a stream that is None), which a script may parse; they are dropped as the log's are."""
+        config = config_file()
+        server.enqueue(call("no_such_tool"), call("no_such_tool"), *FIX)
+        command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "human"]
+        done = subprocess.run(["bash", "-c", 'exec "$@" 2>&-', "night", *command], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout
+        assert done.stdout == ""
+        [task] = report_json(config, capsys)["tasks"]
+        assert [it["reason"] for it in task["iterations"]] == ["unknown_tool", None]
+
 
 class TestDeadline:
     def test_deadline_cancels_the_iteration_in_flight(self, config_file, server, capsys):
