@@ -244,17 +244,22 @@ class TestModelErrorsKeepSecretsOut:
                 written += [json.dumps(row) for row in db.execute(f"select * from {table}")]  # noqa: S608 - the store's own tables
         return written
 
+    def _night_answered_with(self, config_file, server, capsys, *, status: int, text: str, exit_code: int) -> tuple[Path, pytest.CaptureResult[str]]:
+        """A night (JSON logs) whose model server answers its first request with `status` and `text`: (config, what it printed)."""
+        from orchestrator.scripted import Reply
+
+        config = self._config(config_file, server)
+        server.enqueue(Reply(status=status, text=text))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == exit_code
+        return config, capsys.readouterr()
+
     def test_a_rejected_request_whose_error_quotes_the_key_leaves_it_out_of_notes_logs_store_and_prompt(
         self, config_file, server, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """A server's 400 quoting the API key and api_base's password (an iteration_error): notes.md, the next prompt, the logs and the store show ***."""
-        from orchestrator.scripted import Reply
-
-        config = self._config(config_file, server)
-        server.enqueue(Reply(status=400, text=f"bad request: key {self.API_KEY} for http://me:{self.BASE_PASSWORD}@host/v1"))
-        capsys.readouterr()
-        assert overnight("run", "--config", str(config), "--log-format", "json") == 1
-        said = capsys.readouterr()
+        text = f"bad request: key {self.API_KEY} for http://me:{self.BASE_PASSWORD}@host/v1"
+        config, said = self._night_answered_with(config_file, server, capsys, status=400, text=text, exit_code=1)
         written = self._written(config, said.out + said.err) + [json.dumps(server.requests)]
         assert "bad request: key ***" in notes_text(config)
         assert [text for text in written if self.API_KEY in text or self.BASE_PASSWORD in text] == []
@@ -263,13 +268,8 @@ class TestModelErrorsKeepSecretsOut:
         self, config_file, server, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """A 401 quoting the API key (ModelUnreachable, exit 3): the error line, the logs and the store show ***."""
-        from orchestrator.scripted import Reply
-
-        config = self._config(config_file, server)
-        server.enqueue(Reply(status=401, text=f"Incorrect API key provided: {self.API_KEY}"))
-        capsys.readouterr()
-        assert overnight("run", "--config", str(config), "--log-format", "json") == 3
-        said = capsys.readouterr()
+        text = f"Incorrect API key provided: {self.API_KEY}"
+        config, said = self._night_answered_with(config_file, server, capsys, status=401, text=text, exit_code=3)
         assert "Incorrect API key provided: ***" in said.err
         assert [text for text in self._written(config, said.out + said.err) if self.API_KEY in text] == []
 
