@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.fake_server import ScriptedServer  # noqa: E402
 from orchestrator.scripted import call  # noqa: E402
 from tests.conftest import git, write_config  # noqa: E402
+from tests.test_night import overnight as run_cli  # noqa: E402 - the real CLI in-process, as the tests run it
 
 TIMES: dict[str, list[float]] = defaultdict(list)
 
@@ -114,20 +115,6 @@ def iteration_script(answer: str, n: int) -> list:
         call("write_file", {"path": "answer.txt", "content": answer + "\n"}),
         call("submit", {"summary": f"answer {answer}"}),
     ]
-
-
-def run_cli(*args: str) -> int:
-    from orchestrator.cli import main
-
-    argv = sys.argv
-    sys.argv = ["overnight", *args]
-    try:
-        main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    finally:
-        sys.argv = argv
-    return 0
 
 
 def night(config: Path, server: ScriptedServer, replies: list, label: str) -> None:
