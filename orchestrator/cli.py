@@ -548,7 +548,7 @@ def main() -> None:
 
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)
-    watch = _StdoutWatch(sys.stdout) if sys.stdout is not None and _command_named() not in _NIGHTS else None
+    watch = _StdoutWatch(sys.stdout) if sys.stdout is not None and _prints_no_night() else None
     if watch is not None:
         sys.stdout = watch  # type: ignore[assignment]
     try:
@@ -597,6 +597,11 @@ def _run_app() -> None:
 # where an exception of ours must not land; their account is the run store's.
 _NIGHTS = frozenset({"run", "demo"})
 EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141, as a shell reports a command that SIGPIPE ended
+
+
+def _prints_no_night() -> bool:
+    """Any command but a night's, and a night command asked only for its help (`overnight run --help | head`)."""
+    return _command_named() not in _NIGHTS or "--help" in sys.argv[1:]
 
 
 class _ReaderGone(Exception):

@@ -576,8 +576,8 @@ def overnight_into_a_closed_pipe(*args: str, cwd: Path | None = None) -> subproc
 class TestAReaderThatGoesAway:
     @pytest.mark.parametrize(
         "args",
-        [("notes", "-c", "CONFIG"), ("serve", "--next", "-c", "CONFIG"), ("gc", "--dry-run", "-c", "CONFIG"), ("--help",), ("init", "--help"), ()],
-        ids=["notes", "serve --next", "gc --dry-run", "--help", "init --help", "no command"],
+        [("notes", "-c", "CONFIG"), ("serve", "--next", "-c", "CONFIG"), ("gc", "--dry-run", "-c", "CONFIG"), ("--help",), ("init", "--help"), ("run", "--help"), ("demo", "--help"), ()],
+        ids=["notes", "serve --next", "gc --dry-run", "--help", "init --help", "run --help", "demo --help", "no command"],
     )
     def test_a_command_whose_reader_went_away_exits_141_quietly(self, tmp_path, repo, args):
         """`overnight notes | true`: exit 141, as a command SIGPIPE ended, and nothing on stderr; it was exit 1 (click's),
