@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterable
 
 from orchestrator.errors import StateError
 from orchestrator.files import read_regular_file, replace_file
@@ -26,6 +27,7 @@ _ENTRY = re.compile(
 )
 MAX_EVIDENCE_CHARS = 1500
 EVIDENCE_MARK = "**Evidence:**"
+CORRECTION_MARK = "**Correction:**"
 _SEPARATOR = "\n\n"  # between entries in a prompt
 
 
@@ -54,7 +56,7 @@ class NotesBook:
             with _locked(self.path.with_name(self.path.name + ".lock")):
                 # Bytes, not text: whatever a person wrote into the file stays exactly as written.
                 current = read_regular_file(self.path) if self.path.exists() else HEADER.encode("utf-8")
-                data = current.rstrip(b"\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace")
+                data = current.rstrip(b"\r\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace")
                 _write_atomically(self.path, data, mode=_mode_of(self.path))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
@@ -62,10 +64,12 @@ class NotesBook:
     def text(self) -> str:
         """The whole file ("" if there is none yet); bytes that are not UTF-8 (a hand edit) read as U+FFFD.
 
-        A byte order mark an editor put first is dropped: it would hide an entry header right after it.
+        A byte order mark an editor put first is dropped: it would hide an entry header right after it. Line
+        ends an editor saved as CRLF read as LF: a carriage return is no part of what an entry says (it made
+        the same lesson two, and reached the prompt).
         """
         try:
-            return read_regular_file(self.path).decode("utf-8", errors="replace").removeprefix("\ufeff")
+            return read_regular_file(self.path).decode("utf-8", errors="replace").removeprefix("\ufeff").replace("\r\n", "\n")
         except FileNotFoundError:
             return ""
         except OSError as exc:
@@ -78,7 +82,11 @@ class NotesBook:
         for (start, match), following in zip(found, [*found[1:], None]):
             end = following[0] if following else len(text)
             entry = NoteEntry(
-                task=match["task"], iteration=int(match["iteration"]), reason=match["reason"], text=text[start:end].strip(), when=match["when"]
+                task=match["task"],
+                iteration=int(match["iteration"]),
+                reason=match["reason"],
+                text=_up_to_a_persons_section(text[start:end]).strip(),
+                when=match["when"],
             )
             if task is None or entry.task == task:
                 entries.append(entry)
@@ -88,33 +96,82 @@ class NotesBook:
         return [entry.text for entry in self.entries(task)]
 
     def for_prompt(self, task: str, budget_chars: int) -> str:
-        """The newest of the task's entries that teach something and fit in the budget, oldest first.
+        """The task's entries with a person's hint, then the newest of its other entries that teach something,
+        as many as fit in the budget, oldest first.
 
-        Left out: entries that blame nothing (`cancelled`, `parked`) and older copies of a reason and correction
-        a newer entry gives: night after night of the same stop, or of deadlines, would otherwise push the
-        one useful lesson out of the budget. A newest entry too long for the budget alone still gives
-        its header and correction (they come first), without its evidence: a small budget must not
-        mean no notes.
+        Left out: entries that blame nothing (`cancelled`, `parked`) and older copies of a reason, correction
+        and hint a newer entry gives: night after night of the same stop, or of deadlines, would otherwise
+        push the one useful lesson out of the budget. What a person wrote into an entry is what the model
+        most needs, so those entries come first, without their evidence where the budget is short. A
+        newest entry too long for the budget alone still gives its header and correction (they come
+        first), without its evidence: a small budget must not mean no notes.
         """
-        chosen: list[str] = []
-        taught: set[tuple[str, str]] = set()
-        used = 0
-        for entry in reversed(self.entries(task)):
-            lesson = (entry.reason, _correction_of(entry.text))
-            # "None: ..." or "None needed: ..." is the correction of an entry that blames nothing (an error of
-            # overnight's own); "None of your answers made a usable tool call" is a lesson.
-            if entry.reason in _NO_LESSON or _BLAMES_NOTHING.match(lesson[1].removeprefix("**Correction:**").strip()) or lesson in taught:
-                continue
-            taught.add(lesson)
-            text = _FOR_THE_PERSON.sub("", entry.text)  # advice to the person, not the model
-            cost = len(text) + (len(_SEPARATOR) if chosen else 0)  # the separators count too
-            if used + cost > budget_chars:
-                if not chosen:
-                    chosen.append(_shortened(text, budget_chars))
-                break
-            chosen.append(text)
-            used += cost
-        return _SEPARATOR.join(reversed(chosen))
+        lessons = _lessons(self.entries(task))
+        chosen = _with_hints(lessons, budget_chars)
+        chosen = _with_the_newest_lessons(lessons, chosen, budget_chars)
+        return _SEPARATOR.join(chosen[index] for index in sorted(chosen, reverse=True))
+
+
+@dataclass(frozen=True)
+class _Lesson:
+    full: str  # the entry as the prompt gives it
+    brief: str  # the same without its evidence
+    hinted: bool  # a person wrote into it
+
+
+def _lessons(entries: list[NoteEntry]) -> list[_Lesson]:
+    """The entries worth a prompt, newest first, each reason, correction and hint once."""
+    lessons: list[_Lesson] = []
+    taught: set[tuple[str, str, str]] = set()
+    for entry in reversed(entries):
+        text = _FOR_THE_PERSON.sub("", entry.text)  # advice to the person, not the model
+        parts = _parts_of(text)
+        key = (entry.reason, parts.correction, parts.hint)
+        # "None: ..." or "None needed: ..." is the correction of an entry that blames nothing (an error of
+        # overnight's own); "None of your answers made a usable tool call" is a lesson. A person's hint
+        # under any entry is one.
+        blames_nothing = entry.reason in _NO_LESSON or _BLAMES_NOTHING.match(parts.correction)
+        if (blames_nothing and not parts.hint) or key in taught:
+            continue
+        taught.add(key)
+        lessons.append(_Lesson(full=text, brief=parts.brief, hinted=bool(parts.hint)))
+    return lessons
+
+
+def _with_hints(lessons: list[_Lesson], budget_chars: int) -> dict[int, str]:
+    """The entries a person wrote into, newest first, without their evidence, as many as the budget holds
+    (the last one cut to what is left)."""
+    chosen: dict[int, str] = {}
+    for index, lesson in enumerate(lessons):
+        if not lesson.hinted:
+            continue
+        room = budget_chars - _size([*chosen.values(), ""])
+        if len(lesson.brief) > room:
+            if room > 0:
+                chosen[index] = shortened(lesson.brief, room)
+            break
+        chosen[index] = lesson.brief
+    return chosen
+
+
+def _with_the_newest_lessons(lessons: list[_Lesson], chosen: dict[int, str], budget_chars: int) -> dict[int, str]:
+    """`chosen` and the newest other lessons that fit, whole, and the evidence of chosen ones where it fits."""
+    chosen = dict(chosen)
+    for index, lesson in enumerate(lessons):
+        fuller = {**chosen, index: lesson.full}
+        if _size(fuller.values()) <= budget_chars:
+            chosen = fuller
+        elif index not in chosen:
+            if not chosen:
+                chosen[index] = shortened(lesson.brief, budget_chars)
+            break
+    return chosen
+
+
+def _size(texts: Iterable[str]) -> int:
+    """Characters of texts joined for a prompt: the separators count too."""
+    texts = list(texts)
+    return sum(len(text) for text in texts) + len(_SEPARATOR) * max(len(texts) - 1, 0)
 
 
 _BLAMES_NOTHING = re.compile(r"None(?: needed)?:")
@@ -123,14 +180,69 @@ _FOR_THE_PERSON = re.compile(r" ?\(For the person: [^)]*\)")
 _NO_LESSON = frozenset({"cancelled", "parked", "interrupted"})
 
 
-def _correction_of(entry: str) -> str:
-    """An entry's correction: what follows its header, up to its evidence."""
-    body = entry.split("\n", 1)[1] if "\n" in entry else ""
-    return body.split(EVIDENCE_MARK, 1)[0].strip()
+@dataclass(frozen=True)
+class _EntryParts:
+    correction: str  # the night's correction as it now reads, on one line
+    hint: str  # all else a person wrote into the entry, on one line
+    brief: str  # the entry without its evidence
 
 
-def _shortened(entry: str, budget_chars: int) -> str:
-    return shortened(entry.split(EVIDENCE_MARK, 1)[0].rstrip(), budget_chars)
+def _parts_of(entry: str) -> _EntryParts:
+    """An entry read line by line: the night wrote its header, its **Correction:** paragraph and its
+    **Evidence:** with the fenced block after it; every other line is a person's."""
+    header, *body = entry.split("\n")
+    brief, correction, person = [header], [], []
+    place = "body"  # or "correction", "mark" (after the evidence mark), or the fence of the evidence
+    for line in body:
+        if place not in ("body", "correction", "mark"):
+            place = "body" if line.strip() == place else place
+            continue
+        if place == "mark" and not line.strip():
+            continue
+        if place == "mark" and _FENCE.fullmatch(line.strip()):
+            place = line.strip()
+            continue
+        if line.startswith(EVIDENCE_MARK):
+            place = "mark"
+            continue
+        if place == "correction" and line.strip():
+            correction.append(line)
+        elif not correction and line.startswith(CORRECTION_MARK):
+            correction.append(line.removeprefix(CORRECTION_MARK))
+            place = "correction"
+        else:
+            place = "body"
+            person.append(line)
+        brief.append(line)
+    return _EntryParts(
+        correction=_one_paragraph(" ".join(correction)), hint=_one_paragraph(" ".join(person)), brief=_blank_lines_once("\n".join(brief))
+    )
+
+
+def _up_to_a_persons_section(entry: str) -> str:
+    """An entry up to a `#` or `##` heading of a person's own (outside its evidence): in markdown that ends
+    the entry's section, and what follows it is about no task's next attempt, so no task's prompt takes it."""
+    header, _, body = entry.partition("\n")
+    fence = None
+    offset = len(header) + 1
+    for line in body.split("\n"):
+        if fence is not None:
+            fence = None if line.strip() == fence else fence
+        elif opening := _OPENING_FENCE.fullmatch(line.strip()):
+            fence = opening[1]  # a person's ```python block too: a `# comment` in it is no heading
+        elif _SECTION.match(line):
+            return entry[:offset]
+        offset += len(line) + 1
+    return entry
+
+
+def _blank_lines_once(text: str) -> str:
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+_FENCE = re.compile(r"`{3,}")
+_OPENING_FENCE = re.compile(r"(`{3,})[^`]*")
+_SECTION = re.compile(r"#{1,2}(?:[ \t]|$)")
 
 
 def stamp(moment: datetime) -> str:
@@ -140,7 +252,7 @@ def stamp(moment: datetime) -> str:
 
 def render_entry(*, task: str, iteration: int, reason: str, correction: str, evidence: str = "", when: datetime | None = None) -> str:
     written = stamp(when or datetime.now(timezone.utc))
-    lines = [f"## {written} · task `{task}` · iteration {iteration} · `{header_reason(reason)}`", "", f"**Correction:** {visible(_one_paragraph(correction))}"]
+    lines = [f"## {written} · task `{task}` · iteration {iteration} · `{header_reason(reason)}`", "", f"{CORRECTION_MARK} {visible(_one_paragraph(correction))}"]
     if evidence.strip():
         shown = visible(evidence.strip(), keep="\n\t")
         if len(shown) > MAX_EVIDENCE_CHARS:

@@ -127,5 +127,5 @@ class NotesBook(Protocol):
     def for_task(self, task: str) -> list[str]: ...
 
     def for_prompt(self, task: str, budget_chars: int) -> str:
-        """The task's newest entries that fit in the budget, for the next prompt."""
+        """The task's entries a person wrote into, then its newest others, as fit in the budget, for the next prompt."""
         ...

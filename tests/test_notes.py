@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from orchestrator.notes import NotesBook
+from orchestrator.scripted import call
+from tests.test_night import overnight
 
 
 class TestNotesBook:
@@ -85,11 +88,13 @@ class TestNotesBook:
         assert "new for b" in book.for_prompt("b", 4000)
 
     def test_a_hand_edited_file_with_crlf_line_ends_still_parses(self, tmp_path: Path):
+        """A file an editor saved with CRLF line ends: its entries parse, and the prompt gets no carriage return."""
         book = NotesBook(tmp_path / "notes.md")
         book.append(task="a", iteration=1, reason="check_failed", correction="c", evidence="exit 1")
         book.path.write_bytes(book.path.read_bytes().replace(b"\n", b"\r\n"))
         book.append(task="a", iteration=2, reason="max_turns", correction="d")
         assert [(e.iteration, e.reason) for e in book.entries()] == [(1, "check_failed"), (2, "max_turns")]
+        assert "exit 1" in book.for_prompt("a", 4000) and "\r" not in book.for_prompt("a", 4000)
 
     def test_parallel_appends_never_interleave(self, tmp_path: Path):
         """Eight threads appending at once leave every entry whole and none lost."""
@@ -217,3 +222,108 @@ def test_a_lesson_whose_correction_begins_with_none_of_is_still_given(tmp_path) 
     book.append(task="t", iteration=3, reason="lease_lost", correction="None needed: the iteration was stopped (x), not because of the model.")
     prompt = book.for_prompt("t", 4000)
     assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt
+
+
+REREAD = [call("read_file", {"path": "greet.py"})] * 4  # one iteration stopped `repeated_tool_call`
+TWO_TASKS = [
+    {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+    {"name": "other", "prompt": "Another task.", "check": "python check_greet.py"},
+]
+
+
+def night_notes(config: Path) -> Path:
+    return config.parent / "state" / "notes.md"
+
+
+def prompt_notes(server: Any, task_prompt: str) -> list[str]:
+    """The notes part of each iteration's first request for the task with `task_prompt`, as the model saw it."""
+    firsts = [r["messages"][1]["content"] for r in server.requests if len(r["messages"]) == 2]
+    mine = [text for text in firsts if text.startswith(f"Task:\n{task_prompt}")]
+    return [text.partition("do not make the same mistake again:\n\n")[2] for text in mine]
+
+
+def under_entry(path: Path, iteration: int, hint: str) -> None:
+    """A person's paragraph below one entry (after its evidence), saved as an editor saves it."""
+    text = path.read_text()
+    start = text.index(f"· iteration {iteration} ·")
+    following = text.find("\n## ", start)
+    end = len(text) if following < 0 else following
+    path.write_text(text[:end].rstrip("\n") + f"\n\n{hint}\n" + text[end:])
+
+
+class TestAPersonsEditsReachTheNextNight:
+    def test_a_hint_under_an_older_entry_of_the_same_lesson_reaches_the_next_prompt(self, config_file, server):
+        """A hint written under the first of two entries with the same reason and correction was left out with
+        that entry as a repeat: the next night's prompt carries it, and the other task's prompt does not."""
+        config = config_file(night={"max_iterations": 2})
+        server.enqueue(*REREAD, *REREAD)
+        assert overnight("run", "--config", str(config)) == 1
+        under_entry(night_notes(config), 1, "HINT: the tests need `make fixtures` first.")
+        config = config_file(tasks=TWO_TASKS, night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "x"}), call("submit", {"summary": "y"}))
+        assert overnight("run", "--config", str(config)) == 1
+        mine = prompt_notes(server, "greet()")[-1]
+        assert "HINT: the tests need `make fixtures` first." in mine and mine.count("Read what it returns once") == 2
+        assert "HINT" not in prompt_notes(server, "Another task.")[-1]
+
+    def test_a_hint_past_the_budget_loses_the_evidence_first(self, config_file, server):
+        """A budget that cannot hold the hinted entry whole and the newest one: the hint stays, its entry's evidence goes, the budget holds."""
+        config = config_file(night={"max_iterations": 2})
+        server.enqueue(*REREAD, *REREAD)
+        assert overnight("run", "--config", str(config)) == 1
+        under_entry(night_notes(config), 1, "HINT: greet.py is the only file to change.")
+        config = config_file(night={"max_iterations": 1, "notes_budget_chars": 900})
+        server.enqueue(call("submit", {"summary": "x"}))
+        assert overnight("run", "--config", str(config)) == 1
+        mine = prompt_notes(server, "greet()")[-1]
+        assert "HINT: greet.py is the only file to change." in mine and len(mine) <= 900
+        hinted = mine[: mine.index("HINT")]
+        assert "iteration 1" in hinted and "**Evidence:**" not in hinted[hinted.index("iteration 1") :]
+
+    def test_a_hint_under_a_parked_entry_reaches_the_prompt(self, tmp_path: Path):
+        """A person answers "A person should look at this task" under the `parked` entry: that answer is carried, the entry's own text still teaches nothing without it."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=3, reason="parked", correction="A person should look at this task.")
+        book.append(task="t", iteration=4, reason="cancelled", correction="None needed: the deadline came.")
+        assert book.for_prompt("t", 4000) == ""
+        under_entry(book.path, 3, "Looked: the fixture files are in tests/data, read them first.")
+        assert "the fixture files are in tests/data" in book.for_prompt("t", 4000) and "cancelled" not in book.for_prompt("t", 4000)
+
+    def test_a_persons_own_section_reaches_no_tasks_prompt(self, config_file, server):
+        """A `## ` heading of a person's own after the last entry ended up part of that entry: its text went to that task's prompt. It ends the entry."""
+        config = config_file(tasks=TWO_TASKS, night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "x"}), call("submit", {"summary": "y"}))
+        assert overnight("run", "--config", str(config)) == 1
+        path = night_notes(config)
+        path.write_text(path.read_text() + "\n## My plan for the weekend\n\nMY-OWN-SECTION: rewrite the build.\n")
+        server.enqueue(call("submit", {"summary": "x"}), call("submit", {"summary": "y"}))
+        assert overnight("run", "--config", str(config)) == 1
+        second_night = [prompt_notes(server, "greet()")[-1], prompt_notes(server, "Another task.")[-1]]
+        assert all("check_failed" in text and "MY-OWN-SECTION" not in text for text in second_night)
+        assert "MY-OWN-SECTION: rewrite the build." in path.read_text()
+
+    def test_an_entry_whose_header_a_person_changed_goes_to_no_other_tasks_prompt(self, tmp_path: Path):
+        """A header a person appended a word to no longer reads as an entry: its correction went into the entry before it, another task's prompt."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="a", iteration=1, reason="check_failed", correction="The lesson for a.")
+        book.append(task="b", iteration=1, reason="max_turns", correction="The lesson for b.")
+        book.path.write_text(book.path.read_text().replace("`max_turns`", "`max_turns` (done, see PR 12)"))
+        assert "The lesson for a." in book.for_prompt("a", 4000) and "lesson for b" not in book.for_prompt("a", 4000)
+
+    def test_a_file_an_editor_saved_with_crlf_a_bom_and_no_last_newline_keeps_everything(self, config_file, server):
+        """notes.md saved on Windows (CRLF, BOM, no final newline) with a hint: the night's entry goes after the
+        person's bytes, untouched, and the next prompt has the hint, no carriage return."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*REREAD)
+        assert overnight("run", "--config", str(config)) == 1
+        path = night_notes(config)
+        under_entry(path, 1, "HINT: only greet.py.")
+        saved = b"\xef\xbb\xbf" + path.read_bytes().rstrip(b"\n").replace(b"\n", b"\r\n")
+        path.write_bytes(saved)
+        server.enqueue(*REREAD)
+        assert overnight("run", "--config", str(config)) == 1
+        assert path.read_bytes().startswith(saved)
+        server.enqueue(call("submit", {"summary": "x"}))
+        assert overnight("run", "--config", str(config)) == 1
+        mine = prompt_notes(server, "greet()")[-1]
+        assert "HINT: only greet.py." in mine and "\r" not in mine and "iteration 1" in mine
