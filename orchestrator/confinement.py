@@ -11,17 +11,21 @@ undoes that. The agent's commands therefore run with:
   but the task's branch and the worktree's own (HEAD, bisect, rebase), so those
   commands fail with a line saying why (git >= 2.28); `pre-push` refuses every push
   (the morning's person decides what leaves the machine), and the front below refuses
-  `push` too (`--no-verify` skips the hook) and any `-c core.hooksPath=...`;
+  `push` too (`--no-verify` skips the hook) and any `-c core.hooksPath=...` or included
+  file (in `GIT_CONFIG_PARAMETERS` too), and names the hooks again after a command's own
+  `GIT_CONFIG_COUNT`;
 - no credential helper: the user's stored tokens do not go with the agent's fetches;
 - a front for git on PATH that refuses, before git runs, what changes shared
   things without a ref transaction the hook could refuse: `git stash` (but `list`
   and `show`: `stash pop` applies and drops the user's entry first), `git branch
   -m/-c` (git writes the copy without the hook), `git reflog expire/delete`,
   `git worktree` (but `list`: `remove --force` deletes another task's work), and
-  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`); fetches without
+  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`), each also as what an
+  alias expands to (a shell alias's git would skip the front: refused); fetches without
   tags, which the hook would refuse, and without pruning (the hook refuses to delete
   a remote-tracking ref: it can be the user's last name for unmerged commits); and, outside the task's worktree (a `cd ..`
-  that lands in the user's checkout or another task's worktree), the commands
+  that lands in the user's checkout or another task's worktree, or a GIT_DIR, --git-dir
+  or GIT_INDEX_FILE naming their index), the commands
   that write an index or files (the ceilings of commands.git_ceilings already keep
   git from climbing out of the worktree into the user's checkout);
 - a global git config of their own, which reads the user's but takes the writes;
@@ -104,21 +108,66 @@ echo "overnight: refused: nothing is pushed from an overnight worktree; a person
 exit 1
 """
 _GIT_FRONT = "#!BASH" + _SHARED + r"""
-args=("$@"); at=0
-while (( at < ${#args[@]} )); do
-  case "${args[at]}" in
-    -C|-c|--git-dir|--work-tree|--namespace|--config-env) at=$((at + 2)) ;;
-    -*) at=$((at + 1)) ;;
-    *) break ;;
-  esac
-done
-before=("${args[@]:0:at}"); command=${args[at]}; rest=("${args[@]:at+1}")
+# The options before the subcommand, the subcommand, and its arguments.
+split_arguments() {
+  local args=("$@") at=0
+  while (( at < ${#args[@]} )); do
+    case "${args[at]}" in
+      -C|-c|--git-dir|--work-tree|--namespace|--config-env) at=$((at + 2)) ;;
+      -*) at=$((at + 1)) ;;
+      *) break ;;
+    esac
+  done
+  before=("${args[@]:0:at}"); command=${args[at]}; rest=("${args[@]:at+1}")
+}
+split_arguments "$@"
 refuse() {
   if in_users_repository "${before[@]}"; then
     echo "overnight: refused: $1" >&2
     exit 1
   fi
 }
+# A command's own GIT_CONFIG_COUNT (GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath ...) replaces the
+# environment's settings: in the user's repository overnight's hooks are named once more after its own
+# (the later one wins); a repository of the agent's (a test suite's fixture) keeps the hooks it names.
+if [[ -n "$OVERNIGHT_COMMON_DIR" ]]; then
+  count=${GIT_CONFIG_COUNT:-0}
+  [[ "$count" =~ ^[0-9]+$ ]] || count=0
+  last_key=GIT_CONFIG_KEY_$((count - 1)) last_value=GIT_CONFIG_VALUE_$((count - 1))
+  hooks=FENCE_HOOKS
+  if { (( count == 0 )) || [[ "${!last_key}" != core.hooksPath || "${!last_value}" != "$hooks" ]]; } &&
+     in_users_repository "${before[@]}"; then
+    export "GIT_CONFIG_KEY_$count=core.hooksPath" "GIT_CONFIG_VALUE_$count=$hooks" "GIT_CONFIG_COUNT=$((count + 1))"
+  fi
+fi
+# Settings given on the command line (GIT_CONFIG_PARAMETERS, which `-c` fills) come after those: one that
+# names hooks or includes a file (which could name them) would switch overnight's hooks off.
+switches_hooks_off() {
+  shopt -s nocasematch
+  local found=1
+  [[ "$1" == *core.hookspath* || "$1" == *include.path* || "$1" == *includeif.* ]] && found=0
+  shopt -u nocasematch
+  return $found
+}
+hooks_refusal="git's hooks here are overnight's; they keep the user's branches and remotes as they are: run git without that setting"
+switches_hooks_off "${GIT_CONFIG_PARAMETERS:-}" && refuse "$hooks_refusal"
+# An alias runs what it expands to (a builtin of the same name wins over it): judged as that, as often
+# as it names another alias. One that runs a shell would run git past this front (git puts its own
+# folder first on PATH for it).
+seen=" "
+# The builtins a model runs most need no look-up (a git process each).
+common=" add blame branch checkout cherry-pick clone commit config diff fetch grep init log ls-files merge mv pull push rebase reset restore rev-parse rm show stash status switch tag "
+while [[ -n "$command" && "$command" != -* && "$seen" != *" $command "* && "$common" != *" $command "* ]] &&
+      expansion=$(REAL_GIT "${before[@]}" config --get "alias.$command" 2>/dev/null) &&
+      ! REAL_GIT --list-cmds=builtins,main,others 2>/dev/null | grep -qxF -- "$command"; do
+  [[ "$expansion" == '!'* ]] &&
+    refuse "git $command is an alias that runs a shell, whose git would skip overnight's checks; run its commands yourself: ${expansion#!}"
+  seen+="$command "
+  # Split as git splits it (quotes, backslashes); read, not mapfile -d, which macOS's bash 3.2 lacks.
+  words=()
+  while IFS= read -r -d '' word; do words+=("$word"); done < <(printf '%s' "$expansion" | xargs printf '%s\0' 2>/dev/null)
+  split_arguments "${before[@]}" "${words[@]}" "${rest[@]}"
+done
 # Outside this task's worktree (`cd ../other-task`, the user's own checkout), a command that writes
 # an index or files would write the user's: refused when the repository is the user's. In the
 # worktree (git then finds its own .git, or a repository the agent made) no git runs to ask.
@@ -127,12 +176,22 @@ case "$command" in
   read-tree|update-index|checkout-index|sparse-checkout|submodule|bisect|mergetool)
     # A ':' above the worktree splits GIT_CEILING_DIRECTORIES (git has no escape for it): git may
     # climb out of the worktree itself then, so the repository is asked there too.
-    if [[ ${#before[@]} -gt 0 || -n "$GIT_DIR$GIT_WORK_TREE" || "$OVERNIGHT_WORKTREE" == *:* ||
+    if [[ ${#before[@]} -gt 0 || -n "$GIT_DIR$GIT_WORK_TREE$GIT_INDEX_FILE" || "$OVERNIGHT_WORKTREE" == *:* ||
           ( "$PWD" != "$OVERNIGHT_WORKTREE" && "$PWD" != "$OVERNIGHT_WORKTREE"/* ) ]] &&
        in_users_repository "${before[@]}"; then
       top=$(REAL_GIT "${before[@]}" rev-parse --show-toplevel 2>/dev/null)
       if [[ -n "$top" && ! "$top" -ef "$OVERNIGHT_WORKTREE" ]]; then
         echo "overnight: refused: git here would change $top, not this task's worktree; every command starts in the project root: run git from there" >&2
+        exit 1
+      fi
+      # The worktree's files with the index of the user's checkout or another task's (GIT_DIR=<the user's
+      # .git> GIT_WORK_TREE=.): refused; a temporary index of the command's own is its own.
+      index=$(REAL_GIT "${before[@]}" rev-parse --path-format=absolute --git-path index 2>/dev/null)
+      own=$(unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY
+            cd "$OVERNIGHT_WORKTREE" 2>/dev/null && REAL_GIT rev-parse --path-format=absolute --git-path index 2>/dev/null)
+      index_folder=$(cd "${index%/*}" 2>/dev/null && pwd -P) shared=$(cd "$OVERNIGHT_COMMON_DIR" && pwd -P)
+      if [[ -n "$index" && "$index" != "$own" && ! "$index" -ef "$own" && "$index_folder/" == "$shared/"* ]]; then
+        echo "overnight: refused: git here would write $index, not this task's worktree's index; run git without GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, --git-dir or --work-tree" >&2
         exit 1
       fi
     fi ;;
@@ -145,9 +204,7 @@ for (( i = 0; i < ${#before[@]}; i++ )); do
     --config-env|--config-env=*) setting=${before[i]#--config-env=}; [[ "$setting" == --config-env ]] && setting=${before[i+1]:-} ;;
     *) continue ;;
   esac
-  shopt -s nocasematch
-  [[ "$setting" == core.hookspath* ]] && refuse "git's hooks here are overnight's; they keep the user's branches and remotes as they are"
-  shopt -u nocasematch
+  switches_hooks_off "$setting" && refuse "$hooks_refusal"
 done
 case "$command" in
   push|send-pack)
@@ -260,8 +317,6 @@ CONFIG_RESTORED = (
 )
 BRANCH_VARIABLE = "OVERNIGHT_BRANCH"
 COMMON_DIR_VARIABLE = "OVERNIGHT_COMMON_DIR"
-# Which of commands.WORKTREE_GIT_ENV's GIT_CONFIG_VALUE_<n> sets core.hooksPath.
-_HOOKS_PATH_INDEX = list(WORKTREE_GIT_CONFIG).index("core.hooksPath")
 
 _made: list[Path | None] = []  # the private folder, made once per process (again if it went)
 _made_lock = threading.Lock()
@@ -290,7 +345,10 @@ def agent_environment(confinement: Confinement | None) -> dict[str, str]:
     env[f"GIT_CONFIG_KEY_{len(WORKTREE_GIT_CONFIG)}"] = "credential.helper"
     env[f"GIT_CONFIG_VALUE_{len(WORKTREE_GIT_CONFIG)}"] = ""
     if confinement is not None:
-        env[f"GIT_CONFIG_VALUE_{_HOOKS_PATH_INDEX}"] = str(folder / "hooks")
+        # Last, where the git front looks for it (it names it again after a command's own settings).
+        env["GIT_CONFIG_COUNT"] = str(len(WORKTREE_GIT_CONFIG) + 2)
+        env[f"GIT_CONFIG_KEY_{len(WORKTREE_GIT_CONFIG) + 1}"] = "core.hooksPath"
+        env[f"GIT_CONFIG_VALUE_{len(WORKTREE_GIT_CONFIG) + 1}"] = str(folder / "hooks")
         env[BRANCH_VARIABLE] = f"refs/heads/{confinement.branch}"
         if confinement.shared_config is not None:
             env[COMMON_DIR_VARIABLE] = str(confinement.shared_config.parent)
@@ -472,6 +530,7 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
         get_logger().warning("agent_fences_unavailable", reason=missing)
     if bash and git:
         def program(text: str) -> str:
+            text = text.replace("FENCE_HOOKS", _quoted(str(folder / "hooks")))
             return text.replace("BASH", bash, 1).replace("REAL_GIT", _quoted(git))
 
         _write_program(folder / "bin" / "git", program(_GIT_FRONT))

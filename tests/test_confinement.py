@@ -93,6 +93,21 @@ SHARED_REF_CHANGES = {
     "push with the hooks switched off": "git -c core.hooksPath=/dev/null push -q origin HEAD:refs/heads/hp",
     "move the user's branch with the hooks switched off": "git -c CORE.HOOKSPATH=/dev/null branch -f main HEAD",
     "tag with the hooks switched off": "git --config-env=core.hooksPath=HOME tag -f v1.0",
+    "commit on the user's branch past the commit hooks": "git checkout -q main && " + CHANGE + "git commit --no-verify -qam fix",
+    # Aliases (given with -c or --config-env, or set in a config file first) run what they expand to.
+    "stash drop by an alias": "git -c alias.x='stash drop' x",
+    "stash drop by an alias from the environment": "S='stash drop' git --config-env=alias.x=S x",
+    "stash drop by an alias of the repository's config": "git config alias.x 'stash drop' && git x",
+    "stash drop by a global alias, the next command": "git config --global alias.x 'stash drop'; git x",
+    "stash drop by an alias of an alias": "git -c alias.y='stash drop' -c alias.x=y x",
+    "stash drop by a shell alias": "git -c alias.x='!git stash drop' x",
+    "push past the hook by an alias": CHANGE + "git commit -qam fix && git -c alias.p='push --no-verify' p -q origin HEAD:refs/heads/nv",
+    "tag with the hooks switched off by an alias": "git -c alias.t='-c core.hooksPath=/dev/null tag' t v7",
+    # Settings the command gives git through the environment, or a file included.
+    "tag with the hooks switched off by GIT_CONFIG_COUNT": "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null git tag v7",
+    "tag with the hooks switched off by GIT_CONFIG_PARAMETERS": "export GIT_CONFIG_PARAMETERS=\"'core.hookspath'='/dev/null'\"; git tag v7",
+    "stash drop by an alias in GIT_CONFIG_PARAMETERS": "GIT_CONFIG_PARAMETERS=\"'alias.x'='stash drop'\" git x",
+    "tag with the hooks switched off by an included file": "printf '[core]\\n\\thooksPath = /dev/null\\n' > ../hooks-off && git -c include.path=$PWD/../hooks-off tag v7",
 }
 
 
@@ -104,6 +119,19 @@ class TestSharedRefs:
         assert users_repository(repo) == before
         assert git(tmp_path / "remote.git", "for-each-ref") == remote_before
         assert "overnight: refused" in result.output, result.output
+
+    def test_ordinary_settings_and_aliases_work_as_before(self, agent: Any, repo: Path) -> None:
+        """`-c color.ui=never`, `-C folder`, an alias of an ordinary command, and an alias named as a builtin (git runs the builtin)."""
+        commands = [
+            CHANGE + "git -c color.ui=never diff --stat && mkdir -p pkg && git -C pkg status --short",
+            "git -c alias.st='status --short' st && git config --global alias.last 'log -1 --format=%s' && git last",
+            "git -c alias.status='stash drop' status --short && git -c alias.ci='commit -q' ci -am one",
+        ]
+        for command in commands:
+            result = agent(command)
+            assert result.ok and "overnight: refused" not in result.output, (command, result.output)
+        assert git(repo, "log", "--format=%s", "-1", "overnight/fix") == "one"
+        assert git(repo, "stash", "list", "--format=%gs") == "On feature: user wip"
 
     def test_the_users_credential_helper_gives_the_agent_nothing(self, agent: Any, repo: Path) -> None:
         """A token the user's helper stores (or a CI job's) is not handed to the agent's fetch or push."""
@@ -166,6 +194,14 @@ class TestOwnRepositories:
         )
         assert not made.ok and "FIXTURE-HOOK" in made.output, made.output
 
+    def test_a_fixture_repository_keeps_the_hooks_its_own_git_config_count_names(self, agent: Any) -> None:
+        """A test suite that names its fixture's hooks through GIT_CONFIG_COUNT sees them run, as the check does."""
+        made = agent(
+            "git init -q c && cd c && mkdir h && printf '#!/bin/sh\\necho FIXTURE-HOOK >&2; exit 1\\n' > h/pre-commit && chmod +x h/pre-commit "
+            "&& echo a > a && git add a && GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=$PWD/h git commit -qm a"
+        )
+        assert not made.ok and "FIXTURE-HOOK" in made.output, made.output
+
     def test_a_fetch_brings_no_tags_into_the_users_repository(self, agent: Any, repo: Path, tmp_path: Path) -> None:
         """A remote that has released (a tag the user lacks): `git fetch` works, the tag stays out of the user's refs."""
         upstream = tmp_path / "upstream"
@@ -204,6 +240,10 @@ OUTSIDE_THE_WORKTREE = {
     "the user's checkout, by -C": "git -C ../../.. restore greet.py",
     "another task's worktree": "cd ../other && git reset -q --hard && git clean -fdq",
     "another task's worktree, clean alone": "cd ../other && git clean -fdq",
+    # In the worktree, but with the index of the user's checkout or another task's.
+    "the user's index, by GIT_DIR and GIT_WORK_TREE": "echo x > new.txt && GIT_DIR=$(git rev-parse --git-common-dir) GIT_WORK_TREE=. git add new.txt",
+    "the user's index, by --git-dir and --work-tree": "echo x > new.txt && git --git-dir=$(git rev-parse --git-common-dir) --work-tree=. add new.txt",
+    "another task's index, by GIT_INDEX_FILE": "echo x > new.txt && GIT_INDEX_FILE=$(git rev-parse --git-common-dir)/worktrees/other/index git add new.txt",
 }
 
 
@@ -265,6 +305,8 @@ class TestOutsideTheWorktree:
         )
         assert result.ok and result.output.endswith("agent"), result.output
         assert git(repo, "show", "--name-only", "--format=", "overnight/fix").splitlines() == ["greet.py", "pkg/sub/x.py"]
+        scratch = run("GIT_INDEX_FILE=$PWD/../scratch-index git add greet.py && GIT_INDEX_FILE=$PWD/../scratch-index git ls-files")
+        assert scratch.ok and scratch.output.endswith("greet.py"), scratch.output
 
 
 class TestSharedConfig:
