@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from orchestrator.search import compile_pattern, lines_of, matching_lines, stays_on_one_line
+from orchestrator.search import (
+    MOST_UNROLLED_COPIES, Matcher, PatternTooBig, compile_pattern, lines_of, matching_lines, stays_on_one_line, unrolled_copies,
+)
 
 TEXTS = [
     "alpha\nbeta gamma\ngamma\n",
@@ -74,3 +76,45 @@ def test_line_numbers_count_line_feeds_only():
     found = matching_lines(text, compile_pattern("target"), 10, time.monotonic() + 10)
     assert found == [(2, "\x0cdef target():"), (4, "target()")]
     assert lines_of("a\r\nb\n\nc") == ["a", "b", "", "c"] and lines_of("") == [] and lines_of("\n") == [""]
+
+
+# Plain text, some of it escaped, and what it is in bytes; and patterns that are more than plain text.
+LITERALS = {"gamma": b"gamma", "return a - b": b"return a - b", r"e\.": b"e.", r"def f\(\)": b"def f()", "call(a": b"call(a", "x\\": b"x\\"}
+NOT_LITERALS = ["a.b", r"\d", "^x", "x$", "(?i)x", "a|b", "\ufffd", "caf\ufffd"]
+
+
+class TestMatcher:
+    @pytest.mark.parametrize("pattern", PATTERNS + list(LITERALS) + ["\ufffd", "line\r", "(?i)GAMMA", r"\s\w"])
+    def test_a_files_bytes_give_the_lines_its_text_gives(self, pattern):
+        """Looked for in a file's bytes (plain text first in the bytes, then decoded), a pattern finds the lines a search of the decoded text line by line finds, bytes that are not UTF-8 included."""
+        matcher = Matcher.of(compile_pattern(pattern))
+        for data in [text.encode() for text in TEXTS] + [b"caf\xe9 gamma\n\xff\xfe line\r\nreturn a - b\n"]:
+            text = data.decode("utf-8", errors="replace")
+            assert matcher.lines_in(data, 1000, time.monotonic() + 10) == line_by_line(text, pattern), (pattern, data)
+
+    def test_only_plain_text_is_looked_for_in_the_bytes(self):
+        """Plain text (special characters escaped at most) is what is looked for in the bytes; a pattern that is more, or that holds \ufffd (which bytes not UTF-8 decode to), is not."""
+        assert {pattern: Matcher.of(compile_pattern(pattern)).literal for pattern in LITERALS} == LITERALS
+        assert [pattern for pattern in NOT_LITERALS if Matcher.of(compile_pattern(pattern)).literal is not None] == []
+
+
+class TestCompileBound:
+    @pytest.mark.parametrize("pattern", ["(a{1000}){1000}", "((((a{50}){50}){50}){50})", "a{4000000000}", "(?:ab){100000}", "(x|y{1000}){1000}", "a{" + "9" * 5000 + "}"])
+    def test_a_pattern_whose_repeats_unroll_to_millions_is_refused_before_compiling(self, pattern):
+        """Counted repeats that the compiler would unroll past the bound (seconds and gigabytes before any time limit) raise PatternTooBig at once."""
+        started = time.monotonic()
+        with pytest.raises(PatternTooBig):
+            compile_pattern(pattern)
+        assert time.monotonic() - started < 0.1
+
+    @pytest.mark.parametrize(
+        "pattern", [r"\d{4}-\d{2}", r"[a-f0-9]{40}", "x{1,1000000}", "(ab){2,}", r"\p{L}{3}", "[{]{5}", "{9s<~~W", "a{65535}", r"\{1000000\}"]
+    )
+    def test_patterns_with_small_or_ranged_repeats_compile(self, pattern):
+        """Repeats a model writes, a range (which is not unrolled), and braces that are no repeat are under the bound and compile."""
+        assert unrolled_copies(pattern) <= MOST_UNROLLED_COPIES
+        compile_pattern(pattern)
+
+    def test_nested_repeats_multiply(self):
+        """A group's count multiplies what its items unroll to, as the compiler does."""
+        assert unrolled_copies("(a{1000}){1000}") == 1_000_000 and unrolled_copies("(?:ab){3}c") >= 7

@@ -17,7 +17,7 @@ from orchestrator.records import ModelResponse, RawToolCall, ToolCall
 from orchestrator import search
 from orchestrator.tools import DEFAULT_OUTPUT_CHARS, MAX_SEARCH_MATCHES, Toolbox, output_cap_for
 from orchestrator.scripted import call
-from tests.conftest import SAMPLE_FILES, make_repo, write_config
+from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 
 
 @pytest.fixture
@@ -546,6 +546,57 @@ class TestFileTools:
         assert not result.ok and "read_file" in result.output
 
 
+def mixed_project(repo: Path, outside: Path) -> Path:
+    """A project holding every kind of file search decides about: tracked, untracked, ignored, kept
+    (.venv), binary, too big, linked in and out, a pipe, Windows line ends, bytes that are not UTF-8."""
+    (repo / ".gitignore").write_text("build/\n*.log\n")
+    (repo / "kept.log").write_text("needle tracked though ignored\n")
+    git(repo, "add", "-A")
+    git(repo, "add", "-f", "kept.log")
+    git(repo, "commit", "-q", "-m", "base")
+    (repo / "build").mkdir()
+    (repo / "build" / "gen.py").write_text("needle generated\n")
+    (repo / "run.log").write_text("needle in a log\n")
+    for skipped in (".venv/lib", "node_modules/m", "src/__pycache__"):
+        (repo / skipped).mkdir(parents=True)
+        (repo / skipped / "x.py").write_text("needle skipped\n")
+    (repo / "a").mkdir()
+    (repo / "a" / "z.py").write_text("needle in a/\n")
+    (repo / "a.py").write_text("x = 1\nneedle = 'a.py'\n  needle.attr  \n")
+    (repo / "B.py").write_text("NEEDLE upper\nneedle lower\n")
+    (repo / "blob.bin").write_bytes(b"needle\0\1\2")
+    (repo / "late_nul.txt").write_bytes(b"needle before\n" + b"x" * 9000 + b"\0\nneedle after\n")
+    (repo / "big.txt").write_text("needle\n" + "hay\n" * 600_000)
+    (repo / "crlf.txt").write_bytes(b"first\r\nneedle here\r\n\r\nneedle\r\nlone\rneedle\r\n")
+    (repo / "latin1.txt").write_bytes(b"caf\xe9 needle\nplain\n\xff\xfe needle\n")
+    (repo / "long.txt").write_text("needle " + "y" * 300 + "\n")
+    (repo / "ff.txt").write_text("a\x0cneedle\u2028b\nneedle\n")
+    (repo / "empty.txt").write_text("")
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".git").write_text("gitdir: ../.git/modules/sub needle\n")
+    (repo / "sub" / "s.py").write_text("needle in a submodule\n")
+    (outside / "secret.txt").write_text("needle outside\n")
+    (repo / "out_link.txt").symlink_to(outside / "secret.txt")
+    (repo / "in_link.txt").symlink_to(repo / "a.py")
+    (repo / "git_link").symlink_to(".git/config")
+    (repo / "dangling.txt").symlink_to(repo / "gone.txt")
+    (repo / "loop.txt").symlink_to(repo / "loop.txt")
+    (repo / "dir_link").symlink_to(repo / "a")
+    os.mkfifo(repo / "pipe")
+    return repo
+
+
+# What a search of mixed_project for "needle" found before search was made faster (paths as strings,
+# one stat a file, plain text looked for in the bytes first): it must go on finding exactly these.
+MIXED_PROJECT_NEEDLES = [
+    "B.py:2: needle lower", "a.py:2: needle = 'a.py'", "a.py:3:   needle.attr", "crlf.txt:2: needle here", "crlf.txt:4: needle",
+    "crlf.txt:5: lone\rneedle", "ff.txt:1: a\x0cneedle\u2028b", "ff.txt:2: needle", "in_link.txt:2: needle = 'a.py'",
+    "in_link.txt:3:   needle.attr", "kept.log:1: needle tracked though ignored", "late_nul.txt:1: needle before",
+    "late_nul.txt:3: needle after", "latin1.txt:1: caf\ufffd needle", "latin1.txt:3: \ufffd\ufffd needle",
+    "long.txt:1: needle " + "y" * 193, "a/z.py:1: needle in a/", "sub/s.py:1: needle in a submodule",
+]
+
+
 class TestSearch:
     def test_regex_matches_as_file_line_text(self, repo):
         """search reports matches as file:line: text, skipping .git."""
@@ -687,6 +738,39 @@ class TestSearch:
         box = toolbox(repo)
         assert run(box, "search", pattern="^gamma$", path="lines.txt").output == "lines.txt:3: gamma"
         assert "no matches" in run(box, "search", pattern=r"alpha\sbeta", path="lines.txt").output
+
+
+    @pytest.mark.parametrize(
+        ("pattern", "expected"),
+        [
+            ("needle", MIXED_PROJECT_NEEDLES),
+            (r"need\w+", MIXED_PROJECT_NEEDLES),
+            ("(?i)NEEDLE", ["B.py:1: NEEDLE upper", *MIXED_PROJECT_NEEDLES]),
+            ("^needle$", ["crlf.txt:4: needle", "ff.txt:2: needle"]),
+            (r"needle\.", ["a.py:3:   needle.attr", "in_link.txt:3:   needle.attr"]),
+            ("\ufffd", ["latin1.txt:1: caf\ufffd needle", "latin1.txt:3: \ufffd\ufffd needle"]),
+            ("lone\r", ["crlf.txt:5: lone\rneedle"]),
+            (r"\s+needle", [MIXED_PROJECT_NEEDLES[i] for i in (2, 5, 6, 9, 13, 14)]),
+        ],
+    )
+    def test_a_search_of_a_project_of_every_kind_of_file_finds_what_it_found_before(self, repo, tmp_path, pattern, expected):
+        """A whole-project search (tracked, untracked, ignored, kept, binary, too big, linked files, a pipe, CRLF, bytes not UTF-8) finds the same lines, in the same order, as before it was made faster."""
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        result = run(toolbox(mixed_project(repo, outside)), "search", pattern=pattern)
+        assert result.ok and result.output.split("\n") == expected
+
+    def test_a_pattern_too_big_to_compile_is_refused_with_a_note_to_search_plain_text(self, repo):
+        """A pattern whose counted repeats unroll to millions of copies, which took seconds and gigabytes to compile before any time limit, is refused at once in one line."""
+        started = time.monotonic()
+        result = run(toolbox(repo), "search", pattern="((a{100}){100}){100}")
+        assert not result.ok and "plain text" in result.output and "\n" not in result.output
+        assert time.monotonic() - started < 0.3
+
+    def test_a_pattern_with_a_large_range_of_repeats_is_still_searched(self, repo):
+        """A repeat's range is not unrolled by the compiler, so a large one is searched, not refused."""
+        result = run(toolbox(repo), "search", pattern=r"a{1,100000}dd\(")
+        assert result.ok and result.output == "app.py:1: def add(a, b):"
 
 
 class TestCommands:
