@@ -103,7 +103,7 @@ def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
 class _Night:
     """State shared by the tasks of one night (possibly running in parallel)."""
 
-    def __init__(self, parts: NightParts, run_id: int, state_id: str | None) -> None:
+    def __init__(self, parts: NightParts, run_id: int, state_id: str | None, repository_key: str) -> None:
         self.parts = parts
         self.run_id = run_id
         self.state_id = state_id
@@ -124,7 +124,7 @@ class _Night:
                 self.log.info(
                     "night_resumed", scheduled_for=parts.scheduled_for.isoformat(), done=len(self.earlier.succeeded), tokens=self.earlier.total_tokens
                 )
-        self._repository_key = shared_repository_key(parts.config, parts.repo)
+        self._repository_key = repository_key  # shared_repository_key's, worked out once by run_night
         deadline = parts.config.night.deadline
         # The night began at its fire time when `serve` names one (begun again after a restart, or late within
         # the grace): read from the restart, 06:30 already past meant tomorrow's, a day more of work.
@@ -146,6 +146,10 @@ class _Night:
         self._worktree_maker = ThreadPoolExecutor(max_workers=parts.config.night.concurrency, thread_name_prefix="worktrees")
         self._repo = parts.repo
         self._worktrees: dict[str, Future[Worktree]] = {}
+        # A worktree is made ahead, often before its task has a task run: the commits its making kept
+        # (worktree_commits_kept) are told on the task's own log once it has one, for its task_run_id.
+        self._task_logs: dict[str, Any] = {}
+        self._commits_kept: dict[str, str] = {}
         self._not_asked = deque(parts.config.task)
 
     def lease_key(self, task: TaskConfig) -> str:
@@ -181,19 +185,23 @@ class _Night:
             self._ask_for_next_worktree()
         return self._worktrees[task.name].result()
 
-    def ask_ahead(self, task: TaskConfig, log: Any) -> AskedAhead:
+    def ask_ahead(self, task: TaskConfig, task_run_id: int, log: Any) -> AskedAhead:
         """The model, with the task's first request already on its way (see orchestrator/ahead.py).
-        `log`: the task's, bound to its name and task run id."""
+        `log`: the task's, bound to its name and `task_run_id`."""
         tool_names = offered(task.tools)
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
-        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, log))
+        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, task_run_id, log))
 
-    def _unused_answer(self, log: Any, tokens: int) -> None:
+    def _unused_answer(self, task_run_id: int, log: Any, tokens: int) -> None:
         """A first answer the task ended without taking (its branch checked out, the deadline or a budget
         came first): its tokens were spent, and a night's budget is what may be spent in all. Logged on the
-        task's logger: a task's event carries its `task_run_id` (docs/reference.md), not the name alone."""
+        task's logger: a task's event carries its `task_run_id` (docs/reference.md), not the name alone.
+        Kept on the task's row too, so that the report's figures add up to what the budget counted."""
         self.budget.spend(tokens)
         log.info("first_answer_unused", tokens=tokens)
+        # Called back from a future (perhaps as the night ends): a failing store is the night's next write's to tell.
+        with contextlib.suppress(StateError):
+            self.parts.store.add_unused_tokens(task_run_id, tokens)
 
     def _ask_for_next_worktree(self) -> None:
         if not self._not_asked:
@@ -204,10 +212,27 @@ class _Night:
         )
 
     def _ensure_worktree(self, *args: Any, **kwargs: Any) -> Worktree:
-        """Worktree.ensure on the worktree maker's thread: what it logs (worktree_commits_kept) is this
-        night's, and carries its run_id as reference.md promises of every event while the run exists."""
+        """Worktree.ensure on the worktree maker's thread: what it logs is this night's, and carries its run_id
+        as reference.md promises of every event while the run exists (worktree_commits_kept, its task's too)."""
         with structlog.contextvars.bound_contextvars(run_id=self.run_id):
-            return Worktree.ensure(*args, **kwargs)
+            return Worktree.ensure(*args, on_commits_kept=self._commits_kept_on, **kwargs)
+
+    def _commits_kept_on(self, task: str, branch: str) -> None:
+        """Told by the worktree maker: logged now if the task has begun, else when it does (`task_began`)."""
+        with self._lock:
+            log = self._task_logs.get(task)
+            if log is None:
+                self._commits_kept[task] = branch
+                return
+        log.warning("worktree_commits_kept", branch=branch)
+
+    def task_began(self, task: TaskConfig, log: Any) -> None:
+        """The task has its task run (`log` is bound to it): what its worktree's making kept is told on it."""
+        with self._lock:
+            self._task_logs[task.name] = log
+            branch = self._commits_kept.pop(task.name, None)
+        if branch is not None:
+            log.warning("worktree_commits_kept", branch=branch)
 
     def close(self) -> None:
         """After every task has ended: stop making worktrees nobody will use."""
@@ -260,8 +285,11 @@ NIGHT_CRASHED = "night_crashed"
 def run_night(parts: NightParts) -> NightResult:
     config, store = parts.config, parts.store
     state_id = state_identity(config.state_dir)
-    run_id = store.begin_run(config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id)
-    night = _Night(parts, run_id, state_id)
+    repository = shared_repository_key(config, parts.repo)
+    run_id = store.begin_run(
+        config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id, queued=_queue(config, repository)
+    )
+    night = _Night(parts, run_id, state_id, repository)
     night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
     if hidden := withheld(os.environ):
         # Names only: a check that needs one fails, and this says why (a task's pass_env lets it through).
@@ -323,6 +351,12 @@ def run_night(parts: NightParts) -> NightResult:
     return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
 
 
+def _queue(config: Config, repository: str) -> list[dict[str, Any]]:
+    """The night's tasks as its run records them at its start: a night killed before it began some
+    leaves no row of theirs, and its recovery records those from this (RunStore.close_interrupted_run)."""
+    return [{"name": task.name, "branch": branch_for(task.name), "work_key": work_key(repository, task)} for task in config.task]
+
+
 def _results(futures: Sequence[Any]) -> list[TaskSummary]:
     return [future.result() for future in futures]
 
@@ -347,6 +381,7 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
         night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key, position=night.position(task)
     )
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
+    night.task_began(task, log)
     reports: list[IterationReport] = []
     begun = 0  # iterations begun: a cancelled or unreachable one ends with no report
     # The task's own stop: the night's, or its lease lost to another worker (this process
@@ -383,7 +418,7 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
                 else:
                     asked = parts.now()
-                    with night.ask_ahead(task, log) as model:
+                    with night.ask_ahead(task, task_run_id, log) as model:
                         try:
                             workspace = night.worktree(task)
                         except BranchCheckedOut as taken:

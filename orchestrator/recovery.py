@@ -36,7 +36,7 @@ from orchestrator.commands import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environ
 from orchestrator.config import GIT_CONFIG_COPY, Config
 from orchestrator.confinement import remove_abandoned_folders, restore_config_copy
 from orchestrator.errors import StateError
-from orchestrator.night import shared_repository_key
+from orchestrator.night import NIGHT_CRASHED, shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, header_reason, stamp
@@ -147,8 +147,10 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid, store.on_this_hosts_clock(run.started_at)))
         moved_here = run.state_id == state_id and run.host != host and not alive_elsewhere(run)
         if run.id in dead_runs or ours(run) or on_this_host or moved_here:
-            store.close_interrupted_run(run.id)
-            log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host)
+            # Its tasks it never began are in the morning's account too: `cancelled`, as a night records the
+            # tasks it stops before they begin, and for the reason a crashed night's such tasks have.
+            never_begun = store.close_interrupted_run(run.id, never_begun_reason=NIGHT_CRASHED)
+            log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host, never_begun=never_begun)
     _write_owed_notes(store, config, state_id, log)
     _release_dead_leases(store, leases.values(), host, me, state_id, log)
     refuse_beside_a_live_night()

@@ -29,6 +29,7 @@ def as_json(run: RunView) -> dict[str, Any]:
             "exit_code": run.exit_code,
             "started_at": _iso(run.started_at),
             "finished_at": _iso(run.finished_at),
+            "tokens": run.tokens,
         },
         "tasks": [_task_json(task) for task in run.tasks],
     }
@@ -44,6 +45,8 @@ def _task_json(task: TaskView) -> dict[str, Any]:
         "commit": task.commit or None,
         "worst_signal": _signal_json(worst_signal(signals)),
         "signal_counts": _counts(signals),
+        "tokens": task.tokens,
+        "unused_tokens": task.unused_tokens,
         "iterations": [_iteration_json(it) for it in task.iterations],
     }
 
@@ -72,6 +75,7 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
     header += f" · started {_short(run.started_at)}"
     if run.finished_at:
         header += f" · finished {_short(run.finished_at)}"
+    header += f" · {run.tokens} tokens"
     lines = [header, ""]
     for task in run.tasks:
         lines += _task_lines(task)
@@ -105,7 +109,7 @@ def _task_lines(task: TaskView) -> list[str]:
         worked = "its iterations in an earlier run of this scheduled night"
         if task.outcome != "skipped":
             worked += " (notes.md says why they were rolled back)"
-    lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {worked}{badge}"]
+    lines = [f"{mark} {task.name}: {task.outcome}{why} · {where} · {worked}{_unused(task)}{badge}"]
     for it in task.iterations:
         reason = f" {it.reason}" if it.reason and it.reason != it.outcome else ""  # not "#1 cancelled cancelled"
         if it.outcome == "committed" and not it.commit:
@@ -113,6 +117,13 @@ def _task_lines(task: TaskView) -> list[str]:
         lines.append(f"    #{it.number} {it.outcome}{reason} · {it.turns} turns · {it.tokens} tokens{_badge(it.signals)}")
     lines.append("")
     return lines
+
+
+def _unused(task: TaskView) -> str:
+    """The tokens of a first answer the task ended without taking: in no iteration's line, yet spent."""
+    if not task.unused_tokens:
+        return ""
+    return f" · {task.unused_tokens} tokens in a first answer no iteration took ({task.tokens} in all)"
 
 
 def _badge(signals: Iterable[Signal]) -> str:

@@ -68,6 +68,13 @@ def kept_branch(task: str) -> str:
     return f"{KEPT_BRANCH_PREFIX}{task}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
 
 
+def _log_commits_kept(task: str, branch: str) -> None:
+    """`worktree_commits_kept` for a caller with no task run to name (a night names its own: orchestrator/night.py)."""
+    from orchestrator.logs import get_logger
+
+    get_logger().warning("worktree_commits_kept", task=task, branch=branch)
+
+
 def branch_for(task: str) -> str:
     return BRANCH_PREFIX + task
 
@@ -167,9 +174,11 @@ class Worktree:
 
     @classmethod
     def ensure(
-        cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = (), *, repo: Any = None
+        cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = (), *, repo: Any = None,
+        on_commits_kept: Callable[[str, str], None] | None = None,
     ) -> "Worktree":
         """The task's worktree, created from `base` the first time and reused after.
+        `on_commits_kept(task, branch)`: told of commits kept off a detached HEAD (see `back_on_branch`).
 
         Safe to call from several threads, sharing one opened `repo` or not: only
         registering the worktree is serialised, the checkout of its files (the
@@ -199,10 +208,10 @@ class Worktree:
             except (git.GitCommandError, OSError) as exc:
                 failed = _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path)
                 raise _with_git_status(failed, exc) from None
-        worktree.back_on_branch(task)
+        worktree.back_on_branch(task, on_commits_kept=on_commits_kept)
         return worktree
 
-    def back_on_branch(self, task: str) -> None:
+    def back_on_branch(self, task: str, *, on_commits_kept: Callable[[str, str], None] | None = None) -> None:
         """Put HEAD back on the task's branch, at the branch's tip, files and all, when a person left it
         off (git makes them detach it before they check the branch out in their own checkout).
 
@@ -226,7 +235,7 @@ class Worktree:
             raise BranchCheckedOut(task, self.branch, taken)
         try:
             if self._git("branch", "--list", self.branch).strip():
-                self._keep_commits_only_head_has(task)
+                self._keep_commits_only_head_has(task, on_commits_kept or _log_commits_kept)
                 self._git("checkout", "--quiet", "--force", self.branch)
             else:  # the branch was deleted: made again where HEAD is
                 self._git("checkout", "--quiet", "-b", self.branch)
@@ -236,7 +245,7 @@ class Worktree:
                 raise BranchCheckedOut(task, self.branch, taken_at.group(1)) from None
             raise
 
-    def _keep_commits_only_head_has(self, task: str) -> None:
+    def _keep_commits_only_head_has(self, task: str, kept_on: Callable[[str, str], None]) -> None:
         """A detached HEAD with commits the branch lacks (a person's, made there): a branch of their own first."""
         import git
 
@@ -248,9 +257,7 @@ class Worktree:
                 raise
         kept = kept_branch(task)
         self._git("branch", kept, "HEAD")
-        from orchestrator.logs import get_logger
-
-        get_logger().warning("worktree_commits_kept", task=task, branch=kept)
+        kept_on(task, kept)
 
     def held_elsewhere(self) -> str | None:
         """The folder of another worktree that has this task's branch checked out, or is rebasing or

@@ -88,6 +88,10 @@ class Run(Base):
     # The state dir the night ran in (orchestrator.lock.state_identity), in a store several
     # may share; null for runs recorded before it existed.
     state_id: Mapped[str | None] = mapped_column(Str, nullable=True)
+    # The tasks the night set out to work, in the config's order ({"name", "branch", "work_key"} each):
+    # a night killed (kill -9, a power cut) before it began some has no row of theirs, and its
+    # recovery records them from this. Null for runs recorded before it existed.
+    queued: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
 
 class TaskRun(Base):
@@ -112,6 +116,10 @@ class TaskRun(Base):
     # Where the task stands in the config: reports list a night's tasks in that order, not in the
     # order their threads happened to begin them (with concurrency, another each night).
     position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Tokens of the task's first answer, asked for while its worktree was made, that the task ended
+    # without taking (first_answer_unused): spent, and counted in the night's budget, but in no
+    # iteration. Null when none (and in runs recorded before it existed).
+    unused_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Iteration(Base):

@@ -401,9 +401,14 @@ class RunStore:
 
     # --- writes -------------------------------------------------------------
 
-    def begin_run(self, *, config_path: str, pid: int, host: str, state_id: str | None = None) -> int:
+    def begin_run(
+        self, *, config_path: str, pid: int, host: str, state_id: str | None = None, queued: Sequence[dict[str, Any]] | None = None
+    ) -> int:
+        """`queued`: the tasks the night sets out to work ({"name", "branch", "work_key"} each, in the config's
+        order), which a recovery of the run records if it died before it began them (`close_interrupted_run`)."""
         run_id = self._add(
-            "begin_run", Run, config_path=str(config_path), pid=pid, host=host, state_id=state_id, status="running", started_at=self.now()
+            "begin_run", Run, config_path=str(config_path), pid=pid, host=host, state_id=state_id, status="running", started_at=self.now(),
+            queued=list(queued) if queued is not None else None,
         )
         self.begun_run_id = run_id
         return run_id
@@ -422,6 +427,12 @@ class RunStore:
         values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": self.now()}
         # Its iterations' events are in: each iteration's end waited for them.
         self._update("finish_task", TaskRun, task_run_id, after_events=False, **values)
+
+    def add_unused_tokens(self, task_run_id: int, tokens: int) -> None:
+        """The tokens of a first answer the task ended without taking (see TaskRun.unused_tokens)."""
+        unused = func.coalesce(TaskRun.unused_tokens, 0) + tokens
+        with self._statements("add_unused_tokens", after_events=False) as connection:
+            connection.execute(update(TaskRun).where(TaskRun.id == task_run_id).values(unused_tokens=unused))
 
     def begin_iteration(self, task_run_id: int, *, number: int, checkpoint: str, pid: int, transcript: str = "") -> int:
         now = self.now()
@@ -609,6 +620,8 @@ class RunStore:
             .where(*keyed, ~uncounted)
             .order_by(Iteration.id)
         )
+        # First answers no iteration took: spent on the night, not on a task's iterations (see TaskRun.unused_tokens).
+        unused = select(func.coalesce(func.sum(TaskRun.unused_tokens), 0)).where(*keyed)
         worked = select(Iteration.id).where(Iteration.task_run_id == TaskRun.id).exists()
         last = select(TaskRun.work_key, TaskRun.outcome, TaskRun.reason).where(*keyed, worked).order_by(TaskRun.id)
         with self._reading() as session:
@@ -616,6 +629,7 @@ class RunStore:
             tokens, last_number = {}, {}
             for name, total, highest in session.execute(used):
                 tokens[name], last_number[name] = int(total or 0), int(highest or 0)
+            unused_tokens = int(session.scalar(unused) or 0)
             ended = {name: (outcome, reason) for name, outcome, reason in session.execute(last)}
             endings: dict[str, list[tuple[str, str]]] = defaultdict(list)
             for name, outcome, reason in session.execute(each_counted):
@@ -623,6 +637,7 @@ class RunStore:
         return EarlierTonight(
             succeeded=succeeded,
             tokens=tokens,
+            unused_tokens=unused_tokens,
             last_number=last_number,
             ended=ended,
             endings={name: tuple(seen) for name, seen in endings.items()},
@@ -680,16 +695,25 @@ class RunStore:
                 .values(outcome="succeeded", reason="", commit=commit)
             )
 
-    def close_interrupted_run(self, run_id: int, exit_code: int | None = None) -> None:
+    def close_interrupted_run(self, run_id: int, exit_code: int | None = None, *, never_begun_reason: str = "") -> list[str]:
         """End a dead run: open task runs become succeeded (if an iteration committed) or failed/interrupted; the run `crashed`.
 
         `exit_code`: the code its process left with, when known (None when found dead by
         recovery: the run then ends when it was last seen alive, not when it was found).
         A failed task's reason is `interrupted`, whatever its last iteration's: the night died under it
         (killed, or an error not the task's own), which JUnit tells as an error, not the task's failure.
+        `never_begun_reason`: given, the tasks the run queued and never began (it died first) are
+        recorded `cancelled` with it and no iterations, as a night records the tasks it stops before
+        they begin; returns their names.
         """
         with self._writing("close_interrupted_run") as session:
             now = self.now() if exit_code is not None else self._last_seen_alive(session, run_id)
+            never_begun = self._never_begun(session, run_id) if never_begun_reason else []
+            for position, queued in never_begun:
+                session.add(TaskRun(
+                    run_id=run_id, name=queued["name"], branch=queued["branch"], work_key=queued.get("work_key"), position=position,
+                    outcome="cancelled", reason=never_begun_reason, commit="", started_at=now, finished_at=now,
+                ))
             open_tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run_id, TaskRun.outcome == "running")).all()
             for task in open_tasks:
                 commit = session.scalars(
@@ -705,6 +729,14 @@ class RunStore:
                 .where(Run.id == run_id, Run.status == "running")
                 .values(status="crashed", finished_at=now, exit_code=exit_code)
             )
+        return [queued["name"] for _, queued in never_begun]
+
+    @staticmethod
+    def _never_begun(session: Session, run_id: int) -> list[tuple[int, dict[str, Any]]]:
+        """(position, entry) of each task the run queued and has no row of: the night died before it began them."""
+        queued = session.scalar(select(Run.queued).where(Run.id == run_id)) or []
+        begun = set(session.scalars(select(TaskRun.name).where(TaskRun.run_id == run_id)))
+        return [(position, entry) for position, entry in enumerate(queued) if entry["name"] not in begun]
 
     @staticmethod
     def _last_seen_alive(session: Session, run_id: int) -> Any:
@@ -887,6 +919,7 @@ def _run_view(session: Session, run: Run) -> RunView:
             iterations=tuple(by_task[task.id]),
             started_at=task.started_at,
             finished_at=task.finished_at,
+            unused_tokens=task.unused_tokens or 0,
         )
         for task in tasks
     )

@@ -90,11 +90,18 @@ class TaskView:
     iterations: tuple[IterationView, ...] = ()
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # A first answer the task ended without taking: spent, but in no iteration (see TaskRun.unused_tokens).
+    unused_tokens: int = 0
 
     @property
     def signals(self) -> tuple[Signal, ...]:
         """Every iteration's signals, in order: what the task's badge is chosen from."""
         return tuple(signal for iteration in self.iterations for signal in iteration.signals)
+
+    @property
+    def tokens(self) -> int:
+        """Everything the task spent tonight: its iterations' tokens and its unused first answer's."""
+        return sum(iteration.tokens for iteration in self.iterations) + self.unused_tokens
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +113,8 @@ class TaskView:
             "commit": self.commit,
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
+            "tokens": self.tokens,
+            "unused_tokens": self.unused_tokens,
             "iterations": [iteration.as_dict() for iteration in self.iterations],
         }
 
@@ -124,6 +133,11 @@ class RunView:
     host: str = ""
     config_path: str = ""
     state_id: str | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Everything the night spent: its tasks' iterations and their unused first answers."""
+        return sum(task.tokens for task in self.tasks)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +180,8 @@ class EarlierTonight:
     # By work key (a task's name, prompt and check: see runs.models.TaskRun.work_key).
     succeeded: dict[str, str] = field(default_factory=dict)  # its commit ("" when none was needed)
     tokens: dict[str, int] = field(default_factory=dict)  # tokens its iterations used
+    # Tokens of first answers tasks ended without taking: the night's budget counted them, no task's did.
+    unused_tokens: int = 0
     last_number: dict[str, int] = field(default_factory=dict)  # the highest iteration number it began, counted or not
     # (outcome, reason) of the latest of its task runs that began an iteration: how its work last ended.
     ended: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -180,4 +196,4 @@ class EarlierTonight:
 
     @property
     def total_tokens(self) -> int:
-        return sum(self.tokens.values())
+        return sum(self.tokens.values()) + self.unused_tokens

@@ -32,7 +32,7 @@ from orchestrator.scripted import Reply, call
 from orchestrator.worktree import Worktree
 from runs import RunStore
 from tests.conftest import git, write_config
-from tests.test_night import overnight
+from tests.test_night import overnight, report_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD_LOCK = textwrap.dedent(
@@ -1223,6 +1223,54 @@ class TestKilledNight:
         text = capsys.readouterr().out
         assert "crashed" in text.splitlines()[0] and "is gone" not in text
         assert "#1 interrupted · 3 turns · 660 tokens" in text  # the reason, the same word, said once
+
+
+    def test_the_tasks_a_killed_night_never_began_are_in_its_account(self, tmp_path: Path, repo: Path, server: Any, capsys: Any) -> None:
+        """A night killed while its first task ran never began the second: recovery records that one `cancelled`,
+        reason `night_crashed`, with no iterations, so the dead run's report lists every task the night set out to work."""
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(Reply(text="thinking", delay_s=60))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+
+        def iteration_begun() -> bool:
+            if not (config.state_dir / "runs.db").exists():
+                return False
+            with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db", timeout=5)) as db:
+                try:
+                    return db.execute("SELECT count(*) FROM iterations").fetchone()[0] > 0
+                except sqlite3.OperationalError:  # the schema is not made yet
+                    return False
+
+        try:
+            _wait_for(lambda: iteration_begun() or proc.poll() is not None, 60, "the first task's iteration")
+            assert proc.poll() is None, "the night ended before it could be killed"
+        finally:
+            proc.kill()
+            proc.wait()
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
+            assert db.execute("SELECT name FROM task_runs").fetchall() == [("fix-greet",)]
+
+        _, logs = recover(config)
+        [recovered] = [e for e in logs if e["event"] == "run_recovered"]
+        assert recovered["never_begun"] == ["second"]
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
+            assert db.execute("SELECT name, outcome, reason, position FROM task_runs ORDER BY position").fetchall() == [
+                ("fix-greet", "failed", "interrupted", 0),
+                ("second", "cancelled", "night_crashed", 1),
+            ]
+        report = report_json(config.source, capsys)
+        assert report["run"]["status"] == "crashed"
+        assert [(t["name"], t["outcome"], t["reason"], len(t["iterations"])) for t in report["tasks"]] == [
+            ("fix-greet", "failed", "interrupted", 1),
+            ("second", "cancelled", "night_crashed", 0),
+        ]
+        _, again = recover(config)  # settled once: nothing recorded twice
+        assert "run_recovered" not in [e["event"] for e in again]
+        assert len(report_json(config.source, capsys)["tasks"]) == 2
 
 
 class TestKilledWhileTheAgentChangedGitConfig:

@@ -202,11 +202,13 @@ class TestEventsOfTheNight:
         assert "s3cr3t-value-not-a-word" not in json.dumps(events)
 
     def test_a_persons_commits_on_the_detached_worktree_are_kept(self, second_night):
-        """Logged while the night's run exists (the worktree is made for its task): with its run_id too."""
+        """Logged while the night's run exists (the worktree is made for its task): with its run_id and the task's task_run_id too."""
         folder, events = second_night.folder, second_night.events
         kept = _one(events, "worktree_commits_kept")
         assert kept["task"] == "fix-greet" and kept["branch"].startswith("overnight-kept/fix-greet/")
         assert kept["run_id"] == _run_id_of_the_night(events)
+        [finished] = [e for e in events if e["event"] == "task_finished" and e["task"] == "fix-greet"]
+        assert kept["task_run_id"] == finished["task_run_id"]
         assert git(folder / "repo", "log", "-1", "--format=%s", kept["branch"]).strip() == "a reviewer's commit"
 
     def test_a_task_another_worker_holds_is_skipped(self, second_night):

@@ -530,6 +530,34 @@ class TestTheBranchUnderReview:
         assert git(repo, "rev-parse", "overnight/fix-greet^") == fixup
         assert git(repo, "show", "overnight/fix-greet:review.txt") == "reviewed"
 
+    def test_the_first_answer_a_skipped_task_left_unused_is_in_the_reports_tokens(self, config_file, server, repo, capsys):
+        """The tokens of a first answer the skipped task never took, which the log and the night's budget count, are the task's and the night's in `report --json` and the text report."""
+        config = config_file(tasks=[
+            {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
+            {"name": "other", "prompt": "p", "check": "true"},
+        ])
+        self._reviewed(config, server, repo, call("submit", {"summary": "done"}))
+        server.enqueue(
+            call("submit", {"summary": "done"}, prompt_tokens=1000, completion_tokens=100),  # fix-greet's, asked ahead
+            call("submit", {"summary": "done"}, prompt_tokens=200, completion_tokens=20),
+        )
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 1
+        events = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+        [unused] = [e for e in events if e["event"] == "first_answer_unused"]
+        assert (unused["task"], unused["tokens"]) == ("fix-greet", 1100)
+        report = report_json(config, capsys)
+        tasks = {t["name"]: t for t in report["tasks"]}
+        assert (tasks["fix-greet"]["tokens"], tasks["fix-greet"]["unused_tokens"], tasks["fix-greet"]["iterations"]) == (1100, 1100, [])
+        assert [i["tokens"] for i in tasks["other"]["iterations"]] == [220]
+        assert (tasks["other"]["tokens"], tasks["other"]["unused_tokens"]) == (220, 0)
+        assert report["run"]["tokens"] == 1320
+        assert overnight("report", "--config", str(config)) == 0
+        text = capsys.readouterr().out
+        assert text.splitlines()[0].endswith(" · 1320 tokens")
+        [skipped] = [line for line in text.splitlines() if line.startswith("↷ fix-greet")]
+        assert "1100 tokens in a first answer no iteration took (1100 in all)" in skipped
+
     def test_a_branch_checked_out_beside_the_task_worktree_skips_the_task(self, config_file, server, repo, capsys):
         """`git checkout --ignore-other-worktrees overnight/<task>` in the user's checkout, the task's worktree
         still on the branch: skipped as well. The night committed on the branch under the user's checkout,

@@ -1518,6 +1518,29 @@ class TestANightBegunAgain:
         assert runs_of(path)[3][1:3] == ("cancelled", f"night token budget of {spent} spent")
         assert len(server.requests) == asked
 
+    def test_a_first_answer_the_fires_earlier_run_left_unused_counts_in_the_nights_budget(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The earlier run's night budget counted the first answer its skipped task never took: the night begun again counts it too."""
+        path = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=TWO_TASKS, night={"max_iterations": 1})
+        git(repo, "checkout", "-q", "-b", "overnight/fix-greet")  # under review in the user's checkout: fix-greet is skipped
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        server.enqueue(
+            call("submit", {"summary": "done"}, prompt_tokens=1000, completion_tokens=100),  # fix-greet's, asked ahead, never taken
+            call("submit", {"summary": "nothing"}, prompt_tokens=200, completion_tokens=20),
+        )
+        first = overnight_run(path, "--scheduled-for", fired.isoformat())
+        assert first.returncode == 1, first.stderr
+        assert [row[:3] for row in runs_of(path)] == [("fix-greet", "skipped", "branch_checked_out"), ("second", "failed", "check_failed")]
+        [unused] = [e for e in map(json.loads, first.stderr.splitlines()) if e["event"] == "first_answer_unused"]
+        assert unused["tokens"] == 1100
+        text = path.read_text(encoding="utf-8").replace("[night]\n", "[night]\nmax_tokens_per_night = 1320\n")
+        path.write_text(text.replace("max_iterations = 1\n", "max_iterations = 2\n"), encoding="utf-8")
+        asked = len(server.requests)
+        again = overnight_run(path, "--scheduled-for", fired.isoformat())
+        [resumed] = [e for e in map(json.loads, again.stderr.splitlines()) if e["event"] == "night_resumed"]
+        assert resumed["tokens"] == 1320
+        assert [row[1:3] for row in runs_of(path)[2:]] == [("cancelled", "night token budget of 1320 spent")] * 2
+        assert len(server.requests) == asked
+
     def test_the_tokens_a_task_spent_in_the_fires_earlier_run_count_in_its_own_budget(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """`second` spent its whole `max_tokens_per_task` in the earlier run of the fire: no iteration more, and no request."""
         path, fired, _ = self._first_night(tmp_path, repo, server)
