@@ -1006,6 +1006,26 @@ class TestWorktreeOnAFailingDisk:
             Worktree.ensure(repo, state_mount, "fix-greet", "HEAD")
 
 
+def _night_in_the_background(config: Any) -> subprocess.Popen[bytes]:
+    """A real `overnight run` of `config`, in its own process, to kill."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
+        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+
+
+def _counted(config: Any, query: str) -> int:
+    """A count the running night's store gives, 0 before the store and its schema are made."""
+    if not (config.state_dir / "runs.db").exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db", timeout=5)) as db:
+        try:
+            return db.execute(query).fetchone()[0]
+        except sqlite3.OperationalError:  # the schema is not made yet
+            return 0
+
+
 def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -1180,23 +1200,12 @@ class TestKilledNight:
             call("read_file", {"path": "check_greet.py"}, prompt_tokens=300, completion_tokens=30),
             Reply(text="thinking", delay_s=60),
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
-            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        )
-
-        def model_calls_recorded() -> int:
-            if not (config.state_dir / "runs.db").exists():
-                return 0
-            with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db", timeout=5)) as db:
-                try:
-                    return db.execute("SELECT count(*) FROM events WHERE type = 'model_call'").fetchone()[0]
-                except sqlite3.OperationalError:  # the schema is not made yet
-                    return 0
-
+        proc = _night_in_the_background(config)
         try:
-            _wait_for(lambda: model_calls_recorded() >= 3 or proc.poll() is not None, 60, "three recorded model calls")
+            _wait_for(
+                lambda: _counted(config, "SELECT count(*) FROM events WHERE type = 'model_call'") >= 3 or proc.poll() is not None,
+                60, "three recorded model calls",
+            )
             assert proc.poll() is None, "the night ended before it could be killed"
         finally:
             proc.kill()
@@ -1230,23 +1239,9 @@ class TestKilledNight:
         reason `night_crashed`, with no iterations, so the dead run's report lists every task the night set out to work."""
         config = _config(tmp_path, repo, server.url, max_iterations=1)
         server.enqueue(Reply(text="thinking", delay_s=60))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
-            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        )
-
-        def iteration_begun() -> bool:
-            if not (config.state_dir / "runs.db").exists():
-                return False
-            with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db", timeout=5)) as db:
-                try:
-                    return db.execute("SELECT count(*) FROM iterations").fetchone()[0] > 0
-                except sqlite3.OperationalError:  # the schema is not made yet
-                    return False
-
+        proc = _night_in_the_background(config)
         try:
-            _wait_for(lambda: iteration_begun() or proc.poll() is not None, 60, "the first task's iteration")
+            _wait_for(lambda: _counted(config, "SELECT count(*) FROM iterations") > 0 or proc.poll() is not None, 60, "the first task's iteration")
             assert proc.poll() is None, "the night ended before it could be killed"
         finally:
             proc.kill()
