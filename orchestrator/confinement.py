@@ -155,9 +155,11 @@ switches_hooks_off "${GIT_CONFIG_PARAMETERS:-}" && refuse "$hooks_refusal"
 # as it names another alias. One that runs a shell would run git past this front (git puts its own
 # folder first on PATH for it).
 seen=" "
-# The builtins a model runs most need no look-up (a git process each).
-common=" add blame branch checkout cherry-pick clone commit config diff fetch grep init log ls-files merge mv pull push rebase reset restore rev-parse rm show stash status switch tag "
-while [[ -n "$command" && "$command" != -* && "$seen" != *" $command "* && "$common" != *" $command "* ]] &&
+# git's own commands (its builtins and the programs of its exec path, listed when this front was
+# written) win over an alias: they need no look-up (a git process each, on every plumbing call of a
+# test suite or a pre-commit tool).
+own_commands=" GIT_OWN_COMMANDS "
+while [[ -n "$command" && "$command" != -* && "$seen" != *" $command "* && "$own_commands" != *" $command "* ]] &&
       expansion=$(REAL_GIT "${before[@]}" config --get "alias.$command" 2>/dev/null) &&
       ! REAL_GIT --list-cmds=builtins,main,others 2>/dev/null | grep -qxF -- "$command"; do
   [[ "$expansion" == '!'* ]] &&
@@ -190,7 +192,9 @@ case "$command" in
       own=$(unset GIT_DIR GIT_WORK_TREE GIT_COMMON_DIR GIT_INDEX_FILE GIT_OBJECT_DIRECTORY
             cd "$OVERNIGHT_WORKTREE" 2>/dev/null && REAL_GIT rev-parse --path-format=absolute --git-path index 2>/dev/null)
       index_folder=$(cd "${index%/*}" 2>/dev/null && pwd -P) shared=$(cd "$OVERNIGHT_COMMON_DIR" && pwd -P)
-      if [[ -n "$index" && "$index" != "$own" && ! "$index" -ef "$own" && "$index_folder/" == "$shared/"* ]]; then
+      # A temporary index beside the worktree's own (a pre-commit tool's, in `git rev-parse --git-dir`) is its own too.
+      own_folder=$(cd "${own%/*}" 2>/dev/null && pwd -P)
+      if [[ -n "$index" && "$index_folder/" == "$shared/"* && ( -z "$own" || "$index_folder" != "$own_folder" ) ]]; then
         echo "overnight: refused: git here would write $index, not this task's worktree's index; run git without GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, --git-dir or --work-tree" >&2
         exit 1
       fi
@@ -529,8 +533,10 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
 
         get_logger().warning("agent_fences_unavailable", reason=missing)
     if bash and git:
+        own_commands = " ".join(_own_commands(git))
+
         def program(text: str) -> str:
-            text = text.replace("FENCE_HOOKS", _quoted(str(folder / "hooks")))
+            text = text.replace("FENCE_HOOKS", _quoted(str(folder / "hooks"))).replace("GIT_OWN_COMMANDS", own_commands)
             return text.replace("BASH", bash, 1).replace("REAL_GIT", _quoted(git))
 
         _write_program(folder / "bin" / "git", program(_GIT_FRONT))
@@ -546,6 +552,25 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
     for sub in ("bin", "hooks"):
         if (folder / sub).is_dir():
             (folder / sub).chmod(0o555)
+
+
+# git's commands that a model runs most, for a git that cannot list its own (an alias of one of them is never run).
+_COMMON_GIT_COMMANDS = (
+    "add", "blame", "branch", "checkout", "cherry-pick", "clone", "commit", "config", "diff", "fetch", "grep", "init",
+    "log", "ls-files", "merge", "mv", "pull", "push", "rebase", "reset", "restore", "rev-parse", "rm", "show", "stash",
+    "status", "switch", "tag",
+)
+
+
+def _own_commands(git: str) -> list[str]:
+    """The names of `git`'s builtins and of the programs in its exec path, which git runs before an alias of the same name."""
+    try:
+        listed = subprocess.run([git, "--list-cmds=builtins,main"], capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        listed = []
+    # Names only: they go into the front's text.
+    names = [name for name in listed if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name)]
+    return names or list(_COMMON_GIT_COMMANDS)
 
 
 def fences_missing(bash: str | None, git: str | None) -> str:

@@ -133,6 +133,17 @@ class TestSharedRefs:
         assert git(repo, "log", "--format=%s", "-1", "overnight/fix") == "one"
         assert git(repo, "stash", "list", "--format=%gs") == "On feature: user wip"
 
+    def test_gits_own_commands_cost_no_alias_look_up(self, agent: Any) -> None:
+        """Plumbing that test suites and pre-commit tools run by the hundred (rev-list, describe, cat-file) starts no
+        git of the front's to look for an alias, which git would not run in place of its own command anyway."""
+        result = agent(
+            "export GIT_TRACE=$PWD/../trace && git rev-list -1 HEAD >/dev/null && git describe --always >/dev/null "
+            "&& git cat-file -t HEAD >/dev/null && unset GIT_TRACE && cat ../trace"
+        )
+        assert result.ok, result.output
+        started = [line.split("built-in: ", 1)[1] for line in result.output.splitlines() if "built-in: " in line]
+        assert [command.split()[1] for command in started] == ["rev-list", "describe", "cat-file"], started
+
     def test_the_users_credential_helper_gives_the_agent_nothing(self, agent: Any, repo: Path) -> None:
         """A token the user's helper stores (or a CI job's) is not handed to the agent's fetch or push."""
         git(repo, "config", "credential.helper", "!f() { echo username=u; echo password=stored-token-123; }; f")
@@ -307,6 +318,16 @@ class TestOutsideTheWorktree:
         assert git(repo, "show", "--name-only", "--format=", "overnight/fix").splitlines() == ["greet.py", "pkg/sub/x.py"]
         scratch = run("GIT_INDEX_FILE=$PWD/../scratch-index git add greet.py && GIT_INDEX_FILE=$PWD/../scratch-index git ls-files")
         assert scratch.ok and scratch.output.endswith("greet.py"), scratch.output
+
+    def test_a_temporary_index_beside_the_worktrees_own_is_the_agents(self, state_inside: Any, repo: Path) -> None:
+        """A pre-commit style tool's temporary index in the worktree's git dir (`git rev-parse --git-dir`) may be written."""
+        run, tree, _ = state_inside
+        result = run(
+            "echo change >> greet.py && export GIT_INDEX_FILE=$(git rev-parse --absolute-git-dir)/index.pre-commit "
+            "&& git read-tree HEAD && git add greet.py && git diff --cached --name-only"
+        )
+        assert result.ok and "overnight: refused" not in result.output and result.output.endswith("greet.py"), result.output
+        assert git(tree.path, "diff", "--cached", "--name-only") == ""  # the worktree's own index is as it was
 
 
 class TestSharedConfig:
