@@ -93,6 +93,14 @@ class TestStateLock:
         assert f"pid {holder.pid} on {socket.gethostname()} since " in message and "UTC" in message
         assert "\n" not in message and caught.value.holder.pid == holder.pid
 
+    def test_a_read_only_look_at_the_state_dirs_name_makes_none(self, tmp_path: Path) -> None:
+        """`create=False` (report, status) answers None for a state dir without a name and writes nothing there."""
+        (tmp_path / "state").mkdir()
+        assert state_identity(tmp_path / "state", create=False) is None
+        assert list((tmp_path / "state").iterdir()) == []
+        made = state_identity(tmp_path / "state")
+        assert made and state_identity(tmp_path / "state", create=False) == made
+
     def test_lock_of_a_killed_process_is_taken_over(self, tmp_path: Path, holder: subprocess.Popen) -> None:
         """After kill -9 of the holder, the next run gets the lock and records itself as holder."""
         holder.send_signal(signal.SIGKILL)
@@ -1141,6 +1149,20 @@ class TestKilledNight:
         assert "note_recovered" not in [e["event"] for e in logs]
         with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
             assert db.execute("SELECT note_owed FROM iterations").fetchall() == [(0,), (0,)]
+
+    def test_a_night_that_ends_owes_no_entry_and_a_pruned_notes_file_stays_pruned(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The night marks each entry it wrote: the store owes none after it, and a notes.md the person emptied in the
+        morning is not refilled by the next night's recovery."""
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(call("submit", {"summary": "nothing fixed"}), call("submit", {"summary": "nor here"}))
+        assert overnight("run", "--config", str(config.source)) == 1
+        assert len(NotesBook(config.notes_path).entries()) == 2
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
+            assert db.execute("SELECT note_owed FROM iterations").fetchall() == [(0,), (0,)]
+        config.notes_path.unlink()  # read and pruned at breakfast
+        _, logs = recover(config)
+        assert NotesBook(config.notes_path).entries() == []
+        assert "note_recovered" not in [e["event"] for e in logs]
 
     def test_an_owed_entry_headed_like_an_earlier_nights_is_still_written(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Headers show the minute: a night killed in the same minute as an earlier night's same task, iteration

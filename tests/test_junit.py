@@ -207,6 +207,21 @@ class TestJunitOutcomes:
         assert error is not None and error.get("message") == "task left running"
 
 
+    def test_the_suite_properties_name_the_run_and_keep_an_exit_code_of_0(self, tmp_path):
+        """The <properties> carry run_id, status and exit_code, an exit code 0 (a night that succeeded) included."""
+        run = replace(view("succeeded"), exit_code=0, config_path="/etc/overnight.toml")
+        properties = junit_of(run, tmp_path / "junit.xml").find("testsuite").find("properties")
+        named = {p.get("name"): p.get("value") for p in properties.findall("property")}
+        assert named == {"run_id": "7", "status": "finished", "exit_code": "0", "config": "/etc/overnight.toml"}
+
+    def test_a_task_whose_end_another_clock_put_before_its_start_takes_no_negative_time(self, tmp_path):
+        """A finish stamped earlier than the start (machines sharing a store, clocks apart) is 0 seconds, not negative."""
+        run = view("failed", "check_failed")
+        task = run.tasks[0]
+        run = replace(run, tasks=(replace(task, finished_at=task.started_at - timedelta(seconds=2)),))
+        assert case_named(junit_of(run, tmp_path / "junit.xml"), "t").get("time") == "0.000"
+
+
 class TestStepSummary:
     def test_summary_is_appended_never_overwritten(self, night, tmp_path):
         """An existing step summary keeps its text, and the night's table follows it."""

@@ -283,11 +283,12 @@ class TestReasonCodes:
         assert f"`{reason}`" in notes_text(config)
 
     def test_max_turns(self, config_file, server, capsys):
-        """Running out of turns without submitting is max_turns."""
+        """Running out of turns without submitting is max_turns, after every one of the turns allowed was answered."""
         config = config_file(night={"max_iterations": 1, "max_turns": 3})
         server.enqueue(*[call("read_file", {"path": p}) for p in ("greet.py", "check_greet.py", ".gitignore")])
         assert overnight("run", "--config", str(config)) == 1
-        assert _reason_of_first_iteration(config, capsys)[0] == "max_turns"
+        iteration = report_json(config, capsys)["tasks"][0]["iterations"][0]
+        assert (iteration["reason"], iteration["turns"]) == ("max_turns", 3)
 
     def test_watchdog_timeout(self, config_file, server, capsys):
         """A model silent for longer than request_timeout_s stops the iteration with watchdog_timeout."""
@@ -314,7 +315,7 @@ class TestReasonCodes:
         assert json.loads(sent["tool_calls"][0]["function"]["arguments"]) == {"path": "greet.py"}
 
     def test_model_unreachable_exits_3_without_blame(self, tmp_path, repo, capsys):
-        """A dead endpoint is infrastructure: exit 3, no note in notes.md, the task paused."""
+        """A dead endpoint is infrastructure: exit 3, no note in notes.md, the task paused, its iteration's reason model_unreachable."""
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -325,7 +326,8 @@ class TestReasonCodes:
         assert "`model_unreachable`" not in notes_text(config)
         task = report_json(config, capsys)["tasks"][0]
         assert task["outcome"] == "paused" and task["reason"] == "model_unreachable"
-        assert [it["turns"] for it in task["iterations"]] == [0]  # no answer came: no turn (it said 1)
+        # No answer came: no turn (it said 1).
+        assert [(it["outcome"], it["reason"], it["turns"]) for it in task["iterations"]] == [("rolled_back", "model_unreachable", 0)]
 
 
     def test_a_server_that_goes_down_mid_iteration_leaves_the_worktree_at_its_checkpoint(self, config_file, server, repo, capsys):

@@ -223,19 +223,27 @@ class TestNotesBook:
         assert [entry.iteration for entry in book.entries("t")] == [1, 2]
         assert "Run the check." in book.for_prompt("t", 10_000) and "caf\ufffd" in book.text()
 
+    def test_an_entry_after_a_hand_edit_saved_without_a_final_newline_starts_its_own_line(self, tmp_path: Path):
+        """A person's last line saved with no newline at its end (many editors do) neither swallows the next entry's header nor loses it."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="max_turns", correction="Finish sooner.")
+        book.path.write_bytes(book.path.read_bytes() + b"\nmy remark, no newline after it")
+        book.append(task="t", iteration=2, reason="check_failed", correction="Run the check.")
+        assert [entry.iteration for entry in book.entries("t")] == [1, 2]
+        assert b"my remark, no newline after it\n\n## " in book.path.read_bytes()
 
-def test_a_lesson_whose_correction_begins_with_none_of_is_still_given(tmp_path) -> None:
-    """unusable_answers' correction begins "None of your answers made a usable tool call": the one lesson such
-    a model needs was left out with the entries that blame nothing ("None: ...", "None needed: ...")."""
-    from guards.unusable_answers import _correction
-    from orchestrator.notes import NotesBook
+    def test_a_lesson_whose_correction_begins_with_none_of_is_still_given(self, tmp_path: Path) -> None:
+        """unusable_answers' correction begins "None of your answers made a usable tool call": the one lesson such
+        a model needs was left out with the entries that blame nothing ("None: ...", "None needed: ...")."""
+        from guards.unusable_answers import _correction
+        from orchestrator.notes import NotesBook
 
-    book = NotesBook(tmp_path / "notes.md")
-    book.append(task="t", iteration=1, reason="no_tool_call", correction=_correction({"no_tool_call"}, ["read_file", "submit"]))
-    book.append(task="t", iteration=2, reason="iteration_error", correction="None: this was an error in overnight or its environment.")
-    book.append(task="t", iteration=3, reason="lease_lost", correction="None needed: the iteration was stopped (x), not because of the model.")
-    prompt = book.for_prompt("t", 4000)
-    assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="no_tool_call", correction=_correction({"no_tool_call"}, ["read_file", "submit"]))
+        book.append(task="t", iteration=2, reason="iteration_error", correction="None: this was an error in overnight or its environment.")
+        book.append(task="t", iteration=3, reason="lease_lost", correction="None needed: the iteration was stopped (x), not because of the model.")
+        prompt = book.for_prompt("t", 4000)
+        assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt
 
 
 REREAD = [call("read_file", {"path": "greet.py"})] * 4  # one iteration stopped `repeated_tool_call`

@@ -92,6 +92,40 @@ class TestStepSummary:
 
 
 
+class TestTaskAndIterationLines:
+    def test_a_badge_shows_the_worst_signal_and_how_many_others_there_were(self):
+        """Three signals on one iteration: the severe one is shown, with `(+2)` for the two warnings beside it."""
+        from dataclasses import replace
+
+        from orchestrator.records import Level, Signal
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        run = view("failed", "check_failed")
+        signals = (Signal(Level.WARNING, "dead_loop", "circling"), Signal(Level.SEVERE, "check_failed", "exit 1"),
+                   Signal(Level.WARNING, "context_full", "context 85% full"))
+        iteration = replace(run.tasks[0].iterations[0], signals=signals)
+        text = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(iteration,)),)))
+        assert "    #1 rolled_back check_failed · 2 turns · 10 tokens · ✖ check_failed: exit 1 (+2)" in text.splitlines()
+
+    def test_an_iteration_whose_reason_is_its_outcome_says_it_once(self):
+        """A cancelled iteration's line reads `#1 cancelled`, not `#1 cancelled cancelled`."""
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        lines = as_text(view("cancelled", "cancelled")).splitlines()
+        assert "    #1 cancelled · 2 turns · 10 tokens" in lines
+
+    def test_a_run_with_no_tasks_says_so(self):
+        """A run that recorded no task (every one skipped before it began) reads `(no tasks ran)`, not a bare header."""
+        from dataclasses import replace
+
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        assert as_text(replace(view("succeeded"), tasks=())).splitlines()[-1] == "(no tasks ran)"
+
+
 class TestReviewLines:
     def test_a_task_branch_checked_out_for_review_is_not_what_its_work_is_diffed_against(self, config_file, server, repo, capsys):
         """With `[repo] base` HEAD and the person's checkout on the task's branch, the review line diffs against main, not the branch itself."""

@@ -152,6 +152,21 @@ class TestRecovery:
         assert [task["name"] for task in report_json(config_b, capsys)["tasks"]] == ["fix-greet"]
         assert report_json(config_b, capsys)["run"]["id"] != old_run
 
+    def test_an_older_versions_night_on_another_host_heard_from_lately_is_left_running(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """With no lease to ask, another host's iteration whose heartbeat is recent may still be at work: B's recovery leaves it `running`."""
+        store = tmp_path / "shared.db"
+        config_b = shared_config(tmp_path / "b", repo, server, store)
+        shared = RunStore.open(f"sqlite:///{store}")
+        try:
+            run = shared.begin_run(config_path="/elsewhere/overnight.toml", pid=4242, host="machine-a")
+            task_run = shared.begin_task(run, name="fix-greet", branch="overnight/fix-greet")
+            iteration = shared.begin_iteration(task_run, number=1, checkpoint=git(repo, "rev-parse", "main"), pid=4242)
+        finally:
+            shared.close()
+        settled, logs = recover(load_config(config_b))
+        assert settled == [] and "iteration_recovered" not in [e["event"] for e in logs]
+        assert outcome_of(store, iteration) == "running"
+
     def test_own_dead_night_is_settled_even_if_its_pid_now_names_a_live_process(self, tmp_path: Path, repo: Path, server: Any, sleeper) -> None:
         """Holding the state dir's lock proves its nights dead: a reused pid does not keep one `running`."""
         config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db")
