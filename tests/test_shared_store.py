@@ -87,6 +87,17 @@ def a_dead_night_of(config: Path, *, pid: int, task: str = "fix-greet") -> tuple
         store.close()
 
 
+def an_older_versions_night_on_machine_a(store_path: Path, repo: Path) -> tuple[int, int]:
+    """A night of a version that named no state dir, on another host, mid-iteration in the shared store: (run id, iteration id)."""
+    shared = RunStore.open(f"sqlite:///{store_path}")
+    try:
+        run = shared.begin_run(config_path="/elsewhere/overnight.toml", pid=4242, host="machine-a")
+        task_run = shared.begin_task(run, name="fix-greet", branch="overnight/fix-greet")
+        return run, shared.begin_iteration(task_run, number=1, checkpoint=git(repo, "rev-parse", "main"), pid=4242)
+    finally:
+        shared.close()
+
+
 def assert_the_column_was_added(url: str, older_run: int) -> None:
     """A store whose runs table lacked `state_id`, opened again: the older run reads with none, a new run keeps its own."""
     store = RunStore.open(url)
@@ -134,13 +145,7 @@ class TestRecovery:
         committed = git(repo, "rev-parse", "overnight/fix-greet")
         worktree = tmp_path / "b" / "state" / "worktrees" / "fix-greet"
         (worktree / "REVIEW.txt").write_text("a person's note\n")
-        shared = RunStore.open(f"sqlite:///{store}")
-        try:
-            old_run = shared.begin_run(config_path="/elsewhere/overnight.toml", pid=4242, host="machine-a")
-            task_run = shared.begin_task(old_run, name="fix-greet", branch="overnight/fix-greet")
-            old_iteration = shared.begin_iteration(task_run, number=1, checkpoint=git(repo, "rev-parse", "main"), pid=4242)
-        finally:
-            shared.close()
+        old_run, old_iteration = an_older_versions_night_on_machine_a(store, repo)
         with sqlite3.connect(store) as db:
             db.execute("UPDATE iterations SET started_at = '2020-01-01 00:00:00', heartbeat_at = '2020-01-01 00:00:00' WHERE id = ?", (old_iteration,))
         [settled], logs = recover(load_config(config_b))
@@ -156,13 +161,7 @@ class TestRecovery:
         """With no lease to ask, another host's iteration whose heartbeat is recent may still be at work: B's recovery leaves it `running`."""
         store = tmp_path / "shared.db"
         config_b = shared_config(tmp_path / "b", repo, server, store)
-        shared = RunStore.open(f"sqlite:///{store}")
-        try:
-            run = shared.begin_run(config_path="/elsewhere/overnight.toml", pid=4242, host="machine-a")
-            task_run = shared.begin_task(run, name="fix-greet", branch="overnight/fix-greet")
-            iteration = shared.begin_iteration(task_run, number=1, checkpoint=git(repo, "rev-parse", "main"), pid=4242)
-        finally:
-            shared.close()
+        _, iteration = an_older_versions_night_on_machine_a(store, repo)
         settled, logs = recover(load_config(config_b))
         assert settled == [] and "iteration_recovered" not in [e["event"] for e in logs]
         assert outcome_of(store, iteration) == "running"
