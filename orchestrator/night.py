@@ -237,6 +237,15 @@ class _Night:
     def close(self) -> None:
         """After every task has ended: stop making worktrees nobody will use."""
         self._worktree_maker.shutdown(wait=True, cancel_futures=True)
+        self.tell_commits_kept_untold()
+
+    def tell_commits_kept_untold(self) -> None:
+        """Commits kept for a task that never began (a second Ctrl-C, or its task run never written): told on
+        the night's log, with the task's name and no task_run_id, so the kept branch is not found by chance."""
+        with self._lock:
+            untold, self._commits_kept = self._commits_kept, {}
+        for task, branch in untold.items():
+            self.log.warning("worktree_commits_kept", task=task, branch=branch)
 
     def why_not_start_iteration(self) -> str:
         """Why no iteration may start now ("" if one may). None starts that could not finish
@@ -328,7 +337,9 @@ def run_night(parts: NightParts) -> NightResult:
     finally:
         night.deadline.stop()
         pool.shutdown(wait=not abandoned, cancel_futures=abandoned)
-        if not abandoned:
+        if abandoned:
+            night.tell_commits_kept_untold()
+        else:
             night.close()
     if parts.cancel.cancelled and parts.cancel.why in SIGNAL_EXIT_CODES:
         exit_code = SIGNAL_EXIT_CODES[parts.cancel.why]

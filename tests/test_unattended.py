@@ -24,6 +24,7 @@ from orchestrator.config import load_config
 from orchestrator.night import run_night
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
+from orchestrator.worktree import Worktree
 from tests.conftest import git, write_config
 from tests.test_night import FIX, notes_text, overnight, report_json, worktree
 
@@ -197,6 +198,45 @@ class TestCancellation:
         with sqlite3.connect(config.parent / "state" / "runs.db") as db:
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("crashed",), ("finished",)]
             assert db.execute("SELECT outcome FROM iterations ORDER BY id LIMIT 1").fetchall() == [("interrupted",)]
+
+    def test_a_second_ctrl_c_still_tells_the_commits_kept_for_a_task_that_never_began(self, config_file, server, repo, tmp_path):
+        """The next task's worktree, made ahead, kept a person's commits off its detached HEAD: a second Ctrl-C
+        before that task begins still logs `worktree_commits_kept`, on the night's log, naming the task."""
+        marker = tmp_path / "slow-now"
+        slow_checkout(repo, f"test -e {marker} && sleep 8")
+        other = {"name": "other", "prompt": "Say hello.", "check": "true"}
+        fix_greet = {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"}
+        config = config_file(model={"request_timeout_s": 60}, tasks=[fix_greet, other])
+        settings = load_config(config)
+        made = Worktree.ensure(repo, settings.state_dir, "other", settings.repo.base)
+        git(made.path, "checkout", "-q", "--detach")
+        (made.path / "review.txt").write_text("a reviewer's note\n")
+        git(made.path, "add", "review.txt")
+        git(made.path, "commit", "-q", "-m", "a reviewer's commit")
+        server.enqueue(call("write_file", {"path": "greet.py", "content": "half done\n"}), Reply(text="thinking", delay_s=30))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        edited = worktree(config) / "greet.py"
+
+        def ready() -> bool:  # fix-greet mid-iteration, and other's worktree made ahead, back on its branch
+            on_branch = subprocess.run(["git", "-C", str(made.path), "symbolic-ref", "-q", "HEAD"], capture_output=True, text=True)
+            return edited.exists() and edited.read_text() == "half done\n" and on_branch.stdout.strip() == "refs/heads/overnight/other"
+
+        deadline = time.monotonic() + 60
+        while not ready() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        marker.touch()
+        process.send_signal(signal.SIGINT)  # the rollback begins, and waits on the filter
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 130 and "night_abandoned" in stderr, stderr
+        [kept] = [json.loads(line) for line in stderr.splitlines() if '"worktree_commits_kept"' in line]
+        assert kept["task"] == "other" and kept["branch"].startswith("overnight-kept/other/") and kept["run_id"] == 1
+        assert "task_run_id" not in kept
+        assert git(repo, "log", "-1", "--format=%s", kept["branch"]).strip() == "a reviewer's commit"
 
     def test_a_second_ctrl_c_after_the_night_has_ended_still_exits_130(self, config_file, server, capsys):
         """Once the night is over (`night_cancelled` logged, the JUnit file written) the interpreter's
