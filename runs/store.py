@@ -708,7 +708,15 @@ class RunStore:
         """
         with self._writing("close_interrupted_run") as session:
             now = self.now() if exit_code is not None else self._last_seen_alive(session, run_id)
-            never_begun = self._never_begun(session, run_id) if never_begun_reason else []
+            # The run claimed first, by the one closing that finds it still running: two recoveries of one run at
+            # once (machines sharing a PostgreSQL store) would otherwise both read its never-begun tasks as missing
+            # and both record them. The claim's row lock makes the second wait, then find the run closed.
+            claimed = session.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status == "running")
+                .values(status="crashed", finished_at=now, exit_code=exit_code)
+            ).rowcount == 1
+            never_begun = self._never_begun(session, run_id) if never_begun_reason and claimed else []
             for position, queued in never_begun:
                 session.add(TaskRun(
                     run_id=run_id, name=queued["name"], branch=queued["branch"], work_key=queued.get("work_key"), position=position,
@@ -724,11 +732,6 @@ class RunStore:
                 # A committed iteration's commit is "" when the check passed with nothing to commit.
                 task.outcome, task.reason = ("succeeded", "") if commit is not None else ("failed", "interrupted")
                 task.commit, task.finished_at = commit or "", now
-            session.execute(
-                update(Run)
-                .where(Run.id == run_id, Run.status == "running")
-                .values(status="crashed", finished_at=now, exit_code=exit_code)
-            )
         return [queued["name"] for _, queued in never_begun]
 
     @staticmethod

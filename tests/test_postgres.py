@@ -150,6 +150,24 @@ class TestLeases:
                 opened.close()
 
 
+class TestRecovery:
+    def test_recoveries_of_one_dead_run_at_once_record_its_never_begun_tasks_once(self, pg_store_url: str) -> None:
+        """Several machines' stores closing one dead run at the same moment: each task it never began gets one row, every time."""
+        stores = [RunStore.open(pg_store_url) for _ in range(6)]
+        queued = [{"name": name, "branch": f"overnight/{name}", "work_key": name} for name in ("one", "two", "three")]
+        try:
+            for round_ in range(10):
+                run_id = stores[0].begin_run(config_path="c", pid=1, host="dead", state_id="s", queued=queued)
+                stores[0].begin_task(run_id, name="one", branch="overnight/one")
+                told = winners_of_a_race(stores, lambda store, index: store.close_interrupted_run(run_id, never_begun_reason="night_crashed"))
+                assert len(told) == 1, f"round {round_}: {told} each recorded the never-begun tasks"
+                rows = sql(pg_store_url, "SELECT name, outcome FROM task_runs WHERE run_id = %s ORDER BY id", run_id)
+                assert rows == [("one", "failed"), ("two", "cancelled"), ("three", "cancelled")], f"round {round_}"
+        finally:
+            for opened in stores:
+                opened.close()
+
+
 class TestOneClock:
     """Machines sharing a PostgreSQL store may disagree about the time; leases go by the database's.
 
