@@ -175,6 +175,164 @@ class TestInit:
         assert (tmp_path / "overnight.toml").read_text() == "mine"
 
 
+REPOSITORY = Path(__file__).parent.parent
+
+
+def reference_section(heading: str, up_to: str) -> str:
+    """The text of docs/reference.md from `heading` to the next `up_to` heading."""
+    reference = (REPOSITORY / "docs" / "reference.md").read_text(encoding="utf-8")
+    return reference.split(heading, 1)[1].split(up_to, 1)[0]
+
+
+def exit_codes_in_the_code() -> dict[int, str]:
+    """Every exit code the code names (an `EXIT_*` constant, an error's `exit_code`, a signal's code) or
+    passes as a number to whatever exits (`sys.exit(130)`, `_fail("aborted", 1)`), with where it was found."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import orchestrator
+
+    codes: dict[int, str] = {}
+    for module_info in pkgutil.iter_modules(orchestrator.__path__):
+        module = importlib.import_module(f"orchestrator.{module_info.name}")
+        for name, value in vars(module).items():
+            if name.startswith("EXIT_") and type(value) is int:
+                codes.setdefault(value, f"{module.__name__}.{name}")
+            elif name.endswith("EXIT_CODES") and isinstance(value, dict):
+                codes.update({code: f"{module.__name__}.{name}" for code in value.values() if code not in codes})
+            elif isinstance(value, type) and value.__module__ == module.__name__ and type(getattr(value, "exit_code", None)) is int:
+                codes.setdefault(value.exit_code, f"{module.__name__}.{name}.exit_code")
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            callee = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else getattr(getattr(node, "func", None), "id", "")
+            if callee in ("exit", "_exit", "Exit", "_fail", "_leave_now") and node.args:
+                last = node.args[-1]
+                if isinstance(last, ast.Constant) and type(last.value) is int:
+                    codes.setdefault(last.value, f"{module.__name__}: {callee}({last.value}), line {node.lineno}")
+    return codes
+
+
+def reason_codes_in_the_code() -> dict[str, str]:
+    """Every reason code the code writes, with the file it was found in: what a guard stops with
+    (`QualityError`) or reports (`ctx.report`), a cancel's or an ending's `reason`, a guard's kinds and
+    a task's reasons (module constants of guards/ and orchestrator/night.py); a name is read as the
+    string constant it names in any of the product's modules."""
+    import ast
+    import re
+
+    code = re.compile(r"[a-z]+(_[a-z]+)*")
+    sources = sorted([*REPOSITORY.glob("orchestrator/*.py"), *REPOSITORY.glob("guards/*.py"), *REPOSITORY.glob("runs/*.py")])
+    trees = {source: ast.parse(source.read_text(encoding="utf-8")) for source in sources}
+    constants: dict[str, str] = {}
+    found: dict[str, str] = {}
+    for source, tree in trees.items():
+        for node in tree.body:
+            if not isinstance(node, ast.Assign):
+                continue
+            target = node.targets[0]
+            pairs = zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) else [(target, node.value)]
+            for name, value in pairs:
+                if isinstance(name, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    constants[name.id] = value.value
+                    if code.fullmatch(value.value) and (source.parent.name == "guards" or source.name == "night.py"):
+                        found.setdefault(value.value, source.name)
+
+    def written(expression: ast.expr) -> str | None:
+        if isinstance(expression, ast.Constant) and isinstance(expression.value, str):
+            return expression.value
+        return constants.get(expression.id) if isinstance(expression, ast.Name) else None
+
+    for source, tree in trees.items():
+        for node in ast.walk(tree):
+            spots: list[ast.expr] = []
+            if isinstance(node, ast.Call):
+                callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if callee in ("QualityError", "Cancelled", "cancel") and node.args:
+                    spots.append(node.args[0])
+                if callee == "report" and len(node.args) >= 2:
+                    spots.append(node.args[1])
+                spots += [keyword.value for keyword in node.keywords if keyword.arg in ("reason", "never_begun_reason")]
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
+                spots += [value for name, value in zip(node.targets[0].elts, node.value.elts) if getattr(name, "id", "") == "reason"]
+            elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "reason":
+                spots.append(node.value)
+            for spot in spots:
+                value = written(spot)
+                if value and code.fullmatch(value):
+                    found.setdefault(value, source.name)
+    return found
+
+
+class TestTheReferenceListsWhatTheCodeDoes:
+    def test_every_exit_code_is_a_row_of_the_exit_code_table(self):
+        """Each exit code the code can end with has a row in reference.md's exit-code table, and each row is one it can."""
+        import re
+
+        table = reference_section("## Exit codes", "\n## ")
+        rows = {int(code) for line in table.splitlines() if (first := re.match(r"\| ([\d /]+) \|", line)) for code in first.group(1).split("/")}
+        codes = exit_codes_in_the_code()
+        assert {0, 1, 2, 3, 4, 75, 129, 130, 141, 143} <= set(codes)  # the scan finds them
+        assert {code: where for code, where in codes.items() if code not in rows} == {}
+        assert sorted(rows - set(codes)) == []
+
+    def test_every_reason_code_the_code_writes_is_in_the_reference(self):
+        """Each reason code a guard, an iteration or a task can end with is named in reference.md's "Reason codes" or "Outcomes"."""
+        listed = reference_section("## Reason codes", "## `overnight report --json`")
+        codes = reason_codes_in_the_code()
+        # The scan finds each way a reason is written: a guard's stop, a problem's kind, a cancel, a task's reason, recovery's.
+        assert {"repeated_tool_call", "unknown_tool", "empty_tool_name", "many_calls", "max_turns", "lease_lost", "deadline",
+                "leased", "failed_earlier_tonight", "night_crashed", "interrupted"} <= set(codes)
+        assert {code: where for code, where in codes.items() if f"`{code}`" not in listed} == {}
+
+    def test_the_outcomes_are_exactly_the_references(self):
+        """reference.md's "Outcomes" lists each iteration and task outcome the code has, and none it has not."""
+        import re
+
+        from orchestrator.records import IterationOutcome, TaskOutcome
+
+        section = reference_section("## Outcomes", "A task's `reason`")
+        iterations, tasks = section.split("Iteration:", 1)[1].split("Task:", 1)
+        assert set(re.findall(r"`(\w+)`", iterations)) == {outcome.value for outcome in IterationOutcome}
+        assert set(re.findall(r"`(\w+)`", tasks)) == {outcome.value for outcome in TaskOutcome}
+
+    def test_each_name_architecture_md_cites_is_in_the_code(self):
+        """Each file docs/architecture.md cites exists, each `module.name` or `Class.name` it cites is defined there, and
+        each `snake_case` name it cites is one the code has (a function, attribute or argument, or a word of a string: a reason or event)."""
+        import ast
+        import re
+
+        text = (REPOSITORY / "docs" / "architecture.md").read_text(encoding="utf-8")
+        sources = [*REPOSITORY.glob("orchestrator/*.py"), *REPOSITORY.glob("runs/*.py"), *REPOSITORY.glob("guards/*.py")]
+        defined_in: dict[str, set[str]] = {}  # a module's or a class's name: everything defined in it, attributes included
+        known: set[str] = set()  # every name the code uses, and every word of its strings
+        for source in sources:
+            tree = ast.parse(source.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    known.update(re.findall(r"\w+", node.value))
+                else:
+                    known.update(str(value) for field in ("name", "id", "attr", "arg") if isinstance(value := getattr(node, field, None), str))
+            scopes = [(source.stem, tree)] + [(node.name, node) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+            for scope, root in scopes:
+                names = defined_in.setdefault(scope, set())
+                for node in ast.walk(root):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        names.add(node.name)
+                    elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+                        names.add(node.id if isinstance(node, ast.Name) else node.attr)
+                    elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                        names.add(node.target.id)
+        cited_files = set(re.findall(r"`((?:orchestrator|runs|guards|bench|docs|tests|scripts)/[\w./-]*\w)`", text))
+        cited_files |= {f"orchestrator/{name}" for name in re.findall(r"`(\w+\.py)`", text)
+                        if not (REPOSITORY / "runs" / name).exists() and not (REPOSITORY / "guards" / name).exists()}
+        assert sorted(path for path in cited_files if not (REPOSITORY / path).exists()) == []
+        cited_names = [(scope, name) for scope, name in re.findall(r"`(\w+)\.(\w+)(?:\([^`]*\))?`", text) if name not in ("py", "md")]
+        assert ("cli", "_trim_transcripts") in cited_names  # the pattern finds them
+        assert sorted(f"{scope}.{name}" for scope, name in cited_names if scope in defined_in and name not in defined_in[scope]) == []
+        assert sorted(name for name in set(re.findall(r"`([a-z_][a-z0-9_]*_[a-z0-9_]*)`", text)) if name not in known) == []
+
+
 class TestBadConfig:
     @pytest.mark.parametrize(
         ("extra", "fragments"),

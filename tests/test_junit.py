@@ -383,6 +383,20 @@ class TestStepSummary:
         assert "![" not in row.replace("\\!\\[", "")
 
 
+class TestStateDirFiles:
+    def test_each_file_a_night_leaves_in_the_state_dir_is_a_row_of_the_references_files_table(self, night):
+        """What a night leaves in `[state] dir` is each named in reference.md's "Files" table (SQLite's own -wal and -shm aside)."""
+        import re
+
+        _, config, _ = night
+        reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+        table = reference.split("## Files (under `[state] dir`)", 1)[1].split("\n## ", 1)[0]
+        rows = {re.split(r"[/ ]", first)[0] for first in re.findall(r"^\| `([^`]+)`", table, re.MULTILINE)}
+        left = {path.name for path in load_config(config).state_dir.iterdir() if not path.name.endswith(("-wal", "-shm"))}
+        assert {"notes.md", "runs.db", "transcripts", "worktrees", "overnight.lock", "state-id"} <= left  # the night ran
+        assert sorted(left - rows) == []
+
+
 class TestReportJson:
     """`overnight report --json` is a public contract (docs/reference.md): values as documented, not only keys."""
 
@@ -412,6 +426,24 @@ class TestReportJson:
             assert type(it["tokens"]) is int and it["tokens"] > 0 and type(it["turns"]) is int and it["turns"] > 0, it
             assert all(set(signal) == {"level", "kind", "message"} and signal["level"] in ("warning", "severe") for signal in it["signals"])
         assert [it["turns"] for it in never["iterations"]] == [4, 1]  # four reads (the 4th stopped), then the submit
+
+    def test_the_fields_of_the_json_report_are_exactly_the_references_example(self, night, capsys):
+        """Each object of `report --json` (run, task, iteration, signal) has the keys reference.md's example shows, no more, no fewer."""
+        import re
+
+        _, config, _ = night
+        report = report_json(config, capsys)
+        reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+        [example] = re.findall(r"## `overnight report --json`\s+```json\n(.*?)```", reference, re.DOTALL)
+        # The example elides a repeated object as {…}; read as JSON once that is null.
+        documented = json.loads(example.replace("{…}", "null"))
+        never = next(task for task in report["tasks"] if task["iterations"] and task["iterations"][0]["signals"])
+        shown_task, shown_iteration = documented["tasks"][0], documented["tasks"][0]["iterations"][0]
+        assert set(report) == set(documented)
+        assert set(report["run"]) == set(documented["run"])
+        assert all(set(task) == set(shown_task) for task in report["tasks"])
+        assert all(set(it) == set(shown_iteration) for task in report["tasks"] for it in task["iterations"])
+        assert set(never["worst_signal"]) == set(shown_task["worst_signal"]) == set(shown_iteration["signals"][0])
 
     def test_a_night_that_exited_0_says_exit_0_everywhere(self, tmp_path):
         """Exit 0 is an exit code, not "none yet": JSON 0 (not null), and the text report and step summary say it."""
