@@ -9,17 +9,28 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Callable
 
 # A name longer than this leaves no room in 255 bytes for the temporary file's own.
 _LONGEST_NAME_KEPT = 200
 
 
-def replace_file(path: Path, data: bytes, *, mode: int | None = None, owner: tuple[int, int] | None = None, sync: bool = True) -> None:
-    """`path` replaced by a new file holding `data`, or left as it was.
+def replace_file(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    owner: tuple[int, int] | None = None,
+    sync: bool = True,
+    still_wanted: Callable[[], bool] | None = None,
+) -> bool:
+    """`path` replaced by a new file holding `data`, or left as it was; False when `still_wanted` said no.
 
     A temporary file beside it (`.<name>.<random>.tmp`, so recovery can tell debris by its
     name), written, given `mode` (else the mode any new file gets: 0666 less the umask),
     `owner` where we may, synced with `sync`, then renamed over `path`; removed if anything fails.
+    `still_wanted` is asked last, once the new file is on the disk, right before the rename: the
+    moment nearest it where `data` can still be dropped.
     """
     name = path.name if len(os.fsencode(path.name)) <= _LONGEST_NAME_KEPT else "overnight"
     temporary = path.with_name(f".{name}.{secrets.token_hex(4)}.tmp")
@@ -35,7 +46,11 @@ def replace_file(path: Path, data: bytes, *, mode: int | None = None, owner: tup
                 os.fchmod(out.fileno(), mode)
             if sync:
                 os.fsync(out.fileno())
+        if still_wanted is not None and not still_wanted():
+            os.unlink(temporary)
+            return False
         os.replace(temporary, path)
+        return True
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)

@@ -2,19 +2,22 @@
 
 Each append rewrites the file through a temporary file and an atomic rename,
 under an exclusive lock, so a crash leaves the old file or the new one, never
-half an entry, and parallel tasks never interleave.
+half an entry, and parallel tasks never interleave. The file is read again just
+before the rename, so what a person's editor saved while the new file was being
+written is not lost with the old one.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from orchestrator.errors import StateError
 from orchestrator.files import read_regular_file, replace_file
@@ -54,10 +57,7 @@ class NotesBook:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with _locked(self.path.with_name(self.path.name + ".lock")):
-                # Bytes, not text: whatever a person wrote into the file stays exactly as written.
-                current = read_regular_file(self.path) if self.path.exists() else HEADER.encode("utf-8")
-                data = current.rstrip(b"\r\n") + b"\n\n" + entry.encode("utf-8", "backslashreplace")
-                _write_atomically(self.path, data, mode=_mode_of(self.path))
+                _append_to(self.path, entry.encode("utf-8", "backslashreplace"))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
@@ -196,32 +196,18 @@ class _EntryParts:
 
 
 def _parts_of(entry: str) -> _EntryParts:
-    """An entry read line by line: the night wrote its header, its **Correction:** paragraph and its
+    """An entry read line by line (`_read`): the night wrote its header, its **Correction:** paragraph and its
     **Evidence:** with the fenced block after it; every other line is a person's."""
-    header, *body = entry.split("\n")
+    header = entry.partition("\n")[0]
     brief, correction, person = [header], [], []
-    place = "body"  # or "correction", "mark" (after the evidence mark), or the fence of the evidence
-    for line in body:
-        if place not in ("body", "correction", "mark"):
-            place = "body" if line.strip() == place else place
+    for role, line in _read(entry):
+        if role == "evidence":
             continue
-        if place == "mark" and not line.strip():
-            continue
-        if place == "mark" and _FENCE.fullmatch(line.strip()):
-            place = line.strip()
-            continue
-        if line.startswith(EVIDENCE_MARK):
-            place = "mark"
-            continue
-        if place == "correction" and line.strip():
-            correction.append(line)
-        elif not correction and line.startswith(CORRECTION_MARK):
-            correction.append(line.removeprefix(CORRECTION_MARK))
-            place = "correction"
-        else:
-            place = "body"
-            person.append(line)
         brief.append(line)
+        if role == "correction":
+            correction.append(line.removeprefix(CORRECTION_MARK) if not correction else line)
+        else:
+            person.append(line)
     return _EntryParts(
         correction=_one_paragraph(" ".join(correction)), hint=_one_paragraph(" ".join(person)), brief=_blank_lines_once("\n".join(brief))
     )
@@ -230,25 +216,58 @@ def _parts_of(entry: str) -> _EntryParts:
 def _up_to_a_persons_section(entry: str) -> str:
     """An entry up to a `#` or `##` heading of a person's own (outside its evidence): in markdown that ends
     the entry's section, and what follows it is about no task's next attempt, so no task's prompt takes it."""
-    header, _, body = entry.partition("\n")
-    fence = None
-    offset = len(header) + 1
-    for line in body.split("\n"):
-        if fence is not None:
-            fence = None if line.strip() == fence else fence
-        elif opening := _OPENING_FENCE.fullmatch(line.strip()):
-            fence = opening[1]  # a person's ```python block too: a `# comment` in it is no heading
+    kept = [entry.partition("\n")[0], *(line for _, line in _read(entry))]
+    whole = len(kept) == entry.count("\n") + 1
+    return entry if whole else "\n".join(kept) + "\n"
+
+
+def _read(entry: str) -> Iterator[tuple[str, str]]:
+    """Each line of an entry after its header with whose it is: "correction" (the night's paragraph, as a
+    person may have edited it), "evidence" (the night's mark and the fenced block after it) or "person";
+    up to a `#` or `##` heading of a person's own, which ends the entry.
+
+    Fences are followed once, here, for both: a line in a fenced block is no heading and no mark (a
+    person's ```python block may hold `# comment`, or quote an entry), and the block right after the
+    evidence mark is the evidence whatever its opening says (a person may add `text` to it).
+    """
+    place = "body"  # or "correction" (its paragraph goes on), or "mark" (the evidence's fence comes next)
+    fence, fence_role = None, ""
+    has_correction = False
+    for line in entry.split("\n")[1:]:
+        stripped = line.strip()
+        if fence is not None and fence_role == "evidence":
+            fence, place = (None, "body") if stripped == fence else (fence, place)
+            yield "evidence", line
+            continue
+        in_a_persons_fence = fence is not None
+        if in_a_persons_fence:
+            fence = None if stripped == fence else fence
         elif _SECTION.match(line):
-            return entry[:offset]
-        offset += len(line) + 1
-    return entry
+            return
+        elif opening := _OPENING_FENCE.fullmatch(stripped):
+            fence, fence_role = opening[1], "evidence" if place == "mark" else "person"
+            if fence_role == "evidence":
+                yield "evidence", line
+                continue
+        if place == "mark" and not stripped:
+            yield "evidence", line
+        elif not in_a_persons_fence and line.startswith(EVIDENCE_MARK):
+            place = "mark"
+            yield "evidence", line
+        elif place == "correction" and stripped:
+            yield "correction", line
+        elif not has_correction and not in_a_persons_fence and line.startswith(CORRECTION_MARK):
+            has_correction, place = True, "correction"
+            yield "correction", line
+        else:
+            place = "body"
+            yield "person", line
 
 
 def _blank_lines_once(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-_FENCE = re.compile(r"`{3,}")
 _OPENING_FENCE = re.compile(r"(`{3,})[^`]*")
 _SECTION = re.compile(r"#{1,2}(?:[ \t]|$)")
 
@@ -311,9 +330,47 @@ def _mode_of(path: Path) -> int | None:
         return None
 
 
-def _write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
-    replace_file(path, data, mode=mode)
-    directory = os.open(path.parent, os.O_RDONLY)
+# Reads of notes.md that a person's editor may find changed before an append writes it regardless (see _append_to).
+_TRIES_WHILE_EDITED = 5
+
+
+def _append_to(path: Path, entry: bytes) -> None:
+    """`entry` after everything in the file at `path`, through a new file renamed over it.
+
+    The lock keeps nights from interleaving, not a person's editor: a save between the read and the
+    rename was lost. So the file is read again right before the rename, once the new file is on the
+    disk (its write and fsync, the slow part, done), and if it changed the append starts again from
+    what is there now. A save can still fall between that second read and the rename (microseconds,
+    not the milliseconds to seconds of an fsync on a busy disk); an editor saving during every one of
+    `_TRIES_WHILE_EDITED` tries has its last save written over, as before, rather than keep the entry out for good.
+    """
+    for tries_left in reversed(range(_TRIES_WHILE_EDITED)):
+        current = _bytes_at(path)
+        # Bytes, not text: whatever a person wrote into the file stays exactly as written.
+        data = (HEADER.encode("utf-8") if current is None else current).rstrip(b"\r\n") + b"\n\n" + entry
+        check = functools.partial(_still_holds, path, current) if tries_left else None
+        if replace_file(path, data, mode=_mode_of(path), still_wanted=check):
+            break
+    _sync_folder(path.parent)
+
+
+def _bytes_at(path: Path) -> bytes | None:
+    """The file's bytes, None where there is none (as Path.exists() has it: a dangling link, a link loop)."""
+    try:
+        return read_regular_file(path) if path.exists() else None
+    except FileNotFoundError:  # deleted since
+        return None
+
+
+def _still_holds(path: Path, read: bytes | None) -> bool:
+    """Whether the file at `path` still holds what was read (None: still no file). The bytes, not the
+    mtime: a same-size save within the clock's tick (a typo fixed in place) leaves the stat as it was."""
+    return _bytes_at(path) == read
+
+
+def _sync_folder(folder: Path) -> None:
+    """The rename made durable."""
+    directory = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:

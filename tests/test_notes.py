@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import call
@@ -128,6 +133,38 @@ class TestNotesBook:
         assert all(e.text.count("**Correction:**") == 1 and e.text.count("y" * 500) == 1 for e in entries)
         assert not list(tmp_path.glob(".notes.md.*.tmp"))
 
+    @pytest.mark.parametrize("save", ["in place", "by rename"])
+    def test_an_editor_saving_while_an_entry_is_written_loses_nothing(self, tmp_path: Path, save: str):
+        """A person's editor saves notes.md after the night read it, as the night writes its new file: that save
+        was lost with the old file when the new one was renamed over it; it is kept, the entry after it."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="Run the check.")
+        before = book.path.read_bytes()
+        appended = subprocess.run(
+            [sys.executable, "-c", EDITOR_SAVES_WHILE_AN_ENTRY_IS_WRITTEN, str(book.path), save],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )
+        assert appended.returncode == 0 and appended.stdout == "the editor saved\n", appended.stderr
+        assert book.path.read_bytes().startswith(before.rstrip(b"\n") + b"\n\nHINT: saved by the editor.\n\n## ")
+        assert [entry.iteration for entry in book.entries("t")] == [1, 2] and "HINT: saved by the editor." in book.for_prompt("t", 4000)
+        assert not list(tmp_path.glob(".notes.md.*.tmp"))
+
+    def test_an_editor_saving_at_every_try_cannot_keep_the_entry_out(self, tmp_path: Path):
+        """An editor saving during each of the append's tries: the saves of all but the last are kept, and the entry is written regardless, never put off for good."""
+        from orchestrator.notes import _TRIES_WHILE_EDITED
+
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="Run the check.")
+        appended = subprocess.run(
+            [sys.executable, "-c", EDITOR_SAVES_WHILE_AN_ENTRY_IS_WRITTEN, str(book.path), "at every try"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )
+        assert appended.returncode == 0 and appended.stdout == "the editor saved\n" * _TRIES_WHILE_EDITED, appended.stderr
+        text = book.path.read_text()
+        kept = ["HINT: saved by the editor."] + [f"HINT: saved by the editor {n}." for n in range(2, _TRIES_WHILE_EDITED)]
+        assert all(hint in text for hint in kept) and f"editor {_TRIES_WHILE_EDITED}." not in text
+        assert [entry.iteration for entry in book.entries("t")] == [1, 2] and text.index(kept[-1]) < text.index("iteration 2")
+
     def test_prompt_gets_the_newest_entries_within_budget(self, tmp_path: Path):
         """for_prompt keeps the newest of one task's entries that fit, oldest first."""
         book = NotesBook(tmp_path / "notes.md")
@@ -246,6 +283,32 @@ class TestNotesBook:
         assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt
 
 
+# A real editor's save at the moment an append has read notes.md and opens its new file beside it: the
+# interpreter's audit hook on that open is the one point in between that a test can reach without a mock.
+EDITOR_SAVES_WHILE_AN_ENTRY_IS_WRITTEN = """
+import os, sys
+from pathlib import Path
+from orchestrator.notes import NotesBook
+
+path, save = Path(sys.argv[1]), sys.argv[2]
+saved = []
+
+def editor(event, args):
+    if event == "open" and (save == "at every try" or not saved) and isinstance(args[0], str) and os.path.basename(args[0]).startswith(".notes.md."):
+        saved.append(True)
+        hint = b"HINT: saved by the editor." if len(saved) == 1 else b"HINT: saved by the editor %d." % len(saved)
+        text = path.read_bytes() + b"\\n" + hint + b"\\n"
+        if save == "in place":
+            path.write_bytes(text)
+        else:
+            path.with_name("notes.md~").write_bytes(text)
+            os.replace(path.with_name("notes.md~"), path)
+        print("the editor saved")
+
+sys.addaudithook(editor)
+NotesBook(path).append(task="t", iteration=2, reason="max_turns", correction="Finish sooner.")
+"""
+
 REREAD = [call("read_file", {"path": "greet.py"})] * 4  # one iteration stopped `repeated_tool_call`
 TWO_TASKS = [
     {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
@@ -331,6 +394,26 @@ class TestAPersonsEditsReachTheNextNight:
         book.append(task="b", iteration=1, reason="max_turns", correction="The lesson for b.")
         book.path.write_text(book.path.read_text().replace("`max_turns`", "`max_turns` (done, see PR 12)"))
         assert "The lesson for a." in book.for_prompt("a", 4000) and "lesson for b" not in book.for_prompt("a", 4000)
+
+    def test_an_evidence_fence_a_person_labelled_is_still_evidence_not_a_hint(self, tmp_path: Path):
+        """A person adds `text` to an entry's evidence fence (for their viewer's colours): its evidence read as a
+        hint, so that stale entry came first in the prompt beside a newer one of the same lesson; it is evidence."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="Fix the import.", evidence="E-ONE")
+        book.path.write_text(book.path.read_text().replace("```\nE-ONE", "```text\nE-ONE"))
+        book.append(task="t", iteration=2, reason="check_failed", correction="Fix the import.", evidence="E-TWO")
+        assert "E-TWO" in book.for_prompt("t", 4000) and "E-ONE" not in book.for_prompt("t", 4000)
+        assert "```text\nE-ONE" in book.path.read_text()
+
+    def test_a_persons_fenced_block_quoting_an_evidence_mark_reaches_the_prompt_whole(self, tmp_path: Path):
+        """A hint whose fenced block quotes an older entry (its **Evidence:** line and fence) was cut where the
+        quote began, taken for the night's evidence: under a short budget the hint reached the prompt without it."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="Fix the import.", evidence="E" * 600)
+        quote = "The real error, from last week:\n\n````\n**Evidence:**\n\n```\nImportError: pkg.bar\n```\n````\n\nUse pkg.foo."
+        under_entry(book.path, 1, quote)
+        prompt = book.for_prompt("t", 400)
+        assert "ImportError: pkg.bar" in prompt and "Use pkg.foo." in prompt and "E" * 10 not in prompt
 
     def test_a_file_an_editor_saved_with_crlf_a_bom_and_no_last_newline_keeps_everything(self, config_file, server):
         """notes.md saved on Windows (CRLF, BOM, no final newline) with a hint: the night's entry goes after the
