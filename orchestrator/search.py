@@ -65,13 +65,16 @@ class Matcher:
         return cls(pattern, stays_on_one_line(pattern.pattern), _literal_bytes(pattern.pattern))
 
     def lines_in(self, data: bytes, limit: int, deadline: float) -> list[tuple[int, str]]:
-        """(line number from 1, line) for the first `limit` matching lines of a file's bytes, decoded as UTF-8."""
+        """(line number from 1, line) for the first `limit` matching lines of a file's bytes, decoded as UTF-8.
+
+        Raises TimeoutError once `deadline` (time.monotonic()) has passed.
+        """
         if self.literal is not None and self.literal not in data:
             return []  # a matching line of the decoded text is a run of the file's bytes
         return self.lines_of_text(data.decode("utf-8", errors="replace"), limit, deadline)
 
     def lines_of_text(self, text: str, limit: int, deadline: float) -> list[tuple[int, str]]:
-        """(line number from 1, line) for the first `limit` matching lines of `text`."""
+        """(line number from 1, line) for the first `limit` matching lines of `text`; TimeoutError past `deadline`."""
         if self.whole_text:
             return _by_whole_text(text, self.pattern, limit, deadline)
         return _line_by_line(lines_of(text), self.pattern, limit, deadline)
@@ -90,14 +93,6 @@ def compile_pattern(pattern: str) -> regex.Pattern[str]:
     # raised out of the tool and ended the iteration as iteration_error.
     except (regex.error, ValueError, OverflowError, RecursionError):
         return regex.compile(regex.escape(pattern), regex.MULTILINE)
-
-
-def matching_lines(text: str, pattern: regex.Pattern[str], limit: int, deadline: float) -> list[tuple[int, str]]:
-    """(line number from 1, line) for the first `limit` lines of `text` that `pattern` matches.
-
-    Raises TimeoutError once `deadline` (time.monotonic()) has passed.
-    """
-    return Matcher.of(pattern).lines_of_text(text, limit, deadline)
 
 
 def _line_by_line(lines: list[str], pattern: regex.Pattern[str], limit: int, deadline: float) -> list[tuple[int, str]]:

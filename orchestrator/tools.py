@@ -14,6 +14,7 @@ import stat
 import subprocess
 import time
 from bisect import bisect_right
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
@@ -465,11 +466,10 @@ class Toolbox:
         target = self._resolve(path)
         if not target.exists():
             raise _Refused(f"not found: {path!r}; use \".\" to search the whole project")
-        if not target.is_dir():
+        named_content = None if target.is_dir() else _search_content(str(target), None)
+        if isinstance(named_content, _Skipped):
             # Asked for by name, a file search skips is no file without matches.
-            skipped = _why_not_searched(target)
-            if skipped:
-                raise _Refused(f"{path!r} {skipped}")
+            raise _Refused(f"{path!r} {named_content.reason}")
         ignored = self._ignored_under(target) if target.is_dir() else set()
         deadline = time.monotonic() + search.SEARCH_TIMEOUT_S
         matches: list[str] = []
@@ -491,7 +491,10 @@ class Toolbox:
                     )
                 # A file begun near the end still gets a moment of its own (files over 2 MB are skipped).
                 room = max(deadline, now + search.FILE_MIN_TIME_S)
-                matches.extend(self._matches_in(file, info, matcher, MAX_SEARCH_MATCHES + 1 - len(matches), room))
+                # A file asked for by name was read once, to tell why it is skipped, if it is.
+                content = _search_content(file, info) if named_content is None else named_content
+                if not isinstance(content, _Skipped):
+                    matches.extend(self._matches_in(file, content, matcher, MAX_SEARCH_MATCHES + 1 - len(matches), room))
                 searched += 1
                 if len(matches) > MAX_SEARCH_MATCHES:
                     shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
@@ -531,7 +534,7 @@ class Toolbox:
                 try:
                     info = os.lstat(file)
                 except OSError:
-                    yield file, None  # gone: _matches_in finds so
+                    yield file, None  # gone: _search_content finds so
                     continue
                 if not stat.S_ISLNK(info.st_mode):
                     yield file, info
@@ -565,11 +568,8 @@ class Toolbox:
             return set()
         return {os.path.join(target, name) for name in names}
 
-    def _matches_in(self, file: str, info: os.stat_result | None, matcher: search.Matcher, limit: int, deadline: float) -> list[str]:
-        """`file:line: text` for the first `limit` matching lines of a text file; see orchestrator/search.py."""
-        data = _searchable_bytes(file, info)
-        if data is None:
-            return []
+    def _matches_in(self, file: str, data: bytes, matcher: search.Matcher, limit: int, deadline: float) -> list[str]:
+        """`file:line: text` for the first `limit` matching lines of a text file's bytes; see orchestrator/search.py."""
         shown = file[len(self._root_prefix):] if file.startswith(self._root_prefix) else os.path.basename(file)
         lines = matcher.lines_in(data, limit, deadline)
         # Indentation kept: a model copies these lines into edit_file's `old`. Redacted before the cut to
@@ -700,18 +700,34 @@ def _exists_but_not_a_folder(path: Path) -> bool:
     return os.path.lexists(path) and not path.is_dir()
 
 
-def _searchable_bytes(file: str, info: os.stat_result | None) -> bytes | None:
-    """A file's bytes, or None when search skips it: not a regular file, over 2 MB, unreadable or binary.
-    `info`: its os.stat, when already known."""
+@dataclass(frozen=True)
+class _Skipped:
+    """Why search skips a file, as it is said after the file's name (when the model named that file)."""
+
+    reason: str
+
+
+_NOT_REGULAR = _Skipped("is not a regular file (a pipe, socket or device); search looks in files only")
+_BINARY = _Skipped("is a binary file; search looks in text files only")
+
+
+def _search_content(file: str, info: os.stat_result | None) -> bytes | _Skipped:
+    """A file's bytes, or why search skips it: not a regular file, over 2 MB, unreadable or binary.
+    `info`: its os.stat, when already known. One judgement for a file named and a file met in a folder."""
     try:
         info = os.stat(file) if info is None else info
         # A pipe (made by a command the model ran) would block the read for ever.
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _SEARCH_MAX_FILE_BYTES:
-            return None
+        if not stat.S_ISREG(info.st_mode):
+            return _NOT_REGULAR
+        if info.st_size > _SEARCH_MAX_FILE_BYTES:
+            return _Skipped(
+                f"has {info.st_size} bytes, more than search reads ({_SEARCH_MAX_FILE_BYTES}); "
+                "read the part you need with read_file, start_line and end_line"
+            )
         data = _read_whole(file, info.st_size)
-    except OSError:
-        return None
-    return None if data.find(b"\0", 0, _BINARY_SNIFF_BYTES) >= 0 else data
+    except OSError as error:
+        return _Skipped(f"cannot be read ({error.strerror or error}); give another path")
+    return _BINARY if data.find(b"\0", 0, _BINARY_SNIFF_BYTES) >= 0 else data
 
 
 def _read_whole(file: str, size: int) -> bytes:
@@ -727,24 +743,6 @@ def _read_whole(file: str, size: int) -> bytes:
         return data
     finally:
         os.close(descriptor)
-
-
-def _why_not_searched(file: Path) -> str:
-    """Why search skips `file` (as it is said after the file's name), or "" when it searches it."""
-    try:
-        info = file.stat()
-        if not stat.S_ISREG(info.st_mode):
-            return "is not a regular file (a pipe, socket or device); search looks in files only"
-        if info.st_size > _SEARCH_MAX_FILE_BYTES:
-            return (
-                f"has {info.st_size} bytes, more than search reads ({_SEARCH_MAX_FILE_BYTES}); "
-                "read the part you need with read_file, start_line and end_line"
-            )
-        with open(file, "rb") as handle:
-            binary = b"\0" in handle.read(_BINARY_SNIFF_BYTES)
-    except OSError as error:
-        return f"cannot be read ({error.strerror or error}); give another path"
-    return "is a binary file; search looks in text files only" if binary else ""
 
 
 def _binary_message(path: str, size: int) -> str:

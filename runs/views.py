@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Iterable
 
 from orchestrator.records import Level, Signal
 
@@ -22,10 +22,6 @@ def worst_signal(signals: Iterable[Signal]) -> Signal | None:
         if worst is None or _SEVERITY[signal.level] >= _SEVERITY[worst.level]:
             worst = signal
     return worst
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
 
 
 @dataclass(frozen=True)
@@ -52,29 +48,6 @@ class IterationView:
     tool_calls: int = 0
     # Last sign of life of the owning process; recovery may use it to spot stale ones.
     heartbeat_at: datetime | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "task_run_id": self.task_run_id,
-            "task_name": self.task_name,
-            "number": self.number,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "correction": self.correction,
-            "checkpoint": self.checkpoint,
-            "commit": self.commit,
-            "turns": self.turns,
-            "tokens": self.tokens,
-            "transcript": self.transcript,
-            "pid": self.pid,
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
-            "heartbeat_at": _iso(self.heartbeat_at),
-            "signals": [signal.as_dict() for signal in self.signals],
-            "model_calls": self.model_calls,
-            "tool_calls": self.tool_calls,
-        }
 
 
 @dataclass(frozen=True)
@@ -103,21 +76,6 @@ class TaskView:
         """Everything the task spent tonight: its iterations' tokens and its unused first answer's."""
         return sum(iteration.tokens for iteration in self.iterations) + self.unused_tokens
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "branch": self.branch,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "commit": self.commit,
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
-            "tokens": self.tokens,
-            "unused_tokens": self.unused_tokens,
-            "iterations": [iteration.as_dict() for iteration in self.iterations],
-        }
-
 
 @dataclass(frozen=True)
 class RunView:
@@ -138,19 +96,6 @@ class RunView:
     def tokens(self) -> int:
         """Everything the night spent: its tasks' iterations and their unused first answers."""
         return sum(task.tokens for task in self.tasks)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "pid": self.pid,
-            "host": self.host,
-            "config_path": self.config_path,
-            "tasks": [task.as_dict() for task in self.tasks],
-        }
 
 
 @dataclass(frozen=True)

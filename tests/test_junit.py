@@ -445,6 +445,25 @@ class TestReportJson:
         assert all(set(it) == set(shown_iteration) for task in report["tasks"] for it in task["iterations"])
         assert set(never["worst_signal"]) == set(shown_task["worst_signal"]) == set(shown_iteration["signals"][0])
 
+    def test_the_json_reports_keys_come_in_the_documented_order_with_these_values(self):
+        """A run's and a task's and an iteration's keys, their order and their values are those of docs/reference.md, to the byte."""
+        from orchestrator.report import as_json
+
+        run = view("failed", "check_failed", signal_message="check failed: exit 1")
+        task = run.tasks[0]
+        iteration = replace(task.iterations[0], transcript="/state/transcripts/task-run-1-t-1.jsonl")
+        run = replace(run, tasks=(replace(task, iterations=(iteration,), unused_tokens=5),))
+        signal = '{"level": "severe", "kind": "check_failed", "message": "check failed: exit 1"}'
+        assert json.dumps(as_json(run)) == (
+            '{"run": {"id": 7, "status": "finished", "exit_code": 1, "started_at": "2024-05-01T01:30:00+00:00", '
+            '"finished_at": "2024-05-01T01:30:05+00:00", "tokens": 15}, '
+            '"tasks": [{"name": "t", "outcome": "failed", "reason": "check_failed", "branch": "overnight/t", "commit": null, '
+            f'"worst_signal": {signal}, "signal_counts": {{"severe": 1}}, "tokens": 15, "unused_tokens": 5, '
+            f'"iterations": [{{"number": 1, "outcome": "rolled_back", "reason": "check_failed", "signals": [{signal}], '
+            f'"worst_signal": {signal}, "tokens": 10, "turns": 2, "commit": null, '
+            '"transcript": "/state/transcripts/task-run-1-t-1.jsonl"}]}]}'
+        )
+
     def test_a_night_that_exited_0_says_exit_0_everywhere(self, tmp_path):
         """Exit 0 is an exit code, not "none yet": JSON 0 (not null), and the text report and step summary say it."""
         from orchestrator.report import as_json, as_text

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from orchestrator.search import (
-    MOST_UNROLLED_COPIES, Matcher, PatternTooBig, compile_pattern, lines_of, matching_lines, stays_on_one_line, unrolled_copies,
+    MOST_UNROLLED_COPIES, Matcher, PatternTooBig, compile_pattern, lines_of, stays_on_one_line, unrolled_copies,
 )
 
 TEXTS = [
@@ -31,51 +31,52 @@ def line_by_line(text: str, pattern: str) -> list[tuple[int, str]]:
     return [(n, line) for n, line in enumerate(lines_of(text), start=1) if compiled.search(line)]
 
 
-@pytest.mark.parametrize("pattern", PATTERNS)
-def test_whole_text_finds_what_each_line_finds(pattern):
-    """For every pattern taken the fast way, the lines found are those of a search line by line."""
-    assert stays_on_one_line(pattern), pattern
-    for text in TEXTS:
-        assert matching_lines(text, compile_pattern(pattern), 1000, time.monotonic() + 10) == line_by_line(text, pattern), (pattern, text)
+def lines_of_text(text: str, pattern: str, limit: int, deadline: float) -> list[tuple[int, str]]:
+    """What the search tool's Matcher finds in `text` for `pattern` (the tool compiles it so)."""
+    return Matcher.of(compile_pattern(pattern)).lines_of_text(text, limit, deadline)
 
 
-@pytest.mark.parametrize(
-    "pattern",
-    [r"a\sb", r"gamma\n", "[^x]+", "(?s)a.b", "(?<=a)b", r"\Agamma", r"gamma\Z", r"(a)\1", r"\x0a", r"\p{L}", "[[:space:]]", "a\nb"],
-)
-def test_patterns_that_may_cross_a_line_go_line_by_line(pattern):
-    """A pattern that can match a line break or look past one is judged line by line, with the same result."""
-    assert not stays_on_one_line(pattern)
-    for text in TEXTS:
-        assert matching_lines(text, compile_pattern(pattern), 1000, time.monotonic() + 10) == line_by_line(text, pattern)
+class TestFindingLines:
+    @pytest.mark.parametrize("pattern", PATTERNS)
+    def test_whole_text_finds_what_each_line_finds(self, pattern):
+        """For every pattern taken the fast way, the lines found are those of a search line by line."""
+        assert stays_on_one_line(pattern), pattern
+        for text in TEXTS:
+            assert lines_of_text(text, pattern, 1000, time.monotonic() + 10) == line_by_line(text, pattern), (pattern, text)
 
+    @pytest.mark.parametrize(
+        "pattern",
+        [r"a\sb", r"gamma\n", "[^x]+", "(?s)a.b", "(?<=a)b", r"\Agamma", r"gamma\Z", r"(a)\1", r"\x0a", r"\p{L}", "[[:space:]]", "a\nb"],
+    )
+    def test_patterns_that_may_cross_a_line_go_line_by_line(self, pattern):
+        """A pattern that can match a line break or look past one is judged line by line, with the same result."""
+        assert not stays_on_one_line(pattern)
+        for text in TEXTS:
+            assert lines_of_text(text, pattern, 1000, time.monotonic() + 10) == line_by_line(text, pattern)
 
-def test_limit_counts_lines_not_matches():
-    """Several matches on one line count once; the search stops at `limit` lines."""
-    text = "a a a\nb\na\na\n"
-    assert matching_lines(text, compile_pattern("a"), 2, time.monotonic() + 10) == [(1, "a a a"), (3, "a")]
+    def test_limit_counts_lines_not_matches(self):
+        """Several matches on one line count once; the search stops at `limit` lines."""
+        text = "a a a\nb\na\na\n"
+        assert lines_of_text(text, "a", 2, time.monotonic() + 10) == [(1, "a a a"), (3, "a")]
 
+    @pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a+)+\s$"])
+    def test_deadline_stops_a_backtracking_pattern(self, pattern):
+        """Either way, a pattern that backtracks without end raises TimeoutError at the deadline."""
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            lines_of_text("ok\n" + "a" * 5000 + "!\n", pattern, 10, started + 0.5)
+        assert time.monotonic() - started < 3
 
-@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a+)+\s$"])
-def test_deadline_stops_a_backtracking_pattern(pattern):
-    """Either way, a pattern that backtracks without end raises TimeoutError at the deadline."""
-    started = time.monotonic()
-    with pytest.raises(TimeoutError):
-        matching_lines("ok\n" + "a" * 5000 + "!\n", compile_pattern(pattern), 10, started + 0.5)
-    assert time.monotonic() - started < 3
+    def test_not_a_regex_is_plain_text(self):
+        """A pattern that does not compile is searched as the plain text it is."""
+        assert lines_of_text("call(a, b\n", "call(a", 10, time.monotonic() + 10) == [(1, "call(a, b")]
 
-
-def test_not_a_regex_is_plain_text():
-    """A pattern that does not compile is searched as the plain text it is."""
-    assert matching_lines("call(a, b\n", compile_pattern("call(a"), 10, time.monotonic() + 10) == [(1, "call(a, b")]
-
-
-def test_line_numbers_count_line_feeds_only():
-    """A form feed, \\x85 or \\u2028 inside a line does not put the later line numbers off, as str.splitlines did."""
-    text = "a = 1\n\x0cdef target():\r\n    s = 'a\u2028b\x85c'\ntarget()\n"
-    found = matching_lines(text, compile_pattern("target"), 10, time.monotonic() + 10)
-    assert found == [(2, "\x0cdef target():"), (4, "target()")]
-    assert lines_of("a\r\nb\n\nc") == ["a", "b", "", "c"] and lines_of("") == [] and lines_of("\n") == [""]
+    def test_line_numbers_count_line_feeds_only(self):
+        """A form feed, \\x85 or \\u2028 inside a line does not put the later line numbers off, as str.splitlines did."""
+        text = "a = 1\n\x0cdef target():\r\n    s = 'a\u2028b\x85c'\ntarget()\n"
+        found = lines_of_text(text, "target", 10, time.monotonic() + 10)
+        assert found == [(2, "\x0cdef target():"), (4, "target()")]
+        assert lines_of("a\r\nb\n\nc") == ["a", "b", "", "c"] and lines_of("") == [] and lines_of("\n") == [""]
 
 
 # Plain text, some of it escaped, and what it is in bytes; and patterns that are more than plain text.

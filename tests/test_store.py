@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.errors import StateError
 from orchestrator.records import IterationOutcome, Level, Signal, TaskOutcome
+from orchestrator.report import as_json
 from runs import RunStore, worst_signal
 
 
@@ -152,15 +153,15 @@ class TestRoundTrip:
         assert all(stamp.tzinfo == timezone.utc for stamp in stamps)
         assert run.started_at <= iteration.started_at <= iteration.finished_at <= run.finished_at
 
-    def test_as_dict_is_json_ready(self, store: RunStore) -> None:
-        """A run's as_dict goes through json.dumps, with ISO timestamps and signals as plain dicts."""
+    def test_a_stored_runs_json_report_is_json_ready(self, store: RunStore) -> None:
+        """A stored run's `report --json` document goes through json.dumps, with ISO timestamps in UTC and signals as plain dicts."""
         run_id, _, iteration_id = _iteration(store)
         store.record_signal(iteration_id, level="warning", kind="slow", message="30 s for one answer")
-        loaded = json.loads(json.dumps(store.run(run_id).as_dict()))
+        loaded = json.loads(json.dumps(as_json(store.run(run_id))))
         iteration = loaded["tasks"][0]["iterations"][0]
         assert iteration["signals"] == [{"level": "warning", "kind": "slow", "message": "30 s for one answer"}]
-        assert iteration["finished_at"] is None
-        assert loaded["started_at"].endswith("+00:00")
+        assert loaded["run"]["finished_at"] is None
+        assert loaded["run"]["started_at"].endswith("+00:00")
 
     def test_missing_run_reads_as_none(self, store: RunStore) -> None:
         """Asking for a run id that does not exist, or the latest run of an empty store, gives None."""

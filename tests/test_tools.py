@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -13,11 +15,12 @@ import pytest
 
 from orchestrator.commands import TIMEOUT_EXIT_CODE, cap_text, run_shell
 from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
-from orchestrator.records import ModelResponse, RawToolCall, ToolCall
+from orchestrator.records import ModelResponse, RawToolCall, ToolCall, ToolResult
 from orchestrator import search
 from orchestrator.tools import DEFAULT_OUTPUT_CHARS, MAX_SEARCH_MATCHES, Toolbox, output_cap_for
 from orchestrator.scripted import call
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
+from tests.test_hostile_git import as_an_ordinary_user
 
 
 @pytest.fixture
@@ -716,6 +719,64 @@ class TestSearch:
         blob = run(box, "search", pattern="needle", path="blob.bin")
         assert not blob.ok and "binary" in blob.output
         assert "no matches" in run(box, "search", pattern="needle", path=".").output
+
+    def test_a_skipped_file_asked_for_by_name_is_said_to_be_skipped_in_these_words(self, repo):
+        """Each reason search skips a file it is given by name (a pipe, over 2 MB, binary) reads exactly so."""
+        os.mkfifo(repo / "pipe")
+        (repo / "big.log").write_text("needle\n" + "hay\n" * 600_000)
+        (repo / "blob.bin").write_bytes(b"needle\0\1\2")
+        box = toolbox(repo)
+        assert [run(box, "search", pattern="needle", path=name) for name in ("pipe", "big.log", "blob.bin")] == [
+            ToolResult(False, "'pipe' is not a regular file (a pipe, socket or device); search looks in files only"),
+            ToolResult(False, "'big.log' has 2400007 bytes, more than search reads (2000000); read the part you need with read_file, start_line and end_line"),
+            ToolResult(False, "'blob.bin' is a binary file; search looks in text files only"),
+        ]
+
+    def test_a_file_of_exactly_2_mb_is_searched_and_one_byte_more_is_not(self, repo):
+        """A file of 2,000,000 bytes is searched, named or from above; one of 2,000,001 is skipped from above and refused by name."""
+        head = b"needle\n"
+        (repo / "edge.txt").write_bytes(head + b"x" * (2_000_000 - len(head) - 1) + b"\n")
+        (repo / "over.txt").write_bytes(head + b"x" * (2_000_000 - len(head)) + b"\n")
+        box = toolbox(repo)
+        assert run(box, "search", pattern="needle", path="edge.txt") == ToolResult(True, "edge.txt:1: needle")
+        assert run(box, "search", pattern="needle", path=".") == ToolResult(True, "edge.txt:1: needle")
+        over = run(box, "search", pattern="needle", path="over.txt")
+        assert not over.ok and over.output.startswith("'over.txt' has 2000001 bytes, more than search reads (2000000)")
+
+    def test_a_nul_past_the_first_8192_bytes_leaves_a_named_file_text(self, repo):
+        """Only the first 8192 bytes tell a binary file: a file named with a NUL after them is searched, as from above."""
+        (repo / "late_nul.txt").write_bytes(b"needle before\n" + b"x" * 8178 + b"\0\nneedle after\n")
+        (repo / "early_nul.txt").write_bytes(b"needle before\n" + b"x" * 8177 + b"\0\nneedle after\n")
+        box = toolbox(repo)
+        assert run(box, "search", pattern="needle", path="late_nul.txt") == ToolResult(True, "late_nul.txt:1: needle before\nlate_nul.txt:3: needle after")
+        assert run(box, "search", pattern="needle", path="early_nul.txt") == ToolResult(False, "'early_nul.txt' is a binary file; search looks in text files only")
+
+    def test_a_link_to_a_folder_named_is_searched_as_that_folder_and_skipped_from_above(self, repo):
+        """A folder link given as the path searches the folder it links to (named as it is); from above the link is not followed, so nothing is found twice."""
+        (repo / "linked").symlink_to(repo / "src")
+        box = toolbox(repo)
+        assert run(box, "search", pattern="X = 1", path="linked") == ToolResult(True, "src/util.py:1: X = 1")
+        assert run(box, "search", pattern="X = 1", path=".") == ToolResult(True, "src/util.py:1: X = 1")
+
+    def test_an_unreadable_file_is_said_so_by_name_and_skipped_from_above(self):
+        """A file search may not open is refused by name with the system's reason, and skipped in a search of its folder."""
+        ran = as_an_ordinary_user(textwrap.dedent("""
+            import json, os, sys
+            from pathlib import Path
+            from orchestrator.records import ToolCall
+            from orchestrator.tools import Toolbox
+            root = Path(sys.argv[1])
+            (root / "open.txt").write_text("needle open\\n")
+            (root / "shut.txt").write_text("needle shut\\n")
+            os.chmod(root / "shut.txt", 0)
+            box = Toolbox(root, ["search"], check_command="true")
+            found = [box.execute(ToolCall("search", {"pattern": "needle", "path": path})) for path in ("shut.txt", ".")]
+            print(json.dumps([[result.ok, result.output] for result in found]))
+        """))
+        assert ran.returncode == 0, ran.stderr
+        assert json.loads(ran.stdout) == [
+            [False, "'shut.txt' cannot be read (Permission denied); give another path"], [True, "open.txt:1: needle open"],
+        ]
 
     def test_search_from_above_skips_a_file_that_links_into_git(self, repo):
         """A file link to .git/config is not searched through, as read_file refuses it and search skips .git."""
