@@ -12,8 +12,8 @@ undoes that. The agent's commands therefore run with:
   commands fail with a line saying why (git >= 2.28); `pre-push` refuses every push
   (the morning's person decides what leaves the machine), and the front below refuses
   `push` too (`--no-verify` skips the hook) and any `-c core.hooksPath=...` or included
-  file (in `GIT_CONFIG_PARAMETERS` too), and names the hooks again after a command's own
-  `GIT_CONFIG_COUNT`;
+  file (in `GIT_CONFIG_PARAMETERS` too), and names overnight's settings, the hooks and the empty
+  credential helper among them, again after a command's own `GIT_CONFIG_COUNT`;
 - no credential helper: the user's stored tokens do not go with the agent's fetches;
 - a front for git on PATH that refuses, before git runs, what changes shared
   things without a ref transaction the hook could refuse: `git stash` (but `list`
@@ -21,7 +21,8 @@ undoes that. The agent's commands therefore run with:
   -m/-c` (git writes the copy without the hook), `git reflog expire/delete`,
   `git worktree` (but `list`: `remove --force` deletes another task's work), and
   housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`), each also as what an
-  alias expands to (a shell alias's git would skip the front: refused); fetches without
+  alias expands to (a shell alias: refused), and as what git itself runs (`rebase --exec`, `bisect
+  run`, an editor: git's exec path, first on their PATH, is a folder whose git is the front); fetches without
   tags, which the hook would refuse, and without pruning (the hook refuses to delete
   a remote-tracking ref: it can be the user's last name for unmerged commits); and, outside the task's worktree (a `cd ..`
   that lands in the user's checkout or another task's worktree, or a GIT_DIR, --git-dir
@@ -127,17 +128,61 @@ refuse() {
     exit 1
   fi
 }
-# A command's own GIT_CONFIG_COUNT (GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath ...) replaces the
-# environment's settings: in the user's repository overnight's hooks are named once more after its own
-# (the later one wins); a repository of the agent's (a test suite's fixture) keeps the hooks it names.
-if [[ -n "$OVERNIGHT_COMMON_DIR" ]]; then
-  count=${GIT_CONFIG_COUNT:-0}
-  [[ "$count" =~ ^[0-9]+$ ]] || count=0
-  last_key=GIT_CONFIG_KEY_$((count - 1)) last_value=GIT_CONFIG_VALUE_$((count - 1))
-  hooks=FENCE_HOOKS
-  if { (( count == 0 )) || [[ "${!last_key}" != core.hooksPath || "${!last_value}" != "$hooks" ]]; } &&
-     in_users_repository "${before[@]}"; then
-    export "GIT_CONFIG_KEY_$count=core.hooksPath" "GIT_CONFIG_VALUE_$count=$hooks" "GIT_CONFIG_COUNT=$((count + 1))"
+# Git reads GIT_CONFIG_COUNT as strtoul does, in base 10 ("08", " 8" and "+8" are 8): so does this front,
+# which names overnight's settings after the command's own; a count git refuses is refused alike.
+read_config_count() {
+  local text=${GIT_CONFIG_COUNT-}
+  count=0
+  [[ -z "$text" ]] && return
+  if [[ ! "$text" =~ ^[[:space:]]*([+-]?)0*([0-9]*)$ || "$text" != *[0-9]* ]]; then
+    echo "fatal: bogus count in GIT_CONFIG_COUNT: unable to parse command-line config" >&2
+    exit 128
+  fi
+  local sign=${BASH_REMATCH[1]} digits=${BASH_REMATCH[2]:-0}
+  # A negative one wraps around to a huge unsigned number in git.
+  if [[ ( "$sign" == - && "$digits" != 0 ) || ${#digits} -gt 10 ]] || (( 10#$digits > 2147483647 )); then
+    echo "fatal: too many entries in GIT_CONFIG_COUNT: unable to parse command-line config" >&2
+    exit 128
+  fi
+  count=$((10#$digits))
+}
+# Whether git's list of settings from the environment ends with these (key value key value ...).
+config_ends_with() {
+  local at=$((count - $# / 2)) key value
+  (( at >= 0 )) || return 1
+  while (( $# )); do
+    key=GIT_CONFIG_KEY_$at value=GIT_CONFIG_VALUE_$at
+    [[ -n "${!key+set}" && -n "${!value+set}" && "${!key}" == "$1" && "${!value}" == "$2" ]] || return 1
+    shift 2
+    at=$((at + 1))
+  done
+}
+append_config() {
+  while (( $# )); do
+    export "GIT_CONFIG_KEY_$count=$1" "GIT_CONFIG_VALUE_$count=$2"
+    count=$((count + 1))
+    shift 2
+  done
+  export "GIT_CONFIG_COUNT=$count"
+}
+# What git runs (rebase --exec, bisect run, submodule foreach, an alias's shell, a hook, a pager) finds git's
+# exec path first on PATH, and the real git in it: given a folder of overnight's, where git is this front and
+# all else is git's own, the git those run meets these checks too.
+exec_path=FENCE_EXEC_PATH
+[[ -n "$exec_path" ]] && export GIT_EXEC_PATH=$exec_path
+# Overnight's settings, as agent_environment gives them (the hooks last, where they win). A command's own
+# GIT_CONFIG_COUNT (GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=user.name ...) makes git read its list instead of
+# them: they are named again after it (the later one wins), in the user's repository all of them, in a
+# repository of the agent's (a test suite's fixture) all but the hooks it may name itself.
+settings=(FENCE_SETTINGS)
+[[ -n "$OVERNIGHT_BRANCH" ]] && settings+=(core.hooksPath FENCE_HOOKS)
+own_repository_settings=(FENCE_OWN_REPOSITORY_SETTINGS)
+read_config_count
+if ! config_ends_with "${settings[@]}"; then
+  if in_users_repository "${before[@]}"; then
+    append_config "${settings[@]}"
+  elif ! config_ends_with "${own_repository_settings[@]}"; then
+    append_config "${own_repository_settings[@]}"
   fi
 fi
 # Settings given on the command line (GIT_CONFIG_PARAMETERS, which `-c` fills) come after those: one that
@@ -152,8 +197,8 @@ switches_hooks_off() {
 hooks_refusal="git's hooks here are overnight's; they keep the user's branches and remotes as they are: run git without that setting"
 switches_hooks_off "${GIT_CONFIG_PARAMETERS:-}" && refuse "$hooks_refusal"
 # An alias runs what it expands to (a builtin of the same name wins over it): judged as that, as often
-# as it names another alias. One that runs a shell would run git past this front (git puts its own
-# folder first on PATH for it).
+# as it names another alias. One that runs a shell is refused: where git's exec path, which git puts
+# first on PATH for it, is not overnight's folder, its git would run past this front.
 seen=" "
 # git's own commands (its builtins and the programs of its exec path, listed when this front was
 # written) win over an alias: they need no look-up (a git process each, on every plumbing call of a
@@ -245,8 +290,14 @@ case "$command" in
       exec REAL_GIT "${before[@]}" "$command" "${kept[@]}"
     fi ;;
   stash)
-    [[ "${rest[0]}" == list || "${rest[0]}" == show ]] ||
-      refuse "the stash is shared with the user's own checkout; to keep a change aside, copy the file or commit it on this branch" ;;
+    # `create` makes a commit and no ref, `apply` of an object id applies that commit and drops no entry: an
+    # autostash (rebase, merge, pull), whose git meets this front too, runs them.
+    stash_refusal="the stash is shared with the user's own checkout; to keep a change aside, copy the file or commit it on this branch"
+    case "${rest[0]}" in
+      list|show|create) ;;
+      apply) [[ ${#rest[@]} -eq 2 && "${rest[1]}" =~ ^([0-9a-f]{40}|[0-9a-f]{64})$ ]] || refuse "$stash_refusal" ;;
+      *) refuse "$stash_refusal" ;;
+    esac ;;
   branch)
     for arg in "${rest[@]}"; do
       case "$arg" in
@@ -337,6 +388,12 @@ class Confinement:
     config_copy: Path | None = None
 
 
+def _agent_git_settings() -> list[tuple[str, str]]:
+    """The settings the agent's git gets through the environment, in order, but the fences' hooks: the worktrees'
+    own, and no credential helper (an empty value empties git's list): the user's stored tokens stay theirs."""
+    return [*WORKTREE_GIT_CONFIG.items(), ("credential.helper", "")]
+
+
 def agent_environment(confinement: Confinement | None) -> dict[str, str]:
     """What to add to a command's environment (after WORKTREE_GIT_ENV) for the agent's own commands."""
     folder = _private_folder()
@@ -344,19 +401,17 @@ def agent_environment(confinement: Confinement | None) -> dict[str, str]:
         return {}
     env = {"PATH": os.pathsep.join(filter(None, (str(folder / "bin"), os.environ.get("PATH", os.defpath))))}
     env["GIT_CONFIG_GLOBAL"] = str(folder / "global-config")
-    # No credential helper (an empty value empties git's list): the user's stored tokens stay theirs.
-    env["GIT_CONFIG_COUNT"] = str(len(WORKTREE_GIT_CONFIG) + 1)
-    env[f"GIT_CONFIG_KEY_{len(WORKTREE_GIT_CONFIG)}"] = "credential.helper"
-    env[f"GIT_CONFIG_VALUE_{len(WORKTREE_GIT_CONFIG)}"] = ""
+    settings = _agent_git_settings()
     if confinement is not None:
-        # Last, where the git front looks for it (it names it again after a command's own settings).
-        env["GIT_CONFIG_COUNT"] = str(len(WORKTREE_GIT_CONFIG) + 2)
-        env[f"GIT_CONFIG_KEY_{len(WORKTREE_GIT_CONFIG) + 1}"] = "core.hooksPath"
-        env[f"GIT_CONFIG_VALUE_{len(WORKTREE_GIT_CONFIG) + 1}"] = str(folder / "hooks")
+        # Last, where they win; the git front names them all again after a command's own settings.
+        settings.append(("core.hooksPath", str(folder / "hooks")))
         env[BRANCH_VARIABLE] = f"refs/heads/{confinement.branch}"
-        if confinement.shared_config is not None:
-            env[COMMON_DIR_VARIABLE] = str(confinement.shared_config.parent)
-            env["GIT_CONFIG_GLOBAL"] = str(_global_config_for(folder, confinement.shared_config.parent))
+    env["GIT_CONFIG_COUNT"] = str(len(settings))
+    for at, (key, value) in enumerate(settings):
+        env[f"GIT_CONFIG_KEY_{at}"], env[f"GIT_CONFIG_VALUE_{at}"] = key, value
+    if confinement is not None and confinement.shared_config is not None:
+        env[COMMON_DIR_VARIABLE] = str(confinement.shared_config.parent)
+        env["GIT_CONFIG_GLOBAL"] = str(_global_config_for(folder, confinement.shared_config.parent))
     return env
 
 
@@ -534,12 +589,17 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
         get_logger().warning("agent_fences_unavailable", reason=missing)
     if bash and git:
         own_commands = " ".join(_own_commands(git))
+        settings = [word for setting in _agent_git_settings() for word in setting]
+        own_repository_settings = [word for key, value in _agent_git_settings() if key != "core.hooksPath" for word in (key, value)]
 
         def program(text: str) -> str:
             text = text.replace("FENCE_HOOKS", _quoted(str(folder / "hooks"))).replace("GIT_OWN_COMMANDS", own_commands)
+            text = text.replace("FENCE_OWN_REPOSITORY_SETTINGS", _quoted_words(own_repository_settings))
+            text = text.replace("FENCE_SETTINGS", _quoted_words(settings))
             return text.replace("BASH", bash, 1).replace("REAL_GIT", _quoted(git))
 
-        _write_program(folder / "bin" / "git", program(_GIT_FRONT))
+        exec_path = folder / "exec" if _link_exec_path(folder / "exec", git, folder / "bin" / "git") else None
+        _write_program(folder / "bin" / "git", program(_GIT_FRONT).replace("FENCE_EXEC_PATH", _quoted(str(exec_path or ""))))
         _write_program(folder / "hooks" / "reference-transaction", program(_REF_GUARD))
         _write_program(folder / "hooks" / "pre-push", program(_PUSH_REFUSAL))
     # git drops GIT_CONFIG_COUNT for the git it starts in another repository (local_repo_env): a push
@@ -549,7 +609,7 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
         (folder / "hooks-config").write_text(f'[core]\n\thooksPath = {_config_quoted(str(folder / "hooks"))}\n')
     (folder / "global-config").write_text(_including(_users_global_configs()))
     # Read-only: a hook installer run by the agent (`git rev-parse --git-path hooks` names this folder) cannot replace them.
-    for sub in ("bin", "hooks"):
+    for sub in ("bin", "hooks", "exec"):
         if (folder / sub).is_dir():
             (folder / sub).chmod(0o555)
 
@@ -573,6 +633,24 @@ def _own_commands(git: str) -> list[str]:
     return names or list(_COMMON_GIT_COMMANDS)
 
 
+def _link_exec_path(folder: Path, git: str, front: Path) -> bool:
+    """`folder` made a copy of `git`'s exec path in links, but for its `git`, which is the `front`. Whether it was."""
+    try:
+        real = subprocess.run([git, "--exec-path"], capture_output=True, text=True, timeout=30).stdout.strip()
+        names = os.listdir(real) if real else []
+    except (OSError, subprocess.SubprocessError):
+        return False
+    if "git" not in names:  # what git runs finds the front on PATH then, after git's folder
+        return False
+    try:
+        folder.mkdir()
+        for name in names:
+            (folder / name).symlink_to(front if name == "git" else Path(real) / name)
+    except OSError:  # a file system without links: the front as before, a shell's git past it
+        return False
+    return True
+
+
 def fences_missing(bash: str | None, git: str | None) -> str:
     """Why the git fences cannot keep the agent's commands off the user's repository ("" when they can)."""
     if not git:
@@ -591,7 +669,7 @@ def fences_missing(bash: str | None, git: str | None) -> str:
 
 
 def _remove(folder: Path) -> None:
-    for sub in ("bin", "hooks"):
+    for sub in ("bin", "hooks", "exec"):
         try:
             (folder / sub).chmod(0o755)
         except OSError:
@@ -607,6 +685,10 @@ def _write_program(path: Path, text: str) -> None:
 
 def _quoted(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _quoted_words(words: list[str]) -> str:
+    return " ".join(map(_quoted, words))
 
 
 def _users_global_configs() -> list[str]:

@@ -173,6 +173,68 @@ class TestSharedRefs:
         assert git(repo, "log", "--format=%s", "overnight/fix", "-2") == "three\none-again"
 
 
+# What git itself runs through a shell finds git's exec path first on PATH: the git there must be the front too.
+GIT_RUN_BY_GIT = {
+    "rebase --exec": "git rebase -q --exec 'git stash drop' HEAD~1",
+    "rebase -x, continued": "git rebase -q -x true -x 'git stash drop' HEAD~1; git rebase --continue",
+    "bisect run": "git bisect start HEAD HEAD~1 >/dev/null && git bisect run git stash drop; git bisect reset -q",
+    "an editor": "GIT_EDITOR='git stash drop; true' git commit -q --amend",
+}
+
+
+class TestGitRunByGit:
+    @pytest.mark.parametrize("how", GIT_RUN_BY_GIT)
+    def test_a_git_that_git_runs_meets_the_front(self, agent: Any, repo: Path, how: str) -> None:
+        """`git rebase --exec 'git stash drop'` dropped the user's stash entry: the git it ran was git's own, not the front."""
+        before = users_repository(repo)
+        result = agent(GIT_RUN_BY_GIT[how])
+        assert users_repository(repo) == before, result.output
+        assert "overnight: refused: the stash is shared" in result.output, result.output
+
+    def test_an_autostash_and_a_git_in_an_exec_line_work_as_before(self, agent: Any, repo: Path) -> None:
+        """An autostash (the user's rebase.autoStash, pull --autostash) runs `git stash create` and `apply` through the front."""
+        result = agent(
+            "echo wip >> greet.py && git -c rebase.autoStash=true rebase -q HEAD~1 && git pull -q --rebase=false --autostash origin main "
+            "&& git rebase -q --exec 'git log -1 --format=%s >/dev/null && git status --short' HEAD~1 --autostash && git diff --stat"
+        )
+        assert result.ok and "greet.py" in result.output and "overnight: refused" not in result.output, result.output
+        assert git(repo, "stash", "list", "--format=%gs") == "On feature: user wip"
+
+
+class TestOwnConfigCount:
+    """Git reads only the command's list when it sets GIT_CONFIG_COUNT itself: overnight's settings were dropped."""
+
+    OWN = "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=user.name GIT_CONFIG_VALUE_0=someone "
+
+    def test_overnights_settings_win_after_a_commands_own(self, agent: Any, repo: Path) -> None:
+        """The user's credential helper, commit signing and maintenance stay off with a command's own count, whose own setting is kept."""
+        git(repo, "config", "credential.helper", "!f() { echo username=u; echo password=stored-token-123; }; f")
+        git(repo, "config", "commit.gpgsign", "true")
+        git(repo, "config", "maintenance.auto", "true")
+        result = agent(
+            f"printf 'protocol=https\\nhost=example.com\\n\\n' | {self.OWN}git credential fill; "
+            f"{self.OWN}git config commit.gpgsign; {self.OWN}git config maintenance.auto; {self.OWN}git config core.fsmonitor; "
+            f"{self.OWN}git config user.name"
+        )
+        assert "stored-token-123" not in result.output, result.output
+        assert result.output.splitlines()[-4:] == ["false", "false", "false", "someone"], result.output
+
+    @pytest.mark.parametrize("count", ["08", " 8", "+8"])
+    def test_a_count_read_as_git_reads_it(self, agent: Any, repo: Path, count: str) -> None:
+        """`GIT_CONFIG_COUNT=08` is 8 to git (strtoul, base 10): the front made git fail on it (bash read bad octal)."""
+        own = " ".join(f"GIT_CONFIG_KEY_{i}=own.k{i} GIT_CONFIG_VALUE_{i}=v{i}" for i in range(8))
+        result = agent(f"export {own} GIT_CONFIG_COUNT='{count}'; git config own.k7 && git config own.k0 && git tag v7")
+        assert result.output.splitlines()[1:3] == ["v7", "v0"], result.output
+        assert "overnight: refused" in result.output and "v7" not in git(repo, "tag"), result.output
+
+    @pytest.mark.parametrize("count", ["8x", "0x8", "-1", "99999999999", "+"])
+    def test_a_count_git_refuses_is_refused(self, agent: Any, count: str) -> None:
+        """One git refuses ("bogus count", "too many entries") is refused alike, with git's kind of line, not read as 0."""
+        result = agent(f"GIT_CONFIG_COUNT='{count}' git status --short")
+        assert not result.ok and "fatal: " in result.output and "in GIT_CONFIG_COUNT" in result.output, result.output
+        assert len(result.output.splitlines()) == 2, result.output  # the exit code's line, and git's kind of one
+
+
 class TestOwnRepositories:
     def test_a_repository_the_agent_makes_or_clones_is_its_own(self, agent: Any, repo: Path) -> None:
         """A test suite's fixture repositories: tags, branches, stash and housekeeping there are nobody else's."""
