@@ -245,7 +245,7 @@ def _read(entry: str) -> Iterator[tuple[str, str]]:
         elif _SECTION.match(line):
             return
         elif opening := _OPENING_FENCE.fullmatch(stripped):
-            fence, fence_role = opening[1], "evidence" if place == "mark" else "person"
+            fence, fence_role = opening[1] or opening[2], "evidence" if place == "mark" else "person"
             if fence_role == "evidence":
                 yield "evidence", line
                 continue
@@ -268,7 +268,8 @@ def _blank_lines_once(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-_OPENING_FENCE = re.compile(r"(`{3,})[^`]*")
+# Markdown's two fences: a person's ~~~ block holds a `# comment` as a ``` block does (a tilde fence's info may hold a backtick).
+_OPENING_FENCE = re.compile(r"(`{3,})[^`]*|(~{3,}).*")
 _SECTION = re.compile(r"#{1,2}(?:[ \t]|$)")
 
 

@@ -415,6 +415,17 @@ class TestAPersonsEditsReachTheNextNight:
         prompt = book.for_prompt("t", 400)
         assert "ImportError: pkg.bar" in prompt and "Use pkg.foo." in prompt and "E" * 10 not in prompt
 
+    def test_a_hints_tilde_fenced_code_with_a_comment_reaches_the_prompt_whole(self, tmp_path: Path):
+        """A hint's `~~~` code block (markdown's other fence) holding a `# comment`: the comment was read as a
+        heading of the person's own, and the hint's code and all after it never reached the prompt."""
+        book = NotesBook(tmp_path / "notes.md")
+        book.append(task="t", iteration=1, reason="check_failed", correction="Fix the import.", evidence="ImportError: pkg.bar")
+        hint = "Use this:\n\n~~~python\n# the package moved\nimport pkg.foo\n~~~\n\nThen run the tests."
+        under_entry(book.path, 1, hint + "\n\n## For me, later\n\nNOT FOR THE MODEL")
+        prompt = book.for_prompt("t", 4000)
+        assert hint in prompt
+        assert "NOT FOR THE MODEL" not in prompt  # the block closed: a heading of the person's own after it still ends the entry
+
     def test_a_file_an_editor_saved_with_crlf_a_bom_and_no_last_newline_keeps_everything(self, config_file, server):
         """notes.md saved on Windows (CRLF, BOM, no final newline) with a hint: the night's entry goes after the
         person's bytes, untouched, and the next prompt has the hint, no carriage return."""
