@@ -101,6 +101,7 @@ def init(
     from orchestrator.config import example_config_text
     from orchestrator.files import looked_up
 
+    _refuse_a_folder_inside_a_checkout(config)
     found = looked_up(config, ConfigError, "config file")
     if found is not None and not stat.S_ISREG(found.st_mode):  # a pipe would take the example and block; a device or folder is no config
         raise ConfigError(f"cannot write {config}: it is not a regular file (a folder, a pipe or a device)")
@@ -111,6 +112,26 @@ def init(
     except OSError as exc:
         raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {config}: add your tasks, point [model] at a server, then `overnight run`")
+
+
+def _refuse_a_folder_inside_a_checkout(config: Path) -> None:
+    """ConfigError when `config`'s folder is inside a git checkout but not its top: the example's `[repo] path = "."`
+    would name that folder, and `run` refuses it (exit 2) only once the tasks are written. Without git on PATH
+    nothing can be judged, and nothing is refused."""
+    import os
+    import shutil
+
+    if shutil.which("git") is None:
+        return
+    from orchestrator.worktree import checkout_around
+
+    folder = Path(os.path.abspath(config)).parent
+    top = checkout_around(folder)
+    if top is not None:
+        raise ConfigError(
+            f"{folder} is a folder inside the git repository at {top}, and the config's [repo] path \".\" would name it: "
+            f"run `overnight init` there (a night works on the whole repository)"
+        )
 
 
 def _replace_file(path: Path, data: bytes) -> None:

@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import errno
 import http.client
+import math
 import os
 import secrets
 import signal
@@ -106,13 +107,37 @@ def template_path() -> Path:
 MAX_THREADS = 1024
 
 
+# cgroup v2's CPU limit of the group this process runs in, as a container sees it ("200000 100000": two
+# CPUs' time a period; "max 100000": none).
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The CPUs this process may keep busy: those its affinity allows (`taskset`, a container's cpuset), fewer
+    where a cgroup v2 quota (`docker --cpus`) allows less time, rounded up. At least 1. (os.cpu_count() is the
+    host's: in a container given 2 CPUs on a 64-core host it gave llama-server 4 threads, which the quota throttles.)"""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    quota = _cgroup_cpu_quota(cpu_max)
+    return max(1, min(allowed, quota) if quota is not None else allowed)
+
+
+def _cgroup_cpu_quota(cpu_max: Path) -> int | None:
+    """The CPUs' worth of time `cpu_max` (cgroup v2's "QUOTA PERIOD") allows, rounded up; None where it sets no
+    limit ("max"), cannot be read (no cgroup v2: macOS, an older Linux) or says something else."""
+    try:
+        quota, period = cpu_max.read_text(encoding="ascii").split()
+        return math.ceil(int(quota) / int(period)) if int(quota) > 0 and int(period) > 0 else None
+    except (OSError, ValueError):  # "max" is no number; a file of other fields or bytes is no limit we know
+        return None
+
+
 def default_threads() -> int:
-    """Half the cores, 1 to 4 (on a busy 2-core machine one thread was the steadier choice), or
+    """Half the usable cores, 1 to 4 (on a busy 2-core machine one thread was the steadier choice), or
     $OVERNIGHT_LOCAL_THREADS; ConfigError (exit 2) when that is set (not empty) to anything but a whole
     number from 1 to MAX_THREADS."""
     override = os.environ.get(THREADS_ENV, "").strip()
     if not override:
-        return max(1, min(4, (os.cpu_count() or 2) // 2))
+        return max(1, min(4, usable_cpus() // 2))
     # ASCII digits only: str.isdigit() also takes '²', which int() refuses; and no more of them than the
     # largest count has (leading zeros aside): int() refuses more than 4300, a traceback.
     digits = override.lstrip("0")
@@ -583,4 +608,5 @@ __all__ = [
     "local_model_config",
     "template_path",
     "default_threads",
+    "usable_cpus",
 ]

@@ -168,6 +168,27 @@ class TestInit:
         (tmp_path / "f").write_text("x")
         assert_one_line_error(overnight("demo", "--dir", "f", cwd=tmp_path), 2, "not an empty folder")
 
+    def test_init_in_a_folder_inside_a_repository_is_refused_as_run_refuses_it(self, tmp_path):
+        """`overnight init` in a subfolder of a checkout, whose `[repo] path = "."` `run` refuses, writes nothing and
+        says where to run it in one line, exit 2 as `run` exits there; at the checkout's top it writes the example as ever."""
+        from orchestrator.config import example_config_text
+
+        top = tmp_path / "repo"
+        (top / "sub").mkdir(parents=True)
+        git(top, "init", "-q")
+        git(top, "commit", "-q", "--allow-empty", "-m", "start")
+        refused = overnight("init", cwd=top / "sub")
+        assert_one_line_error(refused, 2, f"inside the git repository at {top}", "run `overnight init` there")
+        assert list((top / "sub").iterdir()) == [] and refused.stdout == ""
+        (top / "sub" / "overnight.toml").write_text('[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n')
+        assert_one_line_error(overnight("init", "--force", "-c", "sub/overnight.toml", cwd=top), 2, f"at {top}")
+        assert (top / "sub" / "overnight.toml").read_text().startswith("[[task]]")
+        assert_one_line_error(overnight("run", cwd=top / "sub"), 2, f"a folder inside the one at {top}")
+        written = overnight("init", cwd=top)
+        assert written.returncode == 0 and written.stderr == ""
+        assert written.stdout == "wrote overnight.toml: add your tasks, point [model] at a server, then `overnight run`\n"
+        assert (top / "overnight.toml").read_text() == example_config_text()
+
     def test_init_refuses_to_overwrite(self, tmp_path):
         """A second `overnight init` leaves the user's config alone and says so in one line."""
         (tmp_path / "overnight.toml").write_text("mine")
@@ -661,6 +682,17 @@ class TestOtherCommands:
             result = overnight("run", "--config", str(config))
         assert set(holder) == {"pid", "host", "since", "command"} and holder["command"] == "overnight gc"
         assert_one_line_error(result, 75, "another overnight gc holds", f"pid {os.getpid()} on ")
+
+    def test_a_holders_command_with_control_characters_is_not_shown(self, tmp_path, repo):
+        """A lock file whose recorded command holds terminal escapes (a hand-made or foreign record) is not echoed, raw or
+        escaped: the exit-75 line names the lock's own kind of holder instead."""
+        from orchestrator.lock import StateLock
+
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        with StateLock(tmp_path / "state", command="\x1b]0;owned\x07overnight gc\x1b[2J"):
+            result = overnight("run", "--config", str(config))
+        assert_one_line_error(result, 75, "another overnight run holds", f"pid {os.getpid()} on ")
+        assert "owned" not in result.stderr and "\x1b" not in result.stderr
 
     @pytest.mark.parametrize("command", ["notes", "gc"])
     def test_output_a_latin1_terminal_cannot_hold_prints_as_question_marks(self, tmp_path, repo, command):

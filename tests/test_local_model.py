@@ -27,6 +27,7 @@ from orchestrator.local_model import (
     local_model_files,
     serve_local_model,
     template_path,
+    usable_cpus,
 )
 from orchestrator.logs import get_logger
 
@@ -115,6 +116,42 @@ class TestLocalModelConfig:
     def test_keeps_a_temperature_the_user_chose(self) -> None:
         """A temperature set in the config wins over the reproducible default."""
         assert local_model_config(ModelConfig(temperature=0.7), self.SERVER).temperature == 0.7
+
+
+needs_two_cpus = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity and two CPUs to pin to one"
+)
+
+
+@needs_two_cpus
+class TestUsableCpus:
+    """The embedded server's default thread count follows the CPUs this process may use, not the host's count."""
+
+    def test_a_process_pinned_to_one_cpu_counts_one(self, tmp_path: Path) -> None:
+        """Pinned to one CPU (taskset, a container's cpuset), with no cgroup quota, the count is 1, and so is the thread count."""
+        no_limit = tmp_path / "cpu.max"
+        no_limit.write_text("max 100000\n")
+        pinned = subprocess.run(
+            [sys.executable, "-c", "import os, sys; from orchestrator.local_model import default_threads, usable_cpus; "
+             "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+             "from pathlib import Path; print(usable_cpus(Path(sys.argv[1])), default_threads())", str(no_limit)],
+            capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "OVERNIGHT_LOCAL_THREADS"},
+        )
+        assert pinned.stdout.split() == ["1", "1"], pinned.stderr
+
+    @pytest.mark.parametrize(
+        ("cpu_max", "expected"),
+        [("100000 100000\n", 1), ("50000 100000\n", 1), ("150000 100000\n", 2), ("200000 100000\n", 2),
+         ("max 100000\n", None), ("0 100000\n", None), ("not a limit\n", None), (None, None)],
+        ids=["one CPU", "half a CPU", "one and a half", "two CPUs", "no limit", "zero", "unreadable", "no cgroup v2"],
+    )
+    def test_a_cgroup_quota_below_the_affinity_wins(self, tmp_path: Path, cpu_max: str | None, expected: int | None) -> None:
+        """A cgroup v2 cpu.max quota (docker --cpus), rounded up to whole CPUs, caps the count; no limit leaves the affinity's."""
+        path = tmp_path / "cpu.max"
+        if cpu_max is not None:
+            path.write_text(cpu_max)
+        allowed = len(os.sched_getaffinity(0))
+        assert usable_cpus(path) == (min(expected, allowed) if expected is not None else allowed)
 
 
 class TestMissingExtra:

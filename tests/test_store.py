@@ -437,6 +437,24 @@ class TestRecoveryWrites:
         ]
         assert run.status == "crashed" and run.exit_code is None
 
+    def test_closing_a_run_that_has_ended_meanwhile_changes_nothing(self, store: RunStore, db_path: Path) -> None:
+        """A run seen running by recovery that its own night finished before recovery's write (another host's, slow but
+        alive, on the shared store) keeps its status, end and exit code: it is not turned into a crash."""
+        run_id, task_id, iteration_id = _iteration(store)
+        [seen] = store.running_runs()
+        night = RunStore.open(f"sqlite:///{db_path}")  # the night's own connection, another writer
+        try:
+            night.finish_iteration(iteration_id, outcome="committed", commit="c1")
+            night.finish_task(task_id, outcome="succeeded", commit="c1")
+            night.finish_run(run_id, status="finished", exit_code=0)
+        finally:
+            night.close()
+        finished = store.run(run_id)
+        assert store.close_interrupted_run(seen.id, never_begun_reason="night_crashed") == []
+        run = store.run(run_id)
+        assert (run.status, run.exit_code, run.finished_at) == ("finished", 0, finished.finished_at)
+        assert [(task.outcome, task.commit) for task in run.tasks] == [("succeeded", "c1")]
+
     def test_a_dead_run_ends_when_it_was_last_seen_alive(self, store: RunStore) -> None:
         """Found dead (no exit code), a run and its open tasks end at its latest heartbeat, not its first nor the moment found."""
         run_id, _, first = _iteration(store)
