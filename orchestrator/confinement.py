@@ -167,9 +167,14 @@ append_config() {
 }
 # What git runs (rebase --exec, bisect run, submodule foreach, an alias's shell, a hook, a pager) finds git's
 # exec path first on PATH, and the real git in it: given a folder of overnight's, where git is this front and
-# all else is git's own, the git those run meets these checks too.
+# all else is git's own, the git those run meets these checks too. Unless git's own is gone (an upgrade removed
+# its versioned folder, as Homebrew's cleanup does): the folder's links lead nowhere then, and git finds its own.
 exec_path=FENCE_EXEC_PATH
-[[ -n "$exec_path" ]] && export GIT_EXEC_PATH=$exec_path
+if [[ -n "$exec_path" && -d FENCE_GITS_EXEC_PATH ]]; then
+  export GIT_EXEC_PATH=$exec_path
+elif [[ -n "$exec_path" && "${GIT_EXEC_PATH-}" == "$exec_path" ]]; then
+  unset GIT_EXEC_PATH
+fi
 # Overnight's settings, as agent_environment gives them (the hooks last, where they win). A command's own
 # GIT_CONFIG_COUNT (GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=user.name ...) makes git read its list instead of
 # them: they are named again after it (the later one wins), in the user's repository all of them, in a
@@ -598,8 +603,9 @@ def _fill(folder: Path, bash: str | None, git: str | None) -> None:
             text = text.replace("FENCE_SETTINGS", _quoted_words(settings))
             return text.replace("BASH", bash, 1).replace("REAL_GIT", _quoted(git))
 
-        exec_path = folder / "exec" if _link_exec_path(folder / "exec", git, folder / "bin" / "git") else None
-        _write_program(folder / "bin" / "git", program(_GIT_FRONT).replace("FENCE_EXEC_PATH", _quoted(str(exec_path or ""))))
+        gits_exec_path = _link_exec_path(folder / "exec", git, folder / "bin" / "git")
+        front = program(_GIT_FRONT).replace("FENCE_GITS_EXEC_PATH", _quoted(gits_exec_path or ""))
+        _write_program(folder / "bin" / "git", front.replace("FENCE_EXEC_PATH", _quoted(str(folder / "exec") if gits_exec_path else "")))
         _write_program(folder / "hooks" / "reference-transaction", program(_REF_GUARD))
         _write_program(folder / "hooks" / "pre-push", program(_PUSH_REFUSAL))
     # git drops GIT_CONFIG_COUNT for the git it starts in another repository (local_repo_env): a push
@@ -633,22 +639,23 @@ def _own_commands(git: str) -> list[str]:
     return names or list(_COMMON_GIT_COMMANDS)
 
 
-def _link_exec_path(folder: Path, git: str, front: Path) -> bool:
-    """`folder` made a copy of `git`'s exec path in links, but for its `git`, which is the `front`. Whether it was."""
+def _link_exec_path(folder: Path, git: str, front: Path) -> str | None:
+    """`folder` made a copy of `git`'s exec path in links, but for its `git`, which is the `front`. The exec path
+    it copies, or None when it could not."""
     try:
         real = subprocess.run([git, "--exec-path"], capture_output=True, text=True, timeout=30).stdout.strip()
         names = os.listdir(real) if real else []
     except (OSError, subprocess.SubprocessError):
-        return False
+        return None
     if "git" not in names:  # what git runs finds the front on PATH then, after git's folder
-        return False
+        return None
     try:
         folder.mkdir()
         for name in names:
             (folder / name).symlink_to(front if name == "git" else Path(real) / name)
     except OSError:  # a file system without links: the front as before, a shell's git past it
-        return False
-    return True
+        return None
+    return real
 
 
 def fences_missing(bash: str | None, git: str | None) -> str:

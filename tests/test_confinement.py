@@ -201,6 +201,37 @@ class TestGitRunByGit:
         assert git(repo, "stash", "list", "--format=%gs") == "On feature: user wip"
 
 
+class TestGitsExecPathGone:
+    def test_git_finds_its_programs_after_its_exec_path_went(self, tmp_path: Path) -> None:
+        """An upgrade that removes git's versioned exec path mid-night (Homebrew's cleanup of the old keg) left the
+        front's folder of links leading nowhere: `git submodule`, `git fetch` over https were "not a git command"."""
+        from orchestrator import confinement
+
+        keg = tmp_path / "keg"
+        (keg / "libexec").mkdir(parents=True)
+        real = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True).stdout.strip()
+        for name in os.listdir(real):
+            (keg / "libexec" / name).symlink_to(Path(real) / name)
+        old_git = keg / "git"  # the git of the keg: its exec path is the keg's, and then git's own
+        old_git.write_text(f'#!/bin/sh\n[ "$1" = --exec-path ] && [ -d {keg}/libexec ] && echo {keg}/libexec && exit\nexec {shutil.which("git")} "$@"\n')
+        old_git.chmod(0o755)
+        folder = tmp_path / "fences"
+        folder.mkdir()
+        try:
+            confinement._fill(folder, shutil.which("bash"), str(old_git))
+            make_repo(tmp_path / "project", {"a.txt": "a\n"})
+            shutil.rmtree(keg / "libexec")
+            # Run by the agent, and by a git that git ran (which has the folder of links as its exec path).
+            for inherited in ({}, {"GIT_EXEC_PATH": str(folder / "exec")}):
+                done = subprocess.run(
+                    [str(folder / "bin" / "git"), "submodule", "status"], cwd=tmp_path / "project", env={**os.environ, **inherited},
+                    capture_output=True, text=True,
+                )
+                assert done.returncode == 0, done.stderr
+        finally:
+            confinement._remove(folder)
+
+
 class TestOwnConfigCount:
     """Git reads only the command's list when it sets GIT_CONFIG_COUNT itself: overnight's settings were dropped."""
 
