@@ -116,22 +116,37 @@ def init(
 
 def _refuse_a_folder_inside_a_checkout(config: Path) -> None:
     """ConfigError when `config`'s folder is inside a git checkout but not its top: the example's `[repo] path = "."`
-    would name that folder, and `run` refuses it (exit 2) only once the tasks are written. Without git on PATH
-    nothing can be judged, and nothing is refused."""
+    would name that folder, and `run` refuses it (exit 2) only once the tasks are written. Where git cannot tell
+    (not on PATH, broken, a repository it refuses as another user's) nothing is judged, and nothing is refused."""
     import os
-    import shutil
-
-    if shutil.which("git") is None:
-        return
-    from orchestrator.worktree import checkout_around
 
     folder = Path(os.path.abspath(config)).parent
-    top = checkout_around(folder)
-    if top is not None:
+    top = _checkout_top(folder)
+    if top is not None and os.path.realpath(top) != os.path.realpath(folder):
         raise ConfigError(
             f"{folder} is a folder inside the git repository at {top}, and the config's [repo] path \".\" would name it: "
             f"run `overnight init` there (a night works on the whole repository)"
         )
+
+
+def _checkout_top(folder: Path) -> str | None:
+    """The top folder of the git checkout `folder` lies in, as git finds it; None where git finds none or cannot run.
+    git itself, not GitPython: importing that runs `git version` (a tenth of a second, and an ImportError where
+    git is broken) for a command that should be instant."""
+    import subprocess
+
+    from orchestrator.commands import base_environment
+
+    try:
+        # Without an inherited GIT_DIR or GIT_WORK_TREE, which would name another repository than the folder's.
+        found = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=folder, env=base_environment(),
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):  # no git on PATH, the folder not there yet, a git that hangs
+        return None
+    top = os.fsdecode(found.stdout).rstrip("\n")
+    return top if found.returncode == 0 and top else None
 
 
 def _replace_file(path: Path, data: bytes) -> None:

@@ -107,28 +107,72 @@ def template_path() -> Path:
 MAX_THREADS = 1024
 
 
-# cgroup v2's CPU limit of the group this process runs in, as a container sees it ("200000 100000": two
-# CPUs' time a period; "max 100000": none).
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+# Where Linux shows the cgroups: the groups' folders, and the groups this process is in (one line a
+# hierarchy, "0::/system.slice/x.service" for cgroup v2's, "4:cpu,cpuacct:/docker/ID" for v1's cpu).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+OWN_CGROUPS = Path("/proc/self/cgroup")
 
 
-def usable_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+def usable_cpus(cgroup_root: Path = CGROUP_ROOT, own_cgroups: Path = OWN_CGROUPS) -> int:
     """The CPUs this process may keep busy: those its affinity allows (`taskset`, a container's cpuset), fewer
-    where a cgroup v2 quota (`docker --cpus`) allows less time, rounded up. At least 1. (os.cpu_count() is the
-    host's: in a container given 2 CPUs on a 64-core host it gave llama-server 4 threads, which the quota throttles.)"""
+    where a cgroup quota (`docker --cpus`, systemd's CPUQuota=) allows less time, rounded up. At least 1.
+    (os.cpu_count() is the host's: in a container given 2 CPUs on a 64-core host it gave llama-server 4
+    threads, which the quota throttles.)"""
     allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    quota = _cgroup_cpu_quota(cpu_max)
-    return max(1, min(allowed, quota) if quota is not None else allowed)
+    return max(1, min([allowed, *_cgroup_cpu_quotas(cgroup_root, own_cgroups)]))
 
 
-def _cgroup_cpu_quota(cpu_max: Path) -> int | None:
-    """The CPUs' worth of time `cpu_max` (cgroup v2's "QUOTA PERIOD") allows, rounded up; None where it sets no
-    limit ("max"), cannot be read (no cgroup v2: macOS, an older Linux) or says something else."""
+def _cgroup_cpu_quotas(root: Path, own_cgroups: Path) -> list[int]:
+    """The CPUs' worth of time each quota over this process allows: its own group's and every group's above
+    it, cgroup v2's `cpu.max` ("QUOTA PERIOD") and v1's `cpu.cfs_quota_us` over `cpu.cfs_period_us`.
+    A container sees its own group at the root; a service on a host (CPUQuota=) only in its group's folder."""
+    v2_group, v1_group = _own_cgroup_paths(own_cgroups)
+    quotas = [_cpu_quota(_cgroup_file_text(folder / "cpu.max")) for folder in _folders_up(root, v2_group)]
+    quotas += [
+        _cpu_quota(f"{_cgroup_file_text(folder / 'cpu.cfs_quota_us')} {_cgroup_file_text(folder / 'cpu.cfs_period_us')}")
+        for folder in _folders_up(root / "cpu", v1_group)
+    ]
+    return [quota for quota in quotas if quota is not None]
+
+
+def _own_cgroup_paths(own_cgroups: Path) -> tuple[str, str]:
+    """This process's cgroup v2 group and its v1 cpu group, as paths below their roots ("/" when unknown)."""
+    v2, v1 = "/", "/"
+    for line in _cgroup_file_text(own_cgroups).splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            v2 = path
+        elif "cpu" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _folders_up(root: Path, group: str) -> list[Path]:
+    """`group`'s folder below `root` and each folder above it up to `root`. A group outside this cgroup namespace
+    ("/../..") has no folder here: only `root`'s, the namespace's own group."""
+    parts = [part for part in group.split("/") if part]
+    if ".." in parts:
+        parts = []
+    return [root.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1)]
+
+
+def _cgroup_file_text(path: Path) -> str:
+    """`path`'s text; "" where it cannot be read (no such cgroup, no cgroups at all: macOS)."""
     try:
-        quota, period = cpu_max.read_text(encoding="ascii").split()
-        return math.ceil(int(quota) / int(period)) if int(quota) > 0 and int(period) > 0 else None
-    except (OSError, ValueError):  # "max" is no number; a file of other fields or bytes is no limit we know
+        return path.read_text(encoding="ascii")
+    except (OSError, ValueError):
+        return ""
+
+
+def _cpu_quota(quota_and_period: str) -> int | None:
+    """The CPUs' worth of time "QUOTA PERIOD" allows, rounded up; None where it sets no limit ("max", v1's -1)
+    or says something else."""
+    try:
+        quota, period = (int(number) for number in quota_and_period.split())
+    except ValueError:  # "max" is no number; an empty or foreign file is no limit we know
         return None
+    return math.ceil(quota / period) if quota > 0 and period > 0 else None
 
 
 def default_threads() -> int:

@@ -152,6 +152,12 @@ def _head_commit(repo) -> str | None:
 _KEEP_HEAP = {"MALLOC_TRIM_THRESHOLD_": str(4 << 20)}
 
 
+def _folders_of(folder: str) -> list[str]:
+    """`folder` ("a/b/c") and each folder above it ("a/b", "a"); none for the top ("")."""
+    parts = folder.split("/") if folder else []
+    return ["/".join(parts[:depth]) for depth in range(len(parts), 0, -1)]
+
+
 class Worktree:
     """Implements protocols.Workspace for one task."""
 
@@ -372,18 +378,41 @@ class Worktree:
             # commit, or fail when it has none, never its files. Left out, as the cleaning always did.
             new_files = [name for name in self._untracked(env=index) if not name.endswith("/")]
             if new_files:
-                # Paths, not pathspecs: `git add` matched each file against every pathspec given,
-                # seconds for a person's thousands of new files; update-index takes each name as it is
-                # (filters and line endings applied as `add` applies them), --replace as `add` replaces
-                # a file that became a folder.
-                listed = b"\0".join(os.fsencode(name) for name in new_files)
-                self._git("update-index", "--add", "--replace", "-z", "--stdin", env={**index, **_KEEP_HEAP}, stdin=listed)
+                self._add_new_files(new_files, env=index)
             tree = self._git("write-tree", env=index).strip()
         if tree == self._git("rev-parse", "HEAD^{tree}").strip():
             return None
         commit = self._git("commit-tree", tree, "-p", "HEAD", "-m", message, identity=True).strip()
         self._git("branch", branch, commit)
         return commit
+
+    def _add_new_files(self, names: list[str], env: dict[str, str]) -> None:
+        """The untracked files `names` into the index `env` names."""
+        listed = b"\0".join(os.fsencode(name) for name in names)
+        if self._in_folders_of_another_case(names, env):
+            # A case-insensitive disk (macOS, Windows): `git add` files "dir/new" under the index's "Dir/",
+            # update-index beside it, a second folder a checkout there cannot tell from the first.
+            self._git("add", "--pathspec-from-file=-", "--pathspec-file-nul", env=env, stdin=listed)
+            return
+        # Paths, not pathspecs: `git add` matched each file against every pathspec given, seconds for
+        # a person's thousands of new files; update-index takes each name as it is (filters and line
+        # endings applied as `add` applies them), --replace as `add` replaces a file that became a
+        # folder, --remove passes over one deleted since it was listed (an editor's swap file), which
+        # `add` and update-index alone refuse, stopping the night.
+        self._git("update-index", "--add", "--remove", "--replace", "-z", "--stdin", env={**env, **_KEEP_HEAP}, stdin=listed)
+
+    def _in_folders_of_another_case(self, names: list[str], env: dict[str, str]) -> bool:
+        """Whether git takes names case-insensitively (core.ignorecase) and one of `names` lies in a folder the
+        index `env` names holds in another case ("lib/new.py" beside "Lib/old.py")."""
+        if self._git("config", "--type=bool", "--default=false", "--get", "core.ignorecase").strip() != "true":
+            return False
+        tracked = {os.path.dirname(name) for name in self._git("ls-files", "-z", env=env).split("\0") if name}
+        tracked_folders = {folder for name in tracked for folder in _folders_of(name)}
+        in_any_case = {folder.lower() for folder in tracked_folders}
+        return any(
+            folder not in tracked_folders and folder.lower() in in_any_case
+            for name in names for folder in _folders_of(os.path.dirname(name))
+        )
 
     def uncommitted_paths(self, since: str | None = None) -> list[str]:
         """What differs from HEAD and is work: tracked files changed, staged or deleted (inside a

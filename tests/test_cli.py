@@ -189,6 +189,34 @@ class TestInit:
         assert written.stdout == "wrote overnight.toml: add your tasks, point [model] at a server, then `overnight run`\n"
         assert (top / "overnight.toml").read_text() == example_config_text()
 
+    def test_init_does_not_import_gitpython(self, tmp_path):
+        """`overnight init` judges the folder with git itself: it imports none of GitPython, whose import runs `git version`."""
+        probe = (
+            "import sys, runpy; sys.argv=['overnight','init']\n"
+            "try:\n    runpy.run_module('orchestrator.cli', run_name='__main__')\n"
+            "except SystemExit: pass\n"
+            "print('git' in sys.modules)"
+        )
+        result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert result.stdout.splitlines()[-1] == "False", result.stderr
+        assert (tmp_path / "overnight.toml").is_file()
+
+    def test_init_where_git_is_broken_writes_the_example(self, tmp_path):
+        """With a git on PATH that fails every command, `overnight init` cannot judge the folder and writes the example as ever."""
+        from orchestrator.config import example_config_text
+
+        broken = tmp_path / "bin"
+        broken.mkdir()
+        (broken / "git").write_text("#!/bin/sh\necho 'git: broken' >&2\nexit 1\n")
+        (broken / "git").chmod(0o755)
+        (tmp_path / "project").mkdir()
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "init"], cwd=tmp_path / "project", capture_output=True, text=True,
+            stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "NO_COLOR": "1", "PATH": f"{broken}{os.pathsep}{os.environ['PATH']}"},
+        )
+        assert (result.returncode, result.stderr) == (0, "")
+        assert (tmp_path / "project" / "overnight.toml").read_text() == example_config_text()
+
     def test_init_refuses_to_overwrite(self, tmp_path):
         """A second `overnight init` leaves the user's config alone and says so in one line."""
         (tmp_path / "overnight.toml").write_text("mine")

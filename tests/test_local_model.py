@@ -129,12 +129,13 @@ class TestUsableCpus:
 
     def test_a_process_pinned_to_one_cpu_counts_one(self, tmp_path: Path) -> None:
         """Pinned to one CPU (taskset, a container's cpuset), with no cgroup quota, the count is 1, and so is the thread count."""
-        no_limit = tmp_path / "cpu.max"
-        no_limit.write_text("max 100000\n")
+        (tmp_path / "cpu.max").write_text("max 100000\n")
+        (tmp_path / "self").write_text("0::/\n")
         pinned = subprocess.run(
             [sys.executable, "-c", "import os, sys; from orchestrator.local_model import default_threads, usable_cpus; "
              "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-             "from pathlib import Path; print(usable_cpus(Path(sys.argv[1])), default_threads())", str(no_limit)],
+             "from pathlib import Path; print(usable_cpus(Path(sys.argv[1]), Path(sys.argv[2])), default_threads())",
+             str(tmp_path), str(tmp_path / "self")],
             capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "OVERNIGHT_LOCAL_THREADS"},
         )
         assert pinned.stdout.split() == ["1", "1"], pinned.stderr
@@ -147,11 +148,39 @@ class TestUsableCpus:
     )
     def test_a_cgroup_quota_below_the_affinity_wins(self, tmp_path: Path, cpu_max: str | None, expected: int | None) -> None:
         """A cgroup v2 cpu.max quota (docker --cpus), rounded up to whole CPUs, caps the count; no limit leaves the affinity's."""
-        path = tmp_path / "cpu.max"
         if cpu_max is not None:
-            path.write_text(cpu_max)
+            (tmp_path / "cpu.max").write_text(cpu_max)
         allowed = len(os.sched_getaffinity(0))
-        assert usable_cpus(path) == (min(expected, allowed) if expected is not None else allowed)
+        assert usable_cpus(tmp_path, tmp_path / "no such file") == (min(expected, allowed) if expected is not None else allowed)
+
+    @pytest.mark.parametrize(
+        ("own_cgroups", "files"),
+        [
+            ("0::/system.slice/night.service\n", {"system.slice/night.service/cpu.max": "100000 100000\n"}),
+            ("0::/system.slice/night.service\n", {"system.slice/cpu.max": "100000 100000\n", "system.slice/night.service/cpu.max": "max 100000\n"}),
+            ("0::/../..\n", {"cpu.max": "100000 100000\n"}),
+            ("4:cpu,cpuacct:/system.slice/night.service\n0::/\n",
+             {"cpu/system.slice/night.service/cpu.cfs_quota_us": "100000\n", "cpu/system.slice/night.service/cpu.cfs_period_us": "100000\n"}),
+            ("4:cpu,cpuacct:/docker/0123abcd\n0::/\n", {"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}),
+        ],
+        ids=["a systemd service's CPUQuota", "its slice's", "a group outside the namespace", "cgroup v1's service", "cgroup v1 in a container"],
+    )
+    def test_the_quota_of_the_processs_own_group_or_one_above_it_counts(self, tmp_path: Path, own_cgroups: str, files: dict[str, str]) -> None:
+        """A quota on the process's own cgroup or one above it (a host's systemd CPUQuota=, whose root has no cpu.max; cgroup v1's
+        cfs quota) caps the count, found from /proc/self/cgroup."""
+        (tmp_path / "self").write_text(own_cgroups)
+        for name, text in files.items():
+            (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "fs" / name).write_text(text)
+        assert usable_cpus(tmp_path / "fs", tmp_path / "self") == 1
+
+    def test_an_unlimited_v1_group_leaves_the_affinitys_count(self, tmp_path: Path) -> None:
+        """cgroup v1's "no limit" (a quota of -1) leaves the count to the affinity."""
+        (tmp_path / "self").write_text("4:cpu,cpuacct:/\n")
+        (tmp_path / "fs" / "cpu").mkdir(parents=True)
+        (tmp_path / "fs" / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+        (tmp_path / "fs" / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+        assert usable_cpus(tmp_path / "fs", tmp_path / "self") == len(os.sched_getaffinity(0))
 
 
 class TestMissingExtra:
