@@ -21,6 +21,7 @@ from orchestrator.printable import visible
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
 from orchestrator.records import AgentResult, IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
+from orchestrator.secrecy import PassedSecrets, passed_secrets
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
 
@@ -115,7 +116,10 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             summary = visible(result.summary, keep="\n\t")
             message = f"overnight: {setup.task.name} iteration {number}\n\n{summary}".strip()
             try:
-                commit = setup.workspace.commit(message, onto=checkpoint, max_file_bytes=setup.max_file_bytes)
+                commit = setup.workspace.commit(
+                    message, onto=checkpoint, max_file_bytes=setup.max_file_bytes, secrets=_passed_secrets(setup.task),
+                    on_kept_out=lambda kept: log.warning("secret_kept_out_of_commit", paths=list(kept.paths), names=list(kept.names)),
+                )
             except QualityError as refused:
                 if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
                     ctx.report(Level.SEVERE, refused.reason, refused.message)
@@ -168,6 +172,12 @@ def died_of_the_nights_signal(cancel: Any, status: object) -> bool:
     overnight, and they can die of it a moment before the night's own handler has set the token.
     """
     return cancel is not None and status in _SIGNAL_DEATHS and cancel.wait(SIGNAL_GRACE_S)
+
+
+def _passed_secrets(task: TaskConfig) -> PassedSecrets | None:
+    """The values the task's check got through `pass_env`, which a commit keeps off the branch; None (nothing to
+    look for: the agent's commands and every other check never get one) for a task without pass_env."""
+    return passed_secrets(task.pass_env) if task.pass_env else None
 
 
 def _how_it_ended(exit_code: int) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, Sequence
 from orchestrator.records import (
     BrokenCall,
     CheckResult,
+    KeptOutOfCommit,
     Level,
     ModelResponse,
     Signal,
@@ -109,9 +110,13 @@ class Workspace(Protocol):
         """Back to `checkpoint` exactly: modified, new (ignored too) and deleted files."""
         ...
 
-    def commit(self, message: str, onto: str | None = None, max_file_bytes: int = 0) -> str:
+    def commit(
+        self, message: str, onto: str | None = None, max_file_bytes: int = 0, secrets: Any = None,
+        on_kept_out: Callable[[KeptOutOfCommit], None] | None = None,
+    ) -> str:
         """Everything in the worktree, committed on the task's branch on top of `onto` (the checkpoint); the new HEAD.
-        QualityError (`file_too_large`) for a file of more than `max_file_bytes` (0: no limit)."""
+        QualityError (`file_too_large`) for a file of more than `max_file_bytes` (0: no limit). A file holding a value
+        of `secrets` (secrecy.PassedSecrets) that its checkpoint version did not is put back, `on_kept_out` told."""
         ...
 
     def run_check(

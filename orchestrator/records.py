@@ -55,6 +55,14 @@ class TaskOutcome(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class KeptOutOfCommit:
+    """Files put back as at the checkpoint before a commit: they held a value the check got through `pass_env`."""
+
+    paths: tuple[str, ...]
+    names: tuple[str, ...]  # the variables whose values they held; never the values
+
+
+@dataclass(frozen=True)
 class RawToolCall:
     """A tool call as the model wrote it, before anything is parsed."""
 

@@ -10,7 +10,9 @@ prompt carries) and, written to a file, on the task's branch that CI then pushes
   check (also when the agent runs it) gets those its task names in `pass_env`, the agent's own
   commands never;
 - what a tool or the check prints has the values of those variables, the model's API key and
-  the run store's password replaced by `***` (`Redactor`), however the agent came by them.
+  the run store's password replaced by `***` (`Redactor`), however the agent came by them;
+- a file the check given `pass_env` wrote one of its values into stays off the task's branch
+  (`PassedSecrets`, which worktree.commit scans what it would commit for).
 
 Not a sandbox: files the user can read (~/.git-credentials, a committed config) stay readable;
 the redaction keeps their known values out of the night's records.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping
 from urllib.parse import unquote
 
@@ -103,11 +106,57 @@ class Redactor:
         values += [api_key or ""] + url_secrets(store_url) + url_secrets(api_base)
         return cls(values)
 
+    @property
+    def values(self) -> tuple[str, ...]:
+        """What it replaces, longest first."""
+        return tuple(self._values)
+
     def __call__(self, text: str) -> str:
         for value in self._values:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+
+@dataclass(frozen=True)
+class PassedSecrets:
+    """The values of the secret variables a task's `pass_env` lets through to its check, as bytes a file may hold,
+    each with the names of the variables it comes from. The values the Redactor would hide (its length and plain-word
+    rules, a multi-line value's lines): a shorter one, or a plain word, is in the project's own files anyway."""
+
+    names_by_value: Mapping[bytes, tuple[str, ...]]
+
+    def __bool__(self) -> bool:
+        return bool(self.names_by_value)
+
+    def found_in(self, chunks: Iterable[bytes]) -> frozenset[bytes]:
+        """The values that the content `chunks` make up holds, one split across two chunks included."""
+        overlap = max(map(len, self.names_by_value), default=1) - 1
+        found: set[bytes] = set()
+        tail = b""
+        for chunk in chunks:
+            window = tail + chunk
+            found.update(value for value in self.names_by_value if value not in found and value in window)
+            tail = window[-overlap:] if overlap else b""
+        return frozenset(found)
+
+    def names(self, values: Iterable[bytes]) -> tuple[str, ...]:
+        """The variables `values` come from, sorted: what a log may name, never the values."""
+        return tuple(sorted({name for value in values for name in self.names_by_value[value]}))
+
+
+def passed_secrets(pass_env: Collection[str], environment: Mapping[str, str] | None = None) -> PassedSecrets:
+    """What of `environment` (overnight's own) the check gets only through `pass_env`: the variables `holds_secret`
+    says hold one (the others the agent's own commands get too: no secret to keep from the branch)."""
+    environment = os.environ if environment is None else environment
+    names_by_value: dict[bytes, set[str]] = {}
+    for name in pass_env:
+        value = environment.get(name)
+        if value is None or not holds_secret(name, value):
+            continue
+        for piece in Redactor([value, *url_secrets(value)]).values:
+            names_by_value.setdefault(os.fsencode(piece), set()).add(name)
+    return PassedSecrets({value: tuple(sorted(names)) for value, names in names_by_value.items()})
 
 
 def _redactable(value: str) -> bool:

@@ -23,9 +23,10 @@ import stat
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
 from orchestrator.config import WORKTREES_FOLDER
@@ -34,7 +35,10 @@ from orchestrator.gitdir import (
     OBJECT_NAME, admin_dir, branches_held_by_operations, checkouts, common_of, gitdir_link, head_commit, index_may_hide_files,
     is_worktree_of, linked_admin_dir, names_back,
 )
-from orchestrator.records import CheckResult
+from orchestrator.records import CheckResult, KeptOutOfCommit
+
+if TYPE_CHECKING:
+    from orchestrator.secrecy import PassedSecrets
 
 BRANCH_PREFIX = "overnight/"
 # The most any of overnight's own git commands in a worktree may take. Far more than an honest
@@ -495,7 +499,10 @@ class Worktree:
         """`git clean`'s arguments that spare the `keep` paths."""
         return [arg for path in self.keep for arg in ("-e", path)]
 
-    def commit(self, message: str, onto: str | None = None, max_file_bytes: int = 0) -> str:
+    def commit(
+        self, message: str, onto: str | None = None, max_file_bytes: int = 0, secrets: PassedSecrets | None = None,
+        on_kept_out: Callable[[KeptOutOfCommit], None] | None = None,
+    ) -> str:
         """Commit everything the agent left; the current HEAD if it changed nothing.
 
         `onto`: the iteration's checkpoint. If the agent moved the branch so that it no longer
@@ -504,6 +511,8 @@ class Worktree:
         and no earlier night's commit leaves the branch. Commits the agent added on top stay.
         A file staged of more than `max_file_bytes` (0: any size) is QualityError `file_too_large`,
         before anything is committed (the caller rolls back).
+        `secrets`: the values the check got through the task's `pass_env`; a file that would be committed holding one
+        its checkpoint version did not hold is put back as it was there (see `_keep_secrets_out`), `on_kept_out` told.
         """
         import git
 
@@ -516,6 +525,12 @@ class Worktree:
         # only changes staged earlier (by a `git add` of the agent's) could still be committed:
         # asked of git only then, an unchanged worktree costs one process fewer.
         staged = self._add_all()
+        if secrets:  # only a task with pass_env: no other check ever had a secret to write into the worktree
+            kept_out = self._keep_secrets_out(onto, secrets)
+            if kept_out is not None:
+                staged = ""  # what add named may have been put back: the index alone says what is left to commit
+                if on_kept_out is not None:
+                    on_kept_out(kept_out)
         # With a size limit, the index is compared with the checkpoint anyway: when HEAD is still
         # there, that also answers "anything staged?" without asking git again.
         differs = self._refuse_large_files(onto or "HEAD", max_file_bytes) if max_file_bytes else None
@@ -532,6 +547,86 @@ class Worktree:
                     raise
         self._nothing_left_behind()
         return self.checkpoint()
+
+    def _keep_secrets_out(self, onto: str | None, secrets: PassedSecrets) -> KeptOutOfCommit | None:
+        """Put back, as HEAD has them (`onto`, the checkpoint, or the agent's own commits on it), the staged files
+        whose content holds a value of `secrets` that their version there did not (a project's settings file with its
+        own default password is no leak): a changed file gets that version, a new one is removed from the index and
+        the worktree, so that no later keep or cleaning commits it either. What was put back; None when nothing was.
+
+        The agent's own commits on top of `onto` are folded into the iteration's commit when an object of theirs
+        holds a value (its `run_check` gets `pass_env` too): their history would carry it even after the file went.
+        Not found: a value split across lines, or written encoded (base64, escaped); a file a filter (LFS) stores
+        elsewhere is judged by what the index holds."""
+        if onto is not None and head_commit(self._admin, self._common) != onto and self._commits_hold_secrets(onto, secrets):
+            self._git("reset", "--soft", "--quiet", onto)
+        # HEAD: the checkpoint, or the agent's own commits on it, which hold no value now (else folded above); a file
+        # put back gets their version, not the checkpoint's (which would undo what they changed in it).
+        changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", "HEAD")))
+        old_blobs = {change.old_blob for change in changes}
+        # A blob the checkpoint already has (a file moved or copied) is no new content.
+        written = [change for change in changes if change.written and change.new_blob not in old_blobs]
+        if not written:
+            return None
+        found = self._values_in_objects({change.new_blob for change in written}, secrets)
+        holding = [change for change in written if found[change.new_blob]]
+        if not holding:
+            return None
+        held_before = self._values_in_objects({change.old_blob for change in holding if change.had_blob}, secrets)
+        leaked = {change.path: found[change.new_blob] - held_before.get(change.old_blob, frozenset()) for change in holding}
+        paths = sorted(path for path, values in leaked.items() if values)
+        if not paths:
+            return None
+        listed = b"\0".join(os.fsencode(path) for path in paths)
+        self._git(
+            "restore", "--source=HEAD", "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul",
+            env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=listed,
+        )
+        return KeptOutOfCommit(paths=tuple(paths), names=secrets.names(value for values in leaked.values() for value in values))
+
+    def _commits_hold_secrets(self, onto: str, secrets: PassedSecrets) -> bool:
+        """Whether an object of the commits on top of `onto` (a commit's message, a file's content) holds a value."""
+        objects = {line.split(" ", 1)[0] for line in self._git("rev-list", "--objects", f"{onto}..HEAD").splitlines() if line}
+        return any(self._values_in_objects(objects, secrets).values())
+
+    def _values_in_objects(self, objects: Iterable[str], secrets: PassedSecrets) -> dict[str, frozenset[bytes]]:
+        """The values of `secrets` each object holds, read whole, whatever its size (in chunks: no more than one in
+        memory), through one `git cat-file --batch`. GitCommandError when git cannot give one, or takes longer than
+        `git_timeout_s` for all: the caller rolls back rather than commit what it could not read."""
+        import git
+
+        objects = list(objects)
+        if not objects:
+            return {}
+        command = ["git", "cat-file", "--batch"]
+        process = subprocess.Popen(
+            command, cwd=self.path, env=self._env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            process_group=0,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        # A timer, not a per-read timeout: a pipe's read has none. Killed, git's output ends and the read below fails.
+        timer = threading.Timer(self.git_timeout_s, _kill_group, (process.pid,))
+        timer.start()
+        found: dict[str, frozenset[bytes]] = {}
+        try:
+            for name in objects:
+                # --batch answers each request before it reads the next: a request and its answer at a time.
+                process.stdin.write(name.encode() + b"\n")
+                process.stdin.flush()
+                header = process.stdout.readline().split()
+                if len(header) != 3:
+                    raise git.GitCommandError(command, 128, f"cannot read {name}: {_text(b' '.join(header[1:])) or 'git ended'}")
+                found[name] = secrets.found_in(_chunks(process.stdout, int(header[2])))
+                process.stdout.read(1)  # the newline after each object
+        except (BrokenPipeError, EOFError) as exc:
+            raise git.GitCommandError(command, 128, f"git cat-file ended: {exc}") from None
+        finally:
+            timer.cancel()
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+            process.kill()
+            process.wait()
+        return found
 
     def _refuse_large_files(self, base: str, limit: int) -> bool:
         """QualityError for the new blobs over `limit` bytes that the index holds against `base` (the
@@ -883,6 +978,58 @@ def forget_missing(common: Path, path: Path) -> None:
     for admin in registered:
         if names_back(admin, path) and not (admin / "locked").exists():
             shutil.rmtree(admin, ignore_errors=True)
+
+
+# How much of an object is in memory at once while it is scanned for secrets.
+_SCAN_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class _StagedChange:
+    """One entry of `git diff-index --cached --raw`: a path the index holds otherwise than the base."""
+
+    path: str
+    status: str
+    old_mode: str
+    new_mode: str
+    old_blob: str
+    new_blob: str
+
+    @property
+    def written(self) -> bool:
+        """New content in the index (added, modified, its type changed), a submodule's commit excepted."""
+        return self.status[:1] in ("A", "M", "T") and self.new_mode != _GITLINK
+
+    @property
+    def had_blob(self) -> bool:
+        """Whether the base has a blob at the path (not a new file, nor a submodule's commit)."""
+        return self.old_mode not in ("000000", _GITLINK) and self.old_blob.strip("0") != ""
+
+
+def _staged_changes(raw: str) -> Iterator[_StagedChange]:
+    """The entries of `git diff-index --raw -z` output."""
+    fields = raw.split("\0")
+    for at in range(0, len(fields) - 1, 2):
+        meta = fields[at].split()
+        if len(meta) >= 5:
+            yield _StagedChange(fields[at + 1], meta[4], meta[0].lstrip(":"), meta[1], meta[2], meta[3])
+
+
+def _chunks(stream: Any, size: int) -> Iterator[bytes]:
+    """`size` bytes of `stream`, a chunk at a time; EOFError when it ends first."""
+    left = size
+    while left:
+        chunk = stream.read(min(left, _SCAN_CHUNK_BYTES))
+        if not chunk:
+            raise EOFError(f"{left} of {size} bytes missing")
+        left -= len(chunk)
+        yield chunk
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL to a process group overnight started (gone meanwhile, or macOS's zombies: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:

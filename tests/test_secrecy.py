@@ -16,7 +16,7 @@ from orchestrator.secrecy import Redactor, looks_secret, shown_url, url_secrets,
 from orchestrator.tools import Toolbox
 from runs.store import safe_url
 from tests.conftest import git
-from tests.test_night import notes_text, overnight
+from tests.test_night import notes_text, overnight, report_json
 
 OPENAI_KEY = "sk-test-0123456789abcdef"
 CI_TOKEN = "ghp_ci0123456789token"
@@ -348,3 +348,115 @@ class TestFileToolsRedactBeforeTheyCut:
                 assert read.ok
                 leaky += [(pad, len(arguments))] if self._leaves_a_part(read.output) else []
         assert leaky == []
+
+
+def json_events(err: str, event: str) -> list[dict]:
+    return [json.loads(line) for line in err.splitlines() if line.startswith("{") and f'"{event}"' in line]
+
+
+class TestPassedSecretsStayOffTheBranch:
+    """A check given `pass_env` that writes a passed value into the worktree (a .env, a log, a cache) gets no such
+    file committed on the task's branch, which a person pushes in the morning."""
+
+    PASSWORD = "Db-Pass-0123456789xyz"
+    # The check writes the password into a new text file and a new binary one, then checks greet().
+    LEAKY_CHECK = (
+        'printf "DB_PASSWORD=%s\\n" "$DB_PASSWORD" > .env.test && printf "\\000\\001%s\\000" "$DB_PASSWORD" > cache.bin '
+        "&& python check_greet.py"
+    )
+    TOOLS = ["run_command", "run_check", "edit_file", "write_file", "submit"]
+    FIX = call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"})
+
+    @pytest.fixture(autouse=True)
+    def password_in_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("DB_PASSWORD", self.PASSWORD)
+
+    def night(self, config_file, server, capsys, *answers, check: str = LEAKY_CHECK, pass_env: tuple[str, ...] = ("DB_PASSWORD",)):
+        task = {"name": "fix-greet", "prompt": "fix greet", "check": check, "tools": self.TOOLS}
+        if pass_env:
+            task["pass_env"] = list(pass_env)
+        config = config_file(tasks=[task], night={"max_iterations": 1, "max_turns": 8})
+        server.enqueue(*answers)
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        return config, capsys.readouterr().err
+
+    def test_the_files_holding_the_value_are_left_out_and_the_agents_change_is_committed(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The branch has the agent's fix but neither file the check wrote the password into, nor the value anywhere."""
+        config, err = self.night(config_file, server, capsys, self.FIX, call("submit", {"summary": "fixed"}))
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        files = git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet").split()
+        assert ".env.test" not in files and "cache.bin" not in files
+        assert self.PASSWORD not in git(repo, "log", "-p", "--all")
+        tree = config.parent / "state" / "worktrees" / "fix-greet"
+        assert not (tree / ".env.test").exists() and not (tree / "cache.bin").exists()  # no later keep commits them
+        [kept] = json_events(err, "secret_kept_out_of_commit")
+        assert (kept["task"], kept["paths"], kept["names"]) == ("fix-greet", [".env.test", "cache.bin"], ["DB_PASSWORD"])
+        assert self.PASSWORD not in err
+
+    def test_a_changed_file_gets_its_checkpoint_content_back(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A tracked log the check appends the password to is committed as the checkpoint had it."""
+        (repo / "check.log").write_text("earlier runs\n")
+        git(repo, "add", "check.log")
+        git(repo, "commit", "-q", "-m", "a log")
+        check = 'echo "connected with $DB_PASSWORD" >> check.log && python check_greet.py'
+        self.night(config_file, server, capsys, self.FIX, call("submit", {"summary": "fixed"}), check=check)
+        assert git(repo, "show", "overnight/fix-greet:check.log") == "earlier runs"
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+    def test_a_project_file_that_held_the_value_already_is_committed_with_the_agents_edit(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A settings file with the project's own default password, edited by the agent, is no leak: it is committed."""
+        (repo / "settings.py").write_text(f'PASSWORD = "{self.PASSWORD}"\n')
+        git(repo, "add", "settings.py")
+        git(repo, "commit", "-q", "-m", "settings")
+        edit = call("edit_file", {"path": "settings.py", "old": "PASSWORD =", "new": "TIMEOUT = 5\nPASSWORD ="})
+        _, err = self.night(config_file, server, capsys, self.FIX, edit, call("submit", {"summary": "fixed"}), check="python check_greet.py")
+        assert git(repo, "show", "overnight/fix-greet:settings.py") == f'TIMEOUT = 5\nPASSWORD = "{self.PASSWORD}"'
+        assert json_events(err, "secret_kept_out_of_commit") == []
+
+    def test_a_task_without_pass_env_commits_as_before(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Without pass_env nothing is looked for: a file holding a value equal to a secret variable's is committed."""
+        write = call("write_file", {"path": "fixture.txt", "content": f"{self.PASSWORD}\n"})
+        _, err = self.night(config_file, server, capsys, self.FIX, write, call("submit", {"summary": "fixed"}), check="python check_greet.py", pass_env=())
+        assert git(repo, "show", "overnight/fix-greet:fixture.txt") == self.PASSWORD
+        assert json_events(err, "secret_kept_out_of_commit") == []
+
+    def test_nothing_left_to_commit_is_a_pass_with_no_commit(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The check passes on the checkpoint and its file is put back: the iteration commits nothing, as an unchanged worktree does."""
+        config, _ = self.night(config_file, server, capsys, call("submit", {"summary": "nothing to do"}), check='echo "$DB_PASSWORD" > out.txt')
+        assert git(repo, "rev-parse", "overnight/fix-greet") == git(repo, "rev-parse", "main")
+        [iteration] = report_json(config, capsys)["tasks"][0]["iterations"]
+        assert iteration["outcome"] == "committed" and iteration["commit"] in ("", None)
+
+    def test_the_agents_own_commit_of_the_file_is_folded_away(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The agent commits what its own run_check wrote: the branch's history holds the value nowhere, the fix it does."""
+        commit = call("run_command", {"command": "git add -A && git commit -q -m wip"})
+        self.night(config_file, server, capsys, self.FIX, call("run_check", {}), commit, call("submit", {"summary": "fixed"}))
+        assert self.PASSWORD not in git(repo, "log", "-p", "--all")
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+    def test_a_file_put_back_keeps_what_the_agents_own_commit_changed_in_it(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The check appends the password to a log the agent edited and committed: the branch has the agent's version."""
+        (repo / "check.log").write_text("earlier runs\n")
+        git(repo, "add", "check.log")
+        git(repo, "commit", "-q", "-m", "a log")
+        check = 'echo "connected with $DB_PASSWORD" >> check.log && python check_greet.py'
+        commit = call("run_command", {"command": "echo 'cleared by the agent' > check.log && git commit -q -am 'clear the log'"})
+        self.night(config_file, server, capsys, self.FIX, commit, call("submit", {"summary": "fixed"}), check=check)
+        assert git(repo, "show", "overnight/fix-greet:check.log") == "cleared by the agent"
+        assert self.PASSWORD not in git(repo, "log", "-p", "--all")
+
+    def test_a_value_split_by_a_chunk_edge_is_found_and_short_ones_are_not_looked_for(self) -> None:
+        """The redaction's rules decide what is looked for; a value across two reads of a large file is still found."""
+        from orchestrator.secrecy import passed_secrets
+
+        secrets = passed_secrets(["DB_PASSWORD", "PIN_PASSWORD", "HOME"], {"DB_PASSWORD": self.PASSWORD, "PIN_PASSWORD": "1234", "HOME": "/home/someone"})
+        assert set(secrets.names_by_value) == {self.PASSWORD.encode()}
+        assert secrets.found_in([b"x" * 10 + self.PASSWORD[:5].encode(), self.PASSWORD[5:].encode()]) == {self.PASSWORD.encode()}
+        assert not passed_secrets([], {"DB_PASSWORD": self.PASSWORD})
