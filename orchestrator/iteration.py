@@ -20,7 +20,9 @@ from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, State
 from orchestrator.printable import visible
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
-from orchestrator.records import AgentResult, IterationOutcome, IterationReport, Level, ModelResponse, Signal, ToolCall, ToolResult
+from orchestrator.records import (
+    AgentResult, IterationOutcome, IterationReport, KeptOutOfCommit, Level, ModelResponse, Signal, ToolCall, ToolResult,
+)
 from orchestrator.secrecy import PassedSecrets, passed_secrets
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
@@ -118,7 +120,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             try:
                 commit = setup.workspace.commit(
                     message, onto=checkpoint, max_file_bytes=setup.max_file_bytes, secrets=_passed_secrets(setup.task),
-                    on_kept_out=lambda kept: log.warning("secret_kept_out_of_commit", paths=list(kept.paths), names=list(kept.names)),
+                    on_kept_out=lambda kept: _log_kept_out(log, kept, setup.redact),
                 )
             except QualityError as refused:
                 if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
@@ -172,6 +174,11 @@ def died_of_the_nights_signal(cancel: Any, status: object) -> bool:
     overnight, and they can die of it a moment before the night's own handler has set the token.
     """
     return cancel is not None and status in _SIGNAL_DEATHS and cancel.wait(SIGNAL_GRACE_S)
+
+
+def _log_kept_out(log: Any, kept: KeptOutOfCommit, redact: Callable[[str], str]) -> None:
+    """`secret_kept_out_of_commit`, each path through the night's redaction: a file may be named after the value."""
+    log.warning("secret_kept_out_of_commit", paths=[redact(path) for path in kept.paths], names=list(kept.names))
 
 
 def _passed_secrets(task: TaskConfig) -> PassedSecrets | None:

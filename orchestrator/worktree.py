@@ -551,8 +551,9 @@ class Worktree:
     def _keep_secrets_out(self, onto: str | None, secrets: PassedSecrets) -> KeptOutOfCommit | None:
         """Put back, as HEAD has them (`onto`, the checkpoint, or the agent's own commits on it), the staged files
         whose content holds a value of `secrets` that their version there did not (a project's settings file with its
-        own default password is no leak): a changed file gets that version, a new one is removed from the index and
-        the worktree, so that no later keep or cleaning commits it either. What was put back; None when nothing was.
+        own default password is no leak), and the new files whose path holds one: a changed file gets that version, a new
+        one is removed from the index and the worktree, so that no later keep or cleaning commits it either. What was put
+        back; None when nothing was.
 
         The agent's own commits on top of `onto` are folded into the iteration's commit when an object of theirs
         holds a value (its `run_check` gets `pass_env` too): their history would carry it even after the file went.
@@ -563,18 +564,13 @@ class Worktree:
         # HEAD: the checkpoint, or the agent's own commits on it, which hold no value now (else folded above); a file
         # put back gets their version, not the checkpoint's (which would undo what they changed in it).
         changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", "HEAD")))
-        old_blobs = {change.old_blob for change in changes}
-        # A blob the checkpoint already has (a file moved or copied) is no new content.
-        written = [change for change in changes if change.written and change.new_blob not in old_blobs]
-        if not written:
-            return None
-        found = self._values_in_objects({change.new_blob for change in written}, secrets)
-        holding = [change for change in written if found[change.new_blob]]
-        if not holding:
-            return None
-        held_before = self._values_in_objects({change.old_blob for change in holding if change.had_blob}, secrets)
-        leaked = {change.path: found[change.new_blob] - held_before.get(change.old_blob, frozenset()) for change in holding}
-        paths = sorted(path for path, values in leaked.items() if values)
+        leaked = self._new_values_in_contents(changes, secrets)
+        # A new path named after a value (a cache keyed by the token) puts it in the branch's tree, whatever the file holds.
+        for change in changes:
+            named = secrets.found_in([os.fsencode(change.path)]) if change.added else frozenset()
+            if named:
+                leaked[change.path] = leaked.get(change.path, frozenset()) | named
+        paths = sorted(leaked)
         if not paths:
             return None
         listed = b"\0".join(os.fsencode(path) for path in paths)
@@ -583,6 +579,22 @@ class Worktree:
             env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=listed,
         )
         return KeptOutOfCommit(paths=tuple(paths), names=secrets.names(value for values in leaked.values() for value in values))
+
+    def _new_values_in_contents(self, changes: list[_StagedChange], secrets: PassedSecrets) -> dict[str, frozenset[bytes]]:
+        """The staged files among `changes` whose content holds values of `secrets` that their HEAD version did not:
+        those values, by path."""
+        old_blobs = {change.old_blob for change in changes}
+        # A blob the checkpoint already has (a file moved or copied) is no new content.
+        written = [change for change in changes if change.written and change.new_blob not in old_blobs]
+        if not written:
+            return {}
+        found = self._values_in_objects({change.new_blob for change in written}, secrets)
+        holding = [change for change in written if found[change.new_blob]]
+        if not holding:
+            return {}
+        held_before = self._values_in_objects({change.old_blob for change in holding if change.had_blob}, secrets)
+        leaked = {change.path: found[change.new_blob] - held_before.get(change.old_blob, frozenset()) for change in holding}
+        return {path: values for path, values in leaked.items() if values}
 
     def _commits_hold_secrets(self, onto: str, secrets: PassedSecrets) -> bool:
         """Whether an object of the commits on top of `onto` (a commit's message, a file's content) holds a value."""
@@ -999,6 +1011,11 @@ class _StagedChange:
     def written(self) -> bool:
         """New content in the index (added, modified, its type changed), a submodule's commit excepted."""
         return self.status[:1] in ("A", "M", "T") and self.new_mode != _GITLINK
+
+    @property
+    def added(self) -> bool:
+        """A path HEAD does not have, a submodule's excepted (a nested repository is never put back)."""
+        return self.status[:1] == "A" and self.new_mode != _GITLINK
 
     @property
     def had_blob(self) -> bool:

@@ -452,6 +452,23 @@ class TestPassedSecretsStayOffTheBranch:
         assert git(repo, "show", "overnight/fix-greet:check.log") == "cleared by the agent"
         assert self.PASSWORD not in git(repo, "log", "-p", "--all")
 
+    def test_a_new_file_named_after_the_value_is_left_out(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A file whose name holds the value (a cache keyed by the password) stays off the branch even when it is empty."""
+        check = 'mkdir -p cache && touch "cache/$DB_PASSWORD.stamp" && python check_greet.py'
+        _, err = self.night(config_file, server, capsys, self.FIX, call("submit", {"summary": "fixed"}), check=check)
+        assert self.PASSWORD not in git(repo, "log", "-p", "--name-only", "--all")
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        [kept] = json_events(err, "secret_kept_out_of_commit")
+        assert (kept["paths"], kept["names"]) == (["cache/***.stamp"], ["DB_PASSWORD"])
+
+    def test_the_event_shows_a_path_holding_the_value_as_stars(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A file named after the password and holding it is logged with *** for the value: the log never carries it."""
+        check = 'echo "$DB_PASSWORD" > "token-$DB_PASSWORD.txt" && python check_greet.py'
+        _, err = self.night(config_file, server, capsys, self.FIX, call("submit", {"summary": "fixed"}), check=check)
+        [kept] = json_events(err, "secret_kept_out_of_commit")
+        assert kept["paths"] == ["token-***.txt"]
+        assert self.PASSWORD not in err
+
     def test_a_value_split_by_a_chunk_edge_is_found_and_short_ones_are_not_looked_for(self) -> None:
         """The redaction's rules decide what is looked for; a value across two reads of a large file is still found."""
         from orchestrator.secrecy import passed_secrets
