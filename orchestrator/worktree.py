@@ -634,6 +634,7 @@ class Worktree:
             raise git.GitCommandError(command, 128, f"git cat-file ended: {exc}") from None
         finally:
             timer.cancel()
+            timer.join()  # a kill already under way lands before the wait below frees the pid for reuse
             with contextlib.suppress(OSError):
                 process.stdin.close()
             process.kill()
