@@ -118,9 +118,9 @@ def _refuse_a_folder_inside_a_checkout(config: Path) -> None:
     """ConfigError when `config`'s folder is inside a git checkout but not its top: the example's `[repo] path = "."`
     would name that folder, and `run` refuses it (exit 2) only once the tasks are written. Where git cannot tell
     (not on PATH, broken, a repository it refuses as another user's) nothing is judged, and nothing is refused."""
-    import os
+    from orchestrator.files import absolute
 
-    folder = Path(os.path.abspath(config)).parent
+    folder = absolute(config, ConfigError, "cannot write").parent
     top = _checkout_top(folder)
     if top is not None and os.path.realpath(top) != os.path.realpath(folder):
         raise ConfigError(

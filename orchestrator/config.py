@@ -6,6 +6,7 @@ because a cron job's only reader is a person at breakfast.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import stat
@@ -61,7 +62,9 @@ class ModelConfig(_Section):
     request_timeout_s: float = Field(120.0, gt=0, le=_DAY_S, description="silence longer than this stops the iteration")
     temperature: float = Field(0.2, ge=0, le=2)
     max_tokens: int = Field(2048, gt=0, description="cap on one response")
-    context_window: int | None = Field(None, gt=0, description="used when litellm does not know the model")
+    # A billion tokens is far past any model's window; a number of 309 digits or more overflowed the
+    # float arithmetic that shares the window out, a traceback in the middle of the night.
+    context_window: int | None = Field(None, gt=0, le=1_000_000_000, description="used when litellm does not know the model")
     retries: int = Field(3, ge=0, le=100, description="attempts after the first when the endpoint is down or answers 5xx, 429, 408, 409 or 425")
     retry_backoff_s: float = Field(2.0, ge=0, le=3600, description="first backoff; doubles each retry, with jitter")
     transport: Literal["auto", "litellm", "direct"] = Field(
@@ -414,8 +417,10 @@ def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
         raw = tomllib.loads(source.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {source} (create one with `overnight init`)") from None
-    except (OSError, UnicodeDecodeError) as exc:  # strerror: "Is a directory", not "[Errno 21] ...: '<the path again>'"
-        raise ConfigError(f"cannot read config file {source}: {getattr(exc, 'strerror', None) or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {source}: {_not_utf8(exc)}") from None
+    except OSError as exc:  # strerror: "Is a directory", not "[Errno 21] ...: '<the path again>'"
+        raise ConfigError(f"cannot read config file {source}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib reads nested arrays and tables by recursion
@@ -426,6 +431,21 @@ def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
     if require_tasks and not config.task:
         raise ConfigError(f"{source}: [[task]]: no tasks defined")
     return config
+
+
+# Longest first: UTF-32's little-endian mark begins with UTF-16's.
+_BYTE_ORDER_MARKS = {
+    codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32", codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16",
+}
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    # Windows PowerShell's `>` and Notepad's "Unicode" write UTF-16 with a byte-order mark: the codec's
+    # words ("can't decode byte 0xff in position 0") did not say what to do about it.
+    encoding = next((name for mark, name in _BYTE_ORDER_MARKS.items() if exc.object.startswith(mark)), None)
+    if encoding is not None:
+        return f"it is {encoding} (it starts with a {encoding} byte-order mark); save it as UTF-8"
+    return str(exc)
 
 
 def parse_config(raw: dict[str, Any], *, source: Path) -> Config:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from orchestrator.config import Config, parse_config
 from orchestrator.errors import ConfigError
+from orchestrator.files import absolute
 
 if TYPE_CHECKING:
     from orchestrator.night import NightResult
@@ -228,7 +229,7 @@ def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
     from orchestrator.local_model import default_threads
 
     default_threads()  # a bad OVERNIGHT_LOCAL_THREADS: exit 2 before the sample is made in the folder
-    workdir = Path(os.path.abspath(workdir)) if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
+    workdir = absolute(workdir, ConfigError, "--dir") if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))
     config = prepare_sample(workdir)
     _say(out, f"overnight demo in {workdir}")
     _say(out, f"sample repository: {config.repo_path} ({len(config.task)} tasks); starting the embedded model…")

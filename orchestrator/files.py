@@ -86,6 +86,15 @@ def read_regular_file(path: Path) -> bytes:
         os.close(descriptor)
 
 
+def absolute(path: Path, error: type[Exception], what: str) -> Path:
+    """`path` made absolute, or `error` in one line: a relative one cannot be when the folder the shell
+    stands in was removed since it went there (os.getcwd() raises FileNotFoundError, a traceback)."""
+    try:
+        return Path(os.path.abspath(path))
+    except FileNotFoundError:
+        raise error(f"{what} {path}: the current folder no longer exists (cd into one that does)") from None
+
+
 def looked_up(path: Path, error: type[Exception], what: str = "") -> os.stat_result | None:
     """`path`'s stat (links followed), None where nothing is (as Path.exists() says); `error` in one line
     where it cannot be looked at. Path.exists() and is_dir() raise those as they are, a traceback: a folder

@@ -164,6 +164,18 @@ class TestInit:
         assert_one_line_error(overnight("demo", "--dir", "d", cwd=tmp_path), 2, "not an empty folder")
         assert [p.name for p in (tmp_path / "d").iterdir()] == [mine] and (tmp_path / "d" / mine).read_text() == "# mine\n"
 
+    @pytest.mark.parametrize(("args", "fragment"), [(("init",), "cannot write overnight.toml"), (("demo", "--dir", "d"), "--dir d")])
+    def test_a_relative_path_in_a_removed_current_folder_is_one_line(self, tmp_path, args, fragment):
+        """`init` or `demo --dir` given a relative path in a shell whose folder was removed since is one line, exit 2, not a traceback."""
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        result = subprocess.run(
+            ["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone), sys.executable, "-m", "orchestrator.cli", *args],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "NO_COLOR": "1"},
+        )
+        assert_one_line_error(result, 2, fragment, "the current folder no longer exists")
+        assert list(tmp_path.iterdir()) == []
+
     def test_demo_dir_that_is_a_file_is_one_line(self, tmp_path):
         (tmp_path / "f").write_text("x")
         assert_one_line_error(overnight("demo", "--dir", "f", cwd=tmp_path), 2, "not an empty folder")

@@ -180,6 +180,15 @@ class TestUnreadableToml:
         (tmp_path / "overnight.toml").write_text(text)
         assert_one_line_error(overnight(*command, cwd=tmp_path), 2, "not valid TOML", fragment)
 
+    @pytest.mark.parametrize(("encoding", "name"), [("utf-16", "UTF-16"), ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32")])
+    @pytest.mark.parametrize("command", [("run",), ("serve", "--next")])
+    def test_a_config_saved_as_utf_16_says_so(self, tmp_path, encoding, name, command):
+        """A config written with a UTF-16 or UTF-32 byte-order mark (PowerShell's `>`) is one line naming its encoding and the fix."""
+        text = '[[task]]\nname = "t"\nprompt = "p"\ncheck = "true"\n'
+        mark = "\ufeff" if encoding == "utf-16-be" else ""  # utf-16 and utf-32 write their mark themselves
+        (tmp_path / "overnight.toml").write_bytes((mark + text).encode(encoding))
+        assert_one_line_error(overnight(*command, cwd=tmp_path), 2, f"it is {name}", "save it as UTF-8")
+
 
 class TestGitMissing:
     @pytest.mark.parametrize("command", ["run", "gc", "serve"])
@@ -416,6 +425,16 @@ class TestHugeNumbers:
         assert_one_line_error(result, 2, key)
         assert not (tmp_path / "state").exists()
 
+    def test_a_context_window_past_any_float_is_one_line_before_the_night(self, tmp_path, repo):
+        """A context_window of 309 digits was an OverflowError traceback once the night had begun (run recorded crashed, exit 1)."""
+        config = config_with(tmp_path, repo, ("[repo]\n", f"context_window = 1{'0' * 309}\n\n[repo]\n"))
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "human"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        assert_one_line_error(result, 2, "[model] context_window")
+        assert not (tmp_path / "state").exists()
+
 
 class TestDocumentedBounds:
     """The edges docs/reference.md gives are exact: the last value allowed loads, the first past it is exit 2 naming the key."""
@@ -426,6 +445,8 @@ class TestDocumentedBounds:
             ({"guards": {"repeat_remind_at": 4, "repeat_stop_at": 4}}, True),  # "remind not above stop": equal is fine
             ({"guards": {"failing_streak_at": 5, "failing_streak_stop_at": 5}}, True),  # "not below failing_streak_at"
             ({"night": {"concurrency": 64}}, True),
+            ({"model": {"context_window": 1_000_000_000}}, True),
+            ({"model": {"context_window": 1_000_000_001}}, False),
             ({"night": {"concurrency": 65}}, False),
             ({"night": {"deadline": "23:59"}}, True),
             # "(at least 1)" / "(at least 0)", as reference.md now says of each key without another bound.
