@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,16 +22,12 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.rollback import git  # noqa: E402
 from orchestrator.secrecy import passed_secrets  # noqa: E402
 from orchestrator.worktree import Worktree  # noqa: E402
 
-ENV = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
 PASSWORD = "Db-Pass-0123456789xyz"
 SECRETS = passed_secrets(["DB_PASSWORD"], {"DB_PASSWORD": PASSWORD})
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True)
 
 
 def make_repo(path: Path, files: int) -> None:
