@@ -149,7 +149,7 @@ def run_shell(
     finally:
         # Also after a normal exit: a background child left running would hold
         # the pipe open and outlive the iteration that started it.
-        _kill_group(process.pid)
+        kill_group(process.pid)
         process.wait()
         # And what left the group (`setsid cmd &`): it would write into the worktree after a rollback.
         stop_marked_processes(cwd, created_after=began)
@@ -514,7 +514,8 @@ def _me_and_my_parents() -> set[int]:
     return chain
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL to a process group overnight started (gone meanwhile, or macOS's zombies, which may not be signalled: nothing to do)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -18,7 +18,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -28,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
+from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, kill_group
 from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, QualityError, StateError
 from orchestrator.gitdir import (
@@ -583,9 +582,7 @@ class Worktree:
     def _new_values_in_contents(self, changes: list[_StagedChange], secrets: PassedSecrets) -> dict[str, frozenset[bytes]]:
         """The staged files among `changes` whose content holds values of `secrets` that their HEAD version did not:
         those values, by path."""
-        old_blobs = {change.old_blob for change in changes}
-        # A blob the checkpoint already has (a file moved or copied) is no new content.
-        written = [change for change in changes if change.written and change.new_blob not in old_blobs]
+        written = _new_content(changes)
         if not written:
             return {}
         found = self._values_in_objects({change.new_blob for change in written}, secrets)
@@ -617,7 +614,7 @@ class Worktree:
         )
         assert process.stdin is not None and process.stdout is not None
         # A timer, not a per-read timeout: a pipe's read has none. Killed, git's output ends and the read below fails.
-        timer = threading.Timer(self.git_timeout_s, _kill_group, (process.pid,))
+        timer = threading.Timer(self.git_timeout_s, kill_group, (process.pid,))
         timer.start()
         found: dict[str, frozenset[bytes]] = {}
         try:
@@ -647,17 +644,10 @@ class Worktree:
         `base` already has (a rename, a mode change of a tracked file) is no new weight. Whether the
         index differs from `base` at all."""
         raw = self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", base)
-        fields = raw.split("\0")
         new: dict[str, str] = {}
-        old: set[str] = set()
-        for at in range(0, len(fields) - 1, 2):
-            meta, path = fields[at].split(), fields[at + 1]
-            if len(meta) < 5:
-                continue
-            old.add(meta[2])
-            if meta[4][0] in "AMT" and meta[1] != "160000":
-                new.setdefault(meta[3], path)
-        wanted = [blob for blob in new if blob not in old]
+        for change in _new_content(list(_staged_changes(raw))):
+            new.setdefault(change.new_blob, change.path)
+        wanted = list(new)
         large = []
         for blob in wanted:
             path = new[blob]
@@ -887,9 +877,7 @@ class Worktree:
         try:
             out, err = process.communicate(stdin, timeout=self.git_timeout_s)
         except subprocess.TimeoutExpired:
-            # Gone meanwhile, or (macOS) a group of zombies only, which may not be signalled.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            kill_group(process.pid)
             out, err = process.communicate()
             # The index lock it held would fail every later command.
             (self._admin / "index.lock").unlink(missing_ok=True)
@@ -1024,6 +1012,13 @@ class _StagedChange:
         return self.old_mode not in ("000000", _GITLINK) and self.old_blob.strip("0") != ""
 
 
+def _new_content(changes: list[_StagedChange]) -> list[_StagedChange]:
+    """The changes that put content in the index the base lacks: a blob the base already has (a file moved or
+    copied, a mode changed) is no new content."""
+    old_blobs = {change.old_blob for change in changes}
+    return [change for change in changes if change.written and change.new_blob not in old_blobs]
+
+
 def _staged_changes(raw: str) -> Iterator[_StagedChange]:
     """The entries of `git diff-index --raw -z` output."""
     fields = raw.split("\0")
@@ -1042,12 +1037,6 @@ def _chunks(stream: Any, size: int) -> Iterator[bytes]:
             raise EOFError(f"{left} of {size} bytes missing")
         left -= len(chunk)
         yield chunk
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL to a process group overnight started (gone meanwhile, or macOS's zombies: nothing to do)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:
