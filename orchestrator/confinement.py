@@ -169,9 +169,13 @@ append_config() {
 # exec path first on PATH, and the real git in it: given a folder of overnight's, where git is this front and
 # all else is git's own, the git those run meets these checks too. Unless git's own is gone (an upgrade removed
 # its versioned folder, as Homebrew's cleanup does): the folder's links lead nowhere then, and git finds its own.
+# A git upgraded in place (its exec path keeps its name) may have programs the folder, made at the night's start,
+# lacks: git looks for them on PATH too, where git's own exec path is put last, after this front and the user's
+# folders, so that no git but this front comes before it.
 exec_path=FENCE_EXEC_PATH
 if [[ -n "$exec_path" && -d FENCE_GITS_EXEC_PATH ]]; then
   export GIT_EXEC_PATH=$exec_path
+  [[ ":$PATH:" == *:FENCE_GITS_EXEC_PATH:* ]] || export PATH=$PATH:FENCE_GITS_EXEC_PATH
 elif [[ -n "$exec_path" && "${GIT_EXEC_PATH-}" == "$exec_path" ]]; then
   unset GIT_EXEC_PATH
 fi
@@ -220,6 +224,52 @@ while [[ -n "$command" && "$command" != -* && "$seen" != *" $command "* && "$own
   while IFS= read -r -d '' word; do words+=("$word"); done < <(printf '%s' "$expansion" | xargs printf '%s\0' 2>/dev/null)
   split_arguments "${before[@]}" "${words[@]}" "${rest[@]}"
 done
+# The worktree's own git dir, as its .git file names it (where git itself finds it): read, no git started.
+read_own_git_dir() {
+  local line
+  [[ -f "$OVERNIGHT_WORKTREE/.git" ]] && IFS= read -r line < "$OVERNIGHT_WORKTREE/.git" && [[ "$line" == "gitdir: "* ]] || return 1
+  own_git_dir=${line#gitdir: }
+  [[ "$own_git_dir" == /* ]] || own_git_dir=$OVERNIGHT_WORKTREE/$own_git_dir
+}
+# Whether the repository's config turns per-worktree config on (extensions.worktreeConfig), with which git reads a
+# core.worktree for a linked worktree too: any mention of it, read without a git started.
+names_worktree_config() {
+  local text=
+  [[ -r "$OVERNIGHT_COMMON_DIR/config" ]] && IFS= read -r -d '' text < "$OVERNIGHT_COMMON_DIR/config"
+  shopt -s nocasematch
+  local found=1
+  [[ "$text" == *worktreeconfig* ]] && found=0
+  shopt -u nocasematch
+  return $found
+}
+# What git runs in the worktree's top (rebase --exec, bisect run, a hook) has GIT_DIR set to the worktree's own git
+# dir, and no other place named: git's top is then the current folder, the worktree's, and its index the git dir's,
+# the worktree's own, as the four `git rev-parse` of the check below would find (~16 ms a command). A linked
+# worktree's git dir (with a commondir) takes no core.worktree but with per-worktree config on.
+in_worktree_top_with_its_own_git_dir() {
+  [[ ${#before[@]} -eq 0 && -n "$GIT_DIR" && -z "$GIT_WORK_TREE$GIT_INDEX_FILE$GIT_COMMON_DIR" ]] && [[ . -ef "$OVERNIGHT_WORKTREE" ]] &&
+    read_own_git_dir && [[ "$GIT_DIR" -ef "$own_git_dir" && -f "$own_git_dir/commondir" ]] && ! names_worktree_config
+}
+# Whether the options before the subcommand name a work tree (--work-tree), which a GIT_DIR leaves to them.
+names_work_tree() {
+  local arg
+  for arg in "$@"; do [[ "$arg" == --work-tree || "$arg" == --work-tree=* ]] && return 0; done
+  return 1
+}
+# git would change files outside the worktree's top: a folder above it, another checkout, or, with GIT_DIR set and
+# no work tree named (as git sets it for what it runs: rebase --exec, bisect run, a hook), a folder in the worktree,
+# which git then takes for the top (`cd sub && git add x` there would stage sub/x as x).
+refuse_other_top() {
+  local top=$1 root
+  root=$(cd "$OVERNIGHT_WORKTREE" 2>/dev/null && pwd -P)
+  if [[ -n "$root" && "$top" == "$root"/* && ( -n "$GIT_DIR" || " ${before[*]} " == *" --git-dir"* ) && -z "$GIT_WORK_TREE" ]] &&
+     ! names_work_tree "${before[@]}"; then
+    echo "overnight: refused: git with GIT_DIR set (as git sets it for what it runs: rebase --exec, bisect run, a hook) takes the current folder, ${top#"$root"/}, for the top of the worktree and would write its files as the top's; in that command run git from the project root (cd $root first, or git -C $root), naming paths from there" >&2
+    exit 1
+  fi
+  echo "overnight: refused: git here would change $top, not this task's worktree; every command starts in the project root: run git from there" >&2
+  exit 1
+}
 # Outside this task's worktree (`cd ../other-task`, the user's own checkout), a command that writes
 # an index or files would write the user's: refused when the repository is the user's. In the
 # worktree (git then finds its own .git, or a repository the agent made) no git runs to ask.
@@ -230,12 +280,9 @@ case "$command" in
     # climb out of the worktree itself then, so the repository is asked there too.
     if [[ ${#before[@]} -gt 0 || -n "$GIT_DIR$GIT_WORK_TREE$GIT_INDEX_FILE" || "$OVERNIGHT_WORKTREE" == *:* ||
           ( "$PWD" != "$OVERNIGHT_WORKTREE" && "$PWD" != "$OVERNIGHT_WORKTREE"/* ) ]] &&
-       in_users_repository "${before[@]}"; then
+       ! in_worktree_top_with_its_own_git_dir && in_users_repository "${before[@]}"; then
       top=$(REAL_GIT "${before[@]}" rev-parse --show-toplevel 2>/dev/null)
-      if [[ -n "$top" && ! "$top" -ef "$OVERNIGHT_WORKTREE" ]]; then
-        echo "overnight: refused: git here would change $top, not this task's worktree; every command starts in the project root: run git from there" >&2
-        exit 1
-      fi
+      [[ -n "$top" && ! "$top" -ef "$OVERNIGHT_WORKTREE" ]] && refuse_other_top "$top"
       # The worktree's files with the index of the user's checkout or another task's (GIT_DIR=<the user's
       # .git> GIT_WORK_TREE=.): refused; a temporary index of the command's own is its own.
       index=$(REAL_GIT "${before[@]}" rev-parse --path-format=absolute --git-path index 2>/dev/null)

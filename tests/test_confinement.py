@@ -200,6 +200,40 @@ class TestGitRunByGit:
         assert result.ok and "greet.py" in result.output and "overnight: refused" not in result.output, result.output
         assert git(repo, "stash", "list", "--format=%gs") == "On feature: user wip"
 
+    def test_a_git_that_git_runs_in_a_folder_is_refused_saying_why(self, agent: Any) -> None:
+        """`git rebase --exec 'cd sub && git add x'`, where git's GIT_DIR makes sub the top (x staged as x), is refused saying
+        so and naming the project root (it said "every command starts in the project root"), as the agent's own line stages sub/x."""
+        refused = agent("mkdir sub && echo x > sub/x && git rebase -q --exec 'cd sub && git add x' HEAD~1; git rebase --abort; git ls-files")
+        assert "overnight: refused: git with GIT_DIR set (as git sets it for what it runs" in refused.output, refused.output
+        assert "every command starts" not in refused.output, refused.output
+        assert "takes the current folder, sub, for the top" in refused.output and str(agent.tree.path) in refused.output, refused.output
+        assert "\nx\n" not in refused.output + "\n" and "sub/x" not in refused.output, refused.output  # nothing staged
+        # The same line in the agent's own shell, where git finds the worktree's top itself, stages sub/x.
+        staged = agent("cd sub && git add x && git ls-files --full-name x")
+        assert staged.ok and staged.output.endswith("\nsub/x"), staged.output
+
+    def test_a_write_command_git_runs_in_the_worktree_asks_git_nothing_more(self, agent: Any, repo: Path) -> None:
+        """A write command that git runs in the worktree's top with GIT_DIR its own git dir (`rebase --exec 'git add -A'`)
+        starts no `git rev-parse` of the front's (it started four, ~16 ms a command)."""
+        # Traced from the front on (the rebase's own hooks ask git too).
+        result = agent("git rebase -q --exec 'GIT_TRACE=$PWD/../trace git add -A' HEAD~1 && cat ../trace")
+        assert result.ok, result.output
+        started = [line.split("built-in: ", 1)[1].split()[1] for line in result.output.splitlines() if "built-in: " in line]
+        assert started == ["add"], started
+
+
+def git_of_a_keg(keg: Path) -> Path:
+    """A git whose exec path is `keg`/libexec, a folder of links to the real git's programs (as Homebrew's
+    versioned keg is), while that folder is there; git's own exec path once it is gone (GIT_EXEC_PATH's, given one)."""
+    (keg / "libexec").mkdir(parents=True)
+    real = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True).stdout.strip()
+    for name in os.listdir(real):
+        (keg / "libexec" / name).symlink_to(Path(real) / name)
+    git_program = keg / "git"
+    git_program.write_text(f'#!/bin/sh\n[ "$1" = --exec-path ] && [ -z "$GIT_EXEC_PATH" ] && [ -d {keg}/libexec ] && echo {keg}/libexec && exit\nexec {shutil.which("git")} "$@"\n')
+    git_program.chmod(0o755)
+    return git_program
+
 
 class TestGitsExecPathGone:
     def test_git_finds_its_programs_after_its_exec_path_went(self, tmp_path: Path) -> None:
@@ -208,13 +242,7 @@ class TestGitsExecPathGone:
         from orchestrator import confinement
 
         keg = tmp_path / "keg"
-        (keg / "libexec").mkdir(parents=True)
-        real = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True).stdout.strip()
-        for name in os.listdir(real):
-            (keg / "libexec" / name).symlink_to(Path(real) / name)
-        old_git = keg / "git"  # the git of the keg: its exec path is the keg's, and then git's own
-        old_git.write_text(f'#!/bin/sh\n[ "$1" = --exec-path ] && [ -d {keg}/libexec ] && echo {keg}/libexec && exit\nexec {shutil.which("git")} "$@"\n')
-        old_git.chmod(0o755)
+        old_git = git_of_a_keg(keg)
         folder = tmp_path / "fences"
         folder.mkdir()
         try:
@@ -228,6 +256,34 @@ class TestGitsExecPathGone:
                     capture_output=True, text=True,
                 )
                 assert done.returncode == 0, done.stderr
+        finally:
+            confinement._remove(folder)
+
+
+class TestGitUpgradedInPlace:
+    def test_a_program_gits_exec_path_gained_mid_night_is_found(self, tmp_path: Path) -> None:
+        """A program that git upgraded in place (its exec path keeps its name) gained after the front's folder of links
+        was made runs as `git foo` from the agent, a git that git ran and an alias's shell (it was "not a git command")."""
+        from orchestrator import confinement
+
+        keg = tmp_path / "keg"
+        git_program = git_of_a_keg(keg)
+        folder = tmp_path / "fences"
+        folder.mkdir()
+        try:
+            confinement._fill(folder, shutil.which("bash"), str(git_program))
+            project = make_repo(tmp_path / "project", {"a.txt": "a\n"})
+            helper = keg / "libexec" / "git-foo"  # the upgrade's new program
+            helper.write_text('#!/bin/sh\necho "foo ran; its git runs with $(git --exec-path)"\n')
+            helper.chmod(0o755)
+            front = str(folder / "bin" / "git")
+            # Run by the agent, by a git that git ran (the folder of links its exec path), and by a git alias's shell.
+            for command, inherited in (([front, "foo"], {}), ([front, "foo"], {"GIT_EXEC_PATH": str(folder / "exec")}),
+                                       ([front, "-c", "alias.x=!git foo", "x"], {})):
+                done = subprocess.run(command, cwd=project, env={**os.environ, **inherited}, capture_output=True, text=True)
+                assert done.returncode == 0, (command, inherited, done.stderr)
+                # The program's own git met the front, which gives git the folder of links.
+                assert done.stdout.strip() == f"foo ran; its git runs with {folder / 'exec'}", (command, inherited, done.stdout)
         finally:
             confinement._remove(folder)
 
@@ -348,6 +404,12 @@ OUTSIDE_THE_WORKTREE = {
     "the user's index, by GIT_DIR and GIT_WORK_TREE": "echo x > new.txt && GIT_DIR=$(git rev-parse --git-common-dir) GIT_WORK_TREE=. git add new.txt",
     "the user's index, by --git-dir and --work-tree": "echo x > new.txt && git --git-dir=$(git rev-parse --git-common-dir) --work-tree=. add new.txt",
     "another task's index, by GIT_INDEX_FILE": "echo x > new.txt && GIT_INDEX_FILE=$(git rev-parse --git-common-dir)/worktrees/other/index git add new.txt",
+    # GIT_DIR alone, as git sets it for what it runs, but naming another git dir than the worktree's own.
+    "the user's index, by GIT_DIR alone": "echo x > new.txt && GIT_DIR=$(git rev-parse --git-common-dir) git add new.txt",
+    "another task's index, by GIT_DIR alone": "echo x > new.txt && GIT_DIR=$(git rev-parse --git-common-dir)/worktrees/other git add new.txt",
+    # The worktree's own git dir, whose per-worktree config names the user's checkout as its work tree.
+    "the user's checkout, by a worktree config's core.worktree": "own=$(git rev-parse --absolute-git-dir) && git config extensions.worktreeConfig true "
+    "&& git config --worktree core.worktree $(cd ../../.. && pwd) && GIT_DIR=$own git reset -q --hard",
 }
 
 
