@@ -101,7 +101,7 @@ def init(
     from orchestrator.config import example_config_text
     from orchestrator.files import looked_up
 
-    _refuse_a_folder_inside_a_checkout(config)
+    _refuse_a_folder_git_keeps_or_inside_a_checkout(config)
     found = looked_up(config, ConfigError, "config file")
     if found is not None and not stat.S_ISREG(found.st_mode):  # a pipe would take the example and block; a device or folder is no config
         raise ConfigError(f"cannot write {config}: it is not a regular file (a folder, a pipe or a device)")
@@ -114,39 +114,28 @@ def init(
     typer.echo(f"wrote {config}: add your tasks, point [model] at a server, then `overnight run`")
 
 
-def _refuse_a_folder_inside_a_checkout(config: Path) -> None:
-    """ConfigError when `config`'s folder is inside a git checkout but not its top: the example's `[repo] path = "."`
-    would name that folder, and `run` refuses it (exit 2) only once the tasks are written. Where git cannot tell
-    (not on PATH, broken, a repository it refuses as another user's) nothing is judged, and nothing is refused."""
+def _refuse_a_folder_git_keeps_or_inside_a_checkout(config: Path) -> None:
+    """ConfigError when `config`'s folder is not the top of a checkout git finds there. Inside a git folder (a
+    checkout's `.git`, a worktree's folder in it, a bare repository) the example would lie among git's own files,
+    its `[repo] path = "."` naming no checkout. Inside a checkout but not at its top, that path would name the
+    folder, and `run` refuses it (exit 2) only once the tasks are written. Where git cannot tell (not on PATH,
+    broken, a repository it refuses as another user's) nothing is judged, and nothing is refused."""
+    from orchestrator.checkout import checkout_around, git_folder_around
     from orchestrator.files import absolute
 
     folder = absolute(config, ConfigError, "cannot write").parent
-    top = _checkout_top(folder)
-    if top is not None and os.path.realpath(top) != os.path.realpath(folder):
+    git_folder = git_folder_around(folder)
+    if git_folder is not None:
+        raise ConfigError(
+            f"{folder} is inside the git folder {git_folder}, where git keeps its own files: "
+            f"run `overnight init` at the top of a checkout (a night works on the whole repository)"
+        )
+    top = checkout_around(folder)
+    if top is not None:
         raise ConfigError(
             f"{folder} is a folder inside the git repository at {top}, and the config's [repo] path \".\" would name it: "
             f"run `overnight init` there (a night works on the whole repository)"
         )
-
-
-def _checkout_top(folder: Path) -> str | None:
-    """The top folder of the git checkout `folder` lies in, as git finds it; None where git finds none or cannot run.
-    git itself, not GitPython: importing that runs `git version` (a tenth of a second, and an ImportError where
-    git is broken) for a command that should be instant."""
-    import subprocess
-
-    from orchestrator.commands import base_environment
-
-    try:
-        # Without an inherited GIT_DIR or GIT_WORK_TREE, which would name another repository than the folder's.
-        found = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=folder, env=base_environment(),
-            stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):  # no git on PATH, the folder not there yet, a git that hangs
-        return None
-    top = os.fsdecode(found.stdout).rstrip("\n")
-    return top if found.returncode == 0 and top else None
 
 
 def _replace_file(path: Path, data: bytes) -> None:
@@ -238,18 +227,35 @@ def run(
 
 
 def _fire_time(text: str) -> datetime:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         when = datetime.fromisoformat(text)
-        # A time the run store cannot hold (year 1 at +05:00 is before year 1 in UTC) is as bad as none.
-        if when.tzinfo is not None and not 1970 <= when.astimezone(timezone.utc).year <= 9998:
-            when = None
     except (ValueError, OverflowError):
         when = None
     if when is None or when.tzinfo is None:
         raise ConfigError(f"--scheduled-for: {text!r} is not an ISO 8601 time with its UTC offset, like 2026-12-02T01:30:00+00:00")
+    if _utc_year(when) not in _FIRE_YEARS:
+        # A time the run store cannot hold (year 1 at +05:00 is before year 1 in UTC) is as bad as none, but
+        # it is a time: "not an ISO 8601 time with its offset" sent the reader looking for a typo.
+        raise ConfigError(
+            f"--scheduled-for: {text!r} is out of range: in UTC it must fall in the years {_FIRE_YEARS[0]} to {_FIRE_YEARS[-1]}"
+        )
     return when
+
+
+# The years a fire time may fall in, in UTC: what the run store holds.
+_FIRE_YEARS = range(1970, 9999)
+
+
+def _utc_year(when: datetime) -> int | None:
+    """The year of `when` in UTC; None past the calendar's ends (9999-12-31T23:59:59-14:00 is in year 10000 there)."""
+    from datetime import timezone
+
+    try:
+        return when.astimezone(timezone.utc).year
+    except OverflowError:
+        return None
 
 
 def _stop_at_once(log: object, run_id: int | None) -> None:

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
+from orchestrator.checkout import checkout_around, git_folder_around
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, kill_group
 from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, QualityError, StateError
@@ -98,22 +99,13 @@ def open_repo(path: Path):
 
 
 def _inside_one(path: Path) -> str:
-    """", but a folder inside the one at X: ..." when `path` is a subfolder of a checkout (a monorepo's project)."""
+    """", but a folder inside the one at X: ..." when `path` is a subfolder of a checkout (a monorepo's project),
+    or ", but a folder inside the git folder X: ..." when it lies among git's own files."""
+    git_folder = git_folder_around(path)
+    if git_folder is not None:
+        return f", but a folder inside the git folder {git_folder}: point [repo] path at the top of a checkout"
     top = checkout_around(path)
     return f", but a folder inside the one at {top}: point [repo] path there (a night works on the whole repository)" if top else ""
-
-
-def checkout_around(folder: Path) -> str | None:
-    """The top folder of the git checkout that `folder` lies inside, when `folder` is not that top itself; else None."""
-    import git
-
-    try:
-        top = git.Repo(folder, search_parent_directories=True).working_tree_dir
-    except (git.NoSuchPathError, git.InvalidGitRepositoryError, OSError):
-        return None
-    if top is None or os.path.realpath(top) == os.path.realpath(folder):
-        return None
-    return str(top)
 
 
 def check_base(repo, base: str) -> None:

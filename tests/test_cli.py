@@ -201,6 +201,25 @@ class TestInit:
         assert written.stdout == "wrote overnight.toml: add your tasks, point [model] at a server, then `overnight run`\n"
         assert (top / "overnight.toml").read_text() == example_config_text()
 
+    @pytest.mark.parametrize("where", [".git", ".git/refs/heads", ".git/worktrees/wt", "bare.git", "bare.git/refs"])
+    def test_init_inside_a_git_folder_is_refused_and_writes_nothing(self, tmp_path, where):
+        """`overnight init` run in a git folder (a checkout's .git, a worktree's folder in it, a bare repository), or
+        given a config there, writes nothing among git's files and says so in one line, exit 2."""
+        top = tmp_path / "repo"
+        top.mkdir()
+        git(top, "init", "-q")
+        git(top, "commit", "-q", "--allow-empty", "-m", "start")
+        git(top, "worktree", "add", "-q", str(tmp_path / "wt"))
+        git(top, "clone", "-q", "--bare", str(top), str(top / "bare.git"))
+        folder = top / where
+        git_folder = top / (".git/worktrees/wt" if where == ".git/worktrees/wt" else where.partition("/")[0])
+        before = sorted(folder.iterdir())
+        refused = overnight("init", cwd=folder)
+        assert_one_line_error(refused, 2, f"{folder} is inside the git folder {git_folder}", "at the top of a checkout")
+        given = overnight("init", "--force", "-c", str(folder / "overnight.toml"), cwd=tmp_path)
+        assert_one_line_error(given, 2, f"inside the git folder {git_folder}")
+        assert sorted(folder.iterdir()) == before and refused.stdout == given.stdout == ""
+
     def test_init_does_not_import_gitpython(self, tmp_path):
         """`overnight init` judges the folder with git itself: it imports none of GitPython, whose import runs `git version`."""
         probe = (
@@ -597,6 +616,12 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo / "services" / "api")
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", f"inside the one at {repo}")
 
+    def test_repo_path_inside_its_git_folder_names_that_folder(self, tmp_path, repo):
+        """A [repo] path among git's own files (.git/refs) is named as inside the repository's git folder, as a subfolder of the checkout is named inside it."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo / ".git" / "refs")
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", f"inside the git folder {repo / '.git'}")
+        assert not (tmp_path / "state").exists()
+
     def test_bare_repository(self, tmp_path, repo):
         """A bare repository has no checkout to branch task worktrees beside: named, before any run is recorded."""
         bare = tmp_path / "bare.git"
@@ -626,6 +651,15 @@ class TestBadConfig:
         result = overnight("run", "--config", str(config), "--scheduled-for", when)
         assert_one_line_error(result, 2, "--scheduled-for", "offset")
         assert not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize("when", ["9999-12-31T23:59:59+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+05:00", "1969-12-31T23:59:59+00:00"])
+    def test_a_scheduled_for_time_out_of_range_is_named_as_such(self, tmp_path, repo, when):
+        """A `--scheduled-for` time with its offset that falls outside the years the run store holds (one past year 9999
+        in UTC included) is refused as out of range, in one line, exit 2: not as a time that lacks its offset."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = overnight("run", "--config", str(config), "--scheduled-for", when)
+        assert_one_line_error(result, 2, f"--scheduled-for: {when!r} is out of range", "years 1970 to 9998")
+        assert "offset" not in result.stderr and not (tmp_path / "state").exists()
 
     def test_report_before_any_run(self, tmp_path, repo):
         """`overnight report` with no runs yet says so in one line (exit 1, not 4: nothing is broken),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 import pytest
 
@@ -115,6 +117,15 @@ class TestCompileBound:
         """Repeats a model writes, a range (which is not unrolled), and braces that are no repeat are under the bound and compile."""
         assert unrolled_copies(pattern) <= MOST_UNROLLED_COPIES
         compile_pattern(pattern)
+
+    @pytest.mark.parametrize("pattern", [r"(?fi)(\X{316}){315}", "not a (pattern"])
+    def test_a_compiled_pattern_is_freed_once_its_search_drops_it(self, pattern):
+        """A search's compiled pattern (the largest under the bound hold 75 MB) is not kept after the search, in regex's cache of 500 patterns or anywhere else."""
+        compiled = compile_pattern(pattern)
+        freed = weakref.ref(compiled)
+        del compiled
+        gc.collect()
+        assert freed() is None
 
     def test_nested_repeats_multiply(self):
         """A group's count multiplies what its items unroll to, as the compiler does."""
