@@ -15,6 +15,7 @@ import math
 import os
 import socket
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from orchestrator.confinement import Confinement
 from orchestrator.errors import Cancelled, ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
 from orchestrator.iteration import TaskSetup, died_of_the_nights_signal, first_messages, run_iteration
-from orchestrator.leases import LeaseHeld, LeaseKeeper, lease_key, new_owner
+from orchestrator.leases import DEFAULT_TTL_S, LeaseHeld, LeaseKeeper, lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
@@ -44,6 +45,9 @@ EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, ModelU
 EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
 # The signals that stop a night (its CancelToken's `why` names one), and the exit code each leaves.
 SIGNAL_EXIT_CODES = {"SIGHUP": EXIT_SIGHUP, "SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
+# How often a task set aside for a lease another live worker holds asks for it again: a quarter of the
+# holder's heartbeat (ttl/3), so a lease let go is taken up within seconds, at one query per waiting task.
+LEASE_POLL_S = DEFAULT_TTL_S / 12
 PARK_CORRECTION = (
     "Parked for the night: the same problem stopped {iterations} in a row ({reason}). "
     "A person should look at the task or the model."
@@ -103,8 +107,9 @@ def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
 class _Night:
     """State shared by the tasks of one night (possibly running in parallel)."""
 
-    def __init__(self, parts: NightParts, run_id: int, state_id: str | None, repository_key: str) -> None:
+    def __init__(self, parts: NightParts, run_id: int, state_id: str | None, repository_key: str, tasks_pool: ThreadPoolExecutor) -> None:
         self.parts = parts
+        self._tasks_pool = tasks_pool
         self.run_id = run_id
         self.state_id = state_id
         self.notes = NotesBook(parts.config.notes_path)
@@ -139,6 +144,9 @@ class _Night:
         self._lock = threading.Lock()
         # Set when an error ends a task and with it the night (see _run_task).
         self.crashed = threading.Event()
+        # Set when a task paused for an unreachable model: the night exits 3 whatever else it does, and
+        # could work no task whose lease it waited for (why_stop_waiting).
+        self.model_unreachable = threading.Event()
         # Worktrees are made in task order, a little ahead of need: a task asks for its own
         # once its first request has left (the checkout overlaps that model call, and does not
         # compete with the other tasks' first requests for the CPU), and for the next task's,
@@ -251,6 +259,20 @@ class _Night:
         """Why no iteration may start now ("" if one may). None starts that could not finish
         by the deadline, judged by the slowest so far: that refuses the asking task only (the
         others' iterations in flight go on), and the deadline itself stops the night."""
+        if stopping := self._why_stopping():
+            return stopping
+        if not self.deadline.allows(self._slowest_iteration_s):
+            return "deadline"
+        return ""
+
+    def why_stop_waiting(self) -> str:
+        """Why a task set aside for another worker's lease should wait no longer ("" if it may): what stops
+        the night, and an unreachable model. Not the slowest iteration's time to the deadline: a lease let go
+        before the deadline may be a task done elsewhere, which needs no time (one to work is refused then)."""
+        return self._why_stopping() or ("model_unreachable" if self.model_unreachable.is_set() else "")
+
+    def _why_stopping(self) -> str:
+        """What stops the night's work (a lost state dir raises StateError), or ""."""
         self.parts.check_lock()
         if self.parts.cancel.cancelled:
             return self.parts.cancel.why
@@ -261,9 +283,15 @@ class _Night:
             # still checked and committed (its `submit` may carry finished work), while the others'
             # loops stop at their next model call (orchestrator.agent: budgets asked before each).
             return self.budget.why
-        if not self.deadline.allows(self._slowest_iteration_s):
-            return "deadline"
         return ""
+
+    def set_aside(self, try_again: Callable[[], Any]) -> Future[Any] | None:
+        """`try_again` queued behind the night's other tasks (the pool takes them in order), so it waits no slot
+        that startable work could use; None when the night is ending and takes nothing more."""
+        try:
+            return self._tasks_pool.submit(try_again)
+        except RuntimeError:  # the pool was shut down: a crash ends the night
+            return None
 
     def task_budget(self, work_key: str) -> TokenBudget:
         """A task's own token budget, less what its work spent in earlier runs of this scheduled night."""
@@ -298,12 +326,12 @@ def run_night(parts: NightParts) -> NightResult:
     run_id = store.begin_run(
         config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id, queued=_queue(config, repository)
     )
-    night = _Night(parts, run_id, state_id, repository)
+    pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
+    night = _Night(parts, run_id, state_id, repository, pool)
     night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
     if hidden := withheld(os.environ):
         # Names only: a check that needs one fails, and this says why (a task's pass_env lets it through).
         night.log.info("secrets_withheld", names=hidden)
-    pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
     futures = [pool.submit(_run_task, night, task) for task in config.task]
     abandoned = False  # a second Ctrl-C: the iterations in flight are left to the next night's recovery
     try:
@@ -368,31 +396,68 @@ def _queue(config: Config, repository: str) -> list[dict[str, Any]]:
     return [{"name": task.name, "branch": branch_for(task.name), "work_key": work_key(repository, task)} for task in config.task]
 
 
+@dataclass(frozen=True)
+class _SetAside:
+    """A task whose lease another live worker holds, queued again behind the night's other tasks: its
+    summary is its next try's."""
+
+    next_try: Future[Any]
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A set-aside task's state between its tries: its task run, the lease's holder, and when it last asked."""
+
+    task_run_id: int
+    holder: str
+    asked_at: float  # time.monotonic()
+
+
 def _results(futures: Sequence[Any]) -> list[TaskSummary]:
-    return [future.result() for future in futures]
+    return [_summary_of(future) for future in futures]
 
 
-def _run_task(night: _Night, task: TaskConfig) -> TaskSummary:
+def _summary_of(future: Future[Any]) -> TaskSummary:
+    """A task's summary, through the tries it was set aside for (each task's first future is followed)."""
+    result = future.result()
+    while isinstance(result, _SetAside):
+        result = result.next_try.result()
+    return result
+
+
+def _run_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = None) -> TaskSummary | _SetAside:
     """One task's night. An error out of it (the state dir failing, a worktree git cannot make, a bug)
     ends the night (the run `crashed`): the other tasks' iterations in flight end as they would, and no
     task or iteration starts after it; such tasks are `cancelled`, reason `night_crashed`."""
     try:
-        return _work_on_task(night, task)
+        return _work_on_task(night, task, waiting)
     except Exception:
         night.crashed.set()
         raise
 
 
-def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
+def _try_again(night: _Night, task: TaskConfig, waiting: _Waiting) -> TaskSummary | _SetAside:
+    """A set-aside task's next try, once LEASE_POLL_S has passed since its last (a stop ends the pause)."""
+    if (pause := LEASE_POLL_S - (time.monotonic() - waiting.asked_at)) > 0:
+        night.parts.cancel.wait(pause)
+    return _run_task(night, task, waiting)
+
+
+def _work_on_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = None) -> TaskSummary | _SetAside:
+    """`waiting`: the task was set aside for another worker's lease, and this is a later try of it."""
     parts, store = night.parts, night.parts.store
-    # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
-    # the CI's test cases list every task of the night, not only those that began.
     work_key = night.work_key(task)
-    task_run_id = store.begin_task(
-        night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key, position=night.position(task)
-    )
-    log = night.log.bind(task=task.name, task_run_id=task_run_id)
-    night.task_began(task, log)
+    if waiting is None:
+        # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
+        # the CI's test cases list every task of the night, not only those that began.
+        task_run_id = store.begin_task(
+            night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key, position=night.position(task)
+        )
+        log = night.log.bind(task=task.name, task_run_id=task_run_id)
+        night.task_began(task, log)
+    else:
+        task_run_id = waiting.task_run_id
+        log = night.log.bind(task=task.name, task_run_id=task_run_id)
     reports: list[IterationReport] = []
     begun = 0  # iterations begun: a cancelled or unreachable one ends with no report
     # The task's own stop: the night's, or its lease lost to another worker (this process
@@ -416,17 +481,27 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
         log.info(ended.event, reason=ended.earlier_reason, iterations=night.earlier.counted(work_key))
         outcome, reason = ended.outcome, ended.reason
         commit = finish(outcome, reason)
-    elif refused := night.why_not_start_iteration() or _spent((night.task_budget(work_key),)):
+    elif waiting is not None and night.why_stop_waiting():
+        # The night stops while the task waits for another worker's lease: recorded as one it found held.
+        log.info("task_skipped_leased", holder=waiting.holder)
+        outcome, reason = TaskOutcome.SKIPPED, "leased"
+        commit = finish(outcome, reason)
+    elif waiting is None and (refused := _refused(night, work_key)):
         # Before its first request is asked ahead: a task whose budget the earlier runs spent costs no call.
         outcome, reason = TaskOutcome.CANCELLED, refused
         commit = finish(outcome, reason)
     else:
         try:
             with lease:
+                if waiting is not None:
+                    store.resume_task(task_run_id)
                 if done_by := night.done_elsewhere(work_key):
                     # Machines sharing a store share the work: what another finished tonight is not done twice.
                     log.info("task_skipped_done_elsewhere", host=done_by)
                     outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
+                elif waiting is not None and (refused := _refused(night, work_key)):
+                    # Asked once the lease is free (see _Night.why_stop_waiting): the wait may have used the time left.
+                    outcome, reason = TaskOutcome.CANCELLED, refused
                 else:
                     asked = parts.now()
                     with night.ask_ahead(task, task_run_id, log) as model:
@@ -451,11 +526,34 @@ def _work_on_task(night: _Night, task: TaskConfig) -> TaskSummary:
                 # Recorded before the lease is let go: a worker that takes it next sees the task done.
                 commit = finish(outcome, reason)
         except LeaseHeld as held:
+            if set_aside := _wait_for_lease(night, task, log, _Waiting(task_run_id, str(held), time.monotonic()), first=waiting is None):
+                return set_aside
             log.info("task_skipped_leased", holder=str(held))
             outcome, reason = TaskOutcome.SKIPPED, "leased"
             commit = finish(outcome, reason)
+    if reason == "model_unreachable":
+        night.model_unreachable.set()
     log.info("task_finished", outcome=outcome.value, reason=reason, iterations=begun)
     return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
+
+
+def _refused(night: _Night, work_key: str) -> str:
+    """Why the task may not begin now (night.why_not_start_iteration, or its own budget spent), or ""."""
+    return night.why_not_start_iteration() or _spent((night.task_budget(work_key),))
+
+
+def _wait_for_lease(night: _Night, task: TaskConfig, log: Any, waiting: _Waiting, *, first: bool) -> _SetAside | None:
+    """The task queued again to wait for the lease another live worker holds (it may finish the task, or
+    die and leave it to this night), holding neither the lease nor a slot meanwhile; None when the night
+    stops instead, and the task is to be recorded `leased` now."""
+    if night.why_stop_waiting():
+        return None
+    if first:
+        # Its row says why it is not being worked: `running`, reason `leased`, until it is or the night stops.
+        night.parts.store.wait_task_for_lease(waiting.task_run_id)
+        log.info("task_waiting_for_lease", holder=waiting.holder)
+    next_try = night.set_aside(functools.partial(_try_again, night, task, waiting))
+    return _SetAside(next_try) if next_try is not None else None
 
 
 @dataclass(frozen=True)

@@ -428,6 +428,17 @@ class RunStore:
         # Its iterations' events are in: each iteration's end waited for them.
         self._update("finish_task", TaskRun, task_run_id, after_events=False, **values)
 
+    def wait_task_for_lease(self, task_run_id: int) -> None:
+        """The task is set aside, waiting for a lease another live worker holds: still `running`, its reason
+        `leased` until it is worked (`resume_task`) or recorded skipped; a night killed meanwhile leaves it so
+        (`close_interrupted_run`)."""
+        self._update("wait_task_for_lease", TaskRun, task_run_id, after_events=False, reason="leased")
+
+    def resume_task(self, task_run_id: int) -> None:
+        """A task that waited for a lease took it: its reason cleared, and its time counted from now (a
+        waiting task's time was the other worker's work, not its own)."""
+        self._update("resume_task", TaskRun, task_run_id, after_events=False, reason="", started_at=self.now())
+
     def add_unused_tokens(self, task_run_id: int, tokens: int) -> None:
         """The tokens of a first answer the task ended without taking (see TaskRun.unused_tokens)."""
         unused = func.coalesce(TaskRun.unused_tokens, 0) + tokens
@@ -724,6 +735,11 @@ class RunStore:
                 ))
             open_tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run_id, TaskRun.outcome == "running")).all()
             for task in open_tasks:
+                if task.reason == "leased":
+                    # Set aside for another worker's lease, never worked (RunStore.wait_task_for_lease): recorded as a
+                    # night stopped while it waited records it, not as work the night died under.
+                    task.outcome, task.finished_at = "skipped", now
+                    continue
                 commit = session.scalars(
                     select(Iteration.commit)
                     .where(Iteration.task_run_id == task.id, Iteration.outcome == "committed")

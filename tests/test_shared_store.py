@@ -7,6 +7,7 @@ its own night, and a worker that lost a task's lease to another does not commit.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -33,7 +34,7 @@ from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 from tests.test_faults import dead_pid, recover
 from tests.test_logs import events_of, json_logs
 from tests.test_night import FIX, overnight, report_json
-from tests.test_unattended import run_in_process
+from tests.test_unattended import clock_from, run_in_process
 
 
 def shared_config(folder: Path, repo: Path, server: Any, store: Path | str, **sections: Any) -> Path:
@@ -370,19 +371,6 @@ class TestSharedWork:
         assert task.outcome.value == "succeeded"
         assert [t.outcome.value for t in nights[0].tasks] == ["succeeded"]
 
-    def test_on_one_repository_a_held_lease_still_keeps_a_second_worker_off(self, tmp_path: Path, repo: Path, server: Any) -> None:
-        from orchestrator.leases import lease_key
-
-        store_file = tmp_path / "shared.db"
-        config = shared_config(tmp_path / "a", repo, server, store_file)
-        store = RunStore.open(f"sqlite:///{store_file}")
-        try:
-            key = lease_key("fix-greet", repository_key(Repo(repo), "HEAD"))
-            assert store.acquire_lease(key, f"machine-b:1:cafe:{'b' * 32}", ttl_s=600)
-        finally:
-            store.close()
-        [task] = run_in_process(config).tasks
-        assert (task.outcome.value, task.reason) == ("skipped", "leased")
 
     def test_a_task_is_recorded_done_before_its_lease_is_let_go(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Another worker may take a lease the moment it is free, and then asks the store whether the task
@@ -406,6 +394,120 @@ class TestSharedWork:
             result = run_night(parts)
         assert result.exit_code == 0
         assert seen_by_the_next_worker == [("succeeded",)]
+
+
+def held_by_another_machine(store_file: Path, repo: Path, *, ttl_s: float, task: str = "fix-greet") -> None:
+    """`task`'s lease in the shared store, taken by machine B for `ttl_s` seconds and never renewed after."""
+    store = RunStore.open(f"sqlite:///{store_file}")
+    try:
+        assert store.acquire_lease(lease_key(task, repository_key(Repo(repo), "HEAD")), f"machine-b:1:cafe:{'b' * 32}", ttl_s=ttl_s)
+    finally:
+        store.close()
+
+
+def overnight_run(config: Path) -> subprocess.Popen:
+    """`overnight run` as cron starts it, its JSON log on stderr."""
+    command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"]
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class TestWaitingForALease:
+    def test_two_machines_starting_the_same_night_both_exit_0_when_every_task_is_done(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Two `overnight run`s on one store, started together: each task found leased by the other waits for
+        its lease, then is `done_elsewhere`; both exit 0 and no task is worked twice."""
+        store_file = tmp_path / "shared.db"
+        tasks = [{"name": name, "prompt": "p", "check": "true", "tools": ["read_file", "submit"]} for name in ("one", "two")]
+        server.enqueue(*[Reply(tool_calls=call("submit", {"summary": "done"}).tool_calls, delay_s=3.0) for _ in tasks])
+        configs = [
+            shared_config(tmp_path / "a", repo, server, store_file, tasks=tasks),
+            shared_config(tmp_path / "b", clone(repo, tmp_path / "b-repo"), server, store_file, tasks=tasks),
+        ]
+        nights = [overnight_run(config) for config in configs]
+        ended = [night.communicate(timeout=120) for night in nights]
+        assert [night.returncode for night in nights] == [0, 0], [err[-3000:] for _, err in ended]
+        assert len(server.requests) == len(tasks)
+        events = [json.loads(line) for _, err in ended for line in err.splitlines() if line.startswith("{")]
+        outcomes = sorted((e["task"], e["outcome"], e["reason"]) for e in events if e["event"] == "task_finished")
+        assert outcomes == [("one", "skipped", "done_elsewhere"), ("one", "succeeded", ""), ("two", "skipped", "done_elsewhere"), ("two", "succeeded", "")]
+        assert {e["task"] for e in events if e["event"] == "task_waiting_for_lease"} == {"one", "two"}
+        assert not [e for e in events if e["event"] == "task_skipped_leased"]
+
+    def test_a_task_whose_holder_works_on_past_the_deadline_is_skipped_leased(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
+        """Another worker holds the lease all night: the task waits, shown `running` (`leased`) meanwhile, and at
+        the deadline is recorded `skipped`, `leased`, as before: exit 1 for a task no one finished."""
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file, night={"deadline": "06:30"})
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        seen_while_waiting: list[tuple[str, str]] = []
+
+        def look_while_it_waits() -> None:
+            store = RunStore.open(f"sqlite:///{store_file}")
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not seen_while_waiting:
+                    run = store.latest_run(state_id=state_identity(tmp_path / "a" / "state"))
+                    if run is not None and run.tasks and run.tasks[0].reason == "leased":
+                        seen_while_waiting.append((run.tasks[0].outcome, run.tasks[0].reason))
+                    time.sleep(0.1)
+            finally:
+                store.close()
+
+        looker = threading.Thread(target=look_while_it_waits)
+        looker.start()
+        with json_logs() as log:
+            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 50, tzinfo=timezone.utc), speed=2))
+        looker.join()
+        assert result.exit_code == 1
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason, task.iterations) == ("skipped", "leased", ())
+        assert seen_while_waiting == [("running", "leased")]
+        events = events_of(log)
+        [waited] = [e for e in events if e["event"] == "task_waiting_for_lease"]
+        [skipped] = [e for e in events if e["event"] == "task_skipped_leased"]
+        assert "machine-b" in waited["holder"] and skipped["holder"] == waited["holder"]
+        assert waited["task_run_id"] == skipped["task_run_id"]
+        assert len(server.requests) == 0
+        [recorded] = report_json(tmp_path / "a" / "overnight.toml", capsys)["tasks"]
+        assert (recorded["outcome"], recorded["reason"]) == ("skipped", "leased")
+
+    def test_a_task_whose_holder_died_is_worked_once_its_lease_expires(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The holder stopped renewing (died): the waiting night takes the lease when it lapses and works the
+        task, after the night's other task, which the wait did not hold up."""
+        store_file = tmp_path / "shared.db"
+        tasks = [
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"},
+            {"name": "other", "prompt": "p", "check": "true", "tools": ["read_file", "submit"]},
+        ]
+        config = shared_config(tmp_path / "a", repo, server, store_file, tasks=tasks)
+        held_by_another_machine(store_file, repo, ttl_s=3)
+        server.enqueue(call("submit", {"summary": "other done"}), *FIX)
+        with json_logs() as log:
+            result = run_in_process(config)
+        assert result.exit_code == 0
+        fixed, other = result.tasks
+        assert (fixed.outcome.value, other.outcome.value) == ("succeeded", "succeeded")
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        order = [(e["event"], e["task"]) for e in events_of(log) if e["event"] in ("task_waiting_for_lease", "task_started")]
+        assert order == [("task_waiting_for_lease", "fix-greet"), ("task_started", "other"), ("task_started", "fix-greet")]
+
+    def test_a_night_killed_while_a_task_waited_leaves_it_skipped_leased(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The next night's recovery records a task the killed night had set aside for a lease as a stopped night
+        would have: `skipped`, `leased`, not `failed` as work the night died under."""
+        config = shared_config(tmp_path, repo, server, tmp_path / "shared.db")
+        settings = load_config(config)
+        store = RunStore.open(settings.store_url)
+        try:
+            run = store.begin_run(config_path=str(config), pid=dead_pid(), host=socket.gethostname(), state_id=state_identity(settings.state_dir))
+            store.wait_task_for_lease(store.begin_task(run, name="fix-greet", branch="overnight/fix-greet"))
+        finally:
+            store.close()
+        recover(settings)
+        store = RunStore.open(settings.store_url)
+        try:
+            [task] = store.run(run).tasks
+        finally:
+            store.close()
+        assert (task.outcome, task.reason) == ("skipped", "leased")
 
 
 class TestMorning:
