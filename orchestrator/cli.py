@@ -52,7 +52,7 @@ from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateE
 from orchestrator.lock import EXIT_LOCKED, LockHeld  # noqa: E402
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from datetime import datetime
 
     from orchestrator.cancel import CancelToken as Cancel
@@ -212,7 +212,7 @@ def run(
     if junit is not None:
         _check_not_ours(junit, "--junit", settings, checked.repo)
     summary_refused = _summary_refused(settings, checked.repo)
-    with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
+    with _errors_redacted(settings), StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
         parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_time)
         recover_interrupted(parts.store, settings, parts.log)
         _trim_transcripts(settings, parts.log)
@@ -224,6 +224,21 @@ def run(
             night_over()
             _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refused)
     raise typer.Exit(result.exit_code)
+
+
+@contextlib.contextmanager
+def _errors_redacted(settings: object) -> Iterator[None]:
+    """The one-line error that ends a night (exit 2 or 4) with the night's secret values as ***: it may quote git's
+    message (a filter's, say, that printed a token) or a path named after one, and goes to cron's mail or a CI log."""
+    from orchestrator.secrecy import Redactor
+
+    try:
+        yield
+    except (ConfigError, StateError) as failed:
+        model = settings.model  # type: ignore[attr-defined]
+        redact = Redactor.for_night(api_key=model.api_key, store_url=settings.store_url, api_base=model.api_base)  # type: ignore[attr-defined]
+        failed.args = (redact(str(failed)),)  # what main()'s one line (str of the error) shows
+        raise
 
 
 def _fire_time(text: str) -> datetime:

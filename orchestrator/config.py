@@ -36,6 +36,10 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A second longer than a day has no place in a night; past it, sleeps and dates overflow.
 _DAY_S = 86400.0
 _WEEK_S = 7 * 86400
+# A billion tokens is far past any model's window; a number of 309 digits or more overflowed the
+# float arithmetic that shares the window out, a traceback in the middle of the night. The config's
+# `[model] context_window` and the window a model server reports (transports.served_context_window) alike.
+MAX_CONTEXT_WINDOW = 1_000_000_000
 
 
 class _Section(BaseModel):
@@ -62,9 +66,7 @@ class ModelConfig(_Section):
     request_timeout_s: float = Field(120.0, gt=0, le=_DAY_S, description="silence longer than this stops the iteration")
     temperature: float = Field(0.2, ge=0, le=2)
     max_tokens: int = Field(2048, gt=0, description="cap on one response")
-    # A billion tokens is far past any model's window; a number of 309 digits or more overflowed the
-    # float arithmetic that shares the window out, a traceback in the middle of the night.
-    context_window: int | None = Field(None, gt=0, le=1_000_000_000, description="used when litellm does not know the model")
+    context_window: int | None = Field(None, gt=0, le=MAX_CONTEXT_WINDOW, description="used when litellm does not know the model")
     retries: int = Field(3, ge=0, le=100, description="attempts after the first when the endpoint is down or answers 5xx, 429, 408, 409 or 425")
     retry_backoff_s: float = Field(2.0, ge=0, le=3600, description="first backoff; doubles each retry, with jitter")
     transport: Literal["auto", "litellm", "direct"] = Field(

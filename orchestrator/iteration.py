@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -146,7 +147,9 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             if died_of_the_nights_signal(setup.cancel, getattr(exc, "status", None)):  # git, killed with the night
                 finish.cancelled(setup.cancel.why)
                 raise Cancelled(setup.cancel.why) from None
-            log.exception("iteration_error")
+            # An error's text may quote a secret (a filter's or a server's message, a URL with its password):
+            # the traceback as structlog's `exception` field would carry it, and the note, through the night's redaction.
+            log.error("iteration_error", exception=setup.redact(traceback.format_exc().rstrip("\n")))
             error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
             return finish.rolled_back(error, ctx.answered, ctx.tokens)
 
@@ -232,7 +235,8 @@ class _Finisher:
     def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
         self.setup.workspace.rollback(self.checkpoint)
         self._noted(
-            evidence=stop.evidence,
+            # notes.md, which the next prompt carries: an error's text, or paths a refusal names, may hold a secret.
+            evidence=self.setup.redact(stop.evidence),
             outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=stop.correction, turns=turns, tokens=tokens,
         )
         self.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)

@@ -40,6 +40,8 @@ from orchestrator.night import NIGHT_CRASHED, shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, header_reason, stamp
+from orchestrator.records import KeptOutOfCommit
+from orchestrator.secrecy import PassedSecrets, Redactor, passed_secrets
 from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
 from orchestrator.worktree import (
     GIT_TIMEOUT_S, Worktree, branch_for, forget_missing, git_reason, kept_branch, make_writable, open_repo, repair_moved,
@@ -299,7 +301,7 @@ def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by:
         target = head
         log.warning("worktree_commits_left", task=iteration.task_name, commit=head[:12])
     if _changed_after(worktree, agent_done_by):
-        _keep_what_a_person_may_have_written(worktree, iteration.task_name, log)
+        _keep_what_a_person_may_have_written(worktree, iteration.task_name, config, log)
     try:
         worktree.rollback(target)
     except Exception as exc:  # a worktree too broken for git: rebuilt from its branch by the next night
@@ -400,7 +402,7 @@ def _clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
         if state == "clean":
             continue
         if state == "changed":  # files git ignores are nobody's work to keep (and keep_changes takes none)
-            _keep_what_a_person_may_have_written(worktree, path.name, log)
+            _keep_what_a_person_may_have_written(worktree, path.name, config, log)
         try:
             worktree.rollback("HEAD")
             log.info("worktree_cleaned", task=path.name)
@@ -458,15 +460,37 @@ def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, 
         return others.returncode == 0 and not others.stdout.strip(b"\0")
 
 
-def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, log: Any) -> None:
+def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, config: Config, log: Any) -> None:
     """Changes in a worktree no iteration was running in are not the agent's: most likely a person's
     (the morning's review, edited where git lets the task branch be checked out). They are kept on
-    a branch of their own before the worktree is cleaned for the night."""
+    a branch of their own before the worktree is cleaned for the night.
+
+    A night killed after a check given `pass_env` wrote a passed value into a file (a `.env`, a log) and
+    before the commit left that file there too: kept, it would reach a branch a person may push. It is
+    left off the kept branch as an iteration's commit leaves it off the task's (`secret_kept_out_of_commit`)."""
     branch = kept_branch(task)
     message = f"Changes found in overnight's worktree of task {task} with no iteration running, kept before it was cleaned"
     # When they cannot be kept (StateError), cleaning would lose them: the night stops (exit 4), everything as it is.
-    if worktree.keep_changes(branch, message) is not None:
+    kept = worktree.keep_changes(
+        branch, message, secrets=_passed_secrets_of(config, task), on_kept_out=lambda out: _log_kept_out(config, task, out, log)
+    )
+    if kept is not None:
         log.warning("worktree_changes_kept", task=task, branch=branch)
+
+
+def _passed_secrets_of(config: Config, task: str) -> PassedSecrets | None:
+    """The values the task's check gets through `pass_env`, read from this environment as the check would get
+    them; None when it gets none. A task no longer in the config (removed, renamed) has no pass_env to read: any
+    configured task's value may be what its last check wrote, so all of theirs are looked for."""
+    configured = [each.pass_env for each in config.task if each.name == task] or [each.pass_env for each in config.task]
+    names = sorted({name for pass_env in configured for name in pass_env})
+    return passed_secrets(names) if names else None
+
+
+def _log_kept_out(config: Config, task: str, kept: KeptOutOfCommit, log: Any) -> None:
+    """`secret_kept_out_of_commit`, each path through the night's redaction (orchestrator/night.py): a file may be named after the value."""
+    redact = Redactor.for_night(api_key=config.model.api_key, store_url=config.store_url, api_base=config.model.api_base)
+    log.warning("secret_kept_out_of_commit", task=task, paths=[redact(path) for path in kept.paths], names=list(kept.names))
 
 
 def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:

@@ -170,19 +170,40 @@ def served_context_window(api_base: str | None, name: str, api_key: str | None, 
         shown = _asked(base, "POST", f"{root}/api/show", headers, {"model": model}, timeout_s)
         parameters = shown.get("parameters") if isinstance(shown, dict) else None
         found = re.search(r"^num_ctx\s+(\d+)\s*$", parameters, re.MULTILINE) if isinstance(parameters, str) else None
-        return (int(found.group(1)), "Ollama's /api/show (num_ctx)") if found and int(found.group(1)) > 0 else None
+        window = _usable_window(_whole_number(found.group(1))) if found else None
+        return (window, "Ollama's /api/show (num_ctx)") if window else None
     props = _asked(base, "GET", f"{root}/props", headers, None, timeout_s)
     settings = props.get("default_generation_settings") if isinstance(props, dict) else None
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+    n_ctx = _usable_window(settings.get("n_ctx") if isinstance(settings, dict) else None)
+    if n_ctx:
         return n_ctx, "llama.cpp's /props (n_ctx)"
     listed = _asked(base, "GET", f"{base.path.rstrip('/')}/models", headers, None, timeout_s)
     entries = [entry for entry in (listed.get("data") if isinstance(listed, dict) else None) or () if isinstance(entry, dict)]
     named = [entry for entry in entries if entry.get("id") == model] or (entries if len(entries) == 1 else [])
-    length = named[0].get("max_model_len") if named else None
-    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+    length = _usable_window(named[0].get("max_model_len") if named else None)
+    if length:
         return length, "vLLM's /v1/models (max_model_len)"
     return None
+
+
+def _usable_window(value: Any) -> int | None:
+    """A window a server reported, if it is one the config could hold: a whole number from 1 to
+    MAX_CONTEXT_WINDOW. A broken or hostile server's 10**400 overflowed the float arithmetic that shares the
+    window out, mid-night; a negative, fractional, boolean or quoted one is no window either (None: not reported)."""
+    from orchestrator.config import MAX_CONTEXT_WINDOW
+
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_CONTEXT_WINDOW:
+        return value
+    return None
+
+
+def _whole_number(digits: str) -> int | None:
+    """`digits` as a number; None past what any window could be (Python refuses to read 4300 digits and more)."""
+    return int(digits) if len(digits) <= _WINDOW_DIGITS else None
+
+
+# Digits enough for MAX_CONTEXT_WINDOW, and a few leading zeros.
+_WINDOW_DIGITS = 16
 
 
 def _asked(base: Any, method: str, path: str, headers: dict[str, str], body: Any, timeout_s: float) -> Any:

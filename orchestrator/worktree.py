@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from orchestrator.checkout import checkout_around, git_folder_around
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, kill_group
@@ -348,21 +348,29 @@ class Worktree:
         if (self.path / ".gitmodules").exists():
             self._roll_back_submodules()
 
-    def keep_changes(self, branch: str, message: str) -> str | None:
+    def keep_changes(
+        self, branch: str, message: str, secrets: PassedSecrets | None = None,
+        on_kept_out: Callable[[KeptOutOfCommit], None] | None = None,
+    ) -> str | None:
         """Save what differs from HEAD (files changed, added, deleted; not ignored ones, nor `keep`
         paths) as a commit on its own new `branch`, worktree and index untouched; None if nothing does.
 
         Built in an index of its own: the worktree's index, and what the agent staged there, stay as
-        they were. StateError (one line) when git cannot.
+        they were. `secrets`: values a task's check got through `pass_env`; a file holding one that HEAD's
+        version did not (or a new one whose path holds one) is left off the branch as `commit` leaves it off
+        the task's (`_secret_leaks`), `on_kept_out` told; the worktree keeps it, for the cleaning after.
+        StateError (one line) when git cannot.
         """
         import git
 
         try:
-            return self._keep_changes(branch, message)
+            return self._keep_changes(branch, message, secrets, on_kept_out)
         except (git.GitCommandError, OSError) as exc:
             raise StateError(f"cannot keep the changes in the worktree {self.path}: {git_reason(exc)}") from None
 
-    def _keep_changes(self, branch: str, message: str) -> str | None:
+    def _keep_changes(
+        self, branch: str, message: str, secrets: PassedSecrets | None, on_kept_out: Callable[[KeptOutOfCommit], None] | None,
+    ) -> str | None:
         if not (self._admin / "index").exists():
             return None  # a first checkout cut short: what differs is what it had not written yet
         with tempfile.TemporaryDirectory(prefix="overnight-keep-") as folder:
@@ -374,6 +382,10 @@ class Worktree:
             new_files = [name for name in self._untracked(env=index) if not name.endswith("/")]
             if new_files:
                 self._add_new_files(new_files, env=index)
+            if secrets:
+                kept_out = self._unstage_secret_leaks(secrets, index)
+                if kept_out is not None and on_kept_out is not None:
+                    on_kept_out(kept_out)
             tree = self._git("write-tree", env=index).strip()
         if tree == self._git("rev-parse", "HEAD^{tree}").strip():
             return None
@@ -554,22 +566,38 @@ class Worktree:
             self._git("reset", "--soft", "--quiet", onto)
         # HEAD: the checkpoint, or the agent's own commits on it, which hold no value now (else folded above); a file
         # put back gets their version, not the checkpoint's (which would undo what they changed in it).
-        changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", "HEAD")))
+        leaked = self._secret_leaks(secrets)
+        if not leaked:
+            return None
+        self._git(
+            "restore", "--source=HEAD", "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul",
+            env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed(leaked),
+        )
+        return _kept_out(leaked, secrets)
+
+    def _unstage_secret_leaks(self, secrets: PassedSecrets, index: dict[str, str]) -> KeptOutOfCommit | None:
+        """In the index `index` names (a kept branch's, of its own), the files `_secret_leaks` finds put back as HEAD has
+        them (a new one left out); the worktree as it is. What was put back; None when nothing was."""
+        leaked = self._secret_leaks(secrets, index)
+        if not leaked:
+            return None
+        self._git(
+            "restore", "--source=HEAD", "--staged", "--pathspec-from-file=-", "--pathspec-file-nul",
+            env={**index, "GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed(leaked),
+        )
+        return _kept_out(leaked, secrets)
+
+    def _secret_leaks(self, secrets: PassedSecrets, index: dict[str, str] | None = None) -> dict[str, frozenset[bytes]]:
+        """The files staged (in the worktree's index, or the one `index` names) whose content holds values of `secrets`
+        that their HEAD version did not, and the new ones whose path holds one: those values, by path."""
+        changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", "HEAD", env=index)))
         leaked = self._new_values_in_contents(changes, secrets)
         # A new path named after a value (a cache keyed by the token) puts it in the branch's tree, whatever the file holds.
         for change in changes:
             named = secrets.found_in([os.fsencode(change.path)]) if change.added else frozenset()
             if named:
                 leaked[change.path] = leaked.get(change.path, frozenset()) | named
-        paths = sorted(leaked)
-        if not paths:
-            return None
-        listed = b"\0".join(os.fsencode(path) for path in paths)
-        self._git(
-            "restore", "--source=HEAD", "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul",
-            env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=listed,
-        )
-        return KeptOutOfCommit(paths=tuple(paths), names=secrets.names(value for values in leaked.values() for value in values))
+        return leaked
 
     def _new_values_in_contents(self, changes: list[_StagedChange], secrets: PassedSecrets) -> dict[str, frozenset[bytes]]:
         """The staged files among `changes` whose content holds values of `secrets` that their HEAD version did not:
@@ -933,6 +961,16 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
                 raise BranchCheckedOut(task, branch, taken.group(1)) from None
             failed = _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent)
             raise _with_git_status(failed, first) from None
+
+
+def _nul_listed(paths: Iterable[str]) -> bytes:
+    """`paths`, sorted, as `--pathspec-file-nul` reads them."""
+    return b"\0".join(os.fsencode(path) for path in sorted(paths))
+
+
+def _kept_out(leaked: Mapping[str, frozenset[bytes]], secrets: PassedSecrets) -> KeptOutOfCommit:
+    """What a log may say of the files `leaked` names: their paths, and the variables of the values, never the values."""
+    return KeptOutOfCommit(paths=tuple(sorted(leaked)), names=secrets.names(value for values in leaked.values() for value in values))
 
 
 def fewest_exclusions(leave_out: Sequence[str], work: Sequence[str]) -> list[str]:

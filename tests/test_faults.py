@@ -512,6 +512,31 @@ class TestRecoveryOfStoredState:
         assert git(repo, "show", f"{kept}:NOTES-person.md") == "what I found"
         assert {e["event"] for e in logs} >= {"worktree_commits_left", "worktree_changes_kept"}
 
+    def test_a_passed_value_the_killed_iterations_check_wrote_stays_off_the_kept_branch(
+        self, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The night died after its check (given pass_env) wrote the password into .env.test; a person then left notes
+        in the worktree: their notes are kept on an `overnight-kept/` branch, the file with the password is not."""
+        password = "Db-Pass-0123456789xyz"
+        monkeypatch.setenv("DB_PASSWORD", password)
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "pass_env": ["DB_PASSWORD"]}
+        config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[task]))
+        store, worktree, _, iteration, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        night = time.time() - 6 * 3600
+        self._seen_last(config, iteration, datetime.fromtimestamp(night, timezone.utc))
+        (worktree.path / ".env.test").write_text(f"DB_PASSWORD={password}\n")
+        os.utime(worktree.path / ".env.test", (night, night))
+        (worktree.path / "NOTES-person.md").write_text("what I found\n")
+        [settled], logs = recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "diff", "--name-status", f"{kept}^", kept).splitlines() == ["A\tNOTES-person.md"]
+        assert password not in git(repo, "log", "-p", "--all")
+        assert [(e["task"], e["paths"], e["names"]) for e in logs if e["event"] == "secret_kept_out_of_commit"] == [
+            ("fix-greet", [".env.test"], ["DB_PASSWORD"])
+        ]
+        assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain", "--ignored") == ""
+
     def test_the_agents_own_commit_before_the_death_is_rolled_back_and_kept_nowhere(self, tmp_path: Path, repo: Path) -> None:
         """The agent commits on the task branch itself; a kill after that is its iteration's, not a person's work."""
         config = _config(tmp_path, repo)
@@ -826,6 +851,84 @@ class TestRecoveryOfStoredState:
         assert not (root / "fix-greet" / "debris.txt").exists()
         kept = sorted(e["task"] for e in logs if e["event"] == "worktree_folder_kept")
         assert kept == ["a-clone", "my-notes"]
+
+
+class TestRecoveryKeepsPassedSecretsOffKeptBranches:
+    """A night killed after a check given `pass_env` wrote a passed value into a file, and before the commit, left the
+    file in the worktree: the next night's recovery keeps a person's changes on `overnight-kept/...` without it."""
+
+    PASSWORD = "Db-Pass-0123456789xyz"
+
+    @pytest.fixture(autouse=True)
+    def password_in_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("DB_PASSWORD", self.PASSWORD)
+
+    def _config(self, tmp_path: Path, repo: Path, *tasks: dict[str, Any]) -> Any:
+        path = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=list(tasks))
+        return load_config(path)
+
+    def _leave_what_the_check_wrote(self, worktree: Worktree) -> None:
+        """What the killed night's check left (a .env, a cache named after the value), beside a person's review edit."""
+        (worktree.path / ".env.test").write_text(f"DB_PASSWORD={self.PASSWORD}\n")
+        (worktree.path / "cache").mkdir()
+        (worktree.path / "cache" / f"{self.PASSWORD}.stamp").write_text("")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+
+    def _kept_branch(self, repo: Path, task: str) -> str:
+        [kept] = git(repo, "branch", "--list", f"overnight-kept/{task}/*", "--format=%(refname:short)").splitlines()
+        return kept
+
+    def test_the_tasks_passed_values_stay_off_the_kept_branch(self, tmp_path: Path, repo: Path) -> None:
+        """The person's edit is kept; the files holding the task's pass_env value (in content or path) are not, and the log names them with ***."""
+        config = self._config(tmp_path, repo, {"name": "fix-greet", "prompt": "p", "check": "true", "pass_env": ["DB_PASSWORD"]})
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        self._leave_what_the_check_wrote(worktree)
+        _, logs = recover(config)
+        kept = self._kept_branch(repo, "fix-greet")
+        assert git(repo, "diff", "--name-status", f"{kept}^", kept).splitlines() == ["A\tREVIEW.md"]
+        assert self.PASSWORD not in git(repo, "log", "-p", "--name-only", "--all")
+        [out] = [e for e in logs if e["event"] == "secret_kept_out_of_commit"]
+        assert (out["task"], out["paths"], out["names"]) == ("fix-greet", [".env.test", "cache/***.stamp"], ["DB_PASSWORD"])
+        assert self.PASSWORD not in json.dumps(logs)
+        assert git(worktree.path, "status", "--porcelain", "--ignored") == ""
+
+    def test_a_task_gone_from_the_config_is_searched_for_every_configured_tasks_values(self, tmp_path: Path, repo: Path) -> None:
+        """A worktree of a task no longer configured: its pass_env is unknown, so every configured task's values stay off its kept branch."""
+        config = self._config(
+            tmp_path, repo,
+            {"name": "plain", "prompt": "p", "check": "true"},
+            {"name": "db", "prompt": "p", "check": "true", "pass_env": ["DB_PASSWORD"]},
+        )
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "renamed-away", "HEAD")
+        self._leave_what_the_check_wrote(worktree)
+        _, logs = recover(config)
+        kept = self._kept_branch(repo, "renamed-away")
+        assert git(repo, "diff", "--name-status", f"{kept}^", kept).splitlines() == ["A\tREVIEW.md"]
+        assert self.PASSWORD not in git(repo, "log", "-p", "--name-only", "--all")
+        assert [(e["task"], e["names"]) for e in logs if e["event"] == "secret_kept_out_of_commit"] == [("renamed-away", ["DB_PASSWORD"])]
+
+    def test_a_task_without_pass_env_keeps_everything_as_before(self, tmp_path: Path, repo: Path) -> None:
+        """Nothing is looked for where the task's check gets no secret: a value equal to a secret variable's is a person's to keep."""
+        config = self._config(
+            tmp_path, repo,
+            {"name": "fix-greet", "prompt": "p", "check": "true"},
+            {"name": "db", "prompt": "p", "check": "true", "pass_env": ["DB_PASSWORD"]},
+        )
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / "fixture.txt").write_text(f"{self.PASSWORD}\n")
+        _, logs = recover(config)
+        assert git(repo, "show", f"{self._kept_branch(repo, 'fix-greet')}:fixture.txt") == self.PASSWORD
+        assert [e for e in logs if e["event"] == "secret_kept_out_of_commit"] == []
+
+    def test_only_the_passed_values_file_left_keeps_no_branch(self, tmp_path: Path, repo: Path) -> None:
+        """When what the check wrote is all there is, no kept branch is made and the worktree is cleaned."""
+        config = self._config(tmp_path, repo, {"name": "fix-greet", "prompt": "p", "check": "true", "pass_env": ["DB_PASSWORD"]})
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / ".env.test").write_text(f"DB_PASSWORD={self.PASSWORD}\n")
+        _, logs = recover(config)
+        assert git(repo, "branch", "--list", "overnight-kept/*") == ""
+        assert [e["event"] for e in logs if e.get("task") == "fix-greet"] == ["secret_kept_out_of_commit", "worktree_cleaned"]
+        assert not (worktree.path / ".env.test").exists()
 
 
 class TestStateDirFailingMidNight:

@@ -747,6 +747,34 @@ class TestServedContextWindow:
             server.props = {"default_generation_settings": {"n_ctx": True}}  # not a number: not believed
             assert served_context_window(server.url, "openai/scripted", None, 5) == (16384, "vLLM's /v1/models (max_model_len)")
 
+    @pytest.mark.parametrize("nonsense", [10**400, 1_000_000_001])
+    def test_a_window_no_config_could_hold_is_not_reported(self, nonsense) -> None:
+        """A window past [model] context_window's ceiling is taken as not reported: llama.cpp's answer is passed over
+        for vLLM's, as when it says nothing."""
+        from orchestrator.fake_server import ScriptedServer
+        from orchestrator.transports import served_context_window
+
+        with ScriptedServer() as server:
+            server.props = {"default_generation_settings": {"n_ctx": nonsense}}
+            server.model_fields = {"max_model_len": 8192}
+            assert served_context_window(server.url, "openai/scripted", None, 5) == (8192, "vLLM's /v1/models (max_model_len)")
+            server.model_fields = {"max_model_len": nonsense}
+            assert served_context_window(server.url, "openai/scripted", None, 5) is None
+
+    @pytest.mark.parametrize("digits", ["9" * 5000, "9" * 400, "1000000001"])
+    def test_an_ollama_num_ctx_no_config_could_hold_is_not_reported(self, digits) -> None:
+        """Ollama's num_ctx past the ceiling is not reported; one of 4300 digits or more raised ValueError from int()."""
+        from orchestrator.fake_server import ScriptedServer
+        from orchestrator.transports import served_context_window
+
+        with ScriptedServer() as server:
+            server.show = {"parameters": f"num_ctx    {digits}\n"}
+            assert served_context_window(f"http://127.0.0.1:{server.port}", "ollama_chat/qwen", None, 5) is None
+            server.show = {"parameters": "num_ctx    1000000000\n"}  # the ceiling itself is a window
+            assert served_context_window(f"http://127.0.0.1:{server.port}", "ollama_chat/qwen", None, 5) == (
+                1_000_000_000, "Ollama's /api/show (num_ctx)"
+            )
+
     def test_no_server_and_a_proxy_are_nothing_known(self, monkeypatch) -> None:
         from orchestrator.transports import served_context_window
 

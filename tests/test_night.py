@@ -784,6 +784,16 @@ class TestContextWindow:
         assert overnight("run", "--config", str(config)) == 0
         assert server.other_requests == ["/props", "/v1/models"] and server.requests[0]["max_tokens"] == 2048
 
+    def test_a_window_of_309_digits_a_server_reports_is_taken_as_not_reported(self, config_file, server, repo, capsys):
+        """A server reporting a window past [model] context_window's ceiling (10**400) leaves it unknown, as one that says
+        nothing does: the night works as usual, where the float arithmetic that shares the window out overflowed."""
+        server.props = {"default_generation_settings": {"n_ctx": 10**400}}
+        config = config_file(night={"max_iterations": 1}, tasks=[{"name": "t", "prompt": "p", "check": "true"}])
+        server.enqueue(call("submit", {"summary": "s"}))
+        assert overnight("run", "--config", str(config)) == 0
+        assert server.other_requests == ["/props", "/v1/models"] and server.requests[0]["max_tokens"] == 2048
+        assert '"context_window_served"' not in capsys.readouterr().err
+
     def test_files_written_long_ago_leave_a_small_window_too(self, config_file, server, repo, tmp_path):
         """Eight files written whole (3000 characters each) filled a 4096-token window with the calls' own
         arguments: the requests carry the oldest calls with their content left out (name and path kept);

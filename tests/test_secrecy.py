@@ -228,6 +228,16 @@ def test_a_pretty_printed_json_keys_private_key_line_is_redacted() -> None:
     assert redact('"type": "service_account",') == '"type": "service_account",'
 
 
+def written_down(config: Path, said: str) -> list[str]:
+    """What a night left to read: `said` (its output), notes.md and every row of the run store."""
+    state = config.parent / "state"
+    written = [said, notes_text(config)]
+    with sqlite3.connect(state / "runs.db") as db:
+        for (table,) in db.execute("select name from sqlite_master where type = 'table'"):
+            written += [json.dumps(row) for row in db.execute(f"select * from {table}")]  # noqa: S608 - the store's own tables
+    return written
+
+
 class TestModelErrorsKeepSecretsOut:
     API_KEY = "sk-configkey-0123456789zz"
     BASE_PASSWORD = "basepw-0123456789UIO"
@@ -237,12 +247,7 @@ class TestModelErrorsKeepSecretsOut:
         return config_file(model={"api_key": self.API_KEY, "api_base": f"http://me:{self.BASE_PASSWORD}@{host}", "retries": 0})
 
     def _written(self, config: Path, said: str) -> list[str]:
-        state = config.parent / "state"
-        written = [said, notes_text(config)]
-        with sqlite3.connect(state / "runs.db") as db:
-            for (table,) in db.execute("select name from sqlite_master where type = 'table'"):
-                written += [json.dumps(row) for row in db.execute(f"select * from {table}")]  # noqa: S608 - the store's own tables
-        return written
+        return written_down(config, said)
 
     def _night_answered_with(self, config_file, server, capsys, *, status: int, text: str, exit_code: int) -> tuple[Path, pytest.CaptureResult[str]]:
         """A night (JSON logs) whose model server answers its first request with `status` and `text`: (config, what it printed)."""
@@ -272,6 +277,55 @@ class TestModelErrorsKeepSecretsOut:
         config, said = self._night_answered_with(config_file, server, capsys, status=401, text=text, exit_code=3)
         assert "Incorrect API key provided: ***" in said.err
         assert [text for text in self._written(config, said.out + said.err) if self.API_KEY in text] == []
+
+
+class TestNightErrorsKeepSecretsOut:
+    TOKEN = "deploy-tok-0123456789abc"
+
+    @pytest.mark.parametrize("log_format", ["json", "human"])
+    def test_an_error_quoting_a_secret_shows_stars_in_notes_logs_and_store(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, log_format: str
+    ) -> None:
+        """An iteration_error whose text quotes a secret (a git filter's message at the commit) reaches notes.md and the log as ***."""
+        monkeypatch.setenv("DEPLOY_TOKEN", self.TOKEN)
+        # It fails once, at the commit's `git add`, and passes files through after: the rollback then works.
+        failed_once = repo.parent / "filter-failed-once"
+        git(repo, "config", "filter.leak.clean", f"test -e {failed_once} && cat || {{ touch {failed_once}; echo 'refused with {self.TOKEN}' >&2; exit 3; }}")
+        git(repo, "config", "filter.leak.smudge", "cat")
+        git(repo, "config", "filter.leak.required", "true")
+        config = config_file(
+            tasks=[{"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}],
+            night={"max_iterations": 1},
+        )
+        command = "echo '*.py filter=leak' > .gitattributes && sed -i s/helo/hello/ greet.py"
+        server.enqueue(call("run_command", {"command": command}), call("submit", {"summary": "fixed"}))
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", log_format) == 1
+        said = capsys.readouterr()
+        assert "iteration_error" in said.err and "refused with ***" in said.err
+        assert "refused with ***" in notes_text(config)
+        assert [text for text in written_down(config, said.out + said.err) if self.TOKEN in text] == []
+
+
+    @pytest.mark.parametrize("log_format", ["json", "human"])
+    def test_the_error_line_of_a_night_that_fails_on_it_shows_stars(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, log_format: str
+    ) -> None:
+        """A checkout filter that quotes a secret and fails: the night ends on the task's worktree (exit 2), its error line shows ***."""
+        monkeypatch.setenv("DEPLOY_TOKEN", self.TOKEN)
+        git(repo, "config", "filter.leak.clean", "cat")
+        git(repo, "config", "filter.leak.smudge", f"echo 'refused with {self.TOKEN}' >&2; exit 3")
+        git(repo, "config", "filter.leak.required", "true")
+        (repo / ".gitattributes").write_text("*.py filter=leak\n")
+        git(repo, "add", ".gitattributes")
+        git(repo, "commit", "-qm", "a filter")
+        config = config_file(night={"max_iterations": 1})
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config), "--log-format", log_format) == 2
+        said = capsys.readouterr()
+        last = said.err.strip().splitlines()[-1]
+        assert "fix-greet" in last and "refused with ***" in last
+        assert [text for text in written_down(config, said.out + said.err) if self.TOKEN in text] == []
 
 
 class TestPasswordsWithUnencodedMarks:
