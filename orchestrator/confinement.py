@@ -22,7 +22,8 @@ undoes that. The agent's commands therefore run with:
   `git worktree` (but `list`: `remove --force` deletes another task's work), and
   housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`), each also as what an
   alias expands to (a shell alias: refused), and as what git itself runs (`rebase --exec`, `bisect
-  run`, an editor: git's exec path, first on their PATH, is a folder whose git is the front); fetches without
+  run`, an editor: git's exec path, first on their PATH, is a folder whose git, and the dashed names of its
+  builtins (git-stash), are the front); fetches without
   tags, which the hook would refuse, and without pruning (the hook refuses to delete
   a remote-tracking ref: it can be the user's last name for unmerged commits); and, outside the task's worktree (a `cd ..`
   that lands in the user's checkout or another task's worktree, or a GIT_DIR, --git-dir
@@ -109,6 +110,10 @@ echo "overnight: refused: nothing is pushed from an overnight worktree; a person
 exit 1
 """
 _GIT_FRONT = "#!BASH" + _SHARED + r"""
+# Run by a dashed name of git's (git-stash, a link in the folder of links that git puts first on PATH for what it runs:
+# `rebase --exec 'git-stash drop'`), which git itself would run as `git stash`: judged as that.
+program=${0##*/}
+[[ "$program" == git-?* ]] && set -- "${program#git-}" "$@"
 # The options before the subcommand, the subcommand, and its arguments.
 split_arguments() {
   local args=("$@") at=0
@@ -260,11 +265,13 @@ names_work_tree() {
 # no work tree named (as git sets it for what it runs: rebase --exec, bisect run, a hook), a folder in the worktree,
 # which git then takes for the top (`cd sub && git add x` there would stage sub/x as x).
 refuse_other_top() {
-  local top=$1 root
+  local top=$1 root pasted
   root=$(cd "$OVERNIGHT_WORKTREE" 2>/dev/null && pwd -P)
   if [[ -n "$root" && "$top" == "$root"/* && ( -n "$GIT_DIR" || " ${before[*]} " == *" --git-dir"* ) && -z "$GIT_WORK_TREE" ]] &&
      ! names_work_tree "${before[@]}"; then
-    echo "overnight: refused: git with GIT_DIR set (as git sets it for what it runs: rebase --exec, bisect run, a hook) takes the current folder, ${top#"$root"/}, for the top of the worktree and would write its files as the top's; in that command run git from the project root (cd $root first, or git -C $root), naming paths from there" >&2
+    # Quoted as a shell reads it: the model pastes it into its command, and a root's space or `*` would split or glob it.
+    printf -v pasted '%q' "$root"
+    echo "overnight: refused: git with GIT_DIR set (as git sets it for what it runs: rebase --exec, bisect run, a hook) takes the current folder, ${top#"$root"/}, for the top of the worktree and would write its files as the top's; in that command run git from the project root (cd $pasted first, or git -C $pasted), naming paths from there" >&2
     exit 1
   fi
   echo "overnight: refused: git here would change $top, not this task's worktree; every command starts in the project root: run git from there" >&2
@@ -687,8 +694,8 @@ def _own_commands(git: str) -> list[str]:
 
 
 def _link_exec_path(folder: Path, git: str, front: Path) -> str | None:
-    """`folder` made a copy of `git`'s exec path in links, but for its `git`, which is the `front`. The exec path
-    it copies, or None when it could not."""
+    """`folder` made a copy of `git`'s exec path in links, but for its `git` and the dashed names of its builtins
+    (git-stash), which lead to the `front`. The exec path it copies, or None when it could not."""
     try:
         real = subprocess.run([git, "--exec-path"], capture_output=True, text=True, timeout=30).stdout.strip()
         names = os.listdir(real) if real else []
@@ -696,13 +703,29 @@ def _link_exec_path(folder: Path, git: str, front: Path) -> str | None:
         return None
     if "git" not in names:  # what git runs finds the front on PATH then, after git's folder
         return None
+    builtins = _builtins(git)
     try:
         folder.mkdir()
         for name in names:
-            (folder / name).symlink_to(front if name == "git" else Path(real) / name)
+            (folder / name).symlink_to(front if _runs_as_git(name, builtins) else Path(real) / name)
     except OSError:  # a file system without links: the front as before, a shell's git past it
         return None
     return real
+
+
+def _builtins(git: str) -> set[str]:
+    """The commands `git` runs in its own process (none when it cannot list them)."""
+    try:
+        return set(subprocess.run([git, "--list-cmds=builtins"], capture_output=True, text=True, timeout=30).stdout.split())
+    except (OSError, subprocess.SubprocessError):
+        return set()
+
+
+def _runs_as_git(name: str, builtins: set[str]) -> bool:
+    """Whether the program `name` of git's exec path is git itself: `git`, or a builtin's dashed name (git-stash), git
+    run under another name as `git stash`. Only a builtin's: `git bisect` of a git whose bisect is the script git-bisect
+    runs that script, which, led to the front, would run the front again, and again."""
+    return name == "git" or (name.startswith("git-") and name[len("git-"):] in builtins)
 
 
 def fences_missing(bash: str | None, git: str | None) -> str:

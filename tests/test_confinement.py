@@ -4,6 +4,7 @@ remote and config, and the user's global git config. (orchestrator/confinement.p
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -176,6 +177,9 @@ class TestSharedRefs:
 # What git itself runs through a shell finds git's exec path first on PATH: the git there must be the front too.
 GIT_RUN_BY_GIT = {
     "rebase --exec": "git rebase -q --exec 'git stash drop' HEAD~1",
+    # Git's exec path, first on their PATH, holds its builtins by their dashed names too.
+    "rebase --exec, a dashed name": "git rebase -q --exec 'git-stash drop' HEAD~1",
+    "bisect run, a dashed name": "git bisect start HEAD HEAD~1 >/dev/null && git bisect run git-stash drop; git bisect reset -q",
     "rebase -x, continued": "git rebase -q -x true -x 'git stash drop' HEAD~1; git rebase --continue",
     "bisect run": "git bisect start HEAD HEAD~1 >/dev/null && git bisect run git stash drop; git bisect reset -q",
     "an editor": "GIT_EDITOR='git stash drop; true' git commit -q --amend",
@@ -200,6 +204,15 @@ class TestGitRunByGit:
         assert result.ok and "greet.py" in result.output and "overnight: refused" not in result.output, result.output
         assert git(repo, "stash", "list", "--format=%gs") == "On feature: user wip"
 
+    def test_gits_dashed_programs_run_by_git_work_as_before(self, agent: Any, repo: Path) -> None:
+        """A builtin's dashed name that the front lets through (git-log), git's scripts (git-submodule, which sources
+        git-sh-setup) and a local clone's git-upload-pack, which git runs by that name, work in a git that git ran."""
+        result = agent(
+            "git rebase -q --exec 'git-log -1 --format=%s && git-submodule status && git clone -q --no-local . ../copy "
+            "&& git -C ../copy log -1 --format=%s' HEAD~1"
+        )
+        assert result.ok and result.output.endswith("\nsecond\nsecond"), result.output
+
     def test_a_git_that_git_runs_in_a_folder_is_refused_saying_why(self, agent: Any) -> None:
         """`git rebase --exec 'cd sub && git add x'`, where git's GIT_DIR makes sub the top (x staged as x), is refused saying
         so and naming the project root (it said "every command starts in the project root"), as the agent's own line stages sub/x."""
@@ -211,6 +224,20 @@ class TestGitRunByGit:
         # The same line in the agent's own shell, where git finds the worktree's top itself, stages sub/x.
         staged = agent("cd sub && git add x && git ls-files --full-name x")
         assert staged.ok and staged.output.endswith("\nsub/x"), staged.output
+
+    def test_the_project_root_that_refusal_names_can_be_pasted_where_its_path_has_a_space(self, repo: Path, tmp_path: Path) -> None:
+        """The refusal's `cd <project root>` works as written where the root's path has a space or a `*` (`cd /a/my state/...`
+        was two words, a glob)."""
+        user_with_work(repo, tmp_path / "remote.git")
+        tree = Worktree.ensure(repo, tmp_path / "my state [*]", "fix", "main")
+        toolbox = Toolbox(tree.path, ("run_command",), check_command="true", confinement=Confinement(tree.branch, tree.shared_config))
+        command = "mkdir sub && git rebase -q --exec 'cd sub && git add .' HEAD~1; git rebase --abort"
+        refused = toolbox.execute(ToolCall("run_command", {"command": command})).output
+        named = re.search(r"\(cd (.+) first, or git -C (.+)\), naming", refused)
+        assert named, refused
+        for pasted in (f"cd {named[1]} && pwd -P", f"git -C {named[2]} rev-parse --show-toplevel"):
+            done = subprocess.run(["bash", "-c", pasted], cwd=tree.path / "sub", capture_output=True, text=True)
+            assert done.stdout.strip() == str(tree.path.resolve()), (pasted, done.stderr)
 
     def test_a_write_command_git_runs_in_the_worktree_asks_git_nothing_more(self, agent: Any, repo: Path) -> None:
         """A write command that git runs in the worktree's top with GIT_DIR its own git dir (`rebase --exec 'git add -A'`)
