@@ -25,7 +25,12 @@ def checkout_around(folder: Path) -> str | None:
 def git_folder_around(folder: Path) -> str | None:
     """The git folder `folder` lies in: a checkout's `.git`, a linked worktree's folder in it, a bare repository; else None."""
     said = _rev_parse(folder, "--is-inside-git-dir", "--absolute-git-dir")
-    return said[1] if said and said[0] == "true" else None
+    if not said:
+        return None
+    inside, git_folder = said
+    # git answers "false" in a git folder itself that names its checkout in core.worktree (a submodule's
+    # .git/modules/<name>, a bare dotfiles repository): asked there, --show-toplevel named that checkout.
+    return git_folder if inside == "true" or os.path.realpath(git_folder) == os.path.realpath(folder) else None
 
 
 def _rev_parse(folder: Path, *asked: str) -> list[str] | None:

@@ -194,6 +194,7 @@ def prepare_sample(workdir: Path) -> Config:
     """Make the sample repository under `workdir` and write its overnight.toml; return the config."""
     try:
         workdir = workdir.resolve()
+        _refuse_a_folder_git_keeps(workdir)
         # The demo writes overnight.toml and state/ as well as the sample: nothing of a person's may be there.
         if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
             raise ConfigError(f"--dir {workdir} is not an empty folder; the demo needs a new or empty one")
@@ -203,6 +204,26 @@ def prepare_sample(workdir: Path) -> Config:
     except (OSError, RuntimeError) as exc:  # a folder that cannot be made there; a symlink loop
         raise ConfigError(f"--dir {workdir}: cannot make the sample there: {getattr(exc, 'strerror', None) or exc}") from None
     return demo_config(repo, state_dir)
+
+
+def _refuse_a_folder_git_keeps(workdir: Path) -> None:
+    """ConfigError when `workdir` lies inside a git folder (a checkout's `.git`, a bare repository): the sample,
+    its config and the night's state would be written among git's own files, as `init` refuses to write there.
+    A folder inside a checkout is fine: the demo works on its own sample repository, not on the checkout."""
+    from orchestrator.checkout import git_folder_around
+
+    git_folder = git_folder_around(_nearest_existing(workdir))
+    if git_folder is not None:
+        raise ConfigError(
+            f"--dir {workdir} is inside the git folder {git_folder}, where git keeps its own files: "
+            f"choose a folder outside it (the demo makes its own sample repository)"
+        )
+
+
+def _nearest_existing(folder: Path) -> Path:
+    """`folder`, or the nearest folder above it that exists: git is asked in a folder that is there, and a new
+    --dir lies in whatever git folder that one lies in."""
+    return next((above for above in (folder, *folder.parents) if above.is_dir()), folder)
 
 
 def run_sample_night(config: Config, on_signal: Any = None, cancel: Any = None) -> "NightResult":

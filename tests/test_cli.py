@@ -164,6 +164,21 @@ class TestInit:
         assert_one_line_error(overnight("demo", "--dir", "d", cwd=tmp_path), 2, "not an empty folder")
         assert [p.name for p in (tmp_path / "d").iterdir()] == [mine] and (tmp_path / "d" / mine).read_text() == "# mine\n"
 
+    @pytest.mark.parametrize("where", [".git/demo", ".git/new/demo", ".git/refs", "bare.git/demo"])
+    def test_demo_dir_inside_a_git_folder_is_refused_and_writes_nothing(self, tmp_path, where):
+        """`demo --dir` inside a git folder (a checkout's .git, a bare repository), made there or not yet, writes no
+        sample, config or state among git's files: one line naming the git folder, exit 2, as `init` refuses there."""
+        top = tmp_path / "repo"
+        top.mkdir()
+        git(top, "init", "-q")
+        git(top, "commit", "-q", "--allow-empty", "-m", "start")
+        git(top, "clone", "-q", "--bare", str(top), str(top / "bare.git"))
+        git_folder = top / where.partition("/")[0]
+        before = sorted(top.rglob("*"))
+        refused = overnight("demo", "--dir", str(top / where), cwd=tmp_path)
+        assert_one_line_error(refused, 2, f"--dir {top / where} is inside the git folder {git_folder}")
+        assert sorted(top.rglob("*")) == before and refused.stdout == ""
+
     @pytest.mark.parametrize(("args", "fragment"), [(("init",), "cannot write overnight.toml"), (("demo", "--dir", "d"), "--dir d")])
     def test_a_relative_path_in_a_removed_current_folder_is_one_line(self, tmp_path, args, fragment):
         """`init` or `demo --dir` given a relative path in a shell whose folder was removed since is one line, exit 2, not a traceback."""
@@ -219,6 +234,23 @@ class TestInit:
         given = overnight("init", "--force", "-c", str(folder / "overnight.toml"), cwd=tmp_path)
         assert_one_line_error(given, 2, f"inside the git folder {git_folder}")
         assert sorted(folder.iterdir()) == before and refused.stdout == given.stdout == ""
+
+    def test_init_in_a_submodules_git_folder_is_refused_as_a_git_folder(self, tmp_path):
+        """`overnight init` in a submodule's git folder (.git/modules/sm, whose core.worktree names the submodule's
+        checkout) is refused as inside that git folder, not as a folder inside the submodule's checkout it is not in."""
+        source = tmp_path / "source"
+        source.mkdir()
+        git(source, "init", "-q")
+        git(source, "commit", "-q", "--allow-empty", "-m", "start")
+        top = tmp_path / "repo"
+        top.mkdir()
+        git(top, "init", "-q")
+        git(top, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source), "sm")
+        git_folder = top / ".git" / "modules" / "sm"
+        before = sorted(git_folder.iterdir())
+        refused = overnight("init", cwd=git_folder)
+        assert_one_line_error(refused, 2, f"{git_folder} is inside the git folder {git_folder}", "at the top of a checkout")
+        assert sorted(git_folder.iterdir()) == before
 
     def test_init_does_not_import_gitpython(self, tmp_path):
         """`overnight init` judges the folder with git itself: it imports none of GitPython, whose import runs `git version`."""
