@@ -3,13 +3,14 @@ remote and config, and the user's global git config. (orchestrator/confinement.p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -262,18 +263,25 @@ def git_of_a_keg(keg: Path) -> Path:
     return git_program
 
 
+@contextlib.contextmanager
+def fences_for(git_program: Path, folder: Path) -> Iterator[Path]:
+    """`folder` filled with the fences (the front, the folder of links) for `git_program`, and removed after."""
+    from orchestrator import confinement
+
+    folder.mkdir()
+    try:
+        confinement._fill(folder, shutil.which("bash"), str(git_program))
+        yield folder
+    finally:
+        confinement._remove(folder)
+
+
 class TestGitsExecPathGone:
     def test_git_finds_its_programs_after_its_exec_path_went(self, tmp_path: Path) -> None:
         """An upgrade that removes git's versioned exec path mid-night (Homebrew's cleanup of the old keg) left the
         front's folder of links leading nowhere: `git submodule`, `git fetch` over https were "not a git command"."""
-        from orchestrator import confinement
-
         keg = tmp_path / "keg"
-        old_git = git_of_a_keg(keg)
-        folder = tmp_path / "fences"
-        folder.mkdir()
-        try:
-            confinement._fill(folder, shutil.which("bash"), str(old_git))
+        with fences_for(git_of_a_keg(keg), tmp_path / "fences") as folder:
             make_repo(tmp_path / "project", {"a.txt": "a\n"})
             shutil.rmtree(keg / "libexec")
             # Run by the agent, and by a git that git ran (which has the folder of links as its exec path).
@@ -283,22 +291,14 @@ class TestGitsExecPathGone:
                     capture_output=True, text=True,
                 )
                 assert done.returncode == 0, done.stderr
-        finally:
-            confinement._remove(folder)
 
 
 class TestGitUpgradedInPlace:
     def test_a_program_gits_exec_path_gained_mid_night_is_found(self, tmp_path: Path) -> None:
         """A program that git upgraded in place (its exec path keeps its name) gained after the front's folder of links
         was made runs as `git foo` from the agent, a git that git ran and an alias's shell (it was "not a git command")."""
-        from orchestrator import confinement
-
         keg = tmp_path / "keg"
-        git_program = git_of_a_keg(keg)
-        folder = tmp_path / "fences"
-        folder.mkdir()
-        try:
-            confinement._fill(folder, shutil.which("bash"), str(git_program))
+        with fences_for(git_of_a_keg(keg), tmp_path / "fences") as folder:
             project = make_repo(tmp_path / "project", {"a.txt": "a\n"})
             helper = keg / "libexec" / "git-foo"  # the upgrade's new program
             helper.write_text('#!/bin/sh\necho "foo ran; its git runs with $(git --exec-path)"\n')
@@ -311,8 +311,6 @@ class TestGitUpgradedInPlace:
                 assert done.returncode == 0, (command, inherited, done.stderr)
                 # The program's own git met the front, which gives git the folder of links.
                 assert done.stdout.strip() == f"foo ran; its git runs with {folder / 'exec'}", (command, inherited, done.stdout)
-        finally:
-            confinement._remove(folder)
 
 
 class TestOwnConfigCount:
