@@ -9,8 +9,9 @@ is not rolled back for it.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from orchestrator import history
 from orchestrator.errors import Cancelled, QualityError, StateError
@@ -50,6 +51,9 @@ class RunContext:
     workdir: Any = None
     # The iteration's logger (bound to its run, task and iteration ids); a bare one when not given.
     log: Any = None
+    # The night's redaction (orchestrator/secrecy.py): a guard's or a tool's error, or a signal's message, may quote a
+    # secret (a path named after a token, a value a user's guard read), and goes to the log and the run store.
+    redact: Callable[[str], str] = str
     turn: int = 0
     # Turns whose answer came (whole, or cut off as the model's: silence, runaway): a turn refused
     # by a budget or a cancel, or whose request found no server, is no turn of the model's.
@@ -68,7 +72,9 @@ class RunContext:
             self._reminders.append(text)
 
     def report(self, level: Level, kind: str, message: str) -> None:
-        signal = Signal(level=level, kind=kind, message=message)
+        # A signal goes to the log and the run store: a guard's message (a user's guard quoting what it read, a stop's
+        # evidence) may hold a secret. Signals are few (not one a tool call), so this costs nothing per call.
+        signal = Signal(level=level, kind=kind, message=self.redact(message))
         self.signals.append(signal)
         self.sink(signal)
 
@@ -193,8 +199,8 @@ def _executed(toolbox: Toolbox, call: ToolCall, ctx: RunContext) -> ToolResult:
     try:
         return toolbox.execute(call)
     except RecursionError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        (ctx.log or get_logger()).warning("tool_error", tool=call.name, error=error, turn=ctx.turn, exc_info=exc)
+        error = ctx.redact(f"{type(exc).__name__}: {exc}")
+        (ctx.log or get_logger()).warning("tool_error", tool=call.name, error=error, turn=ctx.turn, exception=_traceback(exc, ctx))
         return ToolResult(
             False,
             f"{call.name} failed: what it was given nests too deeply to handle ({error}); "
@@ -226,6 +232,12 @@ def _each(guards: list[Guard], hook: str, ctx: RunContext, *args: Any) -> None:
 
 
 def _guard_failed(ctx: RunContext, name: str, hook: str, exc: Exception) -> None:
-    error = f"{type(exc).__name__}: {exc}"
-    (ctx.log or get_logger()).warning("guard_error", guard=name, hook=hook, error=error, turn=ctx.turn, exc_info=exc)
+    error = ctx.redact(f"{type(exc).__name__}: {exc}")
+    (ctx.log or get_logger()).warning("guard_error", guard=name, hook=hook, error=error, turn=ctx.turn, exception=_traceback(exc, ctx))
     ctx.report(Level.WARNING, "guard_error", f"guard {name} failed in {hook} ({error[:120]}); left out for this run")
+
+
+def _traceback(exc: BaseException, ctx: RunContext) -> str:
+    """`exc`'s traceback, the exceptions it was raised in included (an OSError quoting a path named after a token),
+    through the night's redaction: what structlog's `exception` field (format_exc_info) would hold, shown as it shows it."""
+    return ctx.redact("".join(traceback.format_exception(exc)).rstrip("\n"))

@@ -85,6 +85,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             cancel=setup.cancel,
             budgets=setup.budgets,
             log=log,
+            redact=setup.redact,
         )
         finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
         try:

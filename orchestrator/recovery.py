@@ -301,7 +301,7 @@ def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by:
         target = head
         log.warning("worktree_commits_left", task=iteration.task_name, commit=head[:12])
     if _changed_after(worktree, agent_done_by):
-        _keep_what_a_person_may_have_written(worktree, iteration.task_name, config, log)
+        _keep_what_a_person_may_have_written(worktree, iteration.task_name, config, log, onto=target)
     try:
         worktree.rollback(target)
     except Exception as exc:  # a worktree too broken for git: rebuilt from its branch by the next night
@@ -460,19 +460,20 @@ def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, 
         return others.returncode == 0 and not others.stdout.strip(b"\0")
 
 
-def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, config: Config, log: Any) -> None:
+def _keep_what_a_person_may_have_written(worktree: Worktree, task: str, config: Config, log: Any, onto: str | None = None) -> None:
     """Changes in a worktree no iteration was running in are not the agent's: most likely a person's
     (the morning's review, edited where git lets the task branch be checked out). They are kept on
     a branch of their own before the worktree is cleaned for the night.
 
     A night killed after a check given `pass_env` wrote a passed value into a file (a `.env`, a log) and
     before the commit left that file there too: kept, it would reach a branch a person may push. It is
-    left off the kept branch as an iteration's commit leaves it off the task's (`secret_kept_out_of_commit`)."""
+    left off the kept branch as an iteration's commit leaves it off the task's (`secret_kept_out_of_commit`); so are the
+    agent's own commits above `onto` (what the worktree is rolled back to) when they hold one, folded in."""
     branch = kept_branch(task)
     message = f"Changes found in overnight's worktree of task {task} with no iteration running, kept before it was cleaned"
     # When they cannot be kept (StateError), cleaning would lose them: the night stops (exit 4), everything as it is.
     kept = worktree.keep_changes(
-        branch, message, secrets=_passed_secrets_of(config, task), on_kept_out=lambda out: _log_kept_out(config, task, out, log)
+        branch, message, secrets=_passed_secrets_of(config, task), on_kept_out=lambda out: _log_kept_out(config, task, out, log), onto=onto,
     )
     if kept is not None:
         log.warning("worktree_changes_kept", task=task, branch=branch)

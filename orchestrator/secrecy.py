@@ -140,6 +140,10 @@ class PassedSecrets:
             tail = window[-overlap:] if overlap else b""
         return frozenset(found)
 
+    def redacted(self, text: str) -> str:
+        """`text` with each of the values as ***."""
+        return Redactor(os.fsdecode(value) for value in self.names_by_value)(text)
+
     def names(self, values: Iterable[bytes]) -> tuple[str, ...]:
         """The variables `values` come from, sorted: what a log may name, never the values."""
         return tuple(sorted({name for value in values for name in self.names_by_value[value]}))

@@ -350,7 +350,7 @@ class Worktree:
 
     def keep_changes(
         self, branch: str, message: str, secrets: PassedSecrets | None = None,
-        on_kept_out: Callable[[KeptOutOfCommit], None] | None = None,
+        on_kept_out: Callable[[KeptOutOfCommit], None] | None = None, onto: str | None = None,
     ) -> str | None:
         """Save what differs from HEAD (files changed, added, deleted; not ignored ones, nor `keep`
         paths) as a commit on its own new `branch`, worktree and index untouched; None if nothing does.
@@ -358,21 +358,25 @@ class Worktree:
         Built in an index of its own: the worktree's index, and what the agent staged there, stay as
         they were. `secrets`: values a task's check got through `pass_env`; a file holding one that HEAD's
         version did not (or a new one whose path holds one) is left off the branch as `commit` leaves it off
-        the task's (`_secret_leaks`), `on_kept_out` told; the worktree keeps it, for the cleaning after.
+        the task's (`_secret_leaks`), `on_kept_out` told; the worktree keeps it, for the cleaning after. `onto`: the
+        commit the worktree is rolled back to after; when the agent's own commits above it (HEAD) hold a value, the
+        branch is made on `onto` instead, those commits folded in, as `commit` folds them.
         StateError (one line) when git cannot.
         """
         import git
 
         try:
-            return self._keep_changes(branch, message, secrets, on_kept_out)
+            return self._keep_changes(branch, message, secrets, on_kept_out, onto)
         except (git.GitCommandError, OSError) as exc:
             raise StateError(f"cannot keep the changes in the worktree {self.path}: {git_reason(exc)}") from None
 
     def _keep_changes(
         self, branch: str, message: str, secrets: PassedSecrets | None, on_kept_out: Callable[[KeptOutOfCommit], None] | None,
+        onto: str | None,
     ) -> str | None:
         if not (self._admin / "index").exists():
             return None  # a first checkout cut short: what differs is what it had not written yet
+        parent = self._kept_parent(onto, secrets)
         with tempfile.TemporaryDirectory(prefix="overnight-keep-") as folder:
             index = {"GIT_INDEX_FILE": os.path.join(folder, "index"), "GIT_LITERAL_PATHSPECS": "1"}
             self._git("read-tree", "HEAD", env=index)
@@ -383,15 +387,28 @@ class Worktree:
             if new_files:
                 self._add_new_files(new_files, env=index)
             if secrets:
-                kept_out = self._unstage_secret_leaks(secrets, index)
+                kept_out = self._unstage_secret_leaks(secrets, index, parent)
                 if kept_out is not None and on_kept_out is not None:
                     on_kept_out(kept_out)
             tree = self._git("write-tree", env=index).strip()
-        if tree == self._git("rev-parse", "HEAD^{tree}").strip():
+        if tree == self._git("rev-parse", f"{parent}^{{tree}}").strip():
             return None
-        commit = self._git("commit-tree", tree, "-p", "HEAD", "-m", message, identity=True).strip()
+        commit = self._git("commit-tree", tree, "-p", parent, "-m", message, identity=True).strip()
         self._git("branch", branch, commit)
         return commit
+
+    def _kept_parent(self, onto: str | None, secrets: PassedSecrets | None) -> str:
+        """The kept branch's parent: HEAD, or `onto` below the agent's own commits when their history would carry a
+        value. A checkpoint this clone lacks (the rollback's case too) leaves HEAD: nothing above it can be told apart."""
+        import git
+
+        if not secrets or onto is None:
+            return "HEAD"
+        try:
+            self._git("rev-parse", "--verify", "--quiet", f"{onto}^{{commit}}")
+        except git.GitCommandError:
+            return "HEAD"
+        return onto if self._commits_hold_secrets(onto, secrets) else "HEAD"
 
     def _add_new_files(self, names: list[str], env: dict[str, str]) -> None:
         """The untracked files `names` into the index `env` names."""
@@ -529,7 +546,10 @@ class Worktree:
         # asked of git only then, an unchanged worktree costs one process fewer.
         staged = self._add_all()
         if secrets:  # only a task with pass_env: no other check ever had a secret to write into the worktree
-            kept_out = self._keep_secrets_out(onto, secrets)
+            folded = self._fold_commits_holding_secrets(onto, secrets)
+            if folded:
+                message = _with_folded_subjects(message, folded, secrets)
+            kept_out = self._keep_secrets_out(secrets)
             if kept_out is not None:
                 staged = ""  # what add named may have been put back: the index alone says what is left to commit
                 if on_kept_out is not None:
@@ -551,46 +571,73 @@ class Worktree:
         self._nothing_left_behind()
         return self.checkpoint()
 
-    def _keep_secrets_out(self, onto: str | None, secrets: PassedSecrets) -> KeptOutOfCommit | None:
-        """Put back, as HEAD has them (`onto`, the checkpoint, or the agent's own commits on it), the staged files
-        whose content holds a value of `secrets` that their version there did not (a project's settings file with its
-        own default password is no leak), and the new files whose path holds one: a changed file gets that version, a new
-        one is removed from the index and the worktree, so that no later keep or cleaning commits it either. What was put
-        back; None when nothing was.
+    def _fold_commits_holding_secrets(self, onto: str | None, secrets: PassedSecrets) -> list[str]:
+        """The agent's own commits on top of `onto` folded into the iteration's commit (HEAD back on `onto`, index and
+        worktree as they are) when an object of theirs holds a value (its `run_check` gets `pass_env` too): their history
+        would carry it even after the file went. Their subjects, oldest first, for the commit that replaces them; none
+        when nothing was folded."""
+        if onto is None or head_commit(self._admin, self._common) == onto or not self._commits_hold_secrets(onto, secrets):
+            return []
+        subjects = self._git("log", "--reverse", "--format=%s", f"{onto}..HEAD").splitlines()
+        self._git("reset", "--soft", "--quiet", onto)
+        return subjects
 
-        The agent's own commits on top of `onto` are folded into the iteration's commit when an object of theirs
-        holds a value (its `run_check` gets `pass_env` too): their history would carry it even after the file went.
+    def _keep_secrets_out(self, secrets: PassedSecrets) -> KeptOutOfCommit | None:
+        """Put back, as HEAD has them (the checkpoint, or the agent's own commits on it, which hold no value now: else
+        folded before), the staged files whose content holds a value of `secrets` that their version there did not (a
+        project's settings file with its own default password is no leak), and the new files whose path holds one: a
+        changed file gets that version, a new one is removed from the index and the worktree, so that no later keep or
+        cleaning commits it either; a file moved to such a path is back where it was. What was put back; None when
+        nothing was. A file put back gets HEAD's version, not the checkpoint's (which would undo what the agent's own
+        commits changed in it).
+
         Not found: a value split across lines, or written encoded (base64, escaped); a file a filter (LFS) stores
         elsewhere is judged by what the index holds."""
-        if onto is not None and head_commit(self._admin, self._common) != onto and self._commits_hold_secrets(onto, secrets):
-            self._git("reset", "--soft", "--quiet", onto)
-        # HEAD: the checkpoint, or the agent's own commits on it, which hold no value now (else folded above); a file
-        # put back gets their version, not the checkpoint's (which would undo what they changed in it).
         leaked = self._secret_leaks(secrets)
         if not leaked:
             return None
         self._git(
             "restore", "--source=HEAD", "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul",
-            env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed(leaked),
+            env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed([*leaked, *self._moved_to(leaked)]),
         )
         return _kept_out(leaked, secrets)
 
-    def _unstage_secret_leaks(self, secrets: PassedSecrets, index: dict[str, str]) -> KeptOutOfCommit | None:
-        """In the index `index` names (a kept branch's, of its own), the files `_secret_leaks` finds put back as HEAD has
-        them (a new one left out); the worktree as it is. What was put back; None when nothing was."""
-        leaked = self._secret_leaks(secrets, index)
+    def _unstage_secret_leaks(self, secrets: PassedSecrets, index: dict[str, str], base: str) -> KeptOutOfCommit | None:
+        """In the index `index` names (a kept branch's, of its own), the files `_secret_leaks` finds against `base` put
+        back as `base` has them (a new one left out); the worktree as it is. What was put back; None when nothing was."""
+        leaked = self._secret_leaks(secrets, index, base)
         if not leaked:
             return None
         self._git(
-            "restore", "--source=HEAD", "--staged", "--pathspec-from-file=-", "--pathspec-file-nul",
-            env={**index, "GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed(leaked),
+            "restore", f"--source={base}", "--staged", "--pathspec-from-file=-", "--pathspec-file-nul",
+            env={**index, "GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed([*leaked, *self._moved_to(leaked, index, base)]),
         )
         return _kept_out(leaked, secrets)
 
-    def _secret_leaks(self, secrets: PassedSecrets, index: dict[str, str] | None = None) -> dict[str, frozenset[bytes]]:
+    def _moved_to(self, leaked: Iterable[str], index: dict[str, str] | None = None, base: str = "HEAD") -> list[str]:
+        """The paths `base` has that the staged changes (in the worktree's index, or the one `index` names) move to one
+        of `leaked` (`git mv config.py $TOKEN/config.py`), as git's rename detection pairs them: the move kept out, its
+        source is put back too, or the commit would still remove it."""
+        leaked = set(leaked)
+        raw = self._git("diff-index", "--cached", "--name-status", "-z", "-M", base, env=index).split("\0")
+        moved, at = [], 0
+        while at < len(raw) - 1:
+            status = raw[at]
+            if status[:1] in ("R", "C"):
+                source, target = raw[at + 1], raw[at + 2]
+                if status[:1] == "R" and target in leaked:
+                    moved.append(source)
+                at += 3
+            else:
+                at += 2
+        return moved
+
+    def _secret_leaks(
+        self, secrets: PassedSecrets, index: dict[str, str] | None = None, base: str = "HEAD"
+    ) -> dict[str, frozenset[bytes]]:
         """The files staged (in the worktree's index, or the one `index` names) whose content holds values of `secrets`
-        that their HEAD version did not, and the new ones whose path holds one: those values, by path."""
-        changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", "HEAD", env=index)))
+        that their version in `base` did not, and the new ones whose path holds one: those values, by path."""
+        changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", base, env=index)))
         leaked = self._new_values_in_contents(changes, secrets)
         # A new path named after a value (a cache keyed by the token) puts it in the branch's tree, whatever the file holds.
         for change in changes:
@@ -961,6 +1008,13 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
                 raise BranchCheckedOut(task, branch, taken.group(1)) from None
             failed = _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent)
             raise _with_git_status(failed, first) from None
+
+
+def _with_folded_subjects(message: str, subjects: Sequence[str], secrets: PassedSecrets) -> str:
+    """`message`, followed by the subjects of the agent's own commits it folds (their values as ***): the history
+    keeps what they said they did, not what they held."""
+    listed = "\n".join(f"- {secrets.redacted(subject)}" for subject in subjects)
+    return f"{message}\n\nFolded in, as one of their files or messages held a value passed through pass_env, the agent's commits:\n{listed}"
 
 
 def _nul_listed(paths: Iterable[str]) -> bytes:

@@ -537,6 +537,56 @@ class TestRecoveryOfStoredState:
         ]
         assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain", "--ignored") == ""
 
+    def test_a_passed_value_the_agent_committed_before_the_death_stays_off_the_kept_branch(
+        self, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The agent committed the .env its check wrote the password into, the night died, a person left notes in the
+        worktree: the kept branch has their notes, and neither the agent's commit below them nor the password."""
+        password = "Db-Pass-0123456789xyz"
+        monkeypatch.setenv("DB_PASSWORD", password)
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "pass_env": ["DB_PASSWORD"]}
+        config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[task]))
+        store, worktree, _, iteration, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        night = time.time() - 6 * 3600
+        self._seen_last(config, iteration, datetime.fromtimestamp(night, timezone.utc))
+        (worktree.path / ".env.test").write_text(f"DB_PASSWORD={password}\n")
+        os.utime(worktree.path / ".env.test", (night, night))
+        at_night = {**os.environ, "GIT_COMMITTER_DATE": f"@{int(night)} +0000", "GIT_AUTHOR_DATE": f"@{int(night)} +0000"}
+        subprocess.run(["git", "add", ".env.test"], cwd=worktree.path, check=True)
+        subprocess.run(["git", "commit", "-qm", "wip by the agent"], cwd=worktree.path, check=True, env=at_night)
+        (worktree.path / "NOTES-person.md").write_text("what I found\n")
+        [settled], logs = recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "rev-parse", f"{kept}^") == checkpoint
+        assert git(repo, "diff", "--name-status", f"{kept}^", kept).splitlines() == ["A\tNOTES-person.md"]
+        assert password not in git(repo, "log", "-p", "--all")
+        assert settled.outcome == "interrupted" and git(repo, "rev-parse", "overnight/fix-greet") == checkpoint
+
+    def test_a_checkpoint_this_clone_lacks_keeps_a_persons_changes_on_head_as_before(
+        self, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The dead iteration's checkpoint is no commit here (another clone's): with pass_env, the person's file is still
+        kept, on HEAD, and the recovery goes on; looking for the agent's commits above it does not end it (exit 4)."""
+        from sqlalchemy import update
+
+        from runs.models import Iteration
+
+        monkeypatch.setenv("DB_PASSWORD", "Db-Pass-0123456789xyz")
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "pass_env": ["DB_PASSWORD"]}
+        config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, tasks=[task]))
+        store, worktree, _, iteration, checkpoint = self._running(config, "fix-greet", dead_pid())
+        with store._engine.begin() as connection:
+            connection.execute(update(Iteration).where(Iteration.id == iteration).values(checkpoint="f" * 40))
+        store.close()
+        self._seen_last(config, iteration, datetime.fromtimestamp(time.time() - 6 * 3600, timezone.utc))
+        (worktree.path / "NOTES-person.md").write_text("what I found\n")
+        [settled], _ = recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "rev-parse", f"{kept}^") == checkpoint
+        assert git(repo, "show", f"{kept}:NOTES-person.md") == "what I found"
+        assert settled.outcome == "interrupted"
+
     def test_the_agents_own_commit_before_the_death_is_rolled_back_and_kept_nowhere(self, tmp_path: Path, repo: Path) -> None:
         """The agent commits on the task branch itself; a kill after that is its iteration's, not a person's work."""
         config = _config(tmp_path, repo)
@@ -891,6 +941,19 @@ class TestRecoveryKeepsPassedSecretsOffKeptBranches:
         assert (out["task"], out["paths"], out["names"]) == ("fix-greet", [".env.test", "cache/***.stamp"], ["DB_PASSWORD"])
         assert self.PASSWORD not in json.dumps(logs)
         assert git(worktree.path, "status", "--porcelain", "--ignored") == ""
+
+    def test_a_file_moved_into_a_folder_named_after_the_value_stays_on_the_kept_branch(self, tmp_path: Path, repo: Path) -> None:
+        """greet.py moved to `<value>/greet.py`: the new path stays off the kept branch and the old one on it, not removed."""
+        config = self._config(tmp_path, repo, {"name": "fix-greet", "prompt": "p", "check": "true", "pass_env": ["DB_PASSWORD"]})
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / self.PASSWORD).mkdir()
+        git(worktree.path, "mv", "greet.py", f"{self.PASSWORD}/greet.py")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        _, logs = recover(config)
+        kept = self._kept_branch(repo, "fix-greet")
+        assert git(repo, "diff", "--name-status", f"{kept}^", kept).splitlines() == ["A\tREVIEW.md"]
+        assert self.PASSWORD not in git(repo, "log", "-p", "--name-only", "--all")
+        assert [e["paths"] for e in logs if e["event"] == "secret_kept_out_of_commit"] == [["***/greet.py"]]
 
     def test_a_task_gone_from_the_config_is_searched_for_every_configured_tasks_values(self, tmp_path: Path, repo: Path) -> None:
         """A worktree of a task no longer configured: its pass_env is unknown, so every configured task's values stay off its kept branch."""

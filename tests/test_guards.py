@@ -932,6 +932,23 @@ class TestThroughTheAgentLoop:
         ]
         assert "Do not call it again" in reminders_seen(model)
 
+    def test_a_signal_quoting_a_secret_reaches_the_sink_as_stars(self, project: Path):
+        """A user's guard whose warning quotes a secret value (what it read in a file): the signal the log and the run
+        store get says *** instead, through the run's redaction."""
+        from orchestrator.secrecy import Redactor
+
+        token = "deploy-tok-0123456789abc"
+
+        class Quoting:
+            def after_tool_call(self, ctx, call, result):
+                ctx.report(Level.WARNING, "quoted", f"saw {token} in {call.name}")
+
+        sink: list[Signal] = []
+        ctx = RunContext(max_turns=30, tool_names=list(TOOLS), sink=sink.append, redact=Redactor([token]))
+        model = ScriptedModel([call("read_file", {"path": "app.py"}), call("submit", {"summary": "x"})])
+        run_agent(model, Toolbox(project, TOOLS, check_command="true"), [Quoting()], [], ctx, ListRecorder())
+        assert [s.message for s in sink] == ["saw *** in read_file", "saw *** in submit"]
+
     def test_a_passing_check_run_three_times_is_told_to_submit_not_to_change_the_code(self, project: Path):
         """The reminder after the third passing run_check: the work is done, submit. It said "change the code",
         which sends a model that never submits to undo the fix."""
@@ -1252,6 +1269,40 @@ class TestACrashingGuard:
         [error] = [e for e in events if e["event"] == "guard_error"]
         assert (error["guard"], error["task"], error["iteration"]) == ("Crashing", "fix-greet", 1)
         assert all(isinstance(error[key], int) for key in ("run_id", "task_run_id", "iteration_id"))
+
+    def test_a_secret_the_guards_error_quotes_shows_stars_in_the_log_and_the_store(self, tmp_path, monkeypatch, capsys):
+        """A user's guard whose exception quotes a secret variable's value: guard_error's error and traceback, and the
+        warning signal the run store keeps, show *** instead."""
+        import json
+
+        from orchestrator.fake_server import ScriptedServer
+        from tests.conftest import SAMPLE_FILES, make_repo, write_config
+        from tests.test_night import FIX, overnight
+        from tests.test_secrecy import written_down
+
+        token = "deploy-tok-0123456789abc"
+        monkeypatch.setenv("DEPLOY_TOKEN", token)
+        (tmp_path / "quoting_guard_module.py").write_text(
+            "import os\n"
+            "class Quoting:\n"
+            "    def after_tool_call(self, ctx, call, result):\n"
+            "        raise RuntimeError('refused with ' + os.environ['DEPLOY_TOKEN'])\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "quoting_guard_module", raising=False)
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        with ScriptedServer(list(FIX)) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, guards={"custom": ["quoting_guard_module:Quoting"]})
+            capsys.readouterr()
+            assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        said = capsys.readouterr()
+        events = [json.loads(line) for line in said.err.splitlines() if line.startswith("{")]
+        [error] = [e for e in events if e["event"] == "guard_error"]
+        assert error["error"] == "RuntimeError: refused with ***" and "RuntimeError: refused with ***" in error["exception"]
+        assert [e["message"] for e in events if e["event"] == "signal" and e["kind"] == "guard_error"] == [
+            "guard Quoting failed in after_tool_call (RuntimeError: refused with ***); left out for this run"
+        ]
+        assert [text for text in written_down(config, said.out + said.err) if token in text] == []
 
     def test_a_crashing_guard_equal_to_a_healthy_one_leaves_the_healthy_one_in(self, project: Path):
         """Two guards that compare equal (one dataclass, the same fields): only the one that crashed is left out."""

@@ -493,6 +493,31 @@ class TestPassedSecretsStayOffTheBranch:
         assert self.PASSWORD not in git(repo, "log", "-p", "--all")
         assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
 
+    def test_the_folded_commits_subjects_stay_in_the_commits_message(self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The agent's commits folded away for the value they held are listed by subject in the iteration's commit, the
+        value as ***: the morning's `git log` still says what they did."""
+        commits = call("run_command", {"command": "git add -A && git commit -q -m 'wip: fix greet' && echo x > notes.txt && git add notes.txt && git commit -q -m \"$(cat .env.test)\""})
+        self.night(config_file, server, capsys, self.FIX, call("run_check", {}), commits, call("submit", {"summary": "fixed"}))
+        message = git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        assert message.splitlines()[0] == "overnight: fix-greet iteration 1"
+        assert message.splitlines()[-2:] == ["- wip: fix greet", "- DB_PASSWORD=***"]
+        assert self.PASSWORD not in git(repo, "log", "-p", "--all")
+
+    def test_a_file_moved_into_a_folder_named_after_the_value_stays_where_it_was(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`git mv config.py $VALUE/config.py`: the new path is left out and the old one put back, so the branch keeps config.py."""
+        (repo / "config.py").write_text("DEBUG = False\n")
+        git(repo, "add", "config.py")
+        git(repo, "commit", "-q", "-m", "config")
+        move = call("run_command", {"command": 'd=$(sed s/DB_PASSWORD=// .env.test) && mkdir "$d" && git mv config.py "$d/config.py"'})
+        _, err = self.night(config_file, server, capsys, self.FIX, call("run_check", {}), move, call("submit", {"summary": "fixed"}))
+        assert git(repo, "show", "overnight/fix-greet:config.py") == "DEBUG = False"
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        assert self.PASSWORD not in git(repo, "log", "-p", "--name-only", "--all")
+        [kept] = json_events(err, "secret_kept_out_of_commit")
+        assert kept["paths"] == [".env.test", "***/config.py", "cache.bin"]
+
     def test_a_file_put_back_keeps_what_the_agents_own_commit_changed_in_it(
         self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:

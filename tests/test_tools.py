@@ -1032,3 +1032,24 @@ class TestAToolFailingOnTheModelsInput:
         assert failed["task"] == "fix-greet" and failed["iteration"] == 1
         [task] = report_json(config, capsys)["tasks"]
         assert task["outcome"] == "succeeded" and [it["outcome"] for it in task["iterations"]] == ["committed"]
+
+    def test_a_secret_in_the_failed_tools_traceback_shows_stars_in_the_log(self, tmp_path, capsys, monkeypatch):
+        """A write_file nested too deeply under a folder named after a token: tool_error's traceback (the OSError it
+        was raised in quotes the path) shows *** instead."""
+        import json
+
+        from orchestrator.fake_server import ScriptedServer
+        from tests.test_night import FIX, overnight
+
+        token = "deploy-tok-0123456789abc"
+        monkeypatch.setenv("DEPLOY_TOKEN", token)
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        deep = f"{token}/" + "e/" * 1100 + "x.txt"
+        with ScriptedServer([FIX[2], call("write_file", {"path": deep, "content": "x"}), *FIX[3:]]) as server:
+            config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo)
+            capsys.readouterr()
+            assert overnight("run", "--config", str(config), "--log-format", "json") == 0
+        said = capsys.readouterr()
+        [failed] = [json.loads(line) for line in said.err.splitlines() if line.startswith("{") and '"tool_error"' in line]
+        assert "RecursionError" in failed["error"] and "/fix-greet/***/e/e/" in failed["exception"]
+        assert token not in json.dumps(failed)
