@@ -617,15 +617,17 @@ class Worktree:
     def _moved_to(self, leaked: Iterable[str], index: dict[str, str] | None = None, base: str = "HEAD") -> list[str]:
         """The paths `base` has that the staged changes (in the worktree's index, or the one `index` names) move to one
         of `leaked` (`git mv config.py $TOKEN/config.py`), as git's rename detection pairs them: the move kept out, its
-        source is put back too, or the commit would still remove it."""
+        source is put back too, or the commit would still remove it. Only a pairing that is a move: the same file name
+        in another folder, or the same (non-empty) content; git also pairs a file the agent deleted with an unrelated
+        new one half like it (an empty `__init__.py` with an empty cache file), whose putting back would undo that deletion."""
         leaked = set(leaked)
-        raw = self._git("diff-index", "--cached", "--name-status", "-z", "-M", base, env=index).split("\0")
+        raw = self._git("diff-index", "--cached", "--raw", "-z", "-M", base, env=index).split("\0")
         moved, at = [], 0
         while at < len(raw) - 1:
-            status = raw[at]
-            if status[:1] in ("R", "C"):
+            meta = raw[at].split()
+            if meta[-1:] and meta[-1][:1] in ("R", "C"):
                 source, target = raw[at + 1], raw[at + 2]
-                if status[:1] == "R" and target in leaked:
+                if meta[-1][:1] == "R" and target in leaked and _a_move(meta, source, target):
                     moved.append(source)
                 at += 3
             else:
@@ -1012,9 +1014,35 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
 
 def _with_folded_subjects(message: str, subjects: Sequence[str], secrets: PassedSecrets) -> str:
     """`message`, followed by the subjects of the agent's own commits it folds (their values as ***): the history
-    keeps what they said they did, not what they held."""
-    listed = "\n".join(f"- {secrets.redacted(subject)}" for subject in subjects)
-    return f"{message}\n\nFolded in, as one of their files or messages held a value passed through pass_env, the agent's commits:\n{listed}"
+    keeps what they said they did, not what they held. The first `_FOLDED_LISTED` only, each cut at
+    `_FOLDED_SUBJECT_CHARS` (after the redaction: a cut value would show its start): the message goes to git as one
+    argument, which Linux caps at 128 KiB (a thousand commits, or one subject a whole test log long, would pass it)."""
+    listed = [f"- {_cut(secrets.redacted(subject), _FOLDED_SUBJECT_CHARS)}" for subject in subjects[:_FOLDED_LISTED]]
+    if len(subjects) > _FOLDED_LISTED:
+        listed.append(f"- ... and {len(subjects) - _FOLDED_LISTED} more")
+    lines = "\n".join(listed)
+    return f"{message}\n\nFolded in, as one of their files or messages held a value passed through pass_env, the agent's commits:\n{lines}"
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and an ellipsis."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+_FOLDED_LISTED = 100
+_FOLDED_SUBJECT_CHARS = 200
+
+
+def _a_move(meta: list[str], source: str, target: str) -> bool:
+    """Whether a rename `diff-index --raw` reports (`meta`: its modes, blobs and status) moves one file: its name kept
+    (another folder), or its content whole and not the empty blob, which any empty file shares."""
+    if os.path.basename(source) == os.path.basename(target):
+        return True
+    return meta[-1] == "R100" and meta[2] not in _EMPTY_BLOBS
+
+
+# The empty blob's id in a SHA-1 and in a SHA-256 repository.
+_EMPTY_BLOBS = frozenset({"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391", "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"})
 
 
 def _nul_listed(paths: Iterable[str]) -> bytes:

@@ -674,3 +674,75 @@ class TestKeepingAPersonsChanges:
         git_cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before
         assert kept is not None and len(git(repo, "ls-tree", "-r", "--name-only", kept).splitlines()) == 20000 + len(SAMPLE_FILES)
         assert git_cpu < 1.5, f"keeping 20,000 new files took git {git_cpu:.1f}s of CPU"
+
+
+class TestPassedSecretsKeptOutOfACommit:
+    PASSWORD = "Db-Pass-0123456789xyz"
+
+    def secrets(self):
+        from orchestrator.secrecy import PassedSecrets
+
+        return PassedSecrets({self.PASSWORD.encode(): ("DB_PASSWORD",)})
+
+    def test_a_deleted_empty_file_is_not_put_back_for_an_empty_file_named_after_the_value(self, repo: Path, tmp_path: Path) -> None:
+        """The agent deletes an empty __init__.py and its check leaves an empty cache named after the value: git pairs the two
+        as a rename, yet the deletion stays in the commit (only the cache is kept out)."""
+        (repo / "pkg").mkdir()
+        (repo / "pkg" / "__init__.py").write_text("")
+        git(repo, "add", "pkg")
+        git(repo, "commit", "-q", "-m", "package")
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        checkpoint = worktree.checkpoint()
+        (worktree.path / "pkg" / "__init__.py").unlink()
+        (worktree.path / f"{self.PASSWORD}.cache").write_text("")
+        worktree.commit("overnight: fix-greet iteration 1", onto=checkpoint, secrets=self.secrets())
+        assert "pkg/__init__.py" not in git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet").splitlines()
+        assert not (worktree.path / "pkg" / "__init__.py").exists()
+
+    def test_a_deleted_file_like_a_log_holding_the_value_is_not_put_back(self, repo: Path, tmp_path: Path) -> None:
+        """The agent deletes obsolete settings and its check writes a log much like them plus the value: the log is kept
+        out, and the settings stay deleted, git's rename pairing of the two notwithstanding."""
+        settings = "".join(f"option_{number} = {number}\n" for number in range(40))
+        (repo / "old_settings.ini").write_text(settings)
+        git(repo, "add", "old_settings.ini")
+        git(repo, "commit", "-q", "-m", "settings")
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        checkpoint = worktree.checkpoint()
+        (worktree.path / "old_settings.ini").unlink()
+        (worktree.path / "run.log").write_text(settings + f"password={self.PASSWORD}\n")
+        worktree.commit("overnight: fix-greet iteration 1", onto=checkpoint, secrets=self.secrets())
+        tree = git(repo, "ls-tree", "-r", "--name-only", "overnight/fix-greet").splitlines()
+        assert "old_settings.ini" not in tree and "run.log" not in tree
+
+    def test_a_file_moved_under_a_folder_named_after_the_value_and_edited_is_still_put_back(self, repo: Path, tmp_path: Path) -> None:
+        """`git mv greet.py $VALUE/greet.py`, then an edit: the same file name elsewhere is a move, its source put back."""
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        checkpoint = worktree.checkpoint()
+        before = (worktree.path / "greet.py").read_text()
+        (worktree.path / self.PASSWORD).mkdir()
+        git(worktree.path, "mv", "greet.py", f"{self.PASSWORD}/greet.py")
+        with open(worktree.path / self.PASSWORD / "greet.py", "a") as moved:
+            moved.write("# moved\n")
+        worktree.commit("overnight: fix-greet iteration 1", onto=checkpoint, secrets=self.secrets())
+        assert git(repo, "show", "overnight/fix-greet:greet.py") == before.rstrip("\n")
+
+    def test_many_and_long_folded_subjects_still_commit_with_a_bounded_message(self, repo: Path, tmp_path: Path) -> None:
+        """Folded commits whose subjects pass Linux's 128 KiB limit on one argument (a test log as a subject): the
+        iteration still commits, listing the first hundred subjects, each cut after the redaction, and how many more."""
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        checkpoint = worktree.checkpoint()
+        (worktree.path / ".env.test").write_text(f"DB_PASSWORD={self.PASSWORD}\n")
+        git(worktree.path, "add", ".env.test")
+        git(worktree.path, "commit", "-q", "-m", "wip")
+        git(worktree.path, "rm", "-q", ".env.test")
+        (tmp_path / "message").write_text(f"the log said {self.PASSWORD} " + "x" * 150_000)
+        git(worktree.path, "commit", "-q", "-F", str(tmp_path / "message"))
+        for number in range(150):
+            git(worktree.path, "commit", "-q", "--allow-empty", "-m", f"step {number}")
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        worktree.commit("overnight: fix-greet iteration 1", onto=checkpoint, secrets=self.secrets())
+        message = git(repo, "log", "-1", "--format=%B", "overnight/fix-greet").splitlines()
+        listed = [line for line in message if line.startswith("- ")]
+        assert listed[:2] == ["- wip", f"- the log said *** {'x' * 183}..."]
+        assert len(listed) == 101 and listed[-1] == "- ... and 52 more"
+        assert self.PASSWORD not in git(repo, "log", "-p", "--all")
