@@ -147,6 +147,10 @@ class _Night:
         # Set when a task paused for an unreachable model: the night exits 3 whatever else it does, and
         # could work no task whose lease it waited for (why_stop_waiting).
         self.model_unreachable = threading.Event()
+        # Set once anything that ends the waits for other workers' leases has happened (why_stop_waiting):
+        # a set-aside task's pause ends then, not up to LEASE_POLL_S later with the night's end held up.
+        self.waits_over = threading.Event()
+        parts.cancel.on_cancel(self.waits_over.set)
         # Worktrees are made in task order, a little ahead of need: a task asks for its own
         # once its first request has left (the checkout overlaps that model call, and does not
         # compete with the other tasks' first requests for the CPU), and for the next task's,
@@ -406,11 +410,13 @@ class _SetAside:
 
 @dataclass(frozen=True)
 class _Waiting:
-    """A set-aside task's state between its tries: its task run, the lease's holder, and when it last asked."""
+    """A set-aside task's state between its tries: its task run, the lease's holder, when it last asked, and
+    its own stop (one for all its tries: each a new child of the night's stayed on it, a hook every LEASE_POLL_S)."""
 
     task_run_id: int
     holder: str
     asked_at: float  # time.monotonic()
+    cancel: CancelToken
 
 
 def _results(futures: Sequence[Any]) -> list[TaskSummary]:
@@ -433,13 +439,14 @@ def _run_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = None) 
         return _work_on_task(night, task, waiting)
     except Exception:
         night.crashed.set()
+        night.waits_over.set()
         raise
 
 
 def _try_again(night: _Night, task: TaskConfig, waiting: _Waiting) -> TaskSummary | _SetAside:
     """A set-aside task's next try, once LEASE_POLL_S has passed since its last (a stop ends the pause)."""
     if (pause := LEASE_POLL_S - (time.monotonic() - waiting.asked_at)) > 0:
-        night.parts.cancel.wait(pause)
+        night.waits_over.wait(pause)
     return _run_task(night, task, waiting)
 
 
@@ -462,7 +469,7 @@ def _work_on_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = No
     begun = 0  # iterations begun: a cancelled or unreachable one ends with no report
     # The task's own stop: the night's, or its lease lost to another worker (this process
     # stalled past the lease's ttl), which ends this task's work and no other's.
-    cancel = parts.cancel.child()
+    cancel = waiting.cancel if waiting is not None else parts.cancel.child()
     lease = LeaseKeeper(store, night.lease_key(task), owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
 
     def finish(outcome: TaskOutcome, reason: str) -> str:
@@ -483,8 +490,7 @@ def _work_on_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = No
         commit = finish(outcome, reason)
     elif waiting is not None and night.why_stop_waiting():
         # The night stops while the task waits for another worker's lease: recorded as one it found held.
-        log.info("task_skipped_leased", holder=waiting.holder)
-        outcome, reason = TaskOutcome.SKIPPED, "leased"
+        outcome, reason = _stopped_waiting(night, work_key, waiting.holder, log)
         commit = finish(outcome, reason)
     elif waiting is None and (refused := _refused(night, work_key)):
         # Before its first request is asked ahead: a task whose budget the earlier runs spent costs no call.
@@ -526,13 +532,15 @@ def _work_on_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = No
                 # Recorded before the lease is let go: a worker that takes it next sees the task done.
                 commit = finish(outcome, reason)
         except LeaseHeld as held:
-            if set_aside := _wait_for_lease(night, task, log, _Waiting(task_run_id, str(held), time.monotonic()), first=waiting is None):
+            if set_aside := _wait_for_lease(night, task, log, _Waiting(task_run_id, str(held), time.monotonic(), cancel), first=waiting is None):
                 return set_aside
-            log.info("task_skipped_leased", holder=str(held))
-            outcome, reason = TaskOutcome.SKIPPED, "leased"
+            outcome, reason = _stopped_waiting(night, work_key, str(held), log)
             commit = finish(outcome, reason)
     if reason == "model_unreachable":
         night.model_unreachable.set()
+    if night.model_unreachable.is_set() or night.budget.exhausted:
+        # Each ends the waits for other workers' leases (why_stop_waiting): a waiting task hears of it now.
+        night.waits_over.set()
     log.info("task_finished", outcome=outcome.value, reason=reason, iterations=begun)
     return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
 
@@ -542,10 +550,21 @@ def _refused(night: _Night, work_key: str) -> str:
     return night.why_not_start_iteration() or _spent((night.task_budget(work_key),))
 
 
+def _stopped_waiting(night: _Night, work_key: str, holder: str, log: Any) -> tuple[TaskOutcome, str]:
+    """How a task is recorded when the night stops waiting for its lease: `done_elsewhere` if the holder
+    finished it meanwhile (it records that before letting the lease go, so perhaps within this wait's last
+    pause), else `skipped`, `leased`. Asked only of tasks found leased: other nights ask nothing more."""
+    if done_by := night.done_elsewhere(work_key):
+        log.info("task_skipped_done_elsewhere", host=done_by)
+        return TaskOutcome.SKIPPED, DONE_ELSEWHERE
+    log.info("task_skipped_leased", holder=holder)
+    return TaskOutcome.SKIPPED, "leased"
+
+
 def _wait_for_lease(night: _Night, task: TaskConfig, log: Any, waiting: _Waiting, *, first: bool) -> _SetAside | None:
     """The task queued again to wait for the lease another live worker holds (it may finish the task, or
     die and leave it to this night), holding neither the lease nor a slot meanwhile; None when the night
-    stops instead, and the task is to be recorded `leased` now."""
+    stops instead, and the task is to be recorded now (_stopped_waiting)."""
     if night.why_stop_waiting():
         return None
     if first:
