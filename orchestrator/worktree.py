@@ -387,7 +387,7 @@ class Worktree:
             if new_files:
                 self._add_new_files(new_files, env=index)
             if secrets:
-                kept_out = self._unstage_secret_leaks(secrets, index, parent)
+                kept_out = self._keep_secrets_out(secrets, index, parent)
                 if kept_out is not None and on_kept_out is not None:
                     on_kept_out(kept_out)
             tree = self._git("write-tree", env=index).strip()
@@ -582,35 +582,27 @@ class Worktree:
         self._git("reset", "--soft", "--quiet", onto)
         return subjects
 
-    def _keep_secrets_out(self, secrets: PassedSecrets) -> KeptOutOfCommit | None:
-        """Put back, as HEAD has them (the checkpoint, or the agent's own commits on it, which hold no value now: else
-        folded before), the staged files whose content holds a value of `secrets` that their version there did not (a
-        project's settings file with its own default password is no leak), and the new files whose path holds one: a
-        changed file gets that version, a new one is removed from the index and the worktree, so that no later keep or
-        cleaning commits it either; a file moved to such a path is back where it was. What was put back; None when
-        nothing was. A file put back gets HEAD's version, not the checkpoint's (which would undo what the agent's own
-        commits changed in it).
+    def _keep_secrets_out(
+        self, secrets: PassedSecrets, index: dict[str, str] | None = None, base: str = "HEAD"
+    ) -> KeptOutOfCommit | None:
+        """Put back, as `base` has them (HEAD: the checkpoint, or the agent's own commits on it, which hold no value
+        now: else folded before), the staged files whose content holds a value of `secrets` that their version there
+        did not (a project's settings file with its own default password is no leak), and the new files whose path
+        holds one: a changed file gets that version, a new one is removed; a file moved to such a path is back where
+        it was. In the worktree's index, the worktree too, so that no later keep or cleaning commits it either; in the
+        index `index` names (a kept branch's, of its own), that index alone. What was put back; None when nothing was.
+        A file put back gets HEAD's version, not the checkpoint's (which would undo what the agent's own commits
+        changed in it).
 
         Not found: a value split across lines, or written encoded (base64, escaped); a file a filter (LFS) stores
         elsewhere is judged by what the index holds."""
-        leaked = self._secret_leaks(secrets)
-        if not leaked:
-            return None
-        self._git(
-            "restore", "--source=HEAD", "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul",
-            env={"GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed([*leaked, *self._moved_to(leaked)]),
-        )
-        return _kept_out(leaked, secrets)
-
-    def _unstage_secret_leaks(self, secrets: PassedSecrets, index: dict[str, str], base: str) -> KeptOutOfCommit | None:
-        """In the index `index` names (a kept branch's, of its own), the files `_secret_leaks` finds against `base` put
-        back as `base` has them (a new one left out); the worktree as it is. What was put back; None when nothing was."""
         leaked = self._secret_leaks(secrets, index, base)
         if not leaked:
             return None
+        where = ("--staged",) if index is not None else ("--staged", "--worktree")
         self._git(
-            "restore", f"--source={base}", "--staged", "--pathspec-from-file=-", "--pathspec-file-nul",
-            env={**index, "GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed([*leaked, *self._moved_to(leaked, index, base)]),
+            "restore", f"--source={base}", *where, "--pathspec-from-file=-", "--pathspec-file-nul",
+            env={**(index or {}), "GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed([*leaked, *self._moved_to(leaked, index, base)]),
         )
         return _kept_out(leaked, secrets)
 
