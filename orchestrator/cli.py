@@ -235,8 +235,7 @@ def _errors_redacted(settings: object) -> Iterator[None]:
     try:
         yield
     except (ConfigError, StateError) as failed:
-        model = settings.model  # type: ignore[attr-defined]
-        redact = Redactor.for_night(api_key=model.api_key, store_url=settings.store_url, api_base=model.api_base)  # type: ignore[attr-defined]
+        redact = Redactor.for_config(settings)
         failed.args = (redact(str(failed)),)  # what main()'s one line (str of the error) shows
         raise
 

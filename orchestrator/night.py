@@ -117,8 +117,7 @@ class _Night:
         # the path, and every task's start asked for these several times, under the night's lock.
         self.repo_path, self.state_dir = parts.config.repo_path, parts.config.state_dir
         self.transcripts_dir, self.git_config_copy = parts.config.transcripts_dir, parts.config.git_config_copy
-        model = parts.config.model
-        self.redact = Redactor.for_night(api_key=model.api_key, store_url=parts.config.store_url, api_base=model.api_base)
+        self.redact = Redactor.for_config(parts.config)
         self.log = parts.log.bind(run_id=run_id)
         self.budget = TokenBudget(parts.config.night.max_tokens_per_night, "night")
         self.earlier = EarlierTonight()

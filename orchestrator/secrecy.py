@@ -24,7 +24,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 from urllib.parse import unquote
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
@@ -105,6 +105,12 @@ class Redactor:
         values += [secret for value in os.environ.values() if "://" in value for secret in url_secrets(value)]
         values += [api_key or ""] + url_secrets(store_url) + url_secrets(api_base)
         return cls(values)
+
+    @classmethod
+    def for_config(cls, config: Any) -> "Redactor":
+        """`for_night` with a config's model key and endpoint and its store's URL: what a night, its recovery and
+        the line that ends it redact alike."""
+        return cls.for_night(api_key=config.model.api_key, store_url=config.store_url, api_base=config.model.api_base)
 
     @property
     def values(self) -> tuple[str, ...]:
