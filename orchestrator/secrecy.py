@@ -12,7 +12,7 @@ prompt carries) and, written to a file, on the task's branch that CI then pushes
 - what a tool or the check prints has the values of those variables, the model's API key and
   the run store's password replaced by `***` (`Redactor`), however the agent came by them;
 - a file the check given `pass_env` wrote one of its values into stays off the task's branch
-  (`PassedSecrets`, which worktree.commit scans what it would commit for).
+  (`PassedSecrets`, which secret_commits.py scans what worktree.commit would commit for).
 
 Not a sandbox: files the user can read (~/.git-credentials, a committed config) stay readable;
 the redaction keeps their known values out of the night's records.

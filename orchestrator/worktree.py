@@ -22,10 +22,9 @@ import stat
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.checkout import checkout_around, git_folder_around
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, kill_group
@@ -36,6 +35,8 @@ from orchestrator.gitdir import (
     is_worktree_of, linked_admin_dir, names_back,
 )
 from orchestrator.records import CheckResult, KeptOutOfCommit
+from orchestrator.secret_commits import SecretKeeping, WorktreeGit, with_folded_subjects
+from orchestrator.staged import GITLINK, new_content, staged_changes
 
 if TYPE_CHECKING:
     from orchestrator.secrecy import PassedSecrets
@@ -358,7 +359,7 @@ class Worktree:
         Built in an index of its own: the worktree's index, and what the agent staged there, stay as
         they were. `secrets`: values a task's check got through `pass_env`; a file holding one that HEAD's
         version did not (or a new one whose path holds one) is left off the branch as `commit` leaves it off
-        the task's (`_secret_leaks`), `on_kept_out` told; the worktree keeps it, for the cleaning after. `onto`: the
+        the task's (`SecretKeeping.keep_out`), `on_kept_out` told; the worktree keeps it, for the cleaning after. `onto`: the
         commit the worktree is rolled back to after; when the agent's own commits above it (HEAD) hold a value, the
         branch is made on `onto` instead, those commits folded in, as `commit` folds them.
         StateError (one line) when git cannot.
@@ -387,7 +388,7 @@ class Worktree:
             if new_files:
                 self._add_new_files(new_files, env=index)
             if secrets:
-                kept_out = self._keep_secrets_out(secrets, index, parent)
+                kept_out = self._secret_keeping(secrets).keep_out(index, parent)
                 if kept_out is not None and on_kept_out is not None:
                     on_kept_out(kept_out)
             tree = self._git("write-tree", env=index).strip()
@@ -408,7 +409,7 @@ class Worktree:
             self._git("rev-parse", "--verify", "--quiet", f"{onto}^{{commit}}")
         except git.GitCommandError:
             return "HEAD"
-        return onto if self._commits_hold_secrets(onto, secrets) else "HEAD"
+        return onto if self._secret_keeping(secrets).commits_hold_values(onto) else "HEAD"
 
     def _add_new_files(self, names: list[str], env: dict[str, str]) -> None:
         """The untracked files `names` into the index `env` names."""
@@ -532,7 +533,7 @@ class Worktree:
         A file staged of more than `max_file_bytes` (0: any size) is QualityError `file_too_large`,
         before anything is committed (the caller rolls back).
         `secrets`: the values the check got through the task's `pass_env`; a file that would be committed holding one
-        its checkpoint version did not hold is put back as it was there (see `_keep_secrets_out`), `on_kept_out` told.
+        its checkpoint version did not hold is put back as it was there (see `SecretKeeping.keep_out`), `on_kept_out` told.
         """
         import git
 
@@ -546,10 +547,12 @@ class Worktree:
         # asked of git only then, an unchanged worktree costs one process fewer.
         staged = self._add_all()
         if secrets:  # only a task with pass_env: no other check ever had a secret to write into the worktree
-            folded = self._fold_commits_holding_secrets(onto, secrets)
+            keeping = self._secret_keeping(secrets)
+            # The agent's own commits above the checkpoint: folded into this one when their history holds a value.
+            folded = keeping.fold_commits(onto) if onto is not None and head_commit(self._admin, self._common) != onto else []
             if folded:
-                message = _with_folded_subjects(message, folded, secrets)
-            kept_out = self._keep_secrets_out(secrets)
+                message = with_folded_subjects(message, folded, secrets)
+            kept_out = keeping.keep_out()
             if kept_out is not None:
                 staged = ""  # what add named may have been put back: the index alone says what is left to commit
                 if on_kept_out is not None:
@@ -571,134 +574,6 @@ class Worktree:
         self._nothing_left_behind()
         return self.checkpoint()
 
-    def _fold_commits_holding_secrets(self, onto: str | None, secrets: PassedSecrets) -> list[str]:
-        """The agent's own commits on top of `onto` folded into the iteration's commit (HEAD back on `onto`, index and
-        worktree as they are) when an object of theirs holds a value (its `run_check` gets `pass_env` too): their history
-        would carry it even after the file went. Their subjects, oldest first, for the commit that replaces them; none
-        when nothing was folded."""
-        if onto is None or head_commit(self._admin, self._common) == onto or not self._commits_hold_secrets(onto, secrets):
-            return []
-        subjects = self._git("log", "--reverse", "--format=%s", f"{onto}..HEAD").splitlines()
-        self._git("reset", "--soft", "--quiet", onto)
-        return subjects
-
-    def _keep_secrets_out(
-        self, secrets: PassedSecrets, index: dict[str, str] | None = None, base: str = "HEAD"
-    ) -> KeptOutOfCommit | None:
-        """Put back, as `base` has them (HEAD: the checkpoint, or the agent's own commits on it, which hold no value
-        now: else folded before), the staged files whose content holds a value of `secrets` that their version there
-        did not (a project's settings file with its own default password is no leak), and the new files whose path
-        holds one: a changed file gets that version, a new one is removed; a file moved to such a path is back where
-        it was. In the worktree's index, the worktree too, so that no later keep or cleaning commits it either; in the
-        index `index` names (a kept branch's, of its own), that index alone. What was put back; None when nothing was.
-        A file put back gets HEAD's version, not the checkpoint's (which would undo what the agent's own commits
-        changed in it).
-
-        Not found: a value split across lines, or written encoded (base64, escaped); a file a filter (LFS) stores
-        elsewhere is judged by what the index holds."""
-        leaked = self._secret_leaks(secrets, index, base)
-        if not leaked:
-            return None
-        where = ("--staged",) if index is not None else ("--staged", "--worktree")
-        self._git(
-            "restore", f"--source={base}", *where, "--pathspec-from-file=-", "--pathspec-file-nul",
-            env={**(index or {}), "GIT_LITERAL_PATHSPECS": "1"}, stdin=_nul_listed([*leaked, *self._moved_to(leaked, index, base)]),
-        )
-        return _kept_out(leaked, secrets)
-
-    def _moved_to(self, leaked: Iterable[str], index: dict[str, str] | None = None, base: str = "HEAD") -> list[str]:
-        """The paths `base` has that the staged changes (in the worktree's index, or the one `index` names) move to one
-        of `leaked` (`git mv config.py $TOKEN/config.py`), as git's rename detection pairs them: the move kept out, its
-        source is put back too, or the commit would still remove it. Only a pairing that is a move: the same file name
-        in another folder, or the same (non-empty) content; git also pairs a file the agent deleted with an unrelated
-        new one half like it (an empty `__init__.py` with an empty cache file), whose putting back would undo that deletion."""
-        leaked = set(leaked)
-        raw = self._git("diff-index", "--cached", "--raw", "-z", "-M", base, env=index).split("\0")
-        moved, at = [], 0
-        while at < len(raw) - 1:
-            meta = raw[at].split()
-            if meta[-1:] and meta[-1][:1] in ("R", "C"):
-                source, target = raw[at + 1], raw[at + 2]
-                if meta[-1][:1] == "R" and target in leaked and _a_move(meta, source, target):
-                    moved.append(source)
-                at += 3
-            else:
-                at += 2
-        return moved
-
-    def _secret_leaks(
-        self, secrets: PassedSecrets, index: dict[str, str] | None = None, base: str = "HEAD"
-    ) -> dict[str, frozenset[bytes]]:
-        """The files staged (in the worktree's index, or the one `index` names) whose content holds values of `secrets`
-        that their version in `base` did not, and the new ones whose path holds one: those values, by path."""
-        changes = list(_staged_changes(self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", base, env=index)))
-        leaked = self._new_values_in_contents(changes, secrets)
-        # A new path named after a value (a cache keyed by the token) puts it in the branch's tree, whatever the file holds.
-        for change in changes:
-            named = secrets.found_in([os.fsencode(change.path)]) if change.added else frozenset()
-            if named:
-                leaked[change.path] = leaked.get(change.path, frozenset()) | named
-        return leaked
-
-    def _new_values_in_contents(self, changes: list[_StagedChange], secrets: PassedSecrets) -> dict[str, frozenset[bytes]]:
-        """The staged files among `changes` whose content holds values of `secrets` that their HEAD version did not:
-        those values, by path."""
-        written = _new_content(changes)
-        if not written:
-            return {}
-        found = self._values_in_objects({change.new_blob for change in written}, secrets)
-        holding = [change for change in written if found[change.new_blob]]
-        if not holding:
-            return {}
-        held_before = self._values_in_objects({change.old_blob for change in holding if change.had_blob}, secrets)
-        leaked = {change.path: found[change.new_blob] - held_before.get(change.old_blob, frozenset()) for change in holding}
-        return {path: values for path, values in leaked.items() if values}
-
-    def _commits_hold_secrets(self, onto: str, secrets: PassedSecrets) -> bool:
-        """Whether an object of the commits on top of `onto` (a commit's message, a file's content) holds a value."""
-        objects = {line.split(" ", 1)[0] for line in self._git("rev-list", "--objects", f"{onto}..HEAD").splitlines() if line}
-        return any(self._values_in_objects(objects, secrets).values())
-
-    def _values_in_objects(self, objects: Iterable[str], secrets: PassedSecrets) -> dict[str, frozenset[bytes]]:
-        """The values of `secrets` each object holds, read whole, whatever its size (in chunks: no more than one in
-        memory), through one `git cat-file --batch`. GitCommandError when git cannot give one, or takes longer than
-        `git_timeout_s` for all: the caller rolls back rather than commit what it could not read."""
-        import git
-
-        objects = list(objects)
-        if not objects:
-            return {}
-        command = ["git", "cat-file", "--batch"]
-        process = subprocess.Popen(
-            command, cwd=self.path, env=self._env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            process_group=0,
-        )
-        assert process.stdin is not None and process.stdout is not None
-        # A timer, not a per-read timeout: a pipe's read has none. Killed, git's output ends and the read below fails.
-        timer = threading.Timer(self.git_timeout_s, kill_group, (process.pid,))
-        timer.start()
-        found: dict[str, frozenset[bytes]] = {}
-        try:
-            for name in objects:
-                # --batch answers each request before it reads the next: a request and its answer at a time.
-                process.stdin.write(name.encode() + b"\n")
-                process.stdin.flush()
-                header = process.stdout.readline().split()
-                if len(header) != 3:
-                    raise git.GitCommandError(command, 128, f"cannot read {name}: {_text(b' '.join(header[1:])) or 'git ended'}")
-                found[name] = secrets.found_in(_chunks(process.stdout, int(header[2])))
-                process.stdout.read(1)  # the newline after each object
-        except (BrokenPipeError, EOFError) as exc:
-            raise git.GitCommandError(command, 128, f"git cat-file ended: {exc}") from None
-        finally:
-            timer.cancel()
-            timer.join()  # a kill already under way lands before the wait below frees the pid for reuse
-            with contextlib.suppress(OSError):
-                process.stdin.close()
-            process.kill()
-            process.wait()
-        return found
-
     def _refuse_large_files(self, base: str, limit: int) -> bool:
         """QualityError for the new blobs over `limit` bytes that the index holds against `base` (the
         checkpoint): what `git add` staged now, and what the agent staged or committed itself. A blob
@@ -706,7 +581,7 @@ class Worktree:
         index differs from `base` at all."""
         raw = self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", base)
         new: dict[str, str] = {}
-        for change in _new_content(list(_staged_changes(raw))):
+        for change in new_content(list(staged_changes(raw))):
             new.setdefault(change.new_blob, change.path)
         wanted = list(new)
         large = []
@@ -819,7 +694,7 @@ class Worktree:
         found = []
         for entry in self._git("ls-files", "--stage", "-z").split("\0"):
             mode, _, rest = entry.partition(" ")
-            if mode != _GITLINK:
+            if mode != GITLINK:
                 continue
             folder = self.path / rest.split("\t", 1)[1]
             if folder.is_dir() and not folder.is_symlink() and not os.path.lexists(folder / ".git") and any(folder.iterdir()):
@@ -947,6 +822,10 @@ class Worktree:
             raise git.GitCommandError(command, process.returncode, _text(err), _text(out))
         return _text(out)
 
+    def _secret_keeping(self, secrets: PassedSecrets) -> SecretKeeping:
+        """What keeps the values of `secrets` out of this worktree's commits, running git as `_git` does."""
+        return SecretKeeping(WorktreeGit(self._git, self.path, self._env, self.git_timeout_s), secrets)
+
     def _has_staged_changes(self) -> bool:
         import git
 
@@ -1004,49 +883,6 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
             raise _with_git_status(failed, first) from None
 
 
-def _with_folded_subjects(message: str, subjects: Sequence[str], secrets: PassedSecrets) -> str:
-    """`message`, followed by the subjects of the agent's own commits it folds (their values as ***): the history
-    keeps what they said they did, not what they held. The first `_FOLDED_LISTED` only, each cut at
-    `_FOLDED_SUBJECT_CHARS` (after the redaction: a cut value would show its start): the message goes to git as one
-    argument, which Linux caps at 128 KiB (a thousand commits, or one subject a whole test log long, would pass it)."""
-    listed = [f"- {_cut(secrets.redacted(subject), _FOLDED_SUBJECT_CHARS)}" for subject in subjects[:_FOLDED_LISTED]]
-    if len(subjects) > _FOLDED_LISTED:
-        listed.append(f"- ... and {len(subjects) - _FOLDED_LISTED} more")
-    lines = "\n".join(listed)
-    return f"{message}\n\nFolded in, as one of their files or messages held a value passed through pass_env, the agent's commits:\n{lines}"
-
-
-def _cut(text: str, limit: int) -> str:
-    """`text`, or its first `limit` characters and an ellipsis."""
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-_FOLDED_LISTED = 100
-_FOLDED_SUBJECT_CHARS = 200
-
-
-def _a_move(meta: list[str], source: str, target: str) -> bool:
-    """Whether a rename `diff-index --raw` reports (`meta`: its modes, blobs and status) moves one file: its name kept
-    (another folder), or its content whole and not the empty blob, which any empty file shares."""
-    if os.path.basename(source) == os.path.basename(target):
-        return True
-    return meta[-1] == "R100" and meta[2] not in _EMPTY_BLOBS
-
-
-# The empty blob's id in a SHA-1 and in a SHA-256 repository.
-_EMPTY_BLOBS = frozenset({"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391", "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"})
-
-
-def _nul_listed(paths: Iterable[str]) -> bytes:
-    """`paths`, sorted, as `--pathspec-file-nul` reads them."""
-    return b"\0".join(os.fsencode(path) for path in sorted(paths))
-
-
-def _kept_out(leaked: Mapping[str, frozenset[bytes]], secrets: PassedSecrets) -> KeptOutOfCommit:
-    """What a log may say of the files `leaked` names: their paths, and the variables of the values, never the values."""
-    return KeptOutOfCommit(paths=tuple(sorted(leaked)), names=secrets.names(value for values in leaked.values() for value in values))
-
-
 def fewest_exclusions(leave_out: Sequence[str], work: Sequence[str]) -> list[str]:
     """The paths in `leave_out` with each replaced by its highest folder that holds none of `work` (paths
     relative to the worktree, "/" between their parts; a folder's may end in "/"): what excludes them all
@@ -1085,64 +921,6 @@ def forget_missing(common: Path, path: Path) -> None:
             shutil.rmtree(admin, ignore_errors=True)
 
 
-# How much of an object is in memory at once while it is scanned for secrets.
-_SCAN_CHUNK_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class _StagedChange:
-    """One entry of `git diff-index --cached --raw`: a path the index holds otherwise than the base."""
-
-    path: str
-    status: str
-    old_mode: str
-    new_mode: str
-    old_blob: str
-    new_blob: str
-
-    @property
-    def written(self) -> bool:
-        """New content in the index (added, modified, its type changed), a submodule's commit excepted."""
-        return self.status[:1] in ("A", "M", "T") and self.new_mode != _GITLINK
-
-    @property
-    def added(self) -> bool:
-        """A path HEAD does not have, a submodule's excepted (a nested repository is never put back)."""
-        return self.status[:1] == "A" and self.new_mode != _GITLINK
-
-    @property
-    def had_blob(self) -> bool:
-        """Whether the base has a blob at the path (not a new file, nor a submodule's commit)."""
-        return self.old_mode not in ("000000", _GITLINK) and self.old_blob.strip("0") != ""
-
-
-def _new_content(changes: list[_StagedChange]) -> list[_StagedChange]:
-    """The changes that put content in the index the base lacks: a blob the base already has (a file moved or
-    copied, a mode changed) is no new content."""
-    old_blobs = {change.old_blob for change in changes}
-    return [change for change in changes if change.written and change.new_blob not in old_blobs]
-
-
-def _staged_changes(raw: str) -> Iterator[_StagedChange]:
-    """The entries of `git diff-index --raw -z` output."""
-    fields = raw.split("\0")
-    for at in range(0, len(fields) - 1, 2):
-        meta = fields[at].split()
-        if len(meta) >= 5:
-            yield _StagedChange(fields[at + 1], meta[4], meta[0].lstrip(":"), meta[1], meta[2], meta[3])
-
-
-def _chunks(stream: Any, size: int) -> Iterator[bytes]:
-    """`size` bytes of `stream`, a chunk at a time; EOFError when it ends first."""
-    left = size
-    while left:
-        chunk = stream.read(min(left, _SCAN_CHUNK_BYTES))
-        if not chunk:
-            raise EOFError(f"{left} of {size} bytes missing")
-        left -= len(chunk)
-        yield chunk
-
-
 def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:
     """`file_too_large` for (path, size) pairs; `how` they came (staged, committed), `advice` after the list."""
     shown = ", ".join(f"{path} ({_size_over(size, limit)})" for path, size in large[:5])
@@ -1161,8 +939,6 @@ def _size_over(size: int, limit: int) -> str:
     return f"{megabytes} MB" if float(megabytes) > limit / 1e6 else f"{size:,} bytes"
 
 
-# The index's mode of a submodule's entry (a gitlink).
-_GITLINK = "160000"
 # git's words for a branch another worktree has checked out (2.42 and later: "already used by worktree at").
 _CHECKED_OUT_AT = re.compile(r"is already (?:checked out|used by worktree) at '(.+)'")
 # What git says when the state dir's disk, not the configuration, is at fault. (A checkout that
