@@ -1,7 +1,9 @@
 """What an index holds against a base commit, as `git diff-index --cached --raw -z` lists it.
 
-One parser for each reader of that output: a commit's size limit (worktree.py), and the search
-for `pass_env` values and the moves that carried them (secret_commits.py).
+One parser for every reader of that output: a commit's size limit (worktree.py), and the search
+for `pass_env` values and the moves that carried them (secret_commits.py). `written`, `added` and
+`new_content` judge `--no-renames` output: read with -M or -C, a moved or copied file's entry is
+neither written nor added, whatever its edits.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class StagedChange:
 
 
 def staged_changes(raw: str) -> Iterator[StagedChange]:
-    """The entries of `git diff-index --raw -z` output. A rename's or copy's names two paths, its source first."""
+    """The entries of `git diff-index --raw -z` output. A rename's or a copy's entry names two paths, its source first."""
     fields = raw.split("\0")
     at = 0
     while at < len(fields) - 1:

@@ -479,11 +479,13 @@ class Worktree:
             self._clear_hiding_bits(index)
             return self._git(*status, env=index)
 
-    def _clear_hiding_bits(self, index: dict[str, str]) -> None:
-        """Clear the skip-worktree and assume-unchanged bits in the index `index` names (GIT_INDEX_FILE),
-        but not a sparse checkout's own on the files it leaves out: absent on purpose, they are no deletion."""
+    def _clear_hiding_bits(self, index: dict[str, str] | None = None) -> None:
+        """Clear the skip-worktree and assume-unchanged bits in the worktree's index, or in the one `index` names
+        (GIT_INDEX_FILE), but not a sparse checkout's own on the files it leaves out: absent on purpose, they are
+        no deletion; a file the agent wrote outside it loses the bit: that is work."""
         tagged = [(entry[:1], entry[2:]) for entry in self._git("ls-files", "-v", "-z", env=index).split("\0") if entry[1:2] == " "]
         skipped = [path for tag, path in tagged if tag in ("S", "s")]
+        # A sparse checkout's skip-worktree bits are its own (and git clears those of files present on disk itself).
         if (self._admin / "info" / "sparse-checkout").exists():
             skipped = [path for path in skipped if os.path.lexists(self.path / path)]
         assumed = [path for tag, path in tagged if tag.islower()]
@@ -754,19 +756,8 @@ class Worktree:
         hide it from status and add: a commit would leave out a change the check passed on, and
         the next check pass on a change no commit holds. A process only when the index has such bits.
         """
-        if not index_may_hide_files(self._admin / "index"):
-            return
-        tagged = [(entry[:1], entry[2:]) for entry in self._git("ls-files", "-v", "-z").split("\0") if entry[1:2] == " "]
-        # A sparse checkout's skip-worktree bits are its own (and git clears those of files present on disk itself).
-        sparse = (self._admin / "info" / "sparse-checkout").exists()
-        skipped = [path for tag, path in tagged if tag in ("S", "s")]
-        if sparse:  # the checkout's own bits stay, but not on a file the agent wrote outside it: that is work
-            skipped = [path for path in skipped if os.path.lexists(self.path / path)]
-        assumed = [path for tag, path in tagged if tag.islower()]
-        # One flag per run: given both, update-index applies only the last.
-        for flag, paths in (("--no-skip-worktree", skipped), ("--no-assume-unchanged", assumed)):
-            for start in range(0, len(paths), 1000):  # a command line holds only so many paths
-                self._git("update-index", flag, "--", *paths[start : start + 1000])
+        if index_may_hide_files(self._admin / "index"):
+            self._clear_hiding_bits()
 
     def _restore_link(self) -> None:
         """Put `.git` back as git made it if the agent removed or changed it (a file read when it did not),

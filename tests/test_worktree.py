@@ -726,6 +726,27 @@ class TestPassedSecretsKeptOutOfACommit:
         worktree.commit("overnight: fix-greet iteration 1", onto=checkpoint, secrets=self.secrets())
         assert git(repo, "show", "overnight/fix-greet:greet.py") == before.rstrip("\n")
 
+    @pytest.mark.parametrize("name", ["tab\there.py", "new\nline.py", os.fsdecode(b"caf\xe9.py"), "R", "C"])
+    def test_a_file_of_any_name_moved_under_a_folder_named_after_the_value_is_put_back(
+        self, repo: Path, tmp_path: Path, name: str
+    ) -> None:
+        """A tab, a newline, bytes not UTF-8, or a status letter as a moved file's name: each of git's rename entries is
+        read source first, wherever it stands in the list, so every source is put back and the branch keeps the files
+        where they were."""
+        (repo / name).write_text("".join(f"option_{number} = {number}\n" for number in range(40)))
+        git(repo, "add", "--", name)
+        git(repo, "commit", "-q", "-m", "a file with an odd name")
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        checkpoint = worktree.checkpoint()
+        (worktree.path / self.PASSWORD).mkdir()
+        for moved in (name, "greet.py"):
+            git(worktree.path, "mv", "--", moved, f"{self.PASSWORD}/{moved}")
+        kept = []
+        worktree.commit("overnight: fix-greet iteration 1", onto=checkpoint, secrets=self.secrets(), on_kept_out=kept.append)
+        assert [out.paths for out in kept] == [tuple(sorted(f"{self.PASSWORD}/{moved}" for moved in (name, "greet.py")))]
+        assert git(repo, "rev-parse", "overnight/fix-greet^{tree}") == git(repo, "rev-parse", f"{checkpoint}^{{tree}}")
+        assert (worktree.path / name).exists() and not (worktree.path / self.PASSWORD).exists()
+
     def test_many_and_long_folded_subjects_still_commit_with_a_bounded_message(self, repo: Path, tmp_path: Path) -> None:
         """Folded commits whose subjects pass Linux's 128 KiB limit on one argument (a test log as a subject): the
         iteration still commits, listing the first hundred subjects, each cut after the redaction, and how many more."""
