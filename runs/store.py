@@ -588,16 +588,7 @@ class RunStore:
         """The host where another worker (a state dir sharing this store) finished the same work
         (`work_key`: see TaskRun) with success since run `run_id` began, or since `since` (this host's
         clock: a scheduled night's fire time) when given, if one did."""
-        if since is None:
-            began: Any = select(Run.started_at).where(Run.id == run_id).scalar_subquery()
-        else:
-            began = since + self._clock_offset
-        query = (
-            select(Run.host)
-            .join(TaskRun, TaskRun.run_id == Run.id)
-            .where(TaskRun.work_key == work_key, TaskRun.outcome == "succeeded", TaskRun.run_id != run_id, TaskRun.finished_at >= began)
-            .limit(1)
-        )
+        query = _succeeded_elsewhere(work_key, run_id, since=None if since is None else since + self._clock_offset)
         try:
             with self._engine.connect() as connection:  # task rows are not queued events: no flush needed
                 return connection.execute(query).scalar()
@@ -737,8 +728,12 @@ class RunStore:
             for task in open_tasks:
                 if task.reason == "leased":
                     # Set aside for another worker's lease, never worked (RunStore.wait_task_for_lease): recorded as a
-                    # night stopped while it waited records it, not as work the night died under.
+                    # night stopped while it waited records it, not as work the night died under; and, as that night
+                    # would, `done_elsewhere` when the holder (or another worker) has finished the work since the run
+                    # began (`leased` told the morning that nobody had).
                     task.outcome, task.finished_at = "skipped", now
+                    if task.work_key and session.execute(_succeeded_elsewhere(task.work_key, run_id)).first() is not None:
+                        task.reason = "done_elsewhere"
                     continue
                 commit = session.scalars(
                     select(Iteration.commit)
@@ -885,6 +880,32 @@ def _database_clock_offset(engine: Engine, url: str) -> timedelta:
     if database_now.tzinfo is None:
         database_now = database_now.replace(tzinfo=timezone.utc)
     return database_now - (before + (after - before) / 2)
+
+
+def _succeeded_elsewhere(work_key: str, run_id: int, *, since: datetime | None = None) -> Any:
+    """The hosts of the runs other than `run_id` that finished the work `work_key` with success since `since` (the
+    store's clock), or, without one, since run `run_id` began: at most one row (see RunStore.succeeded_elsewhere).
+
+    Finished with success: the task run says `succeeded`, or one of its iterations committed since then. A worker
+    that dies (or whose night an error ends) after an iteration committed has let its lease go, or has it lapse,
+    with its task still `running`; its own recovery makes that task `succeeded`, but the worker waiting for the
+    lease would meanwhile work the task a second time."""
+    began: Any = since if since is not None else select(Run.started_at).where(Run.id == run_id).scalar_subquery()
+    committed = (
+        select(Iteration.id)
+        .where(Iteration.task_run_id == TaskRun.id, Iteration.outcome == "committed", Iteration.finished_at >= began)
+        .exists()
+    )
+    return (
+        select(Run.host)
+        .join(TaskRun, TaskRun.run_id == Run.id)
+        .where(
+            TaskRun.work_key == work_key,
+            TaskRun.run_id != run_id,
+            or_((TaskRun.outcome == "succeeded") & (TaskRun.finished_at >= began), committed),
+        )
+        .limit(1)
+    )
 
 
 def _event(iteration_id: int, event_type: str, *, name: str = "", message: str = "", data: dict[str, Any] | None = None) -> dict[str, Any]:

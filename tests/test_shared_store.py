@@ -511,6 +511,77 @@ class TestWaitingForALease:
             store.close()
         assert (task.outcome, task.reason) == ("skipped", "leased")
 
+    def test_a_night_killed_while_a_task_waited_for_a_holder_that_finished_it_leaves_it_done_elsewhere(
+        self, tmp_path: Path, repo: Path, server: Any, capsys
+    ) -> None:
+        """The holder finished the work the killed night waited for: the next night's recovery records the task
+        `skipped`, `done_elsewhere`, as the night would have on its next try, not `leased` (nobody finished it)."""
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file)
+        settings = load_config(config)
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        night = overnight_run(config)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "task_waiting_for_lease" not in (line := night.stderr.readline()):
+                assert line, "the night ended without waiting"
+        finally:
+            night.kill()
+            night.communicate(timeout=30)
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), settings.task[0])
+        store = RunStore.open(settings.store_url)
+        try:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+            store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
+        finally:
+            store.close()
+        recover(settings)
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "done_elsewhere")
+
+    def test_a_task_whose_holder_died_after_committing_it_is_done_elsewhere_not_worked_again(
+        self, tmp_path: Path, repo: Path, server: Any
+    ) -> None:
+        """The holder committed the work, then died before recording the task's end (killed, or its night ended
+        by a full state dir): once its lease lapses the waiting night records the task `done_elsewhere`, and does
+        not work it a second time because the holder's row still said `running`."""
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file, night={"max_iterations": 1})
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
+        committed_by_the_holder = threading.Event()
+
+        def commit_it_then_die() -> None:
+            store = RunStore.open(f"sqlite:///{store_file}")
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    run = store.latest_run(state_id=state_identity(tmp_path / "a" / "state"))
+                    if run is not None and run.tasks and run.tasks[0].reason == "leased":
+                        holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+                        holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+                        iteration = store.begin_iteration(holders_task, number=1, checkpoint="a" * 40, pid=1)
+                        store.finish_iteration(iteration, outcome="committed", commit="c" * 40, turns=1, tokens=10)
+                        # Dead: its lease is renewed no more and lapses (here at once, not after its ttl).
+                        [lease] = store.leases()
+                        assert store.renew_lease(lease.task, lease.owner, ttl_s=0)
+                        committed_by_the_holder.set()
+                        return
+                    time.sleep(0.05)
+            finally:
+                store.close()
+
+        holder = threading.Thread(target=commit_it_then_die)
+        holder.start()
+        with json_logs() as log:
+            result = run_in_process(config)
+        holder.join()
+        assert committed_by_the_holder.is_set()
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason, result.exit_code) == ("skipped", "done_elsewhere", 0)
+        assert [e["host"] for e in events_of(log) if e["event"] == "task_skipped_done_elsewhere"] == ["machine-b"]
+        assert len(server.requests) == 0
 
     def test_a_task_its_holder_finished_as_the_deadline_ends_the_wait_is_done_elsewhere(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The holder records the task succeeded within the wait's last pause and the deadline comes before the
