@@ -346,6 +346,16 @@ class TestStepSummary:
         assert [heading.split(": ", 1)[1] for heading in headings] == ["1/1 task(s) succeeded (finished, exit 0)"] * 2
         assert "| fix-greet | ⏭️ skipped | `done_earlier_tonight` | 0 |" in summary.read_text()
 
+    def test_a_task_done_elsewhere_counts_as_succeeded_in_the_heading(self, tmp_path):
+        """A task another worker sharing the store finished (`done_elsewhere`) is a success, as the exit code 0 says:
+        each of two machines sharing a night said "1/2 task(s) succeeded (finished, exit 0)" (found by an outside review)."""
+        one = view("succeeded").tasks[0]
+        tasks = tuple(replace(one, id=n, name=name, outcome=outcome, reason=reason) for n, (name, outcome, reason) in
+                      enumerate([("a", "succeeded", ""), ("b", "skipped", "done_elsewhere")], start=1))
+        target = tmp_path / "summary.md"
+        append_step_summary(replace(view("succeeded"), exit_code=0, tasks=tasks), target)
+        assert "## overnight run #7: 2/2 task(s) succeeded (finished, exit 0)" in target.read_text()
+
     def test_the_summary_says_where_notes_md_is(self):
         """The night's own notes.md by its path; without one known, the artifact a CI job keeps."""
         run = view("failed", "check_failed")
