@@ -1,5 +1,8 @@
 """A night: every task through iterations until it succeeds or stops; up to N tasks at once.
 
+The night is here: its run, its pool of tasks, and `_Night`, what its tasks share. One task's night
+(its row, its lease, its iterations, its waits for another worker's lease) is orchestrator/task_night.py's.
+
 Exit codes are the public contract of `overnight run`:
 0 every task succeeded; 1 at least one did not; 3 the model endpoint was unreachable;
 129/130/143 the night was cancelled by SIGHUP/SIGINT/SIGTERM (128 + the signal's number,
@@ -11,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import math
 import os
 import socket
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,20 +25,31 @@ from typing import Any, Callable, Sequence
 
 import structlog
 
-from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now, seconds_between
+from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now
 from orchestrator.config import Config, TaskConfig
-from orchestrator.confinement import Confinement
-from orchestrator.errors import Cancelled, ModelUnreachable, StateError
+from orchestrator.errors import ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
-from orchestrator.iteration import TaskSetup, died_of_the_nights_signal, first_messages, run_iteration
-from orchestrator.leases import DEFAULT_TTL_S, LeaseHeld, LeaseKeeper, lease_key, new_owner
+from orchestrator.iteration import first_messages
+from orchestrator.leases import lease_key
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
-from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
+from orchestrator.records import TaskOutcome
 from orchestrator.secrecy import Redactor, withheld
-from orchestrator.tools import Toolbox, offered, output_cap_for, schemas_of
-from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for, open_repo
+from orchestrator.task_night import (
+    BRANCH_CHECKED_OUT,
+    DONE_EARLIER_TONIGHT,
+    DONE_ELSEWHERE,
+    FAILED_EARLIER_TONIGHT,
+    LEASE_POLL_S,
+    PARK_CORRECTION,
+    PARKED_EARLIER_TONIGHT,
+    TaskSummary,
+    run_task,
+    summary_of,
+)
+from orchestrator.tools import offered, schemas_of
+from orchestrator.worktree import Worktree, branch_for, open_repo
 from runs.store import sqlite_files
 from runs.views import EarlierTonight
 
@@ -45,22 +57,6 @@ EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, ModelU
 EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 129, 130, 143
 # The signals that stop a night (its CancelToken's `why` names one), and the exit code each leaves.
 SIGNAL_EXIT_CODES = {"SIGHUP": EXIT_SIGHUP, "SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
-# How often a task set aside for a lease another live worker holds asks for it again: a quarter of the
-# holder's heartbeat (ttl/3), so a lease let go is taken up within seconds, at one query per waiting task.
-LEASE_POLL_S = DEFAULT_TTL_S / 12
-PARK_CORRECTION = (
-    "Parked for the night: the same problem stopped {iterations} in a row ({reason}). "
-    "A person should look at the task or the model."
-)
-
-
-@dataclass(frozen=True)
-class TaskSummary:
-    name: str
-    outcome: TaskOutcome
-    reason: str
-    commit: str
-    iterations: tuple[IterationReport, ...]
 
 
 @dataclass(frozen=True)
@@ -141,13 +137,14 @@ class _Night:
         self.deadline = Deadline(at, parts.cancel, parts.now)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
-        # Set when an error ends a task and with it the night (see _run_task).
+        # Set when an error ends a task and with it the night (crash).
         self.crashed = threading.Event()
-        # Set when a task paused for an unreachable model: the night exits 3 whatever else it does, and
-        # could work no task whose lease it waited for (why_stop_waiting).
+        # Set when a task paused for an unreachable model (task_ended): the night exits 3 whatever else it
+        # does, and could work no task whose lease it waited for (why_stop_waiting).
         self.model_unreachable = threading.Event()
         # Set once anything that ends the waits for other workers' leases has happened (why_stop_waiting):
         # a set-aside task's pause ends then, not up to LEASE_POLL_S later with the night's end held up.
+        # Set in two places only: by a cancel (the hook below), and by _end_waits_if_over for the rest.
         self.waits_over = threading.Event()
         parts.cancel.on_cancel(self.waits_over.set)
         # Worktrees are made in task order, a little ahead of need: a task asks for its own
@@ -274,6 +271,24 @@ class _Night:
         before the deadline may be a task done elsewhere, which needs no time (one to work is refused then)."""
         return self._why_stopping() or ("model_unreachable" if self.model_unreachable.is_set() else "")
 
+    def crash(self) -> None:
+        """An error ended a task and with it the night: no task or iteration starts after it (NIGHT_CRASHED)."""
+        self.crashed.set()
+        self._end_waits_if_over()
+
+    def task_ended(self, reason: str) -> None:
+        """A task has ended, for `reason`: an unreachable model ends the night's work too (exit 3)."""
+        if reason == "model_unreachable":
+            self.model_unreachable.set()
+        self._end_waits_if_over()
+
+    def _end_waits_if_over(self) -> None:
+        """Sets waits_over once a crash, an unreachable model or the night's spent budget ends the waits for
+        leases (a cancel sets it through its hook). Asked as each task ends: the budget is spent in the tasks'
+        model calls, and a waiting task hears of it when the task that spent it ends."""
+        if self.crashed.is_set() or self.model_unreachable.is_set() or self.budget.exhausted:
+            self.waits_over.set()
+
     def _why_stopping(self) -> str:
         """What stops the night's work (a lost state dir raises StateError), or ""."""
         self.parts.check_lock()
@@ -307,16 +322,6 @@ class _Night:
             self._slowest_iteration_s = max(self._slowest_iteration_s, seconds)
 
 
-# A task skipped because another worker sharing the store finished it tonight (not a failure).
-DONE_ELSEWHERE = "done_elsewhere"
-# A task skipped because an earlier run of the same scheduled night finished it (serve restarted).
-DONE_EARLIER_TONIGHT = "done_earlier_tonight"
-# A task not worked again because an earlier run of the same scheduled night spent its iterations
-# on it (outcome failed), or parked it (outcome parked): a night begun again is not a second night.
-FAILED_EARLIER_TONIGHT = "failed_earlier_tonight"
-PARKED_EARLIER_TONIGHT = "parked_earlier_tonight"
-# A task skipped because its branch is checked out in another worktree (the user's, for review).
-BRANCH_CHECKED_OUT = "branch_checked_out"
 # A task cancelled because another task's error ended the night (the run `crashed`) before it began,
 # or before its next iteration.
 NIGHT_CRASHED = "night_crashed"
@@ -335,7 +340,7 @@ def run_night(parts: NightParts) -> NightResult:
     if hidden := withheld(os.environ):
         # Names only: a check that needs one fails, and this says why (a task's pass_env lets it through).
         night.log.info("secrets_withheld", names=hidden)
-    futures = [pool.submit(_run_task, night, task) for task in config.task]
+    futures = [pool.submit(run_task, night, task) for task in config.task]
     abandoned = False  # a second Ctrl-C: the iterations in flight are left to the next night's recovery
     try:
         summaries = _results(futures)
@@ -352,7 +357,7 @@ def run_night(parts: NightParts) -> NightResult:
             raise
     except Exception as crash:
         # A task died of something that is not the model's doing (a broken worktree, a bug). The
-        # other tasks end their iterations in flight and start no more (_run_task); then the run
+        # other tasks end their iterations in flight and start no more (task_night.run_task); then the run
         # says `crashed` instead of staying "running" in the morning report (unless the store
         # itself is what broke), with the exit code the process leaves with (a bug's traceback: 1).
         try:
@@ -399,293 +404,8 @@ def _queue(config: Config, repository: str) -> list[dict[str, Any]]:
     return [{"name": task.name, "branch": branch_for(task.name), "work_key": work_key(repository, task)} for task in config.task]
 
 
-@dataclass(frozen=True)
-class _SetAside:
-    """A task whose lease another live worker holds, queued again behind the night's other tasks: its
-    summary is its next try's."""
-
-    next_try: Future[Any]
-
-
-@dataclass(frozen=True)
-class _Waiting:
-    """A set-aside task's state between its tries: its task run, the lease's holder, when it last asked, and
-    its own stop (one for all its tries: each a new child of the night's stayed on it, a hook every LEASE_POLL_S)."""
-
-    task_run_id: int
-    holder: str
-    asked_at: float  # time.monotonic()
-    cancel: CancelToken
-
-
 def _results(futures: Sequence[Any]) -> list[TaskSummary]:
-    return [_summary_of(future) for future in futures]
-
-
-def _summary_of(future: Future[Any]) -> TaskSummary:
-    """A task's summary, through the tries it was set aside for (each task's first future is followed)."""
-    result = future.result()
-    while isinstance(result, _SetAside):
-        result = result.next_try.result()
-    return result
-
-
-def _run_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = None) -> TaskSummary | _SetAside:
-    """One task's night. An error out of it (the state dir failing, a worktree git cannot make, a bug)
-    ends the night (the run `crashed`): the other tasks' iterations in flight end as they would, and no
-    task or iteration starts after it; such tasks are `cancelled`, reason `night_crashed`."""
-    try:
-        return _work_on_task(night, task, waiting)
-    except Exception:
-        night.crashed.set()
-        night.waits_over.set()
-        raise
-
-
-def _try_again(night: _Night, task: TaskConfig, waiting: _Waiting) -> TaskSummary | _SetAside:
-    """A set-aside task's next try, once LEASE_POLL_S has passed since its last (a stop ends the pause)."""
-    if (pause := LEASE_POLL_S - (time.monotonic() - waiting.asked_at)) > 0:
-        night.waits_over.wait(pause)
-    return _run_task(night, task, waiting)
-
-
-def _work_on_task(night: _Night, task: TaskConfig, waiting: _Waiting | None = None) -> TaskSummary | _SetAside:
-    """`waiting`: the task was set aside for another worker's lease, and this is a later try of it."""
-    parts, store = night.parts, night.parts.store
-    work_key = night.work_key(task)
-    if waiting is None:
-        # Recorded even when it cannot start (deadline, budget, signal): the morning's report and
-        # the CI's test cases list every task of the night, not only those that began.
-        task_run_id = store.begin_task(
-            night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key, position=night.position(task)
-        )
-        log = night.log.bind(task=task.name, task_run_id=task_run_id)
-        night.task_began(task, log)
-    else:
-        task_run_id = waiting.task_run_id
-        log = night.log.bind(task=task.name, task_run_id=task_run_id)
-    reports: list[IterationReport] = []
-    begun = 0  # iterations begun: a cancelled or unreachable one ends with no report
-    # The task's own stop: the night's, or its lease lost to another worker (this process
-    # stalled past the lease's ttl), which ends this task's work and no other's.
-    cancel = waiting.cancel if waiting is not None else parts.cancel.child()
-    lease = LeaseKeeper(store, night.lease_key(task), owner=new_owner(night.state_id), on_lost=lambda: cancel.cancel("lease_lost"), log=log)
-
-    def finish(outcome: TaskOutcome, reason: str) -> str:
-        commit = next((r.commit for r in reports if r.commit), "")
-        store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
-        return commit
-
-    if work_key in night.earlier.succeeded:
-        # Its commit, recorded again: the morning's report reads this run, and there is the work to review.
-        commit = night.earlier.succeeded[work_key]
-        log.info("task_skipped_done_earlier_tonight", commit=commit[:12])
-        outcome, reason = TaskOutcome.SKIPPED, DONE_EARLIER_TONIGHT
-        store.finish_task(task_run_id, outcome=outcome.value, reason=reason, commit=commit)
-    elif ended := _ended_earlier_tonight(night, work_key):
-        # Recorded as it ended there: the morning's report, the JUnit and the exit code tell the night as it was.
-        log.info(ended.event, reason=ended.earlier_reason, iterations=night.earlier.counted(work_key))
-        outcome, reason = ended.outcome, ended.reason
-        commit = finish(outcome, reason)
-    elif waiting is not None and night.why_stop_waiting():
-        # The night stops while the task waits for another worker's lease: recorded as one it found held.
-        outcome, reason = _stopped_waiting(night, work_key, waiting.holder, log)
-        commit = finish(outcome, reason)
-    elif waiting is None and (refused := _refused(night, work_key)):
-        # Before its first request is asked ahead: a task whose budget the earlier runs spent costs no call.
-        outcome, reason = TaskOutcome.CANCELLED, refused
-        commit = finish(outcome, reason)
-    else:
-        try:
-            with lease:
-                if waiting is not None:
-                    store.resume_task(task_run_id)
-                if done_by := night.done_elsewhere(work_key):
-                    # Machines sharing a store share the work: what another finished tonight is not done twice.
-                    log.info("task_skipped_done_elsewhere", host=done_by)
-                    outcome, reason = TaskOutcome.SKIPPED, DONE_ELSEWHERE
-                elif waiting is not None and (refused := _refused(night, work_key)):
-                    # Asked once the lease is free (see _Night.why_stop_waiting): the wait may have used the time left.
-                    outcome, reason = TaskOutcome.CANCELLED, refused
-                else:
-                    asked = parts.now()
-                    with night.ask_ahead(task, task_run_id, log) as model:
-                        try:
-                            workspace = night.worktree(task)
-                        except BranchCheckedOut as taken:
-                            log.warning("task_skipped_branch_checked_out", at=taken.at)
-                            workspace = None
-                            outcome, reason = TaskOutcome.SKIPPED, BRANCH_CHECKED_OUT
-                        except Exception as failed:
-                            # Its git killed by the signal stopping the night (systemd's control-group kill, a moment
-                            # before the night's own handler runs; `git_status`: worktree._with_git_status, `status`: a
-                            # GitCommandError): the task is cancelled, not a night crashed on a worktree git refused.
-                            if not died_of_the_nights_signal(cancel, getattr(failed, "git_status", getattr(failed, "status", None))):
-                                raise
-                            workspace = None
-                            outcome, reason = TaskOutcome.CANCELLED, cancel.why
-                        if workspace is not None:
-                            log.info("task_started", branch=workspace.branch)
-                            setup = _task_setup(night, task, workspace, task_run_id, log, model, cancel=cancel, lease=lease)
-                            outcome, reason, reports, begun = _iterate(night, task, setup, first_asked=asked, work_key=work_key)
-                # Recorded before the lease is let go: a worker that takes it next sees the task done.
-                commit = finish(outcome, reason)
-        except LeaseHeld as held:
-            if set_aside := _wait_for_lease(night, task, log, _Waiting(task_run_id, str(held), time.monotonic(), cancel), first=waiting is None):
-                return set_aside
-            outcome, reason = _stopped_waiting(night, work_key, str(held), log)
-            commit = finish(outcome, reason)
-    if reason == "model_unreachable":
-        night.model_unreachable.set()
-    if night.model_unreachable.is_set() or night.budget.exhausted:
-        # Each ends the waits for other workers' leases (why_stop_waiting): a waiting task hears of it now.
-        night.waits_over.set()
-    log.info("task_finished", outcome=outcome.value, reason=reason, iterations=begun)
-    return TaskSummary(name=task.name, outcome=outcome, reason=reason, commit=commit, iterations=tuple(reports))
-
-
-def _refused(night: _Night, work_key: str) -> str:
-    """Why the task may not begin now (night.why_not_start_iteration, or its own budget spent), or ""."""
-    return night.why_not_start_iteration() or _spent((night.task_budget(work_key),))
-
-
-def _stopped_waiting(night: _Night, work_key: str, holder: str, log: Any) -> tuple[TaskOutcome, str]:
-    """How a task is recorded when the night stops waiting for its lease: `done_elsewhere` if the holder
-    finished it meanwhile (it records that before letting the lease go, so perhaps within this wait's last
-    pause), else `skipped`, `leased`. Asked only of tasks found leased: other nights ask nothing more."""
-    if done_by := night.done_elsewhere(work_key):
-        log.info("task_skipped_done_elsewhere", host=done_by)
-        return TaskOutcome.SKIPPED, DONE_ELSEWHERE
-    log.info("task_skipped_leased", holder=holder)
-    return TaskOutcome.SKIPPED, "leased"
-
-
-def _wait_for_lease(night: _Night, task: TaskConfig, log: Any, waiting: _Waiting, *, first: bool) -> _SetAside | None:
-    """The task queued again to wait for the lease another live worker holds (it may finish the task, or
-    die and leave it to this night), holding neither the lease nor a slot meanwhile; None when the night
-    stops instead, and the task is to be recorded now (_stopped_waiting)."""
-    if night.why_stop_waiting():
-        return None
-    if first:
-        # Its row says why it is not being worked: `running`, reason `leased`, until it is or the night stops.
-        night.parts.store.wait_task_for_lease(waiting.task_run_id)
-        log.info("task_waiting_for_lease", holder=waiting.holder)
-    next_try = night.set_aside(functools.partial(_try_again, night, task, waiting))
-    return _SetAside(next_try) if next_try is not None else None
-
-
-@dataclass(frozen=True)
-class _EndedEarlier:
-    """How this scheduled night's earlier runs left a task it will not work again."""
-
-    outcome: TaskOutcome
-    reason: str  # recorded for this run's task
-    event: str  # the log event that says so
-    earlier_reason: str  # why its work ended there
-
-
-def _ended_earlier_tonight(night: _Night, work_key: str) -> _EndedEarlier | None:
-    """A task this scheduled night's earlier runs parked or left no iterations to, or None: a task
-    they paused, cancelled or saw interrupted is worked again with the iterations it has left, and one
-    that another worker sharing the store has finished since goes on to be recorded `done_elsewhere`."""
-    outcome, reason = night.earlier.ended.get(work_key, ("", ""))
-    if outcome == TaskOutcome.PARKED.value:
-        ended = _EndedEarlier(TaskOutcome.PARKED, PARKED_EARLIER_TONIGHT, "task_skipped_parked_earlier_tonight", reason)
-    elif night.earlier.counted(work_key) >= night.parts.config.night.max_iterations:
-        ended = _EndedEarlier(TaskOutcome.FAILED, FAILED_EARLIER_TONIGHT, "task_skipped_failed_earlier_tonight", reason)
-    else:
-        return None
-    return None if night.done_elsewhere(work_key) else ended
-
-
-def _iterate(
-    night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime, work_key: str
-) -> tuple[TaskOutcome, str, list[IterationReport], int]:
-    """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began.
-
-    The first iteration is timed from `first_asked`, when its first request left (ahead, during
-    the task's set-up): timed from its start, its first model call went uncounted, and a later
-    iteration began that could not finish by the deadline. A scheduled night begun again goes on
-    from its fire's earlier runs (`night.earlier`, by `work_key`): the iterations they began on the
-    task count against `max_iterations` and toward `park_after`, and this run's numbers go on from
-    theirs (notes.md's "iteration N" entries and the commits' subjects do not repeat one).
-    """
-    counted, last_number = night.earlier.counted(work_key), night.earlier.last_number.get(work_key, 0)
-    endings = list(night.earlier.endings.get(work_key, ()))  # (outcome, reason) of each counted iteration
-    parts, config = night.parts, night.parts.config
-    reports: list[IterationReport] = []
-    outcome, reason, begun = TaskOutcome.FAILED, "", 0
-    try:
-        for number in range(last_number + 1, last_number + 1 + config.night.max_iterations - counted):
-            if refused := night.why_not_start_iteration() or _spent(setup.budgets):
-                outcome, reason = TaskOutcome.CANCELLED, refused
-                break
-            begun += 1
-            started = first_asked if begun == 1 else parts.now()
-            report = run_iteration(setup, number)
-            night.iteration_took(seconds_between(started, parts.now()))
-            reports.append(report)
-            endings.append((report.outcome.value, report.reason))
-            if report.outcome is IterationOutcome.COMMITTED:
-                outcome, reason = TaskOutcome.SUCCEEDED, ""
-                break
-            reason = report.reason
-            # Also on the last iteration: "parked" tells the morning that more of the same would not
-            # have helped, which "failed" does not (the repeated reason is in the iterations and the note).
-            if _should_park(endings, config.guards.park_after):
-                outcome = TaskOutcome.PARKED
-                night.notes.append(
-                    task=task.name,
-                    iteration=number,
-                    reason="parked",
-                    correction=PARK_CORRECTION.format(iterations=_iterations(config.guards.park_after), reason=reason),
-                )
-                reason = "parked"
-                break
-    except ModelUnreachable:
-        outcome, reason = TaskOutcome.PAUSED, "model_unreachable"
-    except Cancelled as stop:
-        outcome, reason = TaskOutcome.CANCELLED, stop.why
-    return outcome, reason, reports, begun
-
-
-def _task_setup(
-    night: _Night, task: TaskConfig, workspace: Worktree, task_run_id: int, log: Any, model: Model, *, cancel: CancelToken, lease: LeaseKeeper
-) -> TaskSetup:
-    parts, config = night.parts, night.parts.config
-    on_signal = parts.on_signal.for_task(task.name) if hasattr(parts.on_signal, "for_task") else parts.on_signal
-    return TaskSetup(
-        task=task,
-        night=config.night,
-        workspace=workspace,
-        model=model,
-        toolbox=Toolbox(
-            workspace.path,
-            task.tools,
-            check_command=task.check,
-            check_timeout_s=config.night.check_timeout_s,
-            command_timeout_s=config.night.command_timeout_s,
-            max_output_chars=output_cap_for(parts.context_window),
-            cancel=cancel,
-            confinement=Confinement(branch=workspace.branch, shared_config=workspace.shared_config, config_copy=night.git_config_copy),
-            pass_env=task.pass_env,
-            redact=night.redact,
-        ),
-        guards=parts.guards_factory(),
-        notes=night.notes,
-        store=parts.store,
-        task_run_id=task_run_id,
-        transcripts_dir=night.transcripts_dir,
-        on_signal=on_signal,
-        log=log,
-        context_window=parts.context_window,
-        cancel=cancel,
-        budgets=(night.task_budget(night.work_key(task)), night.budget),
-        lease=lease,
-        redact=night.redact,
-        # Rounded up: a tiny positive limit is at least a byte, never 0 (no limit).
-        max_file_bytes=math.ceil(config.repo.max_file_mb * 1_000_000),
-    )
+    return [summary_of(future) for future in futures]
 
 
 def shared_repository_key(config: Config, repo: Any = None) -> str:
@@ -707,28 +427,38 @@ def work_key(repository: str, task: TaskConfig) -> str:
     return hashlib.sha256("\0".join((repository, task.name, task.prompt, task.check)).encode()).hexdigest()[:32]
 
 
-def _spent(budgets: Sequence[TokenBudget]) -> str:
-    """Why a budget allows no further iteration (the response that crossed it was acted on), or ""."""
-    return next((budget.why for budget in budgets if budget.exhausted), "")
-
-
-def _should_park(endings: Sequence[tuple[str, str]], park_after: int) -> bool:
-    """The same severe reason on `park_after` consecutive iterations (`endings`: (outcome, reason) of
-    each, oldest first): more of the same will not help."""
-    recent = endings[-park_after:]
-    if len(recent) < park_after:
-        return False
-    reasons = {reason for _, reason in recent}
-    return len(reasons) == 1 and all(outcome == IterationOutcome.ROLLED_BACK.value for outcome, _ in recent)
-
-
-def _iterations(count: int) -> str:
-    return "1 iteration" if count == 1 else f"{count} iterations"
-
-
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:
     if any(s.reason == "model_unreachable" for s in summaries):
         return EXIT_MODEL_UNREACHABLE
     if summaries and all(s.outcome is TaskOutcome.SUCCEEDED or s.reason in (DONE_ELSEWHERE, DONE_EARLIER_TONIGHT) for s in summaries):
         return EXIT_OK
     return EXIT_TASKS_FAILED
+
+
+__all__ = [
+    # The night's own.
+    "EXIT_OK",
+    "EXIT_TASKS_FAILED",
+    "EXIT_USAGE",
+    "EXIT_MODEL_UNREACHABLE",
+    "EXIT_SIGHUP",
+    "EXIT_SIGINT",
+    "EXIT_SIGTERM",
+    "SIGNAL_EXIT_CODES",
+    "NIGHT_CRASHED",
+    "NightParts",
+    "NightResult",
+    "run_night",
+    "shared_repository_key",
+    "repository_key",
+    "work_key",
+    # One task's night's (orchestrator/task_night.py), importable from here as before it had its own module.
+    "BRANCH_CHECKED_OUT",
+    "DONE_EARLIER_TONIGHT",
+    "DONE_ELSEWHERE",
+    "FAILED_EARLIER_TONIGHT",
+    "LEASE_POLL_S",
+    "PARK_CORRECTION",
+    "PARKED_EARLIER_TONIGHT",
+    "TaskSummary",
+]

@@ -89,7 +89,7 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
     return "\n".join(visible(line) for line in lines).rstrip() + "\n"
 
 
-# A scheduled night `serve` began again records these tasks without working them (orchestrator/night.py).
+# A scheduled night `serve` began again records these tasks without working them (orchestrator/task_night.py).
 _WORKED_EARLIER_TONIGHT = ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight")
 
 

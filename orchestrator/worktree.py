@@ -946,7 +946,7 @@ _NEARLY_FULL_BYTES = 1 << 20
 def _with_git_status(error: ConfigError | StateError, git_error: BaseException) -> ConfigError | StateError:
     """`error`, carrying the exit status of the git it stands for (`git_status`: negative when a signal killed
     it): a git that died of the signal stopping the night (systemd's control-group kill reaches it in its own
-    process group) is the night's stop, not a setup git refuses (night._work_on_task tells them apart)."""
+    process group) is the night's stop, not a setup git refuses (task_night._worktree tells them apart)."""
     error.git_status = getattr(git_error, "status", None)  # type: ignore[attr-defined]
     return error
 

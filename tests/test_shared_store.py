@@ -492,6 +492,24 @@ class TestWaitingForALease:
         order = [(e["event"], e["task"]) for e in events_of(log) if e["event"] in ("task_waiting_for_lease", "task_started")]
         assert order == [("task_waiting_for_lease", "fix-greet"), ("task_started", "other"), ("task_started", "fix-greet")]
 
+    def test_a_task_that_waited_for_a_lease_counts_its_time_from_when_it_took_it(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """A task worked once another worker's lease lapsed has its row's start reset then: the wait was not its work."""
+        store_file = tmp_path / "shared.db"
+        tasks = [
+            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"},
+            {"name": "other", "prompt": "p", "check": "true", "tools": ["read_file", "submit"]},
+        ]
+        config = shared_config(tmp_path / "a", repo, server, store_file, tasks=tasks)
+        held_by_another_machine(store_file, repo, ttl_s=5)  # outlasts the night's start on a loaded machine
+        server.enqueue(call("submit", {"summary": "other done"}), *FIX)
+        with json_logs() as log:
+            assert run_in_process(config).exit_code == 0
+        assert "task_waiting_for_lease" in [event["event"] for event in events_of(log)]
+        with sqlite3.connect(store_file) as db:
+            started = dict(db.execute("SELECT name, started_at FROM task_runs"))
+        # Its row was begun first (the config's first task), and counted again from after the other's start.
+        assert started["fix-greet"] > started["other"]
+
     def test_a_night_killed_while_a_task_waited_leaves_it_skipped_leased(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The next night's recovery records a task the killed night had set aside for a lease as a stopped night
         would have: `skipped`, `leased`, not `failed` as work the night died under."""
