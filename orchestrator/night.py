@@ -328,6 +328,9 @@ NIGHT_CRASHED = "night_crashed"
 
 
 def run_night(parts: NightParts) -> NightResult:
+    """The night: its run recorded, every task run on a pool of `[night] concurrency` workers (task_night.run_task),
+    and the run ended with its exit code once every task has (_ended). A second Ctrl-C, or an error out of a task
+    (the run closed `crashed`), is raised on instead (_summaries)."""
     config, store = parts.config, parts.store
     state_id = state_identity(config.state_dir)
     repository = shared_repository_key(config, parts.repo)
@@ -341,61 +344,92 @@ def run_night(parts: NightParts) -> NightResult:
         # Names only: a check that needs one fails, and this says why (a task's pass_env lets it through).
         night.log.info("secrets_withheld", names=hidden)
     futures = [pool.submit(run_task, night, task) for task in config.task]
+    return _ended(night, _summaries(night, pool, futures))
+
+
+def _summaries(night: _Night, pool: ThreadPoolExecutor, futures: Sequence[Future[Any]]) -> list[TaskSummary]:
+    """Every task's summary, in the config's order, once all have ended; the pool and the worktree maker closed
+    after (_closed). A first Ctrl-C cancels the night (SIGINT) and waits while its tasks roll back; a second
+    abandons them (raised on). An error out of a task ends the night (_close_crashed), and is raised on."""
     abandoned = False  # a second Ctrl-C: the iterations in flight are left to the next night's recovery
     try:
-        summaries = _results(futures)
+        return _results(futures)
     except KeyboardInterrupt:
-        if parts.cancel.cancelled:
+        if night.parts.cancel.cancelled:
             abandoned = True
             raise
         # Tasks run in worker threads; tell them, then wait while they roll back.
-        parts.cancel.cancel("SIGINT")
+        night.parts.cancel.cancel("SIGINT")
         try:
-            summaries = _results(futures)
+            return _results(futures)
         except KeyboardInterrupt:
             abandoned = True
             raise
     except Exception as crash:
-        # A task died of something that is not the model's doing (a broken worktree, a bug). The
-        # other tasks end their iterations in flight and start no more (task_night.run_task); then the run
-        # says `crashed` instead of staying "running" in the morning report (unless the store
-        # itself is what broke), with the exit code the process leaves with (a bug's traceback: 1).
         try:
-            pool.shutdown(wait=True)
+            _close_crashed(night, pool, crash)
         except KeyboardInterrupt:
             # A second Ctrl-C while the others end: abandoned as anywhere else. (Python 3.11's interrupted
             # join marks the threads finished, so the wait in `finally` returned at once; 3.13's does not.)
             abandoned = True
             raise
-        with contextlib.suppress(StateError):
-            store.close_interrupted_run(run_id, exit_code=getattr(crash, "exit_code", 1))
         raise
     finally:
-        night.deadline.stop()
-        pool.shutdown(wait=not abandoned, cancel_futures=abandoned)
-        if abandoned:
-            night.tell_commits_kept_untold()
-        else:
-            night.close()
-    if parts.cancel.cancelled and parts.cancel.why in SIGNAL_EXIT_CODES:
-        exit_code = SIGNAL_EXIT_CODES[parts.cancel.why]
-        store.finish_run(run_id, status="cancelled", exit_code=exit_code)
-        night.log.info("night_cancelled", why=parts.cancel.why, exit_code=exit_code)
-        return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
-    exit_code = _exit_code(summaries)
-    store.finish_run(run_id, status="finished", exit_code=exit_code)
-    night.log.info(
-        "night_finished",
-        exit_code=exit_code,
-        succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
-        stopped_early=parts.cancel.why
+        _closed(night, pool, abandoned=abandoned)
+
+
+def _close_crashed(night: _Night, pool: ThreadPoolExecutor, crash: Exception) -> None:
+    """A task died of something that is not the model's doing (a broken worktree, a bug). The other tasks end
+    their iterations in flight and start no more (task_night.run_task); then the run says `crashed` instead of
+    staying "running" in the morning report (unless the store itself is what broke), with the exit code the
+    process leaves with (a bug's traceback: 1). A Ctrl-C while the others end is raised."""
+    pool.shutdown(wait=True)
+    with contextlib.suppress(StateError):
+        night.parts.store.close_interrupted_run(night.run_id, exit_code=getattr(crash, "exit_code", 1))
+
+
+def _closed(night: _Night, pool: ThreadPoolExecutor, *, abandoned: bool) -> None:
+    """The night's deadline watcher, pool and worktree maker stopped: waited for, or, `abandoned`, left with
+    their tasks not begun cancelled (what the worktree maker kept is told all the same)."""
+    night.deadline.stop()
+    pool.shutdown(wait=not abandoned, cancel_futures=abandoned)
+    if abandoned:
+        night.tell_commits_kept_untold()
+    else:
+        night.close()
+
+
+def _ended(night: _Night, summaries: Sequence[TaskSummary]) -> NightResult:
+    """The run recorded and told `cancelled`, with its signal's exit code, when a signal stopped the night, else
+    `finished`, with the tasks' (_exit_code)."""
+    cancel, store = night.parts.cancel, night.parts.store
+    if cancel.cancelled and cancel.why in SIGNAL_EXIT_CODES:
+        exit_code = SIGNAL_EXIT_CODES[cancel.why]
+        store.finish_run(night.run_id, status="cancelled", exit_code=exit_code)
+        night.log.info("night_cancelled", why=cancel.why, exit_code=exit_code)
+    else:
+        exit_code = _exit_code(summaries)
+        store.finish_run(night.run_id, status="finished", exit_code=exit_code)
+        night.log.info(
+            "night_finished",
+            exit_code=exit_code,
+            succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
+            stopped_early=_stopped_early(night, summaries),
+        )
+    return NightResult(run_id=night.run_id, exit_code=exit_code, tasks=tuple(summaries))
+
+
+def _stopped_early(night: _Night, summaries: Sequence[TaskSummary]) -> str | None:
+    """What ended a finished night early (`night_finished`'s `stopped_early`): its stop, the deadline, the night's
+    budget, or None."""
+    return (
+        night.parts.cancel.why
         # A task it refused before it came is `cancelled`, reason deadline, though its watcher never fired.
         or ("deadline" if any(summary.reason == "deadline" for summary in summaries) else None)
         # Likewise the budget: spent by a task's last answer (its submit committed) with nothing left to refuse,
         # it ended nothing early, and naming it sent the morning looking for work the budget had cut short.
-        or (night.budget.why if any(summary.reason == night.budget.why for summary in summaries) else None),
+        or (night.budget.why if any(summary.reason == night.budget.why for summary in summaries) else None)
     )
-    return NightResult(run_id=run_id, exit_code=exit_code, tasks=tuple(summaries))
 
 
 def _queue(config: Config, repository: str) -> list[dict[str, Any]]:
