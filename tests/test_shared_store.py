@@ -7,6 +7,7 @@ its own night, and a worker that lost a task's lease to another does not commit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,7 +19,7 @@ import time
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from git import Repo
@@ -405,6 +406,34 @@ def held_by_another_machine(store_file: Path, repo: Path, *, ttl_s: float, task:
         store.close()
 
 
+@contextlib.contextmanager
+def once_it_waits(store_file: Path, state_dir: Path, act: Callable[[RunStore, Any], None]) -> Iterator[threading.Event]:
+    """`act(store, run)` on a thread of its own, with its own store, once the night of `state_dir` shows its first
+    task waiting for a lease (`running`, `leased`); the event is set once it has acted (within 30 s, or never)."""
+    acted = threading.Event()
+
+    def watch() -> None:
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                run = store.latest_run(state_id=state_identity(state_dir))
+                if run is not None and run.tasks and run.tasks[0].reason == "leased":
+                    act(store, run)
+                    acted.set()
+                    return
+                time.sleep(0.05)
+        finally:
+            store.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield acted
+    finally:
+        watcher.join()
+
+
 def overnight_run(config: Path) -> subprocess.Popen:
     """`overnight run` as cron starts it, its JSON log on stderr."""
     command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"]
@@ -442,23 +471,11 @@ class TestWaitingForALease:
         held_by_another_machine(store_file, repo, ttl_s=600)
         seen_while_waiting: list[tuple[str, str]] = []
 
-        def look_while_it_waits() -> None:
-            store = RunStore.open(f"sqlite:///{store_file}")
-            try:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not seen_while_waiting:
-                    run = store.latest_run(state_id=state_identity(tmp_path / "a" / "state"))
-                    if run is not None and run.tasks and run.tasks[0].reason == "leased":
-                        seen_while_waiting.append((run.tasks[0].outcome, run.tasks[0].reason))
-                    time.sleep(0.1)
-            finally:
-                store.close()
+        def look(store: RunStore, run: Any) -> None:
+            seen_while_waiting.append((run.tasks[0].outcome, run.tasks[0].reason))
 
-        looker = threading.Thread(target=look_while_it_waits)
-        looker.start()
-        with json_logs() as log:
+        with once_it_waits(store_file, tmp_path / "a" / "state", look), json_logs() as log:
             result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 50, tzinfo=timezone.utc), speed=2))
-        looker.join()
         assert result.exit_code == 1
         [task] = result.tasks
         assert (task.outcome.value, task.reason, task.iterations) == ("skipped", "leased", ())
@@ -568,33 +585,18 @@ class TestWaitingForALease:
         config = shared_config(tmp_path / "a", repo, server, store_file, night={"max_iterations": 1})
         held_by_another_machine(store_file, repo, ttl_s=600)
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
-        committed_by_the_holder = threading.Event()
 
-        def commit_it_then_die() -> None:
-            store = RunStore.open(f"sqlite:///{store_file}")
-            try:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    run = store.latest_run(state_id=state_identity(tmp_path / "a" / "state"))
-                    if run is not None and run.tasks and run.tasks[0].reason == "leased":
-                        holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-                        holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
-                        iteration = store.begin_iteration(holders_task, number=1, checkpoint="a" * 40, pid=1)
-                        store.finish_iteration(iteration, outcome="committed", commit="c" * 40, turns=1, tokens=10)
-                        # Dead: its lease is renewed no more and lapses (here at once, not after its ttl).
-                        [lease] = store.leases()
-                        assert store.renew_lease(lease.task, lease.owner, ttl_s=0)
-                        committed_by_the_holder.set()
-                        return
-                    time.sleep(0.05)
-            finally:
-                store.close()
+        def commit_it_then_die(store: RunStore, run: Any) -> None:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+            iteration = store.begin_iteration(holders_task, number=1, checkpoint="a" * 40, pid=1)
+            store.finish_iteration(iteration, outcome="committed", commit="c" * 40, turns=1, tokens=10)
+            # Dead: its lease is renewed no more and lapses (here at once, not after its ttl).
+            [lease] = store.leases()
+            assert store.renew_lease(lease.task, lease.owner, ttl_s=0)
 
-        holder = threading.Thread(target=commit_it_then_die)
-        holder.start()
-        with json_logs() as log:
+        with once_it_waits(store_file, tmp_path / "a" / "state", commit_it_then_die) as committed_by_the_holder, json_logs() as log:
             result = run_in_process(config)
-        holder.join()
         assert committed_by_the_holder.is_set()
         [task] = result.tasks
         assert (task.outcome.value, task.reason, result.exit_code) == ("skipped", "done_elsewhere", 0)
@@ -608,29 +610,15 @@ class TestWaitingForALease:
         config = shared_config(tmp_path / "a", repo, server, store_file, night={"deadline": "06:30"})
         held_by_another_machine(store_file, repo, ttl_s=600)
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
-        finished_by_the_holder = threading.Event()
 
-        def finish_it_as_the_holder_would() -> None:
-            store = RunStore.open(f"sqlite:///{store_file}")
-            try:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    run = store.latest_run(state_id=state_identity(tmp_path / "a" / "state"))
-                    if run is not None and run.tasks and run.tasks[0].reason == "leased":
-                        holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-                        holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
-                        store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
-                        finished_by_the_holder.set()
-                        return
-                    time.sleep(0.05)
-            finally:
-                store.close()
+        def finish_it_as_the_holder_would(store: RunStore, run: Any) -> None:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+            store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
 
-        holder = threading.Thread(target=finish_it_as_the_holder_would)
-        holder.start()
-        with json_logs() as log:
-            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 53, tzinfo=timezone.utc), speed=2))
-        holder.join()
+        clock = clock_from(datetime(2026, 11, 30, 6, 29, 53, tzinfo=timezone.utc), speed=2)
+        with once_it_waits(store_file, tmp_path / "a" / "state", finish_it_as_the_holder_would) as finished_by_the_holder, json_logs() as log:
+            result = run_in_process(config, now=clock)
         assert finished_by_the_holder.is_set()
         [task] = result.tasks
         assert (task.outcome.value, task.reason, result.exit_code) == ("skipped", "done_elsewhere", 0)
