@@ -66,19 +66,6 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     host, me, now = socket.gethostname(), os.getpid(), store.now()
     state_id = state_identity(config.state_dir)
 
-    def ours(run: Any) -> bool:  # a run of this state dir: we hold its lock, so it has ended
-        return run.state_id == state_id and run.host == host
-
-    def elsewhere(run: Any) -> bool:  # another state dir's
-        return run.state_id is not None and run.state_id != state_id
-
-    # This state dir's runs recorded under another host name: a container or CI runner gets a new
-    # one every night while its state dir stays on a volume, but a copy of the state dir on another
-    # machine sharing the store would look the same. Judged as runs without a state dir's name
-    # are: by their leases and heartbeats, never by the lock alone.
-    def alive_elsewhere(run: Any) -> bool:
-        return any(owner_host_pid(lease.owner) == (run.host, run.pid) and lease.expires_at > now for lease in leases.values())
-
     # First of all, before any command is stopped or worktree touched: the lock says no night of
     # this state dir runs, unless its file was removed under a live one. Asked again before each
     # step that would touch its work: met between two of its tasks, it holds no lease for a moment.
@@ -86,6 +73,23 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         _refuse_beside_a_live_night(store, config.state_dir, state_id, host, me)
 
     refuse_beside_a_live_night()
+    _clear_a_killed_nights_leftovers(config, log)
+    survey = _Survey.taken(store, config, host=host, me=me, now=now, state_id=state_id)
+    running = store.running_iterations()
+    refuse_beside_a_live_night()
+    settled = _settle_dead_iterations(store, config, survey, running, log)
+    refuse_beside_a_live_night()
+    _close_dead_runs(store, survey, settled.run_ids, log)
+    _write_owed_notes(store, config, state_id, log)
+    _release_dead_leases(store, survey.leases.values(), host, me, state_id, log)
+    refuse_beside_a_live_night()
+    _clean_idle_worktrees(config, skip=settled.worktrees_settled | settled.maybe_at_work, log=log)
+    return list(settled.iterations)
+
+
+def _clear_a_killed_nights_leftovers(config: Config, log: Any) -> None:
+    """What a killed night left besides its records: half-written temporary files, its commands still
+    running, the git config its agent changed, the folders of its fences in /tmp."""
     _remove_stale_temp_files(config.state_dir, log)
     _stop_orphan_commands(config.worktrees_dir, log)  # before any worktree is rolled back under them
     # After the commands that may have changed it are stopped: the config a killed night's agent changed.
@@ -94,70 +98,145 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
         log.warning("git_config_restored", path=restored)
     for folder in remove_abandoned_folders():
         log.info("agent_folder_removed", path=str(folder))
-    leases = {lease.task: lease for lease in store.leases()}
-    repository = shared_repository_key(config)
-    stale_after = timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Survey:
+    """What recovery tells dead runs and iterations from live ones by, taken once before it settles any:
+    this host and process, the store's time, this state dir's name, and the task leases held then."""
+
+    host: str
+    me: int
+    now: datetime
+    state_id: str
+    leases: dict[str, Any]  # by lease key (`lease_key`)
+    repository: str  # `shared_repository_key`: a task's lease key holds it
+    stale_after: timedelta  # a check and a model call's timeouts, and a minute
+
+    @classmethod
+    def taken(cls, store: Any, config: Config, *, host: str, me: int, now: datetime, state_id: str) -> _Survey:
+        """The survey as the store stands now (its leases read first, then the repository's key)."""
+        leases = {lease.task: lease for lease in store.leases()}
+        return cls(
+            host, me, now, state_id, leases, repository=shared_repository_key(config),
+            stale_after=timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60),
+        )
+
+    def ours(self, run: Any) -> bool:
+        """A run of this state dir: we hold its lock, so it has ended."""
+        return run.state_id == self.state_id and run.host == self.host
+
+    def elsewhere(self, run: Any) -> bool:
+        """Another state dir's run: left alone, its own next night settles it."""
+        return run.state_id is not None and run.state_id != self.state_id
+
+    # This state dir's runs recorded under another host name: a container or CI runner gets a new
+    # one every night while its state dir stays on a volume, but a copy of the state dir on another
+    # machine sharing the store would look the same. Judged as runs without a state dir's name
+    # are: by their leases and heartbeats, never by the lock alone.
+    def alive_elsewhere(self, run: Any) -> bool:
+        return any(owner_host_pid(lease.owner) == (run.host, run.pid) and lease.expires_at > self.now for lease in self.leases.values())
+
+    def iteration_has_ended(self, store: Any, iteration: Any, run: Any) -> bool:
+        """Whether the process that ran `iteration` (of `run`) is gone: a run of ours is, by the lock's word;
+        any other is asked by `_is_orphaned`."""
+        began = store.on_this_hosts_clock(iteration.started_at)
+        lease = self.leases.get(lease_key(iteration.task_name, self.repository))
+        return self.ours(run) or _is_orphaned(iteration, began, run, lease, self.host, self.me, self.now, self.stale_after)
+
+    def run_has_ended(self, store: Any, run: Any) -> bool:
+        """Whether the night of `run` is gone: ours; or on this host, its process dead (or this one);
+        or this state dir's, recorded under another host name, with no live lease (`alive_elsewhere`)."""
+        on_this_host = run.host == self.host and (
+            run.pid == self.me or not pid_alive(run.pid, store.on_this_hosts_clock(run.started_at))
+        )
+        moved_here = run.state_id == self.state_id and run.host != self.host and not self.alive_elsewhere(run)
+        return self.ours(run) or on_this_host or moved_here
+
+
+@dataclasses.dataclass(frozen=True)
+class _IterationsSettled:
+    """What `_settle_dead_iterations` did, for the steps after it."""
+
+    iterations: tuple[Any, ...]  # as now recorded: `committed` or `interrupted`
+    run_ids: frozenset[Any]  # the runs they were of: dead, so closed next
+    worktrees_settled: frozenset[str]  # tasks whose worktree was settled with its iteration: not cleaned again
+    maybe_at_work: frozenset[str]  # tasks whose iteration may still run: their worktree is not cleaned either
+
+
+def _settle_dead_iterations(store: Any, config: Config, survey: _Survey, running: list[Any], log: Any) -> _IterationsSettled:
+    """Each iteration of `running` (those the store has `running`) whose process is gone, settled
+    (`_settle_dead_iteration`); another state dir's are left alone, and those perhaps still at work noted."""
     settled, dead_runs, touched, alive = [], set(), set(), set()
-    running = store.running_iterations()
-    refuse_beside_a_live_night()
     for iteration in running:
         run = store.run_of_task_run(iteration.task_run_id)
-        if elsewhere(run):
+        if survey.elsewhere(run):
             continue
-        began = store.on_this_hosts_clock(iteration.started_at)
-        lease = leases.get(lease_key(iteration.task_name, repository))
-        if not ours(run) and not _is_orphaned(iteration, began, run, lease, host, me, now, stale_after):
+        if not survey.iteration_has_ended(store, iteration, run):
             alive.add(iteration.task_name)  # perhaps still at work: its worktree is not cleaned either
             continue
         # Another host's run that predates state dir names (an older version's, in a shared store):
         # its worktree is on that host; this state dir's worktree of the same task is not its own.
-        settles_worktree = run.state_id is not None or run.host == host
-        # The agent's last possible write: its last model call's answer acted on (a check, a command).
-        agent_done_by = store.on_this_hosts_clock(iteration.heartbeat_at or iteration.started_at) + stale_after
-        commit = _settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else ""
-        if commit:
-            store.finish_iteration(
-                iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
-            )
-            # Its run may have closed the task as interrupted already: the store failed as the commit was
-            # recorded and came back for the run's own end. The branch holds the work: the task succeeded.
-            store.succeed_interrupted_task(iteration.task_run_id, commit)
-            view = dataclasses.replace(iteration, outcome="committed", commit=commit)
-        else:
-            store.interrupt_iteration(iteration.id, correction=INTERRUPTED_CORRECTION)
-            view = dataclasses.replace(iteration, outcome="interrupted", reason="interrupted", correction=INTERRUPTED_CORRECTION)
-        log.info(
-            "iteration_recovered",
-            run_id=run.id,
-            task=iteration.task_name,
-            task_run_id=iteration.task_run_id,
-            iteration=iteration.number,
-            iteration_id=iteration.id,
-            outcome=view.outcome,
-            checkpoint=iteration.checkpoint[:12],
-            dead_pid=iteration.pid,
-            dead_host=run.host,
-        )
-        settled.append(view)
+        settles_worktree = run.state_id is not None or run.host == survey.host
+        settled.append(_settle_dead_iteration(store, config, iteration, run, log, settles_worktree, survey.stale_after))
         dead_runs.add(run.id)
         if settles_worktree:  # else the worktree is left to the idle cleaning, which keeps a person's edits
             touched.add(iteration.task_name)
-    refuse_beside_a_live_night()
+    return _IterationsSettled(tuple(settled), frozenset(dead_runs), frozenset(touched), frozenset(alive))
+
+
+def _settle_dead_iteration(
+    store: Any, config: Config, iteration: Any, run: Any, log: Any, settles_worktree: bool, stale_after: timedelta
+) -> Any:
+    """Roll a dead iteration's worktree back when `settles_worktree` (or find its commit there), record it
+    `committed` or `interrupted`, and log `iteration_recovered`; returns the iteration as recorded."""
+    # The agent's last possible write: its last model call's answer acted on (a check, a command).
+    agent_done_by = store.on_this_hosts_clock(iteration.heartbeat_at or iteration.started_at) + stale_after
+    commit = _settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else ""
+    view = _record_committed(store, iteration, commit) if commit else _record_interrupted(store, iteration)
+    log.info(
+        "iteration_recovered",
+        run_id=run.id,
+        task=iteration.task_name,
+        task_run_id=iteration.task_run_id,
+        iteration=iteration.number,
+        iteration_id=iteration.id,
+        outcome=view.outcome,
+        checkpoint=iteration.checkpoint[:12],
+        dead_pid=iteration.pid,
+        dead_host=run.host,
+    )
+    return view
+
+
+def _record_committed(store: Any, iteration: Any, commit: str) -> Any:
+    """The iteration died after committing `commit` but before recording it: recorded `committed`, its task succeeded."""
+    store.finish_iteration(
+        iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
+    )
+    # Its run may have closed the task as interrupted already: the store failed as the commit was
+    # recorded and came back for the run's own end. The branch holds the work: the task succeeded.
+    store.succeed_interrupted_task(iteration.task_run_id, commit)
+    return dataclasses.replace(iteration, outcome="committed", commit=commit)
+
+
+def _record_interrupted(store: Any, iteration: Any) -> Any:
+    """The iteration died before committing: recorded `interrupted` (not a struggle: no note, no blame)."""
+    store.interrupt_iteration(iteration.id, correction=INTERRUPTED_CORRECTION)
+    return dataclasses.replace(iteration, outcome="interrupted", reason="interrupted", correction=INTERRUPTED_CORRECTION)
+
+
+def _close_dead_runs(store: Any, survey: _Survey, dead_runs: frozenset[Any], log: Any) -> None:
+    """Close every run still marked running whose night is gone (`_Survey.run_has_ended`, or one an iteration
+    just settled was of), logging `run_recovered`; another state dir's are left alone."""
     for run in store.running_runs():
-        if elsewhere(run):
+        if survey.elsewhere(run):
             continue
-        on_this_host = run.host == host and (run.pid == me or not pid_alive(run.pid, store.on_this_hosts_clock(run.started_at)))
-        moved_here = run.state_id == state_id and run.host != host and not alive_elsewhere(run)
-        if run.id in dead_runs or ours(run) or on_this_host or moved_here:
+        if survey.run_has_ended(store, run) or run.id in dead_runs:
             # Its tasks it never began are in the morning's account too: `cancelled`, as a night records the
             # tasks it stops before they begin, and for the reason a crashed night's such tasks have.
             never_begun = store.close_interrupted_run(run.id, never_begun_reason=NIGHT_CRASHED)
             log.info("run_recovered", run_id=run.id, dead_pid=run.pid, dead_host=run.host, never_begun=never_begun)
-    _write_owed_notes(store, config, state_id, log)
-    _release_dead_leases(store, leases.values(), host, me, state_id, log)
-    refuse_beside_a_live_night()
-    _clean_idle_worktrees(config, skip=touched | alive, log=log)
-    return settled
 
 
 def _refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host: str, me: int) -> None:
