@@ -91,68 +91,102 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
         try:
             for message in messages:
                 recorder.message(message)
-            stopped: QualityError | None = None
-            try:
-                result = run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder)
-            except QualityError as stop:
-                if not ctx.check_passed:
-                    raise
-                # Stopped after its own run_check passed, nothing changed since (it never submitted, or
-                # confirmed the pass once too often): the work is judged as a submission would be.
-                stopped, result = stop, AgentResult(f"(not submitted: {stop.message}; the check had passed)", ctx.answered, ctx.tokens)
-                log.info("stopped_after_passing_check", reason=stop.reason)
-            check = setup.workspace.run_check(
-                setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
-            )
-            transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
-            if not check.passed and died_of_the_nights_signal(setup.cancel, check.exit_code):
-                raise Cancelled(setup.cancel.why)
-            if not check.passed and stopped is not None:
-                raise stopped  # the guard's stop stands, as if the check had not been asked
-            if not check.passed:
-                ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
-                return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
-            if setup.lease is not None and not setup.lease.still_held():
-                raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
-            # The model's summary, its control characters escaped: a NUL (which no command line can
-            # carry) failed the commit of work that had passed its check, and an escape sequence
-            # would redraw the terminal of whoever reads `git log` in the morning.
-            summary = visible(result.summary, keep="\n\t")
-            message = f"overnight: {setup.task.name} iteration {number}\n\n{summary}".strip()
-            try:
-                commit = setup.workspace.commit(
-                    message, onto=checkpoint, max_file_bytes=setup.max_file_bytes, secrets=_passed_secrets(setup.task),
-                    on_kept_out=lambda kept: _log_kept_out(log, kept, setup.redact),
-                )
-            except QualityError as refused:
-                if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
-                    ctx.report(Level.SEVERE, refused.reason, refused.message)
-                raise
-            # The check passed on the checkpoint as it was: no commit is made, and none is named
-            # (the checkpoint is an earlier night's commit, or the base).
-            return finish.committed(commit if commit != checkpoint else "", result.turns, result.tokens)
-        except QualityError as stop:
-            return finish.rolled_back(stop, ctx.answered, ctx.tokens)
-        except ModelUnreachable as down:
-            finish.unreachable(str(down))
+            result, stopped = _agent_run(setup, messages, ctx, recorder, log)
+            return _judged(setup, number, checkpoint, ctx, log, transcript, finish, result, stopped)
+        except (Exception, KeyboardInterrupt) as failure:
+            return _ended_by(failure, setup, ctx, log, finish)
+
+
+def _agent_run(
+    setup: TaskSetup, messages: list[Message], ctx: RunContext, recorder: _Recorder, log: Any
+) -> tuple[AgentResult, QualityError | None]:
+    """The agent's run and, when a guard stopped it after its own run_check passed, the guard's stop (its
+    result then says it was not submitted); any other QualityError is raised."""
+    try:
+        return run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder), None
+    except QualityError as stop:
+        if not ctx.check_passed:
             raise
-        except (Cancelled, KeyboardInterrupt) as stop:
-            finish.cancelled(getattr(stop, "why", "interrupted"))
-            raise
-        except StateError:
-            # The state dir or the run store failed (disk full, read-only): the night ends with
-            # that one line (exit 4), the worktree back at its checkpoint.
-            finish.state_failed()
-            raise
-        except Exception as exc:  # a bug or an environment failure: not the model's fault, but recorded
-            if died_of_the_nights_signal(setup.cancel, getattr(exc, "status", None)):  # git, killed with the night
-                finish.cancelled(setup.cancel.why)
-                raise Cancelled(setup.cancel.why) from None
-            # An error's text may quote a secret (a filter's or a server's message, a URL with its password):
-            # the traceback as structlog's `exception` field would carry it, and the note, through the night's redaction.
-            log.error("iteration_error", exception=setup.redact(traceback.format_exc().rstrip("\n")))
-            error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(exc).__name__}: {exc}")
-            return finish.rolled_back(error, ctx.answered, ctx.tokens)
+        # Stopped after its own run_check passed, nothing changed since (it never submitted, or
+        # confirmed the pass once too often): the work is judged as a submission would be.
+        result = AgentResult(f"(not submitted: {stop.message}; the check had passed)", ctx.answered, ctx.tokens)
+        log.info("stopped_after_passing_check", reason=stop.reason)
+        return result, stop
+
+
+def _judged(
+    setup: TaskSetup, number: int, checkpoint: str, ctx: RunContext, log: Any, transcript: Transcript,
+    finish: _Finisher, result: AgentResult, stopped: QualityError | None,
+) -> IterationReport:
+    """The end of an agent's run judged by the task's check: committed when it passes and the lease is still
+    held, rolled back with a `check_failed` note when it fails. Raises Cancelled (the check died of the night's
+    signal, or the lease is lost), the guard's `stopped` when the check fails after it, and a commit's refusal."""
+    check = setup.workspace.run_check(
+        setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
+    )
+    transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
+    if not check.passed and died_of_the_nights_signal(setup.cancel, check.exit_code):
+        raise Cancelled(setup.cancel.why)
+    if not check.passed and stopped is not None:
+        raise stopped  # the guard's stop stands, as if the check had not been asked
+    if not check.passed:
+        ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
+        return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
+    if setup.lease is not None and not setup.lease.still_held():
+        raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
+    commit = _commit(setup, number, checkpoint, result.summary, ctx, log)
+    # The check passed on the checkpoint as it was: no commit is made, and none is named
+    # (the checkpoint is an earlier night's commit, or the base).
+    return finish.committed(commit if commit != checkpoint else "", result.turns, result.tokens)
+
+
+def _commit(setup: TaskSetup, number: int, checkpoint: str, summary: str, ctx: RunContext, log: Any) -> str:
+    """The work that passed its check committed onto the checkpoint, with the model's summary; the commit's
+    hash (the checkpoint's when nothing changed). A refused commit is raised, a file too large reported first."""
+    # The model's summary, its control characters escaped: a NUL (which no command line can
+    # carry) failed the commit of work that had passed its check, and an escape sequence
+    # would redraw the terminal of whoever reads `git log` in the morning.
+    escaped_summary = visible(summary, keep="\n\t")
+    message = f"overnight: {setup.task.name} iteration {number}\n\n{escaped_summary}".strip()
+    try:
+        return setup.workspace.commit(
+            message, onto=checkpoint, max_file_bytes=setup.max_file_bytes, secrets=_passed_secrets(setup.task),
+            on_kept_out=lambda kept: _log_kept_out(log, kept, setup.redact),
+        )
+    except QualityError as refused:
+        if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
+            ctx.report(Level.SEVERE, refused.reason, refused.message)
+        raise
+
+
+def _ended_by(
+    failure: Exception | KeyboardInterrupt, setup: TaskSetup, ctx: RunContext, log: Any, finish: _Finisher
+) -> IterationReport:
+    """The report of an iteration `failure` ended, rolled back with a note (a QualityError, or any other
+    exception as `iteration_error`); ModelUnreachable, Cancelled, KeyboardInterrupt and StateError are raised
+    again once the ending is recorded, and an exception of git killed by the night's signal as Cancelled."""
+    if isinstance(failure, QualityError):
+        return finish.rolled_back(failure, ctx.answered, ctx.tokens)
+    if isinstance(failure, ModelUnreachable):
+        finish.unreachable(str(failure))
+        raise failure
+    if isinstance(failure, (Cancelled, KeyboardInterrupt)):
+        finish.cancelled(getattr(failure, "why", "interrupted"))
+        raise failure
+    if isinstance(failure, StateError):
+        # The state dir or the run store failed (disk full, read-only): the night ends with
+        # that one line (exit 4), the worktree back at its checkpoint.
+        finish.state_failed()
+        raise failure
+    # A bug or an environment failure: not the model's fault, but recorded.
+    if died_of_the_nights_signal(setup.cancel, getattr(failure, "status", None)):  # git, killed with the night
+        finish.cancelled(setup.cancel.why)
+        raise Cancelled(setup.cancel.why) from None
+    # An error's text may quote a secret (a filter's or a server's message, a URL with its password):
+    # the traceback as structlog's `exception` field would carry it, and the note, through the night's redaction.
+    log.error("iteration_error", exception=setup.redact(traceback.format_exc().rstrip("\n")))
+    error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(failure).__name__}: {failure}")
+    return finish.rolled_back(error, ctx.answered, ctx.tokens)
 
 
 # The notes a prompt carries, at most, as a share of a known context window.
