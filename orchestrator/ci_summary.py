@@ -13,6 +13,7 @@ from pathlib import Path
 
 from orchestrator.errors import StateError
 from orchestrator.printable import shortened, visible
+from orchestrator.records import counts_as_succeeded
 from orchestrator.report import MESSAGE_LIMIT
 from runs.views import RunView, TaskView, worst_signal
 
@@ -51,9 +52,9 @@ def _ends_mid_line(path: str | Path) -> bool:
 
 def step_summary(run: RunView, *, notes: Path | None = None) -> str:
     """The markdown appended: a heading, one table row per task, where to read why."""
-    # A task an earlier run of this scheduled night finished, or another worker sharing the store, is this
-    # night's success (the exit code says 0 for it): skipped here only because it was not worked twice.
-    succeeded = sum(task.outcome == "succeeded" or task.reason in ("done_earlier_tonight", "done_elsewhere") for task in run.tasks)
+    # A task skipped as done already (another worker's, or an earlier run's of this scheduled night) counts as
+    # the exit code counts it.
+    succeeded = sum(counts_as_succeeded(task.outcome, task.reason) for task in run.tasks)
     exit_text = f", exit {run.exit_code}" if run.exit_code is not None else ""
     lines = [
         f"## overnight run #{run.id}: {succeeded}/{len(run.tasks)} task(s) succeeded ({run.status}{exit_text})",

@@ -34,12 +34,10 @@ from orchestrator.leases import lease_key
 from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
-from orchestrator.records import TaskOutcome
+from orchestrator.records import DONE_EARLIER_TONIGHT, DONE_ELSEWHERE, TaskOutcome, counts_as_succeeded
 from orchestrator.secrecy import Redactor, withheld
 from orchestrator.task_night import (
     BRANCH_CHECKED_OUT,
-    DONE_EARLIER_TONIGHT,
-    DONE_ELSEWHERE,
     FAILED_EARLIER_TONIGHT,
     LEASE_POLL_S,
     PARK_CORRECTION,
@@ -464,7 +462,7 @@ def work_key(repository: str, task: TaskConfig) -> str:
 def _exit_code(summaries: Sequence[TaskSummary]) -> int:
     if any(s.reason == "model_unreachable" for s in summaries):
         return EXIT_MODEL_UNREACHABLE
-    if summaries and all(s.outcome is TaskOutcome.SUCCEEDED or s.reason in (DONE_ELSEWHERE, DONE_EARLIER_TONIGHT) for s in summaries):
+    if summaries and all(counts_as_succeeded(s.outcome, s.reason) for s in summaries):
         return EXIT_OK
     return EXIT_TASKS_FAILED
 
@@ -486,7 +484,7 @@ __all__ = [
     "shared_repository_key",
     "repository_key",
     "work_key",
-    # One task's night's (orchestrator/task_night.py), importable from here as before it had its own module.
+    # One task's night's (orchestrator/task_night.py; its two "done already" reasons, records.py's), importable from here as before.
     "BRANCH_CHECKED_OUT",
     "DONE_EARLIER_TONIGHT",
     "DONE_ELSEWHERE",

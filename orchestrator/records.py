@@ -54,6 +54,18 @@ class TaskOutcome(str, enum.Enum):
     SKIPPED = "skipped"
 
 
+# A task skipped because another worker sharing the store finished it tonight (not a failure).
+DONE_ELSEWHERE = "done_elsewhere"
+# A task skipped because an earlier run of the same scheduled night finished it (serve restarted).
+DONE_EARLIER_TONIGHT = "done_earlier_tonight"
+
+
+def counts_as_succeeded(outcome: str, reason: str) -> bool:
+    """Whether a task's ending is a success of the night: it succeeded, or was skipped as done already
+    (`done_elsewhere`, `done_earlier_tonight`). The exit code and the CI summary's heading count the same."""
+    return outcome == TaskOutcome.SUCCEEDED or reason in (DONE_ELSEWHERE, DONE_EARLIER_TONIGHT)
+
+
 @dataclass(frozen=True)
 class KeptOutOfCommit:
     """Files put back as at the checkpoint before a commit: they held a value the check got through `pass_env`."""

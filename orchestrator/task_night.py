@@ -24,7 +24,7 @@ from orchestrator.errors import Cancelled, ModelUnreachable
 from orchestrator.iteration import TaskSetup, died_of_the_nights_signal, run_iteration
 from orchestrator.leases import DEFAULT_TTL_S, LeaseHeld, LeaseKeeper, new_owner
 from orchestrator.protocols import Model
-from orchestrator.records import IterationOutcome, IterationReport, TaskOutcome
+from orchestrator.records import DONE_EARLIER_TONIGHT, DONE_ELSEWHERE, IterationOutcome, IterationReport, TaskOutcome
 from orchestrator.tools import Toolbox, output_cap_for
 from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for
 
@@ -38,10 +38,6 @@ PARK_CORRECTION = (
     "Parked for the night: the same problem stopped {iterations} in a row ({reason}). "
     "A person should look at the task or the model."
 )
-# A task skipped because another worker sharing the store finished it tonight (not a failure).
-DONE_ELSEWHERE = "done_elsewhere"
-# A task skipped because an earlier run of the same scheduled night finished it (serve restarted).
-DONE_EARLIER_TONIGHT = "done_earlier_tonight"
 # A task not worked again because an earlier run of the same scheduled night spent its iterations
 # on it (outcome failed), or parked it (outcome parked): a night begun again is not a second night.
 FAILED_EARLIER_TONIGHT = "failed_earlier_tonight"
