@@ -216,6 +216,7 @@ def run(
         parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_time)
         recover_interrupted(parts.store, settings, parts.log)
         _trim_transcripts(settings, parts.log)
+        _trim_runs(settings, parts.store, parts.log, since=fire_time)
         try:
             result = run_night(parts)
         except KeyboardInterrupt:
@@ -410,6 +411,30 @@ def _trim_transcripts(settings: object, log: object) -> None:
         log.info("transcripts_removed", count=removed, older_than_days=days)  # type: ignore[attr-defined]
     for failure in failures:
         log.warning("transcript_not_removed", error=failure)  # type: ignore[attr-defined]
+
+
+def _trim_runs(settings: object, store: object, log: object, *, since: datetime | None) -> None:
+    """`[state] keep_runs_days`: this state dir's runs that ended longer ago deleted before the night, those begun since
+    `since` (a scheduled night's fire time: its earlier runs, which the night reads) kept; a failure is logged, not fatal."""
+    from datetime import timedelta
+
+    from orchestrator.lock import state_identity
+    from orchestrator.secrecy import Redactor
+
+    days = settings.state.keep_runs_days  # type: ignore[attr-defined]
+    if not days:
+        return
+    removed, error = 0, ""
+    try:
+        state_id = state_identity(settings.state_dir)  # type: ignore[attr-defined]
+        for batch in store.remove_old_runs(state_id, timedelta(days=days), keep_begun_since=since):  # type: ignore[attr-defined]
+            removed += batch
+    except StateError as failed:  # a locked or read-only store: the night goes on, and its own writes say if it cannot
+        error = Redactor.for_config(settings)(str(failed))
+    if removed:
+        log.info("runs_removed", count=removed, older_than_days=days)  # type: ignore[attr-defined]
+    if error:
+        log.warning("runs_not_removed", error=error)  # type: ignore[attr-defined]
 
 
 def _process_gone(run: object, began: object) -> bool:

@@ -7,6 +7,7 @@ because a cron job's only reader is a person at breakfast.
 from __future__ import annotations
 
 import codecs
+import math
 import os
 import re
 import stat
@@ -129,6 +130,20 @@ class StateConfig(_Section):
     keep_transcripts_days: float = Field(
         0, ge=0, le=36500, description="each run deletes transcripts last written more than this many days ago; 0 keeps all"
     )
+    # The run store's per-call events grow with every night, as long as cron runs them.
+    keep_runs_days: float = Field(
+        0, ge=0, le=36500, description="each run deletes this state dir's runs that ended more than this many days ago; 0 keeps all"
+    )
+
+    @field_validator("keep_runs_days")
+    @classmethod
+    def _a_day_at_least(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError(
+                f"{value:g} is under a day: it could remove tonight's own account, and the runs a scheduled night begun "
+                "again reads; give 1 or more days, or 0 to keep every run"
+            )
+        return value
 
     @field_validator("dir", mode="before")
     @classmethod
@@ -333,6 +348,20 @@ class Config(_Section):
                 raise ValueError(f"task names {other!r} and {task.name!r} differ only in case; give them different names")
             seen[task.name.casefold()] = task.name
         return tasks
+
+    @model_validator(mode="after")
+    def _runs_kept_past_a_late_fire(self) -> "Config":
+        # serve starts a night up to the grace after its fire, and tries again for a grace more while another
+        # process holds the state lock: that night reads the runs since its fire (its own state dir's are kept
+        # by the trim itself, see cli._trim_runs; another machine's sharing the store are not).
+        days, grace_s = self.state.keep_runs_days, self.schedule.misfire_grace_s
+        if days and days * _DAY_S < 2 * grace_s:
+            raise ValueError(
+                f"[state] keep_runs_days: {days:g} days is less than twice [schedule] misfire_grace_s ({grace_s} s): a scheduled "
+                "night begun late reads its fire's runs from up to that long ago, also another machine's sharing the store; "
+                f"give at least {math.ceil(2 * grace_s / _DAY_S)}, or 0 to keep every run"
+            )
+        return self
 
     @property
     def base_dir(self) -> Path:

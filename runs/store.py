@@ -36,6 +36,7 @@ from orchestrator.surrogates import mend
 from runs.event_batches import EventBatches
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
+from runs.old_runs import RUNS_PER_BATCH, remove_a_batch
 from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
 
 # INSERT ... ON CONFLICT DO UPDATE, where the database has it: from these versions on.
@@ -763,6 +764,20 @@ class RunStore:
             session.scalar(select(Run.started_at).where(Run.id == run_id)),
         ]
         return max((seen for seen in candidates if seen is not None), default=utc_now())
+
+    def remove_old_runs(self, state_id: str, older_than: timedelta, *, keep_begun_since: datetime | None = None) -> Iterator[int]:
+        """Remove state dir `state_id`'s runs that ended more than `older_than` ago (the store's clock) with all their
+        rows, batch by batch (runs/old_runs.py says which may go), each batch in a transaction of its own: a kill
+        midway leaves whole runs. Yields how many runs each batch removed, once it is committed; StateError if one
+        fails. `keep_begun_since` (this host's clock: a scheduled night's fire time): runs begun since then stay."""
+        ended_before = self.now() - older_than
+        begun_before = None if keep_begun_since is None else keep_begun_since + self._clock_offset
+        removed = RUNS_PER_BATCH
+        while removed == RUNS_PER_BATCH:  # fewer: none left to remove
+            with self._statements("remove_old_runs") as connection:
+                removed = remove_a_batch(connection, state_id, ended_before=ended_before, begun_before=begun_before)
+            if removed:
+                yield removed
 
     def integrity_problems(self) -> list[str]:
         """SQLite's own integrity check ([] when sound); always [] on other backends."""

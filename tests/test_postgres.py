@@ -233,6 +233,28 @@ class TestOneClock:
             here.close()
             there.close()
 
+class TestRemoveOldRuns:
+    def test_a_state_dirs_old_runs_go_with_all_their_rows(self, store: RunStore, pg_store_url: str) -> None:
+        """`[state] keep_runs_days` on PostgreSQL: the state dir's run that ended long ago (by the database's clock) goes
+        with its task, iteration and events; another state dir's as old and a recent one stay."""
+
+        def a_run(state_id: str) -> int:
+            run = store.begin_run(config_path="c.toml", pid=1, host="h", state_id=state_id)
+            task = store.begin_task(run, name="t", branch="overnight/t")
+            iteration = store.begin_iteration(task, number=1, checkpoint="c", pid=1)
+            store.record_model_call(iteration, prompt_tokens=1, completion_tokens=1, latency_ms=1)
+            store.finish_iteration(iteration, outcome="rolled_back", reason="check_failed")
+            store.finish_task(task, outcome="failed", reason="check_failed")
+            store.finish_run(run, status="finished", exit_code=1)
+            return run
+
+        old, another, recent = a_run("s"), a_run("another"), a_run("s")
+        sql(pg_store_url, "UPDATE runs SET started_at = now() - interval '10 days', finished_at = now() - interval '10 days' WHERE id IN (%s, %s)", old, another)
+        assert list(store.remove_old_runs("s", timedelta(days=7))) == [1]
+        assert store.run(old) is None and store.run(another) is not None and store.run(recent) is not None
+        assert [sql(pg_store_url, f"SELECT count(*) FROM {table}")[0][0] for table in ("task_runs", "iterations", "events")] == [2, 2, 2]
+
+
 class TestSchema:
     def test_processes_opening_a_new_store_at_once_all_succeed(self, pg_store_url: str) -> None:
         """Each sees the tables missing and creates them; the others must not fail on PostgreSQL's duplicate catalog rows."""

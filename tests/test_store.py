@@ -485,6 +485,85 @@ class TestEarlierTonight:
         assert seen.last_number == {"k": 2} and seen.tokens == {"k": 10}
 
 
+def _an_ended_run(store: RunStore, state_id: str = "s", *, note_owed: bool | None = None, iteration_ends: bool = True) -> int:
+    """A run of state dir `state_id` with one task and one iteration (and an event), ended; its id."""
+    run_id = store.begin_run(config_path="/repo/overnight.toml", pid=100, host="box", state_id=state_id)
+    task_id = store.begin_task(run_id, name="fix-bug", branch="overnight/fix-bug")
+    iteration_id = store.begin_iteration(task_id, number=1, checkpoint="abc123", pid=101)
+    store.record_tool_call(iteration_id, name="read_file", ok=True)
+    if iteration_ends:
+        store.finish_iteration(iteration_id, outcome="rolled_back", reason="check_failed", note_owed=note_owed)
+    store.finish_task(task_id, outcome="failed", reason="check_failed")
+    store.finish_run(run_id, status="finished", exit_code=1)
+    return run_id
+
+
+def _ended_days_ago(db_path: Path, run_id: int, days: float) -> None:
+    """The run began and ended `days` ago (its end a second after its start)."""
+    from datetime import datetime, timedelta
+
+    began = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=days, seconds=1)
+    ended = began + timedelta(seconds=1)
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("UPDATE runs SET started_at = ?, finished_at = ? WHERE id = ?", (str(began), str(ended), run_id))
+
+
+def _kept(store: RunStore, *run_ids: int) -> list[int]:
+    return [run_id for run_id in run_ids if store.run(run_id) is not None]
+
+
+class TestRemoveOldRuns:
+    """`RunStore.remove_old_runs` ([state] keep_runs_days), on what a night leaves besides plain ended runs."""
+
+    def test_many_old_runs_go_in_batches(self, store: RunStore, db_path: Path) -> None:
+        """Old runs beyond one batch all go, a batch at a time, each counted once committed; another state dir's stays."""
+        from datetime import timedelta
+
+        from runs.old_runs import RUNS_PER_BATCH
+
+        old = [_an_ended_run(store) for _ in range(RUNS_PER_BATCH + 5)]
+        another = _an_ended_run(store, "another")
+        for run_id in (*old, another):
+            _ended_days_ago(db_path, run_id, 10)
+        assert list(store.remove_old_runs("s", timedelta(days=7))) == [RUNS_PER_BATCH, 5]
+        assert _kept(store, *old, another) == [another]
+        with sqlite3.connect(db_path) as raw:
+            assert [raw.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in ("task_runs", "iterations", "events")] == [1, 1, 1]
+
+    def test_a_run_whose_iteration_is_still_running_stays(self, store: RunStore, db_path: Path) -> None:
+        """An ended run one of whose iterations is still `running` (recovery has yet to settle it) is not removed."""
+        from datetime import timedelta
+
+        unsettled, plain = _an_ended_run(store, iteration_ends=False), _an_ended_run(store)
+        for run_id in (unsettled, plain):
+            _ended_days_ago(db_path, run_id, 10)
+        assert sum(store.remove_old_runs("s", timedelta(days=7))) == 1
+        assert _kept(store, unsettled, plain) == [unsettled]
+
+    def test_runs_from_a_minute_before_a_run_that_owes_a_note_stay(self, store: RunStore, db_path: Path) -> None:
+        """A run whose notes.md entry is still owed, and the runs that ended within a minute before it began (recovery
+        counts their entries to tell whether the owed one is written), stay; older ones go."""
+        from datetime import timedelta
+
+        older, alike, owing = _an_ended_run(store), _an_ended_run(store), _an_ended_run(store, note_owed=True)
+        _ended_days_ago(db_path, older, 10)
+        _ended_days_ago(db_path, alike, 9 + 30 / 86400)  # ended 29 s before the owing run began
+        _ended_days_ago(db_path, owing, 9)
+        assert sum(store.remove_old_runs("s", timedelta(days=7))) == 1
+        assert _kept(store, older, alike, owing) == [alike, owing]
+
+    def test_runs_begun_since_a_scheduled_nights_fire_stay(self, store: RunStore, db_path: Path) -> None:
+        """`keep_begun_since`: runs begun since a scheduled night's fire (which that night reads) stay, however long ago they ended."""
+        from datetime import datetime, timedelta
+
+        before_the_fire, since_the_fire = _an_ended_run(store), _an_ended_run(store)
+        _ended_days_ago(db_path, before_the_fire, 10)
+        _ended_days_ago(db_path, since_the_fire, 8)
+        fire = datetime.now(timezone.utc) - timedelta(days=9)
+        assert sum(store.remove_old_runs("s", timedelta(days=7), keep_begun_since=fire)) == 1
+        assert _kept(store, before_the_fire, since_the_fire) == [since_the_fire]
+
+
 class TestWorstSignal:
     def test_severe_beats_a_later_warning(self) -> None:
         """A severe signal outranks a warning that came after it."""

@@ -1,0 +1,212 @@
+"""`[state] keep_runs_days`: each `overnight run` removes its state dir's runs that ended longer ago, with all their rows."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.lock import state_identity
+from runs import RunStore
+from tests.conftest import write_config
+from tests.test_cli import assert_one_line_error
+from tests.test_cli import overnight as overnight_process
+from tests.test_faults import dead_pid
+from tests.test_logs import _json_run, _one
+from tests.test_night import FIX, overnight, report_json
+
+OTHER_STATE_DIR = "0123456789abcdef0123456789abcdef"
+API_KEY = "sk-keep-runs-Zq8v1xW3kP0rT6yB"
+
+
+def store_file(config: Path) -> Path:
+    return config.parent / "state" / "runs.db"
+
+
+def a_run(config: Path, *, state_id: str | None, host: str | None = None, running: bool = False) -> int:
+    """A run recorded in `config`'s store as another night leaves one: a task, an iteration, a model call, a tool
+    call and a signal; ended (`failed`) unless `running`. Its id."""
+    store = RunStore.open(f"sqlite:///{store_file(config)}")
+    try:
+        run_id = store.begin_run(config_path=str(config), pid=dead_pid(), host=host or socket.gethostname(), state_id=state_id)
+        if running:
+            return run_id
+        task_run = store.begin_task(run_id, name="old-task", branch="overnight/old-task")
+        iteration = store.begin_iteration(task_run, number=1, checkpoint="0" * 40, pid=dead_pid())
+        store.record_model_call(iteration, prompt_tokens=5, completion_tokens=5, latency_ms=3)
+        store.record_tool_call(iteration, name="read_file", ok=True, message="x = 1")
+        store.record_signal(iteration, level="warning", kind="repeat", message="the same call again")
+        store.finish_iteration(iteration, outcome="rolled_back", reason="check_failed")
+        store.finish_task(task_run, outcome="failed", reason="check_failed")
+        store.finish_run(run_id, status="finished", exit_code=1)
+        return run_id
+    finally:
+        store.close()
+
+
+def age(config: Path, run_id: int, *, began_days_ago: float, ended_days_ago: float | None) -> None:
+    """Move a run, its tasks, iterations and events back in time: begun and ended that many days ago."""
+
+    def days_ago(days: float) -> str:
+        return (datetime.now(timezone.utc) - timedelta(days=days)).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    began = days_ago(began_days_ago)
+    ended = days_ago(ended_days_ago) if ended_days_ago is not None else None
+    tasks = "SELECT id FROM task_runs WHERE run_id = ?"
+    with sqlite3.connect(store_file(config)) as db:
+        db.execute("UPDATE runs SET started_at = ?, finished_at = coalesce(?, finished_at) WHERE id = ?", (began, ended, run_id))
+        db.execute("UPDATE task_runs SET started_at = ?, finished_at = coalesce(?, finished_at) WHERE run_id = ?", (began, ended, run_id))
+        db.execute(
+            f"UPDATE iterations SET started_at = ?, heartbeat_at = ?, finished_at = coalesce(?, finished_at) WHERE task_run_id IN ({tasks})",
+            (began, began, ended, run_id),
+        )
+        db.execute(
+            f"UPDATE events SET at = ? WHERE iteration_id IN (SELECT id FROM iterations WHERE task_run_id IN ({tasks}))", (began, run_id)
+        )
+
+
+def rows_of(config: Path, run_id: int) -> dict[str, int]:
+    """How many rows of each table belong to run `run_id`."""
+    tasks = "SELECT id FROM task_runs WHERE run_id = ?"
+    iterations = f"SELECT id FROM iterations WHERE task_run_id IN ({tasks})"
+    with sqlite3.connect(store_file(config)) as db:
+        return {
+            "runs": db.execute("SELECT count(*) FROM runs WHERE id = ?", (run_id,)).fetchone()[0],
+            "task_runs": db.execute(f"SELECT count(*) FROM ({tasks})", (run_id,)).fetchone()[0],
+            "iterations": db.execute(f"SELECT count(*) FROM ({iterations})", (run_id,)).fetchone()[0],
+            "events": db.execute(f"SELECT count(*) FROM events WHERE iteration_id IN ({iterations})", (run_id,)).fetchone()[0],
+        }
+
+
+def a_first_night(config: Path, server: Any) -> int:
+    """A real night that commits fix-greet; its run id."""
+    server.enqueue(*FIX)
+    assert overnight("run", "--config", str(config)) == 0
+    with sqlite3.connect(store_file(config)) as db:
+        return db.execute("SELECT max(id) FROM runs").fetchone()[0]
+
+
+class TestOldRunsRemoved:
+    def test_this_state_dirs_old_runs_go_with_all_their_rows_and_every_other_run_stays(self, config_file, server, capsys):
+        """Runs of this state dir that ended longer ago than keep_runs_days go whole; a recent one, another state
+        dir's, an unnamed older version's and one still running stay, and tonight's report is tonight's night."""
+        config = config_file(state={"keep_runs_days": 7})
+        old_night = a_first_night(config, server)
+        mine = state_identity(config.parent / "state")
+        old_failed = a_run(config, state_id=mine)
+        recent, other, unnamed = a_run(config, state_id=mine), a_run(config, state_id=OTHER_STATE_DIR), a_run(config, state_id=None)
+        # Still running under another host name, its lease alive: a copy of this state dir at work elsewhere.
+        running = a_run(config, state_id=mine, host="elsewhere", running=True)
+        store = RunStore.open(f"sqlite:///{store_file(config)}")
+        try:
+            pid = store.run(running).pid
+            assert store.acquire_lease("elsewhere-task", f"elsewhere:{pid}:n0nce:{mine}", ttl_s=600)
+        finally:
+            store.close()
+        for run_id in (old_night, old_failed, other, unnamed, running):
+            age(config, run_id, began_days_ago=40, ended_days_ago=None if run_id == running else 39)
+        age(config, recent, began_days_ago=6.5, ended_days_ago=6)
+        before = {run_id: rows_of(config, run_id) for run_id in (old_night, old_failed, recent, other, unnamed, running)}
+        assert before[old_night]["events"] > 5 and before[old_failed] == {"runs": 1, "task_runs": 1, "iterations": 1, "events": 3}
+
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+
+        empty = {"runs": 0, "task_runs": 0, "iterations": 0, "events": 0}
+        assert rows_of(config, old_night) == empty and rows_of(config, old_failed) == empty
+        assert all(rows_of(config, run_id) == before[run_id] for run_id in (recent, other, unnamed, running))
+        with sqlite3.connect(store_file(config)) as db:
+            assert db.execute("SELECT status FROM runs WHERE id = ?", (running,)).fetchone() == ("running",)
+            assert db.execute("SELECT count(*) FROM leases WHERE task = 'elsewhere-task'").fetchone() == (1,)
+        tonight = report_json(config, capsys)
+        assert tonight["run"]["id"] > running and tonight["run"]["status"] == "finished"
+        [task] = tonight["tasks"]
+        assert (task["name"], task["outcome"]) == ("fix-greet", "succeeded") and task["iterations"]
+
+    def test_runs_removed_is_logged_before_the_night(self, tmp_path, repo, server):
+        """`runs_removed` (`count`, `older_than_days`) comes before the night's run exists: it carries no run_id."""
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, state={"keep_runs_days": 3})
+        old = a_first_night(config, server)
+        age(config, old, began_days_ago=5, ended_days_ago=4)
+        server.enqueue(*FIX)
+        night = _json_run(config)
+        assert night.exit_code == 0, night.events
+        removed = _one(night.events, "runs_removed")
+        assert (removed["count"], removed["older_than_days"]) == (1, 3) and "run_id" not in removed
+        names = [event["event"] for event in night.events]
+        assert names.index("runs_removed") < names.index("night_started")
+
+    def test_the_runs_of_a_scheduled_nights_fire_stay_however_old(self, config_file, server, capsys):
+        """A night `serve` begins again for a fire days ago keeps the runs begun since that fire, which tell it what the
+        fire's earlier runs did (the task they finished is not worked again); older ones go."""
+        config = config_file(state={"keep_runs_days": 2})
+        (config.parent / "state").mkdir()
+        older = a_run(config, state_id=state_identity(config.parent / "state"))
+        fires_run = a_first_night(config, server)
+        age(config, older, began_days_ago=6, ended_days_ago=5.5)
+        age(config, fires_run, began_days_ago=4, ended_days_ago=3.9)
+        fire = (datetime.now(timezone.utc) - timedelta(days=5)).isoformat()
+
+        assert overnight("run", "--config", str(config), "--scheduled-for", fire) == 0
+
+        assert rows_of(config, older)["runs"] == 0 and rows_of(config, fires_run)["runs"] == 1
+        [task] = report_json(config, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "done_earlier_tonight")
+
+    def test_a_store_that_refuses_the_delete_is_logged_and_the_night_goes_on(self, tmp_path, repo, server):
+        """`runs_not_removed` (`error`, the key shown as ***) when the store fails the delete; the batch is rolled back
+        whole (the run keeps every row), and the night runs."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base=server.url, repo=repo, state={"keep_runs_days": 1}, model={"api_key": API_KEY}
+        )
+        old = a_first_night(config, server)
+        age(config, old, began_days_ago=3, ended_days_ago=2)
+        before = rows_of(config, old)
+        with sqlite3.connect(store_file(config)) as db:
+            # Refused after its events, iterations and task runs were deleted in the same transaction.
+            db.execute(f"CREATE TRIGGER keep_runs BEFORE DELETE ON runs BEGIN SELECT RAISE(ABORT, 'runs are kept here {API_KEY}'); END")
+        server.enqueue(*FIX)
+        night = _json_run(config)
+        assert night.exit_code == 0, night.events
+        failed = _one(night.events, "runs_not_removed")
+        assert "runs are kept here ***" in failed["error"] and API_KEY not in failed["error"] and "run_id" not in failed
+        assert "runs_removed" not in [event["event"] for event in night.events]
+        assert rows_of(config, old) == before
+
+
+class TestConfig:
+    @pytest.mark.parametrize("days", [1, 7.5, 36500])
+    def test_a_day_or_more_is_taken(self, tmp_path, repo, days):
+        """1 day to 100 years are accepted as they are."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, state={"keep_runs_days": days})
+        assert load_config(config).state.keep_runs_days == days
+
+    @pytest.mark.parametrize(
+        ("value", "fragments"),
+        [
+            (0.5, ("[state] keep_runs_days", "0.5 is under a day", "tonight's own account", "or 0")),
+            (-1, ("[state] keep_runs_days", "greater than or equal to 0")),
+            (36501, ("[state] keep_runs_days", "less than or equal to 36500")),
+            ("a week", ("[state] keep_runs_days", "valid number")),
+            (True, ("[state] keep_runs_days", "must be a number, not true")),
+        ],
+    )
+    def test_a_bad_value_exits_2_with_one_line(self, tmp_path, repo, value, fragments):
+        """Below a day (but not 0), negative, past 100 years or not a number: exit 2, one line naming the key."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, state={"keep_runs_days": value})
+        assert_one_line_error(overnight_process("run", "--config", str(config)), 2, *fragments)
+        assert not (tmp_path / "state" / "runs.db").exists()
+
+    def test_fewer_days_than_twice_the_misfire_grace_exit_2(self, tmp_path, repo):
+        """A scheduled night begun late reads its fire's runs: keep_runs_days under twice `[schedule] misfire_grace_s` is refused."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, state={"keep_runs_days": 3},
+            extra="[schedule]\nmisfire_grace_s = 172800\n",
+        )
+        result = overnight_process("run", "--config", str(config))
+        assert_one_line_error(result, 2, "[state] keep_runs_days", "twice [schedule] misfire_grace_s (172800 s)", "at least 4")
