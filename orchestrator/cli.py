@@ -1,7 +1,7 @@
 """`overnight`: a thin CLI. Each command loads the config, builds objects, calls one function.
 
 Errors are handled once, in `main`: one line on stderr and a documented exit
-code, never a traceback. Heavy imports (litellm, SQLAlchemy, GitPython) happen
+code, never a traceback. Only a bug prints one (`entry`), exit 1. Heavy imports (litellm, SQLAlchemy, GitPython) happen
 inside commands so that `overnight --help` stays instant.
 """
 
@@ -208,29 +208,31 @@ def run(
     if junit is not None:
         _check_writable(junit, "--junit")
     settings = load_config(config)
-    checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
-    if junit is not None:
-        _check_not_ours(junit, "--junit", settings, checked.repo)
-    summary_refused = _summary_refused(settings, checked.repo)
-    with _errors_redacted(settings), StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
-        parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_time)
-        recover_interrupted(parts.store, settings, parts.log)
-        _trim_transcripts(settings, parts.log)
-        _trim_runs(settings, parts.store, parts.log, since=fire_time)
-        try:
-            result = run_night(parts)
-        except KeyboardInterrupt:
-            _stop_at_once(parts.log, parts.store.begun_run_id)
-        finally:
-            night_over()
-            _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refused)
+    with _errors_redacted(settings):
+        checked = check_inputs(settings)  # a bad repo, base or guard: exit 2 before the state dir is made
+        if junit is not None:
+            _check_not_ours(junit, "--junit", settings, checked.repo)
+        summary_refused = _summary_refused(settings, checked.repo)
+        with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
+            parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_time)
+            recover_interrupted(parts.store, settings, parts.log)
+            _trim_transcripts(settings, parts.log)
+            _trim_runs(settings, parts.store, parts.log, since=fire_time)
+            try:
+                result = run_night(parts)
+            except KeyboardInterrupt:
+                _stop_at_once(parts.log, parts.store.begun_run_id)
+            finally:
+                night_over()
+                _publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refused)
     raise typer.Exit(result.exit_code)
 
 
 @contextlib.contextmanager
 def _errors_redacted(settings: object) -> Iterator[None]:
-    """The one-line error that ends a night (exit 2 or 4) with the night's secret values as ***: it may quote git's
-    message (a filter's, say, that printed a token) or a path named after one, and goes to cron's mail or a CI log."""
+    """What ends a night in error, with the night's secret values as ***: the one-line error (exit 2 or 4), which may
+    quote git's message (a filter's, say, that printed a token) or a path named after one, and a bug's traceback (exit 1,
+    printed by `entry`), whose exception may quote one too. Both go to cron's mail or a CI log."""
     from orchestrator.secrecy import Redactor
 
     try:
@@ -239,6 +241,17 @@ def _errors_redacted(settings: object) -> Iterator[None]:
         redact = Redactor.for_config(settings)
         failed.args = (redact(str(failed)),)  # what main()'s one line (str of the error) shows
         raise
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as ended:  # maybe a bug: `entry` prints its traceback through the redaction if nothing maps it
+        with contextlib.suppress(Exception):  # an exception class that refuses attributes keeps Python's own traceback
+            setattr(ended, _NIGHTS_REDACTION, Redactor.for_config(settings))
+        raise
+
+
+# The attribute by which an exception out of a night carries the night's redaction to `entry` (typer marks
+# exceptions the same way for its own traceback printing).
+_NIGHTS_REDACTION = "_overnight_nights_redaction"
 
 
 def _fire_time(text: str) -> datetime:
@@ -600,7 +613,8 @@ def gc(
 
 
 def entry() -> None:
-    """The `overnight` process: main(), then a quiet exit with its code."""
+    """The `overnight` process: main(), then a quiet exit with its code. A bug (an exception nothing maps to a
+    code) prints its traceback and exits 1, as Python would; out of a night, with the night's secret values as ***."""
     try:
         main()
     except SystemExit:
@@ -609,6 +623,22 @@ def entry() -> None:
     except KeyboardInterrupt:  # a second Ctrl-C while main was mapping its ending to a code
         _ignore_stopping_signals()
         sys.exit(130)
+    except BaseException as bug:
+        redact = getattr(bug, _NIGHTS_REDACTION, None)
+        if redact is None:  # before the config was read: no secret values known, Python's own traceback
+            raise
+        _ignore_stopping_signals()
+        _print_redacted_traceback(bug, redact)
+        sys.exit(1)
+
+
+def _print_redacted_traceback(bug: BaseException, redact: Callable[[str], str]) -> None:
+    """`bug`'s traceback on stderr as Python prints it, from `entry` down (the exceptions it was raised in included), through `redact`."""
+    import traceback
+
+    from orchestrator.logs import lossy
+
+    print(redact("".join(traceback.format_exception(bug))), end="", file=lossy(sys.stderr), flush=True)
 
 
 def _ignore_stopping_signals() -> None:

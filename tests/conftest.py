@@ -30,6 +30,16 @@ def git(repo: Path, *args: str) -> str:
     return result.stdout.strip()
 
 
+def sighup_at_its_default() -> None:
+    """A subprocess's preexec_fn: SIGHUP at its default, as a process started from a terminal or by a service manager
+    has it, whatever this test run inherited. Under `nohup pytest ...` (or a runner that ignores SIGHUP) an
+    `overnight` started from here inherited it ignored, rightly went on working (reference.md: ignored under
+    nohup), and a test that sends it SIGHUP timed out."""
+    import signal
+
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def make_repo(path: Path, files: dict[str, str]) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")

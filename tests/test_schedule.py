@@ -42,7 +42,7 @@ from orchestrator.schedule import (
     serve,
 )
 from orchestrator.scripted import Reply, call
-from tests.conftest import git, make_repo, write_config
+from tests.conftest import git, make_repo, sighup_at_its_default, write_config
 from tests.test_night import FIX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,11 +168,12 @@ def night_config(tmp_path: Path, repo: Path, server: Any, **model: Any) -> Path:
 
 
 def serve_process(path: Path, stderr: Any, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`overnight serve --log-format json`, as a service manager starts it (with `env` added to ours)."""
+    """`overnight serve --log-format json`, as a service manager starts it (with `env` added to ours, SIGHUP at its default)."""
     return subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "serve", "--config", str(path), "--log-format", "json"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
         env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **(env or {})},
+        preexec_fn=sighup_at_its_default,
     )
 
 

@@ -6,6 +6,8 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -326,6 +328,46 @@ class TestNightErrorsKeepSecretsOut:
         last = said.err.strip().splitlines()[-1]
         assert "fix-greet" in last and "refused with ***" in last
         assert [text for text in written_down(config, said.out + said.err) if self.TOKEN in text] == []
+
+
+    def test_a_bugs_traceback_shows_stars(self, config_file, server, tmp_path: Path) -> None:
+        """A bug that ends `overnight run` (a user's guard raising what no handler takes) prints its traceback, exit 1, its secret values as ***."""
+        (tmp_path / "bug_guard.py").write_text(
+            "import os\n"
+            "class GuardBug(BaseException):\n"
+            "    pass\n"
+            "class Buggy:\n"
+            "    def after_tool_call(self, ctx, call, result):\n"
+            "        raise GuardBug('push to https://ci:' + os.environ['DEPLOY_TOKEN'] + '@git.example.com failed')\n"
+        )
+        config = config_file(guards={"custom": ["bug_guard:Buggy"]}, night={"max_iterations": 1})
+        server.enqueue(call("list_dir", {"path": "."}))
+        done = self._run(config, tmp_path)
+        assert done.returncode == 1, done.stderr
+        # After the night's log lines: the traceback a bug report needs, from the command down to the failing frame.
+        traceback = done.stderr[done.stderr.find("Traceback (most recent call last):"):]
+        assert traceback.startswith("Traceback") and "in run_night" in traceback and "in after_tool_call" in traceback, done.stderr
+        assert traceback.rstrip().endswith("bug_guard.GuardBug: push to https://ci:***@git.example.com failed"), done.stderr
+        assert self.TOKEN not in done.stderr + done.stdout
+
+    def test_the_error_line_of_a_guard_that_cannot_be_imported_shows_stars(self, config_file, server, tmp_path: Path) -> None:
+        """A user's guard whose import fails quoting a secret: exit 2 before the state dir is made, its error line shows ***."""
+        (tmp_path / "unimportable_guard.py").write_text("import os\nraise RuntimeError('no licence for ' + os.environ['DEPLOY_TOKEN'])\n")
+        config = config_file(guards={"custom": ["unimportable_guard:Guard"]})
+        done = self._run(config, tmp_path)
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith("overnight: error: [guards] custom:") and line.endswith("(RuntimeError: no licence for ***)"), line
+        assert self.TOKEN not in done.stderr + done.stdout
+
+    def _run(self, config: Path, guards_folder: Path) -> subprocess.CompletedProcess[str]:
+        """`overnight run` as cron starts it, with DEPLOY_TOKEN set and the user's guards importable from `guards_folder`."""
+        python_path = os.pathsep.join(filter(None, [str(guards_folder), os.environ.get("PYTHONPATH")]))
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            env={**os.environ, "DEPLOY_TOKEN": self.TOKEN, "PYTHONPATH": python_path},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        )
 
 
 class TestPasswordsWithUnencodedMarks:

@@ -25,7 +25,7 @@ from orchestrator.night import run_night
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
 from orchestrator.worktree import Worktree
-from tests.conftest import git, write_config
+from tests.conftest import git, sighup_at_its_default, write_config
 from tests.test_night import FIX, notes_text, overnight, report_json, worktree
 
 EDIT_THEN_WAIT = [
@@ -447,6 +447,7 @@ class TestCancellation:
         process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
             stdin=subprocess.DEVNULL, stdout=night_side, stderr=night_side, start_new_session=True,
+            preexec_fn=sighup_at_its_default,
         )
         os.close(night_side)
         scratch = worktree(config) / "scratch.txt"
