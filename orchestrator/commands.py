@@ -117,18 +117,43 @@ def run_shell(
     With a `cancel` token (orchestrator.cancel.CancelToken), a cancellation kills
     the command too and raises Cancelled once the process group is gone.
     The command runs without overnight's secret-named variables (orchestrator/secrecy.py)
-    but those named in `pass_env`; `extra_env` goes on top of the environment below (the
-    agent's commands: orchestrator/confinement.py).
+    but those named in `pass_env`; `extra_env` goes on top of the environment _command_environment
+    builds (the agent's commands: orchestrator/confinement.py).
     """
     started = time.monotonic()
+    env = _command_environment(cwd, extra_env, pass_env)
+    began = ProcessClock.now()  # what the command starts comes after it
+    process = _start_in_own_session(command, cwd, env)
+    collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))
+    collector.start()
+    exit_code = _wait_then_stop_all(process, timeout_s, cancel, cwd, began)
+    collector.join(_DRAIN_GRACE_S)
+    timed_out = exit_code is None
+    output = _output_of(collector, max_output_chars, redact, timed_out_after=timeout_s if timed_out else None)
+    return CommandResult(
+        exit_code=TIMEOUT_EXIT_CODE if exit_code is None else exit_code,
+        output=output,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+    )
+
+
+def _command_environment(cwd: Path, extra_env: Mapping[str, str] | None, pass_env: Collection[str]) -> dict[str, str]:
+    """What a command run in `cwd` gets: overnight's environment without its secret-named variables
+    (but `pass_env`), with the settings of an unattended, worktree-bound git, the command mark, and
+    `extra_env` on top."""
     # The mark lets the next night's recovery find (and stop) a command a killed night left running.
     env = {
         **without_secrets(base_environment(), pass_env), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, **GIT_IDENTITY,
         COMMAND_MARK: str(cwd), "GIT_CEILING_DIRECTORIES": git_ceilings(cwd),
     }
     env.update(extra_env or {})
-    began = ProcessClock.now()  # what the command starts comes after it
-    process = subprocess.Popen(
+    return env
+
+
+def _start_in_own_session(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`command` started with bash, in a process group of its own, stdout and stderr on one pipe."""
+    return subprocess.Popen(
         command,
         shell=True,
         executable=shutil.which("bash") or "/bin/sh",
@@ -139,13 +164,15 @@ def run_shell(
         env=env,
         start_new_session=True,
     )
-    collector = _OutputCollector(process.stdout, budget_bytes=max(4 * max_output_chars, 4096))
-    collector.start()
-    timed_out = False
+
+
+def _wait_then_stop_all(process: subprocess.Popen[bytes], timeout_s: float, cancel: Any, cwd: Path, began: ProcessClock) -> int | None:
+    """The command's exit code, None when `timeout_s` ran out; returned (or Cancelled raised) once
+    nothing it started is left running: its process group, and what it started in `cwd` after `began`."""
     try:
-        exit_code = _wait(process, timeout_s, cancel)
+        return _wait(process, timeout_s, cancel)
     except subprocess.TimeoutExpired:
-        timed_out = True
+        return None
     finally:
         # Also after a normal exit: a background child left running would hold
         # the pipe open and outlive the iteration that started it.
@@ -153,17 +180,18 @@ def run_shell(
         process.wait()
         # And what left the group (`setsid cmd &`): it would write into the worktree after a rollback.
         stop_marked_processes(cwd, created_after=began)
-    collector.join(_DRAIN_GRACE_S)
-    note = f"[timed out after {timeout_s:g}s; the command was killed]" if timed_out else ""
+
+
+def _output_of(collector: _OutputCollector, max_output_chars: int, redact: Callable[[str], str], *, timed_out_after: float | None) -> str:
+    """What the command wrote, redacted and capped to `max_output_chars`, the time-out's note included
+    when it ran out of time (after `timed_out_after` seconds)."""
+    note = f"[timed out after {timed_out_after:g}s; the command was killed]" if timed_out_after is not None else ""
     room = max(max_output_chars - len(note) - 1, 0) if note else max_output_chars
     # Redacted before the cut: a secret the cut splits would otherwise leave its part on one side.
     output = cap_text(redact(collector.text()), room, already_cut=collector.dropped)
-    if timed_out:
-        exit_code = TIMEOUT_EXIT_CODE
+    if timed_out_after is not None:
         output = f"{output}\n{note}" if output else note
-    return CommandResult(
-        exit_code=exit_code, output=output, timed_out=timed_out, duration_s=time.monotonic() - started
-    )
+    return output
 
 
 def base_environment() -> dict[str, str]:

@@ -75,21 +75,57 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     # so is a base that names no commit (renamed since), against which every commit looks unmerged.
     repo = open_repo(config.repo_path)
     check_base(repo, config.repo.base)
-    common = Path(repo.common_dir)
-    git = _Git(config.repo_path)
+    sweep = _Sweep(_Git(config.repo_path), Path(repo.common_dir), config, force, dry_run)
     _repair_moved(repo, config.worktrees_dir)
-    ours, detached, checked_out, locks = _worktrees(git, config.worktrees_dir)
+    ours, detached, checked_out, locks = _worktrees(sweep.git, config.worktrees_dir)
     # `ours` too: a task's worktree whose branch a person deleted (`git update-ref -d`) is still the task's.
-    stale = sorted((_task_branches(git) | ours.keys() | detached.keys()) - {task.name for task in config.task})
-    removed_worktrees: list[Path] = []
-    kept_worktrees: list[KeptWorktree] = []
-    for name in stale:
-        path = ours.get(name) or detached.get(name, (None, ""))[0]
-        if path is None:
-            continue
+    stale = sorted((_task_branches(sweep.git) | ours.keys() | detached.keys()) - {task.name for task in config.task})
+    removed_worktrees, kept_worktrees, kept_on_branch = sweep.worktrees(stale, ours, detached, locks)
+    removed_branches, kept_branches = sweep.branches(stale, {**checked_out, **kept_on_branch})
+    return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """One gc over the stale tasks: their worktrees first, then their branches."""
+
+    git: _Git
+    common: Path
+    config: Config
+    force: bool
+    dry_run: bool
+
+    def worktrees(
+        self, stale: list[str], ours: dict[str, Path], detached: dict[str, tuple[Path, str]], locks: dict[Path, str]
+    ) -> tuple[list[Path], list[KeptWorktree], dict[str, str]]:
+        """The stale tasks' worktrees removed (in a dry run: that would be), those kept with why, and
+        where each kept one on its task's branch has that branch checked out (by branch)."""
+        removed: list[Path] = []
+        kept: list[KeptWorktree] = []
+        kept_on_branch: dict[str, str] = {}
+        for name in stale:
+            path = ours.get(name) or detached.get(name, (None, ""))[0]
+            if path is None:
+                continue
+            why_kept = self._why_keep_stale_worktree(name, path, ours, detached, locks)
+            if why_kept is None and not self.dry_run:
+                why_kept = _remove_worktree(self.git, path, self.common)
+            if why_kept:
+                kept.append(KeptWorktree(path, why_kept))
+                if name in ours:
+                    kept_on_branch[BRANCH_PREFIX + name] = str(path)
+                continue
+            removed.append(path)
+        return removed, kept, kept_on_branch
+
+    def _why_keep_stale_worktree(
+        self, name: str, path: Path, ours: dict[str, Path], detached: dict[str, tuple[Path, str]], locks: dict[Path, str]
+    ) -> str | None:
+        """Why the stale task `name`'s worktree at `path` must stay (the same answer in a dry run), or None."""
+        git, common, force = self.git, self.common, self.force
         # On a deleted branch (HEAD unborn), its changes are those since the commit it was last on.
         last = _last_commit(git, path, common) if name in ours and git.resolve(f"refs/heads/{BRANCH_PREFIX}{name}") is None else None
-        why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, config.repo.keep, common, force, last)
+        why_kept = _why_keep_worktree(path, BRANCH_PREFIX + name, locks, self.config.repo.keep, common, force, last)
         if why_kept is None and last and not force:
             why_kept = _why_keep_unnamed(git, path, last, "its branch was deleted and its last commit")
         if why_kept is None and name in detached:
@@ -97,45 +133,53 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
             why_kept = _operation_in_progress(path, common)
             if why_kept is None and not force:
                 why_kept = _why_keep_unnamed(git, path, detached[name][1], "its detached HEAD")
-        if why_kept is None and not dry_run:
-            why_kept = _remove_worktree(git, path, common)
-        if why_kept:
-            kept_worktrees.append(KeptWorktree(path, why_kept))
-            if name in ours:
-                checked_out[BRANCH_PREFIX + name] = str(path)
-            continue
-        removed_worktrees.append(path)
-    busy = branches_held_by_operations(common)
-    removed_branches: list[str] = []
-    kept_branches: list[KeptBranch] = []
-    base_ref = _symbolic_ref(git, config.repo.base)
-    base_name = _base_label(config.repo.base, base_ref)
-    base_branch = base_ref.removeprefix("refs/heads/") if base_ref.startswith("refs/heads/") else None
-    for name in stale:
-        branch = BRANCH_PREFIX + name
-        tip = git.resolve(f"refs/heads/{branch}")
-        if tip is None:
-            continue
+        return why_kept
+
+    def branches(self, stale: list[str], checked_out: dict[str, str]) -> tuple[list[str], list[KeptBranch]]:
+        """The stale tasks' branches deleted (in a dry run: that would be) and those kept, with why.
+        `checked_out`: where a worktree has each branch checked out, by branch."""
+        busy = branches_held_by_operations(self.common)
+        removed: list[str] = []
+        kept: list[KeptBranch] = []
+        base_ref = _symbolic_ref(self.git, self.config.repo.base)
+        base_name = _base_label(self.config.repo.base, base_ref)
+        base_branch = base_ref.removeprefix("refs/heads/") if base_ref.startswith("refs/heads/") else None
+        for name in stale:
+            branch = BRANCH_PREFIX + name
+            tip = self.git.resolve(f"refs/heads/{branch}")
+            if tip is None:
+                continue
+            why_kept = self._why_branch_is_held(branch, checked_out, busy, base_branch)
+            if why_kept is None:
+                why_kept = self._delete_branch(branch, tip, base_name, removed)
+            if why_kept:
+                kept.append(KeptBranch(branch, why_kept))
+                continue
+            removed.append(branch)
+        return removed, kept
+
+    def _why_branch_is_held(
+        self, branch: str, checked_out: dict[str, str], busy: dict[str, tuple[Path, str]], base_branch: str | None
+    ) -> str | None:
+        """Why `branch` must stay whatever its commits: a worktree, `[repo] base` or a git operation holds it; or None."""
         if branch in checked_out:
-            kept_branches.append(KeptBranch(branch, f"checked out at {checked_out[branch]}"))
-            continue
+            return f"checked out at {checked_out[branch]}"
         if branch == base_branch:  # deleting it would leave every later night without its base
-            kept_branches.append(KeptBranch(branch, f"it is [repo] base ({config.repo.base})"))
-            continue
+            return f"it is [repo] base ({self.config.repo.base})"
         if branch in busy:  # a rebase or bisect holds it, though that worktree's HEAD is detached
-            kept_branches.append(KeptBranch(branch, "checked out at {} (a {} in progress)".format(*busy[branch])))
-            continue
+            return "checked out at {} (a {} in progress)".format(*busy[branch])
+        return None
+
+    def _delete_branch(self, branch: str, tip: str, base_name: str | None, removed: list[str]) -> str | None:
+        """Delete `branch` at `tip` (not in a dry run) unless that loses a commit and not `force`: None
+        when it is (or would be) deleted, else why it stays. `removed`: the branches deleted before it."""
         try:
-            unsafe = None if force else _why_unsafe(git, branch, tip, base_name, removed_branches)
-            if not unsafe and not dry_run:
-                git.run("branch", "-D", "--quiet", branch)
+            unsafe = None if self.force else _why_unsafe(self.git, branch, tip, base_name, removed)
+            if not unsafe and not self.dry_run:
+                self.git.run("branch", "-D", "--quiet", branch)
         except _GitFailed as failed:
             unsafe = failed.detail
-        if unsafe:
-            kept_branches.append(KeptBranch(branch, unsafe))
-            continue
-        removed_branches.append(branch)
-    return GcResult(tuple(removed_worktrees), tuple(removed_branches), tuple(kept_branches), dry_run, tuple(kept_worktrees))
+        return unsafe
 
 
 def _why_keep_worktree(
@@ -413,6 +457,8 @@ class _Git:
         lines = stderr.strip().splitlines() or ["failed"]
         # git's own "fatal:" or "error:" line says why; hints follow it (for dubious ownership, a command to copy).
         detail = next((line.strip() for line in lines if line.startswith(("fatal:", "error:"))), lines[-1].strip())
+        if not detail.removeprefix("fatal:").removeprefix("error:").strip():
+            detail = "git failed and said no more"  # an empty reason would count the worktree or branch as removed
         return _GitFailed(f"gc: git {' '.join(args[:2])} failed in {self.folder}: {detail}", detail)
 
     def resolve(self, revision: str) -> str | None:

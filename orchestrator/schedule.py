@@ -189,37 +189,12 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
     fired = _fire_of_tonight(config)
     try:
         while True:
-            done = _finished_tonight(config, fired)
-            if done is not None:
-                # A fire seen twice: the job store failed to store the next fire time after the night
-                # began (serve retried, or was restarted), or a person ran the night by hand.
-                _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
+            if _seen_done(config_path, config, fired):
                 return 0
-            # -P: `-m` would put serve's current folder (the repository's checkout, in the documented
-            # units) first on the night's import path, and a module of the project's named like one
-            # overnight imports (a secrets.py, a guards/ package) was imported in its place: every
-            # scheduled night failed while `overnight run` by hand worked. The console script never does.
-            command = [sys.executable, "-P", "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
             fired = fired or _fire_of_tonight(config)  # a config mended while the lock was waited for
-            if fired is not None:
-                # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
-                command += ["--scheduled-for", fired.isoformat()]
-            child = _night.start(command)
-            if child is None:
+            exit_code = _run_child_once(config_path, log_format, fired, marker, marked)
+            if exit_code is None:
                 return None
-            if marked:  # not written: the warning was said once, not again with the child's pid
-                _mark_started(marker, pid=child.pid)
-            _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
-            try:
-                exit_code = child.wait()
-            finally:
-                _night.finished()
-            run_id = _run_id_of(config_path, child.pid)
-            _logger().info(
-                "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
-            )
-            if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
-                return None  # stopped while starting up (a second or so of imports), or cancelled with serve
             retry_in = min(LOCKED_RETRY_S, give_up_at - time.monotonic())
             if exit_code != EXIT_LOCKED or retry_in <= 0:
                 return exit_code
@@ -229,6 +204,47 @@ def run_scheduled_night(config_path: str, log_format: str = "auto") -> int | Non
             config = _readable_config(config_path)  # perhaps mended while the lock was waited for
     finally:
         _unmark_started(marker)  # seen to end: what it did (or that it stopped at once) is the night's
+
+
+def _seen_done(config_path: str, config: Config | None, fired: datetime | None) -> bool:
+    """Whether a run of this state dir already finished the fire's night (see _finished_tonight); logged when it did."""
+    done = _finished_tonight(config, fired)
+    if done is None:
+        return False
+    # A fire seen twice: the job store failed to store the next fire time after the night
+    # began (serve retried, or was restarted), or a person ran the night by hand.
+    _logger().info("scheduled_night_skipped_done", config=config_path, run_id=done)
+    return True
+
+
+def _run_child_once(config_path: str, log_format: str, fired: datetime | None, marker: Path | None, marked: bool) -> int | None:
+    """The night run once as a child `overnight run` for the fire `fired`, the child's pid written into
+    `marker` when it was `marked`: its exit code; None when serve's stop ended it (see run_scheduled_night)."""
+    # -P: `-m` would put serve's current folder (the repository's checkout, in the documented
+    # units) first on the night's import path, and a module of the project's named like one
+    # overnight imports (a secrets.py, a guards/ package) was imported in its place: every
+    # scheduled night failed while `overnight run` by hand worked. The console script never does.
+    command = [sys.executable, "-P", "-m", "orchestrator.cli", "run", "--config", config_path, "--log-format", log_format]
+    if fired is not None:
+        # Begun again (serve restarted, or died with it): what the fire's earlier runs finished is not worked twice.
+        command += ["--scheduled-for", fired.isoformat()]
+    child = _night.start(command)
+    if child is None:
+        return None
+    if marked:  # not written: the warning was said once, not again with the child's pid
+        _mark_started(marker, pid=child.pid)
+    _logger().info("scheduled_night_started", config=config_path, pid=child.pid)
+    try:
+        exit_code = child.wait()
+    finally:
+        _night.finished()
+    run_id = _run_id_of(config_path, child.pid)
+    _logger().info(
+        "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
+    )
+    if _night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
+        return None  # stopped while starting up (a second or so of imports), or cancelled with serve
+    return exit_code
 
 
 # How long `serve` waits before trying a night again whose state dir another process held.

@@ -453,16 +453,17 @@ class Toolbox:
         return ToolResult(True, "\n".join(entries) if entries else f"({path} is empty)")
 
     def _search(self, pattern: str, path: str = ".") -> ToolResult:
+        """The `search` tool: the lines matching `pattern` in the files at `path`, the whole project by default."""
         if not pattern:
             raise _Refused("the pattern is empty; give the text or regular expression to look for")
         path = path if path.strip() else "."  # "" is how many small models say "the whole project"
-        try:
-            matcher = search.Matcher.of(search.compile_pattern(pattern))
-        except search.PatternTooBig:
-            raise _Refused(
-                f"the pattern {pattern!r} repeats too much to compile (over {search.MOST_UNROLLED_COPIES} copies "
-                "by its counted repeats like {1000}); search for plain text, or use smaller counts"
-            ) from None
+        matcher = _search_matcher(pattern)
+        target, named_content = self._search_target(path)
+        return self._search_files(target, named_content, matcher, pattern, path)
+
+    def _search_target(self, path: str) -> tuple[Path, bytes | None]:
+        """Where to search, and a file's bytes when `path` names a file (read once, to tell why search
+        skips it if it does); refused when `path` is not there, or names a file search skips."""
         target = self._resolve(path)
         if not target.exists():
             raise _Refused(f"not found: {path!r}; use \".\" to search the whole project")
@@ -470,6 +471,11 @@ class Toolbox:
         if isinstance(named_content, _Skipped):
             # Asked for by name, a file search skips is no file without matches.
             raise _Refused(f"{path!r} {named_content.reason}")
+        return target, named_content
+
+    def _search_files(self, target: Path, named_content: bytes | None, matcher: search.Matcher, pattern: str, path: str) -> ToolResult:
+        """The lines matching in the files at `target` (`path` as the model gave it), file by file, until
+        MAX_SEARCH_MATCHES are passed or SEARCH_TIMEOUT_S is spent; refused when one file's text takes it."""
         ignored = self._ignored_under(target) if target.is_dir() else set()
         deadline = time.monotonic() + search.SEARCH_TIMEOUT_S
         matches: list[str] = []
@@ -483,12 +489,7 @@ class Toolbox:
                     # Many files (a large project searched from its top): what was found so far,
                     # and how to make the next search quicker. The first file is always searched:
                     # listing a large folder can take the whole time on a slow disk or host.
-                    found = "\n".join(matches) + "\n" if matches else ""
-                    return ToolResult(
-                        bool(matches),
-                        f"{found}[search stopped after {search.SEARCH_TIMEOUT_S:g}s with {searched} files searched; "
-                        "give a narrower path, a folder]",
-                    )
+                    return _search_out_of_time(matches, searched)
                 # A file begun near the end still gets a moment of its own (files over 2 MB are skipped).
                 room = max(deadline, now + search.FILE_MIN_TIME_S)
                 # A file asked for by name was read once, to tell why it is skipped, if it is.
@@ -497,22 +498,13 @@ class Toolbox:
                     matches.extend(self._matches_in(file, content, matcher, MAX_SEARCH_MATCHES + 1 - len(matches), room))
                 searched += 1
                 if len(matches) > MAX_SEARCH_MATCHES:
-                    shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
-                    return ToolResult(
-                        True,
-                        f"{shown}\n[stopped after {MAX_SEARCH_MATCHES} matches; use a narrower pattern or path]",
-                    )
+                    return _search_too_many_matches(matches)
         except TimeoutError:  # inside one file's text: the pattern
             raise _Refused(
                 f"search stopped after {search.SEARCH_TIMEOUT_S:g}s: the pattern {pattern!r} backtracks too much; "
                 "search for plain text, or a pattern without nested repeats like (a+)+"
             ) from None
-        if not matches:
-            if "\n" in pattern or "\\n" in pattern:
-                # Text copied from a file, several lines of it: there, but never on one line.
-                return ToolResult(True, f"no matches for {pattern!r} in {path}; search matches one line at a time: search for one line of it")
-            return ToolResult(True, f"no matches for {pattern!r} in {path}")
-        return ToolResult(True, "\n".join(matches))
+        return _search_answer(matches, pattern, path)
 
     def _files_under(self, target: Path, ignored: set[str]) -> Iterator[tuple[str, os.stat_result | None]]:
         """The files to search, as paths, each with its os.lstat when that is also its os.stat (not a link)."""
@@ -698,6 +690,46 @@ def _occurrences(text: str, old: str) -> int:
 
 def _exists_but_not_a_folder(path: Path) -> bool:
     return os.path.lexists(path) and not path.is_dir()
+
+
+def _search_matcher(pattern: str) -> search.Matcher:
+    """`pattern` compiled for search; refused when its counted repeats make it too big to compile."""
+    try:
+        return search.Matcher.of(search.compile_pattern(pattern))
+    except search.PatternTooBig:
+        raise _Refused(
+            f"the pattern {pattern!r} repeats too much to compile (over {search.MOST_UNROLLED_COPIES} copies "
+            "by its counted repeats like {1000}); search for plain text, or use smaller counts"
+        ) from None
+
+
+def _search_out_of_time(matches: list[str], searched: int) -> ToolResult:
+    """The matches found in the `searched` files before search's time ran out, and how to search quicker."""
+    found = "\n".join(matches) + "\n" if matches else ""
+    return ToolResult(
+        bool(matches),
+        f"{found}[search stopped after {search.SEARCH_TIMEOUT_S:g}s with {searched} files searched; "
+        "give a narrower path, a folder]",
+    )
+
+
+def _search_too_many_matches(matches: list[str]) -> ToolResult:
+    """The first MAX_SEARCH_MATCHES of `matches`, and how to ask for fewer."""
+    shown = "\n".join(matches[:MAX_SEARCH_MATCHES])
+    return ToolResult(
+        True,
+        f"{shown}\n[stopped after {MAX_SEARCH_MATCHES} matches; use a narrower pattern or path]",
+    )
+
+
+def _search_answer(matches: list[str], pattern: str, path: str) -> ToolResult:
+    """A search that ran to its end: its matches, or that there were none (and why, perhaps)."""
+    if not matches:
+        if "\n" in pattern or "\\n" in pattern:
+            # Text copied from a file, several lines of it: there, but never on one line.
+            return ToolResult(True, f"no matches for {pattern!r} in {path}; search matches one line at a time: search for one line of it")
+        return ToolResult(True, f"no matches for {pattern!r} in {path}")
+    return ToolResult(True, "\n".join(matches))
 
 
 @dataclass(frozen=True)

@@ -616,6 +616,14 @@ class TestGitRefuses:
         assert locked.path.exists() and "overnight/b-reviewing" in branches(repo)
         assert last.path.exists() == dry_run
 
+    @pytest.mark.parametrize("stderr", ["fatal:", "error:  \n", ""])
+    def test_a_git_failure_that_says_nothing_still_has_a_reason(self, stderr):
+        """git failing with no words after its "fatal:" still gives a reason: an empty one would count the branch or worktree as removed."""
+        from orchestrator.gc import _Git
+
+        failed = _Git(Path("."))._failed(("branch", "-D"), stderr)
+        assert failed.detail and failed.detail in str(failed)
+
     def test_read_only_files_are_made_writable_and_the_worktree_removed(self):
         """A stale worktree holding a read-only cache (Go's module cache) is removed on the second try, made writable."""
         from tests.test_hostile_git import as_an_ordinary_user
