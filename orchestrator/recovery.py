@@ -232,7 +232,7 @@ def _close_dead_runs(store: Any, survey: _Survey, dead_runs: frozenset[Any], log
     for run in store.running_runs():
         if survey.elsewhere(run):
             continue
-        if survey.run_has_ended(store, run) or run.id in dead_runs:
+        if run.id in dead_runs or survey.run_has_ended(store, run):  # known dead first: no process look-up
             # Its tasks it never began are in the morning's account too: `cancelled`, as a night records the
             # tasks it stops before they begin, and for the reason a crashed night's such tasks have.
             never_begun = store.close_interrupted_run(run.id, never_begun_reason=NIGHT_CRASHED)
