@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from datetime import timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from orchestrator.errors import StateError
 from orchestrator.records import IterationOutcome, Level, Signal, TaskOutcome
 from orchestrator.report import as_json
 from runs import RunStore, worst_signal
+from runs.old_runs import RUNS_PER_BATCH
 
 
 @pytest.fixture
@@ -279,8 +280,6 @@ class TestEventBatches:
     be what SQLAlchemy stores, and a failed batch must leave nothing behind."""
 
     def test_rows_and_heartbeats_are_stored_as_sqlalchemy_stores_them(self, store: RunStore, db_path: Path) -> None:
-        from datetime import datetime, timedelta
-
         from sqlalchemy import insert, update
 
         from runs.event_batches import EventBatches
@@ -471,8 +470,6 @@ class TestEarlierTonight:
     def test_an_iteration_still_marked_running_is_not_counted(self, store: RunStore) -> None:
         """A dead process's iteration not yet recovered (still `running`) is not the model's doing: it does not
         count against max_iterations, though its number and tokens are known."""
-        from datetime import datetime, timedelta
-
         since = datetime.now(timezone.utc) - timedelta(minutes=1)
         earlier = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="s")
         task = store.begin_task(earlier, name="t", branch="overnight/t", work_key="k")
@@ -500,8 +497,6 @@ def _an_ended_run(store: RunStore, state_id: str = "s", *, note_owed: bool | Non
 
 def _ended_days_ago(db_path: Path, run_id: int, days: float) -> None:
     """The run began and ended `days` ago (its end a second after its start)."""
-    from datetime import datetime, timedelta
-
     began = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=days, seconds=1)
     ended = began + timedelta(seconds=1)
     with sqlite3.connect(db_path) as raw:
@@ -517,10 +512,6 @@ class TestRemoveOldRuns:
 
     def test_many_old_runs_go_in_batches(self, store: RunStore, db_path: Path) -> None:
         """Old runs beyond one batch all go, a batch at a time, each counted once committed; another state dir's stays."""
-        from datetime import timedelta
-
-        from runs.old_runs import RUNS_PER_BATCH
-
         old = [_an_ended_run(store) for _ in range(RUNS_PER_BATCH + 5)]
         another = _an_ended_run(store, "another")
         for run_id in (*old, another):
@@ -532,8 +523,6 @@ class TestRemoveOldRuns:
 
     def test_a_run_whose_iteration_is_still_running_stays(self, store: RunStore, db_path: Path) -> None:
         """An ended run one of whose iterations is still `running` (recovery has yet to settle it) is not removed."""
-        from datetime import timedelta
-
         unsettled, plain = _an_ended_run(store, iteration_ends=False), _an_ended_run(store)
         for run_id in (unsettled, plain):
             _ended_days_ago(db_path, run_id, 10)
@@ -543,8 +532,6 @@ class TestRemoveOldRuns:
     def test_runs_from_a_minute_before_a_run_that_owes_a_note_stay(self, store: RunStore, db_path: Path) -> None:
         """A run whose notes.md entry is still owed, and the runs that ended within a minute before it began (recovery
         counts their entries to tell whether the owed one is written), stay; older ones go."""
-        from datetime import timedelta
-
         older, alike, owing = _an_ended_run(store), _an_ended_run(store), _an_ended_run(store, note_owed=True)
         _ended_days_ago(db_path, older, 10)
         _ended_days_ago(db_path, alike, 9 + 30 / 86400)  # ended 29 s before the owing run began
@@ -554,8 +541,6 @@ class TestRemoveOldRuns:
 
     def test_runs_begun_since_a_scheduled_nights_fire_stay(self, store: RunStore, db_path: Path) -> None:
         """`keep_begun_since`: runs begun since a scheduled night's fire (which that night reads) stay, however long ago they ended."""
-        from datetime import datetime, timedelta
-
         before_the_fire, since_the_fire = _an_ended_run(store), _an_ended_run(store)
         _ended_days_ago(db_path, before_the_fire, 10)
         _ended_days_ago(db_path, since_the_fire, 8)
