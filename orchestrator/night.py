@@ -412,6 +412,8 @@ def _ended(night: _Night, summaries: Sequence[TaskSummary]) -> NightResult:
             "night_finished",
             exit_code=exit_code,
             succeeded=sum(s.outcome is TaskOutcome.SUCCEEDED for s in summaries),
+            # Skipped as done already: not this run's success, but the exit code counts them as the night's.
+            done_already=sum(s.reason in (DONE_ELSEWHERE, DONE_EARLIER_TONIGHT) for s in summaries),
             stopped_early=_stopped_early(night, summaries),
         )
     return NightResult(run_id=night.run_id, exit_code=exit_code, tasks=tuple(summaries))

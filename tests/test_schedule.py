@@ -1505,8 +1505,11 @@ class TestANightBegunAgain:
         assert git_log(repo, "overnight/fix-greet").count("overnight: fix-greet iteration") == 1
         assert git_log(repo, "overnight/second").startswith("overnight: second iteration 2\n")  # numbered on from the earlier run's
         assert len(server.requests) - asked == len(FIX)  # the second task's, no more
-        events = [json.loads(line)["event"] for line in result.stderr.splitlines() if line.startswith("{")]
+        logs = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+        events = [log["event"] for log in logs]
         assert "night_resumed" in events and "task_skipped_done_earlier_tonight" in events
+        [finished] = [log for log in logs if log["event"] == "night_finished"]
+        assert (finished["succeeded"], finished["done_already"]) == (1, 1)  # the exit code's 0 counts both
 
     def test_the_tokens_the_fires_earlier_run_spent_count_in_the_nights_budget(self, tmp_path: Path, repo: Path, server: Any) -> None:
         path, fired, _ = self._first_night(tmp_path, repo, server)

@@ -305,6 +305,8 @@ class TestSharedWork:
         assert len(server.requests) == 1  # no model call for the task done elsewhere
         [skipped_event] = [e for e in events_of(log) if e["event"] == "task_skipped_done_elsewhere"]
         assert (skipped_event["task"], skipped_event["host"], isinstance(skipped_event["task_run_id"], int)) == ("fix-greet", "machine-b", True)
+        [finished] = [e for e in events_of(log) if e["event"] == "night_finished"]
+        assert (finished["exit_code"], finished["succeeded"], finished["done_already"]) == (0, 1, 1)
         from orchestrator.junit import write_junit
 
         store = RunStore.open(f"sqlite:///{store_file}")
