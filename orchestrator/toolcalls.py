@@ -60,11 +60,13 @@ _JSON_TYPES = {
 
 @dataclass(frozen=True)
 class _Arguments:
-    """Arguments as read: the value, and the JSON error if it only parsed after repair."""
+    """Arguments as read: the value, and the JSON error if it only parsed after repair, and whether that error
+    says the text ends in the middle of a value (see _ends_mid_value)."""
 
     value: Any
     raw: str
     json_error: str = ""
+    ends_mid_value: bool = False
 
 
 def parse_calls(response: ModelResponse, schemas: list[dict[str, Any]]) -> list[ToolCall | BrokenCall]:
@@ -195,6 +197,9 @@ def _name_problem(name: str, tools: dict[str, dict[str, Any]]) -> tuple[str, str
 def _fit(
     name: str, arguments: _Arguments, parameters: dict[str, Any], *, call_id: str, source: str
 ) -> ToolCall | BrokenCall:
+    if arguments.ends_mid_value:
+        detail = f"the arguments end in the middle of a value, as if cut off ({arguments.json_error}); write the whole call again"
+        return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
     value = _decode_string_object(arguments.value)
     if not isinstance(value, dict):
         detail = (
@@ -234,7 +239,19 @@ def _read_arguments(text: str) -> _Arguments:
     try:
         return _Arguments(_loads(text), text)
     except ValueError as exc:
-        return _Arguments(_repaired(text), text, _json_error(exc))
+        return _Arguments(_repaired(text), text, _json_error(exc), _ends_mid_value(exc, text))
+
+
+def _ends_mid_value(exc: ValueError, text: str) -> bool:
+    """Whether the JSON `text` failed on stops inside a string or where a value was due: cut off, though not at
+    the length limit (a server's own cap, a model that stopped). Repaired, its last value would be half of
+    what was meant, or one the repair made up (`"new": ` read as `""`, an edit that deletes), and run as such.
+    One that lacks only its closing brackets, every value whole, is a slip the repair may mend."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return False
+    if exc.msg.startswith("Unterminated string"):
+        return True
+    return exc.msg in ("Expecting value", "Expecting ':' delimiter") and exc.pos >= len(text.rstrip())
 
 
 def _repaired(text: str) -> Any:
@@ -602,7 +619,8 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
             written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
             if all(found is not None for found in written):
                 return [call for found in written for call in found or ()]
-        value, error = _repaired(block), _json_error(exc)
+        value, error, ends_mid_value = _repaired(block), _json_error(exc), _ends_mid_value(exc, block)
+        return _written_from_value(value, block, error, known, cut, ends_mid_value=ends_mid_value) or []
     return _written_from_value(value, block, error, known, cut) or []
 
 
@@ -624,20 +642,22 @@ def _json_values(block: str) -> list[tuple[Any, str]]:
     return values
 
 
-def _written_from_value(value: Any, raw: str, error: str, known: set[str], cut: bool) -> list[_Written] | None:
+def _written_from_value(
+    value: Any, raw: str, error: str, known: set[str], cut: bool, *, ends_mid_value: bool = False
+) -> list[_Written] | None:
     shapes = _call_shapes(value, known)
     if shapes is None:
         return None
     if error and cut:
         return [_Written(name, _Arguments(None, raw), "unparseable", _CUT_OFF) for name, _ in shapes]
-    return [_Written(name, _arguments_of(arguments, error)) for name, arguments in shapes]
+    return [_Written(name, _arguments_of(arguments, error, ends_mid_value)) for name, arguments in shapes]
 
 
-def _arguments_of(value: Any, error: str) -> _Arguments:
+def _arguments_of(value: Any, error: str, ends_mid_value: bool = False) -> _Arguments:
     if isinstance(value, str):
         parsed = _read_arguments(value)
-        return _Arguments(parsed.value, value, parsed.json_error or error)
-    return _Arguments(value, json.dumps(value, ensure_ascii=False), error)
+        return _Arguments(parsed.value, value, parsed.json_error or error, parsed.ends_mid_value or ends_mid_value)
+    return _Arguments(value, json.dumps(value, ensure_ascii=False), error, ends_mid_value)
 
 
 def _call_shapes(value: Any, known: set[str]) -> list[tuple[str, Any]] | None:

@@ -314,6 +314,15 @@ class TestReasonCodes:
         [sent] = [m for m in server.requests[1]["messages"] if m.get("tool_calls")]
         assert json.loads(sent["tool_calls"][0]["function"]["arguments"]) == {"path": "greet.py"}
 
+    def test_arguments_that_end_mid_value_are_not_run(self, config_file, server):
+        """An edit whose arguments stop where its new text was due is not run as an edit to "" (the file keeps
+        its text): the model is told, writes the call again, and its fix passes the check."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(call("edit_file", """{"path": "greet.py", "old": "'helo'", "new": """), *FIX[2:])
+        assert overnight("run", "--config", str(config)) == 0
+        assert "end in the middle of a value" in user_messages(server.requests[1])
+        assert "'hello'" in git(worktree(config), "show", "HEAD:greet.py")
+
     def test_model_unreachable_exits_3_without_blame(self, tmp_path, repo, capsys):
         """A dead endpoint is infrastructure: exit 3, no note in notes.md, the task paused, its iteration's reason model_unreachable."""
         with socket.socket() as probe:

@@ -115,6 +115,23 @@ class TestNativeCalls:
         assert isinstance(call, BrokenCall)
         assert (call.problem, call.detail) == ("unparseable", "cut off at the length limit")
 
+    @pytest.mark.parametrize(
+        "arguments",
+        ['{"path": "greet.py", "old": "helo", "new": ', '{"path": "greet.py", "old": "helo", "new": "hel', '{"path": "greet.py", "old": "helo", "new"'],
+        ids=["before-a-value", "inside-a-string", "before-a-colon"],
+    )
+    def test_arguments_that_end_mid_value_are_unparseable_though_not_at_the_length_limit(self, arguments):
+        """Arguments that stop where a value was due or inside a string are never run as repair would have them
+        (`"new": ` read as "", an edit that deletes), even when the server said the answer ended as it should."""
+        call = only(native(("edit_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
+        """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
+        call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
+        assert call == ToolCall("edit_file", {"path": "greet.py", "old": "helo", "new": "hello"}, id="call_0")
+
     def test_complete_arguments_at_the_length_limit_are_accepted(self):
         """A call whose arguments parse as they are is fine even when the answer hit the limit."""
         call = only(native(("read_file", '{"path": "a.py"}'), finish_reason="length"))
@@ -273,6 +290,16 @@ class TestTextCalls:
         call = only(written(text, finish_reason="length"))
         assert isinstance(call, BrokenCall)
         assert (call.name, call.problem, call.detail) == ("write_file", "unparseable", "cut off at the length limit")
+
+    @pytest.mark.parametrize("form", ["bare", "tagged", "fenced"])
+    def test_a_written_call_that_ends_mid_value_is_unparseable(self, form):
+        """A written call whose JSON stops where a value was due is a BrokenCall with its tool's name, not an edit
+        with a value the repair made up, in each form a call is written in."""
+        body = '{"name": "edit_file", "arguments": {"path": "greet.py", "old": "helo", "new": '
+        text = {"bare": f"I will fix it.\n{body}", "tagged": f"<tool_call>{body}</tool_call>", "fenced": f"```json\n{body}\n```"}[form]
+        call = only(written(text))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("edit_file", "unparseable"), call
+        assert "end in the middle of a value" in call.detail
 
     def test_bare_call_cut_at_the_length_limit_is_unparseable(self):
         """A bare JSON call cut off at the length limit is reported, not dropped or completed."""
