@@ -165,6 +165,37 @@ class TestRollback:
         second_first_request = next(r for r in server.requests[4:] if len(r["messages"]) == 2)
         assert "repeated_tool_call" in user_messages(second_first_request)
 
+    def test_notes_entries_have_the_shape_reference_md_gives(self, config_file, server):
+        """Each notes.md entry a night writes is reference.md's header (its `<UTC time>` as it shows one), then a
+        blank line, the **Correction:** paragraph and, with evidence, **Evidence:** and a fenced block: what a
+        script outside this repository parses."""
+        import re
+        from datetime import datetime, timezone
+
+        reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+        row = next(line for line in reference.splitlines() if line.startswith("| `notes.md` |"))
+        header = re.search(r"`(## <UTC time> .*?\\`<reason>\\`)`", row).group(1).replace("\\`", "`")
+        shown_time = re.search(r"`<UTC time>` to the minute, as `([^`]+)`", row).group(1)
+        pattern = re.escape(header)
+        for placeholder, group in (("<UTC time>", r"(?P<when>[^·\n]+)"), ("<name>", r"(?P<task>[^`\n]+)"), ("N", r"(?P<number>\d+)"), ("<reason>", r"(?P<reason>[^`\n]+)")):
+            pattern = pattern.replace(re.escape(placeholder), group, 1)
+        config = config_file()
+        server.enqueue(*[call("read_file", {"path": "greet.py"})] * 4, call("submit", {"summary": "not yet"}))
+        began = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+        assert overnight("run", "--config", str(config)) == 1
+        text = notes_text(config)
+        headers = list(re.finditer(f"^{pattern}$", text, re.MULTILINE))
+        assert [(m["task"], m["number"], m["reason"]) for m in headers] == [("fix-greet", "1", "repeated_tool_call"), ("fix-greet", "2", "check_failed")]
+        time_format = "%Y-%m-%d %H:%M UTC"
+        datetime.strptime(shown_time, time_format)  # the reference's own example reads as the format below
+        for found in headers:
+            when = datetime.strptime(found["when"], time_format).replace(tzinfo=timezone.utc)
+            assert began <= when <= datetime.now(timezone.utc), found["when"]
+        entries = [text[a.end() : b.start() if b else len(text)] for a, b in zip(headers, [*headers[1:], None])]
+        for entry in entries:
+            assert re.match(r"\n\n\*\*Correction:\*\* \S", entry), entry
+            assert re.search(r"\n\n\*\*Evidence:\*\*\n\n```\n.+\n```\n", entry, re.DOTALL), entry
+
     def test_check_failed_keeps_the_output_tail(self, config_file, server):
         """Submitting while the check fails rolls back with check_failed and the check's output as evidence."""
         config = config_file(night={"max_iterations": 1})

@@ -1054,6 +1054,37 @@ class TestOverlap:
         # Who holds it in full, as the issue asks: pid, host and since when.
         assert re.search(rf"pid {os.getpid()} on {re.escape(socket.gethostname())} since \d{{4}}-\d\d-\d\d \d\d:\d\d UTC", result.stderr)
 
+    def test_a_running_nights_lock_file_names_it_in_one_json_line_and_is_emptied_after(self, config_file, server):
+        """While a real `overnight run` works, overnight.lock is one JSON line naming it (`pid`, `host`, `since`,
+        `command` "overnight run"), the holder a second run's exit-75 line names; once it ends the file stays, empty."""
+        config = config_file(night={"max_iterations": 1}, model={"request_timeout_s": 30})
+        server.enqueue(Reply(text="", delay_s=3))
+        night = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not server.requests and time.monotonic() < deadline and night.poll() is None:
+                time.sleep(0.05)
+            lock = config.parent / "state" / "overnight.lock"
+            text = lock.read_text()
+            second = subprocess.run(
+                [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            )
+        finally:
+            _, stderr = night.communicate(timeout=60)
+        [line] = text.splitlines()
+        holder = json.loads(line)
+        assert set(holder) == {"pid", "host", "since", "command"}
+        assert (holder["pid"], holder["host"], holder["command"]) == (night.pid, socket.gethostname(), "overnight run")
+        assert datetime.fromisoformat(holder["since"]).utcoffset() == timedelta(0)
+        assert second.returncode == 75 and second.stderr.count("\n") == 1, second.stderr
+        assert f"another overnight run holds {lock}: pid {night.pid} on {socket.gethostname()} since " in second.stderr
+        assert night.returncode == 1 and "Traceback" not in stderr, stderr
+        assert lock.is_file() and lock.read_text() == ""
+
 
 class TestParking:
     def test_same_severe_reason_parks_the_task(self, config_file, server, capsys):
