@@ -249,6 +249,22 @@ def _ends_mid_value(exc: ValueError, text: str) -> bool:
     One that lacks only its closing brackets, every value whole, is a slip the repair may mend."""
     if not isinstance(exc, json.JSONDecodeError):
         return False
+    if _stops_mid_value(exc, text):
+        return True
+    # The error may be a slip the repair mends first (a regex's `\d`, a trailing comma), before where the text stops.
+    mended = _mended(text)
+    if mended == text:
+        return False
+    try:
+        _loads(mended)
+    except json.JSONDecodeError as after_mending:
+        return _stops_mid_value(after_mending, mended)
+    except ValueError:
+        return False
+    return False
+
+
+def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
     if exc.msg.startswith("Unterminated string"):
         return True
     return exc.msg in ("Expecting value", "Expecting ':' delimiter") and exc.pos >= len(text.rstrip())
@@ -552,16 +568,25 @@ def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]
     """JSON objects starting a line; one cut off at the end of a truncated answer counts too."""
     found: list[_Written] = []
     resume = 0
+    tries_left = _MENDED_CALLS_TRIED
     for match in _JSON_START.finditer(text):
         start = match.start(1)
         if start < resume:
             continue
         try:
             value, resume = _raw_decode(text, start)
-        except ValueError:
+        except ValueError as exc:
             if cut:
                 found.extend(_calls_in_block(text[start:], known, cut))
                 break
+            mended = None
+            if tries_left and _INLINE_CALL.match(text, start) is not None:  # not a `{` of code, or other JSON
+                tries_left -= 1
+                mended = _mended_call_from(text, start, _json_error(exc, start), known)
+            if mended is not None:
+                calls, resume = mended
+                found.extend(calls)
+                continue
             line_end = text.find("\n", start)
             found.extend(_calls_in_block(text[start : line_end if line_end >= 0 else len(text)], known, cut))
             continue
@@ -581,6 +606,31 @@ def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]
 
 
 _NEXT_ON_THE_LINE = re.compile(r"[ \t]*[;,][ \t]*(?=[\[{])")
+
+
+# Bare calls read whole once mended, at most, in one answer: each try reads the rest of the answer, and an
+# answer of many broken call-like lines would take time quadratic in its length.
+_MENDED_CALLS_TRIED = 8
+
+
+def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tuple[list[_Written], int] | None:
+    """The call whose JSON starts at `start` and reads whole once mended (a stray backslash, a trailing comma),
+    over as many lines as it takes (pretty-printed, a string with raw newlines), and where the line it ends on
+    ends; None when it does not read so. (Its first line alone would be a call cut inside a string.)"""
+    mended = _mended(text[start:])
+    try:
+        value, end = _raw_decode(mended, 0)
+    except ValueError:
+        return None
+    # Mending adds and removes no line break: the call ends on the same line of `text`.
+    line_end = start
+    for _ in range(mended.count("\n", 0, end) + 1):
+        line_end = text.find("\n", line_end + 1)
+        if line_end < 0:
+            line_end = len(text)
+            break
+    calls = _written_from_value(value, text[start:line_end], error, known, cut=False)
+    return (calls, line_end) if calls else None
 
 
 def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
@@ -619,13 +669,30 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
             written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
             if all(found is not None for found in written):
                 return [call for found in written for call in found or ()]
-        value, error, ends_mid_value = _repaired(block), _json_error(exc), _ends_mid_value(exc, block)
+        later_cut = _later_value_cut_off(block)  # a second call cut off: the block's own error is "Extra data"
+        value, error, ends_mid_value = _repaired(block), later_cut or _json_error(exc), _ends_mid_value(exc, block) or bool(later_cut)
         return _written_from_value(value, block, error, known, cut, ends_mid_value=ends_mid_value) or []
     return _written_from_value(value, block, error, known, cut) or []
 
 
 # What may stand between two calls written one after another: Llama 3's `; `, a comma, white space.
 _BETWEEN_VALUES = re.compile(r"\s*[;,]?\s*")
+
+
+def _later_value_cut_off(block: str) -> str:
+    """The JSON error of the first of the values `block` holds one after another (calls a line each) that does not
+    read, when it is an object or array that stops inside a string or where a value was due (see _ends_mid_value);
+    else ""."""
+    position = 0
+    while position < len(block):
+        if block[position] not in "{[":  # the model's words after its calls
+            return ""
+        try:
+            _, end = _raw_decode(block, position)
+        except ValueError as exc:
+            return _json_error(exc) if _ends_mid_value(exc, block) else ""
+        position = _BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
+    return ""
 
 
 def _json_values(block: str) -> list[tuple[Any, str]]:

@@ -127,6 +127,13 @@ class TestNativeCalls:
         assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
         assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
+    def test_arguments_with_a_stray_backslash_that_end_mid_value_are_unparseable(self):
+        """Arguments with a slip the repair mends (a regex's `\\d`) that then stop where a value was due are cut off
+        too: the slip's error comes first, but the edit would still run with `"new": ` read as ""."""
+        call = only(native(("edit_file", '{"path": "nums.py", "old": "re.compile(\'\\d+\')", "new": ')))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
     def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
         """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
         call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
@@ -300,6 +307,38 @@ class TestTextCalls:
         call = only(written(text))
         assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("edit_file", "unparseable"), call
         assert "end in the middle of a value" in call.detail
+
+    @pytest.mark.parametrize("form", ["tagged", "fenced"])
+    def test_a_second_call_that_ends_mid_value_is_unparseable(self, form):
+        """Two calls a line each, the second stopping where a value was due: no edit runs with a value the repair
+        made up (the block's own error is only the data after the first call)."""
+        first = '{"name": "read_file", "arguments": {"path": "greet.py"}}'
+        second = '{"name": "edit_file", "arguments": {"path": "greet.py", "old": "helo", "new": '
+        body = f"{first}\n{second}"
+        text = {"tagged": f"<tool_call>{body}</tool_call>", "fenced": f"```json\n{body}\n```"}[form]
+        calls = written(text)
+        assert not [call for call in calls if isinstance(call, ToolCall) and call.name == "edit_file"], calls
+        edit = [call for call in calls if call.name == "edit_file"]
+        assert len(edit) == 1 and edit[0].problem == "unparseable" and "end in the middle of a value" in edit[0].detail, calls
+
+    @pytest.mark.parametrize("layout", ["raw-newlines", "pretty-printed"])
+    def test_a_whole_bare_call_over_several_lines_with_a_slip_is_mended_whole(self, layout):
+        """A bare JSON call over several lines (its string with raw newlines, or pretty-printed) with a stray
+        backslash is the whole call mended, not its first line read as a call cut inside a string."""
+        content = "import re\nPAT = re.compile('\\d+')\n"  # `\d` as a model writes it: no JSON escape
+        raw_newlines = '{"name": "write_file", "arguments": {"path": "a.py", "content": "' + content + '"}}'
+        pretty = '{\n  "name": "write_file",\n  "arguments": {\n    "path": "a.py",\n    "content": "' + content.replace("\n", "\\n") + '"\n  }\n}'
+        text = "I will write it.\n" + {"raw-newlines": raw_newlines, "pretty-printed": pretty}[layout] + "\nThen I run the check."
+        call = only(written(text))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": content}, source="text"), call
+
+    def test_many_broken_call_like_lines_are_read_in_linear_time(self):
+        """An answer of thousands of call-like lines that do not read stays quick: a call is mended whole from
+        only the first few of them (each try reads the rest of the answer)."""
+        text = "Here:\n" + '{"name": "x\\d" \n' * 4000
+        started = time.perf_counter()
+        written(text)
+        assert time.perf_counter() - started < 3.0
 
     def test_bare_call_cut_at_the_length_limit_is_unparseable(self):
         """A bare JSON call cut off at the length limit is reported, not dropped or completed."""
