@@ -267,7 +267,13 @@ def _ends_mid_value(exc: ValueError, text: str) -> bool:
 def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
     if exc.msg.startswith("Unterminated string"):
         return True
-    return exc.msg in ("Expecting value", "Expecting ':' delimiter") and exc.pos >= len(text.rstrip())
+    rest = text[exc.pos :].rstrip()
+    if exc.msg.startswith("Invalid \\uXXXX escape"):
+        return len(rest) < 6 and '"' not in rest  # `\u12`: the text ends inside the escape, so inside its string
+    if exc.msg == "Expecting value":
+        # Nothing where a value was due, or the start of a literal or a number's sign (`tru`, `-`) and nothing after.
+        return not rest or rest == "-" or any(word.startswith(rest) for word in ("true", "false", "null"))
+    return exc.msg == "Expecting ':' delimiter" and not rest
 
 
 def _repaired(text: str) -> Any:

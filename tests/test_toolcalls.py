@@ -116,14 +116,21 @@ class TestNativeCalls:
         assert (call.problem, call.detail) == ("unparseable", "cut off at the length limit")
 
     @pytest.mark.parametrize(
-        "arguments",
-        ['{"path": "greet.py", "old": "helo", "new": ', '{"path": "greet.py", "old": "helo", "new": "hel', '{"path": "greet.py", "old": "helo", "new"'],
-        ids=["before-a-value", "inside-a-string", "before-a-colon"],
+        ("tool", "arguments"),
+        [
+            ("edit_file", '{"path": "greet.py", "old": "helo", "new": '),
+            ("edit_file", '{"path": "greet.py", "old": "helo", "new": "hel'),
+            ("edit_file", '{"path": "greet.py", "old": "helo", "new"'),
+            ("edit_file", '{"path": "greet.py", "old": "helo", "new": "hel\\u00'),
+            ("search", '{"pattern": "helo", "path": nu'),
+            ("read_file", '{"path": "a.py", "start_line": -'),
+        ],
+        ids=["before-a-value", "inside-a-string", "before-a-colon", "inside-an-escape", "inside-a-literal", "after-a-sign"],
     )
-    def test_arguments_that_end_mid_value_are_unparseable_though_not_at_the_length_limit(self, arguments):
+    def test_arguments_that_end_mid_value_are_unparseable_though_not_at_the_length_limit(self, tool, arguments):
         """Arguments that stop where a value was due or inside a string are never run as repair would have them
         (`"new": ` read as "", an edit that deletes), even when the server said the answer ended as it should."""
-        call = only(native(("edit_file", arguments)))
+        call = only(native((tool, arguments)))
         assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
         assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
