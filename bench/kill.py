@@ -1,6 +1,6 @@
 """Kill a real night with SIGKILL at random points, recover, and check every invariant.
 
-    .venv/bin/python bench/kill.py [--kills 50] [--seed 7]
+    .venv/bin/python bench/kill.py [--kills 50] [--seed 7] [--old-runs]
 
 Each trial starts a night (3 tasks, a scripted model server with small
 delays) in a subprocess, kills its process group at a random moment (during
@@ -11,6 +11,9 @@ every worktree is clean at its branch head, no branch lost a commit and every
 new commit passes its task's check, notes.md parses, SQLite's integrity_check
 is ok. The night is the real `overnight run` (lock, recovery, night), in
 its own process group.
+
+--old-runs kills nights while `[state] keep_runs_days` removes old runs
+instead, and checks that whole runs are left: see bench/kill_old_runs.py.
 """
 
 from __future__ import annotations
@@ -130,6 +133,12 @@ class Night:
                     return at
             time.sleep(0.01)
         return None
+
+    def wait(self, timeout_s: float = 120) -> int:
+        """Its exit code, once it has exited and its last line is read."""
+        self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=2)
+        return self.proc.returncode
 
     def kill(self) -> str:
         """SIGKILL the whole process group (git and check children too); the phase it landed in."""
@@ -282,11 +291,10 @@ def calibrate(work: Path) -> tuple[float, float]:
     with ScriptedServer(script(0)) as server:
         night = Night(write_config(work, server.url))
         started = night.wait_for("night_started", 60) or 0.0
-        night.proc.wait()
-        night._reader.join(timeout=2)
+        exit_code = night.wait()
         ended = time.monotonic() - night.started
-        if night.proc.returncode != 0:
-            raise SystemExit(f"calibration night exited {night.proc.returncode}; events: {[e for _, e in night.events]}")
+        if exit_code != 0:
+            raise SystemExit(f"calibration night exited {exit_code}; events: {[e for _, e in night.events]}")
     return started, ended - started
 
 
@@ -295,7 +303,12 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--startup-share", type=float, default=0.2, help="fraction of kills aimed at startup")
+    parser.add_argument("--old-runs", action="store_true", help="kill during [state] keep_runs_days's removal instead (bench/kill_old_runs.py)")
     args = parser.parse_args()
+    if args.old_runs:
+        from bench.kill_old_runs import main as kill_old_runs
+
+        sys.exit(kill_old_runs(args.kills, args.seed))
     rng = random.Random(args.seed)
     import structlog
 
