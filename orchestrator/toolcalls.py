@@ -243,7 +243,7 @@ def _read_arguments(text: str) -> _Arguments:
 
 
 def _ends_mid_value(exc: ValueError, text: str) -> bool:
-    """Whether the JSON `text` failed on stops inside a string or where a value was due: cut off, though not at
+    """Whether `text`, whose JSON failed with `exc`, stops inside a string or where a value was due: cut off, though not at
     the length limit (a server's own cap, a model that stopped). Repaired, its last value would be half of
     what was meant, or one the repair made up (`"new": ` read as `""`, an edit that deletes), and run as such.
     One that lacks only its closing brackets, every value whole, is a slip the repair may mend."""
@@ -261,7 +261,7 @@ def _ends_mid_value(exc: ValueError, text: str) -> bool:
         return _stops_mid_value(after_mending, mended)
     except ValueError:
         return False
-    return False
+    return False  # whole once mended: a slip only
 
 
 def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
