@@ -251,6 +251,8 @@ def _ends_mid_value(exc: ValueError, text: str) -> bool:
         return False
     if _stops_mid_value(exc, text):
         return True
+    if exc.msg.startswith("Expecting property name") and text.rstrip().endswith(":"):
+        return True  # after a key, in JSON5-ish text (single quotes, bare keys) whose first error is its quoting
     # The error may be a slip the repair mends first (a regex's `\d`, a trailing comma), before where the text stops.
     mended = _mended(text)
     if mended == text:
@@ -723,7 +725,9 @@ def _written_from_value(
         return None
     if error and cut:
         return [_Written(name, _Arguments(None, raw), "unparseable", _CUT_OFF) for name, _ in shapes]
-    return [_Written(name, _arguments_of(arguments, error, ends_mid_value)) for name, arguments in shapes]
+    # The text stops in the last call: those before it in an array are whole (a burst whose last call was cut off).
+    last = len(shapes) - 1
+    return [_Written(name, _arguments_of(arguments, error, ends_mid_value and i == last)) for i, (name, arguments) in enumerate(shapes)]
 
 
 def _arguments_of(value: Any, error: str, ends_mid_value: bool = False) -> _Arguments:

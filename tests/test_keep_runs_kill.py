@@ -11,8 +11,9 @@ from bench.kill_old_runs import kill_in_removal, removal_time, rest_removed, see
 from tests.test_night import FIX, overnight
 
 KILLS = 5
-# A kill that lands after the removal (the machine slowed down) is checked too, but does not count.
-ATTEMPTS = 8
+# A kill that lands after the removal (the removal was timed while the machine was busier) is checked too, but does
+# not count, and the next is aimed within half the time.
+ATTEMPTS = 12
 
 
 class TestKilledWhileRemoving:
@@ -32,6 +33,8 @@ class TestKilledWhileRemoving:
             assert overnight("run", "--config", str(setup.config)) == 0
             assert rest_removed(setup) == [], (seed, landing)
             landings.append(landing)
+            if not landing.inside:
+                within_s /= 2
         assert sum(landing.inside for landing in landings) == KILLS, (seed, landings)
         # Some kills came after a batch was committed: they reached past the first transaction.
         assert any(landing.inside and landing.removed for landing in landings), (seed, landings)

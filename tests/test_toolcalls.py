@@ -141,6 +141,23 @@ class TestNativeCalls:
         assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
         assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
+    @pytest.mark.parametrize(
+        "arguments",
+        ["{'path': 'greet.py', 'old': 'helo', 'new': ", "{'path': 'greet.py', 'old': 'helo', 'new':", '{path: "greet.py", old: "helo", new: '],
+        ids=["single-quoted", "single-quoted-no-space", "unquoted-keys"],
+    )
+    def test_json5_like_arguments_that_end_where_a_value_was_due_are_unparseable(self, arguments):
+        """Arguments with single quotes or unquoted keys (a slip the repair mends) that stop after a key's colon are
+        cut off too, not an edit that deletes with `new` read as ""."""
+        call = only(native(("edit_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    def test_whole_arguments_followed_by_words_that_end_in_a_colon_still_run(self):
+        """Whole arguments, then a line of the model's words ending in a colon: no value was due, and the call runs."""
+        call = only(native(("read_file", '{"path": "a.py"}\nNext I will run:')))
+        assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0"), call
+
     def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
         """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
         call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
@@ -327,6 +344,20 @@ class TestTextCalls:
         assert not [call for call in calls if isinstance(call, ToolCall) and call.name == "edit_file"], calls
         edit = [call for call in calls if call.name == "edit_file"]
         assert len(edit) == 1 and edit[0].problem == "unparseable" and "end in the middle of a value" in edit[0].detail, calls
+
+    @pytest.mark.parametrize("form", ["bare", "tagged", "fenced"])
+    def test_a_whole_call_before_one_that_ends_mid_value_in_a_json_array_still_runs(self, form):
+        """Calls written as one JSON array whose last stops where a value was due: the calls before it are whole and
+        run (a burst whose last call was cut off), only the last is broken."""
+        body = (
+            '[{"name": "read_file", "arguments": {"path": "greet.py"}}, '
+            '{"name": "edit_file", "arguments": {"path": "greet.py", "old": "helo", "new": '
+        )
+        text = {"bare": body, "tagged": f"<tool_call>{body}</tool_call>", "fenced": f"```json\n{body}\n```"}[form]
+        read, edit = written(text)
+        assert read == ToolCall("read_file", {"path": "greet.py"}, source="text"), read
+        assert isinstance(edit, BrokenCall) and (edit.name, edit.problem) == ("edit_file", "unparseable"), edit
+        assert "end in the middle of a value" in edit.detail
 
     @pytest.mark.parametrize("layout", ["raw-newlines", "pretty-printed"])
     def test_a_whole_bare_call_over_several_lines_with_a_slip_is_mended_whole(self, layout):

@@ -1058,7 +1058,8 @@ class TestOverlap:
         """While a real `overnight run` works, overnight.lock is one JSON line naming it (`pid`, `host`, `since`,
         `command` "overnight run"), the holder a second run's exit-75 line names; once it ends the file stays, empty."""
         config = config_file(night={"max_iterations": 1}, model={"request_timeout_s": 30})
-        server.enqueue(Reply(text="", delay_s=3))
+        # The night waits on this answer while the second run starts: room for a slow, loaded machine.
+        server.enqueue(Reply(text="", delay_s=10))
         night = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
