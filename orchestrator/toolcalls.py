@@ -670,14 +670,16 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
     try:
         value, error = _loads(block), ""
     except ValueError as exc:
-        several = _json_values(block)
+        walked, unread = _values_one_after_another(block)
+        several = walked if unread is None else []
         if len(several) < 2:  # one of them wrote a regex's `\d` or a trailing comma
-            several = _json_values(_mended(block))
+            mended, unread_mended = _values_one_after_another(_mended(block))
+            several = mended if unread_mended is None else []
         if len(several) > 1:
             written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
             if all(found is not None for found in written):
                 return [call for found in written for call in found or ()]
-        later_cut = _later_value_cut_off(block)  # a second call cut off: the block's own error is "Extra data"
+        later_cut = _cut_off_error(block, walked, unread)  # a second call cut off: the block's own error is "Extra data"
         value, error, ends_mid_value = _repaired(block), later_cut or _json_error(exc), _ends_mid_value(exc, block) or bool(later_cut)
         return _written_from_value(value, block, error, known, cut, ends_mid_value=ends_mid_value) or []
     return _written_from_value(value, block, error, known, cut) or []
@@ -687,34 +689,29 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
 _BETWEEN_VALUES = re.compile(r"\s*[;,]?\s*")
 
 
-def _later_value_cut_off(block: str) -> str:
-    """The JSON error of the first of the values `block` holds one after another (calls a line each) that does not
-    read, when it is an object or array that stops inside a string or where a value was due (see _ends_mid_value);
-    else ""."""
-    position = 0
-    while position < len(block):
-        if block[position] not in "{[":  # the model's words after its calls
-            return ""
-        try:
-            _, end = _raw_decode(block, position)
-        except ValueError as exc:
-            return _json_error(exc) if _ends_mid_value(exc, block) else ""
-        position = _BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
-    return ""
-
-
-def _json_values(block: str) -> list[tuple[Any, str]]:
-    """The JSON values `block` holds one after another, each with its text; [] unless they are all of it."""
+def _values_one_after_another(block: str) -> tuple[list[tuple[Any, str]], tuple[int, ValueError] | None]:
+    """The JSON values `block` holds one after another, each with its text, up to the first that does not read, and
+    where that one starts with its error (None when all of `block` reads)."""
     values: list[tuple[Any, str]] = []
     position = 0
     while position < len(block):
         try:
             value, end = _raw_decode(block, position)
-        except ValueError:
-            return []
+        except ValueError as exc:
+            return values, (position, exc)
         values.append((value, block[position:end]))
         position = _BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
-    return values
+    return values, None
+
+
+def _cut_off_error(block: str, walked: list[tuple[Any, str]], unread: tuple[int, ValueError] | None) -> str:
+    """The JSON error of `block`'s first value that does not read (`unread`, after the values `walked`), when it and
+    every value before it is an object or array (calls, not the model's words after them) and it stops inside a string
+    or where a value was due (see _ends_mid_value); else ""."""
+    if unread is None or any(raw[0] not in "{[" for raw in (block[unread[0]], *(raw for _, raw in walked))):
+        return ""
+    exc = unread[1]
+    return _json_error(exc) if _ends_mid_value(exc, block) else ""
 
 
 def _written_from_value(
