@@ -74,7 +74,7 @@ def parse_calls(response: ModelResponse, schemas: list[dict[str, Any]]) -> list[
     tools = _parameters_by_name(schemas)
     cut = response.finish_reason == "length"
     if response.tool_calls:
-        return [_check_native(raw, tools, cut) for raw in response.tool_calls]
+        return [call for raw in response.tool_calls for call in _check_native(raw, tools, cut)]
     text, _ = thinking_apart(response.text)
     return [_check_written(found, tools) for found in _calls_in_text(text, set(tools), cut)]
 
@@ -164,15 +164,36 @@ class _Written:
     detail: str = ""
 
 
-def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool) -> ToolCall | BrokenCall:
+def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool) -> list[ToolCall | BrokenCall]:
+    """The native call, or a call for each argument object when its arguments hold several one after another."""
     name = raw.name.strip()
     early = _name_problem(name, tools)
     if early:
-        return BrokenCall(name=name, raw_arguments=raw.arguments, problem=early[0], detail=early[1], id=raw.id)
+        return [BrokenCall(name=name, raw_arguments=raw.arguments, problem=early[0], detail=early[1], id=raw.id)]
     arguments = _read_arguments(raw.arguments)
     if arguments.json_error and cut:
-        return BrokenCall(name=name, raw_arguments=raw.arguments, problem="unparseable", detail=_CUT_OFF, id=raw.id)
-    return _fit(name, arguments, tools[name], call_id=raw.id, source="native")
+        return [BrokenCall(name=name, raw_arguments=raw.arguments, problem="unparseable", detail=_CUT_OFF, id=raw.id)]
+    several = _argument_objects_one_after_another(raw.arguments) if arguments.json_error else []
+    # The later ones have no id of the server's: the history gives each its own.
+    return [_fit(name, one, tools[name], call_id=raw.id if i == 0 else "", source="native") for i, one in enumerate(several or [arguments])]
+
+
+def _argument_objects_one_after_another(text: str) -> list[_Arguments]:
+    """The objects `text` holds one after another (a server that ran two calls' arguments together), read as a written
+    block's calls are (see _calls_in_block): each whole one, mended if need be, and a last one that stops mid-value
+    as cut off (see _cut_off_error); [] when `text` holds no such run of two or more objects."""
+    text = text.strip()
+    walked, unread = _values_one_after_another(text)
+    several = walked if unread is None else []
+    if len(several) < 2:  # one of them wrote a regex's `\d` or a trailing comma
+        mended, unread_mended = _values_one_after_another(_mended(text))
+        several = mended if unread_mended is None else []
+    if len(several) > 1 and all(isinstance(value, dict) for value, _ in several):
+        return [_Arguments(value, raw) for value, raw in several]
+    cut_error = _cut_off_error(text, walked, unread)
+    if unread is None or not cut_error or not walked or not all(isinstance(value, dict) for value, _ in walked):
+        return []
+    return [*(_Arguments(value, raw) for value, raw in walked), _Arguments(None, text[unread[0] :], cut_error, ends_mid_value=True)]
 
 
 def _check_written(found: _Written, tools: dict[str, dict[str, Any]]) -> ToolCall | BrokenCall:
@@ -251,19 +272,80 @@ def _ends_mid_value(exc: ValueError, text: str) -> bool:
         return False
     if _stops_mid_value(exc, text):
         return True
-    if exc.msg.startswith("Expecting property name") and text.rstrip().endswith(":"):
-        return True  # after a key, in JSON5-ish text (single quotes, bare keys) whose first error is its quoting
     # The error may be a slip the repair mends first (a regex's `\d`, a trailing comma), before where the text stops.
     mended = _mended(text)
-    if mended == text:
+    if mended != text:
+        try:
+            _loads(mended)
+        except json.JSONDecodeError as after_mending:
+            if _stops_mid_value(after_mending, mended):
+                return True
+        except ValueError:
+            return False
+        else:
+            return False  # whole once mended: a slip only
+    # Or its quoting, in JSON5-like text, or the objects after the first (JSON's own error is "Extra data" then).
+    return _loose_json_stops_mid_value(text)
+
+
+# JSON5-like text, as small models write it and the repair reads it: 'single-quoted' strings, bare keys and words.
+# A double-quoted string ends at its first unescaped quote, as in JSON; a single-quoted one only at a quote before
+# what may follow a string (`,` `:` `}` `]`, or the text's end), as the one inside a word (it's) is the string's own.
+# The closing quote is captured: an empty group is a string the text ends inside of.
+_LOOSE_STRING = {
+    '"': re.compile(r'"(?:[^"\\]|\\(?:.|\Z))*+("?)', re.DOTALL),
+    "'": re.compile(r"'(?:[^'\\]|\\(?:.|\Z)|'(?!\s*(?:[,:}\]]|\Z)))*+('?)", re.DOTALL),
+}
+# A bare key or word (True, None, 12): up to white space or a bracket, comma or colon.
+_LOOSE_WORD = re.compile(r"[^\s{}\[\],:]+")
+_LITERALS = ("true", "false", "null", "True", "False", "None")
+
+
+def _loose_json_stops_mid_value(text: str) -> bool:
+    """Whether `text`, read loosely as JSON5-like objects or arrays one after another, stops inside a string, after a
+    key, where a value was due, or inside a literal or after a number's sign (`Tru`, `-`). The reading ends, whole,
+    at the first value closed and not followed by another object or array (the model's words after its call)."""
+    position = len(text) - len(text.lstrip())
+    if not text.startswith(("{", "["), position):
         return False
-    try:
-        _loads(mended)
-    except json.JSONDecodeError as after_mending:
-        return _stops_mid_value(after_mending, mended)
-    except ValueError:
-        return False
-    return False  # whole once mended: a slip only
+    open_brackets: list[str] = []
+    before = last = ""  # the last two tokens read: a bracket, a comma or colon, a quote for a string, or a bare word
+    while position < len(text):
+        char = text[position]
+        if char.isspace():
+            position += 1
+            continue
+        if char in "'\"" and last in ("", "{", "[", ",", ":"):
+            string = _LOOSE_STRING[char].match(text, position)
+            if not string.group(1):  # type: ignore[union-attr]
+                return True
+            token, position = '"', string.end()  # type: ignore[union-attr]
+        elif char in "{[":
+            open_brackets.append(char)
+            token, position = char, position + 1
+        elif char in "}]":
+            if open_brackets:
+                open_brackets.pop()
+            token, position = char, position + 1
+            if not open_brackets:
+                position = _BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
+                if not text.startswith(("{", "["), position):
+                    return False
+                token = ""
+        elif char in ",:":
+            token, position = char, position + 1
+        else:  # a quote that starts no string (27" wide, after a word) is part of a word
+            word = _LOOSE_WORD.match(text, position)
+            token, position = (word.group(), word.end()) if word else (char, position + 1)
+        before, last = last, token
+    if not open_brackets or last in ("", "{", "[", "}", "]", ","):
+        return False  # every value whole: what is missing is brackets only
+    if last == ":":
+        return True  # a value was due
+    if open_brackets[-1] == "{" and before in ("{", ","):
+        return True  # a key, and no value
+    in_value = before in (":", "[", ",")
+    return in_value and last != '"' and (last == "-" or any(literal.startswith(last) and literal != last for literal in _LITERALS))
 
 
 def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
@@ -341,9 +423,11 @@ def _calls_in_text(text: str, known: set[str], cut: bool) -> list[_Written]:
     """Calls in the first form that has any: tags, fences, bare JSON, then JSON after a sentence."""
     # An unclosed tag whose body is no call (`I will call it with a <tool_call>.`) is the model talking about
     # the form; a closed one is surely meant as a call, and said to be unreadable when it is.
-    tagged = [body for body, closed in _TOOL_CALL_TAG.findall(text) if closed or _meant_as_a_call(body, known)]
+    tagged = [tag for tag in _TOOL_CALL_TAG.finditer(text) if tag.group(2) or _meant_as_a_call(tag.group(1), known)]
     if tagged:
-        return [found for body in tagged for found in _calls_in_tag(body, known, cut)]
+        # A tag neither closed nor followed by another runs to the answer's end: what it holds may stop mid-value.
+        ends = [not tag.group(2) and tag.end() == len(text) for tag in tagged]
+        return [found for tag, end in zip(tagged, ends) for found in _calls_in_tag(tag.group(1), known, cut, ends_the_answer=end)]
     for finder in (_calls_after_names, _calls_in_deepseek_tokens):
         found = finder(text, known, cut)
         if found:
@@ -452,7 +536,7 @@ def _meant_as_a_call(body: str, known: set[str]) -> bool:
     return first is not None and first.group(0) in known
 
 
-def _calls_in_tag(body: str, known: set[str], cut: bool) -> list[_Written]:
+def _calls_in_tag(body: str, known: set[str], cut: bool, *, ends_the_answer: bool) -> list[_Written]:
     """A `<tool_call>` body is surely meant as a call: if it cannot be read, say so."""
     inner = body.strip()
     fenced = _FENCE.match(inner)
@@ -462,7 +546,7 @@ def _calls_in_tag(body: str, known: set[str], cut: bool) -> list[_Written]:
             return _cut_by_the_fence(fence.cut, known) or _unreadable_tag(fence.body, cut)
         inner = fence.body.strip()
     if inner.startswith("<function="):
-        return _calls_in_function_tags(inner, known, cut)
+        return _calls_in_function_tags(inner, known, cut, ends_the_answer=ends_the_answer)
     return _calls_in_block(inner, known, cut) or _unreadable_tag(inner, cut)
 
 
@@ -558,14 +642,20 @@ def _cut_by_the_fence(cut: _CutJson, known: set[str]) -> list[_Written]:
     return [_Written(name, _Arguments(None, cut.text), "unparseable", detail) for name, _ in shapes]
 
 
-def _calls_in_function_tags(text: str, known: set[str], cut: bool) -> list[_Written]:
-    """`<function=name>{json}</function>` or `<function=name><parameter=p>v</parameter></function>`."""
+def _calls_in_function_tags(text: str, known: set[str], cut: bool, *, ends_the_answer: bool = True) -> list[_Written]:
+    """`<function=name>{json}</function>` or `<function=name><parameter=p>v</parameter></function>`. A last value
+    that no tag closes, in a call that runs to the answer's end (`ends_the_answer`: `text` is all of it), is cut off."""
     found: list[_Written] = []
     for name, body, closing in _FUNCTION_TAG.findall(text):
         if cut and not closing:
             found.append(_Written(name, _Arguments(None, body), "unparseable", _CUT_OFF))
         elif "<parameter=" in body:
-            values = {key: value for key, value in _PARAMETER_TAG.findall(body)}
+            parameters = _PARAMETER_TAG.findall(body)
+            values = {key: value for key, value in parameters}
+            if ends_the_answer and not closing and body.rfind("</parameter>") < body.rfind("<parameter="):
+                last = parameters[-1][0] if parameters else ""  # none when the text stops inside the first one's name
+                found.append(_Written(name, _Arguments(values, body, f"the answer ends inside <parameter={last}>", ends_mid_value=True)))
+                continue
             found.append(_Written(name, _Arguments(values, body)))
         else:
             found.append(_Written(name, _read_arguments(body.strip())))

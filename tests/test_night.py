@@ -354,6 +354,22 @@ class TestReasonCodes:
         assert "end in the middle of a value" in user_messages(server.requests[1])
         assert "'hello'" in git(worktree(config), "show", "HEAD:greet.py")
 
+    def test_native_arguments_holding_two_objects_run_as_two_calls(self, config_file, server):
+        """Native arguments that hold two whole objects one after another (two calls' arguments run together) are
+        two calls: both run, and the next request carries both, each with its own id answered by its own result."""
+        config = config_file(night={"max_iterations": 1})
+        two = '{"path": "greet.py"}{"path": "absent.py"}'
+        server.enqueue(call("read_file", two), *FIX[2:])
+        assert overnight("run", "--config", str(config)) == 0
+        messages = server.requests[1]["messages"]
+        [sent] = [m for m in messages if m.get("tool_calls")]
+        ids = [one["id"] for one in sent["tool_calls"]]
+        assert [json.loads(one["function"]["arguments"]) for one in sent["tool_calls"]] == [{"path": "greet.py"}, {"path": "absent.py"}]
+        assert len(set(ids)) == 2 and all(ids)
+        results = [m for m in messages if m.get("role") == "tool"]
+        assert [m["tool_call_id"] for m in results] == ids
+        assert "'helo'" in results[0]["content"] and "file not found: 'absent.py'" in results[1]["content"]
+
     def test_model_unreachable_exits_3_without_blame(self, tmp_path, repo, capsys):
         """A dead endpoint is infrastructure: exit 3, no note in notes.md, the task paused, its iteration's reason model_unreachable."""
         with socket.socket() as probe:

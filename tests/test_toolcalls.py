@@ -158,6 +158,78 @@ class TestNativeCalls:
         call = only(native(("read_file", '{"path": "a.py"}\nNext I will run:')))
         assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0"), call
 
+    @pytest.mark.parametrize(
+        ("tool", "arguments"),
+        [
+            ("write_file", "{'path': 'greet.py', 'content': 'def f(x):\\n    return"),
+            ("write_file", "{'path': 'greet.py', 'content': \"def f(x):\\n    return"),
+            ("write_file", '{path: "greet.py", content: "def f(x):\\n    return'),
+            ("edit_file", "{'path': 'greet.py', 'old': 'helo', 'new': 'it\\'s"),
+            ("edit_file", "{'path': 'greet.py', 'old': 'helo', 'new'"),
+            ("search", "{'pattern': 'helo', 'path': Non"),
+            ("write_file", "{'path': 'a.py', 'content': 'x = 1'}{'path': 'b.py', 'content': 'y = "),
+        ],
+        ids=["single-quoted", "double-quoted-after-single", "unquoted-keys", "after-an-escaped-quote", "after-a-key", "inside-a-literal", "second-object"],
+    )
+    def test_json5_like_arguments_that_end_mid_value_are_unparseable(self, tool, arguments):
+        """Arguments with single quotes or unquoted keys that stop inside a string, after a key or inside a literal are cut
+        off too: repaired, the file would be written with half its content."""
+        call = only(native((tool, arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    @pytest.mark.parametrize(
+        ("tool", "arguments", "expected"),
+        [
+            ("write_file", "{'path': 'a.txt', 'content': 'it\\'s done'}", {"path": "a.txt", "content": "it's done"}),
+            ("write_file", "{'path': 'a.txt', 'content': \"it's done\"}", {"path": "a.txt", "content": "it's done"}),
+            ("write_file", "{'path': 'a.py', 'content': 'print(\"hi\")'}", {"path": "a.py", "content": 'print("hi")'}),
+            ("write_file", "{'path': 'a.txt', 'content': 'done'", {"path": "a.txt", "content": "done"}),
+            ("search", "{'pattern': 'helo', 'path': None}", {"pattern": "helo"}),
+            ("write_file", "{path: 'a.txt', content: 'x'}", {"path": "a.txt", "content": "x"}),
+            ("read_file", "{'path': 'a.py'}\nNext I will run:", {"path": "a.py"}),
+            ("read_file", "{'path': 'a.py'}\nI'll read it", {"path": "a.py"}),
+            ("write_file", '{"path": "a.txt", "content": "it\'s done"', {"path": "a.txt", "content": "it's done"}),
+        ],
+        ids=[
+            "escaped-apostrophe", "apostrophe-in-double-quotes", "double-quotes-in-single", "lacking-its-brace",
+            "python-none", "unquoted-keys", "words-ending-in-a-colon", "words-with-an-apostrophe", "json-lacking-its-brace",
+        ],
+    )
+    def test_whole_json5_like_arguments_still_run(self, tool, arguments, expected):
+        """Single-quoted arguments whose every value is whole run as repaired, apostrophes and Python's None included."""
+        assert only(native((tool, arguments))) == ToolCall(tool, expected, id="call_0")
+
+    def test_a_bare_apostrophe_inside_a_single_quoted_string_is_no_cut(self):
+        """`'it's done'`: the quote inside a word does not end the string, so the arguments are whole and run as repaired."""
+        assert isinstance(only(native(("write_file", "{'path': 'a.txt', 'content': 'it's done'}"))), ToolCall)
+
+    def test_argument_objects_one_after_another_are_a_call_each(self):
+        """A server that ran two calls' arguments together (`{...}{...}`): each object is a call, as in a written block,
+        where repair kept only the last and the first edit silently never ran."""
+        first, second = '{"path": "a.py", "old": "x", "new": "y"}', '{"path": "a.py", "old": "z", "new": "w"}'
+        for arguments in (first + second, f"{first}\n{second}"):
+            calls = native(("edit_file", arguments))
+            assert [call.arguments["new"] for call in calls if isinstance(call, ToolCall)] == ["y", "w"], calls
+            assert len({call.id for call in calls}) == 2, calls
+
+    @pytest.mark.parametrize(
+        ("tool", "arguments"),
+        [
+            ("write_file", '{"path": "a.py", "content": "x = 1"}{"path": "b.py", "content": "x = '),
+            ("edit_file", '{"path": "a.py", "old": "x", "new": "y"}{"path": "a.py", "old": "z", "new": '),
+            ("edit_file", '{"path": "a.py", "old": "x", "new": "y"}\n{"path": "a.py", "old": "z", "new": "w'),
+        ],
+        ids=["inside-a-string", "before-a-value", "on-the-next-line"],
+    )
+    def test_argument_objects_one_after_another_the_last_cut_off_run_but_the_last(self, tool, arguments):
+        """Argument objects one after another whose last stops mid-value: the whole ones before it run, as in a written
+        block, and the last is broken, not run with a value the repair made up or cut in half."""
+        *whole, last = native((tool, arguments))
+        assert len(whole) == 1 and isinstance(whole[0], ToolCall) and whole[0].arguments["path"] == "a.py", whole
+        assert isinstance(last, BrokenCall) and last.problem == "unparseable", last
+        assert last.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
     def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
         """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
         call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
@@ -331,6 +403,44 @@ class TestTextCalls:
         call = only(written(text))
         assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("edit_file", "unparseable"), call
         assert "end in the middle of a value" in call.detail
+
+    @pytest.mark.parametrize("form", ["bare", "tagged", "fenced"])
+    def test_a_written_call_with_json5_like_arguments_cut_inside_a_string_is_unparseable(self, form):
+        """A written call whose single-quoted arguments stop inside a string is a BrokenCall with its tool's name, not a
+        file written with half its content, in each form a call is written in."""
+        body = "{\"name\": \"write_file\", \"arguments\": {'path': 'a.py', 'content': 'print(1"
+        text = {"bare": f"I will write it.\n{body}", "tagged": f"<tool_call>{body}</tool_call>", "fenced": f"```json\n{body}\n```"}[form]
+        call = only(written(text))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+        assert "end in the middle of a value" in call.detail
+
+    def test_a_written_python_dict_call_cut_inside_a_string_is_unparseable(self):
+        """A call written wholly as a Python dict that stops inside a string is broken, not run with half its content."""
+        call = only(written("<tool_call>{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'print(1</tool_call>"))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+        assert "end in the middle of a value" in call.detail
+
+    @pytest.mark.parametrize("tagged", [False, True], ids=["function-tag", "in-a-tool-call-tag"])
+    def test_a_parameter_value_the_answer_ends_inside_is_unparseable(self, tagged):
+        """A `<function=…>` call whose answer ends inside its last `<parameter=…>` value, neither closed, is broken, not
+        a file written with half its content."""
+        body = "<function=write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\ndef f(x):\n    return"
+        call = only(written(f"<tool_call>\n{body}" if tagged else body))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+        assert "end in the middle of a value" in call.detail
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "<function=write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\nx = 1\n</parameter>",
+            "<function=write_file>\n<parameter=path>\na.py\n<parameter=content>\nx = 1\n</function>",
+            "<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n<parameter=content>\nx = 1\n</tool_call>",
+        ],
+        ids=["function-not-closed", "parameters-not-closed", "only-the-tool-call-tag-closed"],
+    )
+    def test_a_parameter_value_closed_by_any_tag_still_runs(self, text):
+        """A `<parameter=…>` value ended by its own closing tag, the function's or the `<tool_call>`'s is whole, and runs."""
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.py", "content": "x = 1"}, source="text")
 
     @pytest.mark.parametrize("form", ["tagged", "fenced"])
     def test_a_second_call_that_ends_mid_value_is_unparseable(self, form):
