@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from orchestrator.night import _Night
 
 # How often a task set aside for a lease another live worker holds asks for it again: a quarter of the
-# holder's heartbeat (ttl/3), so a lease let go is taken up within seconds, at one query per waiting task.
+# holder's heartbeat (ttl/3), so a lease let go is taken up within seconds, at a few short statements per waiting
+# task (the run's heartbeat, whether the work was done elsewhere, the lease asked for).
 LEASE_POLL_S = DEFAULT_TTL_S / 12
 PARK_CORRECTION = (
     "Parked for the night: the same problem stopped {iterations} in a row ({reason}). "
@@ -145,11 +146,16 @@ def _first_try(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
 
 
 def _later_try(night: _Night, waiting: _Waiting) -> TaskSummary | _SetAside:
-    """A set-aside task tried again: recorded as one it found held if the night stopped waiting meanwhile,
-    else worked under its lease once that is free, or set aside again."""
+    """A set-aside task tried again: `done_elsewhere` if the holder (or another worker) recorded the work done,
+    whatever its lease says; else recorded as one it found held if the night stopped waiting meanwhile, else
+    worked under its lease once that is free, or set aside again."""
     run = waiting.run
+    # A night whose tasks all wait writes nothing else: without this, a kill -9 was dated to the wait's start.
+    night.parts.store.heartbeat_run(night.run_id)
     # The earlier runs' ending asked again as on the first try, which it did not end (the store is asked as then).
-    if ended := _ended_earlier(night, run) or (_stopped_waiting(night, waiting) if night.why_stop_waiting() else None):
+    # The store asked before the lease: a holder killed between recording the task done and letting its lease
+    # go holds it until its ttl lapses. Done only on success: one the holder failed or parked is worked once free.
+    if ended := _ended_earlier(night, run) or _done_elsewhere(night, run) or (_leased(waiting) if night.why_stop_waiting() else None):
         return _finished(night, run, _recorded(night, run, ended))
     try:
         return _under_lease(night, run, taken=_taken_again)
@@ -274,8 +280,11 @@ def _stopped_waiting(night: _Night, waiting: _Waiting) -> _Ended:
     """How a task is recorded when the night stops waiting for its lease: `done_elsewhere` if the holder
     finished it meanwhile (it records that before letting the lease go, so perhaps within this wait's last
     pause), else `skipped`, `leased`. Asked only of tasks found leased: other nights ask nothing more."""
-    if done := _done_elsewhere(night, waiting.run):
-        return done
+    return _done_elsewhere(night, waiting.run) or _leased(waiting)
+
+
+def _leased(waiting: _Waiting) -> _Ended:
+    """A task recorded `skipped`, `leased`: the night stopped waiting while another worker held its lease."""
     waiting.run.log.info("task_skipped_leased", holder=waiting.holder)
     return _Ended(TaskOutcome.SKIPPED, reason="leased")
 

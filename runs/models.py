@@ -92,6 +92,10 @@ class Run(Base):
     # a night killed (kill -9, a power cut) before it began some has no row of theirs, and its
     # recovery records them from this. Null for runs recorded before it existed.
     queued: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    # The night's last sign of life while it writes nothing else (its tasks all waiting for other workers'
+    # leases: RunStore.heartbeat_run at each try): recovery dates a killed night's end to its latest write,
+    # which would otherwise be the wait's start. Null until then (and in runs recorded before it existed).
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
 
 class TaskRun(Base):

@@ -440,6 +440,11 @@ class RunStore:
         waiting task's time was the other worker's work, not its own)."""
         self._update("resume_task", TaskRun, task_run_id, after_events=False, reason="", started_at=self.now())
 
+    def heartbeat_run(self, run_id: int) -> None:
+        """A sign of life of run `run_id`'s night, which a waiting task's every try writes (the run's `heartbeat_at`):
+        recovery dates a dead run's end to its latest write (`_last_seen_alive`)."""
+        self._update("heartbeat_run", Run, run_id, after_events=False, heartbeat_at=self.now())
+
     def add_unused_tokens(self, task_run_id: int, tokens: int) -> None:
         """The tokens of a first answer the task ended without taking (see TaskRun.unused_tokens)."""
         unused = func.coalesce(TaskRun.unused_tokens, 0) + tokens
@@ -755,13 +760,14 @@ class RunStore:
 
     @staticmethod
     def _last_seen_alive(session: Session, run_id: int) -> Any:
-        """The latest time a dead run left in the store: a heartbeat, an iteration's end, a task's start, its own start."""
+        """The latest time a dead run left in the store: an iteration's heartbeat or end, a task's start, its own
+        start or heartbeat (a night whose tasks all wait for leases writes only that: `heartbeat_run`)."""
         in_run = TaskRun.run_id == run_id
         candidates = [
             session.scalar(select(func.max(Iteration.heartbeat_at)).join(TaskRun, Iteration.task_run_id == TaskRun.id).where(in_run)),
             session.scalar(select(func.max(Iteration.finished_at)).join(TaskRun, Iteration.task_run_id == TaskRun.id).where(in_run)),
             session.scalar(select(func.max(TaskRun.started_at)).where(in_run)),
-            session.scalar(select(Run.started_at).where(Run.id == run_id)),
+            *(session.execute(select(Run.started_at, Run.heartbeat_at).where(Run.id == run_id)).first() or ()),
         ]
         return max((seen for seen in candidates if seen is not None), default=utc_now())
 

@@ -167,6 +167,26 @@ class TestRecovery:
             for opened in stores:
                 opened.close()
 
+    def test_a_dead_run_whose_task_waited_for_a_lease_ends_at_its_heartbeat(self, pg_store_url: str) -> None:
+        """On PostgreSQL too (a store an older version made, without the column, gets it): a dead run whose task only
+        waited for a lease ends at its latest heartbeat, not at the wait's start."""
+        older = RunStore.open(pg_store_url)
+        older.close()
+        sql(pg_store_url, "ALTER TABLE runs DROP COLUMN heartbeat_at")
+        store = RunStore.open(pg_store_url)
+        try:
+            run_id = store.begin_run(config_path="c", pid=1, host="dead", state_id="s")
+            store.wait_task_for_lease(store.begin_task(run_id, name="one", branch="overnight/one"))
+            time.sleep(0.05)
+            store.heartbeat_run(run_id)
+            [(beat,)] = sql(pg_store_url, "SELECT heartbeat_at FROM runs WHERE id = %s", run_id)
+            store.close_interrupted_run(run_id)
+            run = store.run(run_id)
+            assert run.finished_at == beat > run.tasks[0].started_at
+            assert [(task.outcome, task.reason, task.finished_at) for task in run.tasks] == [("skipped", "leased", beat)]
+        finally:
+            store.close()
+
 
 class TestOneClock:
     """Machines sharing a PostgreSQL store may disagree about the time; leases go by the database's.

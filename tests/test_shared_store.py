@@ -629,6 +629,102 @@ class TestWaitingForALease:
         assert not [e for e in events if e["event"] == "task_skipped_leased"]
         assert len(server.requests) == 0
 
+    def test_a_task_its_holder_recorded_done_but_never_let_go_is_done_elsewhere_at_the_next_try(
+        self, tmp_path: Path, repo: Path, server: Any
+    ) -> None:
+        """The holder recorded the task succeeded and was killed before letting its lease go: the waiting night's
+        next try records it `done_elsewhere` (exit 0) while the lease still says held, not once its ttl lapses or
+        the night stops (here a stop 4 LEASE_POLL_S in, which would leave the night cancelled)."""
+        from orchestrator.cancel import CancelToken
+        from orchestrator.night import LEASE_POLL_S
+
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file)
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
+
+        def finish_it_then_die_holding_the_lease(store: RunStore, run: Any) -> None:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+            store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
+
+        nights_stop = CancelToken()
+        stop = threading.Timer(4 * LEASE_POLL_S, nights_stop.cancel, args=("SIGTERM",))
+        stop.start()
+        try:
+            with once_it_waits(store_file, tmp_path / "a" / "state", finish_it_then_die_holding_the_lease) as finished, json_logs() as log:
+                result = run_in_process(config, cancel=nights_stop)
+        finally:
+            stop.cancel()
+        assert finished.is_set()
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason, result.exit_code) == ("skipped", "done_elsewhere", 0)
+        assert [e["host"] for e in events_of(log) if e["event"] == "task_skipped_done_elsewhere"] == ["machine-b"]
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            assert [lease.owner.split(":")[0] for lease in store.leases()] == ["machine-b"]  # never free meanwhile
+        finally:
+            store.close()
+        assert len(server.requests) == 0
+
+    def test_a_task_its_holder_recorded_failed_is_worked_once_the_lease_is_free(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The holder recorded the task failed and let its lease go: the waiting night's later try, which asks the
+        store whether the work was done first, finds it not done and works it, as before."""
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file)
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
+
+        def fail_it_then_let_go(store: RunStore, run: Any) -> None:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+            store.finish_task(holders_task, outcome="failed", reason="check_failed")
+            [lease] = store.leases()
+            store.release_lease(lease.task, lease.owner)
+
+        server.enqueue(*FIX)
+        with once_it_waits(store_file, tmp_path / "a" / "state", fail_it_then_let_go) as failed:
+            result = run_in_process(config)
+        assert failed.is_set()
+        [task] = result.tasks
+        assert (task.outcome.value, result.exit_code) == ("succeeded", 0)
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+    def test_a_night_killed_while_its_task_waited_is_dated_to_about_its_death(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
+        """A night whose only task waits for another machine's lease writes nothing else: killed (kill -9) three
+        LEASE_POLL_S into the wait, its recovery dates its end (the run's, and the waiting task's) within about a
+        LEASE_POLL_S of its death, not to when the task began waiting."""
+        from orchestrator.night import LEASE_POLL_S
+
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file)
+        settings = load_config(config)
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        night = overnight_run(config)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "task_waiting_for_lease" not in (line := night.stderr.readline()):
+                assert line, "the night ended without waiting"
+            time.sleep(3 * LEASE_POLL_S)
+            assert night.poll() is None, "the night ended before it could be killed"
+        finally:
+            night.kill()
+            night.communicate(timeout=30)
+        killed_at = datetime.now(timezone.utc)
+        recover(settings)
+        report = report_json(config, capsys)
+        assert report["run"]["status"] == "crashed"
+        [task] = report["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "leased")
+        ended = datetime.fromisoformat(report["run"]["finished_at"])
+        assert timedelta(0) <= killed_at - ended < timedelta(seconds=LEASE_POLL_S + 4), (killed_at, ended)
+        store = RunStore.open(settings.store_url)
+        try:
+            [waited] = store.run(report["run"]["id"]).tasks
+        finally:
+            store.close()
+        assert waited.finished_at == ended
+
     def test_a_crash_of_another_task_ends_the_wait_at_once(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Another task's error ends the night: the task waiting for a lease is recorded `skipped`, `leased` then,
         not after the rest of its LEASE_POLL_S pause, which held the crashed night's exit up."""

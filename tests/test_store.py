@@ -465,6 +465,36 @@ class TestRecoveryWrites:
         run = store.run(run_id)
         assert run.finished_at == latest and all(task.finished_at == latest for task in run.tasks)
 
+    def test_a_dead_run_whose_tasks_waited_for_leases_ends_at_its_own_heartbeat(self, store: RunStore, db_path: Path) -> None:
+        """A night whose tasks all wait for leases writes only its run's heartbeat: found dead, it ends at the latest one."""
+        run_id = store.begin_run(config_path="/repo/overnight.toml", pid=100, host="box")
+        store.wait_task_for_lease(store.begin_task(run_id, name="fix-bug", branch="overnight/fix-bug"))
+        store.heartbeat_run(run_id)
+        store.heartbeat_run(run_id)
+        with sqlite3.connect(db_path) as db:
+            [(beat,)] = db.execute("SELECT heartbeat_at FROM runs").fetchall()
+        store.close_interrupted_run(run_id)
+        run = store.run(run_id)
+        assert run.finished_at == datetime.fromisoformat(beat).replace(tzinfo=timezone.utc) > run.tasks[0].started_at
+        assert [(task.outcome, task.reason, task.finished_at) for task in run.tasks] == [("skipped", "leased", run.finished_at)]
+
+    def test_a_store_made_before_runs_had_a_heartbeat_gets_the_column(self, db_path: Path) -> None:
+        """An older store's runs table lacks `heartbeat_at`: opening adds it, and its dead runs end as before, at their last write."""
+        url = f"sqlite:///{db_path}"
+        older = RunStore.open(url)
+        run_id = older.begin_run(config_path="c", pid=1, host="h")
+        older.close()
+        with sqlite3.connect(db_path) as db:
+            db.execute("ALTER TABLE runs DROP COLUMN heartbeat_at")
+        store = RunStore.open(url)
+        try:
+            began = store.run(run_id).started_at
+            store.close_interrupted_run(run_id)
+            assert store.run(run_id).finished_at == began
+            store.heartbeat_run(store.begin_run(config_path="c", pid=2, host="h"))
+        finally:
+            store.close()
+
 
 class TestEarlierTonight:
     def test_an_iteration_still_marked_running_is_not_counted(self, store: RunStore) -> None:
