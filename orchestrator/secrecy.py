@@ -10,7 +10,9 @@ prompt carries) and, written to a file, on the task's branch that CI then pushes
   check (also when the agent runs it) gets those its task names in `pass_env`, the agent's own
   commands never;
 - what a tool or the check prints has the values of those variables, the model's API key and
-  the run store's password replaced by `***` (`Redactor`), however the agent came by them;
+  the run store's password replaced by `***` (`Redactor`), however the agent came by them; so
+  have the model's own words where they are written down (its text, its calls' arguments, its
+  summary: `redacted_within`), while its tools get them as it wrote them;
 - a file the check given `pass_env` wrote one of its values into stays off the task's branch
   (`PassedSecrets`, which secret_commits.py scans what worktree.commit would commit for).
 
@@ -24,7 +26,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 from urllib.parse import unquote
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
@@ -96,6 +98,8 @@ class Redactor:
         pieces += [run for value in multiline for run in re.split(r"\s+", value) if len(run) >= 20 and re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)]
         pieces += [value.replace("\r\n", "\n") for value in multiline if "\r\n" in value]
         self._values = sorted({value.strip() for value in [*values, *pieces] if _redactable(value)}, key=len, reverse=True)
+        # A shorter text holds none: most strings of a call's arguments and of a message (a key, a role, a path) are.
+        self._shortest = len(self._values[-1]) if self._values else 0
 
     @classmethod
     def for_night(cls, *, api_key: str | None = None, store_url: str | None = None, api_base: str | None = None) -> "Redactor":
@@ -118,10 +122,25 @@ class Redactor:
         return tuple(self._values)
 
     def __call__(self, text: str) -> str:
+        if len(text) < self._shortest:
+            return text
         for value in self._values:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+
+def redacted_within(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` as JSON gives it (a call's arguments, a message: dicts, lists, strings, numbers) with each string in it,
+    keys included, through `redact`; a new value, `value` itself unchanged (the tool or the model still gets it whole)."""
+    # Recursion: a call's arguments nest at most toolcalls.MAX_JSON_DEPTH levels, a message a few.
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redacted_within(key, redact): redacted_within(item, redact) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted_within(item, redact) for item in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -705,3 +705,17 @@ def test_a_port_that_answers_but_not_in_http_is_not_healthy() -> None:
         assert local_model._read(url + "/v1/models") == ""
     finally:
         listener.close()
+
+
+def test_the_exit_line_of_a_server_that_cannot_start_shows_secret_values_as_stars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llama-server gets overnight's environment and its last error line is quoted in the exit-3 line: a value it printed shows as ***."""
+    token = "s3cr3t-value-123"
+    monkeypatch.setenv("OVERNIGHT_TEST_TOKEN", token)
+    script = b'#!/bin/sh\necho "E main: cannot use the key $OVERNIGHT_TEST_TOKEN"\nexit 1\n'
+    code, err, _ = _night_with_server_file(tmp_path, monkeypatch, capsys, script, 0o755)
+    assert code == 3, err
+    [line] = [line for line in err.splitlines() if line.startswith("overnight: error:")]
+    assert "llama-server exited with code 1 while starting: E main: cannot use the key ***" in line, line
+    assert token not in err

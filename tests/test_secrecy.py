@@ -598,3 +598,91 @@ class TestPassedSecretsStayOffTheBranch:
         assert set(secrets.names_by_value) == {self.PASSWORD.encode()}
         assert secrets.found_in([b"x" * 10 + self.PASSWORD[:5].encode(), self.PASSWORD[5:].encode()]) == {self.PASSWORD.encode()}
         assert not passed_secrets([], {"DB_PASSWORD": self.PASSWORD})
+
+
+def overnight_process(config: Path, *args: str, env: dict[str, str] | None = None, python_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`overnight run` as cron starts it, a process of its own, with `env` added to this one's and `python_path` first on PYTHONPATH."""
+    path = os.pathsep.join(filter(None, [str(python_path) if python_path else "", os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), *args],
+        env={**os.environ, **(env or {}), "PYTHONPATH": path}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )
+
+
+class TestTheModelsOwnWordsKeepSecretsOut:
+    """A secret value the model writes itself (the task's prompt quoted it, or it guessed one) is kept out of the records, not
+    out of the tools."""
+
+    TOKEN = "s3cr3t-value-123"
+    ENV = {"OVERNIGHT_TEST_TOKEN": TOKEN}
+
+    def test_its_calls_text_and_summary_show_stars_in_transcripts_store_notes_logs_and_the_commit(
+        self, config_file, server, repo: Path, tmp_path: Path
+    ) -> None:
+        """A tool named after the value (iteration 1), then an answer quoting it in its text, its reasoning, a call's arguments,
+        a broken call and the summary (iteration 2): every record shows ***, while write_file got the real value."""
+        from orchestrator.scripted import Reply
+
+        config = config_file(
+            tasks=[{"name": "fix-greet", "prompt": f"greet() should return 'hello'. The deploy token is {self.TOKEN}.",
+                    "check": "python check_greet.py", "tools": ["write_file", "edit_file", "read_file", "submit"]}],
+            night={"max_iterations": 2, "max_turns": 8},
+        )
+        server.enqueue(
+            call(self.TOKEN, {"path": "."}), call(self.TOKEN, {"path": "."}),  # unknown_tool: the note's correction names it
+            Reply(text=f"I keep {self.TOKEN} in a file", reasoning=f"the token is {self.TOKEN}"),
+            call("write_file", {"path": "token.txt", "content": self.TOKEN}),
+            call("read_file", '{"path": "' + self.TOKEN + '"'),  # cut short: the broken call's note quotes its text
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": f"fixed greet; the token {self.TOKEN} is in token.txt"}),
+        )
+        done = overnight_process(config, "--log-format", "json", "--verbose", env=self.ENV)
+        assert done.returncode == 0, done.stderr
+        assert git(repo, "show", "overnight/fix-greet:token.txt") == self.TOKEN  # the tool got the real arguments
+        transcripts = [path.read_text() for path in sorted((tmp_path / "state" / "transcripts").iterdir())]
+        message = git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        written = written_down(config, done.stdout + done.stderr) + transcripts + [message]
+        assert [text for text in written if self.TOKEN in text] == []
+        assert "the token *** is in token.txt" in message and "no tool named '***'" in notes_text(config)
+        assert '"content": "***"' in transcripts[-1] and "the token is ***" in transcripts[-1]
+
+
+class TestTracebacksKeepSecretsOut:
+    """Python's own tracebacks, which overnight does not write itself, go through the redaction too."""
+
+    TOKEN = "s3cr3t-value-123"
+    ENV = {"OVERNIGHT_TEST_TOKEN": TOKEN}
+
+    def test_a_bug_before_the_config_is_read_shows_the_environments_secrets_as_stars(self, config_file, tmp_path: Path) -> None:
+        """A module that fails as it is imported (a broken install of structlog, imported before the config is read) quoting a
+        secret: its traceback, exit 1, shows the environment's secret values as ***."""
+        shadow = tmp_path / "shadow"
+        shadow.mkdir()
+        (shadow / "structlog.py").write_text("import os\nraise RuntimeError('broken install for ' + os.environ['OVERNIGHT_TEST_TOKEN'])\n")
+        done = overnight_process(config_file(), env=self.ENV, python_path=shadow)
+        assert done.returncode == 1, done.stderr
+        traceback = done.stderr[done.stderr.find("Traceback (most recent call last):"):]
+        assert traceback.startswith("Traceback") and "in run" in traceback, done.stderr
+        assert traceback.rstrip().endswith("RuntimeError: broken install for ***"), done.stderr
+        assert self.TOKEN not in done.stderr + done.stdout
+
+    def test_a_bug_in_a_thread_that_is_no_task_shows_stars(self, config_file, server, repo: Path, tmp_path: Path) -> None:
+        """An exception that ends a thread of the night's other than a task's (here one a user's guard starts) prints
+        Python's `Exception in thread` traceback, the night's secret values as ***, and the night goes on."""
+        (tmp_path / "threading_guard.py").write_text(
+            "import os, threading\n"
+            "def push():\n"
+            "    raise RuntimeError('push to https://ci:' + os.environ['OVERNIGHT_TEST_TOKEN'] + '@git.example.com failed')\n"
+            "class Pusher:\n"
+            "    def after_tool_call(self, ctx, call, result):\n"
+            "        thread = threading.Thread(target=push, name='pusher')\n"
+            "        thread.start()\n"
+            "        thread.join()\n"
+        )
+        config = config_file(guards={"custom": ["threading_guard:Pusher"]}, night={"max_iterations": 1})
+        server.enqueue(call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}), call("submit", {"summary": "fixed"}))
+        done = overnight_process(config, env=self.ENV, python_path=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "Exception in thread pusher:\nTraceback (most recent call last):" in done.stderr, done.stderr
+        assert "RuntimeError: push to https://ci:***@git.example.com failed" in done.stderr, done.stderr
+        assert self.TOKEN not in done.stderr + done.stdout
