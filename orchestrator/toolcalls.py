@@ -190,10 +190,18 @@ def _argument_objects_one_after_another(text: str) -> list[_Arguments]:
         several = mended if unread_mended is None else []
     if len(several) > 1 and all(isinstance(value, dict) for value, _ in several):
         return [_Arguments(value, raw) for value, raw in several]
-    cut_error = _cut_off_error(text, walked, unread)
-    if unread is None or not cut_error or not walked or not all(isinstance(value, dict) for value, _ in walked):
+    if unread is None or not walked or not all(isinstance(value, dict) for value, _ in walked):
         return []
-    return [*(_Arguments(value, raw) for value, raw in walked), _Arguments(None, text[unread[0] :], cut_error, ends_mid_value=True)]
+    cut_error = _cut_off_error(text, walked, unread)
+    if cut_error:
+        last = _Arguments(None, text[unread[0] :], cut_error, ends_mid_value=True)
+    elif text.startswith("{", unread[0]):  # read alone, as a single call's arguments are: the repair would merge it with those before
+        last = _read_arguments(text[unread[0] :])
+        if not isinstance(last.value, dict):
+            return []
+    else:
+        return []
+    return [*(_Arguments(value, raw) for value, raw in walked), last]
 
 
 def _check_written(found: _Written, tools: dict[str, dict[str, Any]]) -> ToolCall | BrokenCall:
@@ -315,28 +323,19 @@ def _loose_json_stops_mid_value(text: str) -> bool:
         if char.isspace():
             position += 1
             continue
-        if char in "'\"" and last in ("", "{", "[", ",", ":"):
-            string = _LOOSE_STRING[char].match(text, position)
-            if not string.group(1):  # type: ignore[union-attr]
-                return True
-            token, position = '"', string.end()  # type: ignore[union-attr]
-        elif char in "{[":
+        token, position = _loose_token(text, position, last)
+        if token == "":
+            return True  # a string the text ends inside of
+        if char in "{[":
             open_brackets.append(char)
-            token, position = char, position + 1
         elif char in "}]":
             if open_brackets:
                 open_brackets.pop()
-            token, position = char, position + 1
             if not open_brackets:
                 position = _BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
                 if not text.startswith(("{", "["), position):
                     return False
                 token = ""
-        elif char in ",:":
-            token, position = char, position + 1
-        else:  # a quote that starts no string (27" wide, after a word) is part of a word
-            word = _LOOSE_WORD.match(text, position)
-            token, position = (word.group(), word.end()) if word else (char, position + 1)
         before, last = last, token
     if not open_brackets or last in ("", "{", "[", "}", "]", ","):
         return False  # every value whole: what is missing is brackets only
@@ -346,6 +345,22 @@ def _loose_json_stops_mid_value(text: str) -> bool:
         return True  # a key, and no value
     in_value = before in (":", "[", ",")
     return in_value and last != '"' and (last == "-" or any(literal.startswith(last) and literal != last for literal in _LITERALS))
+
+
+def _loose_token(text: str, position: int, last: str) -> tuple[str, int]:
+    """The JSON5-like token at `position` (after the token `last`) and where it ends: a bracket, a comma or colon, `"`
+    for a string (quoted either way), "" for a string the text ends inside of, a bare word, or white space."""
+    char = text[position]
+    if char.isspace():
+        return " ", position + 1
+    if char in "'\"" and last in ("", "{", "[", ",", ":"):
+        string = _LOOSE_STRING[char].match(text, position)
+        return ('"' if string.group(1) else ""), string.end()  # type: ignore[union-attr]
+    if char in "{}[],:":
+        return char, position + 1
+    # A quote that starts no string (27" wide, after a word) is part of a word.
+    word = _LOOSE_WORD.match(text, position)
+    return (word.group(), word.end()) if word else (char, position + 1)
 
 
 def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
@@ -663,47 +678,58 @@ def _calls_in_function_tags(text: str, known: set[str], cut: bool, *, ends_the_a
 
 
 def _calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[_Written]:
-    """JSON objects starting a line; one cut off at the end of a truncated answer counts too."""
+    """JSON objects starting a line, and those after them on the same line (`{...}; {...}`); one cut off at the end of
+    a truncated answer counts too."""
     found: list[_Written] = []
     resume = 0
-    tries_left = _MENDED_CALLS_TRIED
+    tries_left = [_MENDED_CALLS_TRIED]
     for match in _JSON_START.finditer(text):
         start = match.start(1)
         if start < resume:
             continue
-        try:
-            value, resume = _raw_decode(text, start)
-        except ValueError as exc:
-            if cut:
-                found.extend(_calls_in_block(text[start:], known, cut))
-                break
-            mended = None
-            if tries_left and _INLINE_CALL.match(text, start) is not None:  # not a `{` of code, or other JSON
-                tries_left -= 1
-                mended = _mended_call_from(text, start, _json_error(exc, start), known)
-            if mended is not None:
-                calls, resume = mended
-                found.extend(calls)
-                continue
-            line_end = text.find("\n", start)
-            found.extend(_calls_in_block(text[start : line_end if line_end >= 0 else len(text)], known, cut))
-            continue
-        found.extend(_written_from_value(value, text[start:resume], "", known, cut) or [])
-        # Llama 3 writes several calls on one line: `{...}; {...}`.
-        while (more := _NEXT_ON_THE_LINE.match(text, resume)) is not None:
+        position = start
+        while True:
             try:
-                value, after = _raw_decode(text, more.end())
-            except ValueError:
+                value, after = _raw_decode(text, position)
+            except ValueError as exc:
+                if cut:
+                    return found + _calls_in_block(text[position:], known, cut)
+                # After a call on its line as on a line of its own: mended, read whole, or cut off, not dropped.
+                calls, resume = _calls_in_unreadable_json(text, position, exc, known, tries_left)
+                found.extend(calls)
+            else:
+                shapes = _written_from_value(value, text[position:after], "", known, cut)
+                if position > start and not shapes:
+                    break
+                found.extend(shapes or [])
+                resume = after
+            # Llama 3 writes several calls on one line: `{...}; {...}`.
+            more = _NEXT_ON_THE_LINE.match(text, resume)
+            if more is None:
                 break
-            shapes = _written_from_value(value, text[more.end() : after], "", known, cut)
-            if not shapes:
-                break
-            found.extend(shapes)
-            resume = after
+            position = more.end()
     return found
 
 
-_NEXT_ON_THE_LINE = re.compile(r"[ \t]*[;,][ \t]*(?=[\[{])")
+def _calls_in_unreadable_json(
+    text: str, start: int, exc: ValueError, known: set[str], tries_left: list[int]
+) -> tuple[list[_Written], int]:
+    """The calls in the JSON at `start` that does not read, and where the text after them starts: read whole over
+    several lines once mended (see _mended_call_from, _loose_call_from) while `tries_left[0]` allows (the answer's
+    count, shared by all its lines, so a one-item list), else the rest of its line as a block (repaired, or cut off)."""
+    if tries_left[0] and _LOOSE_CALL.match(text, start) is not None:  # not a `{` of code, or other JSON
+        tries_left[0] -= 1
+        mended = _mended_call_from(text, start, _json_error(exc, start), known) if _INLINE_CALL.match(text, start) else None
+        mended = mended or _loose_call_from(text, start, known)
+        if mended is not None:
+            return mended
+    line_end = text.find("\n", start)
+    line_end = line_end if line_end >= 0 else len(text)
+    return _calls_in_block(text[start:line_end], known, cut=False), line_end
+
+
+# What may stand between calls on one line: Llama 3's `; `, a comma, a space, nothing.
+_NEXT_ON_THE_LINE = re.compile(r"[ \t]*[;,]?[ \t]*(?=[\[{])")
 
 
 # Bare calls read whole once mended, at most, in one answer: each try reads the rest of the answer, and an
@@ -714,12 +740,17 @@ _MENDED_CALLS_TRIED = 8
 def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tuple[list[_Written], int] | None:
     """The call whose JSON starts at `start` and reads whole once mended (a stray backslash, a trailing comma),
     over as many lines as it takes (pretty-printed, a string with raw newlines), and where the line it ends on
-    ends; None when it does not read so. (Its first line alone would be a call cut inside a string.)"""
+    ends, or, when it ends on its first line, where it ends there (the calls after it on the line are read too);
+    None when it does not read so. (Its first line alone would be a call cut inside a string.)"""
     mended = _mended(text[start:])
     try:
         value, end = _raw_decode(mended, 0)
     except ValueError:
         return None
+    if "\n" not in mended[:end]:
+        end_in_text = _loose_value_end(text, start)  # mending moved it
+        calls = _written_from_value(value, text[start:end_in_text], error, known, cut=False) if end_in_text else None
+        return (calls, end_in_text) if calls and end_in_text else None
     # Mending adds and removes no line break: the call ends on the same line of `text`.
     line_end = start
     for _ in range(mended.count("\n", 0, end) + 1):
@@ -729,6 +760,98 @@ def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tup
             break
     calls = _written_from_value(value, text[start:line_end], error, known, cut=False)
     return (calls, line_end) if calls else None
+
+
+# A call's start as small models write JSON5-like text too: `{'name':`, `{name:`, as well as `{"name":`.
+_LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:""")
+
+
+def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Written], int] | None:
+    """The JSON5-like call at `start` (single quotes, bare keys) whose strings hold raw line breaks, read whole to its
+    closing bracket, as JSON (see _loose_value_as_json), and where it ends; None when it closes on its
+    first line, or never (cut off, as its first line alone says), or breaks a line outside its strings (the lines may
+    be calls of their own, one lacking its brace), or is no call."""
+    read = _loose_value_as_json(text, start)
+    if read is None:
+        return None
+    json_text, end = read
+    try:
+        value = _loads(_mended(json_text))  # a regex's `\\d`, a trailing comma: slips mended as in double-quoted JSON
+    except ValueError:
+        return None
+    calls = _written_from_value(value, json_text, "", known, cut=False)
+    return (calls, end) if calls else None
+
+
+def _loose_value_as_json(text: str, start: int) -> tuple[str, int] | None:
+    """The JSON5-like object or array at `start`, read as _loose_json_stops_mid_value reads, written as JSON (its strings
+    double-quoted, its bare keys quoted, Python's True, False and None as JSON's), and where it ends; the repair is not
+    used, as it reads an apostrophe before a line break as a string's end. None unless it closes on a later line than
+    its first, with every line break it spans inside a string."""
+    pieces: list[str] = []
+    open_brackets: list[str] = []
+    last, position = "", start
+    while position < len(text):
+        char = text[position]
+        token, after = _loose_token(text, position, last)
+        if token == "" or (char == "\n" and token == " "):
+            return None  # a string the text ends inside of, or a line break between values
+        if token == '"':
+            pieces.append(_as_json_string(text[position:after]))
+        elif token not in ("{", "}", "[", "]", ",", ":", " ") and last in ("{", ",") and open_brackets[-1:] == ["{"]:
+            pieces.append(json.dumps(token))  # a bare key
+        else:
+            pieces.append(_PYTHON_LITERALS.get(token, text[position:after]))
+        position = after
+        if char in "{[":
+            open_brackets.append(char)
+        elif char in "}]" and open_brackets:
+            open_brackets.pop()
+            if not open_brackets:
+                return ("".join(pieces), after) if "\n" in text[start:after] else None
+        if token != " ":
+            last = token
+    return None
+
+
+def _loose_value_end(text: str, start: int) -> int | None:
+    """Where the object or array at `start` closes, read as _loose_json_stops_mid_value reads (a stray backslash, a
+    trailing comma, single quotes do not stop it); None when the text ends first."""
+    depth, last, position = 0, "", start
+    while position < len(text):
+        token, position = _loose_token(text, position, last)
+        if token == "":
+            return None
+        if token in ("{", "["):
+            depth += 1
+        elif token in ("}", "]"):
+            depth -= 1
+            if depth <= 0:
+                return position
+        if token != " ":
+            last = token
+    return None
+
+
+_PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}
+
+
+def _as_json_string(quoted: str) -> str:
+    """A string as JSON writes it, from its text quoted either way; a line break in it escaped."""
+    if quoted[0] == '"':
+        return quoted.replace("\r\n", "\\n").replace("\n", "\\n")
+    out: list[str] = []
+    inner, i = quoted[1:-1], 0
+    while i < len(inner):
+        char = inner[i]
+        if char == "\\" and i + 1 < len(inner):
+            follower = inner[i + 1]
+            out.append("'" if follower == "'" else char + follower)
+            i += 2
+            continue
+        out.append({'"': '\\"', "\n": "\\n", "\r": "\\r"}.get(char, char))
+        i += 1
+    return '"' + "".join(out) + '"'
 
 
 def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
@@ -769,10 +892,29 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
             written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
             if all(found is not None for found in written):
                 return [call for found in written for call in found or ()]
+        if not cut:
+            split = _whole_calls_then_the_rest(block, walked, unread, known)
+            if split:
+                return split
         later_cut = _cut_off_error(block, walked, unread)  # a second call cut off: the block's own error is "Extra data"
         value, error, ends_mid_value = _repaired(block), later_cut or _json_error(exc), _ends_mid_value(exc, block) or bool(later_cut)
         return _written_from_value(value, block, error, known, cut, ends_mid_value=ends_mid_value) or []
     return _written_from_value(value, block, error, known, cut) or []
+
+
+def _whole_calls_then_the_rest(
+    block: str, walked: list[tuple[Any, str]], unread: tuple[int, ValueError] | None, known: set[str]
+) -> list[_Written]:
+    """The whole calls `block` starts with (`walked`), then the calls in the rest, read alone as a block of its own (mended,
+    repaired or cut off as a single call is); [] when the values walked are not all calls, or the rest holds none. Repaired
+    with the calls before it, the rest would be merged with them when their keys are the same, and those calls lost."""
+    if not walked or unread is None or not block.startswith(("{", "["), unread[0]):
+        return []
+    whole = [_written_from_value(value, raw, "", known, cut=False) for value, raw in walked]
+    if any(found is None for found in whole):
+        return []
+    rest = _calls_in_block(block[unread[0] :], known, cut=False)
+    return [call for found in whole for call in found or ()] + rest if rest else []
 
 
 # What may stand between two calls written one after another: Llama 3's `; `, a comma, white space.

@@ -230,6 +230,15 @@ class TestNativeCalls:
         assert isinstance(last, BrokenCall) and last.problem == "unparseable", last
         assert last.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
+    def test_a_whole_argument_object_before_one_lacking_its_brace_runs_too(self):
+        """Argument objects one after another, the last lacking only its closing brace: both run, the last repaired, not
+        merged by the repair into the last alone (the first write silently never ran)."""
+        calls = native(("write_file", '{"path":"a.py","content":"x"}{"path":"b.py","content":"y"'))
+        assert [(type(call), call.arguments) for call in calls] == [
+            (ToolCall, {"path": "a.py", "content": "x"}),
+            (ToolCall, {"path": "b.py", "content": "y"}),
+        ], calls
+
     def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
         """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
         call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
@@ -454,6 +463,65 @@ class TestTextCalls:
         assert not [call for call in calls if isinstance(call, ToolCall) and call.name == "edit_file"], calls
         edit = [call for call in calls if call.name == "edit_file"]
         assert len(edit) == 1 and edit[0].problem == "unparseable" and "end in the middle of a value" in edit[0].detail, calls
+
+    @pytest.mark.parametrize("form", ["bare", "tagged", "fenced", "same-line"])
+    def test_a_whole_call_before_one_lacking_its_brace_runs_too(self, form):
+        """Two calls written one after another, the second lacking only its closing brace: both run, the second repaired,
+        not merged by the repair into the second alone (the first write silently never ran)."""
+        first = '{"name":"write_file","arguments":{"path":"a.py","content":"x"}}'
+        second = '{"name":"write_file","arguments":{"path":"b.py","content":"y"}'
+        body = f"{first}\n{second}"
+        text = {
+            "bare": body, "tagged": f"<tool_call>\n{body}\n</tool_call>", "fenced": f"```json\n{body}\n```", "same-line": f"{first}; {second}"
+        }[form]
+        assert [call.arguments["path"] for call in written(text) if isinstance(call, ToolCall)] == ["a.py", "b.py"], written(text)
+
+    @pytest.mark.parametrize("between", ["; ", ", ", " ;", " ", ""])
+    @pytest.mark.parametrize("slip", ["", ","], ids=["whole", "trailing-comma"])
+    def test_a_second_bare_call_on_the_line_cut_off_is_unparseable(self, between, slip):
+        """Two bare calls on one line, the second stopping inside a string: the first runs (mended if need be) and the
+        second is a BrokenCall saying it was cut off, as on a line of its own, not dropped without a word."""
+        first = '{"name":"read_file","arguments":{"path":"a.py"%s}}' % slip
+        second = '{"name":"write_file","arguments":{"path":"b.py","content":"def f('
+        read, write = written(f"I will do both.\n{first}{between}{second}")
+        assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
+        assert isinstance(write, BrokenCall) and (write.name, write.problem) == ("write_file", "unparseable"), write
+        assert write.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    @pytest.mark.parametrize(
+        "after",
+        ["", "\nThen I run the check.", "\n{'name': 'read_file', 'arguments': {'path': 'a.py'}}", "; {'name': 'read_file', 'arguments': {'path': 'a.py'}}"],
+        ids=["alone", "prose-after", "call-next-line", "call-same-line"],
+    )
+    @pytest.mark.parametrize(
+        "content", ["def f():\n    return 1", "# it's\nx = 'a'\n", 'say("hi")\nok = True'], ids=["code", "apostrophes", "double-quotes"]
+    )
+    def test_a_json5_like_bare_call_with_raw_newlines_in_a_string_is_read_whole(self, after, content):
+        """A single-quoted bare call after prose whose string holds raw line breaks is read whole, every character of
+        it (an apostrophe, a double quote, the last line break), as the double-quoted one is, not its first line
+        refused as cut off."""
+        text = "I will write it.\n{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': '" + content + "'}}" + after
+        calls = written(text)
+        assert calls[0] == ToolCall("write_file", {"path": "a.py", "content": content}, source="text"), calls
+        assert [call.name for call in calls] == ["write_file"] + (["read_file"] if "read_file" in after else []), calls
+
+    def test_a_json5_like_bare_call_cut_inside_a_string_over_lines_is_still_cut_off(self):
+        """A single-quoted bare call whose string holds a raw line break and never closes is still cut off."""
+        call = only(written("I will write it.\n{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'def f():\n    return"))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable" and "end in the middle of a value" in call.detail
+
+    def test_a_json5_like_bare_call_cut_inside_a_string_before_a_call_is_not_read_as_one(self):
+        """A single-quoted bare call cut inside a string, then a call on the next line: the first is cut off and the next
+        runs, not the two read as one call whose string runs into the next."""
+        text = "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'print(1\n{\"name\": \"write_file\", \"arguments\": {'path': 'b.py', 'content': 'x\ny'}}"
+        cut, whole = written(text)
+        assert isinstance(cut, BrokenCall) and "end in the middle of a value" in cut.detail, cut
+        assert whole == ToolCall("write_file", {"path": "b.py", "content": "x\ny"}, source="text"), whole
+
+    def test_json5_like_bare_calls_a_line_each_one_lacking_its_brace_stay_two(self):
+        """Single-quoted bare calls a line each, the first lacking its closing brace, stay two calls, not read as one."""
+        text = "{'name': 'read_file', 'arguments': {'path': 'a.py'}\n{'name': 'read_file', 'arguments': {'path': 'b.py'}}"
+        assert [call.arguments["path"] for call in written(text)] == ["a.py", "b.py"]
 
     @pytest.mark.parametrize("form", ["bare", "tagged", "fenced"])
     def test_a_whole_call_before_one_that_ends_mid_value_in_a_json_array_still_runs(self, form):
