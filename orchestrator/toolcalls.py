@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+from orchestrator import loose_json
+from orchestrator.loose_json import BETWEEN_VALUES
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
 from orchestrator.surrogates import mend_all
 
@@ -293,74 +295,7 @@ def _ends_mid_value(exc: ValueError, text: str) -> bool:
         else:
             return False  # whole once mended: a slip only
     # Or its quoting, in JSON5-like text, or the objects after the first (JSON's own error is "Extra data" then).
-    return _loose_json_stops_mid_value(text)
-
-
-# JSON5-like text, as small models write it and the repair reads it: 'single-quoted' strings, bare keys and words.
-# A double-quoted string ends at its first unescaped quote, as in JSON; a single-quoted one only at a quote before
-# what may follow a string (`,` `:` `}` `]`, or the text's end), as the one inside a word (it's) is the string's own.
-# The closing quote is captured: an empty group is a string the text ends inside of.
-_LOOSE_STRING = {
-    '"': re.compile(r'"(?:[^"\\]|\\(?:.|\Z))*+("?)', re.DOTALL),
-    "'": re.compile(r"'(?:[^'\\]|\\(?:.|\Z)|'(?!\s*(?:[,:}\]]|\Z)))*+('?)", re.DOTALL),
-}
-# A bare key or word (True, None, 12): up to white space or a bracket, comma or colon.
-_LOOSE_WORD = re.compile(r"[^\s{}\[\],:]+")
-_LITERALS = ("true", "false", "null", "True", "False", "None")
-
-
-def _loose_json_stops_mid_value(text: str) -> bool:
-    """Whether `text`, read loosely as JSON5-like objects or arrays one after another, stops inside a string, after a
-    key, where a value was due, or inside a literal or after a number's sign (`Tru`, `-`). The reading ends, whole,
-    at the first value closed and not followed by another object or array (the model's words after its call)."""
-    position = len(text) - len(text.lstrip())
-    if not text.startswith(("{", "["), position):
-        return False
-    open_brackets: list[str] = []
-    before = last = ""  # the last two tokens read: a bracket, a comma or colon, a quote for a string, or a bare word
-    while position < len(text):
-        char = text[position]
-        if char.isspace():
-            position += 1
-            continue
-        token, position = _loose_token(text, position, last)
-        if token == "":
-            return True  # a string the text ends inside of
-        if char in "{[":
-            open_brackets.append(char)
-        elif char in "}]":
-            if open_brackets:
-                open_brackets.pop()
-            if not open_brackets:
-                position = _BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
-                if not text.startswith(("{", "["), position):
-                    return False
-                token = ""
-        before, last = last, token
-    if not open_brackets or last in ("", "{", "[", "}", "]", ","):
-        return False  # every value whole: what is missing is brackets only
-    if last == ":":
-        return True  # a value was due
-    if open_brackets[-1] == "{" and before in ("{", ","):
-        return True  # a key, and no value
-    in_value = before in (":", "[", ",")
-    return in_value and last != '"' and (last == "-" or any(literal.startswith(last) and literal != last for literal in _LITERALS))
-
-
-def _loose_token(text: str, position: int, last: str) -> tuple[str, int]:
-    """The JSON5-like token at `position` (after the token `last`) and where it ends: a bracket, a comma or colon, `"`
-    for a string (quoted either way), "" for a string the text ends inside of, a bare word, or white space."""
-    char = text[position]
-    if char.isspace():
-        return " ", position + 1
-    if char in "'\"" and last in ("", "{", "[", ",", ":"):
-        string = _LOOSE_STRING[char].match(text, position)
-        return ('"' if string.group(1) else ""), string.end()  # type: ignore[union-attr]
-    if char in "{}[],:":
-        return char, position + 1
-    # A quote that starts no string (27" wide, after a word) is part of a word.
-    word = _LOOSE_WORD.match(text, position)
-    return (word.group(), word.end()) if word else (char, position + 1)
+    return loose_json.stops_mid_value(text)
 
 
 def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
@@ -748,7 +683,7 @@ def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tup
     except ValueError:
         return None
     if "\n" not in mended[:end]:
-        end_in_text = _loose_value_end(text, start)  # mending moved it
+        end_in_text = loose_json.value_end(text, start)  # mending moved it
         calls = _written_from_value(value, text[start:end_in_text], error, known, cut=False) if end_in_text else None
         return (calls, end_in_text) if calls and end_in_text else None
     # Mending adds and removes no line break: the call ends on the same line of `text`.
@@ -768,10 +703,10 @@ _LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:""")
 
 def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Written], int] | None:
     """The JSON5-like call at `start` (single quotes, bare keys) whose strings hold raw line breaks, read whole to its
-    closing bracket, as JSON (see _loose_value_as_json), and where it ends; None when it closes on its
+    closing bracket, as JSON (see loose_json.value_as_json), and where it ends; None when it closes on its
     first line, or never (cut off, as its first line alone says), or breaks a line outside its strings (the lines may
     be calls of their own, one lacking its brace), or is no call."""
-    read = _loose_value_as_json(text, start)
+    read = loose_json.value_as_json(text, start)
     if read is None:
         return None
     json_text, end = read
@@ -781,77 +716,6 @@ def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Writ
         return None
     calls = _written_from_value(value, json_text, "", known, cut=False)
     return (calls, end) if calls else None
-
-
-def _loose_value_as_json(text: str, start: int) -> tuple[str, int] | None:
-    """The JSON5-like object or array at `start`, read as _loose_json_stops_mid_value reads, written as JSON (its strings
-    double-quoted, its bare keys quoted, Python's True, False and None as JSON's), and where it ends; the repair is not
-    used, as it reads an apostrophe before a line break as a string's end. None unless it closes on a later line than
-    its first, with every line break it spans inside a string."""
-    pieces: list[str] = []
-    open_brackets: list[str] = []
-    last, position = "", start
-    while position < len(text):
-        char = text[position]
-        token, after = _loose_token(text, position, last)
-        if token == "" or (char == "\n" and token == " "):
-            return None  # a string the text ends inside of, or a line break between values
-        if token == '"':
-            pieces.append(_as_json_string(text[position:after]))
-        elif token not in ("{", "}", "[", "]", ",", ":", " ") and last in ("{", ",") and open_brackets[-1:] == ["{"]:
-            pieces.append(json.dumps(token))  # a bare key
-        else:
-            pieces.append(_PYTHON_LITERALS.get(token, text[position:after]))
-        position = after
-        if char in "{[":
-            open_brackets.append(char)
-        elif char in "}]" and open_brackets:
-            open_brackets.pop()
-            if not open_brackets:
-                return ("".join(pieces), after) if "\n" in text[start:after] else None
-        if token != " ":
-            last = token
-    return None
-
-
-def _loose_value_end(text: str, start: int) -> int | None:
-    """Where the object or array at `start` closes, read as _loose_json_stops_mid_value reads (a stray backslash, a
-    trailing comma, single quotes do not stop it); None when the text ends first."""
-    depth, last, position = 0, "", start
-    while position < len(text):
-        token, position = _loose_token(text, position, last)
-        if token == "":
-            return None
-        if token in ("{", "["):
-            depth += 1
-        elif token in ("}", "]"):
-            depth -= 1
-            if depth <= 0:
-                return position
-        if token != " ":
-            last = token
-    return None
-
-
-_PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}
-
-
-def _as_json_string(quoted: str) -> str:
-    """A string as JSON writes it, from its text quoted either way; a line break in it escaped."""
-    if quoted[0] == '"':
-        return quoted.replace("\r\n", "\\n").replace("\n", "\\n")
-    out: list[str] = []
-    inner, i = quoted[1:-1], 0
-    while i < len(inner):
-        char = inner[i]
-        if char == "\\" and i + 1 < len(inner):
-            follower = inner[i + 1]
-            out.append("'" if follower == "'" else char + follower)
-            i += 2
-            continue
-        out.append({'"': '\\"', "\n": "\\n", "\r": "\\r"}.get(char, char))
-        i += 1
-    return '"' + "".join(out) + '"'
 
 
 def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
@@ -917,10 +781,6 @@ def _whole_calls_then_the_rest(
     return [call for found in whole for call in found or ()] + rest if rest else []
 
 
-# What may stand between two calls written one after another: Llama 3's `; `, a comma, white space.
-_BETWEEN_VALUES = re.compile(r"\s*[;,]?\s*")
-
-
 def _values_one_after_another(block: str) -> tuple[list[tuple[Any, str]], tuple[int, ValueError] | None]:
     """The JSON values `block` holds one after another, each with its text, up to the first that does not read, and
     where that one starts with its error (None when all of `block` reads)."""
@@ -932,7 +792,7 @@ def _values_one_after_another(block: str) -> tuple[list[tuple[Any, str]], tuple[
         except ValueError as exc:
             return values, (position, exc)
         values.append((value, block[position:end]))
-        position = _BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
+        position = BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
     return values, None
 
 
