@@ -442,6 +442,20 @@ def overnight_run(config: Path) -> subprocess.Popen:
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def killed_while_it_waits(config: Path, *, waited_s: float = 0.0) -> None:
+    """`overnight run` started, then killed (kill -9) `waited_s` after its task began waiting for another worker's lease."""
+    night = overnight_run(config)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "task_waiting_for_lease" not in (line := night.stderr.readline()):
+            assert line, "the night ended without waiting"
+        time.sleep(waited_s)
+        assert night.poll() is None, "the night ended before it could be killed"
+    finally:
+        night.kill()
+        night.communicate(timeout=30)
+
+
 class TestWaitingForALease:
     def test_two_machines_starting_the_same_night_both_exit_0_when_every_task_is_done(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Two `overnight run`s on one store, started together: a task found leased by the other waits for
@@ -557,14 +571,7 @@ class TestWaitingForALease:
         config = shared_config(tmp_path / "a", repo, server, store_file)
         settings = load_config(config)
         held_by_another_machine(store_file, repo, ttl_s=600)
-        night = overnight_run(config)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and "task_waiting_for_lease" not in (line := night.stderr.readline()):
-                assert line, "the night ended without waiting"
-        finally:
-            night.kill()
-            night.communicate(timeout=30)
+        killed_while_it_waits(config)
         the_work = work_key(repository_key(Repo(repo), "HEAD"), settings.task[0])
         store = RunStore.open(settings.store_url)
         try:
@@ -700,16 +707,7 @@ class TestWaitingForALease:
         config = shared_config(tmp_path / "a", repo, server, store_file)
         settings = load_config(config)
         held_by_another_machine(store_file, repo, ttl_s=600)
-        night = overnight_run(config)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and "task_waiting_for_lease" not in (line := night.stderr.readline()):
-                assert line, "the night ended without waiting"
-            time.sleep(3 * LEASE_POLL_S)
-            assert night.poll() is None, "the night ended before it could be killed"
-        finally:
-            night.kill()
-            night.communicate(timeout=30)
+        killed_while_it_waits(config, waited_s=3 * LEASE_POLL_S)
         killed_at = datetime.now(timezone.utc)
         recover(settings)
         report = report_json(config, capsys)
