@@ -442,6 +442,16 @@ def overnight_run(config: Path) -> subprocess.Popen:
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def task_on_machine_b(store: RunStore, the_work: str) -> int:
+    """The row of task `fix-greet` (the work `the_work`) in a run of machine-b's, begun; whatever lease machine-b holds is left as it is."""
+    holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+    return store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+
+
+def ended_on_machine_b(store: RunStore, the_work: str, **ending: Any) -> None:
+    """Task `fix-greet` (the work `the_work`) in a run of machine-b's, ended as `ending` says (outcome, reason, commit)."""
+    store.finish_task(task_on_machine_b(store, the_work), **ending)
+
 def killed_while_it_waits(config: Path, *, waited_s: float = 0.0) -> None:
     """`overnight run` started, then killed (kill -9) `waited_s` after its task began waiting for another worker's lease."""
     night = overnight_run(config)
@@ -575,9 +585,7 @@ class TestWaitingForALease:
         the_work = work_key(repository_key(Repo(repo), "HEAD"), settings.task[0])
         store = RunStore.open(settings.store_url)
         try:
-            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
-            store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
+            ended_on_machine_b(store, the_work, outcome="succeeded", commit="c" * 40)
         finally:
             store.close()
         recover(settings)
@@ -596,8 +604,7 @@ class TestWaitingForALease:
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
 
         def commit_it_then_die(store: RunStore, run: Any) -> None:
-            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+            holders_task = task_on_machine_b(store, the_work)
             iteration = store.begin_iteration(holders_task, number=1, checkpoint="a" * 40, pid=1)
             store.finish_iteration(iteration, outcome="committed", commit="c" * 40, turns=1, tokens=10)
             # Dead: its lease is renewed no more and lapses (here at once, not after its ttl).
@@ -621,9 +628,7 @@ class TestWaitingForALease:
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
 
         def finish_it_as_the_holder_would(store: RunStore, run: Any) -> None:
-            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
-            store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
+            ended_on_machine_b(store, the_work, outcome="succeeded", commit="c" * 40)
 
         clock = clock_from(datetime(2026, 11, 30, 6, 29, 53, tzinfo=timezone.utc), speed=2)
         with once_it_waits(store_file, tmp_path / "a" / "state", finish_it_as_the_holder_would) as finished_by_the_holder, json_logs() as log:
@@ -651,9 +656,7 @@ class TestWaitingForALease:
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
 
         def finish_it_then_die_holding_the_lease(store: RunStore, run: Any) -> None:
-            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
-            store.finish_task(holders_task, outcome="succeeded", commit="c" * 40)
+            ended_on_machine_b(store, the_work, outcome="succeeded", commit="c" * 40)
 
         nights_stop = CancelToken()
         stop = threading.Timer(4 * LEASE_POLL_S, nights_stop.cancel, args=("SIGTERM",))
@@ -683,9 +686,7 @@ class TestWaitingForALease:
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
 
         def fail_it_then_let_go(store: RunStore, run: Any) -> None:
-            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
-            holders_task = store.begin_task(holders_run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
-            store.finish_task(holders_task, outcome="failed", reason="check_failed")
+            ended_on_machine_b(store, the_work, outcome="failed", reason="check_failed")
             [lease] = store.leases()
             store.release_lease(lease.task, lease.owner)
 
