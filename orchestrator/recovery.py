@@ -193,7 +193,10 @@ def _settle_dead_iteration(
     # The agent's last possible write: its last model call's answer acted on (a check, a command).
     agent_done_by = store.on_this_hosts_clock(iteration.heartbeat_at or iteration.started_at) + stale_after
     commit = _settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else ""
-    view = _record_committed(store, iteration, commit) if commit else _record_interrupted(store, iteration)
+    if commit:
+        view = _record_committed(store, iteration, commit, _seen_committing(store, config, iteration, commit, agent_done_by))
+    else:
+        view = _record_interrupted(store, iteration)
     log.info(
         "iteration_recovered",
         run_id=run.id,
@@ -209,15 +212,27 @@ def _settle_dead_iteration(
     return view
 
 
-def _record_committed(store: Any, iteration: Any, commit: str) -> Any:
-    """The iteration died after committing `commit` but before recording it: recorded `committed`, its task succeeded."""
+def _seen_committing(store: Any, config: Config, iteration: Any, commit: str, agent_done_by: datetime) -> datetime:
+    """When the dead iteration was last seen alive, on the store's clock: its commit's committer date (its check
+    and commit came after its last heartbeat, its last model call), never before that heartbeat nor past
+    `agent_done_by` (a date a person's amend gave it, say) or now; not recovery's own time, the next night's."""
+    heartbeat = iteration.heartbeat_at or iteration.started_at
+    committed = open_repo(config.repo_path).commit(commit).committed_datetime
+    # Measured from the heartbeat on this host's clock, the commit's: a shared store's clock may differ.
+    later_by = min(committed, agent_done_by, datetime.now(timezone.utc)) - store.on_this_hosts_clock(heartbeat)
+    return heartbeat + max(later_by, timedelta(0))
+
+
+def _record_committed(store: Any, iteration: Any, commit: str, ended: datetime) -> Any:
+    """The iteration died after committing `commit` but before recording it: recorded `committed`, its task
+    succeeded; it ended at `ended` (the store's clock), so its run does too (`RunStore._last_seen_alive`)."""
     store.finish_iteration(
-        iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens
+        iteration.id, outcome="committed", commit=commit, turns=iteration.turns, tokens=iteration.tokens, at=ended
     )
     # Its run may have closed the task as interrupted already: the store failed as the commit was
     # recorded and came back for the run's own end. The branch holds the work: the task succeeded.
     store.succeed_interrupted_task(iteration.task_run_id, commit)
-    return dataclasses.replace(iteration, outcome="committed", commit=commit)
+    return dataclasses.replace(iteration, outcome="committed", commit=commit, finished_at=ended, heartbeat_at=ended)
 
 
 def _record_interrupted(store: Any, iteration: Any) -> Any:

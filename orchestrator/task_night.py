@@ -134,7 +134,8 @@ def _an_error_ends_the_night(night: _Night) -> Iterator[None]:
 
 
 def _first_try(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
-    """The task's row recorded, then the task ended without work if it must be, else worked under its lease."""
+    """The task's row recorded, then the task ended without work if it must be, else worked under its lease; one
+    whose lease another live worker holds is `done_elsewhere` if the store records the work done, else set aside."""
     run = _begin(night, task)
     # Refused before its first request is asked ahead: a task whose budget the earlier runs spent costs no call.
     if ended := _ended_earlier(night, run) or _refused(night, run):
@@ -142,6 +143,10 @@ def _first_try(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
     try:
         return _under_lease(night, run, taken=_done_elsewhere)
     except LeaseHeld as held:
+        # The store asked before the first wait, as at each later try: a holder killed between recording the
+        # task done and letting its lease go would cost a LEASE_POLL_S for nothing.
+        if ended := _done_elsewhere(night, run):
+            return _finished(night, run, _recorded(night, run, ended))
         return _wait_for_lease(night, _Waiting(run, str(held), time.monotonic()), first=True)
 
 

@@ -14,7 +14,7 @@ import sys
 import textwrap
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -458,6 +458,26 @@ class TestRecoveryOfStoredState:
         reopened.close()
         assert run.status == "crashed" and run.tasks[0].outcome == "succeeded" and run.tasks[0].commit == commit
         assert [e["event"] for e in logs].count("iteration_recovered") == 1
+
+    def test_a_commit_dated_past_what_the_dead_iteration_could_write_ends_it_no_later_than_that(self, tmp_path: Path, repo: Path) -> None:
+        """The dead iteration was last seen six hours ago but its commit is dated now (a person's amend, a clock
+        set right): its end is capped at the latest it could have written, not dated to the recovery."""
+        config = _config(tmp_path, repo)
+        store, worktree, run_id, iteration, _ = self._running(config, "fix-greet", dead_pid())
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        commit = worktree.commit("overnight: fix-greet iteration 1\n\nfixed")
+        store.close()
+        seen = datetime.fromtimestamp(time.time() - 6 * 3600, timezone.utc)
+        self._seen_last(config, iteration, seen)
+        [settled], _ = recover(config)
+        assert (settled.outcome, settled.commit) == ("committed", commit)
+        reopened = RunStore.open(config.store_url)
+        run = reopened.run(run_id)
+        reopened.close()
+        [ended] = [it.finished_at for it in run.tasks[0].iterations]
+        could_write_by = seen + timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
+        assert seen <= ended <= could_write_by
+        assert settled.finished_at == ended
 
     def test_commit_made_on_the_agents_own_commit_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
         """The agent committed part of the work itself, the iteration's commit followed (it keeps the
@@ -1251,6 +1271,54 @@ class TestKilledNight:
         assert "iteration_recovered" in [e["event"] for e in logs]
         with StateLock(config.state_dir):
             pass  # the kernel freed whatever the dead night held
+
+    def test_an_iteration_killed_after_its_commit_is_dated_to_its_death_not_to_its_recovery(
+        self, tmp_path: Path, repo: Path, server: Any, capsys: Any
+    ) -> None:
+        """A real night killed right after an iteration's commit, before the store recorded it: recovered
+        seconds later, the iteration, its task and its run end when the night was last seen alive (within a
+        second of the death), not when recovery found them."""
+        shims = tmp_path / "shims"  # the night's git: a commit made, it says so and waits there to be killed
+        shims.mkdir()
+        (shims / "git").write_text(
+            f'#!/bin/sh\n[ "$1" = commit ] || exec {shutil.which("git")} "$@"\n'
+            f'{shutil.which("git")} "$@" || exit $?\ntouch {tmp_path / "committed"}\nsleep 60\n'
+        )
+        (shims / "git").chmod(0o755)
+        config = _config(tmp_path, repo, server.url, max_iterations=1)
+        server.enqueue(call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}), call("submit", {"summary": "fixed"}))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config.source), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"},
+        )
+        try:
+            _wait_for(lambda: (tmp_path / "committed").exists() or proc.poll() is not None, 60, "the iteration's commit")
+            assert proc.poll() is None, "the night ended before it could be killed"
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the night and its waiting git
+            proc.wait()
+        killed_at = datetime.now(timezone.utc)
+        committed = git(repo, "rev-parse", "overnight/fix-greet")
+        with contextlib.closing(sqlite3.connect(config.state_dir / "runs.db")) as db:
+            assert db.execute("SELECT outcome FROM iterations").fetchall() == [("running",)]
+        time.sleep(3)  # the next night comes later (hours, in life)
+
+        [settled], _ = recover(config)
+        assert (settled.outcome, settled.commit) == ("committed", committed)
+        shown = report_json(config.source, capsys)["run"]  # the morning's report dates the run so
+        reopened = RunStore.open(config.store_url)
+        run = reopened.run(shown["id"])
+        reopened.close()
+        task, never_begun = run.tasks
+        [iteration] = task.iterations
+        assert (run.status, task.outcome, iteration.outcome, iteration.commit) == ("crashed", "succeeded", "committed", committed)
+        assert (never_begun.outcome, never_begun.reason) == ("cancelled", "night_crashed")
+        latest = killed_at + timedelta(seconds=1)  # a heartbeat's slack
+        for ended in (iteration.finished_at, task.finished_at, never_begun.finished_at, run.finished_at):
+            assert ended <= latest, f"ended {ended}, killed at {killed_at}"
+        assert datetime.fromisoformat(shown["finished_at"]) <= latest
+        assert iteration.finished_at >= iteration.started_at
 
     def test_the_note_a_night_killed_before_writing_it_owed_is_written_by_recovery(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The store records a rollback with its note owed, then notes.md gets the entry: a night killed

@@ -677,6 +677,36 @@ class TestWaitingForALease:
             store.close()
         assert len(server.requests) == 0
 
+    def test_a_task_its_holder_recorded_done_but_never_let_go_is_done_elsewhere_at_the_first_try(
+        self, tmp_path: Path, repo: Path, server: Any
+    ) -> None:
+        """A scheduled night begun again finds the task's lease held by a worker that recorded the task succeeded
+        since the fire and was killed before letting go: its first try records it `done_elsewhere` at once, as a
+        later try would, without setting it aside to wait a LEASE_POLL_S (no `task_waiting_for_lease`)."""
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file)
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        held_by_another_machine(store_file, repo, ttl_s=600)
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            ended_on_machine_b(store, the_work, outcome="succeeded", commit="c" * 40)
+        finally:
+            store.close()
+        with json_logs() as log:
+            result = run_in_process(config, scheduled_for=fired)
+        [task] = result.tasks
+        assert (task.outcome.value, task.reason, result.exit_code) == ("skipped", "done_elsewhere", 0)
+        events = events_of(log)
+        assert [e["host"] for e in events if e["event"] == "task_skipped_done_elsewhere"] == ["machine-b"]
+        assert not [e for e in events if e["event"] in ("task_waiting_for_lease", "task_skipped_leased")]
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            assert [lease.owner.split(":")[0] for lease in store.leases()] == ["machine-b"]
+        finally:
+            store.close()
+        assert len(server.requests) == 0
+
     def test_a_task_its_holder_recorded_failed_is_worked_once_the_lease_is_free(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The holder recorded the task failed and let its lease go: the waiting night's later try, which asks the
         store whether the work was done first, finds it not done and works it, as before."""
