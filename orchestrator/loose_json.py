@@ -1,13 +1,16 @@
 """JSON5-like text as small models write their calls' arguments, read loosely: 'single-quoted' strings, bare keys
 and words (Python's True and None), objects one after another. json_repair reads such text, but it cannot say
-whether the text stops in the middle of a value (a call cut off, which must not run with half a value), and it
-reads an apostrophe before a line break as a string's end. orchestrator/toolcalls.py asks this module only once
-strict JSON has failed, so a healthy call never pays for it."""
+whether the text stops in the middle of a value (a call cut off, which must not run with half a value), it reads an
+apostrophe inside a single-quoted string (`'it's done'`) as the string's end, and it drops the line breaks that end a
+string (a file's last newline): so a lone value is written here as JSON (its closing brackets added when only they are
+missing) and read strictly. orchestrator/toolcalls.py asks this module only once strict JSON has failed, so a healthy
+call never pays for it."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 # What may stand between two values written one after another: Llama 3's `; `, a comma, white space.
 BETWEEN_VALUES = re.compile(r"\s*[;,]?\s*")
@@ -83,13 +86,59 @@ def value_as_json(text: str, start: int) -> tuple[str, int] | None:
     double-quoted, its bare keys quoted, Python's True, False and None as JSON's), and where it ends; the repair is not
     used, as it reads an apostrophe before a line break as a string's end. None unless it closes on a later line than
     its first, with every line break it spans inside a string."""
+    read = _read_as_json(text, start, line_breaks_between_values=False)
+    if read is None or read.open_brackets or "\n" not in text[start : read.end]:
+        return None
+    return read.json, read.end
+
+
+def only_value_as_json(text: str, start: int) -> str | None:
+    """The JSON5-like object or array at `start`, written as JSON as value_as_json writes it (on one line or several),
+    when it is the text's only value: what follows it is white space or words (the model's, after its call; see
+    _only_words). A text that ends with every value whole but brackets still open (see stops_mid_value) has them
+    closed, as its writer meant; one that stops mid-value is None, as it cannot be told what was meant. The repair is
+    not used: it reads an apostrophe inside a single-quoted string as the string's end, and drops the line breaks
+    that end a string (a file's last newline)."""
+    read = _read_as_json(text, start, line_breaks_between_values=True)
+    if read is None:
+        return None
+    if read.open_brackets:
+        if stops_mid_value(text[start:]):
+            return None
+        return read.json + "".join(_CLOSING[bracket] for bracket in reversed(read.open_brackets))
+    return read.json if _only_words(text[read.end :]) else None
+
+
+@dataclass(frozen=True)
+class _AsJson:
+    """A JSON5-like value read as JSON: its text, where the reading ended, and the brackets the text ended inside."""
+
+    json: str
+    end: int
+    open_brackets: tuple[str, ...]
+
+
+_CLOSING = {"{": "}", "[": "]"}
+
+
+def _only_words(rest: str) -> bool:
+    """Whether `rest`, after a value, is white space or the model's words after its call: not another object or array,
+    nor text that starts or ends with a quote or holds a bracket, a sign that the value closed early (a single-quoted
+    string's quote before a bracket inside it, `'d = {1: 'a', 2: 'b'}'`, read as its end)."""
+    rest = rest.strip()
+    return not rest or (rest[0] not in "'\"" and rest[-1] not in "'\"" and not any(bracket in rest for bracket in "{}[]"))
+
+
+def _read_as_json(text: str, start: int, *, line_breaks_between_values: bool) -> _AsJson | None:
+    """The JSON5-like object or array at `start` written as JSON, up to where it closes or, with brackets still open,
+    the text ends; None when the text ends inside a string, or at a line break between values unless allowed."""
     pieces: list[str] = []
     open_brackets: list[str] = []
     last, position = "", start
     while position < len(text):
         char = text[position]
         token, after = token_at(text, position, last)
-        if token == "" or (char == "\n" and token == " "):
+        if token == "" or (char == "\n" and token == " " and not line_breaks_between_values):
             return None  # a string the text ends inside of, or a line break between values
         if token == '"':
             pieces.append(_as_json_string(text[position:after]))
@@ -103,10 +152,10 @@ def value_as_json(text: str, start: int) -> tuple[str, int] | None:
         elif char in "}]" and open_brackets:
             open_brackets.pop()
             if not open_brackets:
-                return ("".join(pieces), after) if "\n" in text[start:after] else None
+                return _AsJson("".join(pieces), after, ())
         if token != " ":
             last = token
-    return None
+    return _AsJson("".join(pieces), position, tuple(open_brackets))
 
 
 def value_end(text: str, start: int) -> int | None:
@@ -132,9 +181,9 @@ _PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}
 
 
 def _as_json_string(quoted: str) -> str:
-    """A string as JSON writes it, from its text quoted either way; a line break in it escaped."""
+    """A string as JSON writes it, from its text quoted either way; a line break in it (`\\r` too) escaped."""
     if quoted[0] == '"':
-        return quoted.replace("\r\n", "\\n").replace("\n", "\\n")
+        return quoted.replace("\r", "\\r").replace("\n", "\\n")
     out: list[str] = []
     inner, i = quoted[1:-1], 0
     while i < len(inner):

@@ -312,15 +312,32 @@ def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
 
 def _repaired(text: str) -> Any:
     """`text`'s value after repair: first of the two slips small models make most (a backslash JSON does
-    not know: a regex's `\\d` written as is; a comma before a closing bracket) mended exactly, since
-    the repair library also drops the whitespace that ends a string (a file's last newline)."""
+    not know: a regex's `\\d` written as is; a comma before a closing bracket) mended exactly; then, when
+    `text` is one JSON5-like object or array (single quotes, bare keys, the model's words after it, closing
+    brackets missing though every value is whole), that value read loosely; the repair library only for the
+    rest, since it drops the line breaks that end a string (a file's last newline) and reads an apostrophe
+    inside a single-quoted string (`'it's done'`) as its end."""
     mended = _mended(text)
     if mended != text:
         try:
             return _loads(mended)
         except ValueError:
             pass
-    return _repair(text)
+    loose = _read_loosely(text)
+    return loose if loose is not None else _repair(text)
+
+
+def _read_loosely(text: str) -> Any:
+    """`text`'s only object or array, written as JSON by loose_json (its open brackets closed when every value is
+    whole), its slips mended, then parsed strictly; None when `text` holds no such value or that does not parse."""
+    start = len(text) - len(text.lstrip())
+    json_text = loose_json.only_value_as_json(text, start) if text.startswith(("{", "["), start) else None
+    if json_text is None:
+        return None
+    try:
+        return _loads(_mended(json_text))
+    except ValueError:
+        return None
 
 
 def _mended(text: str) -> str:

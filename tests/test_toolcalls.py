@@ -244,6 +244,48 @@ class TestNativeCalls:
         call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
         assert call == ToolCall("edit_file", {"path": "greet.py", "old": "helo", "new": "hello"}, id="call_0")
 
+    @pytest.mark.parametrize(
+        ("arguments", "content"),
+        [
+            ("{'path': 'a.txt', 'content': 'it's done'}", "it's done"),
+            ("{'path': 'a.txt', 'content': 'it's'}", "it's"),
+            ("{path: 'a.txt', content: 'it's done'}", "it's done"),
+            ("{'path': 'a.txt', 'content': 'it's done'", "it's done"),
+            ("{'path': 'a.txt', 'content': 'x = 1\\n'}", "x = 1\n"),
+            ("{'path': 'a.txt', 'content': 'it's done'}\nI'll check it next.", "it's done"),
+        ],
+        ids=["apostrophe", "apostrophe-at-the-end", "unquoted-keys", "lacking-its-brace", "last-newline", "words-after"],
+    )
+    def test_one_line_single_quoted_arguments_are_written_as_sent(self, arguments, content):
+        """One-line single-quoted arguments run with every string exactly as the model wrote it: an apostrophe inside a
+        word does not end it (the repair wrote `it's done'`), nor is its last line break dropped."""
+        assert only(native(("write_file", arguments))) == ToolCall("write_file", {"path": "a.txt", "content": content}, id="call_0")
+
+    def test_single_quoted_code_with_a_quote_before_a_bracket_is_not_cut_there(self):
+        """A single-quoted string of code whose quote stands before a bracket (`{1: 'a', 2: 'b'}`) is not read as ending
+        there, the object closed early and the rest dropped: such arguments are repaired as before."""
+        arguments = "{'path': 'a.py', 'content': 'd = {1: 'a', 2: 'b'}'}"
+        assert only(native(("write_file", arguments))) == ToolCall("write_file", {"path": "a.py", "content": "d = {1: 'a', 2: 'b'}"}, id="call_0")
+
+    @pytest.mark.parametrize(
+        ("arguments", "expected"),
+        [
+            ('{"path": "a.py", "content": "x = 1\\n"', "x = 1\n"),
+            ('{"path": "a.py", "content": "x = 1\n"', "x = 1\n"),
+            ('{"path": "a.py", "content": "x = 1\r\n"', "x = 1\r\n"),
+            ('{"path": "a.py", "content": "x = 1\\n\\n"', "x = 1\n\n"),
+            ('{"path": "a.py", "content": "x = 1\\n",', "x = 1\n"),
+            ('{"path": "a.py", "content": "x = 1\n"} Now I run the check.', "x = 1\n"),
+            ("{'path': 'a.py', 'content': \"x = 1\\n\"", "x = 1\n"),
+        ],
+        ids=["escaped", "raw", "raw-crlf", "two", "trailing-comma", "words-after", "single-quoted-keys"],
+    )
+    def test_arguments_lacking_only_their_closing_brace_keep_a_files_last_newline(self, arguments, expected):
+        """Arguments whose every value is whole and only the closing brace is missing (or words follow it) run with the
+        file's last line break, which the repair dropped."""
+        call = only(native(("write_file", arguments)))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": expected}, id="call_0"), call
+
     def test_complete_arguments_at_the_length_limit_are_accepted(self):
         """A call whose arguments parse as they are is fine even when the answer hit the limit."""
         call = only(native(("read_file", '{"path": "a.py"}'), finish_reason="length"))
@@ -504,6 +546,35 @@ class TestTextCalls:
         calls = written(text)
         assert calls[0] == ToolCall("write_file", {"path": "a.py", "content": content}, source="text"), calls
         assert [call.name for call in calls] == ["write_file"] + (["read_file"] if "read_file" in after else []), calls
+
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "tagged", "fenced"])
+    @pytest.mark.parametrize(
+        "call",
+        [
+            "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'it's done'}}",
+            "{\"name\": \"write_file\", \"arguments\": {'path': 'a.txt', 'content': 'it's done'}}",
+            "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'it's done'}",
+        ],
+        ids=["single-quoted", "single-quoted-arguments", "lacking-its-brace"],
+    )
+    def test_a_one_line_single_quoted_call_is_written_as_sent(self, form, call):
+        """A written call on one line whose single-quoted string holds an apostrophe writes that string exactly, in
+        each form a call is written in (the repair wrote `it's done'}`)."""
+        text = {"bare": call, "after-prose": f"I will write it.\n{call}", "tagged": f"<tool_call>{call}</tool_call>", "fenced": f"```json\n{call}\n```"}[form]
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.txt", "content": "it's done"}, source="text")
+
+    @pytest.mark.parametrize(
+        ("form", "newline"),
+        [("bare", "\\n"), ("after-prose", "\\n"), ("tagged", "\\n"), ("fenced", "\\n"), ("tagged", "\n"), ("fenced", "\n")],
+        ids=["bare", "after-prose", "tagged", "fenced", "tagged-raw", "fenced-raw"],
+    )
+    def test_a_written_call_lacking_its_closing_brace_keeps_a_files_last_newline(self, form, newline):
+        """A written call whose every value is whole and only its closing brace is missing writes the file's last
+        line break, which the repair dropped, in each form a call is written in (a bare one whose raw line break
+        spans lines is cut off, as its first line alone says)."""
+        call = '{"name": "write_file", "arguments": {"path": "a.py", "content": "x = 1' + newline + '"}'
+        text = {"bare": call, "after-prose": f"I will write it.\n{call}", "tagged": f"<tool_call>{call}</tool_call>", "fenced": f"```json\n{call}\n```"}[form]
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.py", "content": "x = 1\n"}, source="text")
 
     def test_a_json5_like_bare_call_cut_inside_a_string_over_lines_is_still_cut_off(self):
         """A single-quoted bare call whose string holds a raw line break and never closes is still cut off."""
