@@ -213,11 +213,14 @@ def _settle_dead_iteration(
 
 
 def _seen_committing(store: Any, config: Config, iteration: Any, commit: str, agent_done_by: datetime) -> datetime:
-    """When the dead iteration was last seen alive, on the store's clock: its commit's committer date (its check
+    """When the dead iteration was last seen alive, on the store's clock: when its commit was made (its check
     and commit came after its last heartbeat, its last model call), never before that heartbeat nor past
-    `agent_done_by` (a date a person's amend gave it, say) or now; not recovery's own time, the next night's."""
+    `agent_done_by` (a clock set wrong) or now; not recovery's own time, the next night's. When it was made: the
+    earlier of its committer and author dates, as a person's amend (or rebase) of it since dates its committer
+    anew but keeps its author date."""
     heartbeat = iteration.heartbeat_at or iteration.started_at
-    committed = open_repo(config.repo_path).commit(commit).committed_datetime
+    made = open_repo(config.repo_path).commit(commit)
+    committed = min(made.committed_datetime, made.authored_datetime)
     # Measured from the heartbeat on this host's clock, the commit's: a shared store's clock may differ.
     later_by = min(committed, agent_done_by, datetime.now(timezone.utc)) - store.on_this_hosts_clock(heartbeat)
     return heartbeat + max(later_by, timedelta(0))

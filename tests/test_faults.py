@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy
 import structlog
 
+from orchestrator.commands import GIT_IDENTITY
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
 from orchestrator.leases import LeaseHeld, LeaseKeeper
@@ -478,6 +479,29 @@ class TestRecoveryOfStoredState:
         could_write_by = seen + timedelta(seconds=config.night.check_timeout_s + config.model.request_timeout_s + 60)
         assert seen <= ended <= could_write_by
         assert settled.finished_at == ended
+
+    def test_a_commit_a_person_amended_since_the_death_is_dated_to_when_the_iteration_made_it(self, tmp_path: Path, repo: Path) -> None:
+        """The iteration committed a minute after its last heartbeat and died; in the morning a person amended the
+        commit (a typo in the code), which dates its committer now: recovery dates the iteration's end to the commit's
+        making, which the amend kept as its author date, not to the latest it could have written."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, iteration, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        seen = datetime.fromtimestamp(int(time.time()) - 6 * 3600, timezone.utc)
+        self._seen_last(config, iteration, seen)
+        made = seen + timedelta(minutes=1)
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'helo!'\n")
+        then = {"GIT_AUTHOR_DATE": made.isoformat(), "GIT_COMMITTER_DATE": made.isoformat(), **GIT_IDENTITY}
+        subprocess.run(  # the iteration's commit as Worktree.commit makes it, made then
+            ["git", "commit", "--quiet", "-a", "-m", "overnight: fix-greet iteration 1\n\nfixed"],
+            cwd=worktree.path, env={**os.environ, **then}, check=True,
+        )
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        git(worktree.path, "commit", "--quiet", "--amend", "--no-edit", "-a")  # the person's fix, committed now
+        amended = git(worktree.path, "rev-parse", "HEAD")
+        [settled], _ = recover(config)
+        assert (settled.outcome, settled.commit) == ("committed", amended)
+        assert settled.finished_at == made
 
     def test_commit_made_on_the_agents_own_commit_before_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
         """The agent committed part of the work itself, the iteration's commit followed (it keeps the

@@ -646,7 +646,7 @@ class TestWaitingForALease:
     ) -> None:
         """The holder recorded the task succeeded and was killed before letting its lease go: the waiting night's
         next try records it `done_elsewhere` (exit 0) while the lease still says held, not once its ttl lapses or
-        the night stops (here a stop 4 LEASE_POLL_S in, which would leave the night cancelled)."""
+        the night stops (here a stop 4 LEASE_POLL_S after the holder's end, which would leave the night cancelled)."""
         from orchestrator.cancel import CancelToken
         from orchestrator.night import LEASE_POLL_S
 
@@ -655,17 +655,22 @@ class TestWaitingForALease:
         held_by_another_machine(store_file, repo, ttl_s=600)
         the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[0])
 
+        nights_stop = CancelToken()
+        # Counted from the holder's end, not the night's start: a slow start must not use up the tries' time.
+        stop = threading.Timer(4 * LEASE_POLL_S, nights_stop.cancel, args=("SIGTERM",))
+
         def finish_it_then_die_holding_the_lease(store: RunStore, run: Any) -> None:
             ended_on_machine_b(store, the_work, outcome="succeeded", commit="c" * 40)
+            stop.start()
 
-        nights_stop = CancelToken()
-        stop = threading.Timer(4 * LEASE_POLL_S, nights_stop.cancel, args=("SIGTERM",))
-        stop.start()
+        never_acted = threading.Timer(60, nights_stop.cancel, args=("SIGTERM",))  # the holder never came: no 600 s wait
+        never_acted.start()
         try:
             with once_it_waits(store_file, tmp_path / "a" / "state", finish_it_then_die_holding_the_lease) as finished, json_logs() as log:
                 result = run_in_process(config, cancel=nights_stop)
         finally:
             stop.cancel()
+            never_acted.cancel()
         assert finished.is_set()
         [task] = result.tasks
         assert (task.outcome.value, task.reason, result.exit_code) == ("skipped", "done_elsewhere", 0)
