@@ -175,7 +175,7 @@ def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool)
     arguments = _read_arguments(raw.arguments)
     if arguments.json_error and cut:
         return [BrokenCall(name=name, raw_arguments=raw.arguments, problem="unparseable", detail=_CUT_OFF, id=raw.id)]
-    several = _argument_objects_one_after_another(raw.arguments) if arguments.json_error else []
+    several = _echoes_dropped(_argument_objects_one_after_another(raw.arguments)) if arguments.json_error else []
     # The later ones have no id of the server's: the history gives each its own.
     return [_fit(name, one, tools[name], call_id=raw.id if i == 0 else "", source="native") for i, one in enumerate(several or [arguments])]
 
@@ -204,6 +204,19 @@ def _argument_objects_one_after_another(text: str) -> list[_Arguments]:
     else:
         return []
     return [*(_Arguments(value, raw) for value, raw in walked), last]
+
+
+def _echoes_dropped(objects: list[_Arguments]) -> list[_Arguments]:
+    """The argument objects less what a streaming server echoes, which is no call: an empty `{}` beside a non-empty
+    or cut one (a stream's opening delta, as Bedrock sends) and a copy of the object just before (the whole arguments
+    sent again)."""
+    any_filled = any(one.value != {} for one in objects)
+    kept: list[_Arguments] = []
+    for one in objects:
+        if (one.value == {} and any_filled) or (kept and one.value is not None and one.value == kept[-1].value):
+            continue
+        kept.append(one)
+    return kept
 
 
 def _check_written(found: _Written, tools: dict[str, dict[str, Any]]) -> ToolCall | BrokenCall:

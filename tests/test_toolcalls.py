@@ -214,6 +214,22 @@ class TestNativeCalls:
             assert len({call.id for call in calls}) == 2, calls
 
     @pytest.mark.parametrize(
+        ("tool", "arguments", "expected"),
+        [
+            ("read_file", '{}{"path": "a.py"}', {"path": "a.py"}),
+            ("read_file", '{"path": "a.py"}{}', {"path": "a.py"}),
+            ("read_file", '{"path": "a.py"}{"path": "a.py"}', {"path": "a.py"}),
+            ("run_check", "{}{}", {}),
+            ("read_file", '{}{"path": "a.py"', {"path": "a.py"}),
+        ],
+        ids=["empty-first", "empty-last", "sent-twice", "all-empty", "empty-first-brace-missing"],
+    )
+    def test_a_servers_echo_of_the_arguments_is_no_call_of_its_own(self, tool, arguments, expected):
+        """An empty object beside the arguments (a stream's opening `{}`, as Bedrock sends) or the same object sent again
+        (a stream that repeats the whole arguments) is one call, as before, not a second one run on nothing or twice."""
+        assert native((tool, arguments)) == [ToolCall(tool, expected, id="call_0")]
+
+    @pytest.mark.parametrize(
         ("tool", "arguments"),
         [
             ("write_file", '{"path": "a.py", "content": "x = 1"}{"path": "b.py", "content": "x = '),
