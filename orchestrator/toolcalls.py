@@ -277,13 +277,17 @@ def _without_nulls_for_options(parameters: dict[str, Any], arguments: dict[str, 
 
 
 def _read_arguments(text: str) -> _Arguments:
-    """Parse arguments JSON; if it is not valid, keep the repaired value and the error."""
+    """Parse arguments JSON; if it is not valid, keep the repaired value and the error. Arguments cut off mid-value
+    are never run, so they are not repaired: the repair library is quadratic on some garbage (64 kB of `{'` took
+    minutes), and what it would make of them is thrown away."""
     if not text.strip():
         return _Arguments({}, text)
     try:
         return _Arguments(_loads(text), text)
     except ValueError as exc:
-        return _Arguments(_repaired(text), text, _json_error(exc), _ends_mid_value(exc, text))
+        if _ends_mid_value(exc, text):
+            return _Arguments(None, text, _json_error(exc), ends_mid_value=True)
+        return _Arguments(_repaired(text), text, _json_error(exc))
 
 
 def _ends_mid_value(exc: ValueError, text: str) -> bool:

@@ -684,6 +684,15 @@ class TestHostileInput:
         assert written("```" + "a" * 64000) == []
         assert time.perf_counter() - started < 1
 
+    @pytest.mark.parametrize("unit", ["{'", '{"'])
+    def test_native_arguments_cut_off_in_a_flood_of_brackets_and_quotes_are_refused_quickly(self, unit):
+        """16 kB of `{'` as native arguments (an answer that ended normally) is refused as cut off at once: the
+        repair library, which took about 10 s for it (quadratic), is not asked to mend what will not run."""
+        started = time.perf_counter()
+        call = only(native(("write_file", unit * 8000)))
+        assert isinstance(call, BrokenCall) and "end in the middle of a value" in call.detail
+        assert time.perf_counter() - started < 2.0
+
 
 class TestArgumentsProblem:
     def test_fitting_arguments_have_no_problem(self):
