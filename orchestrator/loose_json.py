@@ -161,20 +161,8 @@ def _read_as_json(text: str, start: int, *, line_breaks_between_values: bool) ->
 def value_end(text: str, start: int) -> int | None:
     """Where the object or array at `start` closes, read as stops_mid_value reads (a stray backslash, a
     trailing comma, single quotes do not stop it); None when the text ends first."""
-    depth, last, position = 0, "", start
-    while position < len(text):
-        token, position = token_at(text, position, last)
-        if token == "":
-            return None
-        if token in ("{", "["):
-            depth += 1
-        elif token in ("}", "]"):
-            depth -= 1
-            if depth <= 0:
-                return position
-        if token != " ":
-            last = token
-    return None
+    read = _read_as_json(text, start, line_breaks_between_values=True)
+    return read.end if read is not None and not read.open_brackets else None
 
 
 _PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}

@@ -186,10 +186,7 @@ def _argument_objects_one_after_another(text: str) -> list[_Arguments]:
     as cut off (see _cut_off_error); [] when `text` holds no such run of two or more objects."""
     text = text.strip()
     walked, unread = _values_one_after_another(text)
-    several = walked if unread is None else []
-    if len(several) < 2:  # one of them wrote a regex's `\d` or a trailing comma
-        mended, unread_mended = _values_one_after_another(_mended(text))
-        several = mended if unread_mended is None else []
+    several = _all_whole(text, walked, unread)
     if len(several) > 1 and all(isinstance(value, dict) for value, _ in several):
         return [_Arguments(value, raw) for value, raw in several]
     if unread is None or not walked or not all(isinstance(value, dict) for value, _ in walked):
@@ -782,10 +779,7 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
         value, error = _loads(block), ""
     except ValueError as exc:
         walked, unread = _values_one_after_another(block)
-        several = walked if unread is None else []
-        if len(several) < 2:  # one of them wrote a regex's `\d` or a trailing comma
-            mended, unread_mended = _values_one_after_another(_mended(block))
-            several = mended if unread_mended is None else []
+        several = _all_whole(block, walked, unread)
         if len(several) > 1:
             written = [_written_from_value(one, raw, "", known, cut) for one, raw in several]
             if all(found is not None for found in written):
@@ -828,6 +822,16 @@ def _values_one_after_another(block: str) -> tuple[list[tuple[Any, str]], tuple[
         values.append((value, block[position:end]))
         position = BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
     return values, None
+
+
+def _all_whole(block: str, walked: list[tuple[Any, str]], unread: tuple[int, ValueError] | None) -> list[tuple[Any, str]]:
+    """The values `block` holds one after another when all of it reads (`walked`, with `unread` None), or, when that
+    gives fewer than two, all of it once mended (one of them wrote a regex's `\\d` or a trailing comma); else []."""
+    several = walked if unread is None else []
+    if len(several) < 2:
+        mended, unread_mended = _values_one_after_another(_mended(block))
+        several = mended if unread_mended is None else []
+    return several
 
 
 def _cut_off_error(block: str, walked: list[tuple[Any, str]], unread: tuple[int, ValueError] | None) -> str:
