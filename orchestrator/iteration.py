@@ -24,7 +24,8 @@ from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink,
 from orchestrator.records import (
     AgentResult, IterationOutcome, IterationReport, KeptOutOfCommit, Level, ModelResponse, Signal, ToolCall, ToolResult,
 )
-from orchestrator.secrecy import PassedSecrets, passed_secrets, redacted_within
+from orchestrator.secrecy import PassedSecrets, passed_secrets
+from orchestrator.surrogates import strings_mapped
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
 
@@ -363,7 +364,7 @@ class _Recorder:
     def message(self, message: Message) -> None:
         # A tool's answer is its output, redacted when the tool made it: walked again, it would cost a pass over up to
         # max_output_chars for each secret value, on every call (half the redaction's cost here).
-        recorded = message if message.get("role") == "tool" else redacted_within(message, self.redact)
+        recorded = message if message.get("role") == "tool" else strings_mapped(message, self.redact)
         self.transcript.write("message", message=recorded)
 
     def model_call(self, response: ModelResponse) -> None:
@@ -388,7 +389,7 @@ class _Recorder:
         self.log.debug("model_call", tokens=response.tokens, latency_ms=latency_ms, calls=len(response.tool_calls))
 
     def tool_call(self, call: ToolCall, result: ToolResult) -> None:
-        arguments = redacted_within(call.arguments, self.redact)
+        arguments = strings_mapped(call.arguments, self.redact)
         self.store.record_tool_call(self.iteration_id, name=call.name, ok=result.ok, message=result.output[:500], data={"arguments": arguments})
         self.transcript.write("tool_call", name=call.name, arguments=arguments, source=call.source, ok=result.ok, output=result.output)
         self.log.debug("tool_call", tool=call.name, ok=result.ok)

@@ -12,7 +12,7 @@ prompt carries) and, written to a file, on the task's branch that CI then pushes
 - what a tool or the check prints has the values of those variables, the model's API key and
   the run store's password replaced by `***` (`Redactor`), however the agent came by them; so
   have the model's own words where they are written down (its text, its calls' arguments, its
-  summary: `redacted_within`), while its tools get them as it wrote them;
+  summary: `surrogates.strings_mapped` with the redaction), while its tools get them as it wrote them;
 - a file the check given `pass_env` wrote one of its values into stays off the task's branch
   (`PassedSecrets`, which secret_commits.py scans what worktree.commit would commit for).
 
@@ -26,7 +26,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 from urllib.parse import unquote
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
@@ -128,19 +128,6 @@ class Redactor:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
-
-
-def redacted_within(value: Any, redact: Callable[[str], str]) -> Any:
-    """`value` as JSON gives it (a call's arguments, a message: dicts, lists, strings, numbers) with each string in it,
-    keys included, through `redact`; a new value, `value` itself unchanged (the tool or the model still gets it whole)."""
-    # Recursion: a call's arguments nest at most toolcalls.MAX_JSON_DEPTH levels, a message a few.
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redacted_within(key, redact): redacted_within(item, redact) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redacted_within(item, redact) for item in value]
-    return value
 
 
 @dataclass(frozen=True)

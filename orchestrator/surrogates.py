@@ -16,7 +16,7 @@ with such escapes is turned back (`unmend_name`) when a tool is given it.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 # The escape mend writes for a byte of a file name that is not UTF-8 (Python's surrogateescape: U+DC80-U+DCFF).
 _ESCAPED_NAME_BYTE = re.compile(r"\\u(dc[89a-f][0-9a-f])", re.IGNORECASE)
@@ -35,12 +35,20 @@ def mend(text: str) -> str:
 
 def mend_all(value: Any) -> Any:
     """Parsed JSON `value`, with every string in it (keys too) mended."""
+    return strings_mapped(value, mend)
+
+
+def strings_mapped(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` as JSON holds it (dicts, lists, strings, numbers; a message's tuples read as lists) with every string in
+    it, keys too, through `change`: a new value, `value` itself unchanged. Here for mend_all; the night's records use it
+    with the redaction too (what the model wrote, recorded with secret values as ***, while its tools get it whole)."""
+    # Recursion: a call's arguments nest at most toolcalls.MAX_JSON_DEPTH levels, a message a few.
     if isinstance(value, str):
-        return mend(value)
-    if isinstance(value, list):
-        return [mend_all(item) for item in value]
+        return change(value)
+    if isinstance(value, (list, tuple)):
+        return [strings_mapped(item, change) for item in value]
     if isinstance(value, dict):
-        return {mend(key) if isinstance(key, str) else key: mend_all(item) for key, item in value.items()}
+        return {strings_mapped(key, change): strings_mapped(item, change) for key, item in value.items()}
     return value
 
 
