@@ -621,12 +621,14 @@ def entry() -> None:
     the exit), both with the secret values known as ***: the night's, or before its config was read, the
     environment's (orchestrator/secrecy.py)."""
     from orchestrator.secrecy import Redactor
-    from orchestrator.tracebacks import print_redacted, thread_tracebacks_redacted
+    from orchestrator.tracebacks import keep_thread_tracebacks_redacted, print_redacted
 
     environments = Redactor.for_night()
+    # For the process's life: a thread may die after entry returned (joined as the interpreter exits). A night's
+    # `run` adds its own for its time.
+    keep_thread_tracebacks_redacted(environments)
     try:
-        with thread_tracebacks_redacted(environments):  # a night's `run` puts its own in for its time
-            main()
+        main()
     except SystemExit:
         _ignore_stopping_signals()
         raise

@@ -23,6 +23,7 @@ the redaction keeps their known values out of the night's records.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -97,7 +98,9 @@ class Redactor:
         # long runs that mix letters and digits: grep of the value prints that line alone.
         pieces += [run for value in multiline for run in re.split(r"\s+", value) if len(run) >= 20 and re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)]
         pieces += [value.replace("\r\n", "\n") for value in multiline if "\r\n" in value]
-        self._values = sorted({value.strip() for value in [*values, *pieces] if _redactable(value)}, key=len, reverse=True)
+        kept = {value.strip() for value in [*values, *pieces] if _redactable(value)}
+        # Also as JSON text holds it (a call's arguments, a message's, are recorded as such): `a"b` is `a\"b` there.
+        self._values = sorted({form for value in kept for form in _json_forms(value)}, key=len, reverse=True)
         # A shorter text holds none: most strings of a call's arguments and of a message (a key, a role, a path) are.
         self._shortest = len(self._values[-1]) if self._values else 0
 
@@ -173,6 +176,12 @@ def passed_secrets(pass_env: Collection[str], environment: Mapping[str, str] | N
         for piece in Redactor([value, *url_secrets(value)]).values:
             names_by_value.setdefault(os.fsencode(piece), set()).add(name)
     return PassedSecrets({value: tuple(sorted(names)) for value, names in names_by_value.items()})
+
+
+def _json_forms(value: str) -> tuple[str, ...]:
+    """`value`, and the same escaped as in a JSON string: as json.dumps writes it with and without ensure_ascii (a
+    `"`, a `\\`, a control character, a non-ASCII letter). For most secrets all three are the value: no cost added."""
+    return (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1])
 
 
 def _redactable(value: str) -> bool:

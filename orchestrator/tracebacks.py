@@ -5,7 +5,6 @@ and stderr goes to cron's mail or a CI log."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import threading
 import traceback
@@ -17,25 +16,58 @@ def print_redacted(bug: BaseException, redact: Callable[[str], str]) -> None:
     _write(redact("".join(traceback.format_exception(bug))))
 
 
+# The redactions of the runs under way in this process (several when an embedding caller or a test runs nights at once),
+# and what `entry` keeps for the process's life: a dying thread's traceback goes through all of them.
+_registered: list[Callable[[str], str]] = []
+_registry_lock = threading.Lock()
+# The hook ours replaced, which gets a thread's exception when no redaction is registered.
+_replaced: Callable[[Any], object] = threading.excepthook
+
+
 @contextlib.contextmanager
 def thread_tracebacks_redacted(redact: Callable[[str], str]) -> Iterator[None]:
     """Inside, an exception that ends a thread (threading.excepthook: the run store's event writer, the deadline watcher,
     a lease's heartbeat, the embedded model's watcher, a thread a user's guard starts) prints as Python's own hook
-    prints it, `Exception in thread NAME:` and the traceback, through `redact`; the hook before is put back after."""
-    before = threading.excepthook
-    threading.excepthook = functools.partial(_print_thread_traceback, redact=redact)
+    prints it, `Exception in thread NAME:` and the traceback, through `redact` and every other redaction registered
+    then; with none registered, the hook that was there before ours gets it. Several may be in at once, and end in any
+    order: one process-wide hook, installed once, reads the registry (a hook put back on exit would undo another's)."""
+    _register(redact)
     try:
         yield
     finally:
-        threading.excepthook = before
+        with _registry_lock:
+            _registered.remove(redact)
 
 
-def _print_thread_traceback(hooked: Any, *, redact: Callable[[str], str]) -> None:
+def keep_thread_tracebacks_redacted(redact: Callable[[str], str]) -> None:
+    """`thread_tracebacks_redacted` for the rest of the process: `entry`'s, for a thread that dies after it returned
+    (one still running when the interpreter exits and joins it)."""
+    _register(redact)
+
+
+def _register(redact: Callable[[str], str]) -> None:
+    global _replaced
+    with _registry_lock:
+        # Again each time: another may have set its own hook since (pytest does for each test, and puts its before back).
+        if threading.excepthook is not _print_thread_traceback:
+            _replaced = threading.excepthook
+            threading.excepthook = _print_thread_traceback
+        _registered.append(redact)
+
+
+def _print_thread_traceback(hooked: Any) -> None:
+    with _registry_lock:
+        redactions = list(reversed(_registered))  # the latest first: a night's holds the environment's values and more
+    if not redactions:
+        _replaced(hooked)
+        return
     if hooked.exc_type is SystemExit:  # as Python's own hook: a thread's sys.exit() is silent
         return
     name = hooked.thread.name if hooked.thread is not None else threading.get_ident()
-    lines = traceback.format_exception(hooked.exc_type, hooked.exc_value, hooked.exc_traceback)
-    _write(redact(f"Exception in thread {name}:\n" + "".join(lines)))
+    text = f"Exception in thread {name}:\n" + "".join(traceback.format_exception(hooked.exc_type, hooked.exc_value, hooked.exc_traceback))
+    for redact in redactions:
+        text = redact(text)
+    _write(text)
 
 
 def _write(text: str) -> None:

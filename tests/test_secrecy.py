@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,16 @@ class TestAReviewsFindings:
         code = 'if text.startswith("-----BEGIN PRIVATE KEY-----"):\n    kind = {"type": "service_account",}'
         assert redact(code) == code
         assert redact("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7") == "***" and "***" in redact(pem.replace("\n", "\r\n"))
+
+
+def test_a_secret_that_json_escapes_is_redacted_in_json_text_too() -> None:
+    """A value holding `"`, `\\`, a control character or a non-ASCII letter is replaced in JSON text that holds it
+    (a call's arguments as the model or overnight wrote them), escaped with or without ensure_ascii, as in plain text."""
+    value = 's3cr3t"qu0te\\back\x01-\u00e9-123'
+    redact = Redactor([value])
+    assert redact(f"echo {value}") == "echo ***"
+    for ensure_ascii in (True, False):
+        assert redact(json.dumps({"content": value}, ensure_ascii=ensure_ascii)) == '{"content": "***"}'
 
 
 def test_a_pretty_printed_json_keys_private_key_line_is_redacted() -> None:
@@ -647,6 +658,29 @@ class TestTheModelsOwnWordsKeepSecretsOut:
         assert '"content": "***"' in transcripts[-1] and "the token is ***" in transcripts[-1]
 
 
+    def test_a_value_that_json_escapes_shows_stars_in_the_calls_json_text(self, config_file, server, repo: Path, tmp_path: Path) -> None:
+        """A secret value holding `"`, `\\` and a non-ASCII letter, which a call's arguments hold escaped (the server's JSON text
+        with ensure_ascii, the assistant message's without), is kept out of the transcript and the store too."""
+        token = 's3cr3t"qu0te\\back-\u00e9-123'
+        config = config_file(
+            tasks=[{"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py",
+                    "tools": ["write_file", "edit_file", "submit"]}],
+            night={"max_iterations": 1, "max_turns": 6},
+        )
+        server.enqueue(
+            call("write_file", {"path": "token.txt", "content": token}),
+            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
+            call("submit", {"summary": f"fixed greet; the token {token} is in token.txt"}),
+        )
+        done = overnight_process(config, "--log-format", "json", "--verbose", env={"OVERNIGHT_TEST_TOKEN": token})
+        assert done.returncode == 0, done.stderr
+        assert git(repo, "show", "overnight/fix-greet:token.txt") == token  # the tool got the real arguments
+        transcripts = [path.read_text() for path in sorted((tmp_path / "state" / "transcripts").iterdir())]
+        written = written_down(config, done.stdout + done.stderr) + transcripts + [git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")]
+        assert [text for text in written if "s3cr3t" in text] == []  # any form of the value, escaped once or twice, starts so
+        assert '\\"content\\": \\"***\\"' in transcripts[-1] and '"content": "***"' in transcripts[-1]
+
+
 class TestTracebacksKeepSecretsOut:
     """Python's own tracebacks, which overnight does not write itself, go through the redaction too."""
 
@@ -686,3 +720,60 @@ class TestTracebacksKeepSecretsOut:
         assert "Exception in thread pusher:\nTraceback (most recent call last):" in done.stderr, done.stderr
         assert "RuntimeError: push to https://ci:***@git.example.com failed" in done.stderr, done.stderr
         assert self.TOKEN not in done.stderr + done.stdout
+
+    def test_two_runs_in_one_process_ending_out_of_order_keep_the_hook_before(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two runs' redactions of thread tracebacks that end in the order they began (two runs in one process, one
+        outliving the other): while the second is in, a dying thread's traceback has its secret as ***; after both, the
+        hook that was there before gets the thread's exception again."""
+        from orchestrator.tracebacks import thread_tracebacks_redacted
+
+        handed_on: list[BaseException] = []
+        monkeypatch.setattr(threading, "excepthook", lambda hooked: handed_on.append(hooked.exc_value))
+        first = thread_tracebacks_redacted(Redactor(["first-run-secret-111"]))
+        second = thread_tracebacks_redacted(Redactor(["second-run-secret-222"]))
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        die_in_a_thread("second run's thread: second-run-secret-222")
+        assert "RuntimeError: second run's thread: ***" in capsys.readouterr().err and handed_on == []
+        second.__exit__(None, None, None)
+        die_in_a_thread("a thread after both runs")
+        assert [str(exception) for exception in handed_on] == ["a thread after both runs"]
+        assert "Exception in thread" not in capsys.readouterr().err
+
+    def test_a_thread_that_dies_after_entry_has_returned_shows_stars(self) -> None:
+        """A thread that outlives `entry` (joined at the interpreter's exit) and dies then quoting a secret value prints its
+        `Exception in thread` traceback with the value as ***."""
+        script = (
+            "import os, sys, threading\n"
+            "from orchestrator.cli import entry\n"
+            "entry_returned = threading.Event()\n"
+            "def late():\n"
+            "    entry_returned.wait()\n"
+            "    raise RuntimeError('late thread with ' + os.environ['OVERNIGHT_TEST_TOKEN'])\n"
+            "threading.Thread(target=late, name='late').start()\n"
+            "sys.argv = ['overnight', '--help']\n"
+            "try:\n"
+            "    entry()\n"
+            "finally:\n"
+            "    entry_returned.set()\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], env={**os.environ, **self.ENV}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert "Exception in thread late:" in done.stderr and "RuntimeError: late thread with ***" in done.stderr, done.stderr
+        assert self.TOKEN not in done.stderr + done.stdout
+
+
+def die_in_a_thread(message: str) -> None:
+    """A thread that ends with RuntimeError(`message`), started and joined."""
+
+    def die() -> None:
+        raise RuntimeError(message)
+
+    thread = threading.Thread(target=die)
+    thread.start()
+    thread.join()
