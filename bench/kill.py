@@ -1,6 +1,6 @@
 """Kill a real night with SIGKILL at random points, recover, and check every invariant.
 
-    .venv/bin/python bench/kill.py [--kills 50] [--seed 7] [--old-runs]
+    .venv/bin/python bench/kill.py [--kills 50] [--seed 7] [--old-runs | --postgres]
 
 Each trial starts a night (3 tasks, a scripted model server with small
 delays) in a subprocess, kills its process group at a random moment (during
@@ -12,6 +12,11 @@ new commit passes its task's check, notes.md parses, SQLite's integrity_check
 is ok. The night is the real `overnight run` (lock, recovery, night), in
 its own process group.
 
+--postgres runs the same kills with `[store] url` on a fresh database of a
+throwaway PostgreSQL cluster (tests/postgres_cluster.py; exit 2 when its
+binaries are missing), integrity_check's place taken by `consistency`:
+no orphan row, no invalid index, no leftover transaction, every lease free.
+
 --old-runs kills nights while `[state] keep_runs_days` removes old runs
 instead, and checks that whole runs are left: see bench/kill_old_runs.py.
 """
@@ -19,6 +24,7 @@ instead, and checks that whole runs are left: see bench/kill_old_runs.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -31,6 +37,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -84,12 +91,15 @@ def script(night: int) -> list:
     ]
 
 
-def write_config(work: Path, api_base: str) -> Path:
+def write_config(work: Path, api_base: str, store_url: str | None = None) -> Path:
+    """overnight.toml for the trials; the run store is the state dir's SQLite file unless `store_url` is given."""
     lines = [
         "[model]", 'name = "openai/scripted"', f'api_base = "{api_base}"', "request_timeout_s = 10", "retries = 0",
         "", "[repo]", f'path = "{work / "repo"}"', "", "[state]", f'dir = "{work / "state"}"',
         "", "[night]", "max_iterations = 2", "max_turns = 8",
     ]
+    if store_url is not None:
+        lines += ["", "[store]", f"url = {json.dumps(store_url)}"]
     for task in TASKS:
         lines += ["", "[[task]]", *(f"{k} = {json.dumps(v)}" for k, v in task.items())]
     path = work / "overnight.toml"
@@ -175,10 +185,56 @@ def branch_heads(repo: Path) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines() if line)
 
 
-def violations(work: Path, before: dict[str, str]) -> list[str]:
-    """Every invariant that does not hold after recovery."""
-    import sqlite3
+Query = Callable[[str], list[tuple]]
 
+
+@contextlib.contextmanager
+def run_store(state: Path, store_url: str | None) -> Iterator[Query]:
+    """A function that answers one SQL statement's rows from the trials' run store: the state dir's runs.db,
+    or the PostgreSQL database at `store_url`."""
+    if store_url is None:
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(state / "runs.db")) as db:
+            yield lambda statement: db.execute(statement).fetchall()
+    else:
+        import psycopg
+
+        from tests.postgres_cluster import libpq_url
+
+        with psycopg.connect(libpq_url(store_url), autocommit=True) as db:
+            yield lambda statement: db.execute(statement).fetchall()
+
+
+# Parent tables and the column that names the parent row.
+PARENTS = {"task_runs": ("runs", "run_id"), "iterations": ("task_runs", "task_run_id"), "events": ("iterations", "iteration_id")}
+
+
+def consistency(query: Query) -> list[str]:
+    """PostgreSQL's place for SQLite's integrity_check: what is wrong in the store. A row whose parent is gone, an
+    index left invalid, a session of the killed night still in a transaction, a lease not freed by recovery (the
+    trials' only state dir is the one recovered)."""
+    found = []
+    for table, (parent, column) in PARENTS.items():
+        [(orphans,)] = query(f"SELECT count(*) FROM {table} c LEFT JOIN {parent} p ON c.{column} = p.id WHERE p.id IS NULL")
+        if orphans:
+            found.append(f"db: {orphans} {table} rows without their {parent} row")
+    [(invalid,)] = query("SELECT count(*) FROM pg_index WHERE NOT indisvalid OR NOT indisready OR NOT indislive")
+    if invalid:
+        found.append(f"db: {invalid} invalid indexes")
+    [(in_transaction,)] = query(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND state LIKE 'idle in transaction%'"
+    )
+    if in_transaction:
+        found.append(f"db: {in_transaction} sessions left in a transaction")
+    if leases := query("SELECT task, owner FROM leases"):
+        found.append(f"db: leases not freed: {leases}")
+    return found
+
+
+def violations(work: Path, before: dict[str, str], store_url: str | None = None) -> list[str]:
+    """Every invariant that does not hold after recovery, the run store being runs.db or `store_url`'s database."""
     from orchestrator.lock import StateLock
     from orchestrator.notes import HEADER, NotesBook
 
@@ -189,15 +245,18 @@ def violations(work: Path, before: dict[str, str]) -> list[str]:
             pass
     except Exception as exc:
         found.append(f"lock: {exc}")
-    with sqlite3.connect(state / "runs.db") as db:
-        if db.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
-            found.append("db: integrity_check failed")
-        for (outcome,) in db.execute("SELECT outcome FROM iterations"):
+    with run_store(state, store_url) as query:
+        if store_url is None:
+            if query("PRAGMA integrity_check")[0][0] != "ok":
+                found.append("db: integrity_check failed")
+        else:
+            found += consistency(query)
+        for (outcome,) in query("SELECT outcome FROM iterations"):
             if outcome not in FINAL:
                 found.append(f"db: iteration left {outcome}")
-        if db.execute("SELECT count(*) FROM task_runs WHERE outcome = 'running'").fetchone()[0]:
+        if query("SELECT count(*) FROM task_runs WHERE outcome = 'running'")[0][0]:
             found.append("db: task run left running")
-        if db.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]:
+        if query("SELECT count(*) FROM runs WHERE status = 'running'")[0][0]:
             found.append("db: run left running")
     after = branch_heads(repo)
     for task in TASKS:
@@ -231,13 +290,12 @@ def violations(work: Path, before: dict[str, str]) -> list[str]:
     # Every iteration whose ending writes a note has exactly one (recovery writes what a kill left
     # owed, and only that): notes.md holds each (task, iteration, reason) as often as iterations
     # ended so with their note written. (A parked task's extra entry has no iteration of its own.)
-    with sqlite3.connect(state / "runs.db") as db:
-        if db.execute("SELECT count(*) FROM iterations WHERE note_owed = 1").fetchone()[0]:
+    # TRUE and FALSE: PostgreSQL's booleans do not compare with 1 and 0; SQLite reads them as 1 and 0.
+    with run_store(state, store_url) as query:
+        if query("SELECT count(*) FROM iterations WHERE note_owed = TRUE")[0][0]:
             found.append("notes: an owed entry left unwritten after recovery")
         noted = Counter(
-            db.execute(
-                "SELECT t.name, i.number, i.reason FROM iterations i JOIN task_runs t ON i.task_run_id = t.id WHERE i.note_owed = 0"
-            ).fetchall()
+            query("SELECT t.name, i.number, i.reason FROM iterations i JOIN task_runs t ON i.task_run_id = t.id WHERE i.note_owed = FALSE")
         )
     written = Counter((e.task, e.iteration, e.reason) for e in NotesBook(notes).entries() if e.reason != "parked")
     if written != noted:
@@ -264,11 +322,13 @@ def setup(work: Path) -> None:
     git(repo, "commit", "-qm", "initial")
 
 
-def run_trial(work: Path, night: int, kill_at: str, startup_s: float, night_s: float, rng: random.Random, night_durations: list[float]) -> tuple[str, float, list[str]]:
+def run_trial(
+    work: Path, night: int, kill_at: str, startup_s: float, night_s: float, rng: random.Random, night_durations: list[float], store_url: str | None = None
+) -> tuple[str, float, list[str]]:
     from orchestrator.fake_server import ScriptedServer
 
     with ScriptedServer(script(night)) as server:
-        config = write_config(work, server.url)
+        config = write_config(work, server.url, store_url)
         before = branch_heads(work / "repo")
         child_night = Night(config)
         if kill_at == "startup":
@@ -281,15 +341,15 @@ def run_trial(work: Path, night: int, kill_at: str, startup_s: float, night_s: f
             # Nights get faster once the machine is warm: aim within what they take now.
             night_durations.append(finished[0] - started)
     recovery_s = recover(config)
-    return phase, recovery_s, violations(work, before)
+    return phase, recovery_s, violations(work, before, store_url)
 
 
-def calibrate(work: Path) -> tuple[float, float]:
+def calibrate(work: Path, store_url: str | None = None) -> tuple[float, float]:
     """One whole night, unkilled: how long startup and the night itself take."""
     from orchestrator.fake_server import ScriptedServer
 
     with ScriptedServer(script(0)) as server:
-        night = Night(write_config(work, server.url))
+        night = Night(write_config(work, server.url, store_url))
         started = night.wait_for("night_started", 60) or 0.0
         exit_code = night.wait()
         ended = time.monotonic() - night.started
@@ -298,13 +358,47 @@ def calibrate(work: Path) -> tuple[float, float]:
     return started, ended - started
 
 
+def kill_trials(
+    work: Path, kills: int, calibration: tuple[float, float], rng: random.Random, startup_share: float, store_url: str | None = None
+) -> Iterator[tuple[str, float, list[str]]]:
+    """`kills` trials in `work` (set up and calibrated), as each ends: where its kill landed, the recovery's seconds,
+    the invariants broken. A share `startup_share` of kills is aimed at startup."""
+    startup_s, night_s = calibration
+    durations: list[float] = []
+    for trial in range(1, kills + 1):
+        aim = "startup" if rng.random() < startup_share else "night"
+        aim_s = min([night_s, *durations])
+        yield run_trial(work, trial, aim, startup_s, aim_s, rng, durations, store_url)
+
+
+@contextlib.contextmanager
+def store_for_the_trials(postgres: bool) -> Iterator[str | None]:
+    """None (each state dir's runs.db), or with `postgres` a fresh database's URL on a throwaway cluster; exit 2 with
+    one line when the PostgreSQL binaries are missing."""
+    if not postgres:
+        yield None
+        return
+    from tests.postgres_cluster import bin_dir, fresh_database, throwaway_cluster
+
+    binaries = bin_dir()
+    if binaries is None:
+        print("bench/kill.py --postgres: initdb, pg_ctl and postgres not found (on PATH or in /usr/lib/postgresql/<n>/bin)", file=sys.stderr)
+        sys.exit(2)
+    with throwaway_cluster(binaries) as server, fresh_database(server, prefix="overnight_kill") as url:
+        yield url
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--startup-share", type=float, default=0.2, help="fraction of kills aimed at startup")
     parser.add_argument("--old-runs", action="store_true", help="kill during [state] keep_runs_days's removal instead (bench/kill_old_runs.py)")
+    parser.add_argument("--postgres", action="store_true", help="the run store on a throwaway PostgreSQL cluster (initdb, pg_ctl on PATH)")
     args = parser.parse_args()
+    if args.old_runs and args.postgres:
+        # Its seeding and checks read and copy rows through SQLite (PRAGMA table_info, integrity_check).
+        parser.error("--old-runs runs on SQLite only, not with --postgres")
     if args.old_runs:
         from bench.kill_old_runs import main as kill_old_runs
 
@@ -314,20 +408,17 @@ def main() -> None:
 
     # Recovery's own log lines would drown the table.
     structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
-    with tempfile.TemporaryDirectory(prefix="overnight-kill-") as scratch:
+    with store_for_the_trials(args.postgres) as store_url, tempfile.TemporaryDirectory(prefix="overnight-kill-") as scratch:
         work = Path(scratch)
         setup(work)
-        startup_s, night_s = calibrate(work)
-        print(f"calibration: startup {startup_s:.2f} s, night {night_s:.2f} s")
+        calibration = calibrate(work, store_url)
+        print("calibration: startup {:.2f} s, night {:.2f} s".format(*calibration))
         phases: Counter[str] = Counter()
         problems: list[str] = []
         recoveries: list[float] = []
-        durations: list[float] = []
         began = time.monotonic()
-        for trial in range(1, args.kills + 1):
-            aim = "startup" if rng.random() < args.startup_share else "night"
-            aim_s = min([night_s, *durations])
-            phase, recovery_s, found = run_trial(work, trial, aim, startup_s, aim_s, rng, durations)
+        trials = kill_trials(work, args.kills, calibration, rng, args.startup_share, store_url)
+        for trial, (phase, recovery_s, found) in enumerate(trials, start=1):
             phases[phase] += 1
             recoveries.append(recovery_s)
             problems += [f"kill {trial} ({phase}): {p}" for p in found]

@@ -157,95 +157,28 @@ def sleeper() -> Iterator[subprocess.Popen]:
 # --- a throwaway PostgreSQL: the run store as machines sharing the work use it --------------
 
 
-def _postgres_bin_dir() -> Path | None:
-    """The folder holding initdb, pg_ctl and postgres: on PATH, else Debian's /usr/lib/postgresql/<n>/bin."""
-    import shutil
-
-    found = shutil.which("pg_ctl")
-    candidates = [Path(found).resolve().parent] if found else []
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
-    for folder in candidates:
-        if all((folder / name).is_file() for name in ("initdb", "pg_ctl", "postgres")):
-            return folder
-    return None
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A PostgreSQL cluster of this test session on 127.0.0.1 (trust auth, no fsync): its server URL.
+    """A PostgreSQL cluster of this test session (tests/postgres_cluster.py): its server URL.
 
     Skipped only when the PostgreSQL binaries are not installed; any other failure fails.
-    PostgreSQL refuses root, so as root the cluster is made and run as `nobody`.
     """
-    import shutil
-    import tempfile
+    from tests.postgres_cluster import bin_dir, throwaway_cluster
 
-    bin_dir = _postgres_bin_dir()
-    if bin_dir is None:
+    binaries = bin_dir()
+    if binaries is None:
         pytest.skip("PostgreSQL binaries (initdb, pg_ctl, postgres) are not installed")
-    as_user: list[str] = []
-    root = Path(tempfile.mkdtemp(prefix="overnight-pg-"))
-    if os.geteuid() == 0:
-        as_user = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-        shutil.chown(root, "nobody", "nogroup")
-    data = root / "data"
-    port = _free_port()
-    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
-
-    def pg(*args: str) -> None:
-        result = subprocess.run([*as_user, *args], env=env, cwd=root, capture_output=True, text=True, timeout=60)
-        log = root / "server.log"
-        assert result.returncode == 0, f"{Path(args[0]).name} failed:\n{result.stdout}{result.stderr}{log.read_text() if log.exists() else ''}"
-
-    stop = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
-    # However this session ends (SIGKILL, a CI timeout's SIGTERM: no finally runs), the cluster
-    # ends with it: a watchdog in its own session waits for this process's end of a pipe to close.
-    watchdog = subprocess.Popen(
-        [sys.executable, "-c", _PG_WATCHDOG, repr(stop), str(root)], stdin=subprocess.PIPE, cwd=root, env=env, start_new_session=True
-    )
-    try:
-        pg(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--no-instructions")
-        options = f"-h 127.0.0.1 -p {port} -k {root} -F -c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
-        pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-o", options, "-w", "-t", "30", "start")
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
-    finally:
-        watchdog.stdin.close()  # the watchdog stops the cluster (if it started) and removes its folder
-        watchdog.wait(timeout=90)
-
-
-_PG_WATCHDOG = """
-import ast, os, shutil, subprocess, sys
-sys.stdin.buffer.read()
-if os.path.exists(os.path.join(sys.argv[2], "data", "postmaster.pid")):
-    subprocess.run(ast.literal_eval(sys.argv[1]), capture_output=True, timeout=60)
-shutil.rmtree(sys.argv[2], ignore_errors=True)
-"""
+    with throwaway_cluster(binaries) as url:
+        yield url
 
 
 @pytest.fixture
 def pg_store_url(postgres_url: str) -> Iterator[str]:
     """A new, empty database of its own on the session's PostgreSQL: its SQLAlchemy URL; dropped afterwards."""
-    import uuid
+    from tests.postgres_cluster import fresh_database
 
-    import psycopg
-
-    name = f"overnight_test_{uuid.uuid4().hex[:12]}"
-    server = postgres_url.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{postgres_url}/{name}"
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(postgres_url) as url:
+        yield url
 
 
 # --- a server on a raw socket: exactly the bytes a broken proxy or server sends --------------
