@@ -15,13 +15,15 @@ from dataclasses import dataclass
 # What may stand between two values written one after another: Llama 3's `; `, a comma, white space.
 BETWEEN_VALUES = re.compile(r"\s*[;,]?\s*")
 
-# A double-quoted string ends at its first unescaped quote, as in JSON; a single-quoted one only at a quote before
-# what may follow a string (`,` `:` `}` `]`, or the text's end), as the one inside a word (it's) is the string's own.
-# The closing quote is captured: an empty group is a string the text ends inside of.
-_STRING = {
-    '"': re.compile(r'"(?:[^"\\]|\\(?:.|\Z))*+("?)', re.DOTALL),
-    "'": re.compile(r"'(?:[^'\\]|\\(?:.|\Z)|'(?!\s*(?:[,:}\]]|\Z)))*+('?)", re.DOTALL),
-}
+# A double-quoted string ends at its first unescaped quote, as in JSON. A single-quoted one runs to a quote before what
+# may follow a string (`,` `:` `}` `]`, or the text's end), as the one inside a word (it's) is the string's own; that
+# quote is its end unless what follows cannot follow it there (see _may_end_a_value). The quote that may close it is
+# captured: an empty group is a string the text ends inside of.
+_DOUBLE_QUOTED = re.compile(r'"(?:[^"\\]|\\(?:.|\Z))*+("?)', re.DOTALL)
+_SINGLE_QUOTED_TO_A_CLOSE = re.compile(r"(?:[^'\\]|\\(?:.|\Z)|'(?!\s*(?:[,:}\]]|\Z)))*+('?)", re.DOTALL)
+# What follows an object's member and its comma: the next key (quoted or bare) and its colon, a closing brace (a
+# trailing comma), or the text's end on the way (where it stops, nothing can be told).
+_NEXT_KEY = re.compile(r"""\s*(?:\Z|\}|(?:'[^'\n]{0,100}(?:'|\Z)|"[^"\n]{0,100}(?:"|\Z)|[^\s{}\[\],:'"]{1,100})\s*(?::|\Z))""")
 # A bare key or word (True, None, 12): up to white space or a bracket, comma or colon.
 _WORD = re.compile(r"[^\s{}\[\],:]+")
 _LITERALS = ("true", "false", "null", "True", "False", "None")
@@ -41,7 +43,7 @@ def stops_mid_value(text: str) -> bool:
         if char.isspace():
             position += 1
             continue
-        token, position = token_at(text, position, last)
+        token, position = token_at(text, position, last, open_brackets[-1] if open_brackets else "")
         if token == "":
             return True  # a string the text ends inside of
         if char in "{[":
@@ -65,15 +67,19 @@ def stops_mid_value(text: str) -> bool:
     return in_value and last != '"' and (last == "-" or any(literal.startswith(last) and literal != last for literal in _LITERALS))
 
 
-def token_at(text: str, position: int, last: str) -> tuple[str, int]:
-    """The JSON5-like token at `position` (after the token `last`) and where it ends: a bracket, a comma or colon, `"`
-    for a string (quoted either way), "" for a string the text ends inside of, a bare word, or white space."""
+def token_at(text: str, position: int, last: str, inside: str = "") -> tuple[str, int]:
+    """The JSON5-like token at `position` (after the token `last`, inside the bracket `inside`, "" for none) and where it
+    ends: a bracket, a comma or colon, `"` for a string (quoted either way), "" for a string the text ends inside of, a
+    bare word, or white space."""
     char = text[position]
     if char.isspace():
         return " ", position + 1
-    if char in "'\"" and last in ("", "{", "[", ",", ":"):
-        string = _STRING[char].match(text, position)
+    if char == '"' and last in ("", "{", "[", ",", ":"):
+        string = _DOUBLE_QUOTED.match(text, position)
         return ('"' if string.group(1) else ""), string.end()  # type: ignore[union-attr]
+    if char == "'" and last in ("", "{", "[", ",", ":"):
+        closes, end = _single_quoted_string(text, position, inside, key=inside == "{" and last in ("{", ","))
+        return ('"' if closes else ""), end
     if char in "{}[],:":
         return char, position + 1
     # A quote that starts no string (27" wide, after a word) is part of a word.
@@ -81,32 +87,79 @@ def token_at(text: str, position: int, last: str) -> tuple[str, int]:
     return (word.group(), word.end()) if word else (char, position + 1)
 
 
+def _single_quoted_string(text: str, position: int, inside: str, *, key: bool) -> tuple[bool, int]:
+    """Whether the single-quoted string at `position` (a key, or a value inside the bracket `inside`) closes, and where it
+    ends: at the first quote that may close it (see _SINGLE_QUOTED_TO_A_CLOSE) and, for a value, may end one there."""
+    at = position + 1
+    while True:
+        run = _SINGLE_QUOTED_TO_A_CLOSE.match(text, at)
+        assert run is not None  # it matches everywhere, if only the empty string
+        if not run.group(1):
+            return False, run.end()
+        if key or _may_end_a_value(text, run.end(), inside):
+            return True, run.end()
+        at = run.end()
+
+
+def _may_end_a_value(text: str, after: int, inside: str) -> bool:
+    """Whether a value inside the bracket `inside` may end where the quote before `after` stands, by what follows it: not
+    the other kind of closing bracket, nor, in an object, a comma followed by what is no key and colon (`'a = d['k'],
+    b'`: `]` in an object, then `, b'`); where the text stops before that can be told, it may. A colon always may: a
+    value is never followed by one, but a string cut off before the next call would run into that call's `'name':`."""
+    follower = text[after:].lstrip()[:1]
+    if follower in ("}", "]"):
+        return inside in ("", {"}": "{", "]": "["}[follower])
+    if follower == "," and inside == "{":
+        return _NEXT_KEY.match(text, text.index(",", after) + 1) is not None
+    return True
+
+
 def value_as_json(text: str, start: int) -> tuple[str, int] | None:
+    """The JSON5-like object or array at `start`, written as JSON as closed_value_as_json writes it, and where it ends;
+    None unless it closes on a later line than its first (pretty-printed, or a string with raw line breaks)."""
+    read = closed_value_as_json(text, start)
+    return read if read is not None and "\n" in text[start : read[1]] else None
+
+
+def closed_value_as_json(text: str, start: int) -> tuple[str, int] | None:
     """The JSON5-like object or array at `start`, read as stops_mid_value reads, written as JSON (its strings
-    double-quoted, its bare keys quoted, Python's True, False and None as JSON's), and where it ends; the repair is not
-    used, as it reads an apostrophe before a line break as a string's end. None unless it closes on a later line than
-    its first, with every line break it spans inside a string."""
-    read = _read_as_json(text, start, line_breaks_between_values=False)
-    if read is None or read.open_brackets or "\n" not in text[start : read.end]:
-        return None
-    return read.json, read.end
+    double-quoted, its bare keys quoted, Python's True, False and None as JSON's), and where it closes; None when the
+    text ends first. The repair is not used, as it reads an apostrophe before a line break as a string's end. What is
+    written need not be valid JSON (lines that are calls of their own, one lacking its brace, are read as one value):
+    the caller parses it strictly."""
+    read = _read_as_json(text, start)
+    return (read.json, read.end) if read is not None and not read.open_brackets else None
 
 
 def only_value_as_json(text: str, start: int) -> str | None:
     """The JSON5-like object or array at `start`, written as JSON as value_as_json writes it (on one line or several),
     when it is the text's only value: what follows it is white space or words (the model's, after its call; see
-    _only_words). A text that ends with every value whole but brackets still open (see stops_mid_value) has them
+    only_words). A text that ends with every value whole but brackets still open (see stops_mid_value) has them
     closed, as its writer meant; one that stops mid-value is None, as it cannot be told what was meant. The repair is
     not used: it reads an apostrophe inside a single-quoted string as the string's end, and drops the line breaks
     that end a string (a file's last newline)."""
-    read = _read_as_json(text, start, line_breaks_between_values=True)
+    read = _read_as_json(text, start)
     if read is None:
         return None
     if read.open_brackets:
         if stops_mid_value(text[start:]):
             return None
-        return read.json + "".join(_CLOSING[bracket] for bracket in reversed(read.open_brackets))
-    return read.json if _only_words(text[read.end :]) else None
+        json_text, open_brackets = _without_an_item_just_begun(read.json, read.open_brackets)
+        return json_text + "".join(_CLOSING[bracket] for bracket in reversed(open_brackets))
+    return read.json if only_words(text[read.end :]) else None
+
+
+# An array's later item of which only the opening bracket was written (`[{...}, {`): a call cut off before its name.
+_ITEM_JUST_BEGUN = re.compile(r"\s*,\s*[{\[]\s*\Z")
+
+
+def _without_an_item_just_begun(json_text: str, open_brackets: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """`json_text` without an array's last item when only its opening bracket was written, and the brackets left open:
+    closed, it would be an empty object among the calls (which then are none), not the calls before it."""
+    begun = _ITEM_JUST_BEGUN.search(json_text)
+    if begun is None or open_brackets[-2:-1] != ("[",):
+        return json_text, open_brackets
+    return json_text[: begun.start()], open_brackets[:-1]
 
 
 @dataclass(frozen=True)
@@ -121,7 +174,7 @@ class _AsJson:
 _CLOSING = {"{": "}", "[": "]"}
 
 
-def _only_words(rest: str) -> bool:
+def only_words(rest: str) -> bool:
     """Whether `rest`, after a value, is white space or the model's words after its call: not another object or array,
     nor text that starts or ends with a quote or holds a bracket, a sign that the value closed early (a single-quoted
     string's quote before a bracket inside it, `'d = {1: 'a', 2: 'b'}'`, read as its end)."""
@@ -129,17 +182,17 @@ def _only_words(rest: str) -> bool:
     return not rest or (rest[0] not in "'\"" and rest[-1] not in "'\"" and not any(bracket in rest for bracket in "{}[]"))
 
 
-def _read_as_json(text: str, start: int, *, line_breaks_between_values: bool) -> _AsJson | None:
+def _read_as_json(text: str, start: int) -> _AsJson | None:
     """The JSON5-like object or array at `start` written as JSON, up to where it closes or, with brackets still open,
-    the text ends; None when the text ends inside a string, or at a line break between values unless allowed."""
+    the text ends; None when the text ends inside a string."""
     pieces: list[str] = []
     open_brackets: list[str] = []
     last, position = "", start
     while position < len(text):
         char = text[position]
-        token, after = token_at(text, position, last)
-        if token == "" or (char == "\n" and token == " " and not line_breaks_between_values):
-            return None  # a string the text ends inside of, or a line break between values
+        token, after = token_at(text, position, last, open_brackets[-1] if open_brackets else "")
+        if token == "":
+            return None  # a string the text ends inside of
         if token == '"':
             pieces.append(_as_json_string(text[position:after]))
         elif token not in ("{", "}", "[", "]", ",", ":", " ") and last in ("{", ",") and open_brackets[-1:] == ["{"]:
@@ -161,8 +214,8 @@ def _read_as_json(text: str, start: int, *, line_breaks_between_values: bool) ->
 def value_end(text: str, start: int) -> int | None:
     """Where the object or array at `start` closes, read as stops_mid_value reads (a stray backslash, a
     trailing comma, single quotes do not stop it); None when the text ends first."""
-    read = _read_as_json(text, start, line_breaks_between_values=True)
-    return read.end if read is not None and not read.open_brackets else None
+    read = closed_value_as_json(text, start)
+    return read[1] if read is not None else None
 
 
 _PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}

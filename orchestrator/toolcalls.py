@@ -733,10 +733,10 @@ _LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:""")
 
 
 def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Written], int] | None:
-    """The JSON5-like call at `start` (single quotes, bare keys) whose strings hold raw line breaks, read whole to its
-    closing bracket, as JSON (see loose_json.value_as_json), and where it ends; None when it closes on its
-    first line, or never (cut off, as its first line alone says), or breaks a line outside its strings (the lines may
-    be calls of their own, one lacking its brace), or is no call."""
+    """The JSON5-like call at `start` (single quotes, bare keys) over several lines (pretty-printed, or its strings
+    holding raw line breaks), read whole to its closing bracket, as JSON (see loose_json.value_as_json), and where it
+    ends; None when it closes on its first line, or never (cut off, as its first line alone says), or its reading is
+    no valid JSON (the lines may be calls of their own, one lacking its brace), or is no call."""
     read = loose_json.value_as_json(text, start)
     if read is None:
         return None
@@ -798,30 +798,59 @@ def _whole_calls_then_the_rest(
     block: str, walked: list[tuple[Any, str]], unread: tuple[int, ValueError] | None, known: set[str]
 ) -> list[_Written]:
     """The whole calls `block` starts with (`walked`), then the calls in the rest, read alone as a block of its own (mended,
-    repaired or cut off as a single call is); [] when the values walked are not all calls, or the rest holds none. Repaired
-    with the calls before it, the rest would be merged with them when their keys are the same, and those calls lost."""
-    if not walked or unread is None or not block.startswith(("{", "["), unread[0]):
+    repaired or cut off as a single call is), or none when the rest is words (see loose_json.only_words: the model's, or a
+    fence's ``` cut short) or a value cut off before it names a tool; [] when the values walked are not all calls, or the
+    rest holds none. Repaired with the calls before it, the rest would be merged with them when their keys are the same,
+    and those calls lost."""
+    if not walked or unread is None:
+        return []
+    rest_text = block[unread[0] :]
+    words_after = loose_json.only_words(rest_text)
+    if not words_after and not rest_text.startswith(("{", "[")):
         return []
     whole = [_written_from_value(value, raw, "", known, cut=False) for value, raw in walked]
     if any(found is None for found in whole):
         return []
-    rest = _calls_in_block(block[unread[0] :], known, cut=False)
-    return [call for found in whole for call in found or ()] + rest if rest else []
+    calls = [call for found in whole for call in found or ()]
+    if words_after:
+        return calls
+    rest = _calls_in_block(rest_text, known, cut=False)
+    if not rest and loose_json.stops_mid_value(rest_text):
+        return calls  # a value cut off before it names a tool (`{'`), as a bare one is dropped
+    return calls + rest if rest else []
 
 
 def _values_one_after_another(block: str) -> tuple[list[tuple[Any, str]], tuple[int, ValueError] | None]:
-    """The JSON values `block` holds one after another, each with its text, up to the first that does not read, and
-    where that one starts with its error (None when all of `block` reads)."""
+    """The JSON values `block` holds one after another, each with its text, up to the first that does not read, as JSON
+    or as a JSON5-like value (see _json5_like_value_at), and where that one starts with its JSON error (None when all of
+    `block` reads)."""
     values: list[tuple[Any, str]] = []
     position = 0
     while position < len(block):
         try:
             value, end = _raw_decode(block, position)
         except ValueError as exc:
-            return values, (position, exc)
+            loose = _json5_like_value_at(block, position)
+            if loose is None:
+                return values, (position, exc)
+            value, end = loose
         values.append((value, block[position:end]))
         position = BETWEEN_VALUES.match(block, end).end()  # type: ignore[union-attr]
     return values, None
+
+
+def _json5_like_value_at(text: str, start: int) -> tuple[Any, int] | None:
+    """The JSON5-like object or array at `start` (single quotes, bare keys, Python's None) and where it closes, read as
+    JSON with its slips mended (see _read_loosely): the repair would merge it with the values beside it, or end a
+    single-quoted string at an apostrophe. None when it does not close, or its reading does not parse."""
+    read = loose_json.closed_value_as_json(text, start) if text.startswith(("{", "["), start) else None
+    if read is None:
+        return None
+    json_text, end = read
+    try:
+        return _loads(_mended(json_text)), end
+    except ValueError:
+        return None
 
 
 def _all_whole(block: str, walked: list[tuple[Any, str]], unread: tuple[int, ValueError] | None) -> list[tuple[Any, str]]:

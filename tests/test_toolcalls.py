@@ -167,9 +167,8 @@ class TestNativeCalls:
             ("edit_file", "{'path': 'greet.py', 'old': 'helo', 'new': 'it\\'s"),
             ("edit_file", "{'path': 'greet.py', 'old': 'helo', 'new'"),
             ("search", "{'pattern': 'helo', 'path': Non"),
-            ("write_file", "{'path': 'a.py', 'content': 'x = 1'}{'path': 'b.py', 'content': 'y = "),
         ],
-        ids=["single-quoted", "double-quoted-after-single", "unquoted-keys", "after-an-escaped-quote", "after-a-key", "inside-a-literal", "second-object"],
+        ids=["single-quoted", "double-quoted-after-single", "unquoted-keys", "after-an-escaped-quote", "after-a-key", "inside-a-literal"],
     )
     def test_json5_like_arguments_that_end_mid_value_are_unparseable(self, tool, arguments):
         """Arguments with single quotes or unquoted keys that stop inside a string, after a key or inside a literal are cut
@@ -254,6 +253,43 @@ class TestNativeCalls:
             (ToolCall, {"path": "a.py", "content": "x"}),
             (ToolCall, {"path": "b.py", "content": "y"}),
         ], calls
+
+    @pytest.mark.parametrize(
+        ("arguments", "contents"),
+        [
+            ("{'path': 'a.py', 'content': 'x'}{'path': 'a.py', 'content': 'y'}", ["x", "y"]),
+            ("{'path': 'a.py', 'content': 'x'}\n{'path': 'a.py', 'content': 'y'}", ["x", "y"]),
+            ("{'path': 'a.py', 'content': 'x'}; {'path': 'a.py', 'content': 'y'}", ["x", "y"]),
+            ("{'path': 'a.py', 'content': 'it's'}{'path': 'a.py', 'content': 'y'}", ["it's", "y"]),
+            ("{'path': 'a.py', 'content': 'x'}{\"path\": \"a.py\", \"content\": \"y\"}", ["x", "y"]),
+            ("{path: 'a.py', content: 'x'}{path: 'a.py', content: 'y\n'}", ["x", "y\n"]),
+            ("{'path': 'a.py', 'content': 'x'}{'path': 'a.py', 'content': 'y'", ["x", "y"]),
+            ("{'path': 'a.py', 'content': 'x'}{'path': 'a.py', 'content': 'y'}{'path': 'a.py', 'content': 'z'}", ["x", "y", "z"]),
+        ],
+        ids=["together", "a-line-each", "semicolon", "apostrophe", "then-double-quoted", "unquoted-keys", "last-lacking-its-brace", "three"],
+    )
+    def test_single_quoted_argument_objects_one_after_another_are_a_call_each(self, arguments, contents):
+        """Single-quoted argument objects one after another are a call each, as double-quoted ones are, not merged by the
+        repair into the last (the first write silently never ran) or misread at an apostrophe."""
+        calls = native(("write_file", arguments))
+        assert [(type(call), call.arguments.get("content")) for call in calls] == [(ToolCall, content) for content in contents], calls
+
+    @pytest.mark.parametrize(
+        "arguments",
+        [
+            "{'path': 'a.py', 'content': 'x = 1'}{'path': 'b.py', 'content': 'y = ",
+            "{'path': 'a.py', 'content': 'x = 1'}\n{'path': 'b.py', 'content': ",
+            "{'path': 'a.py', 'content': 'x = 1'}{'path': 'b.py', 'content'",
+        ],
+        ids=["inside-a-string", "before-a-value", "after-a-key"],
+    )
+    def test_single_quoted_argument_objects_the_last_cut_off_run_but_the_last(self, arguments):
+        """Single-quoted argument objects one after another whose last stops mid-value: the whole one before it runs, as
+        with double quotes, and the last is broken, not run cut in half."""
+        whole, last = native(("write_file", arguments))
+        assert whole == ToolCall("write_file", {"path": "a.py", "content": "x = 1"}, id="call_0"), whole
+        assert isinstance(last, BrokenCall) and last.problem == "unparseable", last
+        assert last.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
     def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
         """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
@@ -609,6 +645,129 @@ class TestTextCalls:
         """Single-quoted bare calls a line each, the first lacking its closing brace, stay two calls, not read as one."""
         text = "{'name': 'read_file', 'arguments': {'path': 'a.py'}\n{'name': 'read_file', 'arguments': {'path': 'b.py'}}"
         assert [call.arguments["path"] for call in written(text)] == ["a.py", "b.py"]
+
+    @pytest.mark.parametrize("form", ["tagged", "tagged-one-line", "fenced", "same-line", "after-the-python-tag"])
+    @pytest.mark.parametrize(
+        "second",
+        [
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'y'}}",
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'it's y'}}",
+            '{"name": "write_file", "arguments": {"path": "a.py", "content": "y"}}',
+        ],
+        ids=["same-keys", "apostrophe", "double-quoted"],
+    )
+    def test_single_quoted_calls_one_after_another_are_each_made(self, form, second):
+        """Single-quoted calls one after another in one tag or fence, or on one line, are each made, as double-quoted ones
+        are: the repair merged them into the last (the first write silently never ran)."""
+        first = "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'x'}}"
+        text = {
+            "tagged": f"<tool_call>\n{first}\n{second}\n</tool_call>",
+            "tagged-one-line": f"<tool_call>{first}{second}</tool_call>",
+            "fenced": f"```json\n{first}\n{second}\n```",
+            "same-line": f"I will write both.\n{first}; {second}",
+            "after-the-python-tag": f"<|python_tag|>{first}; {second}",
+        }[form]
+        calls = written(text)
+        expected = "it's y" if "it's" in second else "y"
+        assert [(type(call), call.arguments.get("content")) for call in calls] == [(ToolCall, "x"), (ToolCall, expected)], calls
+
+    @pytest.mark.parametrize("form", ["tagged", "fenced"])
+    def test_a_whole_single_quoted_call_before_one_cut_off_runs_but_the_last(self, form):
+        """Single-quoted calls one after another in a block, the last stopping inside a string: the whole one runs and the
+        last is broken, as with double quotes."""
+        body = "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'x'}}\n{'name': 'write_file', 'arguments': {'path': 'b.py', 'content': 'def f("
+        text = {"tagged": f"<tool_call>{body}</tool_call>", "fenced": f"```json\n{body}\n```"}[form]
+        whole, cut = written(text)
+        assert whole == ToolCall("write_file", {"path": "a.py", "content": "x"}, source="text"), whole
+        assert isinstance(cut, BrokenCall) and (cut.name, cut.problem) == ("write_file", "unparseable"), cut
+        assert "end in the middle of a value" in cut.detail
+
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "tagged", "fenced"])
+    @pytest.mark.parametrize(
+        "content", ["x = 1\n", "# it's\nx = 'a'\n", 'say("hi")\n'], ids=["code", "apostrophes", "double-quotes"]
+    )
+    @pytest.mark.parametrize("escaped", [True, False], ids=["escaped-newlines", "raw-newlines"])
+    def test_a_pretty_printed_single_quoted_call_is_read(self, form, content, escaped):
+        """A single-quoted call pretty-printed over several lines is read whole, every character of its strings kept, in
+        each form a call is written in (bare, it was not read at all: "you did not call a tool")."""
+        quoted = content.replace("\n", "\\n") if escaped else content
+        call = "{\n  'name': 'write_file',\n  'arguments': {\n    'path': 'a.py',\n    'content': '" + quoted + "'\n  }\n}"
+        text = {
+            "bare": call, "after-prose": f"I will write it.\n{call}\nThen I run the check.",
+            "tagged": f"<tool_call>\n{call}\n</tool_call>", "fenced": f"```json\n{call}\n```",
+        }[form]
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.py", "content": content}, source="text")
+
+    @pytest.mark.parametrize("form", ["native", "bare", "after-prose", "tagged", "fenced", "pretty-printed"])
+    @pytest.mark.parametrize(
+        "content",
+        ["a = d['k'], b", "a = d['k'], b\n", "print('a', 'b')\n", "f('a',\n  'b')\n", "if d['k']:\n    pass\n", "x = ['a', 'b']\n"],
+        ids=["bracket-then-comma", "bracket-then-comma-newline", "comma-in-a-call", "comma-at-a-line-end", "bracket-then-colon", "list"],
+    )
+    def test_a_single_quoted_string_with_quotes_before_a_bracket_or_comma_is_read_whole(self, form, content):
+        """A single-quoted string of code whose quotes stand before a bracket or a comma that no value could be followed by
+        there (`]` in an object, `, b'`) is read whole, in each form: such a call was refused as cut off, run with its
+        string cut at `f('a` or without its last line break, or not read at all."""
+        arguments = "{'path': 'a.py', 'content': '" + content + "'}"
+        if form == "native":
+            assert only(native(("write_file", arguments))) == ToolCall("write_file", {"path": "a.py", "content": content}, id="call_0")
+            return
+        call = "{'name': 'write_file', 'arguments': " + arguments + "}"
+        if form == "pretty-printed":
+            call = "{\n  'name': 'write_file',\n  'arguments': {\n    'path': 'a.py',\n    'content': '" + content + "'\n  }\n}"
+        text = {
+            "bare": call, "after-prose": f"I will write it.\n{call}", "tagged": f"<tool_call>{call}</tool_call>",
+            "fenced": f"```json\n{call}\n```", "pretty-printed": f"I will write it.\n{call}\nThen I run the check.",
+        }[form]
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.py", "content": content}, source="text")
+
+    @pytest.mark.parametrize(
+        "arguments",
+        ["{'path': 'a.py', 'content': 'a = d['k']", "{'path': 'a.py', 'content': 'f('a',\n'b'"],
+        ids=["after-a-bracket", "after-a-comma"],
+    )
+    def test_a_single_quoted_string_of_code_cut_off_is_not_run(self, arguments):
+        """Single-quoted arguments that stop inside a string of code, after a quote no value could end at, are cut off."""
+        call = only(native(("write_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    def test_a_single_quoted_string_cut_off_before_a_read_on_the_next_line_is_not_read_as_one(self):
+        """A single-quoted bare call cut inside a string, then a read on the next line: the first is cut off and the read
+        runs, not the two read as one write whose string runs into the read (a quote before a colon still ends a string)."""
+        text = "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'print(1\n{\"name\": \"read_file\", \"arguments\": {'path': 'b.py'}}"
+        cut, read = written(text)
+        assert isinstance(cut, BrokenCall) and "end in the middle of a value" in cut.detail, cut
+        assert read == ToolCall("read_file", {"path": "b.py"}, source="text"), read
+
+    @pytest.mark.parametrize(
+        "second",
+        ['{"name": "search", "arguments": {"pattern": "\\d+ items"}}', "{'name': 'search', 'arguments': {'pattern': 'it's'}}"],
+        ids=["double-quoted-with-a-slip", "single-quoted"],
+    )
+    @pytest.mark.parametrize("after", ["`", "``", "\n{'", '\n{"'], ids=["fence-cut-short", "fence-cut-shorter", "single-quote-cut", "double-quote-cut"])
+    def test_whole_calls_in_a_block_before_words_or_a_nameless_cut_value_all_run(self, second, after):
+        """Whole calls in a fence whose closing ``` is cut short, or before a value cut off before it names a tool, all run:
+        the rest is no call, and the block repaired as one value lost all but the last call, or all of them."""
+        first = '{"name": "read_file", "arguments": {"path": "a.py"}}'
+        calls = written(f"```json\n{first}\n{second}\n{after}")
+        assert [(type(call), call.name) for call in calls] == [(ToolCall, "read_file"), (ToolCall, "search")], calls
+
+    @pytest.mark.parametrize(
+        "first",
+        ["{'name': 'edit_file', 'arguments': {'path': 'a.py', 'old': 'print('a', 'b')', 'new': 'x'}}", '{"name": "edit_file", "arguments": {"path": "a.py", "old": "print(\'a\', \'b\')", "new": "x"}}'],
+        ids=["single-quoted", "double-quoted"],
+    )
+    def test_a_call_in_an_array_before_one_cut_off_at_its_brace_runs(self, first):
+        """A JSON array of calls cut off right after the next call's opening brace: the whole call before it runs (closed,
+        the cut one was an empty object, and the array no calls at all)."""
+        assert only(written(f"[{first}, {{")) == ToolCall("edit_file", {"path": "a.py", "old": "print('a', 'b')", "new": "x"}, source="text")
+
+    def test_pretty_printed_single_quoted_calls_one_after_another_are_each_made(self):
+        """Two bare single-quoted calls, each pretty-printed, are each made, and the model's words between them are no call."""
+        call = "{{\n  'name': 'read_file',\n  'arguments': {{\n    'path': '{}'\n  }}\n}}"
+        text = call.format("a.py") + "\nand then\n" + call.format("b.py")
+        assert [call.arguments for call in written(text)] == [{"path": "a.py"}, {"path": "b.py"}]
 
     @pytest.mark.parametrize("form", ["bare", "tagged", "fenced"])
     def test_a_whole_call_before_one_that_ends_mid_value_in_a_json_array_still_runs(self, form):
