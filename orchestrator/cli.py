@@ -431,10 +431,12 @@ def _trim_transcripts(settings: object, log: object) -> None:
 
 def _trim_runs(settings: object, store: object, log: object, *, since: datetime | None) -> None:
     """`[state] keep_runs_days`: this state dir's runs that ended longer ago deleted before the night, those begun since
-    `since` (a scheduled night's fire time: its earlier runs, which the night reads) kept; a failure is logged, not fatal."""
+    `since` (a scheduled night's fire time: its earlier runs, which the night reads) kept, and in a store other state
+    dirs may use the newest run that finished each work with success (runs/old_runs.py); a failure is logged, not fatal."""
     from datetime import timedelta
 
     from orchestrator.lock import state_identity
+    from orchestrator.night import store_is_shared
     from orchestrator.secrecy import Redactor
 
     days = settings.state.keep_runs_days  # type: ignore[attr-defined]
@@ -443,7 +445,8 @@ def _trim_runs(settings: object, store: object, log: object, *, since: datetime 
     removed, error = 0, ""
     try:
         state_id = state_identity(settings.state_dir)  # type: ignore[attr-defined]
-        for batch in store.remove_old_runs(state_id, timedelta(days=days), keep_begun_since=since):  # type: ignore[attr-defined]
+        older_than, shared = timedelta(days=days), store_is_shared(settings)  # type: ignore[arg-type]
+        for batch in store.remove_old_runs(state_id, older_than, keep_begun_since=since, shared=shared):  # type: ignore[attr-defined]
             removed += batch
     except StateError as failed:  # a locked or read-only store: the night goes on, and its own writes say if it cannot
         error = Redactor.for_config(settings)(str(failed))

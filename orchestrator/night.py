@@ -442,11 +442,16 @@ def _results(futures: Sequence[Any]) -> list[TaskSummary]:
     return [summary_of(future) for future in futures]
 
 
+def store_is_shared(config: Config) -> bool:
+    """Whether other state dirs may share the run store: any but the default one, a SQLite file in the state dir,
+    which is this state dir's alone."""
+    return not any(file.is_relative_to(config.state_dir) for file in sqlite_files(config.store_url))
+
+
 def shared_repository_key(config: Config, repo: Any = None) -> str:
-    """repository_key in a store other state dirs may share; "" in the default one, a SQLite file in
-    the state dir, which is this state dir's alone (each task's start is spared asking). `repo`: the
-    user's git.Repo, opened here only when needed if not given."""
-    if any(file.is_relative_to(config.state_dir) for file in sqlite_files(config.store_url)):
+    """repository_key in a store other state dirs may share; "" in this state dir's own (each task's start is
+    spared asking). `repo`: the user's git.Repo, opened here only when needed if not given."""
+    if not store_is_shared(config):
         return ""
     return repository_key(repo if repo is not None else open_repo(config.repo_path), config.repo.base)
 
@@ -484,6 +489,7 @@ __all__ = [
     "NightResult",
     "run_night",
     "shared_repository_key",
+    "store_is_shared",
     "repository_key",
     "work_key",
     # One task's night's (orchestrator/task_night.py; its two "done already" reasons, records.py's), importable from here as before.

@@ -2,8 +2,16 @@
 
 A run goes with its task runs, their iterations and those iterations' events, in the caller's
 transaction: a batch is removed whole or not at all. Leases (no run owns one) and the scheduler's
-job table are never touched, nor another state dir's runs, nor runs recorded before state dirs had
-names (whose they are cannot be told in a store machines share).
+job table are never touched, nor another state dir's runs.
+
+Runs recorded before state dirs had names (no `state_id`) are the state dir's only in its own store
+(`shared=False`: the SQLite file in the state dir) while no other state dir's run is in it; in a
+store machines share, whose they are cannot be told, and they stay.
+
+In a store machines share, the newest run that finished each work with success stays too: whether
+another worker finished a work since a given moment (runs.store._succeeded_elsewhere, which the
+recovery of a night dead for weeks asks) is whether the newest such finish is that late, so that run
+alone answers as all of them would.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, delete, func, or_, select, union_all
 
 from runs.models import Event, Iteration, Run, TaskRun
 
@@ -24,17 +32,21 @@ RUNS_PER_BATCH = 20
 _NOTE_HEADER_MINUTE = timedelta(minutes=1)
 
 
-def remove_a_batch(connection: Connection, state_id: str, *, ended_before: datetime, begun_before: datetime | None) -> int:
+def remove_a_batch(
+    connection: Connection, state_id: str, *, ended_before: datetime, begun_before: datetime | None, shared: bool = True
+) -> int:
     """Remove up to RUNS_PER_BATCH runs of state dir `state_id` that ended before `ended_before` (and began before
     `begun_before`, when given), oldest first, with all their rows; returns how many runs went.
 
-    Never a run still `running`, one with a task or iteration still `running` (recovery's to settle), or one that
-    ended after the earliest run of this state dir that still owes a notes.md entry began (recovery writes it from them).
+    Never a run still `running`, one with a task or iteration still `running` (recovery's to settle), one that
+    ended after the earliest run of this state dir that still owes a notes.md entry began (recovery writes it from them),
+    nor, in a `shared` store (one other state dirs may use), one holding the newest finish with success of a work. In
+    the state dir's own (not `shared`), its runs are also those with no state dir's name, while no other's is there.
     """
     owing_since = connection.execute(_earliest_owing_run(state_id)).scalar()
     if owing_since is not None:
         ended_before = min(ended_before, owing_since - _NOTE_HEADER_MINUTE)
-    run_ids = list(connection.execute(_removable(state_id, ended_before, begun_before)).scalars())
+    run_ids = list(connection.execute(_removable(state_id, ended_before, begun_before, shared)).scalars())
     if not run_ids:
         return 0
     task_runs = select(TaskRun.id).where(TaskRun.run_id.in_(run_ids))
@@ -56,7 +68,30 @@ def _earliest_owing_run(state_id: str) -> Any:
     )
 
 
-def _removable(state_id: str, ended_before: datetime, begun_before: datetime | None) -> Any:
+def _of_this_state_dir(state_id: str) -> Any:
+    """A run of the state dir, in its own store: one that carries its name, or, while no run carries another's, one
+    an older version recorded with none (an older version's night writing there ran in this state dir)."""
+    another_state_dir = select(Run.id).where(Run.state_id.is_not(None), Run.state_id != state_id).exists()
+    return or_(Run.state_id == state_id, Run.state_id.is_(None) & ~another_state_dir)
+
+
+def _newest_work_done() -> Any:
+    """The ids of the runs holding, for each work (TaskRun.work_key), its newest finish with success, as
+    runs.store._succeeded_elsewhere tells one: a task run `succeeded` when it ended, an iteration `committed`
+    when it did. A tie keeps both."""
+    keyed = TaskRun.work_key.is_not(None)
+    succeeded = select(TaskRun.work_key, TaskRun.run_id, TaskRun.finished_at.label("at")).where(keyed, TaskRun.outcome == "succeeded")
+    committed = (
+        select(TaskRun.work_key, TaskRun.run_id, Iteration.finished_at.label("at"))
+        .join(Iteration, Iteration.task_run_id == TaskRun.id)
+        .where(keyed, Iteration.outcome == "committed")
+    )
+    done = union_all(succeeded, committed).subquery()
+    newest = select(done.c.work_key, func.max(done.c.at).label("at")).group_by(done.c.work_key).subquery()
+    return select(done.c.run_id).join(newest, (done.c.work_key == newest.c.work_key) & (done.c.at == newest.c.at))
+
+
+def _removable(state_id: str, ended_before: datetime, begun_before: datetime | None, shared: bool) -> Any:
     """The ids of the next batch of the state dir's ended runs that `remove_a_batch` may remove."""
     unsettled_task = select(TaskRun.id).where(TaskRun.run_id == Run.id, TaskRun.outcome == "running").exists()
     unsettled_iteration = (
@@ -66,7 +101,7 @@ def _removable(state_id: str, ended_before: datetime, begun_before: datetime | N
         .exists()
     )
     query = select(Run.id).where(
-        Run.state_id == state_id,
+        Run.state_id == state_id if shared else _of_this_state_dir(state_id),
         Run.status != "running",
         Run.finished_at < ended_before,
         ~unsettled_task,
@@ -74,4 +109,6 @@ def _removable(state_id: str, ended_before: datetime, begun_before: datetime | N
     )
     if begun_before is not None:
         query = query.where(Run.started_at < begun_before)
+    if shared:
+        query = query.where(Run.id.not_in(_newest_work_done()))
     return query.order_by(Run.id).limit(RUNS_PER_BATCH)

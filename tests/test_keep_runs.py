@@ -9,16 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from git import Repo
 
 from orchestrator.config import load_config
+from orchestrator.leases import lease_key
 from orchestrator.lock import state_identity
+from orchestrator.night import repository_key, work_key
 from runs import RunStore
 from tests.conftest import write_config
 from tests.test_cli import assert_one_line_error
 from tests.test_cli import overnight as overnight_process
-from tests.test_faults import dead_pid
+from tests.test_faults import dead_pid, recover
 from tests.test_logs import _json_run, _one
 from tests.test_night import FIX, overnight, report_json
+from tests.test_shared_store import HOLDER, clone, held_by_another_machine, killed_while_it_waits, shared_config
 
 OTHER_STATE_DIR = "0123456789abcdef0123456789abcdef"
 API_KEY = "sk-keep-runs-Zq8v1xW3kP0rT6yB"
@@ -49,8 +53,9 @@ def a_run(config: Path, *, state_id: str | None, host: str | None = None, runnin
         store.close()
 
 
-def age(config: Path, run_id: int, *, began_days_ago: float, ended_days_ago: float | None) -> None:
-    """Move a run, its tasks, iterations and events back in time: begun and ended that many days ago."""
+def age(config: Path, run_id: int, *, began_days_ago: float, ended_days_ago: float | None, store: Path | None = None) -> None:
+    """Move a run, its tasks, iterations and events back in time: begun and ended that many days ago. `store`: a shared
+    SQLite file, when `config`'s run store is not its state dir's."""
 
     def days_ago(days: float) -> str:
         return (datetime.now(timezone.utc) - timedelta(days=days)).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -58,7 +63,7 @@ def age(config: Path, run_id: int, *, began_days_ago: float, ended_days_ago: flo
     began = days_ago(began_days_ago)
     ended = days_ago(ended_days_ago) if ended_days_ago is not None else None
     tasks = "SELECT id FROM task_runs WHERE run_id = ?"
-    with sqlite3.connect(store_file(config)) as db:
+    with sqlite3.connect(store or store_file(config)) as db:
         db.execute("UPDATE runs SET started_at = ?, finished_at = coalesce(?, finished_at) WHERE id = ?", (began, ended, run_id))
         db.execute("UPDATE task_runs SET started_at = ?, finished_at = coalesce(?, finished_at) WHERE run_id = ?", (began, ended, run_id))
         db.execute(
@@ -94,7 +99,8 @@ def a_first_night(config: Path, server: Any) -> int:
 class TestOldRunsRemoved:
     def test_this_state_dirs_old_runs_go_with_all_their_rows_and_every_other_run_stays(self, config_file, server, capsys):
         """Runs of this state dir that ended longer ago than keep_runs_days go whole; a recent one, another state
-        dir's, an unnamed older version's and one still running stay, and tonight's report is tonight's night."""
+        dir's, an unnamed older version's (whose, with another state dir's run in the store, cannot be told) and one
+        still running stay, and tonight's report is tonight's night."""
         config = config_file(state={"keep_runs_days": 7})
         old_night = a_first_night(config, server)
         mine = state_identity(config.parent / "state")
@@ -127,6 +133,22 @@ class TestOldRunsRemoved:
         assert tonight["run"]["id"] > running and tonight["run"]["status"] == "finished"
         [task] = tonight["tasks"]
         assert (task["name"], task["outcome"]) == ("fix-greet", "succeeded") and task["iterations"]
+
+    def test_in_its_own_store_a_state_dirs_runs_recorded_before_state_dirs_had_names_go_too(self, config_file, server):
+        """In the state dir's own SQLite file, with no other state dir's run in it, a run an older version recorded
+        without a state dir's name is this state dir's: an old one goes whole, a recent one stays."""
+        config = config_file(state={"keep_runs_days": 7})
+        (config.parent / "state").mkdir()
+        old_unnamed, recent_unnamed = a_run(config, state_id=None), a_run(config, state_id=None)
+        age(config, old_unnamed, began_days_ago=40, ended_days_ago=39)
+        age(config, recent_unnamed, began_days_ago=6.5, ended_days_ago=6)
+        recent = rows_of(config, recent_unnamed)
+
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+
+        assert rows_of(config, old_unnamed) == {"runs": 0, "task_runs": 0, "iterations": 0, "events": 0}
+        assert rows_of(config, recent_unnamed) == recent
 
     def test_runs_removed_is_logged_before_the_night(self, tmp_path, repo, server):
         """`runs_removed` (`count`, `older_than_days`) comes before the night's run exists: it carries no run_id."""
@@ -177,6 +199,108 @@ class TestOldRunsRemoved:
         assert "runs are kept here ***" in failed["error"] and API_KEY not in failed["error"] and "run_id" not in failed
         assert "runs_removed" not in [event["event"] for event in night.events]
         assert rows_of(config, old) == before
+
+
+def latest_run_of(store: Path, state_dir: Path) -> int:
+    """The id of the newest run of `state_dir` in the shared SQLite file `store`."""
+    with sqlite3.connect(store) as db:
+        return db.execute("SELECT max(id) FROM runs WHERE state_id = ?", (state_identity(state_dir),)).fetchone()[0]
+
+
+def runs_begun_days_ago(store: Path, state_dir: Path) -> list[float]:
+    """How many days ago each run of `state_dir` in the shared SQLite file `store` began (to a tenth), oldest first."""
+    with sqlite3.connect(store) as db:
+        query = "SELECT round(julianday('now') - julianday(started_at), 1) FROM runs WHERE state_id = ? ORDER BY started_at"
+        return [days for (days,) in db.execute(query, (state_identity(state_dir),))]
+
+
+def an_ended_run(store: Path, state_dir: Path, the_work: str, outcome: str) -> int:
+    """A run of `state_dir` in the shared SQLite file `store` whose one task, fix-greet (the work `the_work`), ended `outcome`."""
+    shared = RunStore.open(f"sqlite:///{store}")
+    try:
+        run = shared.begin_run(config_path="b.toml", pid=dead_pid(), host=socket.gethostname(), state_id=state_identity(state_dir))
+        task_run = shared.begin_task(run, name="fix-greet", branch="overnight/fix-greet", work_key=the_work)
+        shared.finish_task(task_run, outcome=outcome, reason="" if outcome == "succeeded" else "check_failed", commit="c" * 40)
+        shared.finish_run(run, status="finished", exit_code=0 if outcome == "succeeded" else 1)
+        return run
+    finally:
+        shared.close()
+
+
+def assert_the_newest_finish_of_each_work_stays(store: RunStore) -> None:
+    """Runs of state dir `s` ended just now, removed as a store machines share removes them: only those holding a
+    work's newest finish with success in the whole store (a task `succeeded`, or only an iteration `committed`) stay;
+    removed as from the state dir's own store, they go too. A run with no state dir's name stays either way (another
+    state dir's run is in the store)."""
+
+    def a_run(work: str, outcome: str, *, committed: bool = False, state_id: str | None = "s") -> int:
+        run = store.begin_run(config_path="c.toml", pid=1, host="h", state_id=state_id)
+        task = store.begin_task(run, name="t", branch="overnight/t", work_key=work)
+        iteration = store.begin_iteration(task, number=1, checkpoint="c", pid=1)
+        store.finish_iteration(iteration, outcome="committed" if committed else "rolled_back", commit="c" * 40 if committed else "")
+        store.finish_task(task, outcome=outcome, reason="" if outcome == "succeeded" else "interrupted")
+        store.finish_run(run, status="finished", exit_code=0)
+        return run
+
+    older, failed = a_run("w1", "succeeded", committed=True), a_run("w1", "failed")
+    only_committed, newest = a_run("w2", "failed", committed=True), a_run("w1", "succeeded")
+    finished_again_elsewhere = a_run("w3", "succeeded")
+    a_run("w3", "succeeded", state_id="another")
+    unnamed = a_run("w4", "failed", state_id=None)
+    store.flush()
+    assert sum(store.remove_old_runs("s", timedelta(0), shared=True)) == 3
+    kept = [store.run(run) is not None for run in (older, failed, only_committed, newest, finished_again_elsewhere, unnamed)]
+    assert kept == [False, False, True, True, False, True]
+    assert sum(store.remove_old_runs("s", timedelta(0), shared=False)) == 2 and store.run(unnamed) is not None
+
+
+class TestSharedStore:
+    def test_only_the_newest_finish_of_each_work_is_spared(self, tmp_path):
+        """In a shared store, an old run stays only while it holds the store's newest finish with success of a work."""
+        store = RunStore.open(f"sqlite:///{tmp_path / 'shared.db'}")
+        try:
+            assert_the_newest_finish_of_each_work_stays(store)
+        finally:
+            store.close()
+
+    def test_a_night_dead_for_weeks_still_finds_its_waiting_task_done_elsewhere(self, tmp_path, repo, server, capsys):
+        """In a store machines share, keep_runs_days spares the newest run that finished a work with success (older ones
+        of that work, and failed ones, go): the recovery of a night killed weeks ago while its task waited for that
+        work's lease still records the task `done_elsewhere`, not `leased`."""
+        shared = tmp_path / "shared.db"
+        config_a = shared_config(tmp_path / "a", repo, server, shared)
+        held_by_another_machine(shared, repo, ttl_s=600)
+        killed_while_it_waits(config_a)
+        dead = latest_run_of(shared, tmp_path / "a" / "state")
+        store = RunStore.open(f"sqlite:///{shared}")
+        try:  # machine B's holder gone: B's next night takes the lease and finishes the work
+            store.release_lease(lease_key("fix-greet", repository_key(Repo(repo), "HEAD")), HOLDER)
+        finally:
+            store.close()
+        machine_b = clone(repo, tmp_path / "b-repo")
+        config_b = shared_config(tmp_path / "b", machine_b, server, shared, state={"keep_runs_days": 7})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config_b)) == 0
+        state_b = tmp_path / "b" / "state"
+        finished_it = latest_run_of(shared, state_b)
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config_a).task[0])
+        older_success, failed = an_ended_run(shared, state_b, the_work, "succeeded"), an_ended_run(shared, state_b, the_work, "failed")
+        age(config_a, dead, began_days_ago=41, ended_days_ago=None, store=shared)
+        age(config_b, finished_it, began_days_ago=40.5, ended_days_ago=40, store=shared)
+        age(config_b, older_success, began_days_ago=50, ended_days_ago=49.9, store=shared)
+        age(config_b, failed, began_days_ago=45, ended_days_ago=44.9, store=shared)
+
+        # Machine B's next night, weeks later, works other tasks; its keep_runs_days removes its old runs first.
+        other_task = {"name": "other-task", "prompt": "greet() should say hello.", "check": "python check_greet.py"}
+        config_b = shared_config(tmp_path / "b", machine_b, server, shared, state={"keep_runs_days": 7}, tasks=[other_task])
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config_b)) == 0
+
+        # By age, not id: SQLite gives tonight's run the id of the newest one removed.
+        assert runs_begun_days_ago(shared, state_b) == [40.5, 0.0]
+        recover(load_config(config_a))
+        [task] = report_json(config_a, capsys)["tasks"]
+        assert (task["outcome"], task["reason"]) == ("skipped", "done_elsewhere")
 
 
 class TestConfig:

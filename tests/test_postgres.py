@@ -19,6 +19,7 @@ from orchestrator.scripted import call
 from runs import RunStore
 from tests.conftest import git
 from tests.test_faults import dead_pid, recover, winners_of_a_race
+from tests.test_keep_runs import assert_the_newest_finish_of_each_work_stays
 from tests.test_night import FIX, overnight, report_json
 from tests.test_shared_store import a_dead_night_of, assert_the_column_was_added, clone, dead_owner, night_losing_its_lease, shared_config
 
@@ -273,6 +274,10 @@ class TestRemoveOldRuns:
         assert list(store.remove_old_runs("s", timedelta(days=7))) == [1]
         assert store.run(old) is None and store.run(another) is not None and store.run(recent) is not None
         assert [sql(pg_store_url, f"SELECT count(*) FROM {table}")[0][0] for table in ("task_runs", "iterations", "events")] == [2, 2, 2]
+
+    def test_the_newest_finish_of_each_work_stays_in_a_shared_store(self, store: RunStore) -> None:
+        """In a shared store on PostgreSQL, an old run stays only while it holds the store's newest finish with success of a work."""
+        assert_the_newest_finish_of_each_work_stays(store)
 
 
 class TestSchema:

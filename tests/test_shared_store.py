@@ -399,11 +399,15 @@ class TestSharedWork:
         assert seen_by_the_next_worker == [("succeeded",)]
 
 
+# The lease owner name of machine B's worker in held_by_another_machine.
+HOLDER = f"machine-b:1:cafe:{'b' * 32}"
+
+
 def held_by_another_machine(store_file: Path, repo: Path, *, ttl_s: float, task: str = "fix-greet") -> None:
     """`task`'s lease in the shared store, taken by machine B for `ttl_s` seconds and never renewed after."""
     store = RunStore.open(f"sqlite:///{store_file}")
     try:
-        assert store.acquire_lease(lease_key(task, repository_key(Repo(repo), "HEAD")), f"machine-b:1:cafe:{'b' * 32}", ttl_s=ttl_s)
+        assert store.acquire_lease(lease_key(task, repository_key(Repo(repo), "HEAD")), HOLDER, ttl_s=ttl_s)
     finally:
         store.close()
 
