@@ -5,6 +5,7 @@ and stderr goes to cron's mail or a CI log."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import traceback
@@ -20,8 +21,6 @@ def print_redacted(bug: BaseException, redact: Callable[[str], str]) -> None:
 # and what `entry` keeps for the process's life: a dying thread's traceback goes through all of them.
 _registered: list[Callable[[str], str]] = []
 _registry_lock = threading.Lock()
-# The hook ours replaced, which gets a thread's exception when no redaction is registered.
-_replaced: Callable[[Any], object] = threading.excepthook
 
 
 @contextlib.contextmanager
@@ -30,7 +29,8 @@ def thread_tracebacks_redacted(redact: Callable[[str], str]) -> Iterator[None]:
     a lease's heartbeat, the embedded model's watcher, a thread a user's guard starts) prints as Python's own hook
     prints it, `Exception in thread NAME:` and the traceback, through `redact` and every other redaction registered
     then; with none registered, the hook that was there before ours gets it. Several may be in at once, and end in any
-    order: one process-wide hook, installed once, reads the registry (a hook put back on exit would undo another's)."""
+    order: one process-wide hook reads the registry (a hook put back on exit would undo another's), installed again only
+    when another has replaced it, and handing on to the hook it replaced itself."""
     _register(redact)
     try:
         yield
@@ -46,20 +46,20 @@ def keep_thread_tracebacks_redacted(redact: Callable[[str], str]) -> None:
 
 
 def _register(redact: Callable[[str], str]) -> None:
-    global _replaced
     with _registry_lock:
-        # Again each time: another may have set its own hook since (pytest does for each test, and puts its before back).
-        if threading.excepthook is not _print_thread_traceback:
-            _replaced = threading.excepthook
-            threading.excepthook = _print_thread_traceback
+        # Again each time: another may have set its own hook since (a test's monkeypatch, a caller's).
+        if getattr(threading.excepthook, "func", None) is not _print_thread_traceback:
+            # Each install keeps the hook it replaced: one global would go stale when that hook's setter puts ours back,
+            # or loop with a hook that hands on to ours.
+            threading.excepthook = functools.partial(_print_thread_traceback, replaced=threading.excepthook)
         _registered.append(redact)
 
 
-def _print_thread_traceback(hooked: Any) -> None:
+def _print_thread_traceback(hooked: Any, *, replaced: Callable[[Any], object]) -> None:
     with _registry_lock:
         redactions = list(reversed(_registered))  # the latest first: a night's holds the environment's values and more
     if not redactions:
-        _replaced(hooked)
+        replaced(hooked)
         return
     if hooked.exc_type is SystemExit:  # as Python's own hook: a thread's sys.exit() is silent
         return

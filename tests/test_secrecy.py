@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -742,6 +743,37 @@ class TestTracebacksKeepSecretsOut:
         die_in_a_thread("a thread after both runs")
         assert [str(exception) for exception in handed_on] == ["a thread after both runs"]
         assert "Exception in thread" not in capsys.readouterr().err
+
+    def test_a_hook_set_for_a_while_over_ours_gets_no_exception_once_its_setter_puts_ours_back(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """With no run in, a dying thread's exception goes to the hook that was there before ours, not to one another
+        set over ours for a while (a test's monkeypatch, with a run inside it) and took away again by putting ours back;
+        nor does a hook set over ours that hands on to ours (as hooks do) loop back and forth with it."""
+        from orchestrator.tracebacks import thread_tracebacks_redacted
+
+        lasting: list[str] = []
+        monkeypatch.setattr(threading, "excepthook", lambda hooked: lasting.append(str(hooked.exc_value)))
+        with thread_tracebacks_redacted(Redactor(["first-run-secret-111"])):
+            pass
+        ours = threading.excepthook
+        for_a_while: list[str] = []
+        threading.excepthook = lambda hooked: for_a_while.append(str(hooked.exc_value))
+        with thread_tracebacks_redacted(Redactor(["second-run-secret-222"])):
+            pass
+        threading.excepthook = ours  # its setter takes it away
+        die_in_a_thread("once the one set for a while is gone")
+        assert (lasting, for_a_while) == (["once the one set for a while is gone"], [])
+
+        handing_on: list[str] = []
+
+        def hands_on(hooked: Any) -> None:
+            handing_on.append(str(hooked.exc_value))
+            ours(hooked)
+
+        threading.excepthook = hands_on
+        with thread_tracebacks_redacted(Redactor(["third-run-secret-333"])):
+            pass
+        die_in_a_thread("through a hook that hands on")
+        assert handing_on == ["through a hook that hands on"] and lasting[-1] == "through a hook that hands on" and len(lasting) == 2
 
     def test_a_thread_that_dies_after_entry_has_returned_shows_stars(self) -> None:
         """A thread that outlives `entry` (joined at the interpreter's exit) and dies then quoting a secret value prints its
