@@ -47,6 +47,9 @@ _JSON_START = re.compile(r"^[ \t]*([\[{])", re.MULTILINE)
 _CALL_MARKER = re.compile(r"^([ \t]*)(?:<\|python_tag\|>|\[TOOL_CALLS\])", re.MULTILINE)
 # A call's JSON after a sentence on the same line ("I will read it. {"name": ...}").
 _INLINE_CALL = re.compile(r'\{\s*"(?:name|tool|function)"\s*:')
+# An array opened right before such a call, which the call is an item of: `[`, `{"tool_calls": [`.
+_ARRAY_BEFORE_A_CALL = re.compile(r'(?:\{\s*"tool_calls"\s*:\s*)?\[\s*\Z')
+_ARRAY_OPENING_LIMIT = 64  # how far before the call its array's opening is looked for: a bounded look, not back to the start
 _CALL_FORM = 'a JSON object like {"name": "read_file", "arguments": {"path": "a.py"}}'
 _NAME_IN_TEXT = re.compile(r'"(?:name|tool)"\s*:\s*"([^"]*)"')
 _JSON_TYPES = {
@@ -683,7 +686,8 @@ def _calls_in_unreadable_json(
     """The calls in the JSON at `start` that does not read, and where the text after them starts: read whole over
     several lines once mended (see _mended_call_from, _loose_call_from) while `tries_left[0]` allows (the answer's
     count, shared by all its lines, so a one-item list), else the rest of its line as a block (repaired, or cut off)."""
-    if tries_left[0] and _LOOSE_CALL.match(text, start) is not None:  # not a `{` of code, or other JSON
+    tried = bool(tries_left[0]) and _LOOSE_CALL.match(text, start) is not None  # not a `{` of code, or other JSON
+    if tried:
         tries_left[0] -= 1
         mended = _mended_call_from(text, start, _json_error(exc, start), known) if _INLINE_CALL.match(text, start) else None
         mended = mended or _loose_call_from(text, start, known)
@@ -691,7 +695,34 @@ def _calls_in_unreadable_json(
             return mended
     line_end = text.find("\n", start)
     line_end = line_end if line_end >= 0 else len(text)
-    return _calls_in_block(text[start:line_end], known, cut=False), line_end
+    calls = _calls_in_block(text[start:line_end], known, cut=False)
+    if not calls and tried:
+        calls = _unreadable_call_over_lines(text, start, exc, known)
+    return calls, line_end
+
+
+# A call's start, loosely quoted, with the name it gives: `{"name": "write_file"`, `{'name': 'write_file'`, `{name: '…'`.
+_LOOSE_CALL_NAMED = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:\s*(["'])([^"'\n]*)\2""")
+
+
+def _unreadable_call_over_lines(text: str, start: int, exc: ValueError, known: set[str]) -> list[_Written]:
+    """The call at `start` naming a known tool that reads neither strictly, mended nor loosely, and whose first line gives
+    no call either (pretty-printed: `{` alone on it), as a broken call: cut off when the rest of the text stops inside a
+    string or where a value was due (see _ends_mid_value), else unreadable; [] when it names no tool (other JSON the
+    model shows). Dropped, the model would be told it called no tool, not what to fix."""
+    named = _LOOSE_CALL_NAMED.match(text, start)
+    if named is None or named.group(3).strip() not in known:
+        return []
+    rest = text[start:]
+    try:
+        _loads(rest)
+    except ValueError as whole_exc:
+        if _ends_mid_value(whole_exc, rest):
+            return [_Written(named.group(3), _Arguments(None, rest, _json_error(whole_exc), ends_mid_value=True))]
+    closed = loose_json.value_end(text, start)
+    raw = text[start:closed] if closed else rest
+    detail = f"the call is not valid JSON ({_json_error(exc, start)}); write it again as {_CALL_FORM}"
+    return [_Written(named.group(3), _Arguments(None, raw), "unparseable", detail)]
 
 
 # What may stand between calls on one line: Llama 3's `; `, a comma, a space, nothing.
@@ -752,16 +783,25 @@ def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Writ
 def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
     """Valid JSON calls of known tools that start inside a line, after some words.
 
-    Only whole JSON naming a tool counts: prose that quotes some other JSON is not a call.
+    Only whole JSON naming a tool counts: prose that quotes some other JSON is not a call. In an answer cut at the
+    length limit, a call is read with the array it is an item of (`[`, `{"tool_calls": [` before it), and the first
+    JSON that does not read is read to the answer's end as a block is: a call in the value the limit cut is cut off,
+    never run (its whole calls too, as at a line's start), nor dropped without a word.
     """
     found: list[_Written] = []
     resume = 0
     for match in _INLINE_CALL.finditer(text):
         if match.start() < resume:
             continue
+        start = match.start()
+        if cut:
+            array = _ARRAY_BEFORE_A_CALL.search(text, max(resume, start - _ARRAY_OPENING_LIMIT), start)
+            start = array.start() if array else start
         try:
-            value, resume = _raw_decode(text, match.start())
+            value, resume = _raw_decode(text, start)
         except ValueError:
+            if cut:  # read once, not from each later call-like start: a flood of them would take quadratic time
+                return found + _calls_in_block(text[start:], known, cut)
             continue
         shapes = _call_shapes(value, known) or []
         found.extend(_Written(name, _arguments_of(arguments, "")) for name, arguments in shapes if name.strip() in known)
@@ -877,6 +917,8 @@ def _written_from_value(
     value: Any, raw: str, error: str, known: set[str], cut: bool, *, ends_mid_value: bool = False
 ) -> list[_Written] | None:
     shapes = _call_shapes(value, known)
+    if shapes is None and error and cut:
+        shapes = _call_shapes_before_an_unnamed_last(value, known)
     if shapes is None:
         return None
     if error and cut:
@@ -884,6 +926,14 @@ def _written_from_value(
     # The text stops in the last call: those before it in an array are whole (a burst whose last call was cut off).
     last = len(shapes) - 1
     return [_Written(name, _arguments_of(arguments, error, ends_mid_value and i == last)) for i, (name, arguments) in enumerate(shapes)]
+
+
+def _call_shapes_before_an_unnamed_last(value: Any, known: set[str]) -> list[tuple[str, Any]] | None:
+    """The calls of a list of calls (bare, or a `tool_calls` wrapper's) whose last item is no call, repaired from one cut
+    off before it named its tool (`[{...}, {"na`): the calls before it, which the cut makes cut off too; else None."""
+    if isinstance(value, dict) and set(value) == {"tool_calls"}:
+        value = value["tool_calls"]
+    return _call_shapes(value[:-1], known) if isinstance(value, list) else None
 
 
 def _arguments_of(value: Any, error: str, ends_mid_value: bool = False) -> _Arguments:

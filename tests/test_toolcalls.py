@@ -769,6 +769,50 @@ class TestTextCalls:
         text = call.format("a.py") + "\nand then\n" + call.format("b.py")
         assert [call.arguments for call in written(text)] == [{"path": "a.py"}, {"path": "b.py"}]
 
+    @pytest.mark.parametrize(
+        "members",
+        [
+            ("'path': 'a.py'", "'content': 'x = 1\\n'"),  # a comma missing between members
+            ("'path': 'a.py'", "'content': 'x = {'a': 1}\\n'"),  # a quote before a colon inside a single-quoted string
+            ('"path": "a.py"', '"content": "x = 1\\n"'),
+            ('"path" "a.py",', '"content": "x = 1\\n"'),  # a colon missing
+        ],
+        ids=["single-quoted-no-comma", "single-quoted-quote-before-colon", "double-quoted-no-comma", "double-quoted-no-colon"],
+    )
+    def test_a_pretty_printed_bare_call_that_does_not_read_is_broken(self, members):
+        """A bare call pretty-printed over several lines that does not read is a broken call naming its tool, so the model
+        is told what to fix: it was dropped without a word, and the model told it had called no tool."""
+        quote = members[0][0]
+        name, arguments = (f"{quote}{key}{quote}" for key in ("name", "arguments"))
+        text = (
+            f"I will write it.\n{{\n  {name}: {quote}write_file{quote},\n  {arguments}: {{\n    {members[0]}\n"
+            f"    {members[1]}\n  }}\n}}\nThen I run the check."
+        )
+        call = only(written(text))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+
+    @pytest.mark.parametrize("quote", ["'", '"'], ids=["single-quoted", "double-quoted"])
+    def test_a_pretty_printed_bare_call_cut_off_is_broken_as_cut_off(self, quote):
+        """A bare call pretty-printed over several lines that stops inside a string is broken as cut off, as on one line
+        (it was dropped without a word); a call on a later line still runs."""
+        q = quote
+        text = (
+            f"I will write it.\n{{\n  {q}name{q}: {q}write_file{q},\n  {q}arguments{q}: {{\n    {q}path{q}: {q}a.py{q},\n"
+            f"    {q}content{q}: {q}x = 1"
+        )
+        cut = only(written(text))
+        assert isinstance(cut, BrokenCall) and (cut.name, cut.problem) == ("write_file", "unparseable"), cut
+        assert "end in the middle of a value" in cut.detail, cut
+        cut, read = written(text + '\n{"name": "read_file", "arguments": {"path": "a.py"}}')
+        assert isinstance(cut, BrokenCall) and cut.name == "write_file", cut
+        assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
+
+    def test_pretty_printed_json_that_names_no_tool_and_does_not_read_is_no_call(self):
+        """Invalid JSON over several lines that names no tool (a package.json shown with a comment) is the model's text,
+        not a broken call."""
+        text = 'My package.json:\n{\n  "name": "app",\n  // the version\n  "version": "1.0"\n}\nWhat next?'
+        assert written(text) == []
+
     @pytest.mark.parametrize("form", ["bare", "tagged", "fenced"])
     def test_a_whole_call_before_one_that_ends_mid_value_in_a_json_array_still_runs(self, form):
         """Calls written as one JSON array whose last stops where a value was due: the calls before it are whole and
@@ -808,6 +852,34 @@ class TestTextCalls:
         call = only(written(text, finish_reason="length"))
         assert isinstance(call, BrokenCall) and call.problem == "unparseable"
 
+
+    @pytest.mark.parametrize(
+        "opening",
+        ["[", "[ ", '{"tool_calls": ['],
+        ids=["array", "array-spaced", "tool-calls-wrapper"],
+    )
+    @pytest.mark.parametrize(
+        "cut_call",
+        ['{"name": "write_file", "arguments": {"path": "b.py", "content": "x = ', "{", '{"na', '{\n  "name'],
+        ids=["inside-a-string", "at-its-brace", "before-its-name", "pretty-before-its-name"],
+    )
+    @pytest.mark.parametrize("before", ["Here they are: ", "", "```json\n"], ids=["after-prose", "bare", "fenced"])
+    def test_calls_in_an_array_cut_at_the_length_limit_do_not_run(self, before, opening, cut_call):
+        """An array of calls that the length limit cut off yields no call, its whole calls included, after prose as at a
+        line's start or in a fence, even when the last was cut before it named its tool: they are cut off, not run
+        while the cut one is dropped without a word, nor all dropped and the model told it called no tool."""
+        read = '{"name": "read_file", "arguments": {"path": "a.py"}}'
+        calls = written(f"{before}{opening}{read}, {cut_call}", finish_reason="length")
+        assert calls and all(isinstance(call, BrokenCall) for call in calls), calls
+        assert calls[0].name == "read_file" and calls[0].detail == "cut off at the length limit", calls
+
+    def test_a_whole_call_after_prose_runs_and_the_one_cut_at_the_length_limit_is_reported(self):
+        """A whole call after prose is a value of its own and runs; the call after it, cut off at the length limit, is
+        reported as cut off (it was dropped without a word)."""
+        text = 'I read it. {"name": "read_file", "arguments": {"path": "a.py"}} then {"name": "write_file", "arguments": {"path": "b.py", "content": "x = '
+        read, write = written(text, finish_reason="length")
+        assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
+        assert isinstance(write, BrokenCall) and (write.name, write.detail) == ("write_file", "cut off at the length limit"), write
 
 class TestHostileInput:
     """Whatever a model writes, parsing answers with calls or broken calls, quickly, and never raises."""
