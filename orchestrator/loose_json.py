@@ -101,12 +101,17 @@ def _single_quoted_string(text: str, position: int, inside: str, *, key: bool) -
         at = run.end()
 
 
+# The first character after white space: matched in place, as a slice of the rest at each quote would copy it each time.
+_NEXT_CHAR = re.compile(r"\s*(\S)")
+
+
 def _may_end_a_value(text: str, after: int, inside: str) -> bool:
     """Whether a value inside the bracket `inside` may end where the quote before `after` stands, by what follows it: not
     the other kind of closing bracket, nor, in an object, a comma followed by what is no key and colon (`'a = d['k'],
     b'`: `]` in an object, then `, b'`); where the text stops before that can be told, it may. A colon always may: a
     value is never followed by one, but a string cut off before the next call would run into that call's `'name':`."""
-    follower = text[after:].lstrip()[:1]
+    next_char = _NEXT_CHAR.match(text, after)
+    follower = next_char.group(1) if next_char else ""
     if follower in ("}", "]"):
         return inside in ("", {"}": "{", "]": "["}[follower])
     if follower == "," and inside == "{":
