@@ -88,85 +88,106 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             log=log,
             redact=setup.redact,
         )
-        finish = _Finisher(setup, number, iteration_id, checkpoint, ctx, log)
+        iteration = _Iteration(setup, number, iteration_id, checkpoint, ctx, log, transcript)
+        finish = _Finisher(iteration)
         try:
             for message in messages:
                 recorder.message(message)
-            result, stopped = _agent_run(setup, messages, ctx, recorder, log)
-            return _judged(setup, number, checkpoint, ctx, log, transcript, finish, result, stopped)
+            run = _agent_run(iteration, messages, recorder)
+            return _judged(iteration, run, finish)
         except (Exception, KeyboardInterrupt) as failure:
-            return _ended_by(failure, setup, ctx, log, finish)
+            return _ended_by(failure, iteration, finish)
 
 
-def _agent_run(
-    setup: TaskSetup, messages: list[Message], ctx: RunContext, recorder: _Recorder, log: Any
-) -> tuple[AgentResult, QualityError | None]:
-    """The agent's run and, when a guard stopped it after its own run_check passed, the guard's stop (its
-    result then says it was not submitted); any other QualityError is raised."""
+@dataclass(frozen=True)
+class _Iteration:
+    """What stays fixed for one iteration once the store has it: its task's setup, its number and id, the
+    checkpoint it rolls back to, the agent run's context, its logger (bound to the ids) and its transcript."""
+
+    setup: TaskSetup
+    number: int
+    id: int
+    checkpoint: str
+    ctx: RunContext
+    log: Any
+    transcript: Transcript
+
+
+@dataclass(frozen=True)
+class _AgentRun:
+    """What the agent's run produced for the check to judge: its result and, when a guard stopped it after
+    its own run_check passed, the guard's stop (the result then says it was not submitted)."""
+
+    result: AgentResult
+    stopped: QualityError | None = None
+
+
+def _agent_run(iteration: _Iteration, messages: list[Message], recorder: _Recorder) -> _AgentRun:
+    """The agent's run, also when a guard stopped it after its own run_check passed; any other
+    QualityError is raised."""
+    setup, ctx = iteration.setup, iteration.ctx
     try:
-        return run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder), None
+        return _AgentRun(run_agent(setup.model, setup.toolbox, setup.guards, messages, ctx, recorder))
     except QualityError as stop:
         if not ctx.check_passed:
             raise
         # Stopped after its own run_check passed, nothing changed since (it never submitted, or
         # confirmed the pass once too often): the work is judged as a submission would be.
         result = AgentResult(f"(not submitted: {stop.message}; the check had passed)", ctx.answered, ctx.tokens)
-        log.info("stopped_after_passing_check", reason=stop.reason)
-        return result, stop
+        iteration.log.info("stopped_after_passing_check", reason=stop.reason)
+        return _AgentRun(result, stopped=stop)
 
 
-def _judged(
-    setup: TaskSetup, number: int, checkpoint: str, ctx: RunContext, log: Any, transcript: Transcript,
-    finish: _Finisher, result: AgentResult, stopped: QualityError | None,
-) -> IterationReport:
-    """The end of an agent's run judged by the task's check: committed when it passes and the lease is still
+def _judged(iteration: _Iteration, run: _AgentRun, finish: _Finisher) -> IterationReport:
+    """The end of an agent's `run` judged by the task's check: committed when it passes and the lease is still
     held, rolled back with a `check_failed` note when it fails. Raises Cancelled (the check died of the night's
-    signal, or the lease is lost), the guard's `stopped` when the check fails after it, and a commit's refusal."""
+    signal, or the lease is lost), the guard's stop when the check fails after it, and a commit's refusal."""
+    setup, result = iteration.setup, run.result
     check = setup.workspace.run_check(
         setup.task.check, setup.night.check_timeout_s, cancel=setup.cancel, pass_env=setup.task.pass_env, redact=setup.redact
     )
-    transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
+    iteration.transcript.write("check", exit_code=check.exit_code, timed_out=check.timed_out, output=check.output[-CHECK_TAIL_CHARS:])
     if not check.passed and died_of_the_nights_signal(setup.cancel, check.exit_code):
         raise Cancelled(setup.cancel.why)
-    if not check.passed and stopped is not None:
-        raise stopped  # the guard's stop stands, as if the check had not been asked
+    if not check.passed and run.stopped is not None:
+        raise run.stopped  # the guard's stop stands, as if the check had not been asked
     if not check.passed:
-        ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
+        iteration.ctx.report(Level.SEVERE, "check_failed", f"check failed: {_how_it_ended(check.exit_code)}")
         return finish.rolled_back(_check_failed(check.exit_code, check.output), result.turns, result.tokens)
     if setup.lease is not None and not setup.lease.still_held():
         raise Cancelled("lease_lost")  # another worker has the task now: its work, not ours, goes on the branch
-    commit = _commit(setup, number, checkpoint, result.summary, ctx, log)
+    commit = _commit(iteration, result.summary)
     # The check passed on the checkpoint as it was: no commit is made, and none is named
     # (the checkpoint is an earlier night's commit, or the base).
-    return finish.committed(commit if commit != checkpoint else "", result.turns, result.tokens)
+    return finish.committed(commit if commit != iteration.checkpoint else "", result.turns, result.tokens)
 
 
-def _commit(setup: TaskSetup, number: int, checkpoint: str, summary: str, ctx: RunContext, log: Any) -> str:
+def _commit(iteration: _Iteration, summary: str) -> str:
     """The work that passed its check committed onto the checkpoint, with the model's summary; the commit's
     hash (the checkpoint's when nothing changed). A refused commit is raised, a file too large reported first."""
+    setup = iteration.setup
     # The model's summary, its control characters escaped: a NUL (which no command line can
     # carry) failed the commit of work that had passed its check, and an escape sequence
     # would redraw the terminal of whoever reads `git log` in the morning.
     # Redacted: the model may quote a secret value in it, and the branch goes where CI pushes it.
     escaped_summary = visible(setup.redact(summary), keep="\n\t")
-    message = f"overnight: {setup.task.name} iteration {number}\n\n{escaped_summary}".strip()
+    message = f"overnight: {setup.task.name} iteration {iteration.number}\n\n{escaped_summary}".strip()
     try:
         return setup.workspace.commit(
-            message, onto=checkpoint, max_file_bytes=setup.max_file_bytes, secrets=_passed_secrets(setup.task),
-            on_kept_out=lambda kept: _log_kept_out(log, kept, setup.redact),
+            message, onto=iteration.checkpoint, max_file_bytes=setup.max_file_bytes, secrets=_passed_secrets(setup.task),
+            on_kept_out=lambda kept: _log_kept_out(iteration.log, kept, setup.redact),
         )
     except QualityError as refused:
         if refused.reason == "file_too_large":  # the model's doing, as a guard's stop is: a severe signal
-            ctx.report(Level.SEVERE, refused.reason, refused.message)
+            iteration.ctx.report(Level.SEVERE, refused.reason, refused.message)
         raise
 
 
-def _ended_by(
-    failure: Exception | KeyboardInterrupt, setup: TaskSetup, ctx: RunContext, log: Any, finish: _Finisher
-) -> IterationReport:
+def _ended_by(failure: Exception | KeyboardInterrupt, iteration: _Iteration, finish: _Finisher) -> IterationReport:
     """The report of an iteration `failure` ended, rolled back with a note (a QualityError, or any other
     exception as `iteration_error`); ModelUnreachable, Cancelled, KeyboardInterrupt and StateError are raised
     again once the ending is recorded, and an exception of git killed by the night's signal as Cancelled."""
+    setup, ctx = iteration.setup, iteration.ctx
     if isinstance(failure, QualityError):
         return finish.rolled_back(failure, ctx.answered, ctx.tokens)
     if isinstance(failure, ModelUnreachable):
@@ -186,7 +207,7 @@ def _ended_by(
         raise Cancelled(setup.cancel.why) from None
     # An error's text may quote a secret (a filter's or a server's message, a URL with its password):
     # the traceback as structlog's `exception` field would carry it, and the note, through the night's redaction.
-    log.error("iteration_error", exception=setup.redact(traceback.format_exc().rstrip("\n")))
+    iteration.log.error("iteration_error", exception=setup.redact(traceback.format_exc().rstrip("\n")))
     error = QualityError("iteration_error", "None: this was an error in overnight or its environment.", evidence=f"{type(failure).__name__}: {failure}")
     return finish.rolled_back(error, ctx.answered, ctx.tokens)
 
@@ -252,12 +273,7 @@ def _logged(commit: str) -> str | None:
 class _Finisher:
     """The three endings of an iteration, each leaving store, notes and worktree consistent."""
 
-    setup: TaskSetup
-    number: int
-    iteration_id: int
-    checkpoint: str
-    ctx: RunContext
-    log: Any
+    iteration: _Iteration
     recorded: bool = False  # the store has the iteration's end
     commit: str = ""
     committed_ending: dict[str, Any] | None = None  # once the work passed the check and is on the branch
@@ -266,24 +282,26 @@ class _Finisher:
         self.commit = commit
         self.committed_ending = {"outcome": IterationOutcome.COMMITTED.value, "commit": commit, "turns": turns, "tokens": tokens}
         self._finish(**self.committed_ending)
-        self.log.info("iteration_committed", commit=_logged(commit), turns=turns, tokens=tokens)
+        self.iteration.log.info("iteration_committed", commit=_logged(commit), turns=turns, tokens=tokens)
         return self._report(IterationOutcome.COMMITTED, "", commit, turns, tokens)
 
     def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
-        self.setup.workspace.rollback(self.checkpoint)
+        setup = self.iteration.setup
+        setup.workspace.rollback(self.iteration.checkpoint)
         self._noted(
             # notes.md, which the next prompt carries: an error's text, or paths a refusal names, may hold a secret.
-            evidence=self.setup.redact(stop.evidence),
+            evidence=setup.redact(stop.evidence),
             # A guard's correction may quote the model's call (a tool it named after a value it read).
-            outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=self.setup.redact(stop.correction), turns=turns,
+            outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=setup.redact(stop.correction), turns=turns,
             tokens=tokens,
         )
-        self.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
+        self.iteration.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
         return self._report(IterationOutcome.ROLLED_BACK, stop.reason, "", turns, tokens)
 
     def state_failed(self) -> None:
+        iteration = self.iteration
         # Work that passed the check and was committed stays, as recovery would keep it.
-        self.setup.workspace.rollback(self.commit or self.checkpoint)
+        iteration.setup.workspace.rollback(self.commit or iteration.checkpoint)
         # Recorded already when what failed came after the store had the iteration's end (notes.md).
         if not self.recorded:
             # The store failed as it recorded the commit (locked a moment, say): asked again, it must
@@ -292,58 +310,62 @@ class _Finisher:
                 "outcome": IterationOutcome.ROLLED_BACK.value,
                 "reason": "iteration_error",
                 "correction": STATE_FAILED_CORRECTION,
-                "turns": self.ctx.answered,
-                "tokens": self.ctx.tokens,
+                "turns": iteration.ctx.answered,
+                "tokens": iteration.ctx.tokens,
             }
             with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
                 self._finish(**ending)
                 if self.committed_ending is not None:  # the store has the commit now: so has the log, as for any commit
-                    self.log.info("iteration_committed", commit=_logged(self.commit), turns=ending["turns"], tokens=ending["tokens"])
-        self.log.error("iteration_state_failed")
+                    iteration.log.info("iteration_committed", commit=_logged(self.commit), turns=ending["turns"], tokens=ending["tokens"])
+        iteration.log.error("iteration_state_failed")
 
     def unreachable(self, detail: str) -> None:
+        iteration, ctx = self.iteration, self.iteration.ctx
         # Infrastructure, not a struggle: no note, no signal.
-        self.setup.workspace.rollback(self.checkpoint)
+        iteration.setup.workspace.rollback(iteration.checkpoint)
         self._finish(
             outcome=IterationOutcome.ROLLED_BACK.value,
             reason="model_unreachable",
-            turns=self.ctx.answered,
-            tokens=self.ctx.tokens,
+            turns=ctx.answered,
+            tokens=ctx.tokens,
         )
         # Turns and tokens as the store has them: a night's log adds up to its report.
-        self.log.warning("iteration_model_unreachable", detail=detail, turns=self.ctx.answered, tokens=self.ctx.tokens)
+        iteration.log.warning("iteration_model_unreachable", detail=detail, turns=ctx.answered, tokens=ctx.tokens)
 
     def cancelled(self, why: str) -> None:
-        self.setup.workspace.rollback(self.checkpoint)
+        iteration, ctx = self.iteration, self.iteration.ctx
+        iteration.setup.workspace.rollback(iteration.checkpoint)
         self._noted(
             outcome=IterationOutcome.CANCELLED.value,
             reason="cancelled",
             correction=CANCELLED_CORRECTION.format(why=why),
-            turns=self.ctx.answered,
-            tokens=self.ctx.tokens,
+            turns=ctx.answered,
+            tokens=ctx.tokens,
         )
-        self.log.info("iteration_cancelled", why=why, turns=self.ctx.answered, tokens=self.ctx.tokens)
+        iteration.log.info("iteration_cancelled", why=why, turns=ctx.answered, tokens=ctx.tokens)
 
     def _noted(self, *, evidence: str = "", **ending: Any) -> None:
         """The ending in the store with its notes.md entry owed, the entry, then the entry marked
         written. Killed or failed before the mark (a full disk ends the night), the entry stays owed
         and the next night's recovery writes it from the store, unless notes.md has it already: the
         entry's header shows the very time the store has for the ending."""
-        ended = self.setup.store.now()
+        iteration, setup = self.iteration, self.iteration.setup
+        ended = setup.store.now()
         self._finish(**ending, note_owed=True, at=ended)
-        self.setup.notes.append(
-            task=self.setup.task.name, iteration=self.number, reason=ending["reason"], correction=ending["correction"],
+        setup.notes.append(
+            task=setup.task.name, iteration=iteration.number, reason=ending["reason"], correction=ending["correction"],
             evidence=evidence, when=ended,
         )
-        self.setup.store.note_written(self.iteration_id)
+        setup.store.note_written(iteration.id)
 
     def _finish(self, **values: Any) -> None:
-        self.setup.store.finish_iteration(self.iteration_id, **values)
+        self.iteration.setup.store.finish_iteration(self.iteration.id, **values)
         self.recorded = True
 
     def _report(self, outcome: IterationOutcome, reason: str, commit: str, turns: int, tokens: int) -> IterationReport:
         return IterationReport(
-            number=self.number, outcome=outcome, reason=reason, commit=commit, turns=turns, tokens=tokens, signals=tuple(self.ctx.signals)
+            number=self.iteration.number, outcome=outcome, reason=reason, commit=commit, turns=turns, tokens=tokens,
+            signals=tuple(self.iteration.ctx.signals),
         )
 
 

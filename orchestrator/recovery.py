@@ -192,9 +192,9 @@ def _settle_dead_iteration(
     `committed` or `interrupted`, and log `iteration_recovered`; returns the iteration as recorded."""
     # The agent's last possible write: its last model call's answer acted on (a check, a command).
     agent_done_by = store.on_this_hosts_clock(iteration.heartbeat_at or iteration.started_at) + stale_after
-    commit = _settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else ""
-    if commit:
-        view = _record_committed(store, iteration, commit, _seen_committing(store, config, iteration, commit, agent_done_by))
+    made = _settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else None
+    if made is not None:
+        view = _record_committed(store, iteration, made.hexsha, _seen_committing(store, iteration, made, agent_done_by))
     else:
         view = _record_interrupted(store, iteration)
     log.info(
@@ -212,14 +212,13 @@ def _settle_dead_iteration(
     return view
 
 
-def _seen_committing(store: Any, config: Config, iteration: Any, commit: str, agent_done_by: datetime) -> datetime:
-    """When the dead iteration was last seen alive, on the store's clock: when its commit was made (its check
-    and commit came after its last heartbeat, its last model call), never before that heartbeat nor past
-    `agent_done_by` (a clock set wrong) or now; not recovery's own time, the next night's. When it was made: the
-    earlier of its committer and author dates, as a person's amend (or rebase) of it since dates its committer
-    anew but keeps its author date."""
+def _seen_committing(store: Any, iteration: Any, made: Any, agent_done_by: datetime) -> datetime:
+    """When the dead iteration was last seen alive, on the store's clock: when its commit `made` (a git.Commit)
+    was made (its check and commit came after its last heartbeat, its last model call), never before that
+    heartbeat nor past `agent_done_by` (a clock set wrong) or now; not recovery's own time, the next night's. When
+    it was made: the earlier of its committer and author dates, as a person's amend (or rebase) of it since dates
+    its committer anew but keeps its author date."""
     heartbeat = iteration.heartbeat_at or iteration.started_at
-    made = open_repo(config.repo_path).commit(commit)
     committed = min(made.committed_datetime, made.authored_datetime)
     # Measured from the heartbeat on this host's clock, the commit's: a shared store's clock may differ.
     later_by = min(committed, agent_done_by, datetime.now(timezone.utc)) - store.on_this_hosts_clock(heartbeat)
@@ -367,8 +366,9 @@ def _is_orphaned(
     return run.host != host and now - heartbeat > stale_after
 
 
-def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by: datetime) -> str:
-    """Roll the task's worktree back to the checkpoint; return the commit instead if the iteration had committed.
+def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by: datetime) -> Any:
+    """Roll the task's worktree back to the checkpoint; return the commit instead (a git.Commit, its dates read
+    with it) if the iteration had committed, else None.
 
     What a person did there after the night died (after `agent_done_by`, the latest the dead iteration
     could have written) is theirs, as in a worktree no iteration ran in: commits they made on the
@@ -379,21 +379,21 @@ def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by:
 
     path = config.worktrees_dir / iteration.task_name
     if not path.exists():
-        return ""  # the worktree lives on another host, or was never created
+        return None  # the worktree lives on another host, or was never created
     _remove_git_locks(path, iteration.task_name, log)
     repo = git.Repo(config.repo_path)
     branch = branch_for(iteration.task_name)
     head = repo.heads[branch].commit.hexsha if branch in repo.heads else ""
-    committed = _iteration_commit_at(repo, head, iteration) if head and head != iteration.checkpoint else ""
+    made = _iteration_commit_at(repo, head, iteration) if head and head != iteration.checkpoint else None
     if _of_a_vanished_repository(repo, path):  # the clone the dead night worked in is gone (a CI workspace)
         _settle_orphaned_worktree(config, repo, path, log)
-        return committed
+        return made
     worktree = Worktree(path, branch, config.repo.keep)
     with contextlib.suppress(Exception):  # a worktree git cannot read is rebuilt below, as before
         if (elsewhere := worktree.held_elsewhere()) is not None:
             log.warning("worktree_not_rolled_back", task=iteration.task_name, why=f"its branch is checked out in {elsewhere}")
-            return committed
-    target = committed or iteration.checkpoint
+            return made
+    target = made.hexsha if made is not None else iteration.checkpoint
     if head and head != target and _committed_after(repo, target, head, agent_done_by):
         target = head
         log.warning("worktree_commits_left", task=iteration.task_name, commit=head[:12])
@@ -406,18 +406,18 @@ def _settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by:
         if head and target != head:
             with contextlib.suppress(git.GitCommandError):  # a checkpoint this clone lacks: the branch stays
                 repo.git.branch("-f", branch, target)
-    return committed
+    return made
 
 
-def _iteration_commit_at(repo: Any, head: str, iteration: Any) -> str:
-    """The commit this iteration made: `head`, or below commits a person added on it since (first
-    parents, down to the checkpoint); "" if it made none."""
+def _iteration_commit_at(repo: Any, head: str, iteration: Any) -> Any:
+    """The commit (a git.Commit) this iteration made: `head`, or below commits a person added on it since
+    (first parents, down to the checkpoint); None if it made none."""
     for commit in repo.iter_commits(head, first_parent=True, max_count=_PERSON_COMMITS_LOOKED_THROUGH):
         if commit.hexsha == iteration.checkpoint:
             break
-        if _is_iteration_commit(repo, commit.hexsha, iteration):
-            return commit.hexsha
-    return ""
+        if _is_iteration_commit(repo, commit, iteration):
+            return commit
+    return None
 
 
 # How many commits a person may have added on an iteration's commit for it still to be found.
@@ -451,14 +451,13 @@ def _changed_after(worktree: Worktree, moment: datetime) -> bool:
     return False
 
 
-def _is_iteration_commit(repo: Any, head: str, iteration: Any) -> bool:
-    """`head` is the commit this iteration made (only ever after its check passed), on its checkpoint:
+def _is_iteration_commit(repo: Any, commit: Any, iteration: Any) -> bool:
+    """`commit` is the one this iteration made (only ever after its check passed), on its checkpoint:
     right on it, or on commits the agent made on top of it (the commit keeps those, `Worktree.commit`)."""
-    commit = repo.commit(head)
     return (
         commit.author.name == "overnight"
         and commit.summary == f"overnight: {iteration.task_name} iteration {iteration.number}"
-        and ([parent.hexsha for parent in commit.parents] == [iteration.checkpoint] or repo.is_ancestor(iteration.checkpoint, head))
+        and ([parent.hexsha for parent in commit.parents] == [iteration.checkpoint] or repo.is_ancestor(iteration.checkpoint, commit.hexsha))
     )
 
 
