@@ -81,7 +81,8 @@ def without_secrets(environment: Mapping[str, str], pass_env: Collection[str] = 
 
 
 class Redactor:
-    """Replaces known secret values in text with ***."""
+    """Replaces known secret values in text with ***: as written, as JSON encoders escape them in a string, and as repr()
+    quotes them (`_escaped_forms`)."""
 
     def __init__(self, values: Iterable[str]) -> None:
         # Longest first: a secret that contains another is replaced whole. A plain word ("postgres",
@@ -99,8 +100,21 @@ class Redactor:
         pieces += [run for value in multiline for run in re.split(r"\s+", value) if len(run) >= 20 and re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)]
         pieces += [value.replace("\r\n", "\n") for value in multiline if "\r\n" in value]
         kept = {value.strip() for value in [*values, *pieces] if _redactable(value)}
-        # Also as JSON text holds it (a call's arguments, a message's, are recorded as such): `a"b` is `a\"b` there.
-        self._values = sorted({form for value in kept for form in _json_forms(value)}, key=len, reverse=True)
+        # Also as JSON text holds it (a call's arguments, a message's, a server's answer, are recorded as such), and as a
+        # traceback quotes it with repr(): `a"b` is `a\"b` there.
+        self._use(form for value in kept for form in _escaped_forms(value))
+
+    @classmethod
+    def of_forms(cls, forms: Iterable[str]) -> "Redactor":
+        """A Redactor that replaces `forms` as they are (another's `values`): no lines, pieces or escaped forms derived."""
+        redactor = cls.__new__(cls)
+        redactor._use(forms)
+        return redactor
+
+    def _use(self, forms: Iterable[str]) -> None:
+        # Longest first: a form that holds another (a value ending in `\\`, whose plain form starts its escaped
+        # ones) is replaced whole, leaving no escape behind.
+        self._values = sorted(set(forms), key=len, reverse=True)
         # A shorter text holds none: most strings of a call's arguments and of a message (a key, a role, a path) are.
         self._shortest = len(self._values[-1]) if self._values else 0
 
@@ -157,7 +171,8 @@ class PassedSecrets:
 
     def redacted(self, text: str) -> str:
         """`text` with each of the values as ***."""
-        return Redactor(os.fsdecode(value) for value in self.names_by_value)(text)
+        # The values are a Redactor's forms already: escaped again, they would only add forms no text holds.
+        return Redactor.of_forms(os.fsdecode(value) for value in self.names_by_value)(text)
 
     def names(self, values: Iterable[bytes]) -> tuple[str, ...]:
         """The variables `values` come from, sorted: what a log may name, never the values."""
@@ -178,10 +193,54 @@ def passed_secrets(pass_env: Collection[str], environment: Mapping[str, str] | N
     return PassedSecrets({value: tuple(sorted(names)) for value, names in names_by_value.items()})
 
 
-def _json_forms(value: str) -> tuple[str, ...]:
-    """`value`, and the same escaped as in a JSON string: as json.dumps writes it with and without ensure_ascii (a
-    `"`, a `\\`, a control character, a non-ASCII letter). For most secrets all three are the value: no cost added."""
-    return (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1])
+# The printable ASCII characters some form below writes otherwise: JSON's `"` and `\\`, `/` (PHP), HTML's (Go, .NET),
+# `'` (repr). A value of printable ASCII with none of them has no other form.
+_ESCAPED_BY_SOME = frozenset("\"\\/<>&'+`")
+_GO_AS_U = "<>&\u2028\u2029"
+_DOTNET_AS_U = "\"'+<>&`"
+# An escape of a JSON string's text (kept whole: the `/` of `\\/` is no slash) or a character an encoder may write otherwise.
+_RESPELLED = re.compile("\\\\u[0-9a-f]{4}|\\\\.|[" + re.escape("/" + _GO_AS_U + _DOTNET_AS_U) + "]", re.DOTALL)
+
+
+def _escaped_forms(value: str) -> tuple[str, ...]:
+    """`value`, and the same as the JSON encoders in use write it in a string, and repr() of a str holding it: Python's
+    json.dumps with and without ensure_ascii (JavaScript's JSON.stringify and nlohmann's C++ write the latter), each also
+    with its `\\u` escapes in upper-case hex (Java's Jackson) and with `/` as `\\/` (PHP's json_encode); Go's (`<`,
+    `>`, `&`, U+2028 and U+2029 as `\\u` escapes); .NET's System.Text.Json (`"`, `'`, `+`, `<`, `>`, `&`, the backtick
+    and non-ASCII as upper-case `\\u` escapes); repr()'s, `'` escaped or not (it quotes with `"` a str holding `'`
+    only). A value of printable ASCII that none of them escapes (letters, digits, `-_.`: most secrets) is its only
+    form: no cost added. An encoder's mix of these per character is not matched: no decoder."""
+    if value.isascii() and value.isprintable() and _ESCAPED_BY_SOME.isdisjoint(value):
+        return (value,)
+    unicode = json.dumps(value, ensure_ascii=False)[1:-1]
+    ascii_only = json.dumps(value)[1:-1]
+    forms = {value}
+    for written in (unicode, ascii_only):
+        forms.update(_respelled(written, upper_hex=upper_hex, slash=slash) for upper_hex in (False, True) for slash in (False, True))
+    forms.add(_respelled(unicode, as_u=_GO_AS_U))
+    forms.add(_respelled(ascii_only, as_u=_DOTNET_AS_U, upper_hex=True))
+    in_repr = repr('"' + value)[2:-1]  # a str holding both quotes: `'` escaped
+    forms.update((in_repr, in_repr.replace("\\'", "'")))
+    return tuple(forms)
+
+
+def _respelled(written: str, *, upper_hex: bool = False, slash: bool = False, as_u: str = "") -> str:
+    """JSON string text (json.dumps's, quotes off) as another encoder writes it: its `\\u` escapes in upper-case hex,
+    `/` as `\\/`, the characters of `as_u` (`"` too, which json.dumps writes `\\"`) as `\\u` escapes."""
+    hex_digits = "X" if upper_hex else "x"
+
+    def respell(found: re.Match[str]) -> str:
+        token = found.group()
+        if token.startswith("\\u"):
+            return "\\u" + (token[2:].upper() if upper_hex else token[2:])
+        character = token[1] if token == '\\"' else token
+        if len(character) > 1:  # another escape: `\\\\`, `\\n`
+            return token
+        if character in as_u:
+            return f"\\u{ord(character):04{hex_digits}}"
+        return "\\/" if character == "/" and slash else token
+
+    return _RESPELLED.sub(respell, written)
 
 
 def _redactable(value: str) -> bool:

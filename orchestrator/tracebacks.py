@@ -11,6 +11,8 @@ import threading
 import traceback
 from typing import Any, Callable, Iterator
 
+from orchestrator.secrecy import Redactor
+
 
 def print_redacted(bug: BaseException, redact: Callable[[str], str]) -> None:
     """`bug`'s traceback on stderr as Python prints it (the exceptions it was raised in included), through `redact`."""
@@ -19,33 +21,42 @@ def print_redacted(bug: BaseException, redact: Callable[[str], str]) -> None:
 
 # The redactions of the runs under way in this process (several when an embedding caller or a test runs nights at once),
 # and what `entry` keeps for the process's life: a dying thread's traceback goes through all of them.
-_registered: list[Callable[[str], str]] = []
+_registered: list[Redactor] = []
+# The forms of the values of every redaction that is no longer registered (a night's, once over), for the process's life:
+# a thread of a night's may die after it (one a user's guard started, joined as the interpreter exits) quoting the config's
+# api_key or the store's password, which `entry`'s redaction of the environment does not hold. Strings only, never a
+# night's objects; insertion-ordered, the oldest forgotten past _OUTLIVED_CHARS (a long-lived caller's thousandth night).
+_outlived: dict[str, None] = {}
+_OUTLIVED_CHARS = 1 << 20
 _registry_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def thread_tracebacks_redacted(redact: Callable[[str], str]) -> Iterator[None]:
+def thread_tracebacks_redacted(redact: Redactor) -> Iterator[None]:
     """Inside, an exception that ends a thread (threading.excepthook: the run store's event writer, the deadline watcher,
     a lease's heartbeat, the embedded model's watcher, a thread a user's guard starts) prints as Python's own hook
     prints it, `Exception in thread NAME:` and the traceback, through `redact` and every other redaction registered
     then; with none registered, the hook that was there before ours gets it. Several may be in at once, and end in any
     order: one process-wide hook reads the registry (a hook put back on exit would undo another's), installed again only
-    when another has replaced it, and handing on to the hook it replaced itself."""
+    when another has replaced it, and handing on to the hook it replaced itself. After, `redact`'s values stay redacted
+    in the tracebacks our hook prints for the process's life (a thread may outlive its night), and our hook prints them
+    even with none registered when the hook it replaced is Python's own, which would print them as they are."""
     _register(redact)
     try:
         yield
     finally:
         with _registry_lock:
             _registered.remove(redact)
+            _remember(redact.values)
 
 
-def keep_thread_tracebacks_redacted(redact: Callable[[str], str]) -> None:
+def keep_thread_tracebacks_redacted(redact: Redactor) -> None:
     """`thread_tracebacks_redacted` for the rest of the process: `entry`'s, for a thread that dies after it returned
     (one still running when the interpreter exits and joins it)."""
     _register(redact)
 
 
-def _register(redact: Callable[[str], str]) -> None:
+def _register(redact: Redactor) -> None:
     with _registry_lock:
         # Again each time: another may have set its own hook since (a test's monkeypatch, a caller's).
         if getattr(threading.excepthook, "func", None) is not _print_thread_traceback:
@@ -55,19 +66,32 @@ def _register(redact: Callable[[str], str]) -> None:
         _registered.append(redact)
 
 
+def _remember(forms: tuple[str, ...]) -> None:
+    """`forms` into `_outlived`, the latest last; under `_registry_lock`."""
+    for form in forms:
+        _outlived.pop(form, None)
+        _outlived[form] = None
+    held = sum(map(len, _outlived))
+    while held > _OUTLIVED_CHARS:
+        oldest = next(iter(_outlived))
+        del _outlived[oldest]
+        held -= len(oldest)
+
+
 def _print_thread_traceback(hooked: Any, *, replaced: Callable[[Any], object]) -> None:
     with _registry_lock:
-        redactions = list(reversed(_registered))  # the latest first: a night's holds the environment's values and more
-    if not redactions:
+        # One redaction of all, longest first across them: a night's api_key holding an environment's value is replaced
+        # whole, not around that value's *** by the environment's redaction first.
+        forms = [*(form for redact in _registered for form in redact.values), *_outlived]
+        hand_on = not _registered and (not _outlived or replaced is not threading.__excepthook__)
+    if hand_on:
         replaced(hooked)
         return
     if hooked.exc_type is SystemExit:  # as Python's own hook: a thread's sys.exit() is silent
         return
     name = hooked.thread.name if hooked.thread is not None else threading.get_ident()
     text = f"Exception in thread {name}:\n" + "".join(traceback.format_exception(hooked.exc_type, hooked.exc_value, hooked.exc_traceback))
-    for redact in redactions:
-        text = redact(text)
-    _write(text)
+    _write(Redactor.of_forms(forms)(text))
 
 
 def _write(text: str) -> None:

@@ -10,13 +10,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from traceback import format_exception
 from typing import Any
 
 import pytest
 
 from orchestrator.records import ToolCall
 from orchestrator.scripted import call
-from orchestrator.secrecy import Redactor, looks_secret, shown_url, url_secrets, withheld
+from orchestrator.secrecy import REDACTED, Redactor, looks_secret, shown_url, url_secrets, withheld
 from orchestrator.tools import Toolbox
 from runs.store import safe_url
 from tests.conftest import git
@@ -228,6 +229,56 @@ def test_a_secret_that_json_escapes_is_redacted_in_json_text_too() -> None:
     assert redact(f"echo {value}") == "echo ***"
     for ensure_ascii in (True, False):
         assert redact(json.dumps({"content": value}, ensure_ascii=ensure_ascii)) == '{"content": "***"}'
+
+
+class TestEscapedFormsOfASecret:
+    """A secret value as other JSON encoders than Python's, and Python's repr(), write it is replaced too."""
+
+    BASE64 = "Zm9v/YmFy+cXV4PQ=="  # a generated password or token: `/` and `+`
+    MIXED = "s3cr3t\"qu0te-\u00e9-<&>-'x"
+    CONTROL = "pw-\u00e9\x1f-0123"
+
+    @pytest.mark.parametrize(("value", "written"), [
+        (BASE64, r'"Zm9v\/YmFy+cXV4PQ=="'),  # PHP's json_encode: `\/`
+        (BASE64, r'"Zm9v/YmFy\u002BcXV4PQ=="'),  # .NET's System.Text.Json: HTML-sensitive characters as \u, upper-case hex
+        (MIXED, r'"s3cr3t\u0022qu0te-\u00E9-\u003C\u0026\u003E-\u0027x"'),  # .NET's
+        (MIXED, '"s3cr3t\\"qu0te-\u00e9-\\u003c\\u0026\\u003e-\'x"'),  # Go's encoding/json: <, > and & as \u
+        (MIXED, '"s3cr3t\\"qu0te-\\u00E9-<&>-\'x"'),  # Java's Jackson escaping non-ASCII: upper-case hex
+        (CONTROL, '"pw-\u00e9\\u001F-0123"'),  # Jackson's default: control characters in upper-case hex
+        (CONTROL, r'"pw-\u00E9\u001F-0123"'),
+    ])
+    def test_a_value_as_another_json_encoder_writes_it(self, value: str, written: str) -> None:
+        """JSON text holding the value as PHP, Go, .NET or Jackson escape it is left holding `***` where the string was."""
+        assert json.loads(written) == value  # the text is the value, as that encoder writes it
+        assert Redactor([value])(f'{{"key": {written}}}') == '{"key": "***"}'
+
+    def test_a_value_in_a_tracebacks_repr(self) -> None:
+        """A value holding a backslash, a line end or a quote, which repr() escapes, is replaced in a traceback that quotes it
+        with !r (an exception's message), and in the repr of a str holding both quotes."""
+        value = "C:\\keys\\s3cr3t\n'0123'"
+        redact = Redactor([value])
+        try:
+            raise ValueError(f"no key at {value!r}")
+        except ValueError as error:
+            shown = redact("".join(format_exception(error)))
+        assert "s3cr3t" not in shown and "ValueError: no key at \"***\"" in shown, shown
+        assert redact(repr(f'"{value}')) == "'\"***'"
+
+    def test_forms_that_hold_one_another_leave_no_escape_behind(self) -> None:
+        """A value ending in a backslash, whose plain form starts its escaped ones: each text is left valid, the value as ***,
+        and *** stays *** escaped again."""
+        value = "s3cret/0123\\"
+        redact = Redactor([value])
+        for text in (json.dumps({"key": value}), json.dumps({"key": value}).replace("/", "\\/"), repr(value), repr(f'"{value}\'')):
+            assert "s3cret" not in redact(text), text
+        assert json.loads(redact(json.dumps({"key": value}))) == {"key": "***"}
+        assert json.loads(redact(json.dumps({"key": value}).replace("/", "\\/"))) == {"key": "***"}
+        assert redact(repr(value)) == "'***'" and json.dumps(REDACTED) == '"***"' and repr(REDACTED) == "'***'"
+
+    def test_an_ordinary_value_has_no_other_form(self) -> None:
+        """Letters, digits and `-_.`: the value is all a Redactor looks for, so it costs nothing more."""
+        ordinary = ["sk-test-0123456789abcdef", "ghp_ci0123456789token", "db-pass.0123456789"]
+        assert sorted(Redactor(ordinary).values) == sorted(ordinary)
 
 
 def test_a_pretty_printed_json_keys_private_key_line_is_redacted() -> None:
@@ -798,6 +849,93 @@ class TestTracebacksKeepSecretsOut:
         assert done.returncode == 0, done.stderr
         assert "Exception in thread late:" in done.stderr and "RuntimeError: late thread with ***" in done.stderr, done.stderr
         assert self.TOKEN not in done.stderr + done.stdout
+
+    def test_a_thread_that_dies_after_entry_has_returned_shows_the_configs_secret_as_stars(
+        self, config_file, server, repo: Path, tmp_path: Path
+    ) -> None:
+        """A thread a user's guard started that dies once `overnight run` has returned (joined as the interpreter exits),
+        quoting `[model] api_key`, a secret the environment does not hold: its traceback shows it as ***."""
+        api_key = "sk-config-only-0123456789"
+        (tmp_path / "late_guard.py").write_text(
+            "import threading, time\n"
+            "def push_later():\n"
+            "    while threading.main_thread().is_alive():  # until the interpreter exits, after entry returned\n"
+            "        time.sleep(0.02)\n"
+            f"    raise RuntimeError('late push with {api_key}')\n"
+            "class Late:\n"
+            "    started = False\n"
+            "    def after_tool_call(self, ctx, call, result):\n"
+            "        if not Late.started:\n"
+            "            Late.started = True\n"
+            "            threading.Thread(target=push_later, name='late-pusher').start()\n"
+        )
+        config = config_file(model={"api_key": api_key}, guards={"custom": ["late_guard:Late"]}, night={"max_iterations": 1})
+        server.enqueue(call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}), call("submit", {"summary": "fixed"}))
+        done = overnight_process(config, python_path=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "Exception in thread late-pusher:" in done.stderr and "RuntimeError: late push with ***" in done.stderr, done.stderr
+        assert api_key not in done.stderr + done.stdout
+
+    def test_a_thread_that_dies_after_a_runs_redaction_ended_under_pythons_own_hook_shows_stars(self) -> None:
+        """In a process with no redaction registered for its life (a caller that runs a night without `entry`), a thread that
+        dies after a night's redaction ended quoting its secret prints Python's own traceback with the secret as ***."""
+        script = (
+            "import threading\n"
+            "from orchestrator.secrecy import Redactor\n"
+            "from orchestrator.tracebacks import thread_tracebacks_redacted\n"
+            "with thread_tracebacks_redacted(Redactor(['night-secret-0123456789'])):\n"
+            "    pass\n"
+            "def late():\n"
+            "    raise RuntimeError('late thread with night-secret-0123456789')\n"
+            "thread = threading.Thread(target=late, name='late')\n"
+            "thread.start()\n"
+            "thread.join()\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "Exception in thread late:" in done.stderr and "RuntimeError: late thread with ***" in done.stderr, done.stderr
+        assert "night-secret" not in done.stderr
+
+    def test_the_values_kept_after_their_runs_are_bounded_the_oldest_forgotten_first(self) -> None:
+        """Past 1 MiB of values kept from runs that ended (three runs' 400 kB secrets), the oldest run's is no longer
+        redacted in a later thread's traceback, the latest ones still are."""
+        script = (
+            "import threading\n"
+            "from orchestrator.secrecy import Redactor\n"
+            "from orchestrator.tracebacks import thread_tracebacks_redacted\n"
+            "secrets = [f'night{number}-' + 'x' * 400_000 for number in range(3)]\n"
+            "for secret in secrets:\n"
+            "    with thread_tracebacks_redacted(Redactor([secret])):\n"
+            "        pass\n"
+            "def late():\n"
+            "    raise RuntimeError(' '.join(secrets))\n"
+            "thread = threading.Thread(target=late, name='late')\n"
+            "thread.start()\n"
+            "thread.join()\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "RuntimeError: night0-xxx" in done.stderr and done.stderr.rstrip().endswith("xxx *** ***"), done.stderr[-2000:]
+
+    def test_a_kept_secret_holding_a_registered_one_is_replaced_whole(self) -> None:
+        """A secret kept from a run that ended, holding a value of a redaction still registered (the environment's, kept by
+        `entry`), is replaced whole in a later thread's traceback, no part of it left around a ***."""
+        script = (
+            "import threading\n"
+            "from orchestrator.secrecy import Redactor\n"
+            "from orchestrator.tracebacks import keep_thread_tracebacks_redacted, thread_tracebacks_redacted\n"
+            "keep_thread_tracebacks_redacted(Redactor(['inner-secret-0123']))\n"
+            "with thread_tracebacks_redacted(Redactor(['outer-inner-secret-0123-tail'])):\n"
+            "    pass\n"
+            "def late():\n"
+            "    raise RuntimeError('late thread with outer-inner-secret-0123-tail')\n"
+            "thread = threading.Thread(target=late, name='late')\n"
+            "thread.start()\n"
+            "thread.join()\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "RuntimeError: late thread with ***\n" in done.stderr and "outer" not in done.stderr, done.stderr
 
 
 def die_in_a_thread(message: str) -> None:
