@@ -1,6 +1,6 @@
 """Kill a real night with SIGKILL at random points, recover, and check every invariant.
 
-    .venv/bin/python bench/kill.py [--kills 50] [--seed 7] [--old-runs | --postgres]
+    .venv/bin/python bench/kill.py [--kills 50] [--seed 7] [--old-runs] [--postgres]
 
 Each trial starts a night (3 tasks, a scripted model server with small
 delays) in a subprocess, kills its process group at a random moment (during
@@ -18,7 +18,8 @@ binaries are missing), integrity_check's place taken by `consistency`:
 no orphan row, no invalid index, no leftover transaction, every lease free.
 
 --old-runs kills nights while `[state] keep_runs_days` removes old runs
-instead, and checks that whole runs are left: see bench/kill_old_runs.py.
+instead, and checks that whole runs are left: see bench/kill_old_runs.py;
+with --postgres, in a PostgreSQL store several state dirs share.
 """
 
 from __future__ import annotations
@@ -407,13 +408,10 @@ def main() -> None:
     parser.add_argument("--old-runs", action="store_true", help="kill during [state] keep_runs_days's removal instead (bench/kill_old_runs.py)")
     parser.add_argument("--postgres", action="store_true", help="the run store on a throwaway PostgreSQL cluster (initdb, pg_ctl on PATH)")
     args = parser.parse_args()
-    if args.old_runs and args.postgres:
-        # Its seeding and checks read and copy rows through SQLite (PRAGMA table_info, integrity_check).
-        parser.error("--old-runs runs on SQLite only, not with --postgres")
     if args.old_runs:
         from bench.kill_old_runs import main as kill_old_runs
 
-        sys.exit(kill_old_runs(args.kills, args.seed))
+        sys.exit(kill_old_runs(args.kills, args.seed, postgres=args.postgres))
     rng = random.Random(args.seed)
     import structlog
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -102,6 +102,11 @@ class TaskRun(Base):
     """One task as worked on during one run."""
 
     __tablename__ = "task_runs"
+    # Who finished a work with success, and when: each task's start in a shared store asks it of one work
+    # (runs.store._succeeded_elsewhere: a seek, not a scan of every task run), and the removal of old runs of
+    # every work (runs.old_runs._newest_work_done, whose join SQLite's plan serves with it). Stores an older
+    # version made get it when opened (runs.store._add_missing_indexes).
+    __table_args__ = (Index("ix_task_runs_work_key", "work_key", "outcome", "finished_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)

@@ -28,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.schema import CreateIndex
 
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
@@ -180,7 +181,7 @@ def sqlite_uri(path: Path) -> str:
 
 
 def _create_schema(engine: Engine) -> None:
-    """The tables, and columns added since a store was made; safe with another process doing the same.
+    """The tables, and columns and indexes added since a store was made; safe with another process doing the same.
 
     Processes opening a new shared store at once each see tables missing, and all but one
     CREATE (or ALTER) fails on "already exists" (PostgreSQL: a duplicate key in its own
@@ -192,6 +193,7 @@ def _create_schema(engine: Engine) -> None:
         try:
             Base.metadata.create_all(engine)
             _add_missing_columns(engine)
+            _add_missing_indexes(engine)
             return
         except (OperationalError, ProgrammingError, IntegrityError):
             if attempt == _SCHEMA_ATTEMPTS - 1:
@@ -240,30 +242,59 @@ def _add_missing_columns(engine: Engine) -> None:
     for table, column in _missing_columns(engine):
         if column.nullable:
             kind = column.type.compile(dialect=engine.dialect)
-            with engine.begin() as connection:
-                if engine.dialect.name == "postgresql":
-                    # ALTER waits for every open transaction on the table (a psql session left in one,
-                    # a report tool), and every machine's next statement then waits behind it: a night
-                    # would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
-                    connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT_S * 1000)}ms'")
-                try:
-                    connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
-                except OperationalError as exc:
-                    # 55P03 lock_not_available, in whatever language the server speaks.
-                    if getattr(exc.orig, "sqlstate", None) == "55P03":
-                        raise _TableBusy(
-                            f"adding the column {column.name} to the table {table.name} waited {MIGRATION_LOCK_TIMEOUT_S:g} s "
-                            "for another session's open transaction on it; end that session (psql, a report tool), then run again"
-                        ) from None
-                    raise
+            with _migrating(engine, f"adding the column {column.name} to the table {table.name}") as connection:
+                connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
 
 
-# How long adding a column may wait for the table on PostgreSQL.
+def _missing_indexes(engine: Engine) -> list[Any]:
+    """The indexes this version maps that the store's existing tables lack (an older version made them: create_all
+    makes a table's indexes only with the table)."""
+    inspector = inspect(engine)
+    missing = []
+    for table in Base.metadata.sorted_tables:
+        if inspector.has_table(table.name):
+            present = {index["name"] for index in inspector.get_indexes(table.name)}
+            missing += [index for index in table.indexes if index.name not in present]
+    return missing
+
+
+def _add_missing_indexes(engine: Engine) -> None:
+    """Indexes a newer overnight added to a table an older one made. IF NOT EXISTS: another process opening the store
+    at once may have made it since it was found missing. Only those found missing are created: on PostgreSQL even
+    CREATE INDEX IF NOT EXISTS locks the table against writes first."""
+    for index in _missing_indexes(engine):
+        with _migrating(engine, f"adding the index {index.name} to the table {index.table.name}") as connection:
+            connection.execute(CreateIndex(index, if_not_exists=True))
+
+
+@contextlib.contextmanager
+def _migrating(engine: Engine, what: str) -> Iterator[Connection]:
+    """A transaction for one change of an existing table (`what` names it); on PostgreSQL, given up with _TableBusy
+    when another session's open transaction holds the table for longer than MIGRATION_LOCK_TIMEOUT_S."""
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            # ALTER waits for every open transaction on the table (CREATE INDEX for every one that wrote to it):
+            # a psql session left in one, a report tool; and every machine's next statement then waits behind
+            # it: a night would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
+            connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT_S * 1000)}ms'")
+        try:
+            yield connection
+        except OperationalError as exc:
+            # 55P03 lock_not_available, in whatever language the server speaks.
+            if getattr(exc.orig, "sqlstate", None) == "55P03":
+                raise _TableBusy(
+                    f"{what} waited {MIGRATION_LOCK_TIMEOUT_S:g} s for another session's open transaction on it; "
+                    "end that session (psql, a report tool), then run again"
+                ) from None
+            raise
+
+
+# How long adding a column or an index may wait for the table on PostgreSQL.
 MIGRATION_LOCK_TIMEOUT_S = 20.0
 
 
 class _TableBusy(Exception):
-    """A column could not be added: another session held the table (its message says what to do)."""
+    """A column or an index could not be added: another session held the table (its message says what to do)."""
 
 
 class RunStore:

@@ -32,10 +32,10 @@ def store_file(config: Path) -> Path:
     return config.parent / "state" / "runs.db"
 
 
-def a_run(config: Path, *, state_id: str | None, host: str | None = None, running: bool = False) -> int:
-    """A run recorded in `config`'s store as another night leaves one: a task, an iteration, a model call, a tool
-    call and a signal; ended (`failed`) unless `running`. Its id."""
-    store = RunStore.open(f"sqlite:///{store_file(config)}")
+def a_run(config: Path, *, state_id: str | None, host: str | None = None, running: bool = False, url: str | None = None) -> int:
+    """A run recorded in `config`'s store (the store at `url`, when given) as another night leaves one: a task, an
+    iteration, a model call, a tool call and a signal; ended (`failed`) unless `running`. Its id."""
+    store = RunStore.open(url or f"sqlite:///{store_file(config)}")
     try:
         run_id = store.begin_run(config_path=str(config), pid=dead_pid(), host=host or socket.gethostname(), state_id=state_id)
         if running:

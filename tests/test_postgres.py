@@ -319,6 +319,35 @@ class TestSchema:
         RunStore.open(pg_store_url).close()
         assert sql(pg_store_url, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'runs' AND column_name = 'state_id'") == [(1,)]
 
+    def test_an_older_store_gets_the_work_key_index_even_when_opened_at_once(self, pg_store_url: str) -> None:
+        """task_runs without ix_task_runs_work_key (an older version's store) get it from whichever process opens it
+        first; the others, opening at the same moment, all succeed too."""
+        RunStore.open(pg_store_url).close()
+        sql(pg_store_url, "DROP INDEX ix_task_runs_work_key")
+        assert open_at_once(pg_store_url) == [0] * 8
+        assert sql(pg_store_url, "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_task_runs_work_key'") == [
+            ("CREATE INDEX ix_task_runs_work_key ON public.task_runs USING btree (work_key, outcome, finished_at)",)
+        ]
+
+    def test_adding_an_index_gives_up_on_a_table_another_session_holds(self, pg_store_url: str, monkeypatch) -> None:
+        """A session left in a transaction that wrote to task_runs: CREATE INDEX would wait for it without end (and
+        every machine's writes to task_runs behind it). It gives up after its lock timeout, in one line."""
+        import psycopg
+
+        import runs.store
+
+        RunStore.open(pg_store_url).close()
+        sql(pg_store_url, "DROP INDEX ix_task_runs_work_key")
+        monkeypatch.setattr(runs.store, "MIGRATION_LOCK_TIMEOUT_S", 0.5)
+        with psycopg.connect(pg_store_url.replace("postgresql+psycopg://", "postgresql://")) as idle_in_transaction:
+            idle_in_transaction.execute("UPDATE task_runs SET reason = '' WHERE false")
+            started = time.monotonic()
+            with pytest.raises(StateError, match="adding the index ix_task_runs_work_key .* another session's open transaction") as caught:
+                RunStore.open(pg_store_url)
+            assert time.monotonic() - started < 10 and "\n" not in str(caught.value)
+        RunStore.open(pg_store_url).close()
+        assert sql(pg_store_url, "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_task_runs_work_key'") == [(1,)]
+
     def test_a_connection_the_network_drops_is_given_up_in_bounded_time(self, store: RunStore, pg_store_url: str) -> None:
         """libpq's keepalives and TCP user timeout are on the store's connections (a partition would
         otherwise block a call for as long as TCP retries); a URL's own values win."""
@@ -452,3 +481,25 @@ class TestKilled:
         calibration = calibrate(tmp_path, pg_store_url)
         trials = list(kill_trials(tmp_path, 3, calibration, random.Random(3), 0.2, pg_store_url))
         assert [found for _, _, found in trials] == [[], [], []], trials
+
+    def test_a_night_killed_while_it_removes_old_runs_of_a_shared_store_leaves_whole_runs(self, tmp_path: Path, server: Any, pg_store_url: str) -> None:
+        """bench/kill.py --old-runs --postgres's trial, one SIGKILL inside the removal: each old run is whole or gone, no
+        row lost its parent, every run holding a work's newest finish (another state dir's finishing some last) stays;
+        the next night removes the rest of the state dir's old runs, keeps those and exits 0."""
+        import random
+
+        from bench.kill_old_runs import kept_as_newest, kill_in_removal, removal_time, rest_removed, seed_old_runs, set_up
+
+        setup = set_up(tmp_path, server, pg_store_url)
+        within_s, rng, landings = removal_time(setup), random.Random(5), []
+        while len(landings) < 3 and not any(landing.inside for landing in landings):
+            seeded = seed_old_runs(setup)
+            holders = kept_as_newest(setup, seeded)
+            landing, torn = kill_in_removal(setup, seeded, within_s, rng)
+            assert torn == [] and holders, (landing, torn)
+            server.enqueue(*FIX)
+            assert overnight("run", "--config", str(setup.config)) == 0
+            assert rest_removed(setup, holders) == [], landing
+            landings.append(landing)
+            within_s /= 2
+        assert any(landing.inside for landing in landings), landings

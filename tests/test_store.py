@@ -496,6 +496,67 @@ class TestRecoveryWrites:
             store.close()
 
 
+def _plans(store: RunStore, db_path: Path, action) -> list[str]:
+    """SQLite's query plan (EXPLAIN QUERY PLAN, each step's detail) of each SELECT the store runs while `action()` runs."""
+    from sqlalchemy import event
+
+    selects: list[tuple[str, object]] = []
+
+    def record(_connection, _cursor, statement, parameters, _context, _many) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append((statement, parameters))
+
+    event.listen(store._engine, "before_cursor_execute", record)
+    try:
+        action()
+    finally:
+        event.remove(store._engine, "before_cursor_execute", record)
+    with sqlite3.connect(db_path) as db:
+        return [" / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)) for statement, parameters in selects]
+
+
+def _work_key_index(db_path: Path) -> list[str]:
+    """The columns of ix_task_runs_work_key in the SQLite file, [] without it."""
+    with sqlite3.connect(db_path) as db:
+        return [row[2] for row in db.execute("SELECT * FROM pragma_index_info('ix_task_runs_work_key')")]
+
+
+class TestWorkKeyIndex:
+    """task_runs' index on (work_key, outcome, finished_at): who finished a work with success, and when."""
+
+    def test_a_new_store_has_it_and_the_shared_stores_queries_use_it(self, store: RunStore, db_path: Path) -> None:
+        """A new store is made with the index, and SQLite's plan uses it both to tell a work finished elsewhere and to
+        keep the newest finish of each work when old runs are removed from a shared store."""
+        run_id, task_id, iteration_id = _iteration(store)
+        store.finish_iteration(iteration_id, outcome="committed", commit="c" * 40)
+        store.finish_task(task_id, outcome="succeeded", commit="c" * 40)
+        store.finish_run(run_id, status="finished", exit_code=0)
+        assert _work_key_index(db_path) == ["work_key", "outcome", "finished_at"]
+        [asked] = _plans(store, db_path, lambda: store.succeeded_elsewhere("k" * 32, run_id))
+        assert "SEARCH task_runs USING INDEX ix_task_runs_work_key (work_key=?)" in asked
+        removal = _plans(store, db_path, lambda: list(store.remove_old_runs("s", timedelta(0), shared=True)))
+        assert any("USING INDEX ix_task_runs_work_key (work_key=? AND outcome=? AND finished_at=?)" in plan for plan in removal), removal
+
+    def test_a_store_made_before_the_index_gets_it_when_opened(self, db_path: Path) -> None:
+        """An older version's store, whose task_runs lack the index, gets it when opened again (a second open finds it
+        there and changes nothing); its runs read as before."""
+        url = f"sqlite:///{db_path}"
+        older = RunStore.open(url)
+        run_id = older.begin_run(config_path="c", pid=1, host="h")
+        older.close()
+        with sqlite3.connect(db_path) as db:
+            db.execute("DROP INDEX ix_task_runs_work_key")
+        assert _work_key_index(db_path) == []
+        for _ in range(2):
+            RunStore.open(url).close()
+            assert _work_key_index(db_path) == ["work_key", "outcome", "finished_at"]
+        store = RunStore.open(url)
+        try:
+            assert store.run(run_id).host == "h"
+        finally:
+            store.close()
+
+
 class TestEarlierTonight:
     def test_an_iteration_still_marked_running_is_not_counted(self, store: RunStore) -> None:
         """A dead process's iteration not yet recovered (still `running`) is not the model's doing: it does not
