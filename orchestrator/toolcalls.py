@@ -685,7 +685,10 @@ def _calls_in_unreadable_json(
 ) -> tuple[list[_Written], int]:
     """The calls in the JSON at `start` that does not read, and where the text after them starts: read whole over
     several lines once mended (see _mended_call_from, _loose_call_from) while `tries_left[0]` allows (the answer's
-    count, shared by all its lines, so a one-item list), else the rest of its line as a block (repaired, or cut off)."""
+    count, shared by all its lines, so a one-item list); one whose first line ends where a value goes on (`,` `:` `{`
+    `[`) and that never closes, read to the text's end as its one-line twin is (run with its closing brackets added
+    when only they are missing, else cut off or unreadable, see _unreadable_call_over_lines); else the rest of its
+    line as a block (repaired, or cut off)."""
     tried = bool(tries_left[0]) and _LOOSE_CALL.match(text, start) is not None  # not a `{` of code, or other JSON
     if tried:
         tries_left[0] -= 1
@@ -695,34 +698,78 @@ def _calls_in_unreadable_json(
             return mended
     line_end = text.find("\n", start)
     line_end = line_end if line_end >= 0 else len(text)
+    if tried and line_end < len(text) and _goes_on_and_never_closes(text, start, line_end):
+        # Its first line alone (`{'name': 'write_file',`) would be a call without arguments: read whole, it is as its
+        # one-line twin is, cut off when it stops mid-value, else run with its closing brackets added.
+        if not _ends_mid_value(_error_of_the_rest(text[start:], start, exc), text[start:]):
+            whole = _call_lacking_only_closing_brackets(text, start, known)
+            if whole:
+                return whole, len(text)
+        calls = _unreadable_call_over_lines(text, start, exc, known)
+        if calls:
+            return calls, line_end
     calls = _calls_in_block(text[start:line_end], known, cut=False)
     if not calls and tried:
         calls = _unreadable_call_over_lines(text, start, exc, known)
     return calls, line_end
 
 
-# A call's start, loosely quoted, with the name it gives: `{"name": "write_file"`, `{'name': 'write_file'`, `{name: '…'`.
-_LOOSE_CALL_NAMED = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:\s*(["'])([^"'\n]*)\2""")
+def _goes_on_and_never_closes(text: str, start: int, line_end: int) -> bool:
+    """Whether the value at `start` goes on after its first line, which ends where a value goes on (after `,` `:` `{`
+    `[`: pretty-printed), and never closes: it runs to the text's end."""
+    return text[start:line_end].rstrip().endswith((",", ":", "{", "[")) and loose_json.value_end(text, start) is None
+
+
+def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) -> list[_Written]:
+    """The calls of the value at `start` read to the text's end with its closing brackets added, when it lacks only
+    them, every value whole (see loose_json.only_value_as_json), and reads so; else []."""
+    json_text = loose_json.only_value_as_json(text, start)
+    if json_text is None:
+        return []
+    try:
+        value = _loads(_mended(json_text))
+    except ValueError:
+        return []
+    return _written_from_value(value, text[start:], "", known, cut=False) or []
+
+
+def _known_tool_named_at(text: str, start: int, known: set[str]) -> str | None:
+    """The name the call starting at `start` gives as a quoted string on its first line, when it is a known tool's."""
+    named = _LOOSE_CALL.match(text, start)
+    name = named.group("name") if named is not None else None
+    return name if name is not None and name.strip() in known else None
 
 
 def _unreadable_call_over_lines(text: str, start: int, exc: ValueError, known: set[str]) -> list[_Written]:
-    """The call at `start` naming a known tool that reads neither strictly, mended nor loosely, and whose first line gives
-    no call either (pretty-printed: `{` alone on it), as a broken call: cut off when the rest of the text stops inside a
-    string or where a value was due (see _ends_mid_value), else unreadable; [] when it names no tool (other JSON the
-    model shows). Dropped, the model would be told it called no tool, not what to fix."""
-    named = _LOOSE_CALL_NAMED.match(text, start)
-    if named is None or named.group(3).strip() not in known:
+    """The call at `start` naming a known tool that does not read (`exc`: the error of reading the value at `start`) and
+    gives no call otherwise (its first line gives none, `{` alone on it; or, pretty-printed and never closed, read whole
+    it does not read; or it follows prose), as a broken call: cut off when the rest of the text stops inside a string
+    or where a value was due (see _ends_mid_value), else unreadable; [] when it names no tool (other JSON the model
+    shows). Dropped, the model would be told it called no tool, not what to fix."""
+    name = _known_tool_named_at(text, start, known)
+    if name is None:
         return []
     rest = text[start:]
-    try:
-        _loads(rest)
-    except ValueError as whole_exc:
-        if _ends_mid_value(whole_exc, rest):
-            return [_Written(named.group(3), _Arguments(None, rest, _json_error(whole_exc), ends_mid_value=True))]
+    rest_exc = _error_of_the_rest(rest, start, exc)
+    if _ends_mid_value(rest_exc, rest):
+        return [_Written(name, _Arguments(None, rest, _json_error(rest_exc), ends_mid_value=True))]
     closed = loose_json.value_end(text, start)
     raw = text[start:closed] if closed else rest
     detail = f"the call is not valid JSON ({_json_error(exc, start)}); write it again as {_CALL_FORM}"
-    return [_Written(named.group(3), _Arguments(None, raw), "unparseable", detail)]
+    return [_Written(name, _Arguments(None, raw), "unparseable", detail)]
+
+
+def _error_of_the_rest(rest: str, start: int, exc: ValueError) -> ValueError:
+    """The error of parsing `rest` (the text from `start`) strictly as one value, from `exc`, the error of reading the
+    value at `start`: the decoder's own error is the same, its place counted from `start`. Only an error of ours (the
+    value read whole, then refused as nested too deeply) says nothing of what follows it, so then `rest` is parsed."""
+    if isinstance(exc, json.JSONDecodeError):
+        return json.JSONDecodeError(exc.msg, rest, exc.pos - start)
+    try:
+        _loads(rest)
+    except ValueError as rest_exc:
+        return rest_exc
+    return exc  # never reached: what did not read at `start` does not read as all of `rest`
 
 
 # What may stand between calls on one line: Llama 3's `; `, a comma, a space, nothing.
@@ -759,14 +806,16 @@ def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tup
     return (calls, line_end) if calls else None
 
 
-# A call's start as small models write JSON5-like text too: `{'name':`, `{name:`, as well as `{"name":`.
-_LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:""")
+# A call's start as small models write JSON5-like text too: `{'name':`, `{name:`, as well as `{"name":`; then the name it
+# gives when that is a quoted string on the same line (group "name"), which is optional: `{"name": name_var` or
+# `{'name':\n 'x'` starts a call all the same.
+_LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:(?:\s*(["'])(?P<name>[^"'\n]*)\2)?""")
 
 
 def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Written], int] | None:
     """The JSON5-like call at `start` (single quotes, bare keys) over several lines (pretty-printed, or its strings
     holding raw line breaks), read whole to its closing bracket, as JSON (see loose_json.value_as_json), and where it
-    ends; None when it closes on its first line, or never (cut off, as its first line alone says), or its reading is
+    ends; None when it closes on its first line, or never (see _calls_in_unreadable_json), or its reading is
     no valid JSON (the lines may be calls of their own, one lacking its brace), or is no call."""
     read = loose_json.value_as_json(text, start)
     if read is None:
@@ -786,10 +835,15 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
     Only whole JSON naming a tool counts: prose that quotes some other JSON is not a call. In an answer cut at the
     length limit, a call is read with the array it is an item of (`[`, `{"tool_calls": [` before it), and the first
     JSON that does not read is read to the answer's end as a block is: a call in the value the limit cut is cut off,
-    never run (its whole calls too, as at a line's start), nor dropped without a word.
+    never run (its whole calls too, as at a line's start), nor dropped without a word. In an answer that ended as
+    usual, the first call naming a known tool that does not read and never closes (it runs to the answer's end) is a
+    broken call, cut off or unreadable (see _unreadable_call_over_lines), never run: dropped, the model would be told
+    it had called no tool. A whole call after its start still runs.
     """
     found: list[_Written] = []
     resume = 0
+    ends_looked_for = _MENDED_CALLS_TRIED
+    cut_off: list[_Written] = []
     for match in _INLINE_CALL.finditer(text):
         if match.start() < resume:
             continue
@@ -799,9 +853,14 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
             start = array.start() if array else start
         try:
             value, resume = _raw_decode(text, start)
-        except ValueError:
+        except ValueError as exc:
             if cut:  # read once, not from each later call-like start: a flood of them would take quadratic time
                 return found + _calls_in_block(text[start:], known, cut)
+            if not cut_off and ends_looked_for and _known_tool_named_at(text, start, known) is not None:
+                ends_looked_for -= 1  # each look reads to the call's end, or the answer's: a flood would take quadratic time
+                if loose_json.value_end(text, start) is None:  # it runs to the answer's end: its last words are in it
+                    cut_off = _unreadable_call_over_lines(text, start, exc, known)
+                    found.extend(cut_off)  # a whole call after its start (inside it, as read) still runs, as before
             continue
         shapes = _call_shapes(value, known) or []
         found.extend(_Written(name, _arguments_of(arguments, "")) for name, arguments in shapes if name.strip() in known)

@@ -1158,6 +1158,15 @@ class TestThroughTheAgentLoop:
         assert model.requests[1][-2] == {"role": "assistant", "content": "I would read app.py next."}
         assert "You did not call a tool" in model.requests[1][-1]["content"]
 
+    def test_a_call_after_prose_cut_off_is_answered_as_cut_off_not_as_no_call(self, project: Path):
+        """An answer that ends as usual inside a call written after prose is told its call was cut off, not that it
+        called no tool."""
+        cut = say('I will write it now. {"name": "write_file", "arguments": {"path": "b.py", "content": "x = ')
+        _, error, model = run_with_guards(project, cut, call("submit", {"summary": "s"}))
+        assert error is None
+        told = "\n".join(str(message.get("content")) for message in model.requests[1][2:])
+        assert "You did not call a tool" not in told and "end in the middle of a value" in told, told
+
     def test_an_empty_answer_leaves_no_trace_in_the_history(self, project: Path):
         """After an empty answer the next request is the same history; only the nudge is joined to its last message."""
         _, error, model = run_with_guards(project, say(""), call("submit", {"summary": "s"}))

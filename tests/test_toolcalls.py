@@ -881,6 +881,92 @@ class TestTextCalls:
         assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
         assert isinstance(write, BrokenCall) and (write.name, write.detail) == ("write_file", "cut off at the length limit"), write
 
+    @pytest.mark.parametrize(
+        "call",
+        [
+            '{"name": "write_file", "arguments": {"path": "a.txt", "content": "hel',
+            '{"name": "write_file", "arguments": {"path": "a.txt", "content": ',
+            '{"name": "write_file", "arguments": {"path": "a.txt",\n  "content": "hel',
+            '{"tool": "write_file", "args": {"path": "a.txt", "content": "hel',
+        ],
+        ids=["inside-a-string", "where-a-value-was-due", "over-lines", "tool-key"],
+    )
+    def test_a_call_after_prose_cut_off_though_the_answer_stopped_is_reported_as_cut_off(self, call):
+        """A call after prose on its line that stops mid-value in an answer that ended as usual (not at the length limit)
+        is a broken call saying it was cut off, naming its tool, never run (it was dropped: the model was told it had
+        called no tool)."""
+        broken = only(written(f"I will write it now. {call}"))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "end in the middle of a value" in broken.detail, broken
+
+    def test_a_call_after_prose_that_never_closes_and_does_not_read_is_reported_as_unreadable(self):
+        """A call after prose that never closes, lacking only its closing brace, is a broken call the model is told
+        to write again as valid JSON: after prose only whole JSON runs (it was dropped without a word)."""
+        broken = only(written('I will write it now. {"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}'))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert broken.detail.startswith("the call is not valid JSON ("), broken
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            'The config is {"name": "app", "version": "1.',
+            'It would be {"name": "run_command", "arguments": {"command": "ls',
+            'The call form is {"name": name_var, "arguments": {"path": "a',
+            'I read {"name": "read_file", "arguments": {"path": "a.py"}} and the data {"name": "app", "v": "1',
+        ],
+        ids=["other-json", "unknown-tool", "name-not-a-string", "after-a-whole-call"],
+    )
+    def test_json_after_prose_cut_off_that_names_no_tool_is_no_broken_call(self, text):
+        """JSON after prose that never closes but names no tool (a config shown, an unknown tool, a name that is no
+        string) is the model's text: no broken call is made of it."""
+        assert all(isinstance(call, ToolCall) for call in written(text)), written(text)
+
+    def test_a_flood_of_unclosed_call_starts_after_prose_is_read_quickly(self):
+        """Thousands of nested call-like starts after prose that never read stay quick: a call's end is looked for
+        from only the first few of them."""
+        text = "Here: " + '{"name": "read_file", "arguments": ' * 1000 + "}" * 1000
+        started = time.perf_counter()
+        written(text)
+        assert time.perf_counter() - started < 3.0
+
+    def test_a_whole_call_after_one_cut_off_after_prose_still_runs(self):
+        """A call after prose that never closes is broken as cut off, and a whole call written after its start still
+        runs, as it did."""
+        text = 'I will write it. {"name": "write_file", "arguments": {"path": "a.txt", "content": "x\n; {"name": "read_file", "arguments": {"path": "a.py"}}'
+        cut, read = written(text)
+        assert isinstance(cut, BrokenCall) and cut.name == "write_file", cut
+        assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
+
+    def test_a_pretty_printed_call_cut_off_whose_first_line_reads_as_a_call_does_not_run(self):
+        """A bare call pretty-printed from its arguments' brace on, cut inside a string, is cut off and never run (its
+        first line alone, `{"name": "run_check", "arguments": {`, ran as a call without arguments)."""
+        broken = only(written('{"name": "run_check", "arguments": {\n    "pat'))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("run_check", "unparseable"), broken
+        assert "end in the middle of a value" in broken.detail, broken
+
+    @pytest.mark.parametrize("quote", ["'", '"'], ids=["single-quoted", "double-quoted"])
+    @pytest.mark.parametrize("layout", ["one-line", "pretty-printed", "brace-alone"])
+    def test_a_bare_call_lacking_only_its_closing_brackets_runs_in_each_layout(self, quote, layout):
+        """A bare call that lacks only its closing brackets, every value whole, runs with them closed, pretty-printed as
+        on one line (pretty-printed, its first line was read alone as a call without arguments, or it was unreadable)."""
+        q = quote
+        first, joint = {"one-line": ("{", " "), "pretty-printed": ("{", "\n "), "brace-alone": ("{\n ", "\n ")}[layout]
+        text = f"{first}{q}name{q}: {q}write_file{q},{joint}{q}arguments{q}: {{{q}path{q}: {q}a.txt{q}, {q}content{q}: {q}x{q}"
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.txt", "content": "x"}, source="text")
+
+    @pytest.mark.parametrize("quote", ["'", '"'], ids=["single-quoted", "double-quoted"])
+    @pytest.mark.parametrize("layout", ["one-line", "pretty-printed", "brace-alone"])
+    def test_a_bare_call_cut_inside_a_string_is_cut_off_in_each_layout(self, quote, layout):
+        """A bare call that stops inside a string is a broken call saying it was cut off, never run, pretty-printed as on
+        one line (pretty-printed, it was told it lacked the parameter 'path' it had written)."""
+        q = quote
+        first, joint = {"one-line": ("{", " "), "pretty-printed": ("{", "\n "), "brace-alone": ("{\n ", "\n ")}[layout]
+        text = f"{first}{q}name{q}: {q}write_file{q},{joint}{q}arguments{q}: {{{q}path{q}: {q}a.txt{q}, {q}content{q}: {q}x = 1"
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "end in the middle of a value" in broken.detail, broken
+
+
 class TestHostileInput:
     """Whatever a model writes, parsing answers with calls or broken calls, quickly, and never raises."""
 
