@@ -6,7 +6,8 @@ worktree.py asks a `SecretKeeping` to put each staged file holding a new value b
 has it, and to fold the agent's own commits into the iteration's when their history holds one.
 
 Found by reading every staged object whole, in pieces, through one `git cat-file --batch`. Not
-found: a value split across lines, or written encoded (base64, escaped); a file a filter (LFS)
+found: a value split across lines, or written encoded (base64, or escaped otherwise than as
+secrecy's `_escaped_forms`: a JSON encoder's or repr()'s); a file a filter (LFS)
 stores elsewhere is judged by what the index holds.
 """
 

@@ -662,6 +662,16 @@ class TestPassedSecretsStayOffTheBranch:
         assert secrets.found_in([b"x" * 10 + self.PASSWORD[:5].encode(), self.PASSWORD[5:].encode()]) == {self.PASSWORD.encode()}
         assert not passed_secrets([], {"DB_PASSWORD": self.PASSWORD})
 
+    def test_a_value_as_a_json_encoder_escapes_it_is_found_and_named(self) -> None:
+        """A passed value written into a file as PHP's json_encode or .NET's encoder escapes it is found, and reported by its
+        variable's name."""
+        from orchestrator.secrecy import passed_secrets
+
+        secrets = passed_secrets(["DB_PASSWORD"], {"DB_PASSWORD": "Zm9v/YmFy+cXV4PQ=="})
+        for written in (rb'{"password": "Zm9v\/YmFy+cXV4PQ=="}', rb'{"password": "Zm9v/YmFy\u002BcXV4PQ=="}'):
+            found = secrets.found_in([written])
+            assert found and secrets.names(found) == ("DB_PASSWORD",), written
+
 
 def overnight_process(config: Path, *args: str, env: dict[str, str] | None = None, python_path: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight run` as cron starts it, a process of its own, with `env` added to this one's and `python_path` first on PYTHONPATH."""
