@@ -700,8 +700,11 @@ def _calls_in_unreadable_json(
     line_end = line_end if line_end >= 0 else len(text)
     if tried and line_end < len(text) and _goes_on_and_never_closes(text, start, line_end):
         # Its first line alone (`{'name': 'write_file',`) would be a call without arguments: read whole, it is as its
-        # one-line twin is, cut off when it stops mid-value, else run with its closing brackets added.
-        if not _ends_mid_value(_error_of_the_rest(text[start:], start, exc), text[start:]):
+        # one-line twin is, cut off when it stops mid-value, else run with its closing brackets added. Not when a later
+        # line starts a call: cut where a value was due, it would take that call for the value, and lose it.
+        if not _ends_mid_value(_error_of_the_rest(text[start:], start, exc), text[start:]) and (
+            _LINE_STARTING_A_CALL.search(text, line_end) is None
+        ):
             whole = _call_lacking_only_closing_brackets(text, start, known)
             if whole:
                 return whole, len(text)
@@ -722,7 +725,11 @@ def _goes_on_and_never_closes(text: str, start: int, line_end: int) -> bool:
 
 def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) -> list[_Written]:
     """The calls of the value at `start` read to the text's end with its closing brackets added, when it lacks only
-    them, every value whole (see loose_json.only_value_as_json), and reads so; else []."""
+    them, every value whole (see loose_json.only_value_as_json), and reads so; else [], as when the text ends after a
+    comma (more was to come: `{\n "name": "list_dir",` is no call without arguments) or on a quote that may not end
+    its last string (see _ends_on_a_quote_that_may_not_close: a write would be run with its content cut off)."""
+    if text.rstrip().endswith(",") or _ends_on_a_quote_that_may_not_close(text):
+        return []
     json_text = loose_json.only_value_as_json(text, start)
     if json_text is None:
         return []
@@ -731,6 +738,20 @@ def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) 
     except ValueError:
         return []
     return _written_from_value(value, text[start:], "", known, cut=False) or []
+
+
+def _ends_on_a_quote_that_may_not_close(text: str) -> bool:
+    """Whether `text` ends on a quote that may be inside its last string, the answer stopped after it: a single quote (one
+    inside the string, `'return {'` of `'return {'a': 1}'`), or a double quote closing a string begun on an earlier line
+    (cut inside the string, which then ran on into what came after it: a next call's `{"`)."""
+    text = text.rstrip()
+    if text.endswith("'"):
+        return True
+    last_line = text[text.rfind("\n") + 1 :]
+    return text.endswith('"') and len(_UNESCAPED_DOUBLE_QUOTE.findall(last_line)) % 2 == 1
+
+
+_UNESCAPED_DOUBLE_QUOTE = re.compile(r'(?<!\\)(?:\\\\)*"')
 
 
 def _known_tool_named_at(text: str, start: int, known: set[str]) -> str | None:
@@ -810,6 +831,8 @@ def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tup
 # gives when that is a quoted string on the same line (group "name"), which is optional: `{"name": name_var` or
 # `{'name':\n 'x'` starts a call all the same.
 _LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:(?:\s*(["'])(?P<name>[^"'\n]*)\2)?""")
+# A line that starts such a call (after its indentation).
+_LINE_STARTING_A_CALL = re.compile(r"""^[ \t]*\{\s*(["']?)(?:name|tool|function)\1\s*:""", re.MULTILINE)
 
 
 def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Written], int] | None:
@@ -838,7 +861,8 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
     never run (its whole calls too, as at a line's start), nor dropped without a word. In an answer that ended as
     usual, the first call naming a known tool that does not read and never closes (it runs to the answer's end) is a
     broken call, cut off or unreadable (see _unreadable_call_over_lines), never run: dropped, the model would be told
-    it had called no tool. A whole call after its start still runs.
+    it had called no tool. A whole call after its start still runs; with none, calls written as Python lines (see
+    _calls_as_python) are the answer's calls instead, when it has any.
     """
     found: list[_Written] = []
     resume = 0
@@ -864,6 +888,10 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[_Written]:
             continue
         shapes = _call_shapes(value, known) or []
         found.extend(_Written(name, _arguments_of(arguments, "")) for name, arguments in shapes if name.strip() in known)
+    if cut_off and len(found) == len(cut_off):
+        # Only JSON that never closed, which may be the model's words showing a call's form: its calls written as Python
+        # lines (`[read_file(path="a.py")]`) are the ones it made, as they were before such JSON was reported.
+        return _calls_as_python(text, known, cut) or found
     return found
 
 

@@ -944,8 +944,11 @@ class TestTextCalls:
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("run_check", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
 
-    @pytest.mark.parametrize("quote", ["'", '"'], ids=["single-quoted", "double-quoted"])
-    @pytest.mark.parametrize("layout", ["one-line", "pretty-printed", "brace-alone"])
+    @pytest.mark.parametrize(
+        ("quote", "layout"),
+        [("'", "one-line"), ('"', "one-line"), ('"', "pretty-printed"), ('"', "brace-alone")],
+        ids=["single-quoted-one-line", "double-quoted-one-line", "double-quoted-pretty-printed", "double-quoted-brace-alone"],
+    )
     def test_a_bare_call_lacking_only_its_closing_brackets_runs_in_each_layout(self, quote, layout):
         """A bare call that lacks only its closing brackets, every value whole, runs with them closed, pretty-printed as
         on one line (pretty-printed, its first line was read alone as a call without arguments, or it was unreadable)."""
@@ -965,6 +968,73 @@ class TestTextCalls:
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
+
+
+    @pytest.mark.parametrize(
+        "content",
+        ["'x'", "'def f(x):\\n    return {'", "'x = {'k'", "'it'"],
+        ids=["whole-or-cut", "cut-after-a-quote-opening-a-string", "cut-after-a-quoted-key", "cut-after-an-apostrophe"],
+    )
+    @pytest.mark.parametrize("layout", ["pretty-printed", "brace-alone"])
+    def test_a_pretty_printed_single_quoted_call_that_never_closes_and_ends_on_a_quote_does_not_run(self, content, layout):
+        """A pretty-printed single-quoted call that never closes and ends on a quote is a broken call naming its tool,
+        never run with its brackets closed: that quote may be one inside the content after which the answer stopped
+        (`'return {'` of `'return {'a': 1}'`), and a write with the rest cut off would be made."""
+        first = {"pretty-printed": "{", "brace-alone": "{\n "}[layout]
+        text = f"{first}'name': 'write_file',\n 'arguments': {{'path': 'a.py', 'content': {content}"
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+
+    @pytest.mark.parametrize(
+        "rest",
+        ['"def f(x):\n    return 1\n{"', '"x = 1\ny = 2"'],
+        ids=["run-into-the-next-calls-start", "whole-or-cut-after-a-line-break"],
+    )
+    def test_a_pretty_printed_call_ending_on_a_quote_that_closes_a_string_begun_on_an_earlier_line_does_not_run(self, rest):
+        """A pretty-printed call that never closes, whose text ends on a double quote closing a string that holds a raw
+        line break, is a broken call, never run: cut inside that string, it ran into the next call's `{"` (as on one
+        line, where it is cut off)."""
+        text = '{\n  "name": "write_file",\n  "arguments": {\n    "path": "a.py",\n    "content": ' + rest
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+
+    @pytest.mark.parametrize(
+        ("text", "tool"),
+        [
+            ('{\n  "name": "list_dir",', "list_dir"),
+            ("{\n  'name': 'list_dir',", "list_dir"),
+            ('{\n  "name": "read_file",\n  "arguments": {\n    "path": "a.py",', "read_file"),
+        ],
+        ids=["after-its-name", "single-quoted", "after-an-argument"],
+    )
+    def test_a_pretty_printed_call_that_ends_after_a_comma_does_not_run(self, text, tool):
+        """A pretty-printed call whose text ends right after a comma, where more was to come, is a broken call naming
+        its tool, never run with its brackets closed (`list_dir` without the path it was about to be given)."""
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == (tool, "unparseable"), broken
+
+    def test_a_pretty_printed_call_cut_where_a_value_was_due_leaves_the_whole_call_after_it_to_run(self):
+        """A pretty-printed call cut where a value was due, then a whole call on a later line: the whole call runs and
+        the cut one is a broken call (read to the answer's end, the next call was taken for its missing value, the model
+        told it lacked 'content', and the whole call lost)."""
+        text = '{\n  "name": "write_file",\n  "arguments": {\n    "path": \n\n{"name": "read_file", "arguments": {"path": "a.py"}}'
+        broken, read = written(text)
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
+
+    @pytest.mark.parametrize(
+        "prose",
+        [
+            'The form is {"name": "read_file", "arguments": {"path": "<path>"}.',
+            'Format: {"name": "read_file", "arguments": {...}',
+            'Use {\n  "name": "write_file"',
+        ],
+        ids=["a-brace-missing", "an-ellipsis", "a-call-begun"],
+    )
+    def test_a_call_written_as_python_runs_though_prose_before_it_shows_a_call_that_never_closes(self, prose):
+        """A call written as Python on its own line runs though the prose before it shows a call's JSON naming a tool
+        that never closes: that JSON is no call the answer made, and the Python one was run before."""
+        assert only(written(f'{prose}\n[read_file(path="a.py")]')) == ToolCall("read_file", {"path": "a.py"}, source="text")
 
 
 class TestHostileInput:
