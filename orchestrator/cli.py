@@ -393,9 +393,12 @@ def report(
     from orchestrator.build import open_store
     from orchestrator.config import load_config
     from orchestrator.lock import state_identity
+    from orchestrator.logs import configure_logging
     from runs.store import safe_url
 
     settings = load_config(config, require_tasks=False)
+    # Opening the store may warn (store_index_not_added): on stderr, as every command logs, not in the report.
+    configure_logging()
     store = open_store(settings, reading=True)
     latest, began = None, None
     if store is not None:

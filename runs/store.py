@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.schema import CreateIndex
 
@@ -188,6 +188,10 @@ def _create_schema(engine: Engine) -> None:
     catalog, an IntegrityError, when the other's CREATE commits while this one waits): a new
     look finds more of it there, so a few looks end it.
     """
+    # A server that does not answer fails once, after its connect timeout: the attempts below are for the race
+    # above, and each would wait that timeout again (a stuck host held a night's start 9 times 20 s).
+    with engine.connect():
+        pass
     _refuse_foreign_tables(engine)
     for attempt in range(_SCHEMA_ATTEMPTS):
         try:
@@ -261,36 +265,56 @@ def _missing_indexes(engine: Engine) -> list[Any]:
 def _add_missing_indexes(engine: Engine) -> None:
     """Indexes a newer overnight added to a table an older one made. IF NOT EXISTS: another process opening the store
     at once may have made it since it was found missing. Only those found missing are created: on PostgreSQL even
-    CREATE INDEX IF NOT EXISTS locks the table against writes first."""
+    CREATE INDEX IF NOT EXISTS locks the table against writes first. The index is only for speed: one the store's role
+    may not create, or that would wait longer than INDEX_LOCK_TIMEOUT_S for another session's open transaction on the
+    table, is left out (`store_index_not_added`, a warning) and asked for again at the next open."""
     for index in _missing_indexes(engine):
-        with _migrating(engine, f"adding the index {index.name} to the table {index.table.name}") as connection:
-            connection.execute(CreateIndex(index, if_not_exists=True))
+        what = f"adding the index {index.name} to the table {index.table.name}"
+        try:
+            with _migrating(engine, what, wait_s=INDEX_LOCK_TIMEOUT_S) as connection:
+                connection.execute(CreateIndex(index, if_not_exists=True))
+        except (DBAPIError, _TableBusy) as exc:
+            # A role that may use the tables but not index them (another role owns them on a shared server;
+            # a read-only one, a standby's, for `report`) opened an older store before the index; or a session
+            # (psql, a report tool) sits in a transaction that wrote to the table: the store opens without it.
+            if isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) not in _NOT_ALLOWED:
+                raise
+            from orchestrator.logs import get_logger
+
+            get_logger().warning("store_index_not_added", index=index.name, table=index.table.name, error=_one_line(exc))
+
+
+# insufficient_privilege (not the table's owner), read_only_sql_transaction (a read-only role, a standby).
+_NOT_ALLOWED = {"42501", "25006"}
 
 
 @contextlib.contextmanager
-def _migrating(engine: Engine, what: str) -> Iterator[Connection]:
+def _migrating(engine: Engine, what: str, *, wait_s: float | None = None) -> Iterator[Connection]:
     """A transaction for one change of an existing table (`what` names it); on PostgreSQL, given up with _TableBusy
-    when another session's open transaction holds the table for longer than MIGRATION_LOCK_TIMEOUT_S."""
+    when another session's open transaction holds the table for longer than `wait_s` (MIGRATION_LOCK_TIMEOUT_S)."""
+    wait_s = MIGRATION_LOCK_TIMEOUT_S if wait_s is None else wait_s
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":
             # ALTER waits for every open transaction on the table (CREATE INDEX for every one that wrote to it):
             # a psql session left in one, a report tool; and every machine's next statement then waits behind
             # it: a night would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
-            connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(MIGRATION_LOCK_TIMEOUT_S * 1000)}ms'")
+            connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(wait_s * 1000)}ms'")
         try:
             yield connection
         except OperationalError as exc:
             # 55P03 lock_not_available, in whatever language the server speaks.
             if getattr(exc.orig, "sqlstate", None) == "55P03":
                 raise _TableBusy(
-                    f"{what} waited {MIGRATION_LOCK_TIMEOUT_S:g} s for another session's open transaction on it; "
+                    f"{what} waited {wait_s:g} s for another session's open transaction on it; "
                     "end that session (psql, a report tool), then run again"
                 ) from None
             raise
 
 
-# How long adding a column or an index may wait for the table on PostgreSQL.
+# How long adding a column may wait for the table on PostgreSQL; an index, only for speed, less: while it
+# waits, every other machine's writes to the table wait behind it.
 MIGRATION_LOCK_TIMEOUT_S = 20.0
+INDEX_LOCK_TIMEOUT_S = 2.0
 
 
 class _TableBusy(Exception):
