@@ -742,10 +742,12 @@ def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) 
 
 def _ends_on_a_quote_that_may_not_close(text: str) -> bool:
     """Whether `text` ends on a quote that may be inside its last string, the answer stopped after it: a single quote (one
-    inside the string, `'return {'` of `'return {'a': 1}'`), or a double quote closing a string begun on an earlier line
-    (cut inside the string, which then ran on into what came after it: a next call's `{"`)."""
+    inside the string, `'return {'` of `'return {'a': 1}'`), also when only closing brackets and commas follow it (the
+    content's own, taken for the arguments' closing: `'const o = {a: 'x',}`, a function's `}` line after `return 'x'`),
+    or a double quote closing a string begun on an earlier line (cut inside the string, which then ran on into what came
+    after it: a next call's `{"`)."""
     text = text.rstrip()
-    if text.endswith("'"):
+    if text.rstrip("}], \t\r\n").endswith("'"):
         return True
     last_line = text[text.rfind("\n") + 1 :]
     return text.endswith('"') and len(_UNESCAPED_DOUBLE_QUOTE.findall(last_line)) % 2 == 1
@@ -831,8 +833,11 @@ def _mended_call_from(text: str, start: int, error: str, known: set[str]) -> tup
 # gives when that is a quoted string on the same line (group "name"), which is optional: `{"name": name_var` or
 # `{'name':\n 'x'` starts a call all the same.
 _LOOSE_CALL = re.compile(r"""\{\s*(["']?)(?:name|tool|function)\1\s*:(?:\s*(["'])(?P<name>[^"'\n]*)\2)?""")
-# A line that starts such a call (after its indentation).
-_LINE_STARTING_A_CALL = re.compile(r"""^[ \t]*\{\s*(["']?)(?:name|tool|function)\1\s*:""", re.MULTILINE)
+# A line that starts such a call (after its indentation), alone or as an array's first item (`[{"name":`,
+# `{"tool_calls": [{"name":`).
+_LINE_STARTING_A_CALL = re.compile(
+    r"""^[ \t]*(?:(?:\{\s*"tool_calls"\s*:\s*)?\[\s*)?\{\s*(["']?)(?:name|tool|function)\1\s*:""", re.MULTILINE
+)
 
 
 def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Written], int] | None:

@@ -986,6 +986,23 @@ class TestTextCalls:
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
 
     @pytest.mark.parametrize(
+        "content",
+        ["'function f() {\n  return 'x'\n}", "'const o = {a: 'x'}", "'const o = {a: 'x',}", "'names = {'x'}", "'s = 'x'\n  }", "'x'}"],
+        ids=[
+            "cut-after-a-functions-brace", "cut-after-an-objects-brace", "cut-after-a-trailing-comma-and-brace", "cut-after-a-sets-brace",
+            "cut-after-a-brace-line", "whole-or-cut",
+        ],
+    )
+    def test_a_pretty_printed_single_quoted_call_that_ends_on_a_quote_then_closing_brackets_does_not_run(self, content):
+        """A pretty-printed single-quoted call that never closes and ends on a quote then only closing brackets (and
+        commas) is a broken call, never run: the quote and the brace may be the content's own (a function's `}` line
+        after `return 'x'`) after which the answer stopped, and, taken for the arguments' brace, a write with its rest
+        cut off would be made."""
+        text = "{\n  'name': 'write_file',\n  'arguments': {\n    'path': 'a.js',\n    'content': " + content
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+
+    @pytest.mark.parametrize(
         "rest",
         ['"def f(x):\n    return 1\n{"', '"x = 1\ny = 2"'],
         ids=["run-into-the-next-calls-start", "whole-or-cut-after-a-line-break"],
@@ -1021,6 +1038,19 @@ class TestTextCalls:
         broken, read = written(text)
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert read == ToolCall("read_file", {"path": "a.py"}, source="text"), read
+
+    @pytest.mark.parametrize(
+        "later",
+        ['[{"name": "read_file", "arguments": {"path": "a.py"}}]', '{"tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}}]}'],
+        ids=["in-an-array", "in-a-tool-calls-object"],
+    )
+    def test_a_pretty_printed_call_cut_where_a_value_was_due_leaves_the_whole_call_in_an_array_after_it_to_run(self, later):
+        """A pretty-printed call cut where a value was due, then a whole call in an array on a later line: the whole call
+        runs (read to the answer's end, the array was taken for the missing value, and its call lost)."""
+        text = '{\n  "name": "write_file",\n  "arguments": {\n    "path": "a.py",\n    "content": \n' + later
+        calls = written(text)
+        assert ToolCall("read_file", {"path": "a.py"}, source="text") in calls, calls
+        assert not any(isinstance(call, ToolCall) and call.name == "write_file" for call in calls), calls
 
     @pytest.mark.parametrize(
         "prose",
