@@ -889,19 +889,12 @@ class TestTracebacksKeepSecretsOut:
     def test_a_thread_that_dies_after_a_runs_redaction_ended_under_pythons_own_hook_shows_stars(self) -> None:
         """In a process with no redaction registered for its life (a caller that runs a night without `entry`), a thread that
         dies after a night's redaction ended quoting its secret prints Python's own traceback with the secret as ***."""
-        script = (
-            "import threading\n"
-            "from orchestrator.secrecy import Redactor\n"
+        done = _a_late_thread(
             "from orchestrator.tracebacks import thread_tracebacks_redacted\n"
             "with thread_tracebacks_redacted(Redactor(['night-secret-0123456789'])):\n"
-            "    pass\n"
-            "def late():\n"
-            "    raise RuntimeError('late thread with night-secret-0123456789')\n"
-            "thread = threading.Thread(target=late, name='late')\n"
-            "thread.start()\n"
-            "thread.join()\n"
+            "    pass\n",
+            message="'late thread with night-secret-0123456789'",
         )
-        done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "Exception in thread late:" in done.stderr and "RuntimeError: late thread with ***" in done.stderr, done.stderr
         assert "night-secret" not in done.stderr
@@ -909,41 +902,27 @@ class TestTracebacksKeepSecretsOut:
     def test_the_values_kept_after_their_runs_are_bounded_the_oldest_forgotten_first(self) -> None:
         """Past 1 MiB of values kept from runs that ended (three runs' 400 kB secrets), the oldest run's is no longer
         redacted in a later thread's traceback, the latest ones still are."""
-        script = (
-            "import threading\n"
-            "from orchestrator.secrecy import Redactor\n"
+        done = _a_late_thread(
             "from orchestrator.tracebacks import thread_tracebacks_redacted\n"
             "secrets = [f'night{number}-' + 'x' * 400_000 for number in range(3)]\n"
             "for secret in secrets:\n"
             "    with thread_tracebacks_redacted(Redactor([secret])):\n"
-            "        pass\n"
-            "def late():\n"
-            "    raise RuntimeError(' '.join(secrets))\n"
-            "thread = threading.Thread(target=late, name='late')\n"
-            "thread.start()\n"
-            "thread.join()\n"
+            "        pass\n",
+            message="' '.join(secrets)",
         )
-        done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "RuntimeError: night0-xxx" in done.stderr and done.stderr.rstrip().endswith("xxx *** ***"), done.stderr[-2000:]
 
     def test_a_kept_secret_holding_a_registered_one_is_replaced_whole(self) -> None:
         """A secret kept from a run that ended, holding a value of a redaction still registered (the environment's, kept by
         `entry`), is replaced whole in a later thread's traceback, no part of it left around a ***."""
-        script = (
-            "import threading\n"
-            "from orchestrator.secrecy import Redactor\n"
+        done = _a_late_thread(
             "from orchestrator.tracebacks import keep_thread_tracebacks_redacted, thread_tracebacks_redacted\n"
             "keep_thread_tracebacks_redacted(Redactor(['inner-secret-0123']))\n"
             "with thread_tracebacks_redacted(Redactor(['outer-inner-secret-0123-tail'])):\n"
-            "    pass\n"
-            "def late():\n"
-            "    raise RuntimeError('late thread with outer-inner-secret-0123-tail')\n"
-            "thread = threading.Thread(target=late, name='late')\n"
-            "thread.start()\n"
-            "thread.join()\n"
+            "    pass\n",
+            message="'late thread with outer-inner-secret-0123-tail'",
         )
-        done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "RuntimeError: late thread with ***\n" in done.stderr and "outer" not in done.stderr, done.stderr
 
@@ -957,3 +936,22 @@ def die_in_a_thread(message: str) -> None:
     thread = threading.Thread(target=die)
     thread.start()
     thread.join()
+
+
+def _a_late_thread(*setup: str, message: str) -> subprocess.CompletedProcess[str]:
+    """A Python process that runs `setup` (lines, with Redactor and threading imported), then a thread named `late`
+    that dies raising RuntimeError(`message`, an expression), joined."""
+    script = "\n".join(
+        [
+            "import threading",
+            "from orchestrator.secrecy import Redactor",
+            *(line.rstrip("\n") for line in setup),
+            "def late():",
+            f"    raise RuntimeError({message})",
+            "thread = threading.Thread(target=late, name='late')",
+            "thread.start()",
+            "thread.join()",
+            "",
+        ]
+    )
+    return subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
