@@ -730,12 +730,8 @@ def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) 
     its last string (see _ends_on_a_quote_that_may_not_close: a write would be run with its content cut off)."""
     if text.rstrip().endswith(",") or _ends_on_a_quote_that_may_not_close(text):
         return []
-    json_text = loose_json.only_value_as_json(text, start)
-    if json_text is None:
-        return []
-    try:
-        value = _loads(_mended(json_text))
-    except ValueError:
+    value = _read_loosely(text[start:])
+    if value is None:
         return []
     return _written_from_value(value, text[start:], "", known, cut=False) or []
 
