@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping
-from urllib.parse import unquote
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
 # GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, SSH_AUTH_SOCK, GOOGLE_APPLICATION_CREDENTIALS,
@@ -81,8 +81,8 @@ def without_secrets(environment: Mapping[str, str], pass_env: Collection[str] = 
 
 
 class Redactor:
-    """Replaces known secret values in text with ***: as written, as JSON encoders escape them in a string, and as repr()
-    quotes them (`_escaped_forms`)."""
+    """Replaces known secret values in text with ***: as written, as JSON encoders escape them in a string, as repr() and
+    ascii() quote them or their bytes, and as URL writers percent-encode them (`_escaped_forms`)."""
 
     def __init__(self, values: Iterable[str]) -> None:
         # Longest first: a secret that contains another is replaced whole. A plain word ("postgres",
@@ -100,8 +100,8 @@ class Redactor:
         pieces += [run for value in multiline for run in re.split(r"\s+", value) if len(run) >= 20 and re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)]
         pieces += [value.replace("\r\n", "\n") for value in multiline if "\r\n" in value]
         kept = {value.strip() for value in [*values, *pieces] if _redactable(value)}
-        # Also as JSON text holds it (a call's arguments, a message's, a server's answer, are recorded as such), and as a
-        # traceback quotes it with repr(): `a"b` is `a\"b` there.
+        # Also as JSON text holds it (a call's arguments, a message's, a server's answer, are recorded as such), as a
+        # traceback quotes it with repr(): `a"b` is `a\"b` there, and as a URL a tool prints holds it: `a/b` is `a%2Fb`.
         self._use(form for value in kept for form in _escaped_forms(value))
 
     @classmethod
@@ -193,47 +193,94 @@ def passed_secrets(pass_env: Collection[str], environment: Mapping[str, str] | N
     return PassedSecrets({value: tuple(sorted(names)) for value, names in names_by_value.items()})
 
 
-# The printable ASCII characters some form below writes otherwise: JSON's `"` and `\\`, `/` (PHP), HTML's (Go, .NET),
-# `'` (repr). A value of printable ASCII with none of them has no other form.
-_ESCAPED_BY_SOME = frozenset("\"\\/<>&'+`")
+# A value of these characters alone has no other form: every encoder below writes them as they are.
+_ONE_FORM = re.compile(r"[A-Za-z0-9_.-]*")
 _GO_AS_U = "<>&\u2028\u2029"
+_GO_BEFORE_1_22_AS_U = _GO_AS_U + "\b\f"
 _DOTNET_AS_U = "\"'+<>&`"
 # An escape of a JSON string's text (kept whole: the `/` of `\\/` is no slash) or a character an encoder may write otherwise.
 _RESPELLED = re.compile("\\\\u[0-9a-f]{4}|\\\\.|[" + re.escape("/" + _GO_AS_U + _DOTNET_AS_U) + "]", re.DOTALL)
+# json.dumps's short escapes of the characters some encoder writes as `\u` escapes instead.
+_SHORT_ESCAPED = {'\\"': '"', "\\b": "\b", "\\f": "\f"}
+# What URL writers keep as it is of a value besides letters, digits, `-._` and `~` (RFC 3986's unreserved characters):
+# nothing (Python's quote(safe="") and quote_plus, Go's QueryEscape, curl, PHP's, Java's and .NET's encoders), `/`
+# (Python's quote(): a path), space and `+` (SQLAlchemy's URL: a store's password), the sub-delimiters a user info may
+# hold (Go's url.UserPassword), `!'()*` (JavaScript's encodeURIComponent).
+_URL_KEPT = ("", "/", " +", "$&+,;=", "!'()*")
+_PERCENT_ESCAPE = re.compile("%[0-9A-F]{2}")
 
 
 def _escaped_forms(value: str) -> tuple[str, ...]:
-    """`value`, and the same as the JSON encoders in use write it in a string, and repr() of a str holding it: Python's
-    json.dumps with and without ensure_ascii (JavaScript's JSON.stringify and nlohmann's C++ write the latter), each also
-    with its `\\u` escapes in upper-case hex (Java's Jackson) and with `/` as `\\/` (PHP's json_encode); Go's (`<`,
-    `>`, `&`, U+2028 and U+2029 as `\\u` escapes); .NET's System.Text.Json (`"`, `'`, `+`, `<`, `>`, `&`, the backtick
-    and non-ASCII as upper-case `\\u` escapes); repr()'s, `'` escaped or not (it quotes with `"` a str holding `'`
-    only). A value of printable ASCII that none of them escapes (letters, digits, `-_.`: most secrets) is its only
-    form: no cost added. An encoder's mix of these per character is not matched: no decoder."""
-    if value.isascii() and value.isprintable() and _ESCAPED_BY_SOME.isdisjoint(value):
+    """`value`, and the same as the JSON encoders in use write it in a string (`_json_forms`), as repr() and ascii() quote a
+    str or its bytes holding it (`_repr_forms`), and as URL writers percent-encode it (`_percent_forms`). A value of
+    letters, digits and `-_.` (most secrets) is its only form: no cost added. An encoder's mix of these per character is
+    not matched: no decoder."""
+    if _ONE_FORM.fullmatch(value):
         return (value,)
+    return tuple({value, *_json_forms(value), *_repr_forms(value), *_percent_forms(value)})
+
+
+def _json_forms(value: str) -> set[str]:
+    """`value` as JSON encoders write it in a string: Python's json.dumps with and without ensure_ascii (JavaScript's
+    JSON.stringify and nlohmann's C++ write the latter), each also with its `\\u` escapes in upper-case hex (Java's Jackson)
+    and with `/` as `\\/` (PHP's json_encode); Jackson escaping non-ASCII, which leaves DEL (U+007F) as it is; Go's (`<`,
+    `>`, `&`, U+2028 and U+2029 as `\\u` escapes; before Go 1.22 `\\b` and `\\f` too); .NET's System.Text.Json (`"`, `'`,
+    `+`, `<`, `>`, `&`, the backtick and non-ASCII as upper-case `\\u` escapes)."""
     unicode = json.dumps(value, ensure_ascii=False)[1:-1]
     ascii_only = json.dumps(value)[1:-1]
-    forms = {value}
-    for written in (unicode, ascii_only):
-        forms.update(_respelled(written, upper_hex=upper_hex, slash=slash) for upper_hex in (False, True) for slash in (False, True))
-    forms.add(_respelled(unicode, as_u=_GO_AS_U))
+    forms = {
+        _respelled(written, upper_hex=upper_hex, slash=slash) for written in (unicode, ascii_only) for upper_hex in (False, True) for slash in (False, True)
+    }
+    forms.add(_respelled(ascii_only, upper_hex=True, unescaped="\x7f"))
+    forms.update(_respelled(unicode, as_u=as_u) for as_u in (_GO_AS_U, _GO_BEFORE_1_22_AS_U))
     forms.add(_respelled(ascii_only, as_u=_DOTNET_AS_U, upper_hex=True))
-    in_repr = repr('"' + value)[2:-1]  # a str holding both quotes: `'` escaped
-    forms.update((in_repr, in_repr.replace("\\'", "'")))
-    return tuple(forms)
+    return forms
 
 
-def _respelled(written: str, *, upper_hex: bool = False, slash: bool = False, as_u: str = "") -> str:
+def _repr_forms(value: str) -> set[str]:
+    """`value` as repr() writes it in a str (a traceback's `{value!r}`), as ascii() does (`{value!a}`: non-ASCII as `\\xNN`,
+    `\\uNNNN`, `\\UNNNNNNNN`) and as repr() writes its UTF-8 bytes (`b'...'`: non-ASCII as `\\xNN`), each with `'` escaped or
+    not (they quote with `"` what holds `'` only). The three differ only for a value holding non-ASCII."""
+    forms: set[str] = set()
+    for written in (repr('"' + value)[2:-1], ascii('"' + value)[2:-1], repr(b'"' + _utf8(value))[3:-1]):  # both quotes: `'` escaped
+        forms.update((written, written.replace("\\'", "'")))
+    return forms
+
+
+def _percent_forms(value: str) -> set[str]:
+    """`value` as URL writers percent-encode its UTF-8 bytes into a query, a path or a user info, in upper-case hex as RFC
+    3986 asks, each keeping as they are the characters `_URL_KEPT` lists for it; and as a form encodes it (quote_plus,
+    urlencode, Go's QueryEscape, Java's URLEncoder: space as `+`). The form's and the one that keeps nothing also in
+    lower-case hex (.NET's HttpUtility.UrlEncode writes a form so). Other writers match where their choice is one of
+    these for the value (JavaScript's encodeURI keeps base64's `/+=`: the value as written); Java's URLEncoder of a value
+    holding `*` or `~` (it keeps the one and encodes the other), or hex of mixed case, does not: no decoder."""
+    raw = _utf8(value)
+    every_one_encoded = (quote(raw, safe=""), quote_plus(raw))
+    lower_hex = (_PERCENT_ESCAPE.sub(lambda escape: escape.group().lower(), form) for form in every_one_encoded)
+    return {*(quote(raw, safe=kept) for kept in _URL_KEPT), *every_one_encoded, *lower_hex}
+
+
+def _utf8(value: str) -> bytes:
+    """`value` as a program writes it out: UTF-8, an environment's undecodable bytes (os.fsdecode's escapes) as they were."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no undecodable byte gave (json.loads of "\ud800"): no program writes it
+        return value.encode("utf-8", "surrogatepass")
+
+
+def _respelled(written: str, *, upper_hex: bool = False, slash: bool = False, as_u: str = "", unescaped: str = "") -> str:
     """JSON string text (json.dumps's, quotes off) as another encoder writes it: its `\\u` escapes in upper-case hex,
-    `/` as `\\/`, the characters of `as_u` (`"` too, which json.dumps writes `\\"`) as `\\u` escapes."""
+    `/` as `\\/`, the characters of `as_u` (`"`, `\\b` and `\\f` too, which json.dumps writes `\\"`, `\\b`, `\\f`) as `\\u`
+    escapes, those of `unescaped` as they are."""
     hex_digits = "X" if upper_hex else "x"
 
     def respell(found: re.Match[str]) -> str:
         token = found.group()
         if token.startswith("\\u"):
+            if (character := chr(int(token[2:], 16))) in unescaped:
+                return character
             return "\\u" + (token[2:].upper() if upper_hex else token[2:])
-        character = token[1] if token == '\\"' else token
+        character = _SHORT_ESCAPED.get(token, token)
         if len(character) > 1:  # another escape: `\\\\`, `\\n`
             return token
         if character in as_u:
@@ -264,14 +311,16 @@ _QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
 
 def url_secrets(url: str | None) -> list[str]:
     """The secret parts of a URL: its user info's password, and the values of query settings
-    whose names say they are secrets (`password`, `key`, `api_key`)."""
+    whose names say they are secrets (`password`, `key`, `api_key`); each as written and percent-decoded."""
     if not url:
         return []
     password = url_password(url)
-    # As written, and as a program that used it prints it.
-    found = list(dict.fromkeys((password, unquote(password)))) if password is not None else []
+    # As written, and as a program that used it prints it (the Redactor adds the encoded forms of what is decoded).
+    found = [password, unquote(password)] if password is not None else []
     _, mark, query = _USERINFO.sub("", url, count=1).partition("?")  # a `?` in the password starts no query
-    return [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)] + found
+    # A query is read as a form too: its `+` a space.
+    query_values = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
+    return list(dict.fromkeys([*(form for value in query_values for form in (value, unquote(value), unquote_plus(value))), *found]))
 
 
 def url_password(url: str) -> str | None:

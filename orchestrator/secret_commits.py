@@ -7,7 +7,7 @@ has it, and to fold the agent's own commits into the iteration's when their hist
 
 Found by reading every staged object whole, in pieces, through one `git cat-file --batch`. Not
 found: a value split across lines, or written encoded (base64, or escaped otherwise than as
-secrecy's `_escaped_forms`: a JSON encoder's or repr()'s); a file a filter (LFS)
+secrecy's `_escaped_forms`: a JSON encoder's, repr()'s or ascii()'s, a URL's percent-encoding); a file a filter (LFS)
 stores elsewhere is judged by what the index holds.
 """
 

@@ -12,8 +12,10 @@ import threading
 from pathlib import Path
 from traceback import format_exception
 from typing import Any
+from urllib.parse import parse_qs, quote, quote_plus, unquote, unquote_plus, urlencode, urlsplit
 
 import pytest
+from sqlalchemy.engine import URL
 
 from orchestrator.records import ToolCall
 from orchestrator.scripted import call
@@ -279,6 +281,94 @@ class TestEscapedFormsOfASecret:
         """Letters, digits and `-_.`: the value is all a Redactor looks for, so it costs nothing more."""
         ordinary = ["sk-test-0123456789abcdef", "ghp_ci0123456789token", "db-pass.0123456789"]
         assert sorted(Redactor(ordinary).values) == sorted(ordinary)
+
+
+class TestUrlAndBytesFormsOfASecret:
+    """A secret value as a URL writer percent-encodes it, as bytes' repr() and as ascii() write it is replaced too."""
+
+    BASE64 = "Zm9v/YmFy+cXV4PQ=="  # a generated key: `/`, `+`, `=`
+    SPACED = "correct horse/battery+staple=9"
+    ACCENTED = "pässwört-0123"
+    NON_ASCII = "clé-\u20ac-\U0001f511-0123"  # \xNN, \uNNNN and \UNNNNNNNN in ascii()
+
+    @pytest.mark.parametrize("value", [BASE64, SPACED, ACCENTED])
+    @pytest.mark.parametrize("encode", [
+        lambda value: quote(value, safe=""),  # a query value, a URL's password: Go's QueryEscape, encodeURIComponent, curl
+        quote,  # Python's default keeps `/`: a path
+        quote_plus,  # a form, urlencode(): space as `+`
+        lambda value: urlencode({"api_key": value}),  # requests' params, an HTTP library's debug line
+        lambda value: URL.create("postgresql", username="app", password=value, host="db").render_as_string(hide_password=False),
+    ], ids=["quote-safe-none", "quote", "quote_plus", "urlencode", "sqlalchemy-url"])
+    def test_a_value_percent_encoded_by_a_url_writer(self, value: str, encode) -> None:
+        """A value holding reserved or non-ASCII characters, written into a URL by Python's or SQLAlchemy's encoder, reads ***."""
+        written = encode(value)
+        assert value not in written  # the encoder did respell it
+        shown = Redactor([value])(f"GET https://api.example/v1?{written} 200")
+        assert "***" in shown and value[:6] not in unquote_plus(shown), shown
+
+    @pytest.mark.parametrize(("value", "written", "decode"), [
+        (BASE64, "Zm9v%2fYmFy%2bcXV4PQ%3d%3d", unquote_plus),  # .NET's HttpUtility.UrlEncode: lower-case hex
+        (SPACED, "correct+horse%2fbattery%2bstaple%3d9", unquote_plus),  # the same, space as `+`
+        (ACCENTED, "p%c3%a4ssw%c3%b6rt-0123", unquote_plus),
+        (BASE64, "Zm9v%2FYmFy+cXV4PQ==", unquote),  # Go's url.UserPassword: a user info's `+` and `=` kept
+        ("it's(a)*secret!/0123", "it's(a)*secret!%2F0123", unquote),  # JavaScript's encodeURIComponent: `!'()*` kept
+    ])
+    def test_a_value_as_another_url_writer_writes_it(self, value: str, written: str, decode) -> None:
+        """A value percent-encoded in lower-case hex (.NET's HttpUtility) or with some reserved characters kept (Go's user info,
+        JavaScript's encodeURIComponent) reads ***."""
+        assert decode(written) == value  # the text is the value, as that writer writes it
+        assert Redactor([value])(f"postgres://app:{written}@db/app") == "postgres://app:***@db/app"
+
+    def test_a_url_password_is_redacted_decoded_and_encoded(self) -> None:
+        """A store URL's password written encoded is replaced as a program prints it decoded, and one written raw as it is
+        printed encoded; a query's secret setting likewise."""
+        encoded = quote(self.BASE64, safe="")
+        for password in (encoded, self.BASE64):
+            redact = Redactor.for_night(store_url=f"postgresql://app:{password}@db/app")
+            for shown in (self.BASE64, encoded, quote(self.BASE64)):
+                assert redact(f"connecting with {shown}.") == "connecting with ***.", (password, shown)
+        redact = Redactor.for_night(api_base=f"https://api.example/v1?api_key={encoded}")
+        assert redact(f"key={self.BASE64};") == "key=***;"
+        api_base = f"https://api.example/v1?api_key={self.BASE64}"  # left unencoded: a server reads its `+` as a space
+        [as_read] = parse_qs(urlsplit(api_base).query)["api_key"]
+        assert Redactor.for_night(api_base=api_base)(f"key={as_read};") == "key=***;"
+
+    def test_a_value_in_bytes_repr_and_ascii(self) -> None:
+        """A value holding non-ASCII letters, as repr() of its UTF-8 bytes and as ascii() write it (a traceback's {value!a},
+        a log of the bytes), reads ***; with a quote, in both of repr's quotings."""
+        value = f"{self.NON_ASCII}'s"
+        redact = Redactor([value])
+        for written in (repr(value.encode()), ascii(value), repr(f'"{value}'.encode()), ascii(f'"{value}'), repr(os.fsencode(value))):
+            assert written.count("0123") == 1 and "0123" not in redact(written), written
+        try:
+            raise ValueError(f"no key {value!a} in {value.encode()!r}")
+        except ValueError as error:
+            assert "no key \"***\" in b\"***\"" in redact("".join(format_exception(error)))
+
+    def test_a_value_of_undecodable_bytes_as_a_url_and_bytes_repr_write_them(self) -> None:
+        """A variable's value that is not UTF-8 (os.fsdecode's surrogate escapes) is replaced as its bytes are percent-encoded
+        and repr()'d."""
+        raw = b"pw-\xe9\xff-0123456"
+        redact = Redactor([os.fsdecode(raw)])
+        for written in (quote(raw, safe=""), repr(raw)):
+            assert "0123" not in redact(written), written
+
+    @pytest.mark.parametrize(("value", "written"), [
+        ("pw\x7f-\u00e9-0123456", '"pw\x7f-\\u00E9-0123456"'),  # Jackson's ESCAPE_NON_ASCII: DEL (127) as it is, non-ASCII escaped
+        ("pw\b-\f<0123456", r'"pw\u0008-\u000c\u003c0123456"'),  # Go before 1.22: `\b`, `\f` as \u escapes
+    ])
+    def test_a_value_as_jackson_and_older_go_write_it(self, value: str, written: str) -> None:
+        """JSON text holding the value as Jackson escaping non-ASCII, or Go before 1.22, write it reads *** where the string was."""
+        assert json.loads(written) == value
+        assert Redactor([value])(f'{{"key": {written}}}') == '{"key": "***"}'
+
+    def test_an_ascii_value_gets_its_url_forms_and_no_bytes_ones(self) -> None:
+        """Letters, digits and `-_.` are the value's one form; an ASCII value with `/` gets its JSON and percent-encoded forms,
+        none of bytes' repr or ascii()'s `\\x` escapes."""
+        assert Redactor(["sk-test-0123456789abcdef"]).values == ("sk-test-0123456789abcdef",)
+        forms = set(Redactor(["abc/def0123456"]).values)
+        assert forms >= {"abc/def0123456", "abc%2Fdef0123456", "abc%2fdef0123456", "abc\\/def0123456"}
+        assert not any(form.startswith("b'") or "\\x" in form for form in forms)
 
 
 def test_a_pretty_printed_json_keys_private_key_line_is_redacted() -> None:
@@ -671,6 +761,30 @@ class TestPassedSecretsStayOffTheBranch:
         for written in (rb'{"password": "Zm9v\/YmFy+cXV4PQ=="}', rb'{"password": "Zm9v/YmFy\u002BcXV4PQ=="}'):
             found = secrets.found_in([written])
             assert found and secrets.names(found) == ("DB_PASSWORD",), written
+
+    def test_a_value_percent_encoded_or_as_bytes_repr_is_found_and_named(self) -> None:
+        """A passed value written into a file percent-encoded (a URL), as repr() of its bytes or as ascii() writes it is found,
+        and reported by its variable's name."""
+        from orchestrator.secrecy import passed_secrets
+
+        value = "Zm9v/YmFy+cXV4PQ==-\u00e9"
+        secrets = passed_secrets(["DB_PASSWORD"], {"DB_PASSWORD": value})
+        for written in (quote(value, safe=""), quote(value), quote_plus(value), repr(value.encode()), ascii(value)):
+            found = secrets.found_in([f"DATABASE_URL=postgres://app:{written}@db/app\n".encode()])
+            assert found and secrets.names(found) == ("DB_PASSWORD",), written
+
+    def test_a_file_holding_the_value_percent_encoded_in_a_url_is_left_out(
+        self, config_file, server, repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The check writes a URL with a base64 password percent-encoded (`/`, `+`, `=` as %2F...) into a file: it stays off the branch."""
+        monkeypatch.setenv("DB_PASSWORD", "Zm9v/YmFy+cXV4PQ==")
+        url = "print('postgresql://app:' + urllib.parse.quote(os.environ['DB_PASSWORD'], safe='') + '@db/app')"
+        check = f'python -c "import os, urllib.parse; {url}" > .env.url && python check_greet.py'
+        _, err = self.night(config_file, server, capsys, self.FIX, call("submit", {"summary": "fixed"}), check=check)
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        assert "Zm9v%2FYmFy" not in git(repo, "log", "-p", "--all")
+        [kept] = json_events(err, "secret_kept_out_of_commit")
+        assert (kept["paths"], kept["names"]) == ([".env.url"], ["DB_PASSWORD"])
 
 
 def overnight_process(config: Path, *args: str, env: dict[str, str] | None = None, python_path: Path | None = None) -> subprocess.CompletedProcess[str]:
