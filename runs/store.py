@@ -225,12 +225,15 @@ def _missing_columns(engine: Engine) -> list[tuple[Any, Any]]:
     """(table, column) this version maps that the store's existing tables lack (an older version made them)."""
     inspector = inspect(engine)
     missing = []
-    for table in Base.metadata.sorted_tables:
-        if not inspector.has_table(table.name):
-            continue
+    for table in _tables_made(inspector):
         present = {column["name"] for column in inspector.get_columns(table.name)}
         missing += [(table, column) for column in table.columns if column.name not in present]
     return missing
+
+
+def _tables_made(inspector: Any) -> list[Any]:
+    """The tables this version maps that the store already has."""
+    return [table for table in Base.metadata.sorted_tables if inspector.has_table(table.name)]
 
 
 def _lacks_columns(engine: Engine) -> bool:
@@ -255,10 +258,9 @@ def _missing_indexes(engine: Engine) -> list[Any]:
     makes a table's indexes only with the table)."""
     inspector = inspect(engine)
     missing = []
-    for table in Base.metadata.sorted_tables:
-        if inspector.has_table(table.name):
-            present = {index["name"] for index in inspector.get_indexes(table.name)}
-            missing += [index for index in table.indexes if index.name not in present]
+    for table in _tables_made(inspector):
+        present = {index["name"] for index in inspector.get_indexes(table.name)}
+        missing += [index for index in table.indexes if index.name not in present]
     return missing
 
 
