@@ -31,21 +31,29 @@ _LITERALS = ("true", "false", "null", "True", "False", "None")
 
 def stops_mid_value(text: str) -> bool:
     """Whether `text`, read loosely as JSON5-like objects or arrays one after another, stops inside a string, after a
-    key, where a value was due, or inside a literal or after a number's sign (`Tru`, `-`). The reading ends, whole,
-    at the first value closed and not followed by another object or array (the model's words after its call)."""
+    key, where a value was due, or inside a literal or after a number's sign (`Tru`, `-`), or, never closing, may stop
+    inside a single-quoted string (see _may_end_inside_its_last_string). The reading ends, whole, at the first value
+    closed and not followed by another object or array (the model's words after its call)."""
     position = len(text) - len(text.lstrip())
     if not text.startswith(("{", "["), position):
         return False
     open_brackets: list[str] = []
     before = last = ""  # the last two tokens read: a bracket, a comma or colon, a quote for a string, or a bare word
+    last_string = ""  # the text of the last value's last string, quotes included
+    string_end = 0  # where it ends
+    quote_inside = False  # whether a single-quoted string of the last value holds a single quote
     while position < len(text):
         char = text[position]
         if char.isspace():
             position += 1
             continue
-        token, position = token_at(text, position, last, open_brackets[-1] if open_brackets else "")
+        token, after = token_at(text, position, last, open_brackets[-1] if open_brackets else "")
         if token == "":
             return True  # a string the text ends inside of
+        if token == '"':
+            last_string, string_end = text[position:after], after
+            quote_inside = quote_inside or (char == "'" and "'" in last_string[1:-1])
+        position = after
         if char in "{[":
             open_brackets.append(char)
         elif char in "}]":
@@ -55,8 +63,10 @@ def stops_mid_value(text: str) -> bool:
                 position = BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
                 if not text.startswith(("{", "["), position):
                     return False
-                token = ""
+                token, last_string, quote_inside = "", "", False
         before, last = last, token
+    if open_brackets and _may_end_inside_its_last_string(text[string_end:], last_string, quote_inside):
+        return True
     if not open_brackets or last in ("", "{", "[", "}", "]", ","):
         return False  # every value whole: what is missing is brackets only
     if last == ":":
@@ -65,6 +75,26 @@ def stops_mid_value(text: str) -> bool:
         return True  # a key, and no value
     in_value = before in (":", "[", ",")
     return in_value and last != '"' and (last == "-" or any(literal.startswith(last) and literal != last for literal in _LITERALS))
+
+
+# A path or a name (`a.py`, `src/`, `list_dir`, `v2`): one word holding a digit, `_`, `.`, `/` or `-`, as no word of prose
+# whose apostrophe may come next (`'it'` of `'it's'`) does, nor code before a quote that opens a string (`s = '`, `print('`).
+# (A lookahead, not `[\w./-]*[\d_./-][\w./-]*`, which backtracks quadratically on a long string that fails.)
+_PATH_OR_NAME = re.compile(r"(?=.*[\d_./-])[\w./-]+")
+
+
+def _may_end_inside_its_last_string(after: str, last_string: str, quote_inside: bool) -> bool:
+    """Whether a value that never closes may stop inside its last string (`last_string`, `after` it only the rest of the
+    text): when that string is single-quoted, followed only by closing brackets, commas and white space, and either is
+    no path or name (see _PATH_OR_NAME) or follows a single-quoted string holding a quote. Its last quote may then be
+    one inside the content after which the answer stopped (`'return {'` of `'return {'a': 1}'`, `'s = 'x'`, `'it'` of
+    `'it's'`), and what follows it the content's own brackets (`'const o = {a: 'x'}`), or even keys (`'x', 'path':
+    'a.py'}`): read as the string's end, a write ran cut, or to another file. A path or a name (`'a.py'`) does not go on
+    after a quote, so a call ending on one still runs; a whole call ending on any other string is lost, as text alone
+    cannot tell it from a cut one."""
+    if not last_string.startswith("'") or after.strip("}], \t\r\n"):
+        return False
+    return quote_inside or _PATH_OR_NAME.fullmatch(last_string[1:-1]) is None
 
 
 def token_at(text: str, position: int, last: str, inside: str = "") -> tuple[str, int]:

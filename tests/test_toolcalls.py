@@ -178,12 +178,35 @@ class TestNativeCalls:
         assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
     @pytest.mark.parametrize(
+        "arguments",
+        [
+            "{'path': 'a.py', 'content': 'return {'",
+            "{'path': 'a.py', 'content': 'print('",
+            "{\"path\": \"a.py\", \"content\": 'return {'",
+            "{'path': 'a.py', 'content': 's = 'x'",
+            "{'path': 'a.py', 'content': 'd = {'a': 'b', 'c': 'x'",
+            "{'path': 'a.txt', 'content': 'it's done'",
+        ],
+        ids=[
+            "after-a-brace", "after-a-paren", "double-quoted-keys", "after-an-assignment", "after-quoted-keys-in-the-content",
+            "whole-or-cut-after-an-apostrophe",
+        ],
+    )
+    def test_json5_like_arguments_that_never_close_and_end_on_a_quote_inside_a_string_are_unparseable(self, arguments):
+        """Single-quoted arguments that never close and end on a quote (then only closing brackets) that may be one inside
+        the content, the answer stopped after it, are cut off, never run (repaired, a write ran with its content cut); whole
+        arguments of that shape (`'it's done'`, the brace missing) cannot be told from cut ones, and are lost."""
+        call = only(native(("write_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    @pytest.mark.parametrize(
         ("tool", "arguments", "expected"),
         [
             ("write_file", "{'path': 'a.txt', 'content': 'it\\'s done'}", {"path": "a.txt", "content": "it's done"}),
             ("write_file", "{'path': 'a.txt', 'content': \"it's done\"}", {"path": "a.txt", "content": "it's done"}),
             ("write_file", "{'path': 'a.py', 'content': 'print(\"hi\")'}", {"path": "a.py", "content": 'print("hi")'}),
-            ("write_file", "{'path': 'a.txt', 'content': 'done'", {"path": "a.txt", "content": "done"}),
+            ("write_file", "{'content': 'done', 'path': 'a.txt'", {"path": "a.txt", "content": "done"}),
             ("search", "{'pattern': 'helo', 'path': None}", {"pattern": "helo"}),
             ("write_file", "{path: 'a.txt', content: 'x'}", {"path": "a.txt", "content": "x"}),
             ("read_file", "{'path': 'a.py'}\nNext I will run:", {"path": "a.py"}),
@@ -263,7 +286,7 @@ class TestNativeCalls:
             ("{'path': 'a.py', 'content': 'it's'}{'path': 'a.py', 'content': 'y'}", ["it's", "y"]),
             ("{'path': 'a.py', 'content': 'x'}{\"path\": \"a.py\", \"content\": \"y\"}", ["x", "y"]),
             ("{path: 'a.py', content: 'x'}{path: 'a.py', content: 'y\n'}", ["x", "y\n"]),
-            ("{'path': 'a.py', 'content': 'x'}{'path': 'a.py', 'content': 'y'", ["x", "y"]),
+            ("{'path': 'a.py', 'content': 'x'}{'content': 'y', 'path': 'a.py'", ["x", "y"]),
             ("{'path': 'a.py', 'content': 'x'}{'path': 'a.py', 'content': 'y'}{'path': 'a.py', 'content': 'z'}", ["x", "y", "z"]),
         ],
         ids=["together", "a-line-each", "semicolon", "apostrophe", "then-double-quoted", "unquoted-keys", "last-lacking-its-brace", "three"],
@@ -302,11 +325,10 @@ class TestNativeCalls:
             ("{'path': 'a.txt', 'content': 'it's done'}", "it's done"),
             ("{'path': 'a.txt', 'content': 'it's'}", "it's"),
             ("{path: 'a.txt', content: 'it's done'}", "it's done"),
-            ("{'path': 'a.txt', 'content': 'it's done'", "it's done"),
             ("{'path': 'a.txt', 'content': 'x = 1\\n'}", "x = 1\n"),
             ("{'path': 'a.txt', 'content': 'it's done'}\nI'll check it next.", "it's done"),
         ],
-        ids=["apostrophe", "apostrophe-at-the-end", "unquoted-keys", "lacking-its-brace", "last-newline", "words-after"],
+        ids=["apostrophe", "apostrophe-at-the-end", "unquoted-keys", "last-newline", "words-after"],
     )
     def test_one_line_single_quoted_arguments_are_written_as_sent(self, arguments, content):
         """One-line single-quoted arguments run with every string exactly as the model wrote it: an apostrophe inside a
@@ -605,9 +627,8 @@ class TestTextCalls:
         [
             "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'it's done'}}",
             "{\"name\": \"write_file\", \"arguments\": {'path': 'a.txt', 'content': 'it's done'}}",
-            "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'it's done'}",
         ],
-        ids=["single-quoted", "single-quoted-arguments", "lacking-its-brace"],
+        ids=["single-quoted", "single-quoted-arguments"],
     )
     def test_a_one_line_single_quoted_call_is_written_as_sent(self, form, call):
         """A written call on one line whose single-quoted string holds an apostrophe writes that string exactly, in
@@ -954,7 +975,7 @@ class TestTextCalls:
         on one line (pretty-printed, its first line was read alone as a call without arguments, or it was unreadable)."""
         q = quote
         first, joint = {"one-line": ("{", " "), "pretty-printed": ("{", "\n "), "brace-alone": ("{\n ", "\n ")}[layout]
-        text = f"{first}{q}name{q}: {q}write_file{q},{joint}{q}arguments{q}: {{{q}path{q}: {q}a.txt{q}, {q}content{q}: {q}x{q}"
+        text = f"{first}{q}name{q}: {q}write_file{q},{joint}{q}arguments{q}: {{{q}content{q}: {q}x{q}, {q}path{q}: {q}a.txt{q}"
         assert only(written(text)) == ToolCall("write_file", {"path": "a.txt", "content": "x"}, source="text")
 
     @pytest.mark.parametrize("quote", ["'", '"'], ids=["single-quoted", "double-quoted"])
@@ -969,6 +990,73 @@ class TestTextCalls:
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
 
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'return {'",
+            "{'name': 'write_file', 'arguments': {'path': 'a.js', 'content': 'const o = {a: 'x'}",
+            '{"name": "write_file", "arguments": {"path": "a.py", "content": \'x = {\'a\': \'b\'}',
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 's = 'x'",
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'print('",
+            "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'He said '",
+            "{'name': 'write_file', 'arguments': {'path': 'b.js', 'content': 'const o = {a: 'x', 'path': 'a.py'}",
+            "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'it's done'}",
+            "{'name': 'write_file', 'arguments': {'path': 'a.txt', 'content': 'don'",
+        ],
+        ids=[
+            "after-a-brace", "quote-then-brace", "double-quoted-keys", "after-an-assignment", "after-a-paren", "after-a-space",
+            "a-key-in-the-content", "whole-or-cut-after-an-apostrophe", "whole-or-cut-a-word",
+        ],
+    )
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "fenced", "tagged"])
+    def test_a_one_line_single_quoted_call_that_ends_on_a_quote_inside_its_content_does_not_run(self, call, form):
+        """A one-line call that never closes and ends on a single quote (then only closing brackets) that may be one
+        inside its content, the answer stopped after it, is a broken call saying it was cut off, never run: a write ran
+        with its content cut (`'return {'` of `'return {'a': 1}'`), or, the content holding `'path': 'a.py'`, to another file;
+        a whole call of that shape (`'it's done'}`, its outer brace missing; `'don'`, which may be `'don't'` cut) cannot be
+        told from a cut one, and is lost."""
+        text = {
+            "bare": call,
+            "after-prose": "I will write it.\n" + call,
+            "fenced": "```json\n" + call + "\n```",
+            "tagged": "<tool_call>\n" + call + "\n</tool_call>",
+        }[form]
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "end in the middle of a value" in broken.detail, broken
+
+    @pytest.mark.parametrize(
+        "content",
+        ["'function f() {\n  return 'x'\n}", "'const o = {a: 'x',}", "'s = 'x'\n  }", "'return {'", "'x'}"],
+        ids=["cut-after-a-functions-brace", "cut-after-a-trailing-comma-and-brace", "cut-after-a-brace-line", "cut-after-a-brace", "whole-or-cut"],
+    )
+    @pytest.mark.parametrize("form", ["fenced", "tagged"])
+    def test_a_pretty_printed_single_quoted_call_in_a_fence_or_tag_that_ends_on_a_quote_inside_its_content_does_not_run(self, content, form):
+        """A pretty-printed single-quoted call in a fence or a tag that never closes and ends on a quote (then only closing
+        brackets) that may be one inside its content is a broken call saying it was cut off, never run, as a bare one is
+        never run: read there as a block, a write ran with its content cut (`'const o = {a: 'x'}` as `const o = {a: 'x`)."""
+        body = "{\n  'name': 'write_file',\n  'arguments': {\n    'path': 'a.js',\n    'content': " + content
+        text = {"fenced": "```json\n" + body + "\n```", "tagged": "<tool_call>\n" + body + "\n</tool_call>"}[form]
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "end in the middle of a value" in broken.detail, broken
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("{'name': 'read_file', 'arguments': {'path': 'a.py'}", ToolCall("read_file", {"path": "a.py"}, source="text")),
+            ("{'name': 'read_file', 'arguments': {'path': 'src/a.py'", ToolCall("read_file", {"path": "src/a.py"}, source="text")),
+            ("{'name': 'list_dir'", ToolCall("list_dir", {}, source="text")),
+            ("{'name': 'search', 'arguments': {'pattern': 'def main', 'path': '.'", ToolCall("search", {"pattern": "def main", "path": "."}, source="text")),
+        ],
+        ids=["a-path-then-a-brace", "a-path", "a-name", "a-dot"],
+    )
+    def test_a_one_line_single_quoted_call_lacking_only_its_brackets_whose_last_string_is_a_path_or_name_runs(self, text, expected):
+        """A one-line single-quoted call lacking only its closing brackets whose last string is a path or a name (one word
+        holding a digit, `_`, `.`, `/` or `-`), after no single-quoted string holding a quote, still runs with its brackets
+        closed: no quote goes on after such a word."""
+        assert only(written(text)) == expected
 
     @pytest.mark.parametrize(
         "content",
