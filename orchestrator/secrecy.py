@@ -197,16 +197,22 @@ def passed_secrets(pass_env: Collection[str], environment: Mapping[str, str] | N
 _ONE_FORM = re.compile(r"[A-Za-z0-9_.-]*")
 _GO_AS_U = "<>&\u2028\u2029"
 _GO_BEFORE_1_22_AS_U = _GO_AS_U + "\b\f"
+_GSON_AS_U = "<>&='\u2028\u2029"
 _DOTNET_AS_U = "\"'+<>&`"
 # An escape of a JSON string's text (kept whole: the `/` of `\\/` is no slash) or a character an encoder may write otherwise.
-_RESPELLED = re.compile("\\\\u[0-9a-f]{4}|\\\\.|[" + re.escape("/" + _GO_AS_U + _DOTNET_AS_U) + "]", re.DOTALL)
+_RESPELLED = re.compile("\\\\u[0-9a-f]{4}|\\\\.|[" + re.escape("/=" + _GO_AS_U + _DOTNET_AS_U) + "]", re.DOTALL)
 # json.dumps's short escapes of the characters some encoder writes as `\u` escapes instead.
 _SHORT_ESCAPED = {'\\"': '"', "\\b": "\b", "\\f": "\f"}
 # What URL writers keep as it is of a value besides letters, digits, `-._` and `~` (RFC 3986's unreserved characters):
-# nothing (Python's quote(safe="") and quote_plus, Go's QueryEscape, curl, PHP's, Java's and .NET's encoders), `/`
-# (Python's quote(): a path), space and `+` (SQLAlchemy's URL: a store's password), the sub-delimiters a user info may
-# hold (Go's url.UserPassword), `!'()*` (JavaScript's encodeURIComponent).
-_URL_KEPT = ("", "/", " +", "$&+,;=", "!'()*")
+# nothing (Python's quote(safe=""), curl, PHP's rawurlencode), `/` (Python's quote(): a path), space and `+`
+# (SQLAlchemy's URL: a store's password), the sub-delimiters a user info may hold (Go's url.UserPassword; yarl's, which
+# aiohttp writes, all of them; WHATWG's, which Node's URL and httpx write, `%` too but not `;=`), `!'()*` (JavaScript's
+# encodeURIComponent).
+_URL_KEPT = ("", "/", " +", "$&+,;=", "!$&'()*+,;=", "!$%&'()*+,", "!'()*")
+# What form writers (space as `+`) keep as it is besides letters, digits and `-._`, and `~` only where it is listed:
+# Python's quote_plus and urlencode, Go's QueryEscape (`~`); PHP's urlencode (nothing); Java's URLEncoder and WHATWG's
+# form, JavaScript's URLSearchParams (`*`); .NET's HttpUtility and WebUtility (`!()*`); yarl's query, aiohttp's params.
+_FORM_KEPT = ("~", "", "*", "!()*", "!$'()*,/:?@~")
 _PERCENT_ESCAPE = re.compile("%[0-9A-F]{2}")
 
 
@@ -224,7 +230,8 @@ def _json_forms(value: str) -> set[str]:
     """`value` as JSON encoders write it in a string: Python's json.dumps with and without ensure_ascii (JavaScript's
     JSON.stringify and nlohmann's C++ write the latter), each also with its `\\u` escapes in upper-case hex (Java's Jackson)
     and with `/` as `\\/` (PHP's json_encode); Jackson escaping non-ASCII, which leaves DEL (U+007F) as it is; Go's (`<`,
-    `>`, `&`, U+2028 and U+2029 as `\\u` escapes; before Go 1.22 `\\b` and `\\f` too); .NET's System.Text.Json (`"`, `'`,
+    `>`, `&`, U+2028 and U+2029 as `\\u` escapes; before Go 1.22 `\\b` and `\\f` too); Java's Gson (`=` and `'` too, by
+    default); .NET's System.Text.Json (`"`, `'`,
     `+`, `<`, `>`, `&`, the backtick and non-ASCII as upper-case `\\u` escapes)."""
     unicode = json.dumps(value, ensure_ascii=False)[1:-1]
     ascii_only = json.dumps(value)[1:-1]
@@ -232,7 +239,7 @@ def _json_forms(value: str) -> set[str]:
         _respelled(written, upper_hex=upper_hex, slash=slash) for written in (unicode, ascii_only) for upper_hex in (False, True) for slash in (False, True)
     }
     forms.add(_respelled(ascii_only, upper_hex=True, unescaped="\x7f"))
-    forms.update(_respelled(unicode, as_u=as_u) for as_u in (_GO_AS_U, _GO_BEFORE_1_22_AS_U))
+    forms.update(_respelled(unicode, as_u=as_u) for as_u in (_GO_AS_U, _GO_BEFORE_1_22_AS_U, _GSON_AS_U))
     forms.add(_respelled(ascii_only, as_u=_DOTNET_AS_U, upper_hex=True))
     return forms
 
@@ -249,15 +256,17 @@ def _repr_forms(value: str) -> set[str]:
 
 def _percent_forms(value: str) -> set[str]:
     """`value` as URL writers percent-encode its UTF-8 bytes into a query, a path or a user info, in upper-case hex as RFC
-    3986 asks, each keeping as they are the characters `_URL_KEPT` lists for it; and as a form encodes it (quote_plus,
-    urlencode, Go's QueryEscape, Java's URLEncoder: space as `+`). The form's and the one that keeps nothing also in
+    3986 asks, each keeping as they are the characters `_URL_KEPT` lists for it; and as form writers encode it (space as
+    `+`), each keeping those `_FORM_KEPT` lists. Python's quote_plus, the one that keeps nothing and .NET's form also in
     lower-case hex (.NET's HttpUtility.UrlEncode writes a form so). Other writers match where their choice is one of
-    these for the value (JavaScript's encodeURI keeps base64's `/+=`: the value as written); Java's URLEncoder of a value
-    holding `*` or `~` (it keeps the one and encodes the other), or hex of mixed case, does not: no decoder."""
+    these for the value (JavaScript's encodeURI keeps base64's `/+=`: the value as written); one that re-quotes a whole
+    URL keeping most delimiters (requests', httpx's, encodeURI), or hex of mixed case, does not: no decoder."""
     raw = _utf8(value)
-    every_one_encoded = (quote(raw, safe=""), quote_plus(raw))
-    lower_hex = (_PERCENT_ESCAPE.sub(lambda escape: escape.group().lower(), form) for form in every_one_encoded)
-    return {*(quote(raw, safe=kept) for kept in _URL_KEPT), *every_one_encoded, *lower_hex}
+    forms = {quote(raw, safe=kept) for kept in _URL_KEPT}
+    # quote_plus keeps `~` whatever `safe` says: a form writer that does not writes it %7E.
+    forms.update(quote_plus(raw, safe=kept) if "~" in kept else quote_plus(raw, safe=kept).replace("~", "%7E") for kept in _FORM_KEPT)
+    in_lower_hex = (quote(raw, safe=""), quote_plus(raw), quote_plus(raw, safe="!()*").replace("~", "%7E"))
+    return forms | {_PERCENT_ESCAPE.sub(lambda escape: escape.group().lower(), form) for form in in_lower_hex}
 
 
 def _utf8(value: str) -> bytes:

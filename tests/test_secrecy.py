@@ -14,7 +14,9 @@ from traceback import format_exception
 from typing import Any
 from urllib.parse import parse_qs, quote, quote_plus, unquote, unquote_plus, urlencode, urlsplit
 
+import httpx
 import pytest
+import yarl
 from sqlalchemy.engine import URL
 
 from orchestrator.records import ToolCall
@@ -319,6 +321,32 @@ class TestUrlAndBytesFormsOfASecret:
         assert decode(written) == value  # the text is the value, as that writer writes it
         assert Redactor([value])(f"postgres://app:{written}@db/app") == "postgres://app:***@db/app"
 
+    PUNCTUATED = "Zx9!$&'()*+,;=/?:@ ~q%-0123"  # a generated password: URL delimiters, a space, `~` and `%`
+
+    @pytest.mark.parametrize("encode", [
+        lambda value: str(httpx.URL("https://db.example/").copy_with(username="app", password=value)),  # WHATWG's user info: Node's URL too
+        lambda value: str(yarl.URL.build(scheme="https", user="app", password=value, host="db.example")),  # aiohttp's
+        lambda value: str(yarl.URL("https://api.example/v1").with_query({"api_key": value})),  # aiohttp's params: space as `+`
+    ], ids=["httpx-password", "yarl-user-info", "yarl-query"])
+    def test_a_value_percent_encoded_by_an_http_client(self, encode) -> None:
+        """A password holding URL delimiters, a space, `~` and `%`, written into a URL by httpx or by aiohttp's yarl, reads ***."""
+        written = encode(self.PUNCTUATED)
+        assert self.PUNCTUATED not in written  # the encoder did respell it
+        shown = Redactor([self.PUNCTUATED])(written)
+        assert "***" in shown and "0123" not in shown, shown
+
+    @pytest.mark.parametrize("written", [
+        "Zx9!%24%26%27()*%2b%2c%3b%3d%2f%3f%3a%40+%7eq%25-0123",  # .NET's HttpUtility.UrlEncode: `!()*` kept, `~` encoded, lower-case hex
+        "Zx9!%24%26%27()*%2B%2C%3B%3D%2F%3F%3A%40+%7Eq%25-0123",  # .NET's WebUtility.UrlEncode: the same in upper-case hex
+        "Zx9%21%24%26%27%28%29*%2B%2C%3B%3D%2F%3F%3A%40+%7Eq%25-0123",  # Java's URLEncoder, JavaScript's URLSearchParams: `*` kept
+        "Zx9%21%24%26%27%28%29%2A%2B%2C%3B%3D%2F%3F%3A%40+%7Eq%25-0123",  # PHP's urlencode: `~` encoded too
+    ], ids=["dotnet-httputility", "dotnet-webutility", "java-urlsearchparams", "php"])
+    def test_a_value_as_a_form_encoder_that_encodes_tilde_writes_it(self, written: str) -> None:
+        """A value holding `~` and `*`, `!`, `(`, `)`, as the form encoders that write `~` as %7E and keep some of the others
+        write it, reads ***."""
+        assert unquote_plus(written) == self.PUNCTUATED  # the text is the value, as that writer writes it
+        assert Redactor([self.PUNCTUATED])(f"POST api_key={written}&x=1") == "POST api_key=***&x=1"
+
     def test_a_url_password_is_redacted_decoded_and_encoded(self) -> None:
         """A store URL's password written encoded is replaced as a program prints it decoded, and one written raw as it is
         printed encoded; a query's secret setting likewise."""
@@ -356,9 +384,11 @@ class TestUrlAndBytesFormsOfASecret:
     @pytest.mark.parametrize(("value", "written"), [
         ("pw\x7f-\u00e9-0123456", '"pw\x7f-\\u00E9-0123456"'),  # Jackson's ESCAPE_NON_ASCII: DEL (127) as it is, non-ASCII escaped
         ("pw\b-\f<0123456", r'"pw\u0008-\u000c\u003c0123456"'),  # Go before 1.22: `\b`, `\f` as \u escapes
+        ("Zm9vYmFy0123+/A=", r'"Zm9vYmFy0123+/A\u003d"'),  # Gson's default (HTML-safe): a padded base64 key's `=` as \u003d
+        ("it's-<0123456>&\u00e9", '"it\\u0027s-\\u003c0123456\\u003e\\u0026\u00e9"'),  # Gson: `'` too, non-ASCII as it is
     ])
     def test_a_value_as_jackson_and_older_go_write_it(self, value: str, written: str) -> None:
-        """JSON text holding the value as Jackson escaping non-ASCII, or Go before 1.22, write it reads *** where the string was."""
+        """JSON text holding the value as Jackson escaping non-ASCII, Go before 1.22, or Gson write it reads *** where the string was."""
         assert json.loads(written) == value
         assert Redactor([value])(f'{{"key": {written}}}') == '{"key": "***"}'
 
