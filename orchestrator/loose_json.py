@@ -32,8 +32,9 @@ _LITERALS = ("true", "false", "null", "True", "False", "None")
 def stops_mid_value(text: str) -> bool:
     """Whether `text`, read loosely as JSON5-like objects or arrays one after another, stops inside a string, after a
     key, where a value was due, or inside a literal or after a number's sign (`Tru`, `-`), or, never closing, may stop
-    inside a single-quoted string (see _may_end_inside_its_last_string). The reading ends, whole, at the first value
-    closed and not followed by another object or array (the model's words after its call)."""
+    inside a single-quoted string (see _may_end_inside_its_last_string), or was read with a quote inside a string taken
+    for content or for its end, wherever it stops. The reading ends, whole, at the first value closed and not followed
+    by another object or array (the model's words after its call)."""
     position = len(text) - len(text.lstrip())
     if not text.startswith(("{", "["), position):
         return False
@@ -41,7 +42,9 @@ def stops_mid_value(text: str) -> bool:
     before = last = ""  # the last two tokens read: a bracket, a comma or colon, a quote for a string, or a bare word
     last_string = ""  # the text of the last value's last string, quotes included
     string_end = 0  # where it ends
-    quote_inside = False  # whether a single-quoted string of the last value holds a single quote
+    # How many brackets were open where a single-quoted string held a quote, or a colon followed a string that was no
+    # key (0: nowhere in this value, or only in an array's item since closed): a quote inside the content read as its own.
+    guessed_at = 0
     while position < len(text):
         char = text[position]
         if char.isspace():
@@ -52,20 +55,32 @@ def stops_mid_value(text: str) -> bool:
             return True  # a string the text ends inside of
         if token == '"':
             last_string, string_end = text[position:after], after
-            quote_inside = quote_inside or (char == "'" and "'" in last_string[1:-1])
+        if (token == '"' and char == "'" and "'" in last_string[1:-1]) or (
+            token == ":" and last == '"' and not (open_brackets[-1:] == ["{"] and before in ("{", ","))
+        ):
+            guessed_at = min(guessed_at or len(open_brackets), len(open_brackets))
         position = after
         if char in "{[":
             open_brackets.append(char)
         elif char in "}]":
             if open_brackets:
                 open_brackets.pop()
+            if open_brackets[-1:] == ["["] and guessed_at > len(open_brackets):
+                guessed_at = 0  # an array's item closed, the calls before a cut one: its reading stands
             if not open_brackets:
                 position = BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
                 if not text.startswith(("{", "["), position):
                     return False
-                token, last_string, quote_inside = "", "", False
+                token, last_string, guessed_at = "", "", 0
         before, last = last, token
-    if open_brackets and _may_end_inside_its_last_string(text[string_end:], last_string, quote_inside):
+    # A single-quoted string holding a quote, or a colon after a string that was no key, is a quote inside the content
+    # that the reading took for content (`'const o = {a: 'x'`) or for a string's end (`'if x == 'y'`, then `:`): where
+    # this value's strings end is a guess, and what follows may be the content's own words, brackets or keys (`'const o =
+    # {a: 'x', 'path': 'a.py'}`), so the answer may have stopped anywhere inside it. Read on, a write ran with its content
+    # cut (`'x = {'a': 'b'}\ny =`), or to another file; a whole value of that shape lacking its brackets is lost.
+    if open_brackets and guessed_at:
+        return True
+    if open_brackets and _may_end_inside_its_last_string(text[string_end:], last_string):
         return True
     if not open_brackets or last in ("", "{", "[", "}", "]", ","):
         return False  # every value whole: what is missing is brackets only
@@ -83,18 +98,17 @@ def stops_mid_value(text: str) -> bool:
 _PATH_OR_NAME = re.compile(r"(?=.*[\d_./-])[\w./-]+")
 
 
-def _may_end_inside_its_last_string(after: str, last_string: str, quote_inside: bool) -> bool:
+def _may_end_inside_its_last_string(after: str, last_string: str) -> bool:
     """Whether a value that never closes may stop inside its last string (`last_string`, `after` it only the rest of the
-    text): when that string is single-quoted, followed only by closing brackets, commas and white space, and either is
-    no path or name (see _PATH_OR_NAME) or follows a single-quoted string holding a quote. Its last quote may then be
-    one inside the content after which the answer stopped (`'return {'` of `'return {'a': 1}'`, `'s = 'x'`, `'it'` of
-    `'it's'`), and what follows it the content's own brackets (`'const o = {a: 'x'}`), or even keys (`'x', 'path':
-    'a.py'}`): read as the string's end, a write ran cut, or to another file. A path or a name (`'a.py'`) does not go on
-    after a quote, so a call ending on one still runs; a whole call ending on any other string is lost, as text alone
-    cannot tell it from a cut one."""
+    text): when that string is single-quoted, followed only by closing brackets, commas and white space, and is no path
+    or name (see _PATH_OR_NAME). Its last quote may then be one inside the content after which the answer stopped
+    (`'return {'` of `'return {'a': 1}'`, `'s = 'x'`, `'it'` of `'it's'`), and what follows it the content's own
+    brackets: read as the string's end, a write ran cut. A path or a name (`'a.py'`) seldom goes on after a quote, so
+    a call ending on one still runs (`'v2'` of `'v2's notes'` is the rare one that does); a whole call ending on any
+    other string is lost, as text alone cannot tell it from a cut one."""
     if not last_string.startswith("'") or after.strip("}], \t\r\n"):
         return False
-    return quote_inside or _PATH_OR_NAME.fullmatch(last_string[1:-1]) is None
+    return _PATH_OR_NAME.fullmatch(last_string[1:-1]) is None
 
 
 def token_at(text: str, position: int, last: str, inside: str = "") -> tuple[str, int]:

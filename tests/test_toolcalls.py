@@ -201,6 +201,22 @@ class TestNativeCalls:
         assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
     @pytest.mark.parametrize(
+        "arguments",
+        [
+            "{'path': 'f.py', 'content': 'if x == 'y':\\n",
+            "{'path': 'f.py', 'content': 'CONFIG = {\\n    'debug': False,",
+        ],
+        ids=["after-a-colon", "after-a-comma"],
+    )
+    def test_json5_like_arguments_that_never_close_after_a_quote_inside_their_content_are_unparseable(self, arguments):
+        """Single-quoted arguments that never close, read with a quote inside the content taken for a string's end (a quote
+        before a colon: `'if x == 'y':`), are cut off, never run, wherever the text stops: read on, a write ran with its
+        content cut (`if x == 'y':`)."""
+        call = only(native(("write_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
+
+    @pytest.mark.parametrize(
         ("tool", "arguments", "expected"),
         [
             ("write_file", "{'path': 'a.txt', 'content': 'it\\'s done'}", {"path": "a.txt", "content": "it's done"}),
@@ -1016,6 +1032,27 @@ class TestTextCalls:
         with its content cut (`'return {'` of `'return {'a': 1}'`), or, the content holding `'path': 'a.py'`, to another file;
         a whole call of that shape (`'it's done'}`, its outer brace missing; `'don'`, which may be `'don't'` cut) cannot be
         told from a cut one, and is lost."""
+        text = {
+            "bare": call,
+            "after-prose": "I will write it.\n" + call,
+            "fenced": "```json\n" + call + "\n```",
+            "tagged": "<tool_call>\n" + call + "\n</tool_call>",
+        }[form]
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "end in the middle of a value" in broken.detail, broken
+
+    @pytest.mark.parametrize(
+        "content",
+        ["'if x == 'y':\\n", "'x = {'a': 'b'}\\ny =", "'CONFIG = {\\n    'debug': False,", "'const o = {a: 'x', b: \"y\"};\\nexport"],
+        ids=["after-a-colon", "after-a-quoted-key", "after-a-comma", "after-a-word"],
+    )
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "fenced", "tagged"])
+    def test_a_one_line_single_quoted_call_that_never_closes_after_a_quote_inside_its_content_does_not_run(self, content, form):
+        """A one-line single-quoted call that never closes, read with a quote inside its content taken for a string's end (a
+        quote before a colon, `'if x == 'y':`, or one holding a quote, `'const o = {a: 'x'`), is a broken call saying it was
+        cut off, never run, wherever the text stops: read on, a write ran with its content cut (`x = {'a': 'b'}\\ny =`)."""
+        call = "{'name': 'write_file', 'arguments': {'path': 'f.py', 'content': " + content
         text = {
             "bare": call,
             "after-prose": "I will write it.\n" + call,
