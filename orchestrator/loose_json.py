@@ -260,6 +260,38 @@ def _read_as_json(text: str, start: int) -> _AsJson | None:
     return _AsJson("".join(pieces), position, tuple(open_brackets))
 
 
+def repeated_key(text: str) -> str:
+    """The first key that the JSON5-like object or array starting `text` (after white space), read as stops_mid_value
+    reads it (to where it closes, or the text's end), names twice in one object, at any depth; "" for none. Read so (or
+    by json_repair, which ends a single-quoted string at the same quotes), a quote inside a string's content taken for
+    its end makes the content's own keys the object's (`'d = {'name': 'x', 'path': 'a.py'}'`), and the last one would win."""
+    position = len(text) - len(text.lstrip())
+    if not text.startswith(("{", "["), position):
+        return ""
+    keys: list[set[str] | None] = []  # each open bracket's keys so far: an object's set, None for an array
+    last = ""
+    while position < len(text):
+        char = text[position]
+        token, after = token_at(text, position, last, "" if not keys else "[" if keys[-1] is None else "{")
+        if token == "":
+            return ""  # a string the text ends inside of
+        if keys and keys[-1] is not None and last in ("{", ",") and token not in ("{", "}", "[", "]", ",", ":", " "):
+            key = text[position + 1 : after - 1] if token == '"' else token
+            if key in keys[-1]:
+                return key
+            keys[-1].add(key)
+        position = after
+        if char in "{[":
+            keys.append(set() if char == "{" else None)
+        elif char in "}]" and keys:
+            keys.pop()
+            if not keys:
+                return ""
+        if token != " ":
+            last = token
+    return ""
+
+
 def value_end(text: str, start: int) -> int | None:
     """Where the object or array at `start` closes, read as stops_mid_value reads (a stray backslash, a
     trailing comma, single quotes do not stop it); None when the text ends first."""

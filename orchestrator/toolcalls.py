@@ -66,12 +66,14 @@ _JSON_TYPES = {
 @dataclass(frozen=True)
 class _Arguments:
     """Arguments as read: the value, and the JSON error if it only parsed after repair, and whether that error
-    says the text ends in the middle of a value (see _ends_mid_value)."""
+    says the text ends in the middle of a value (see _ends_mid_value), and the key that the loose reading or the
+    repair named twice in one object ("" for none: see loose_json.repeated_key)."""
 
     value: Any
     raw: str
     json_error: str = ""
     ends_mid_value: bool = False
+    repeated_key: str = ""
 
 
 def parse_calls(response: ModelResponse, schemas: list[dict[str, Any]]) -> list[ToolCall | BrokenCall]:
@@ -244,6 +246,14 @@ def _fit(
     if arguments.ends_mid_value:
         detail = f"the arguments end in the middle of a value, as if cut off ({arguments.json_error}); write the whole call again"
         return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
+    if arguments.repeated_key:
+        # Strict JSON keeps the last of a repeated key; read loosely or repaired, the repeat is a quote inside a string's
+        # content taken for its end, the content's own key (`'path': 'a.py'`) read as the arguments': a write to another file.
+        detail = (
+            f"the call is not valid JSON and, read as written, names the key {arguments.repeated_key!r} twice (a quote inside a"
+            " string may have ended it); write the whole call again as JSON, its strings double-quoted"
+        )
+        return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
     value = _decode_string_object(arguments.value)
     if not isinstance(value, dict):
         detail = (
@@ -287,7 +297,8 @@ def _read_arguments(text: str) -> _Arguments:
     except ValueError as exc:
         if _ends_mid_value(exc, text):
             return _Arguments(None, text, _json_error(exc), ends_mid_value=True)
-        return _Arguments(_repaired(text), text, _json_error(exc))
+        value, repeated = _repaired(text)
+        return _Arguments(value, text, _json_error(exc), repeated_key=repeated)
 
 
 def _ends_mid_value(exc: ValueError, text: str) -> bool:
@@ -327,8 +338,9 @@ def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
     return exc.msg == "Expecting ':' delimiter" and not rest
 
 
-def _repaired(text: str) -> Any:
-    """`text`'s value after repair: first of the two slips small models make most (a backslash JSON does
+def _repaired(text: str) -> tuple[Any, str]:
+    """`text`'s value after repair, and the key its reading names twice (see loose_json.repeated_key; "" when mended to
+    strict JSON, which keeps the last): first of the two slips small models make most (a backslash JSON does
     not know: a regex's `\\d` written as is; a comma before a closing bracket) mended exactly; then, when
     `text` is one JSON5-like object or array (single quotes, bare keys, the model's words after it, closing
     brackets missing though every value is whole), that value read loosely; the repair library only for the
@@ -337,11 +349,11 @@ def _repaired(text: str) -> Any:
     mended = _mended(text)
     if mended != text:
         try:
-            return _loads(mended)
+            return _loads(mended), ""
         except ValueError:
             pass
     loose = _read_loosely(text)
-    return loose if loose is not None else _repair(text)
+    return (loose if loose is not None else _repair(text)), loose_json.repeated_key(text)
 
 
 def _read_loosely(text: str) -> Any:
@@ -733,7 +745,7 @@ def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) 
     value = _read_loosely(text[start:])
     if value is None:
         return []
-    return _written_from_value(value, text[start:], "", known, cut=False) or []
+    return _written_from_value(value, text[start:], "", known, cut=False, repeated_key=loose_json.repeated_key(text[start:])) or []
 
 
 def _ends_on_a_quote_that_may_not_close(text: str) -> bool:
@@ -849,7 +861,7 @@ def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[_Writ
         value = _loads(_mended(json_text))  # a regex's `\\d`, a trailing comma: slips mended as in double-quoted JSON
     except ValueError:
         return None
-    calls = _written_from_value(value, json_text, "", known, cut=False)
+    calls = _written_from_value(value, json_text, "", known, cut=False, repeated_key=loose_json.repeated_key(text[start:end]))
     return (calls, end) if calls else None
 
 
@@ -917,8 +929,9 @@ def _calls_in_block(block: str, known: set[str], cut: bool) -> list[_Written]:
             if split:
                 return split
         later_cut = _cut_off_error(block, walked, unread)  # a second call cut off: the block's own error is "Extra data"
-        value, error, ends_mid_value = _repaired(block), later_cut or _json_error(exc), _ends_mid_value(exc, block) or bool(later_cut)
-        return _written_from_value(value, block, error, known, cut, ends_mid_value=ends_mid_value) or []
+        (value, repeated), error = _repaired(block), later_cut or _json_error(exc)
+        ends_mid_value = _ends_mid_value(exc, block) or bool(later_cut)
+        return _written_from_value(value, block, error, known, cut, ends_mid_value=ends_mid_value, repeated_key=repeated) or []
     return _written_from_value(value, block, error, known, cut) or []
 
 
@@ -970,9 +983,10 @@ def _values_one_after_another(block: str) -> tuple[list[tuple[Any, str]], tuple[
 def _json5_like_value_at(text: str, start: int) -> tuple[Any, int] | None:
     """The JSON5-like object or array at `start` (single quotes, bare keys, Python's None) and where it closes, read as
     JSON with its slips mended (see _read_loosely): the repair would merge it with the values beside it, or end a
-    single-quoted string at an apostrophe. None when it does not close, or its reading does not parse."""
+    single-quoted string at an apostrophe. None when it does not close, or its reading does not parse or names a key twice
+    (then read with the rest, its calls are broken: see loose_json.repeated_key)."""
     read = loose_json.closed_value_as_json(text, start) if text.startswith(("{", "["), start) else None
-    if read is None:
+    if read is None or loose_json.repeated_key(text[start : read[1]]):
         return None
     json_text, end = read
     try:
@@ -1002,7 +1016,7 @@ def _cut_off_error(block: str, walked: list[tuple[Any, str]], unread: tuple[int,
 
 
 def _written_from_value(
-    value: Any, raw: str, error: str, known: set[str], cut: bool, *, ends_mid_value: bool = False
+    value: Any, raw: str, error: str, known: set[str], cut: bool, *, ends_mid_value: bool = False, repeated_key: str = ""
 ) -> list[_Written] | None:
     shapes = _call_shapes(value, known)
     if shapes is None and error and cut:
@@ -1013,7 +1027,11 @@ def _written_from_value(
         return [_Written(name, _Arguments(None, raw), "unparseable", _CUT_OFF) for name, _ in shapes]
     # The text stops in the last call: those before it in an array are whole (a burst whose last call was cut off).
     last = len(shapes) - 1
-    return [_Written(name, _arguments_of(arguments, error, ends_mid_value and i == last)) for i, (name, arguments) in enumerate(shapes)]
+    # A key named twice anywhere in the value read loosely: no call of it can be trusted, as where its strings end is a guess.
+    return [
+        _Written(name, _arguments_of(arguments, error, ends_mid_value and i == last, repeated_key))
+        for i, (name, arguments) in enumerate(shapes)
+    ]
 
 
 def _call_shapes_before_an_unnamed_last(value: Any, known: set[str]) -> list[tuple[str, Any]] | None:
@@ -1024,11 +1042,13 @@ def _call_shapes_before_an_unnamed_last(value: Any, known: set[str]) -> list[tup
     return _call_shapes(value[:-1], known) if isinstance(value, list) else None
 
 
-def _arguments_of(value: Any, error: str, ends_mid_value: bool = False) -> _Arguments:
+def _arguments_of(value: Any, error: str, ends_mid_value: bool = False, repeated_key: str = "") -> _Arguments:
     if isinstance(value, str):
         parsed = _read_arguments(value)
-        return _Arguments(parsed.value, value, parsed.json_error or error, parsed.ends_mid_value or ends_mid_value)
-    return _Arguments(value, json.dumps(value, ensure_ascii=False), error, ends_mid_value)
+        return _Arguments(
+            parsed.value, value, parsed.json_error or error, parsed.ends_mid_value or ends_mid_value, parsed.repeated_key or repeated_key
+        )
+    return _Arguments(value, json.dumps(value, ensure_ascii=False), error, ends_mid_value, repeated_key)
 
 
 def _call_shapes(value: Any, known: set[str]) -> list[tuple[str, Any]] | None:

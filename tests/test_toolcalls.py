@@ -217,6 +217,29 @@ class TestNativeCalls:
         assert call.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
     @pytest.mark.parametrize(
+        ("tool", "arguments", "key"),
+        [
+            ("write_file", "{'path': 'b.py', 'content': 'd = {'name': 'x', 'path': 'a.py'}\\n'}", "path"),
+            ("write_file", "{'path': 'b.js', 'content': 'x', 'path': 'a.py'}", "path"),
+            ("write_file", "{path: 'b.js', content: 'x', path: 'a.py'}", "path"),
+            ("run_check", "{'x': 1, 'x': 2}", "x"),
+        ],
+        ids=["the-contents-own-keys", "a-key-after-the-content", "bare-keys", "a-tool-with-no-required-parameters"],
+    )
+    def test_json5_like_arguments_that_name_a_key_twice_are_unparseable(self, tool, arguments, key):
+        """JSON5-like arguments that, read loosely or repaired, name a key twice are unparseable, never run: a single-quoted
+        content's own `'path': 'a.py'` was read as a key, the last one won, and a write went to another file, its content cut."""
+        call = only(native((tool, arguments)))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == (tool, "unparseable"), call
+        assert f"names the key {key!r} twice" in call.detail, call
+
+    def test_json_arguments_that_name_a_key_twice_still_run_with_the_last(self):
+        """Strict JSON arguments that name a key twice run as JSON reads them, with the last one: no quote of a double-quoted
+        string can be taken for its end, so the keys are the model's own."""
+        call = only(native(("write_file", '{"path": "b.js", "content": "x", "path": "a.py"}')))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": "x"}, id="call_0", source="native")
+
+    @pytest.mark.parametrize(
         ("tool", "arguments", "expected"),
         [
             ("write_file", "{'path': 'a.txt', 'content': 'it\\'s done'}", {"path": "a.txt", "content": "it's done"}),
@@ -1062,6 +1085,57 @@ class TestTextCalls:
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
+
+    @pytest.mark.parametrize(
+        "arguments",
+        [
+            "{'path': 'b.py', 'content': 'd = {'name': 'x', 'path': 'a.py'}\\n'}",
+            "{'path': 'b.js', 'content': 'x', 'path': 'a.py'}",
+            "{path: 'b.js', content: 'x', path: 'a.py'}",
+        ],
+        ids=["the-contents-own-keys", "a-key-after-the-content", "bare-keys"],
+    )
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "fenced", "tagged"])
+    def test_a_single_quoted_call_whose_arguments_name_a_key_twice_does_not_run(self, arguments, form):
+        """A single-quoted call whose arguments, read loosely or repaired, name a key twice is a broken call naming its tool,
+        never run: the content's own `'path': 'a.py'` was read as a key, the last one won, and a write went to another file."""
+        call = "{'name': 'write_file', 'arguments': " + arguments + "}"
+        text = {
+            "bare": call,
+            "after-prose": "I will write it.\n" + call,
+            "fenced": "```json\n" + call + "\n```",
+            "tagged": "<tool_call>\n" + call + "\n</tool_call>",
+        }[form]
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "names the key 'path' twice" in broken.detail, broken
+
+    @pytest.mark.parametrize(
+        "arguments",
+        ["{'path': 'b.js', 'content': 'x', 'path': 'a.py'}", "{path: 'b.js', content: 'x', path: 'a.py'}"],
+        ids=["a-key-after-the-content", "bare-keys"],
+    )
+    def test_a_pretty_printed_single_quoted_call_whose_arguments_name_a_key_twice_does_not_run(self, arguments):
+        """A pretty-printed single-quoted call whose arguments, read loosely, name a key twice is a broken call naming its
+        tool, never run, as its one-line twin is."""
+        broken = only(written("{\n  'name': 'write_file',\n  'arguments': " + arguments + "\n}"))
+        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
+        assert "names the key 'path' twice" in broken.detail, broken
+
+    @pytest.mark.parametrize("form", ["bare", "fenced", "tagged"])
+    def test_a_single_quoted_call_that_names_its_tool_twice_does_not_run(self, form):
+        """A single-quoted call object that names a key twice (`'name'`) is a broken call, never run: which one the model
+        meant cannot be told."""
+        call = "{'name': 'read_file', 'arguments': {'path': 'a.py'}, 'name': 'write_file'}"
+        text = {"bare": call, "fenced": "```json\n" + call + "\n```", "tagged": "<tool_call>\n" + call + "\n</tool_call>"}[form]
+        broken = only(written(text))
+        assert isinstance(broken, BrokenCall) and broken.problem == "unparseable", broken
+        assert "names the key 'name' twice" in broken.detail, broken
+
+    def test_a_json_call_whose_arguments_name_a_key_twice_still_runs_with_the_last(self):
+        """A strict JSON call whose arguments name a key twice runs as JSON reads it, with the last one, as before."""
+        call = only(written('{"name": "write_file", "arguments": {"path": "b.js", "content": "x", "path": "a.py"}}'))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": "x"}, source="text")
 
     @pytest.mark.parametrize(
         "content",
