@@ -261,10 +261,11 @@ def _read_as_json(text: str, start: int) -> _AsJson | None:
 
 
 def repeated_key(text: str) -> str:
-    """The first key that the JSON5-like object or array starting `text` (after white space), read as stops_mid_value
-    reads it (to where it closes, or the text's end), names twice in one object, at any depth; "" for none. Read so (or
-    by json_repair, which ends a single-quoted string at the same quotes), a quote inside a string's content taken for
-    its end makes the content's own keys the object's (`'d = {'name': 'x', 'path': 'a.py'}'`), and the last one would win."""
+    """The first key (a colon after it) that the JSON5-like object or array starting `text` (after white space), read as
+    stops_mid_value reads it (to where it closes, or the text's end), names twice in one object, at any depth; "" for
+    none. Read so (or by json_repair, which ends a single-quoted string at the same quotes), a quote inside a string's
+    content taken for its end makes the content's own keys the object's (`'d = {'name': 'x', 'path': 'a.py'}'`), and the
+    last one would win."""
     position = len(text) - len(text.lstrip())
     if not text.startswith(("{", "["), position):
         return ""
@@ -275,7 +276,8 @@ def repeated_key(text: str) -> str:
         token, after = token_at(text, position, last, "" if not keys else "[" if keys[-1] is None else "{")
         if token == "":
             return ""  # a string the text ends inside of
-        if keys and keys[-1] is not None and last in ("{", ",") and token not in ("{", "}", "[", "]", ",", ":", " "):
+        in_key_place = keys and keys[-1] is not None and last in ("{", ",")
+        if in_key_place and token not in ("{", "}", "[", "]", ",", ":", " ") and _colon_follows(text, after):
             key = text[position + 1 : after - 1] if token == '"' else token
             if key in keys[-1]:
                 return key
@@ -290,6 +292,14 @@ def repeated_key(text: str) -> str:
         if token != " ":
             last = token
     return ""
+
+
+def _colon_follows(text: str, after: int) -> bool:
+    """Whether a colon follows `after` (after white space), as one follows a key. A double-quoted string's unescaped quote
+    read as its end makes the content's quoted words keys to this reading (`"f("old", "new")"`), not to json_repair's,
+    which reads the call whole (it took such words for keys only where a colon followed them, in every shape tried)."""
+    next_char = _NEXT_CHAR.match(text, after)
+    return next_char is not None and next_char.group(1) == ":"
 
 
 def value_end(text: str, start: int) -> int | None:

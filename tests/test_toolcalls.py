@@ -233,6 +233,20 @@ class TestNativeCalls:
         assert isinstance(call, BrokenCall) and (call.name, call.problem) == (tool, "unparseable"), call
         assert f"names the key {key!r} twice" in call.detail, call
 
+    @pytest.mark.parametrize(
+        ("tool", "arguments", "expected"),
+        [
+            ("edit_file", '{"path": "a.py", "old": "x", "new": "f("old", "new")"}', {"path": "a.py", "old": "x", "new": 'f("old", "new")'}),
+            ("write_file", '{"path": "a.py", "content": "f("path", "path")"}', {"path": "a.py", "content": 'f("path", "path")'}),
+        ],
+        ids=["a-call-of-the-arguments-names", "a-key-name-twice"],
+    )
+    def test_double_quoted_arguments_whose_content_quotes_a_key_name_unescaped_still_run(self, tool, arguments, expected):
+        """Double-quoted arguments whose content holds a key's name in unescaped double quotes, not followed by a colon
+        (`f("old", "new")`), still run as repaired: the name is the content's word, no key named twice."""
+        call = only(native((tool, arguments)))
+        assert call == ToolCall(tool, expected, id="call_0", source="native"), call
+
     def test_json_arguments_that_name_a_key_twice_still_run_with_the_last(self):
         """Strict JSON arguments that name a key twice run as JSON reads them, with the last one: no quote of a double-quoted
         string can be taken for its end, so the keys are the model's own."""
@@ -1131,6 +1145,15 @@ class TestTextCalls:
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and broken.problem == "unparseable", broken
         assert "names the key 'name' twice" in broken.detail, broken
+
+    @pytest.mark.parametrize("form", ["bare", "fenced", "tagged"])
+    def test_a_double_quoted_call_whose_content_quotes_a_key_name_unescaped_still_runs(self, form):
+        """A double-quoted call whose content holds a key's name in unescaped double quotes, not followed by a colon
+        (`f("old", "new")`), still runs as repaired: the name is the content's word, no key named twice."""
+        call = '{"name": "edit_file", "arguments": {"path": "a.py", "old": "x", "new": "f("old", "new")"}}'
+        text = {"bare": call, "fenced": "```json\n" + call + "\n```", "tagged": "<tool_call>\n" + call + "\n</tool_call>"}[form]
+        ran = only(written(text))
+        assert ran == ToolCall("edit_file", {"path": "a.py", "old": "x", "new": 'f("old", "new")'}, source="text"), ran
 
     def test_a_json_call_whose_arguments_name_a_key_twice_still_runs_with_the_last(self):
         """A strict JSON call whose arguments name a key twice runs as JSON reads it, with the last one, as before."""
