@@ -33,6 +33,16 @@ def only(calls: list[ToolCall | BrokenCall]) -> ToolCall | BrokenCall:
     return calls[0]
 
 
+def as_answer(call: str, form: str) -> str:
+    """`call` as the whole answer (`bare`), on a line after the model's words, in a ```json fence, or in `<tool_call>` tags."""
+    return {
+        "bare": call,
+        "after-prose": "I will write it.\n" + call,
+        "fenced": "```json\n" + call + "\n```",
+        "tagged": "<tool_call>\n" + call + "\n</tool_call>",
+    }[form]
+
+
 class TestNativeCalls:
     def test_valid_call_becomes_tool_call(self):
         """A native call whose arguments fit the schema becomes a ToolCall with its id."""
@@ -1069,12 +1079,7 @@ class TestTextCalls:
         with its content cut (`'return {'` of `'return {'a': 1}'`), or, the content holding `'path': 'a.py'`, to another file;
         a whole call of that shape (`'it's done'}`, its outer brace missing; `'don'`, which may be `'don't'` cut) cannot be
         told from a cut one, and is lost."""
-        text = {
-            "bare": call,
-            "after-prose": "I will write it.\n" + call,
-            "fenced": "```json\n" + call + "\n```",
-            "tagged": "<tool_call>\n" + call + "\n</tool_call>",
-        }[form]
+        text = as_answer(call, form)
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
@@ -1090,12 +1095,7 @@ class TestTextCalls:
         quote before a colon, `'if x == 'y':`, or one holding a quote, `'const o = {a: 'x'`), is a broken call saying it was
         cut off, never run, wherever the text stops: read on, a write ran with its content cut (`x = {'a': 'b'}\\ny =`)."""
         call = "{'name': 'write_file', 'arguments': {'path': 'f.py', 'content': " + content
-        text = {
-            "bare": call,
-            "after-prose": "I will write it.\n" + call,
-            "fenced": "```json\n" + call + "\n```",
-            "tagged": "<tool_call>\n" + call + "\n</tool_call>",
-        }[form]
+        text = as_answer(call, form)
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
@@ -1114,12 +1114,7 @@ class TestTextCalls:
         """A single-quoted call whose arguments, read loosely or repaired, name a key twice is a broken call naming its tool,
         never run: the content's own `'path': 'a.py'` was read as a key, the last one won, and a write went to another file."""
         call = "{'name': 'write_file', 'arguments': " + arguments + "}"
-        text = {
-            "bare": call,
-            "after-prose": "I will write it.\n" + call,
-            "fenced": "```json\n" + call + "\n```",
-            "tagged": "<tool_call>\n" + call + "\n</tool_call>",
-        }[form]
+        text = as_answer(call, form)
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "names the key 'path' twice" in broken.detail, broken
@@ -1141,7 +1136,7 @@ class TestTextCalls:
         """A single-quoted call object that names a key twice (`'name'`) is a broken call, never run: which one the model
         meant cannot be told."""
         call = "{'name': 'read_file', 'arguments': {'path': 'a.py'}, 'name': 'write_file'}"
-        text = {"bare": call, "fenced": "```json\n" + call + "\n```", "tagged": "<tool_call>\n" + call + "\n</tool_call>"}[form]
+        text = as_answer(call, form)
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and broken.problem == "unparseable", broken
         assert "names the key 'name' twice" in broken.detail, broken
@@ -1151,7 +1146,7 @@ class TestTextCalls:
         """A double-quoted call whose content holds a key's name in unescaped double quotes, not followed by a colon
         (`f("old", "new")`), still runs as repaired: the name is the content's word, no key named twice."""
         call = '{"name": "edit_file", "arguments": {"path": "a.py", "old": "x", "new": "f("old", "new")"}}'
-        text = {"bare": call, "fenced": "```json\n" + call + "\n```", "tagged": "<tool_call>\n" + call + "\n</tool_call>"}[form]
+        text = as_answer(call, form)
         ran = only(written(text))
         assert ran == ToolCall("edit_file", {"path": "a.py", "old": "x", "new": 'f("old", "new")'}, source="text"), ran
 
@@ -1171,7 +1166,7 @@ class TestTextCalls:
         brackets) that may be one inside its content is a broken call saying it was cut off, never run, as a bare one is
         never run: read there as a block, a write ran with its content cut (`'const o = {a: 'x'}` as `const o = {a: 'x`)."""
         body = "{\n  'name': 'write_file',\n  'arguments': {\n    'path': 'a.js',\n    'content': " + content
-        text = {"fenced": "```json\n" + body + "\n```", "tagged": "<tool_call>\n" + body + "\n</tool_call>"}[form]
+        text = as_answer(body, form)
         broken = only(written(text))
         assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
         assert "end in the middle of a value" in broken.detail, broken
