@@ -230,9 +230,9 @@ def _json_forms(value: str) -> set[str]:
     """`value` as JSON encoders write it in a string: Python's json.dumps with and without ensure_ascii (JavaScript's
     JSON.stringify and nlohmann's C++ write the latter), each also with its `\\u` escapes in upper-case hex (Java's Jackson)
     and with `/` as `\\/` (PHP's json_encode); Jackson escaping non-ASCII, which leaves DEL (U+007F) as it is; Go's (`<`,
-    `>`, `&`, U+2028 and U+2029 as `\\u` escapes; before Go 1.22 `\\b` and `\\f` too); Java's Gson (`=` and `'` too, by
-    default); .NET's System.Text.Json (`"`, `'`,
-    `+`, `<`, `>`, `&`, the backtick and non-ASCII as upper-case `\\u` escapes)."""
+    `>`, `&`, U+2028 and U+2029 as `\\u` escapes; before Go 1.22 `\\b` and `\\f` too); Java's Gson (Go's, and `=` and `'`,
+    by default); .NET's System.Text.Json (`"`, `'`, `+`, `<`, `>`, `&`, the backtick and non-ASCII as upper-case `\\u`
+    escapes)."""
     unicode = json.dumps(value, ensure_ascii=False)[1:-1]
     ascii_only = json.dumps(value)[1:-1]
     forms = {
