@@ -33,6 +33,12 @@ def only(calls: list[ToolCall | BrokenCall]) -> ToolCall | BrokenCall:
     return calls[0]
 
 
+def assert_cut_off(call: ToolCall | BrokenCall, name: str) -> None:
+    """`call` is a broken call to `name` saying it was cut off (never run)."""
+    assert isinstance(call, BrokenCall) and (call.name, call.problem) == (name, "unparseable"), call
+    assert "end in the middle of a value" in call.detail, call
+
+
 def as_answer(call: str, form: str) -> str:
     """`call` as the whole answer (`bare`), on a line after the model's words, in a ```json fence, or in `<tool_call>` tags."""
     return {
@@ -979,9 +985,7 @@ class TestTextCalls:
         """A call after prose on its line that stops mid-value in an answer that ended as usual (not at the length limit)
         is a broken call saying it was cut off, naming its tool, never run (it was dropped: the model was told it had
         called no tool)."""
-        broken = only(written(f"I will write it now. {call}"))
-        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
-        assert "end in the middle of a value" in broken.detail, broken
+        assert_cut_off(only(written(f"I will write it now. {call}")), "write_file")
 
     def test_a_call_after_prose_that_never_closes_and_does_not_read_is_reported_as_unreadable(self):
         """A call after prose that never closes, lacking only its closing brace, is a broken call the model is told
@@ -1024,9 +1028,7 @@ class TestTextCalls:
     def test_a_pretty_printed_call_cut_off_whose_first_line_reads_as_a_call_does_not_run(self):
         """A bare call pretty-printed from its arguments' brace on, cut inside a string, is cut off and never run (its
         first line alone, `{"name": "run_check", "arguments": {`, ran as a call without arguments)."""
-        broken = only(written('{"name": "run_check", "arguments": {\n    "pat'))
-        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("run_check", "unparseable"), broken
-        assert "end in the middle of a value" in broken.detail, broken
+        assert_cut_off(only(written('{"name": "run_check", "arguments": {\n    "pat')), "run_check")
 
     @pytest.mark.parametrize(
         ("quote", "layout"),
@@ -1049,9 +1051,7 @@ class TestTextCalls:
         q = quote
         first, joint = {"one-line": ("{", " "), "pretty-printed": ("{", "\n "), "brace-alone": ("{\n ", "\n ")}[layout]
         text = f"{first}{q}name{q}: {q}write_file{q},{joint}{q}arguments{q}: {{{q}path{q}: {q}a.txt{q}, {q}content{q}: {q}x = 1"
-        broken = only(written(text))
-        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
-        assert "end in the middle of a value" in broken.detail, broken
+        assert_cut_off(only(written(text)), "write_file")
 
 
     @pytest.mark.parametrize(
@@ -1080,9 +1080,7 @@ class TestTextCalls:
         a whole call of that shape (`'it's done'}`, its outer brace missing; `'don'`, which may be `'don't'` cut) cannot be
         told from a cut one, and is lost."""
         text = as_answer(call, form)
-        broken = only(written(text))
-        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
-        assert "end in the middle of a value" in broken.detail, broken
+        assert_cut_off(only(written(text)), "write_file")
 
     @pytest.mark.parametrize(
         "content",
@@ -1096,9 +1094,7 @@ class TestTextCalls:
         cut off, never run, wherever the text stops: read on, a write ran with its content cut (`x = {'a': 'b'}\\ny =`)."""
         call = "{'name': 'write_file', 'arguments': {'path': 'f.py', 'content': " + content
         text = as_answer(call, form)
-        broken = only(written(text))
-        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
-        assert "end in the middle of a value" in broken.detail, broken
+        assert_cut_off(only(written(text)), "write_file")
 
     @pytest.mark.parametrize(
         "arguments",
@@ -1167,9 +1163,7 @@ class TestTextCalls:
         never run: read there as a block, a write ran with its content cut (`'const o = {a: 'x'}` as `const o = {a: 'x`)."""
         body = "{\n  'name': 'write_file',\n  'arguments': {\n    'path': 'a.js',\n    'content': " + content
         text = as_answer(body, form)
-        broken = only(written(text))
-        assert isinstance(broken, BrokenCall) and (broken.name, broken.problem) == ("write_file", "unparseable"), broken
-        assert "end in the middle of a value" in broken.detail, broken
+        assert_cut_off(only(written(text)), "write_file")
 
     @pytest.mark.parametrize(
         ("text", "expected"),
