@@ -742,10 +742,11 @@ def _call_lacking_only_closing_brackets(text: str, start: int, known: set[str]) 
     its last string (see _ends_on_a_quote_that_may_not_close: a write would be run with its content cut off)."""
     if text.rstrip().endswith(",") or _ends_on_a_quote_that_may_not_close(text):
         return []
-    value = _read_loosely(text[start:])
+    call_text = text[start:]
+    value = _read_loosely(call_text)
     if value is None:
         return []
-    return _written_from_value(value, text[start:], "", known, cut=False, repeated_key=loose_json.repeated_key(text[start:])) or []
+    return _written_from_value(value, call_text, "", known, cut=False, repeated_key=loose_json.repeated_key(call_text)) or []
 
 
 def _ends_on_a_quote_that_may_not_close(text: str) -> bool:
