@@ -315,6 +315,11 @@ def _plain_word(value: str) -> bool:
 # counts whole (RFC 3986's reading stopped at the `/` and showed all of it); but digits before a `/`,
 # `?` or `#` are a port (http://host:8080/users/a@b has no password).
 _USERINFO = re.compile(r"(?<=//)([^:/?#@\s]*)(?::((?![0-9]*[/?#])[^@\s]*))?@")
+# A value that is one URL and nothing else (a config's url, DATABASE_URL) is read as SQLAlchemy reads it: its user and
+# password may hold spaces (`pass phrase words`), which a scan for URLs among other words (JAVA_OPTS' `-Dproxy=http://h:3128
+# -Dme=a@b`, pip's space-separated index URLs) must not take for part of them. Digits and then a space are a port
+# there too.
+_ONE_URLS_USERINFO = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.\-]*://([^:/?#@\r\n]*)(?::((?![0-9]*[/?#\s])[^@\r\n]*))?@(?=\S*\s*\Z)")
 _QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
 
 
@@ -323,10 +328,12 @@ def url_secrets(url: str | None) -> list[str]:
     whose names say they are secrets (`password`, `key`, `api_key`); each as written and percent-decoded."""
     if not url:
         return []
-    password = url_password(url)
+    userinfo = _userinfo(url)
+    password = userinfo.group(2) if userinfo is not None else None
     # As written, and as a program that used it prints it (the Redactor adds the encoded forms of what is decoded).
     found = [password, unquote(password)] if password is not None else []
-    _, mark, query = _USERINFO.sub("", url, count=1).partition("?")  # a `?` in the password starts no query
+    without_userinfo = url[: userinfo.start(1)] + url[userinfo.end() :] if userinfo is not None else url
+    _, mark, query = without_userinfo.partition("?")  # a `?` in the password starts no query
     # A query is read as a form too: its `+` a space.
     query_values = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
     return list(dict.fromkeys([*(form for value in query_values for form in (value, unquote(value), unquote_plus(value))), *found]))
@@ -334,14 +341,24 @@ def url_secrets(url: str | None) -> list[str]:
 
 def url_password(url: str) -> str | None:
     """The password of a URL's user info, as written; None when it has none."""
-    userinfo = _USERINFO.search(url)
+    userinfo = _userinfo(url)
     return userinfo.group(2) if userinfo is not None else None
+
+
+def _userinfo(url: str) -> re.Match[str] | None:
+    """The user info of `url` (its groups: the user, and the password or None), read as one URL's when the text is one."""
+    return _ONE_URLS_USERINFO.match(url) or _USERINFO.search(url)
 
 
 def shown_url(url: str) -> str:
     """`url` as logs and errors may show it: the password of its user info, and query settings whose
     names say they are secrets, as ***. Also for a string that is no valid URL (a typo in a config)."""
-    url = _USERINFO.sub(_hide_password, url)  # first: a `?` in the password starts no query
+    # First: a `?` in the password starts no query.
+    one_urls = _ONE_URLS_USERINFO.match(url)
+    if one_urls is not None:
+        url = url[: one_urls.start(1)] + _hide_password(one_urls) + url[one_urls.end() :]
+    else:
+        url = _USERINFO.sub(_hide_password, url)
     head, mark, query = url.partition("?")
     shown_query = _QUERY_SETTING.sub(lambda found: f"{found.group(1)}={REDACTED}" if looks_secret(found.group(1)) else found.group(0), mark + query)
     return head + shown_query
