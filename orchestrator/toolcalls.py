@@ -344,8 +344,8 @@ def _repaired(text: str) -> tuple[Any, str]:
     not know: a regex's `\\d` written as is; a comma before a closing bracket) mended exactly; then, when
     `text` is one JSON5-like object or array (single quotes, bare keys, the model's words after it, closing
     brackets missing though every value is whole), that value read loosely; the repair library only for the
-    rest, since it drops the line breaks that end a string (a file's last newline) and reads an apostrophe
-    inside a single-quoted string (`'it's done'`) as its end."""
+    rest, since it reads an apostrophe inside a single-quoted string (`'it's done'`) as its end (and strips the
+    line breaks that end a string, which _repair puts back)."""
     mended = _mended(text)
     if mended != text:
         try:
@@ -387,13 +387,82 @@ def _keep_strings(match: re.Match[str]) -> str:
 
 
 def _repair(text: str) -> Any:
+    """`text`'s value as the repair library reads it, each string keeping the white space that ends it (see
+    _with_ends_kept), or None when the library cannot read it."""
+    repaired = _library_repair(text)
+    if repaired is None:
+        return None
+    return mend_all(_with_ends_kept(text, repaired))
+
+
+def _library_repair(text: str) -> Any:
     try:
         import json_repair
 
         repaired = json_repair.loads(text)
     except Exception:  # the repair library fails in its own ways on garbage (RecursionError too); garbage stays unparseable
         return None
-    return None if _nested_deeper_than(repaired, MAX_JSON_DEPTH) else mend_all(repaired)
+    return None if _nested_deeper_than(repaired, MAX_JSON_DEPTH) else repaired
+
+
+def _with_ends_kept(text: str, repaired: Any) -> Any:
+    """`repaired` with the white space back that the repair library strips from a string ending in a line break (a
+    file's last newline, its blank lines and indentation after). A mark is written after each line break before a
+    quote that may close a string, so the library reads it as the string's last character and strips nothing; kept
+    only when, the marks taken out and those strings stripped as the library does, the reading is `repaired`
+    itself: else a mark changed how the text was read, or stood elsewhere than at a string's end."""
+    marked_text = _LINE_BREAK_BEFORE_A_CLOSING_QUOTE.sub(_END_MARK, text)
+    if marked_text == text or _END_MARK in text:
+        return repaired
+    marked = _library_repair(marked_text)
+    if marked is None or json.dumps(_ends_changed(marked, _stripped)) != json.dumps(repaired):
+        return repaired
+    return _ends_changed(marked, _unmarked)
+
+
+# Written where a string's white space ends in a line break before its closing quote: a character no model writes
+# (private use), which the repair library keeps as the string's last, not white space it strips.
+_END_MARK = "\ue000"
+# A quote after a line break (raw or the escape `\n`), then what may follow a value: a comma, a closing bracket, the end.
+_LINE_BREAK_BEFORE_A_CLOSING_QUOTE = re.compile(r"""(?:(?<=\n)|(?<=\\n))(?=['"]\s*(?:[,}\]]|\Z))""")
+
+
+class _MisplacedMark(Exception):
+    """A mark read elsewhere than as a string's last character: it changed where the library ended a string."""
+
+
+def _ends_changed(value: Any, change: Any) -> Any:
+    """`value` with `change` made to each of its strings, keys too; a string with a misplaced mark makes it None."""
+    try:
+        return _each_string_changed(value, change)
+    except _MisplacedMark:
+        return None
+
+
+def _each_string_changed(value: Any, change: Any) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {change(key) if isinstance(key, str) else key: _each_string_changed(item, change) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_each_string_changed(item, change) for item in value]
+    return value
+
+
+def _stripped(string: str) -> str:
+    """`string` as the repair library reads it unmarked: one marked after a line break loses its trailing white space."""
+    unmarked = _unmarked(string)
+    return unmarked.rstrip() if string.endswith("\n" + _END_MARK) else unmarked
+
+
+def _unmarked(string: str) -> str:
+    """`string` without its mark, which may only be its last character (after a line break, or after an escaped
+    backslash's `n`, `\\n`, which the mark's place cannot tell apart)."""
+    if _END_MARK not in string:
+        return string
+    if string.find(_END_MARK) != len(string) - 1:
+        raise _MisplacedMark(string)
+    return string[:-1]
 
 
 def _decode_string_object(value: Any) -> Any:

@@ -1449,6 +1449,30 @@ class TestSmallModelsOwnForms:
         call = only(native(("edit_file", '{"path": "a.py", "old": "    return 41\\n", "new": "    return \\d\\n",}')))
         assert (call.arguments["old"], call.arguments["new"]) == ("    return 41\n", "    return \\d\n")
 
+    @pytest.mark.parametrize(
+        "end",
+        ["\\n", "\\n\\n", "  \\n", "\\n    \\n", "\n", "\r\n"],
+        ids=["newline", "blank-line", "spaces", "indented-blank-line", "raw-newline", "raw-crlf"],
+    )
+    def test_single_quoted_arguments_the_repair_library_reads_keep_a_files_last_newline(self, end):
+        """A single-quoted content holding a quote before a colon (`'x = {'a': 1}\\n'`), which only the repair library
+        reads, ran without the white space ending it: the file lost its last newline (git's "No newline at end of file")."""
+        meant = "x = {'a': 1}" + end.replace("\\n", "\n")
+        arguments = "{'path': 'a.py', 'content': 'x = {'a': 1}" + end + "'}"
+        assert only(native(("write_file", arguments))).arguments == {"path": "a.py", "content": meant}
+        call = only(written("<tool_call>{'name': 'write_file', 'arguments': " + arguments + "}</tool_call>"))
+        assert call.arguments == {"path": "a.py", "content": meant}
+
+    def test_an_edit_the_repair_library_reads_keeps_each_strings_own_ending(self):
+        """Each string of an edit read by the repair library gets back its own trailing white space, and one that ended
+        in none (or in an escaped backslash's `n`) gets none."""
+        arguments = "{'path': 'a.py', 'old': 'd = {'k': 0}\\n\\n', 'new': 'd = {'k': 1}\\n    \\n'}"
+        call = only(native(("edit_file", arguments)))
+        assert call.arguments == {"path": "a.py", "old": "d = {'k': 0}\n\n", "new": "d = {'k': 1}\n    \n"}
+        arguments = "{'path': 'a.py', 'old': 'd = {'k': 0}\\n', 'new': 'd = {'k': 1}  # ends in \\\\n'}"
+        call = only(native(("edit_file", arguments)))
+        assert call.arguments == {"path": "a.py", "old": "d = {'k': 0}\n", "new": "d = {'k': 1}  # ends in \\n"}
+
     def test_null_for_an_optional_parameter_means_not_given(self):
         call = only(native(("read_file", '{"path": "a.py", "start_line": null, "end_line": null}')))
         assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0", source="native")
