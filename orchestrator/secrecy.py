@@ -313,13 +313,21 @@ def _plain_word(value: str) -> bool:
 # scheme://user:password@host..., and a query's settings (?password=..., ?key=...). The password as
 # SQLAlchemy reads a [store] url's: up to the @, so a generated one with `/`, `?` or `#` left unencoded
 # counts whole (RFC 3986's reading stopped at the `/` and showed all of it); but digits before a `/`,
-# `?` or `#` are a port (http://host:8080/users/a@b has no password).
-_USERINFO = re.compile(r"(?<=//)([^:/?#@\s]*)(?::((?![0-9]*[/?#])[^@\s]*))?@")
+# `?` or `#` are a port (http://host:8080/users/a@b has no password). The user, as SQLAlchemy's, ends at the
+# first `:`, an `@` in it included (Azure's `admin@server`). Its third group: the password's further `@` parts
+# that urllib and httpx read into it up to the authority's last `@` (an api_base's `http://me:pw@rd@host/v1`).
+# Possessive and atomic, as the user ends at its first `:` anyway: backtracking over a value's every `@` took quadratic time.
+_USERINFO = re.compile(r"(?<=//)([^:/?#\[\]\s]*+)(?::((?![0-9]*[/?#])[^@\s]*+)((?>(?:@[^@/?#\s]*+)*(?=@))))?@")
 # A value that is one URL and nothing else (a config's url, DATABASE_URL) is read as SQLAlchemy reads it: its user and
 # password may hold spaces (`pass phrase words`), which a scan for URLs among other words (JAVA_OPTS' `-Dproxy=http://h:3128
-# -Dme=a@b`, pip's space-separated index URLs) must not take for part of them. Digits and then a space are a port
-# there too.
-_ONE_URLS_USERINFO = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.\-]*://([^:/?#@\r\n]*)(?::((?![0-9]*[/?#\s])[^@\r\n]*))?@(?=\S*\s*\Z)")
+# -Dme=a@b`, pip's space-separated index URLs) must not take for part of them; its query and fragment may hold them too
+# (`?driver=ODBC Driver 18`). A scheme may hold `_` (`oracle+cx_oracle`). What begins like a host and then words is no
+# user info: digits and then a space or `,;:)|` are a port (`https://db:3128, ask ops@example.com`), a `[` begins an IPv6
+# host (`http://[::1]:8080 -Dmail=a@b`), and a password that begins with a space is taken for words after a colon.
+_ONE_URLS_USERINFO = re.compile(
+    r"\s*[A-Za-z][\w+.\-]*://([^:/?#\[\]\r\n]*+)(?::((?![0-9]*[/?#]|[0-9]+[\s,;:)|]|\s)[^@\r\n]*+)((?>(?:@[^@/?#\s]*+)*(?=@))))?@"
+    r"(?=[^\s?#]*+(?:[?#][^\r\n]*)?\s*\Z)"
+)
 _QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
 
 
@@ -328,11 +336,16 @@ def url_secrets(url: str | None) -> list[str]:
     whose names say they are secrets (`password`, `key`, `api_key`); each as written and percent-decoded."""
     if not url:
         return []
-    userinfo = _userinfo(url)
-    password = userinfo.group(2) if userinfo is not None else None
+    # Every URL's among other words (pip's index URLs), not only the first's.
+    one_urls = _ONE_URLS_USERINFO.match(url)
+    userinfos = [one_urls] if one_urls is not None else list(_USERINFO.finditer(url))
+    # SQLAlchemy's password, and urllib's and httpx's where it holds an `@` (they read up to the authority's last).
+    passwords = [form for one in userinfos if one.group(2) is not None for form in (one.group(2), one.group(2) + one.group(3))]
     # As written, and as a program that used it prints it (the Redactor adds the encoded forms of what is decoded).
-    found = [password, unquote(password)] if password is not None else []
-    without_userinfo = url[: userinfo.start(1)] + url[userinfo.end() :] if userinfo is not None else url
+    found = [form for password in passwords for form in (password, unquote(password))]
+    without_userinfo = url
+    for userinfo in reversed(userinfos):
+        without_userinfo = without_userinfo[: userinfo.start(1)] + without_userinfo[userinfo.end() :]
     _, mark, query = without_userinfo.partition("?")  # a `?` in the password starts no query
     # A query is read as a form too: its `+` a space.
     query_values = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
@@ -365,5 +378,6 @@ def shown_url(url: str) -> str:
 
 
 def _hide_password(userinfo: re.Match[str]) -> str:
+    """The user info `userinfo` matched, its password (urllib's and httpx's reading: all its `@` parts) as ***."""
     user, password = userinfo.group(1, 2)
     return f"{user}:{REDACTED}@" if password is not None else f"{user}@"

@@ -659,6 +659,57 @@ class TestPasswordsWithSpaces:
         assert "horse" not in said.out + said.err and "http://me:***@127.0.0.1:9/v1" in said.err and "%20" in said.err
 
 
+class TestUrlPasswordsAsTheirReadersReadThem:
+    """What SQLAlchemy, urllib and httpx take for a URL's password is found, and words that only look like one are not."""
+
+    PASSWORD = "correct horse Battery9 staple"
+
+    def test_a_user_with_an_at_sign_keeps_its_password_found(self) -> None:
+        """SQLAlchemy's user ends at its first `:`, so Azure's `admin@server` user is followed by a password."""
+        for password in ("Passw0rd!xyz", self.PASSWORD):
+            url = f"postgresql://admin@myserver:{password}@myserver.postgres.database.azure.com/app"
+            assert make_url(url).password == password
+            assert password in url_secrets(url) and withheld({"DATABASE_URL": url}) == ["DATABASE_URL"]
+            assert shown_url(url) == "postgresql://admin@myserver:***@myserver.postgres.database.azure.com/app"
+
+    def test_one_urls_query_and_fragment_may_hold_spaces_and_its_scheme_an_underscore(self) -> None:
+        """`?driver=ODBC Driver 18`, `?application_name=night job`, `#a b` and `oracle+cx_oracle://` leave a value one URL."""
+        for url in (f"mssql+pyodbc://sa:{self.PASSWORD}@db/app?driver=ODBC Driver 18 for SQL Server",
+                    f"postgresql://app:{self.PASSWORD}@db/app?application_name=night job",
+                    f"postgresql://app:{self.PASSWORD}@db/app#a b",
+                    f"oracle+cx_oracle://scott:{self.PASSWORD}@db:1521/orcl"):
+            assert make_url(url).password == self.PASSWORD
+            assert self.PASSWORD in url_secrets(url) and withheld({"DATABASE_URL": url}) == ["DATABASE_URL"]
+            assert "horse" not in shown_url(url) and ":***@db" in shown_url(url)
+
+    def test_a_password_httpx_reads_past_an_at_sign_is_hidden_whole(self) -> None:
+        """httpx and urllib read an api_base's password up to the authority's last `@`; SQLAlchemy up to its first."""
+        api_base = "http://me:Secret@Hunter2long@127.0.0.1:9/v1"
+        assert httpx.URL(api_base).password == urlsplit(api_base).password == "Secret@Hunter2long"
+        assert "Secret@Hunter2long" in url_secrets(api_base)
+        assert shown_url(api_base) == "http://me:***@127.0.0.1:9/v1"
+        assert Redactor.for_night(api_base=api_base)("401 for me:Secret@Hunter2long") == "401 for me:***"
+
+    def test_every_urls_password_among_other_words_is_found(self) -> None:
+        """pip's space-separated index URLs: the second's token is found after a first with a user and no password, or with one."""
+        after_a_user = "https://me@a.example/simple https://u:tokB-0123456789@b.example/simple"
+        after_a_password = "https://u:tokA-0123456789@a.example/simple https://u:tokB-0123456789@b.example/simple"
+        after_an_ipv6_host = "http://[::1]:443/simple https://u:tokB-0123456789@b.example/simple"
+        assert withheld({"PIP_EXTRA_INDEX_URL": after_a_user}) == ["PIP_EXTRA_INDEX_URL"]
+        assert url_secrets(after_a_user) == url_secrets(after_an_ipv6_host) == ["tokB-0123456789"]
+        assert url_secrets(after_a_password) == ["tokA-0123456789", "tokB-0123456789"]
+
+    def test_words_after_a_host_and_its_port_are_no_password(self) -> None:
+        """A port then a comma, an IPv6 host, an `@` in a path or query: nothing is withheld, nothing hidden (builds need them)."""
+        env = {"DESCRIPTION": "https://db:3128, ask ops@example.com",
+               "DOCS": "http://[::1]:5432/, mail ops@example.com",
+               "GIT_PROXY": "http://[::1]:8080 -Dmail=ops@example.com",
+               "PIP_EXTRA_INDEX_URL": "https://a.example/simple https://[::1]:443/simple?next=ops@example.com",
+               "REPO": "ssh://git@[::1]:22/a@b"}
+        assert withheld(env) == []
+        assert all(url_secrets(value) == [] and shown_url(value) == value for value in env.values())
+
+
 class TestFileToolsRedactBeforeTheyCut:
     SECRET = "sk-LEAKY-0123456789abcdefghij"
 
