@@ -410,11 +410,12 @@ def _with_ends_kept(text: str, repaired: Any) -> Any:
     file's last newline, its blank lines and indentation after). A mark is written after each line break before a
     quote that may close a string, so the library reads it as the string's last character and strips nothing; kept
     only when, the marks taken out and those strings stripped as the library does, the reading is `repaired`
-    itself: else a mark changed how the text was read, or stood elsewhere than at a string's end."""
+    itself: else a mark changed how the text was read, or stood elsewhere than at a string's end. Keys stay as the
+    library reads them (a key's line break is no file's). The marked text is read on a budget (see _ReadOnABudget)."""
     marked_text = _LINE_BREAK_BEFORE_A_CLOSING_QUOTE.sub(_END_MARK, text)
     if marked_text == text or _END_MARK in text:
         return repaired
-    marked = _library_repair(marked_text)
+    marked = _library_repair(_ReadOnABudget(marked_text))
     if marked is None or json.dumps(_ends_changed(marked, _stripped)) != json.dumps(repaired):
         return repaired
     return _ends_changed(marked, _unmarked)
@@ -425,6 +426,33 @@ def _with_ends_kept(text: str, repaired: Any) -> Any:
 _END_MARK = "\ue000"
 # A quote after a line break (raw or the escape `\n`), then what may follow a value: a comma, a closing bracket, the end.
 _LINE_BREAK_BEFORE_A_CLOSING_QUOTE = re.compile(r"""(?:(?<=\n)|(?<=\\n))(?=['"]\s*(?:[,}\]]|\Z))""")
+# The characters the repair library may read of a marked text: a long one it reads at once is read 2 to 4 times per
+# character (a short one up to 11 times, a few hundred reads), one it goes quadratic on thousands of times.
+_READS_PER_CHARACTER = 8
+_READS_AT_LEAST = 1024
+
+
+class _ReadOnABudget(str):
+    """A text the repair library may read only so much of (see _READS_PER_CHARACTER), one character or slice at a time
+    by index, as it does; past that its reading stops with _OverBudget, and the first reading stands. The library is
+    quadratic on a string holding many quotes it reads as the string's own (each scanned to the end), and marks turn
+    some texts it read at once into such strings (`['}\\n'` repeated, 20 kB: read in 7 ms, marked in 4 s)."""
+
+    def __new__(cls, text: str) -> _ReadOnABudget:
+        budgeted = super().__new__(cls, text)
+        budgeted.reads_left = _READS_PER_CHARACTER * len(text) + _READS_AT_LEAST
+        return budgeted
+
+    def __getitem__(self, index: Any) -> str:
+        read = str.__getitem__(self, index)
+        self.reads_left -= max(1, len(read))
+        if self.reads_left < 0:
+            raise _OverBudget
+        return read
+
+
+class _OverBudget(Exception):
+    """The repair library read more of a marked text than its budget (not one of the errors the library catches)."""
 
 
 class _MisplacedMark(Exception):
@@ -432,7 +460,8 @@ class _MisplacedMark(Exception):
 
 
 def _ends_changed(value: Any, change: Any) -> Any:
-    """`value` with `change` made to each of its strings, keys too; a string with a misplaced mark makes it None."""
+    """`value` with `change` made to each of its strings, and its keys read as the library reads them unmarked (a key
+    it takes from a value's end, `'"it's\\n",`, is named `'s'` as before); a misplaced mark makes it None."""
     try:
         return _each_string_changed(value, change)
     except _MisplacedMark:
@@ -443,7 +472,7 @@ def _each_string_changed(value: Any, change: Any) -> Any:
     if isinstance(value, str):
         return change(value)
     if isinstance(value, dict):
-        return {change(key) if isinstance(key, str) else key: _each_string_changed(item, change) for key, item in value.items()}
+        return {_stripped(key) if isinstance(key, str) else key: _each_string_changed(item, change) for key, item in value.items()}
     if isinstance(value, list):
         return [_each_string_changed(item, change) for item in value]
     return value

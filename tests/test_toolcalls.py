@@ -1473,6 +1473,23 @@ class TestSmallModelsOwnForms:
         call = only(native(("edit_file", arguments)))
         assert call.arguments == {"path": "a.py", "old": "d = {'k': 0}\n", "new": "d = {'k': 1}  # ends in \\n"}
 
+    def test_a_key_the_repair_library_reads_keeps_its_reading_without_the_line_break_after_it(self):
+        """Only a string value gets back the white space ending it: a key read from `'"it's\\n",` is named as the library
+        reads it, `'s'`, not `'s\\n'` (the reason the model is told stays the same)."""
+        arguments = "{'path': 'a.py', 'old': \n'\"it's\\n\", 'new': \"it is: {'x'}\\n\"}"
+        broken = only(native(("edit_file", arguments)))
+        assert isinstance(broken, BrokenCall) and broken.problem == "invalid"
+        assert broken.detail.endswith("even repaired: unknown parameter 's' (takes: path, old, new)")
+
+    def test_keeping_a_strings_ending_costs_no_quadratic_second_reading(self):
+        """The text read again with its marks is read on a budget: 20 kB of `}\\n'\\\\n'` in a list, which the repair
+        library reads in 10 ms, took it 7 s marked (each mark a quote it scanned from to the end)."""
+        arguments = "{'path': 'a.py', 'content': 'x = {'a': 1}', 'z': ['" + "}\n'\\n'" * 3300 + "']}"
+        started = time.perf_counter()
+        broken = only(native(("write_file", arguments)))
+        assert isinstance(broken, BrokenCall) and broken.detail.endswith("unknown parameter 'z' (takes: path, content)")
+        assert time.perf_counter() - started < 2.0
+
     def test_null_for_an_optional_parameter_means_not_given(self):
         call = only(native(("read_file", '{"path": "a.py", "start_line": null, "end_line": null}')))
         assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0", source="native")
