@@ -388,14 +388,15 @@ def _keep_strings(match: re.Match[str]) -> str:
 
 def _repair(text: str) -> Any:
     """`text`'s value as the repair library reads it, each string keeping the white space that ends it (see
-    _with_ends_kept), or None when the library cannot read it."""
-    repaired = _library_repair(text)
+    _with_ends_kept), or None when the library cannot read it, or not on a budget (see _ReadOnABudget)."""
+    repaired = _library_repair(_ReadOnABudget(text))
     if repaired is None:
         return None
     return mend_all(_with_ends_kept(text, repaired))
 
 
 def _library_repair(text: str) -> Any:
+    """`text`'s value as the repair library reads it; None when it cannot, or reads past a _ReadOnABudget's budget."""
     try:
         import json_repair
 
@@ -434,9 +435,12 @@ _READS_AT_LEAST = 1024
 
 class _ReadOnABudget(str):
     """A text the repair library may read only so much of (see _READS_PER_CHARACTER), one character or slice at a time
-    by index, as it does; past that its reading stops with _OverBudget, and the first reading stands. The library is
-    quadratic on a string holding many quotes it reads as the string's own (each scanned to the end), and marks turn
-    some texts it read at once into such strings (`['}\\n'` repeated, 20 kB: read in 7 ms, marked in 4 s)."""
+    by index, as it does; past that its reading stops with _OverBudget. The library is quadratic on a string holding
+    many quotes it reads as the string's own (each scanned to the end): a 20 kB answer of `{'` took 11 s of CPU, with
+    every task's thread waiting on the GIL meanwhile, and gave no call worth running. Such a text is unreadable (a
+    broken call); a marked one keeps its first reading (marks turn some texts the library read at once into such
+    strings: `['}\\n'` repeated, 20 kB, read in 7 ms, marked in 4 s). No text of the corpora that model outputs were
+    measured on (68,809 generated calls, 3 to 40 kB writes among them, and 30,000 mutated ones) reads otherwise."""
 
     def __new__(cls, text: str) -> _ReadOnABudget:
         budgeted = super().__new__(cls, text)
@@ -452,7 +456,7 @@ class _ReadOnABudget(str):
 
 
 class _OverBudget(Exception):
-    """The repair library read more of a marked text than its budget (not one of the errors the library catches)."""
+    """The repair library read more of a text than its budget (not one of the errors the library catches)."""
 
 
 class _MisplacedMark(Exception):

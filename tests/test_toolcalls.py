@@ -1490,6 +1490,15 @@ class TestSmallModelsOwnForms:
         assert isinstance(broken, BrokenCall) and broken.detail.endswith("unknown parameter 'z' (takes: path, content)")
         assert time.perf_counter() - started < 2.0
 
+    def test_text_the_repair_library_would_read_quadratically_is_a_broken_call_at_once(self):
+        """20 kB of `{'` (a model stuck on two characters) took the repair library 11 s of CPU, every task's thread waiting
+        on the GIL, and gave no call worth running: read on a budget, it is unreadable in a fraction of that."""
+        for arguments in ("{'" * 10_000, "]'\n{\n]" * 2_800 + "]'"):
+            started = time.perf_counter()
+            broken = only(native(("write_file", arguments)))
+            assert isinstance(broken, BrokenCall)
+            assert time.perf_counter() - started < 2.0
+
     def test_null_for_an_optional_parameter_means_not_given(self):
         call = only(native(("read_file", '{"path": "a.py", "start_line": null, "end_line": null}')))
         assert call == ToolCall("read_file", {"path": "a.py"}, id="call_0", source="native")
