@@ -27,7 +27,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
@@ -310,46 +310,63 @@ def _plain_word(value: str) -> bool:
     return len(value) < 16 and value.isalpha() and (value.islower() or value.isupper())
 
 
-# scheme://user:password@host..., and a query's settings (?password=..., ?key=...). The password as
-# SQLAlchemy reads a [store] url's: up to the @, so a generated one with `/`, `?` or `#` left unencoded
-# counts whole (RFC 3986's reading stopped at the `/` and showed all of it); but digits before a `/`,
-# `?` or `#` are a port (http://host:8080/users/a@b has no password). The user, as SQLAlchemy's, ends at the
-# first `:`, an `@` in it included (Azure's `admin@server`). Its third group: the password's further `@` parts
-# that urllib and httpx read into it up to the authority's last `@` (an api_base's `http://me:pw@rd@host/v1`).
-# Possessive and atomic, as the user ends at its first `:` anyway: backtracking over a value's every `@` took quadratic time.
-_USERINFO = re.compile(r"(?<=//)([^:/?#\[\]\s]*+)(?::((?![0-9]*[/?#])[^@\s]*+)((?>(?:@[^@/?#\s]*+)*(?=@))))?@")
+# scheme://user:password@host..., and a query's settings (?password=..., ?key=...). Groups: the user, the password as
+# SQLAlchemy reads a [store] url's, and the password's further `@` parts that urllib and httpx read into it.
+# Possessive and atomic: backtracking over a value's every `@` took quadratic time. Among other words a URL ends at white
+# space, and its user at a `"`, which RFC 3986 has percent-encoded: a JSON config's
+# `{"api":"https://api:8443","web":"https://localhost","owner":"ops@example.com"}` holds no password.
+_USERINFO = re.compile(
+    r"""(?<=//)
+    ([^:/?#\[\]\s"]*+)              # the user, as SQLAlchemy's: up to its first `:`, an `@` in it included (Azure's
+                                    # `admin@server`); a `[` begins an IPv6 host (`http://[::1]:443/simple?next=a@b`)
+    (?::
+        (                           # the password: up to the `@`, so a generated one with `/`, `?` or `#` left
+                                    # unencoded counts whole (RFC 3986's reading stopped at the `/` and showed it all)
+            (?![0-9]*[/?#]|[0-9]+[,;:)|"])  # but digits then `/?#` are a port (`http://host:8080/users/a@b`), and
+                                    # digits then a list's `,;:)|` or a string's end too (`http://es1:9200|http://a@es2`)
+            [^@\s]*+)
+        ((?>(?:@[^@/?#\s]*+)*(?=@)))  # up to the authority's last `@`, as urllib and httpx read `http://me:pw@rd@host`
+    )?@""",
+    re.VERBOSE,
+)
 # A value that is one URL and nothing else (a config's url, DATABASE_URL) is read as SQLAlchemy reads it: its user and
 # password may hold spaces (`pass phrase words`), which a scan for URLs among other words (JAVA_OPTS' `-Dproxy=http://h:3128
 # -Dme=a@b`, pip's space-separated index URLs) must not take for part of them; its query and fragment may hold them too
-# (`?driver=ODBC Driver 18`). A scheme may hold `_` (`oracle+cx_oracle`). What begins like a host and then words is no
-# user info: digits and then a space or `,;:)|` are a port (`https://db:3128, ask ops@example.com`), a `[` begins an IPv6
-# host (`http://[::1]:8080 -Dmail=a@b`), and a password that begins with a space is taken for words after a colon.
+# (`?driver=ODBC Driver 18`). What begins like a host and then words is no user info.
 _ONE_URLS_USERINFO = re.compile(
-    r"\s*[A-Za-z][\w+.\-]*://([^:/?#\[\]\r\n]*+)(?::((?![0-9]*[/?#]|[0-9]+[\s,;:)|]|\s)[^@\r\n]*+)((?>(?:@[^@/?#\s]*+)*(?=@))))?@"
-    r"(?=[^\s?#]*+(?:[?#][^\r\n]*)?\s*\Z)"
+    r"""\s*[A-Za-z][\w+.\-]*://    # a scheme, `_` in it too (`oracle+cx_oracle`)
+    ([^:/?#\[\]\r\n]*+)             # the user, as `_USERINFO`'s, spaces in it too
+    (?::
+        ((?![0-9]*[/?#]|[0-9]+[\s,;:)|]|\s)  # no port then words (`https://db:3128, ask ops@example.com`), no words
+                                    # after a colon (a password that begins with a space)
+            [^@\r\n]*+)
+        ((?>(?:@[^@/?#\s]*+)*(?=@)))
+    )?@
+    (?=[^\s?#]*+(?:[?#][^\r\n]*)?\s*\Z)  # then a host and path with no space, a query or fragment that may hold them""",
+    re.VERBOSE,
 )
-_QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
+# A setting's name holds no `?`: read from each `?` of a run of them, one without `=` was scanned to its end as often.
+_QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s?]+)=([^&#\s]*)")
+# Before a query, settings after `;` as JDBC's SQL Server URL has them (`jdbc:sqlserver://db:1433;user=sa;password=...`).
+_PARAMETER_SETTING = re.compile(r"(?<=;)([^=;&?#\s]+)=([^;\s]*)")
+_RUN = re.compile(r"\S+")
 
 
 def url_secrets(url: str | None) -> list[str]:
-    """The secret parts of a URL: its user info's password, and the values of query settings
-    whose names say they are secrets (`password`, `key`, `api_key`); each as written and percent-decoded."""
+    """The secret parts of a URL: its user info's password, and the values of settings whose names say they are secrets
+    (`password`, `key`, `api_key`) in its query or after a `;`; each as written and percent-decoded."""
     if not url:
         return []
-    # Every URL's among other words (pip's index URLs), not only the first's.
-    one_urls = _ONE_URLS_USERINFO.match(url)
-    userinfos = [one_urls] if one_urls is not None else list(_USERINFO.finditer(url))
+    userinfos = _userinfos(url)
     # SQLAlchemy's password, and urllib's and httpx's where it holds an `@` (they read up to the authority's last).
     passwords = [form for one in userinfos if one.group(2) is not None for form in (one.group(2), one.group(2) + one.group(3))]
     # As written, and as a program that used it prints it (the Redactor adds the encoded forms of what is decoded).
     found = [form for password in passwords for form in (password, unquote(password))]
-    without_userinfo = url
-    for userinfo in reversed(userinfos):
-        without_userinfo = without_userinfo[: userinfo.start(1)] + without_userinfo[userinfo.end() :]
-    _, mark, query = without_userinfo.partition("?")  # a `?` in the password starts no query
+    head, mark, query = _replaced(url, userinfos, lambda userinfo: "").partition("?")  # a `?` in the password starts no query
+    settings = [*_PARAMETER_SETTING.findall(head), *_QUERY_SETTING.findall(mark + query)]
     # A query is read as a form too: its `+` a space.
-    query_values = [value for name, value in _QUERY_SETTING.findall(mark + query) if looks_secret(name)]
-    return list(dict.fromkeys([*(form for value in query_values for form in (value, unquote(value), unquote_plus(value))), *found]))
+    values = [value for name, value in settings if looks_secret(name)]
+    return list(dict.fromkeys([*(form for value in values for form in (value, unquote(value), unquote_plus(value))), *found]))
 
 
 def url_password(url: str) -> str | None:
@@ -360,21 +377,46 @@ def url_password(url: str) -> str | None:
 
 def _userinfo(url: str) -> re.Match[str] | None:
     """The user info of `url` (its groups: the user, and the password or None), read as one URL's when the text is one."""
-    return _ONE_URLS_USERINFO.match(url) or _USERINFO.search(url)
+    return next(iter(_userinfos(url)), None)
+
+
+def _userinfos(text: str) -> list[re.Match[str]]:
+    """The user infos of `text`: that of a value that is one URL (`_ONE_URLS_USERINFO`), and every one among other words
+    (`_USERINFO`) after it: the further URLs of a list (`https://a/simple,https://u:token@b/simple`, Kombu's `;`)."""
+    one_url = _ONE_URLS_USERINFO.match(text)
+    found = [one_url] if one_url is not None else []
+    # A user info lies in a run without white space and ends at an `@`: each run is searched up to its last `@` only, and
+    # one with no `//` before it not at all, so a run with many `//` and no `@` after them (a minified JSON of
+    # `http://host:8080` URLs) is not read to its end from each `//`.
+    for run in _RUN.finditer(text, one_url.end() if one_url is not None else 0):
+        last_at = text.rfind("@", run.start(), run.end())
+        if last_at >= 0 and text.find("//", run.start(), last_at) >= 0:
+            found += _USERINFO.finditer(text, run.start(), last_at + 1)
+    return found
+
+
+def _replaced(text: str, userinfos: Iterable[re.Match[str]], replacement: Callable[[re.Match[str]], str]) -> str:
+    """`text` with each of `userinfos` (in order) from its user on as `replacement` gives it: in one join, as a value
+    with thousands of them was copied whole for each."""
+    pieces: list[str] = []
+    end = 0
+    for userinfo in userinfos:
+        pieces += [text[end : userinfo.start(1)], replacement(userinfo)]
+        end = userinfo.end()
+    return "".join([*pieces, text[end:]])
 
 
 def shown_url(url: str) -> str:
-    """`url` as logs and errors may show it: the password of its user info, and query settings whose
-    names say they are secrets, as ***. Also for a string that is no valid URL (a typo in a config)."""
+    """`url` as logs and errors may show it: the password of its user info, and settings whose names say they are secrets
+    (in its query or after a `;`), as ***. Also for a string that is no valid URL (a typo in a config)."""
     # First: a `?` in the password starts no query.
-    one_urls = _ONE_URLS_USERINFO.match(url)
-    if one_urls is not None:
-        url = url[: one_urls.start(1)] + _hide_password(one_urls) + url[one_urls.end() :]
-    else:
-        url = _USERINFO.sub(_hide_password, url)
-    head, mark, query = url.partition("?")
-    shown_query = _QUERY_SETTING.sub(lambda found: f"{found.group(1)}={REDACTED}" if looks_secret(found.group(1)) else found.group(0), mark + query)
-    return head + shown_query
+    head, mark, query = _replaced(url, _userinfos(url), _hide_password).partition("?")
+    return _PARAMETER_SETTING.sub(_hide_setting, head) + _QUERY_SETTING.sub(_hide_setting, mark + query)
+
+
+def _hide_setting(setting: re.Match[str]) -> str:
+    """The setting `setting` matched, its value as *** where its name says it is a secret."""
+    return f"{setting.group(1)}={REDACTED}" if looks_secret(setting.group(1)) else setting.group(0)
 
 
 def _hide_password(userinfo: re.Match[str]) -> str:

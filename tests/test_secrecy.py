@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from traceback import format_exception
 from typing import Any
@@ -708,6 +709,46 @@ class TestUrlPasswordsAsTheirReadersReadThem:
                "REPO": "ssh://git@[::1]:22/a@b"}
         assert withheld(env) == []
         assert all(url_secrets(value) == [] and shown_url(value) == value for value in env.values())
+
+
+class TestUrlListsJdbcAndJsonValues:
+    """URLs in `,`/`;` lists, a JDBC SQL Server URL's `;password=`, and JSON configs: passwords found, none made up, fast."""
+
+    def test_every_urls_password_of_a_list_is_found_after_a_first_with_one(self) -> None:
+        """A value that begins with a whole URL has its further URLs' passwords found too: `,` and Kombu's `;` lists, or a query
+        then a space before the next."""
+        for value in ("https://u:tokA-0123456789@a.example/simple,https://u:tokB-0123456789@b.example/simple",
+                      "amqp://u:tokA-0123456789@mq1//;amqp://u:tokB-0123456789@mq2//",
+                      "postgresql://u:tokA-0123456789@db/app?sslmode=require postgresql://v:tokB-0123456789@db2/app"):
+            assert url_secrets(value) == ["tokA-0123456789", "tokB-0123456789"]
+            assert "tok" not in shown_url(value)
+            assert Redactor.for_night(store_url=value)("second: tokB-0123456789") == "second: ***"
+
+    def test_a_jdbc_sql_server_urls_password_setting_is_found(self) -> None:
+        """`jdbc:sqlserver://host;user=sa;password=...`: its settings follow `;`, with no query."""
+        url = "jdbc:sqlserver://db:1433;databaseName=app;user=sa;password=S3rverPass!x;encrypt=true"
+        assert url_secrets(url) == ["S3rverPass!x"] and withheld({"JDBC_URL": url}) == ["JDBC_URL"]
+        assert shown_url(url) == "jdbc:sqlserver://db:1433;databaseName=app;user=sa;password=***;encrypt=true"
+
+    def test_a_json_config_or_a_list_of_hosts_with_ports_holds_no_password(self) -> None:
+        """Hosts and ports then `;`, `|` or a JSON string's end, an `@` later: nothing withheld or hidden (builds need them)."""
+        services = {"api": "https://api.internal:8443", "web": "https://localhost", "owner": "dev+ci@corp.example"}
+        env = {"SERVICES": json.dumps(services, separators=(",", ":")),
+               "ALERTS": "https://hooks.internal:8080;dev+ci@corp.example;mailto:ops@example.com",
+               "DESCRIPTION": "redis://localhost:6379; ask ops@example.com",
+               "ES_HOSTS": "http://es1:9200|http://elastic@es2:9200"}
+        assert withheld(env) == []
+        assert all(url_secrets(value) == [] and shown_url(value) == value for value in env.values())
+
+    def test_long_values_without_a_password_are_read_in_linear_time(self) -> None:
+        """A 125 kB minified JSON of `http://host:port` URLs and a 20 kB run of `?` are read in milliseconds for each command, not
+        in seconds."""
+        services = json.dumps({f"svc{number}": f"http://svc{number}:8080" for number in range(4000)}, separators=(",", ":"))
+        marks = "https://example.com/" + "?" * 20000
+        started = time.perf_counter()
+        assert withheld({"SERVICES": services, "MARKS": marks}) == []
+        assert shown_url(services) == services and shown_url(marks) == marks
+        assert time.perf_counter() - started < 1.0
 
 
 class TestFileToolsRedactBeforeTheyCut:
