@@ -39,7 +39,7 @@ REPEAT_WINDOW = 512
 # table of zeros, a rule line): in a call's arguments, and in text once a written call has begun
 # in it, a loop must fill this much (max_output_chars still caps the whole).
 WRITTEN_REPEAT_WINDOW = 4096
-# What begins a call written in the text (orchestrator/toolcalls.py reads these forms).
+# What begins a call written in the text (orchestrator/written_calls.py reads these forms).
 _WRITTEN_CALL_OPENINGS = ("<tool_call>", "<function=", "[TOOL_CALLS]", '"arguments"', '"parameters"', "[ARGS]")
 _LONGEST_OPENING = max(map(len, _WRITTEN_CALL_OPENINGS))
 REPEAT_MAX_UNIT = 64
