@@ -6,6 +6,9 @@ a second night after a crash) sees it immediately. Events (model calls, tool
 calls, signals) are queued and written a few at a time by runs/event_writer.py;
 every state change first waits for them, so the store never shows an iteration
 ended before its events.
+
+The database it is kept in comes from runs/engine.py (the engine a `[store] url`
+makes), its tables from runs/schema.py (created, or brought up to this version's).
 """
 
 from __future__ import annotations
@@ -13,314 +16,48 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import random
 import shutil
 import tempfile
 import threading
-import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, inspect, or_, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.schema import CreateIndex
 
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
-from orchestrator.secrecy import shown_url
 from orchestrator.surrogates import mend
+from runs.engine import (
+    BUSY_TIMEOUT_MS, _create_engine, _one_line, _sqlite_file, in_uri_form, postgres_bounds, safe_url, sqlite_files, sqlite_uri,
+    sqlite_uri_path,
+)
 from runs.event_batches import EventBatches
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.old_runs import RUNS_PER_BATCH, remove_a_batch
+from runs.schema import _create_schema, _lacks_columns, _TableBusy
 from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
 
 # INSERT ... ON CONFLICT DO UPDATE, where the database has it: from these versions on.
 _UPSERTS = {"sqlite": (sqlite.insert, (3, 24)), "postgresql": (postgresql.insert, (9, 5))}
 
 __all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "worst_signal"]
+# Other modules name these runs.store's, as they were before runs/engine.py held them.
+__all__ += ["BUSY_TIMEOUT_MS", "in_uri_form", "postgres_bounds", "safe_url", "sqlite_files", "sqlite_uri", "sqlite_uri_path"]
 
 MODEL_CALL = "model_call"
 TOOL_CALL = "tool_call"
 SIGNAL = "signal"
 
 
-def _one_line(exc: BaseException) -> str:
-    """The database's own complaint, without SQLAlchemy's statement dump and links."""
-    cause = getattr(exc, "orig", None) or exc
-    lines = str(cause).strip().splitlines()
-    return lines[0] if lines else type(cause).__name__
-
-
 def _text(value: Any) -> str:
     """Enum members (Level, outcomes) and plain strings alike, stored as their value."""
     return str(getattr(value, "value", value))
-
-
-# How long a write waits for another process's to end (SQLite takes one writer at a time) before
-# it fails ("database is locked"), unless the URL's `?timeout=S` (the driver's) says otherwise.
-BUSY_TIMEOUT_MS = 30_000
-
-
-def _pragmas_on_connect(busy_timeout_ms: int | None) -> Callable[[Any, Any], None]:
-    """The listener that sets each new connection up; `busy_timeout_ms` None: the driver's, the URL's `?timeout=S`."""
-
-    def set_up(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            # WAL lets readers (the CLI) look while the night writes; NORMAL is safe under WAL.
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            if busy_timeout_ms is not None:
-                cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA foreign_keys=ON")
-        finally:
-            cursor.close()
-
-    return set_up
-
-
-def _create_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "postgresql":
-        # libpq waits for a host that accepts but never answers (a stuck pooler) without end, and on
-        # a connection the network dropped (a partition), for as long as TCP retries (15 minutes and
-        # more): a night would hang with nothing said. Bounded, unless the URL says otherwise.
-        return create_engine(parsed, pool_pre_ping=True, connect_args=postgres_bounds(parsed))
-    if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
-    database = parsed.database or ""
-    if database and database != ":memory:" and not database.startswith("file:"):
-        parent = Path(database).expanduser().parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            # mkdir's own message ("File exists") hides that the path is a regular file.
-            raise NotADirectoryError(f"{parent} is not a directory") from None
-    engine = create_engine(parsed)
-    # The driver sets a URL's `?timeout=S` as the connection's busy timeout: overwritten by the
-    # default here, it was a query argument checked at load and then ignored.
-    busy_timeout_ms = None if "timeout" in parsed.query else BUSY_TIMEOUT_MS
-    event.listen(engine, "connect", _pragmas_on_connect(busy_timeout_ms))
-    return engine
-
-
-def postgres_bounds(parsed: URL) -> dict[str, Any]:
-    """libpq's time limits for a PostgreSQL connection, those the URL sets left as it sets them."""
-    limits = {"connect_timeout": CONNECT_TIMEOUT_S, **_SILENCE_LIMITS}
-    return {name: value for name, value in limits.items() if name not in parsed.query}
-
-
-_SCHEMA_ATTEMPTS = 8
-# Seconds to wait for a PostgreSQL server to accept a connection (unless the URL says otherwise).
-CONNECT_TIMEOUT_S = 20
-# libpq's limits on a connection that goes silent: keepalive probes after 30 s idle, every 10 s,
-# 3 unanswered end it; data left unacknowledged for 60 s ends it (Linux). A StateError then.
-_SILENCE_LIMITS = {
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 60_000,
-}
-
-
-def sqlite_files(url: str) -> list[Path]:
-    """The files a SQLite store is kept in (the database, its write-ahead log and shared memory, a
-    rollback journal); [] for other databases."""
-    database = _sqlite_file(url)
-    if database is None:
-        return []
-    return [database, *(database.with_name(database.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL names, also in SQLite's URI form (`sqlite:///file:runs.db?mode=rwc&uri=true`);
-    None for other databases (and in-memory ones)."""
-    parsed = make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return None
-    if database.startswith("file:") and in_uri_form(parsed):
-        path = sqlite_uri_path(database)
-        return Path(path).expanduser() if path and path != ":memory:" and parsed.query.get("mode") != "memory" else None
-    return Path(database).expanduser()
-
-
-def in_uri_form(url: Any) -> bool:
-    """Whether SQLite reads the parsed URL's database as a `file:` URI: only with `uri=true` (as the
-    driver decides it); without, `file:runs.db` is a file of that name."""
-    from sqlalchemy.util import asbool
-
-    try:
-        return asbool(url.query.get("uri", False))
-    except ValueError:
-        return False
-
-
-def sqlite_uri_path(database: str) -> str:
-    """The path a SQLite `file:` URI names (`file:runs.db`, `file:/abs/runs.db`, `file:///abs/runs.db`), decoded."""
-    from urllib.parse import unquote
-
-    rest = database.removeprefix("file:").split("?", 1)[0].split("#", 1)[0]
-    if rest.startswith("//"):  # an authority (empty or localhost), then the absolute path
-        rest = "/" + rest[2:].partition("/")[2]
-    return unquote(rest)
-
-
-def sqlite_uri(path: Path) -> str:
-    """`path` as the database of a SQLite `file:` URI: what the URI form would read otherwise (`?`, `#`, `%`) escaped."""
-    from urllib.parse import quote
-
-    return "file:" + quote(str(path), safe="/")
-
-
-def _create_schema(engine: Engine) -> None:
-    """The tables, and columns and indexes added since a store was made; safe with another process doing the same.
-
-    Processes opening a new shared store at once each see tables missing, and all but one
-    CREATE (or ALTER) fails on "already exists" (PostgreSQL: a duplicate key in its own
-    catalog, an IntegrityError, when the other's CREATE commits while this one waits): a new
-    look finds more of it there, so a few looks end it.
-    """
-    # A server that does not answer fails once, after its connect timeout: the attempts below are for the race
-    # above, and each would wait that timeout again (a stuck host held a night's start 9 times 20 s).
-    with engine.connect():
-        pass
-    _refuse_foreign_tables(engine)
-    for attempt in range(_SCHEMA_ATTEMPTS):
-        try:
-            Base.metadata.create_all(engine)
-            _add_missing_columns(engine)
-            _add_missing_indexes(engine)
-            return
-        except (OperationalError, ProgrammingError, IntegrityError):
-            if attempt == _SCHEMA_ATTEMPTS - 1:
-                raise
-            time.sleep(random.uniform(0.01, 0.05))
-
-
-def _refuse_foreign_tables(engine: Engine) -> None:
-    """StateError when a table of the store's names is there without a column every version of overnight
-    made it with (the ones that may not be empty; later columns all may): some other program's table
-    (a `runs` of its own), which overnight must not add its columns to, nor read as its own."""
-    try:
-        missing = _missing_columns(engine)
-    except SQLAlchemyError:
-        return  # what the create then meets says what is wrong
-    for table, column in missing:
-        if not column.nullable:
-            raise StateError(
-                f"the run store's database holds a table {table.name!r} that is not overnight's (no column {column.name!r}): "
-                "point [store] url at a database of overnight's own"
-            )
-
-
-def _missing_columns(engine: Engine) -> list[tuple[Any, Any]]:
-    """(table, column) this version maps that the store's existing tables lack (an older version made them)."""
-    inspector = inspect(engine)
-    missing = []
-    for table in _tables_made(inspector):
-        present = {column["name"] for column in inspector.get_columns(table.name)}
-        missing += [(table, column) for column in table.columns if column.name not in present]
-    return missing
-
-
-def _tables_made(inspector: Any) -> list[Any]:
-    """The tables this version maps that the store already has."""
-    return [table for table in Base.metadata.sorted_tables if inspector.has_table(table.name)]
-
-
-def _lacks_columns(engine: Engine) -> bool:
-    """Whether the store was made by an older version (a column of this one's is missing)."""
-    try:
-        return bool(_missing_columns(engine))
-    except SQLAlchemyError:
-        return False  # what the read then meets says what is wrong
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    """Nullable columns a newer overnight added to a table an older one made (no migration tool for one column)."""
-    for table, column in _missing_columns(engine):
-        if column.nullable:
-            kind = column.type.compile(dialect=engine.dialect)
-            with _migrating(engine, f"adding the column {column.name} to the table {table.name}") as connection:
-                connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
-
-
-def _missing_indexes(engine: Engine) -> list[Any]:
-    """The indexes this version maps that the store's existing tables lack (an older version made them: create_all
-    makes a table's indexes only with the table)."""
-    inspector = inspect(engine)
-    missing = []
-    for table in _tables_made(inspector):
-        present = {index["name"] for index in inspector.get_indexes(table.name)}
-        missing += [index for index in table.indexes if index.name not in present]
-    return missing
-
-
-def _add_missing_indexes(engine: Engine) -> None:
-    """Indexes a newer overnight added to a table an older one made. IF NOT EXISTS: another process opening the store
-    at once may have made it since it was found missing. Only those found missing are created: on PostgreSQL even
-    CREATE INDEX IF NOT EXISTS locks the table against writes first. The index is only for speed: one the store's role
-    may not create, or that would wait longer than INDEX_LOCK_TIMEOUT_S for another session's open transaction on the
-    table, is left out (`store_index_not_added`, a warning) and asked for again at the next open."""
-    for index in _missing_indexes(engine):
-        what = f"adding the index {index.name} to the table {index.table.name}"
-        try:
-            with _migrating(engine, what, wait_s=INDEX_LOCK_TIMEOUT_S) as connection:
-                connection.execute(CreateIndex(index, if_not_exists=True))
-        except (DBAPIError, _TableBusy) as exc:
-            # A role that may use the tables but not index them (another role owns them on a shared server;
-            # a read-only one, a standby's, for `report`) opened an older store before the index; or a session
-            # (psql, a report tool) sits in a transaction that wrote to the table: the store opens without it.
-            if isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) not in _NOT_ALLOWED:
-                raise
-            from orchestrator.logs import get_logger
-
-            get_logger().warning("store_index_not_added", index=index.name, table=index.table.name, error=_one_line(exc))
-
-
-# insufficient_privilege (not the table's owner), read_only_sql_transaction (a read-only role, a standby).
-_NOT_ALLOWED = {"42501", "25006"}
-
-
-@contextlib.contextmanager
-def _migrating(engine: Engine, what: str, *, wait_s: float | None = None) -> Iterator[Connection]:
-    """A transaction for one change of an existing table (`what` names it); on PostgreSQL, given up with _TableBusy
-    when another session's open transaction holds the table for longer than `wait_s` (MIGRATION_LOCK_TIMEOUT_S)."""
-    wait_s = MIGRATION_LOCK_TIMEOUT_S if wait_s is None else wait_s
-    with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":
-            # ALTER waits for every open transaction on the table (CREATE INDEX for every one that wrote to it):
-            # a psql session left in one, a report tool; and every machine's next statement then waits behind
-            # it: a night would hang, deaf to signals. Given up instead; the open fails in one line (exit 4).
-            connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(wait_s * 1000)}ms'")
-        try:
-            yield connection
-        except OperationalError as exc:
-            # 55P03 lock_not_available, in whatever language the server speaks.
-            if getattr(exc.orig, "sqlstate", None) == "55P03":
-                raise _TableBusy(
-                    f"{what} waited {wait_s:g} s for another session's open transaction on it; "
-                    "end that session (psql, a report tool), then run again"
-                ) from None
-            raise
-
-
-# How long adding a column may wait for the table on PostgreSQL; an index, only for speed, less: while it
-# waits, every other machine's writes to the table wait behind it.
-MIGRATION_LOCK_TIMEOUT_S = 20.0
-INDEX_LOCK_TIMEOUT_S = 2.0
-
-
-class _TableBusy(Exception):
-    """A column or an index could not be added: another session held the table (its message says what to do)."""
 
 
 class RunStore:
@@ -1007,15 +744,6 @@ def _event(iteration_id: int, event_type: str, *, name: str = "", message: str =
         "ok": None,
         "data": data or {},
     }
-
-
-def safe_url(url: str) -> str:
-    """`url` as it may be shown: the password as ***, in the user info or the query (`?password=`)."""
-    try:
-        url = make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        pass
-    return shown_url(url)
 
 
 def _run_view(session: Session, run: Run) -> RunView:

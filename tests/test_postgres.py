@@ -320,13 +320,13 @@ class TestSchema:
 
         import psycopg
 
-        import runs.store
+        import runs.schema
 
         store = RunStore.open(pg_store_url)
         store.begin_run(config_path="c", pid=1, host="h")
         store.close()
         sql(pg_store_url, "ALTER TABLE runs DROP COLUMN state_id")
-        monkeypatch.setattr(runs.store, "MIGRATION_LOCK_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(runs.schema, "MIGRATION_LOCK_TIMEOUT_S", 0.5)
         with psycopg.connect(pg_store_url.replace("postgresql+psycopg://", "postgresql://")) as idle_in_transaction:
             idle_in_transaction.execute("SELECT count(*) FROM runs").fetchall()
             started = time.monotonic()
@@ -353,11 +353,11 @@ class TestSchema:
         import psycopg
         from structlog.testing import capture_logs
 
-        import runs.store
+        import runs.schema
 
         RunStore.open(pg_store_url).close()
         sql(pg_store_url, "DROP INDEX ix_task_runs_work_key")
-        monkeypatch.setattr(runs.store, "INDEX_LOCK_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(runs.schema, "INDEX_LOCK_TIMEOUT_S", 0.5)
         with psycopg.connect(pg_store_url.replace("postgresql+psycopg://", "postgresql://")) as idle_in_transaction:
             idle_in_transaction.execute("UPDATE task_runs SET reason = '' WHERE false")
             started = time.monotonic()
@@ -469,7 +469,7 @@ class TestSchema:
         silent = socket.create_server(("127.0.0.1", 0))
         url = f"postgresql+psycopg://u@127.0.0.1:{silent.getsockname()[1]}/db"
         opener = (
-            "import sys; import runs.store as store; store.CONNECT_TIMEOUT_S = 2\n"
+            "import sys; import runs.engine as engine; import runs.store as store; engine.CONNECT_TIMEOUT_S = 2\n"
             "try:\n    store.RunStore.open(sys.argv[1])\nexcept store.StateError as error:\n    print(error)"
         )
         try:

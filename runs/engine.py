@@ -1,0 +1,153 @@
+"""The database a `[store] url` names: its engine, made and set up, and how the URL is read and shown.
+
+Each new SQLite connection gets its pragmas (WAL, a busy timeout) as it opens; a PostgreSQL one gets
+libpq's time limits, so that a stuck server or a dropped network ends in one line, not a hung night
+(the scheduler's job store makes its engine with the same limits). The same reading of a URL serves
+the config (a SQLite `file:` URI's path), the CLI and the build (the files a SQLite store is kept
+in); and every message that names the store shows it through `safe_url` (no password) and the
+database's complaint through `_one_line`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from orchestrator.secrecy import shown_url
+
+
+def _one_line(exc: BaseException) -> str:
+    """The database's own complaint, without SQLAlchemy's statement dump and links."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
+
+
+# How long a write waits for another process's to end (SQLite takes one writer at a time) before
+# it fails ("database is locked"), unless the URL's `?timeout=S` (the driver's) says otherwise.
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _pragmas_on_connect(busy_timeout_ms: int | None) -> Callable[[Any, Any], None]:
+    """The listener that sets each new connection up; `busy_timeout_ms` None: the driver's, the URL's `?timeout=S`."""
+
+    def set_up(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            # WAL lets readers (the CLI) look while the night writes; NORMAL is safe under WAL.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            if busy_timeout_ms is not None:
+                cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    return set_up
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        # libpq waits for a host that accepts but never answers (a stuck pooler) without end, and on
+        # a connection the network dropped (a partition), for as long as TCP retries (15 minutes and
+        # more): a night would hang with nothing said. Bounded, unless the URL says otherwise.
+        return create_engine(parsed, pool_pre_ping=True, connect_args=postgres_bounds(parsed))
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    database = parsed.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        parent = Path(database).expanduser().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            # mkdir's own message ("File exists") hides that the path is a regular file.
+            raise NotADirectoryError(f"{parent} is not a directory") from None
+    engine = create_engine(parsed)
+    # The driver sets a URL's `?timeout=S` as the connection's busy timeout: overwritten by the
+    # default here, it was a query argument checked at load and then ignored.
+    busy_timeout_ms = None if "timeout" in parsed.query else BUSY_TIMEOUT_MS
+    event.listen(engine, "connect", _pragmas_on_connect(busy_timeout_ms))
+    return engine
+
+
+def postgres_bounds(parsed: URL) -> dict[str, Any]:
+    """libpq's time limits for a PostgreSQL connection, those the URL sets left as it sets them."""
+    limits = {"connect_timeout": CONNECT_TIMEOUT_S, **_SILENCE_LIMITS}
+    return {name: value for name, value in limits.items() if name not in parsed.query}
+
+
+# Seconds to wait for a PostgreSQL server to accept a connection (unless the URL says otherwise).
+CONNECT_TIMEOUT_S = 20
+# libpq's limits on a connection that goes silent: keepalive probes after 30 s idle, every 10 s,
+# 3 unanswered end it; data left unacknowledged for 60 s ends it (Linux). A StateError then.
+_SILENCE_LIMITS = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+
+
+def sqlite_files(url: str) -> list[Path]:
+    """The files a SQLite store is kept in (the database, its write-ahead log and shared memory, a
+    rollback journal); [] for other databases."""
+    database = _sqlite_file(url)
+    if database is None:
+        return []
+    return [database, *(database.with_name(database.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names, also in SQLite's URI form (`sqlite:///file:runs.db?mode=rwc&uri=true`);
+    None for other databases (and in-memory ones)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") and in_uri_form(parsed):
+        path = sqlite_uri_path(database)
+        return Path(path).expanduser() if path and path != ":memory:" and parsed.query.get("mode") != "memory" else None
+    return Path(database).expanduser()
+
+
+def in_uri_form(url: Any) -> bool:
+    """Whether SQLite reads the parsed URL's database as a `file:` URI: only with `uri=true` (as the
+    driver decides it); without, `file:runs.db` is a file of that name."""
+    from sqlalchemy.util import asbool
+
+    try:
+        return asbool(url.query.get("uri", False))
+    except ValueError:
+        return False
+
+
+def sqlite_uri_path(database: str) -> str:
+    """The path a SQLite `file:` URI names (`file:runs.db`, `file:/abs/runs.db`, `file:///abs/runs.db`), decoded."""
+    from urllib.parse import unquote
+
+    rest = database.removeprefix("file:").split("?", 1)[0].split("#", 1)[0]
+    if rest.startswith("//"):  # an authority (empty or localhost), then the absolute path
+        rest = "/" + rest[2:].partition("/")[2]
+    return unquote(rest)
+
+
+def sqlite_uri(path: Path) -> str:
+    """`path` as the database of a SQLite `file:` URI: what the URI form would read otherwise (`?`, `#`, `%`) escaped."""
+    from urllib.parse import quote
+
+    return "file:" + quote(str(path), safe="/")
+
+
+def safe_url(url: str) -> str:
+    """`url` as it may be shown: the password as ***, in the user info or the query (`?password=`)."""
+    try:
+        url = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        pass
+    return shown_url(url)
