@@ -554,26 +554,34 @@ class TestNightErrorsKeepSecretsOut:
         )
 
 
-class TestPasswordsWithUnencodedMarks:
-    # Generated passwords hold `/` (base64) or `?`; SQLAlchemy reads a [store] url's password up to its `@`.
-    PASSWORD = "Xk3-9fqLm2/w0rd?Secret"
+# Passwords SQLAlchemy reads whole, up to their `@`, that a URL should have percent-encoded: generated ones hold `/`
+# (base64) or `?`, a pass phrase holds spaces. Each is checked absent by its first ten characters.
+SQLALCHEMY_PASSWORDS = pytest.mark.parametrize(
+    "password", ["Xk3-9fqLm2/w0rd?Secret", "correct horse Battery9 staple"], ids=["unencoded-marks", "spaces"]
+)
 
-    def test_a_url_variable_whose_password_holds_a_slash_is_withheld_and_redacted(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """DATABASE_URL with `/` and `?` left unencoded in its password: the agent's commands run without it, and a file that holds it reads ***."""
-        monkeypatch.setenv("DATABASE_URL", f"postgres://app:{self.PASSWORD}@db/app")
-        (tmp_path / "settings.py").write_text(f'DATABASE = "postgres://app:{self.PASSWORD}@db/app"\n')
+
+class TestPasswordsAsSQLAlchemyReadsThem:
+    @SQLALCHEMY_PASSWORDS
+    def test_a_url_variable_with_such_a_password_is_withheld_and_redacted(self, password: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """DATABASE_URL with `/` and `?` or spaces in its password: the agent's commands run without it, and a file that holds it reads ***."""
+        monkeypatch.setenv("DATABASE_URL", f"postgres://app:{password}@db/app")
+        (tmp_path / "settings.py").write_text(f'DATABASE = "postgres://app:{password}@db/app"\n')
         assert "DATABASE_URL" in withheld(os.environ)
         toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", redact=Redactor.for_night())
         out = toolbox.execute(ToolCall("run_command", {"command": "env; cat settings.py"})).output
-        assert "Xk3-9fqLm2" not in out and 'DATABASE = "postgres://app:***@db/app"' in out
-        assert shown_url(f"postgresql+psycopg://app:{self.PASSWORD}@db/app?sslmode=require") == "postgresql+psycopg://app:***@db/app?sslmode=require"
+        assert password[:10] not in out and 'DATABASE = "postgres://app:***@db/app"' in out
+        url = f"postgresql+psycopg://app:{password}@db:5432/app?sslmode=require"
+        assert make_url(url).password == password  # what the store logs in with
+        assert password in url_secrets(url) and shown_url(url) == "postgresql+psycopg://app:***@db:5432/app?sslmode=require"
         assert url_secrets("http://host:8080/users/a@example.com") == []  # a port, then a path: no password
 
-    def test_the_store_urls_password_with_a_slash_is_redacted_in_what_the_agent_reads(
-        self, tmp_path: Path, repo: Path, server, pg_store_url: str
+    @SQLALCHEMY_PASSWORDS
+    def test_the_store_urls_such_password_is_redacted_in_what_the_agent_reads(
+        self, password: str, tmp_path: Path, repo: Path, server, pg_store_url: str
     ) -> None:
-        """A PostgreSQL [store] url whose password holds `/`: the agent that cats the config sees ***, in the transcript and the store too."""
-        store_url = pg_store_url.replace("://postgres@", f"://postgres:{self.PASSWORD}@")  # trust auth takes any password
+        """A PostgreSQL [store] url with such a password: the agent that cats the config sees ***, in the transcript and the store too."""
+        store_url = pg_store_url.replace("://postgres@", f"://postgres:{password}@")  # trust auth takes any password
         config = tmp_path / "overnight.toml"
         from tests.conftest import write_config
 
@@ -587,28 +595,27 @@ class TestPasswordsWithUnencodedMarks:
         assert overnight("run", "--config", str(config)) == 0
         transcripts = [path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir()]
         assert any("postgres:***@" in text for text in transcripts)
-        assert not any("Xk3-9fqLm2" in text for text in [*transcripts, json.dumps(server.requests)])
+        assert not any(password[:10] in text for text in [*transcripts, json.dumps(server.requests)])
 
-    def test_an_api_base_whose_password_holds_a_slash_is_refused_without_showing_it(
-        self, config_file, capsys: pytest.CaptureFixture[str]
+    @SQLALCHEMY_PASSWORDS
+    def test_an_api_base_with_such_a_password_is_refused_without_showing_it(
+        self, password: str, config_file, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """urllib's error quoted the password's start ("Port could not be cast to integer value as 'Xk3-9fqLm2'"): the line says what to do, with ***."""
-        config = config_file(model={"api_base": f"http://me:{self.PASSWORD}@127.0.0.1:9/v1"})
+        """urllib's error quoted the password's start ("Port could not be cast to integer value as 'Xk3-9fqLm2'"), the
+        space's error the whole URL: the line says what to do, with ***."""
+        config = config_file(model={"api_base": f"http://me:{password}@127.0.0.1:9/v1"})
         capsys.readouterr()
         assert overnight("run", "--config", str(config)) == 2
         said = capsys.readouterr()
-        assert "Xk3" not in said.out + said.err and "http://me:***@127.0.0.1:9/v1" in said.err and "percent-encode" in said.err
+        assert password[:10] not in said.out + said.err and "http://me:***@127.0.0.1:9/v1" in said.err and "percent-encode" in said.err
 
 
 class TestPasswordsWithSpaces:
-    # SQLAlchemy reads a [store] url's password up to its `@`, spaces and all: a pass phrase has them.
+    # Only a value that is one URL may hold a password with spaces.
     PASSWORD = "correct horse Battery9 staple"
 
     def test_a_value_that_is_one_url_gives_its_password_whole(self) -> None:
         url = f"postgresql+psycopg://app:{self.PASSWORD}@db:5432/app?sslmode=require"
-        assert make_url(url).password == self.PASSWORD  # what the store logs in with
-        assert self.PASSWORD in url_secrets(url)
-        assert shown_url(url) == "postgresql+psycopg://app:***@db:5432/app?sslmode=require"
         assert shown_url(f"  http://me:{self.PASSWORD}@h/v1?key=QUERYSECRET ") == "  http://me:***@h/v1?key=*** "
         assert withheld({"DATABASE_URL": url}) == ["DATABASE_URL"]
 
@@ -621,43 +628,6 @@ class TestPasswordsWithSpaces:
         assert withheld(env) == ["PIP_EXTRA_INDEX_URL"]
         assert url_secrets(env["PIP_EXTRA_INDEX_URL"]) == ["tok-0123456789"]
         assert shown_url(env["JAVA_OPTS"]) == env["JAVA_OPTS"] and shown_url(env["GIT_PROXY"]) == env["GIT_PROXY"]
-
-    def test_a_url_variable_whose_password_holds_spaces_is_withheld_and_redacted(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setenv("DATABASE_URL", f"postgres://app:{self.PASSWORD}@db/app")
-        (tmp_path / "settings.py").write_text(f'DATABASE = "postgres://app:{self.PASSWORD}@db/app"\n')
-        assert "DATABASE_URL" in withheld(os.environ)
-        toolbox = Toolbox(tmp_path, ("run_command",), check_command="true", redact=Redactor.for_night())
-        out = toolbox.execute(ToolCall("run_command", {"command": "env; cat settings.py"})).output
-        assert "horse" not in out and 'DATABASE = "postgres://app:***@db/app"' in out
-
-    def test_the_store_urls_password_with_spaces_is_redacted_in_what_the_agent_reads(
-        self, tmp_path: Path, repo: Path, server, pg_store_url: str
-    ) -> None:
-        """A PostgreSQL [store] url whose password holds spaces: the agent that cats the config sees ***, in the transcript and the store too."""
-        store_url = pg_store_url.replace("://postgres@", f"://postgres:{self.PASSWORD}@")  # trust auth takes any password
-        config = tmp_path / "overnight.toml"
-        from tests.conftest import write_config
-
-        write_config(config, api_base=server.url, repo=repo, extra=f"\n[store]\nurl = {json.dumps(store_url)}\n", tasks=[
-            {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "edit_file", "submit"]}])
-        server.enqueue(
-            call("run_command", {"command": f"cat {config}"}),
-            call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'hello'"}),
-            call("submit", {"summary": "fixed"}),
-        )
-        assert overnight("run", "--config", str(config)) == 0
-        transcripts = [path.read_text() for path in (tmp_path / "state" / "transcripts").iterdir()]
-        assert any("postgres:***@" in text for text in transcripts)
-        assert not any("horse" in text for text in [*transcripts, json.dumps(server.requests)])
-
-    def test_an_api_base_whose_password_holds_spaces_is_refused_without_showing_it(
-        self, config_file, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        config = config_file(model={"api_base": f"http://me:{self.PASSWORD}@127.0.0.1:9/v1"})
-        capsys.readouterr()
-        assert overnight("run", "--config", str(config)) == 2
-        said = capsys.readouterr()
-        assert "horse" not in said.out + said.err and "http://me:***@127.0.0.1:9/v1" in said.err and "%20" in said.err
 
 
 class TestUrlPasswordsAsTheirReadersReadThem:
