@@ -185,8 +185,8 @@ def _with_ends_kept(text: str, repaired: Any) -> Any:
 _END_MARK = "\ue000"
 # A quote after a line break (raw or the escape `\n`), then what may follow a value: a comma, a closing bracket, the end.
 _LINE_BREAK_BEFORE_A_CLOSING_QUOTE = re.compile(r"""(?:(?<=\n)|(?<=\\n))(?=['"]\s*(?:[,}\]]|\Z))""")
-# The characters the repair library may read of a marked text: a long one it reads at once is read 2 to 4 times per
-# character (a short one up to 11 times, a few hundred reads), one it goes quadratic on thousands of times.
+# The characters the repair library may read of a text (a slice counts its length): a long text it reads at once is read
+# 2 to 4 times per character (a short one up to 11 times, a few hundred reads), one it goes quadratic on thousands of times.
 _READS_PER_CHARACTER = 8
 _READS_AT_LEAST = 1024
 
