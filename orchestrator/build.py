@@ -151,7 +151,7 @@ def _check_store_apart(config: Config) -> None:
         GIT_CONFIG_COPY, LOCAL_SERVER_LOG, NOTES_FILE, SERVE_NIGHT_MARKER, STORE_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER,
     )
     from orchestrator.lock import LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME
-    from runs.store import sqlite_files
+    from runs.engine import sqlite_files
 
     state = Path(os.path.realpath(config.state_dir))
     # Also the files a night or serve writes and then deletes (the marker, the git config's copy):

@@ -330,7 +330,7 @@ def _check_not_ours(path: Path, option: str, settings: object, repo: object) -> 
     the run store, wherever `[store] url` puts it, or the repository's .git (its config, its refs)."""
     import os
 
-    from runs.store import sqlite_files
+    from runs.engine import sqlite_files
 
     target = Path(os.path.realpath(path))
     if target == Path(os.path.realpath(settings.source)):  # type: ignore[attr-defined]
@@ -394,7 +394,7 @@ def report(
     from orchestrator.config import load_config
     from orchestrator.lock import state_identity
     from orchestrator.logs import configure_logging
-    from runs.store import safe_url
+    from runs.engine import safe_url
 
     settings = load_config(config, require_tasks=False)
     # Opening the store may warn (store_index_not_added): on stderr, as every command logs, not in the report.

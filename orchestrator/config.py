@@ -383,7 +383,7 @@ class Config(_Section):
             return f"sqlite:///{self.state_dir / STORE_FILE}"
         from sqlalchemy.engine import make_url
 
-        from runs.store import in_uri_form, sqlite_uri, sqlite_uri_path
+        from runs.engine import in_uri_form, sqlite_uri, sqlite_uri_path
 
         url = make_url(self.store.url)
         if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":

@@ -48,7 +48,7 @@ from orchestrator.task_night import (
 )
 from orchestrator.tools import offered, schemas_of
 from orchestrator.worktree import Worktree, branch_for, open_repo
-from runs.store import sqlite_files
+from runs.engine import sqlite_files
 from runs.views import EarlierTonight
 
 EXIT_OK, EXIT_TASKS_FAILED, EXIT_USAGE, EXIT_MODEL_UNREACHABLE = 0, 1, 2, ModelUnreachable.exit_code

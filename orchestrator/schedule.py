@@ -55,7 +55,7 @@ from orchestrator.crontab import latest_fire_time, night_trigger, schedule_timez
 from orchestrator.errors import StateError
 from orchestrator.lock import EXIT_LOCKED, SERVE_LOCK_NAME, StateLock, make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
-from runs.store import safe_url
+from runs.engine import safe_url
 
 NIGHT_JOB_ID = "overnight-night"
 SCHEDULE_TABLE = "overnight_schedule"
@@ -620,7 +620,7 @@ def _job_store(config: Config) -> SQLAlchemyJobStore:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from runs.store import BUSY_TIMEOUT_MS, postgres_bounds
+    from runs.engine import BUSY_TIMEOUT_MS, postgres_bounds
 
     url = config.store_url
     parsed = make_url(url)

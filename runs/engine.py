@@ -5,7 +5,7 @@ libpq's time limits, so that a stuck server or a dropped network ends in one lin
 (the scheduler's job store makes its engine with the same limits). The same reading of a URL serves
 the config (a SQLite `file:` URI's path), the CLI and the build (the files a SQLite store is kept
 in); and every message that names the store shows it through `safe_url` (no password) and the
-database's complaint through `_one_line`.
+database's complaint through `database_complaint`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy.exc import ArgumentError
 from orchestrator.secrecy import shown_url
 
 
-def _one_line(exc: BaseException) -> str:
+def database_complaint(exc: BaseException) -> str:
     """The database's own complaint, without SQLAlchemy's statement dump and links."""
     cause = getattr(exc, "orig", None) or exc
     lines = str(cause).strip().splitlines()
@@ -50,7 +50,7 @@ def _pragmas_on_connect(busy_timeout_ms: int | None) -> Callable[[Any, Any], Non
     return set_up
 
 
-def _create_engine(url: str) -> Engine:
+def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
         # libpq waits for a host that accepts but never answers (a stuck pooler) without end, and on
@@ -97,13 +97,13 @@ _SILENCE_LIMITS = {
 def sqlite_files(url: str) -> list[Path]:
     """The files a SQLite store is kept in (the database, its write-ahead log and shared memory, a
     rollback journal); [] for other databases."""
-    database = _sqlite_file(url)
+    database = sqlite_database_file(url)
     if database is None:
         return []
     return [database, *(database.with_name(database.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
 
 
-def _sqlite_file(url: str) -> Path | None:
+def sqlite_database_file(url: str) -> Path | None:
     """The file a SQLite URL names, also in SQLite's URI form (`sqlite:///file:runs.db?mode=rwc&uri=true`);
     None for other databases (and in-memory ones)."""
     parsed = make_url(url)

@@ -5,7 +5,7 @@ ALTER TABLE and the indexes created when it is opened (no migration tool for so 
 a transaction of its own that on PostgreSQL gives up, rather than wait without end, when another
 session holds the table. A table of the store's names that is not overnight's (it lacks a column
 every version made it with) is refused, never altered. Processes opening a new shared store at once
-race to create it; a few looks settle it (`_create_schema`).
+race to create it; a few looks settle it (`create_schema`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, Program
 from sqlalchemy.schema import CreateIndex
 
 from orchestrator.errors import StateError
-from runs.engine import _one_line
+from runs.engine import database_complaint
 from runs.models import Base
 
 _SCHEMA_ATTEMPTS = 8
 
 
-def _create_schema(engine: Engine) -> None:
+def create_schema(engine: Engine) -> None:
     """The tables, and columns and indexes added since a store was made; safe with another process doing the same.
 
     Processes opening a new shared store at once each see tables missing, and all but one
@@ -82,7 +82,7 @@ def _tables_made(inspector: Any) -> list[Any]:
     return [table for table in Base.metadata.sorted_tables if inspector.has_table(table.name)]
 
 
-def _lacks_columns(engine: Engine) -> bool:
+def lacks_columns(engine: Engine) -> bool:
     """Whether the store was made by an older version (a column of this one's is missing)."""
     try:
         return bool(_missing_columns(engine))
@@ -121,7 +121,7 @@ def _add_missing_indexes(engine: Engine) -> None:
         try:
             with _migrating(engine, what, wait_s=INDEX_LOCK_TIMEOUT_S) as connection:
                 connection.execute(CreateIndex(index, if_not_exists=True))
-        except (DBAPIError, _TableBusy) as exc:
+        except (DBAPIError, TableBusy) as exc:
             # A role that may use the tables but not index them (another role owns them on a shared server;
             # a read-only one, a standby's, for `report`) opened an older store before the index; or a session
             # (psql, a report tool) sits in a transaction that wrote to the table: the store opens without it.
@@ -129,7 +129,7 @@ def _add_missing_indexes(engine: Engine) -> None:
                 raise
             from orchestrator.logs import get_logger
 
-            get_logger().warning("store_index_not_added", index=index.name, table=index.table.name, error=_one_line(exc))
+            get_logger().warning("store_index_not_added", index=index.name, table=index.table.name, error=database_complaint(exc))
 
 
 # insufficient_privilege (not the table's owner), read_only_sql_transaction (a read-only role, a standby).
@@ -138,7 +138,7 @@ _NOT_ALLOWED = {"42501", "25006"}
 
 @contextlib.contextmanager
 def _migrating(engine: Engine, what: str, *, wait_s: float | None = None) -> Iterator[Connection]:
-    """A transaction for one change of an existing table (`what` names it); on PostgreSQL, given up with _TableBusy
+    """A transaction for one change of an existing table (`what` names it); on PostgreSQL, given up with TableBusy
     when another session's open transaction holds the table for longer than `wait_s` (MIGRATION_LOCK_TIMEOUT_S)."""
     wait_s = MIGRATION_LOCK_TIMEOUT_S if wait_s is None else wait_s
     with engine.begin() as connection:
@@ -152,7 +152,7 @@ def _migrating(engine: Engine, what: str, *, wait_s: float | None = None) -> Ite
         except OperationalError as exc:
             # 55P03 lock_not_available, in whatever language the server speaks.
             if getattr(exc.orig, "sqlstate", None) == "55P03":
-                raise _TableBusy(
+                raise TableBusy(
                     f"{what} waited {wait_s:g} s for another session's open transaction on it; "
                     "end that session (psql, a report tool), then run again"
                 ) from None
@@ -165,5 +165,5 @@ MIGRATION_LOCK_TIMEOUT_S = 20.0
 INDEX_LOCK_TIMEOUT_S = 2.0
 
 
-class _TableBusy(Exception):
+class TableBusy(Exception):
     """A column or an index could not be added: another session held the table (its message says what to do)."""

@@ -32,23 +32,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.errors import StateError
 from orchestrator.records import Level, Signal
 from orchestrator.surrogates import mend
-from runs.engine import (
-    BUSY_TIMEOUT_MS, _create_engine, _one_line, _sqlite_file, in_uri_form, postgres_bounds, safe_url, sqlite_files, sqlite_uri,
-    sqlite_uri_path,
-)
+from runs.engine import database_complaint, make_engine, safe_url, sqlite_database_file, sqlite_uri
 from runs.event_batches import EventBatches
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.old_runs import RUNS_PER_BATCH, remove_a_batch
-from runs.schema import _create_schema, _lacks_columns, _TableBusy
+from runs.schema import TableBusy, create_schema, lacks_columns
 from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
 
 # INSERT ... ON CONFLICT DO UPDATE, where the database has it: from these versions on.
 _UPSERTS = {"sqlite": (sqlite.insert, (3, 24)), "postgresql": (postgresql.insert, (9, 5))}
 
 __all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "worst_signal"]
-# Other modules name these runs.store's, as they were before runs/engine.py held them.
-__all__ += ["BUSY_TIMEOUT_MS", "in_uri_form", "postgres_bounds", "safe_url", "sqlite_files", "sqlite_uri", "sqlite_uri_path"]
 
 MODEL_CALL = "model_call"
 TOOL_CALL = "tool_call"
@@ -73,7 +68,7 @@ class RunStore:
         # process (rare: the state dir's lock keeps out a second night) still meets busy_timeout.
         self._one_writer: Any = threading.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self._event_batches = EventBatches(engine)
-        self._events = EventWriter(self._event_batches.write, _one_line, write_lock=self._one_writer)
+        self._events = EventWriter(self._event_batches.write, database_complaint, write_lock=self._one_writer)
         # The last run this object began: the night of this process, whatever others share the store.
         self.begun_run_id: int | None = None
         # Leases go by one clock. Machines sharing a PostgreSQL store each keep their own, which
@@ -91,14 +86,14 @@ class RunStore:
         """Connect and create missing tables; StateError (one line) if the store cannot be used."""
         engine: Engine | None = None
         try:
-            engine = _create_engine(url)
-            _create_schema(engine)
+            engine = make_engine(url)
+            create_schema(engine)
         # ImportError: the URL names a database driver that is not installed; ValueError, TypeError:
         # a query argument the driver cannot take (`?timeout=abc`), should one get past the config's check.
-        except (SQLAlchemyError, OSError, ImportError, ValueError, TypeError, _TableBusy) as exc:
+        except (SQLAlchemyError, OSError, ImportError, ValueError, TypeError, TableBusy) as exc:
             if engine is not None:
                 engine.dispose()
-            raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc
+            raise StateError(f"cannot open run store {safe_url(url)}: {database_complaint(exc)}") from exc
         store = cls(engine)
         if store._database_clock:
             store._clock_offset = _database_clock_offset(engine, url)
@@ -109,7 +104,7 @@ class RunStore:
         """`open`, or, for a SQLite file that cannot be opened for writing (the file system went
         read-only in the night), the file as it is: the morning can still read its account.
         None when the SQLite file does not exist yet: reading creates nothing."""
-        database = _sqlite_file(url)
+        database = sqlite_database_file(url)
         if database is not None and not database.exists():
             return None
         try:
@@ -119,7 +114,7 @@ class RunStore:
                 raise
         # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
         engine = create_engine(f"sqlite:///{sqlite_uri(database.resolve())}?mode=ro&immutable=1&uri=true")
-        if not _lacks_columns(engine):
+        if not lacks_columns(engine):
             return cls(engine)
         # An older version's store, which cannot get its new columns here: read from a copy that can.
         engine.dispose()
@@ -153,7 +148,7 @@ class RunStore:
             with self._one_writer, self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
+            raise StateError(f"run store: {action} failed: {database_complaint(exc)}") from exc
 
     @contextlib.contextmanager
     def _statements(
@@ -175,7 +170,7 @@ class RunStore:
         except expected:
             raise
         except SQLAlchemyError as exc:
-            raise StateError(f"run store: {action} failed: {_one_line(exc)}") from exc
+            raise StateError(f"run store: {action} failed: {database_complaint(exc)}") from exc
 
     def _add(self, action: str, model: type[Base], *, after_events: bool = True, **values: Any) -> int:
         with self._statements(action, after_events=after_events) as connection:
@@ -393,7 +388,7 @@ class RunStore:
             with self._engine.connect() as connection:  # task rows are not queued events: no flush needed
                 return connection.execute(query).scalar()
         except SQLAlchemyError as exc:
-            raise StateError(f"run store: reading failed: {_one_line(exc)}") from exc
+            raise StateError(f"run store: reading failed: {database_complaint(exc)}") from exc
 
     def earlier_tonight(self, state_id: str, since: datetime, run_id: int) -> EarlierTonight:
         """What this state dir's runs other than `run_id` begun at or after `since` (this host's clock:
@@ -684,7 +679,7 @@ class RunStore:
             with self._sessions() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise StateError(f"run store: reading failed: {_one_line(exc)}") from exc
+            raise StateError(f"run store: reading failed: {database_complaint(exc)}") from exc
 
 
 def _database_clock_offset(engine: Engine, url: str) -> timedelta:
@@ -696,7 +691,7 @@ def _database_clock_offset(engine: Engine, url: str) -> timedelta:
         after = utc_now()
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise StateError(f"cannot open run store {safe_url(url)}: {_one_line(exc)}") from exc
+        raise StateError(f"cannot open run store {safe_url(url)}: {database_complaint(exc)}") from exc
     if database_now.tzinfo is None:
         database_now = database_now.replace(tzinfo=timezone.utc)
     return database_now - (before + (after - before) / 2)

@@ -24,7 +24,7 @@ from orchestrator.records import ToolCall
 from orchestrator.scripted import call
 from orchestrator.secrecy import REDACTED, Redactor, looks_secret, shown_url, url_secrets, withheld
 from orchestrator.tools import Toolbox
-from runs.store import safe_url
+from runs.engine import safe_url
 from tests.conftest import git
 from tests.test_night import notes_text, overnight, report_json
 

@@ -664,7 +664,7 @@ class TestWhereTheStoreIs:
         """In SQLite's URI form a relative store was opened in the folder the command ran in: cron's night and
         the person's report, started from different folders, read different stores."""
         from orchestrator.config import load_config
-        from runs.store import sqlite_files
+        from runs.engine import sqlite_files
 
         folder, elsewhere = tmp_path / "config", tmp_path / "elsewhere"
         (folder / "sub dir").mkdir(parents=True)
@@ -679,7 +679,7 @@ class TestWhereTheStoreIs:
 
     def test_an_absolute_uri_is_left_as_written(self, tmp_path: Path) -> None:
         from orchestrator.config import load_config
-        from runs.store import sqlite_files
+        from runs.engine import sqlite_files
 
         for url, files in ((f"sqlite:///file:{tmp_path}/abs.db?uri=true", [tmp_path / "abs.db"]),):
             (tmp_path / "overnight.toml").write_text(f'[state]\ndir = "state"\n[store]\nurl = "{url}"\n')
@@ -693,7 +693,7 @@ class TestWhereTheStoreIs:
         (a file `file%3A...` that could not be opened, exit 4); `~` was the home folder to overnight (which
         file is the store, what --junit may not replace) and a folder named `~` to SQLite."""
         from orchestrator.config import load_config
-        from runs.store import sqlite_files
+        from runs.engine import sqlite_files
 
         folder, home = tmp_path / "config", tmp_path / "home"
         folder.mkdir()
