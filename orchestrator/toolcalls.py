@@ -35,7 +35,7 @@ from orchestrator.call_arguments import (
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
 from orchestrator.written_calls import WrittenCall, calls_in_text
 
-# MAX_JSON_DEPTH is call_arguments.py's, importable from here as before.
+# The parser's public names; MAX_JSON_DEPTH, the deepest a call's arguments may nest, is call_arguments.py's.
 __all__ = ["DESCRIBE_LIMIT", "MAX_JSON_DEPTH", "arguments_problem", "describe_call", "parse_calls", "thinking_apart"]
 
 DESCRIBE_LIMIT = 120
