@@ -18,9 +18,9 @@ undoes that. The agent's commands therefore run with:
 - a front for git on PATH that refuses, before git runs, what changes shared
   things without a ref transaction the hook could refuse: `git stash` (but `list`
   and `show`: `stash pop` applies and drops the user's entry first), `git branch
-  -m/-c` (git writes the copy without the hook), `git reflog expire/delete`,
+  -m/-c` (git writes the copy without the hook), `git reflog expire/delete/drop/write`,
   `git worktree` (but `list`: `remove --force` deletes another task's work), and
-  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`), each also as what an
+  housekeeping (`gc`, `pack-refs`, `prune`, `maintenance`, `refs migrate`), each also as what an
   alias expands to (a shell alias: refused), and as what git itself runs (`rebase --exec`, `bisect
   run`, an editor: git's exec path, first on their PATH, is a folder whose git, and the dashed names of its
   builtins (git-stash), are the front); fetches without
@@ -114,12 +114,14 @@ _GIT_FRONT = "#!BASH" + _SHARED + r"""
 # `rebase --exec 'git-stash drop'`), which git itself would run as `git stash`: judged as that.
 program=${0##*/}
 [[ "$program" == git-?* ]] && set -- "${program#git-}" "$@"
-# The options before the subcommand, the subcommand, and its arguments.
+# The options before the subcommand, the subcommand, and its arguments. Those git takes a value of as the next
+# word (--shallow-file, --attr-source: git >= 2.42, --super-prefix: before 2.41) too: else the value was taken for the
+# subcommand, and `git --shallow-file '' stash drop` dropped the user's stash past every check below.
 split_arguments() {
   local args=("$@") at=0
   while (( at < ${#args[@]} )); do
     case "${args[at]}" in
-      -C|-c|--git-dir|--work-tree|--namespace|--config-env) at=$((at + 2)) ;;
+      -C|-c|--git-dir|--work-tree|--namespace|--config-env|--shallow-file|--attr-source|--super-prefix) at=$((at + 2)) ;;
       -*) at=$((at + 1)) ;;
       *) break ;;
     esac
@@ -281,7 +283,7 @@ refuse_other_top() {
 # an index or files would write the user's: refused when the repository is the user's. In the
 # worktree (git then finds its own .git, or a repository the agent made) no git runs to ask.
 case "$command" in
-  add|rm|mv|reset|restore|checkout|switch|clean|commit|merge|rebase|cherry-pick|revert|am|apply|pull|\
+  add|stage|rm|mv|reset|restore|checkout|switch|clean|commit|merge|rebase|cherry-pick|revert|am|apply|pull|\
   read-tree|update-index|checkout-index|sparse-checkout|submodule|bisect|mergetool)
     # A ':' above the worktree splits GIT_CEILING_DIRECTORIES (git has no escape for it): git may
     # climb out of the worktree itself then, so the repository is asked there too.
@@ -358,19 +360,32 @@ case "$command" in
       *) refuse "$stash_refusal" ;;
     esac ;;
   branch)
+    # git takes a long option by any unambiguous start (--mo, --cop) and short ones bundled (-fm); -u's value follows it,
+    # and --sort's is the next word (--sort -committerdate: a key, not options).
+    sort_key=
     for arg in "${rest[@]}"; do
+      [[ -n "$sort_key" ]] && { sort_key=; continue; }
       case "$arg" in
-        -m|-M|-c|-C|--move|--copy) refuse "branches are shared with the user's checkout; this worktree works on its own branch only" ;;
-      esac
+        --sort) sort_key=1; false ;;
+        --*) [[ ( ${#arg} -ge 4 && "--move" == "$arg"* ) || ( ${#arg} -ge 5 && "--copy" == "$arg"* ) ]] ;;
+        -*) letters=${arg#-}; [[ "${letters%%u*}" == *[mMcC]* ]] ;;
+        *) false ;;
+      esac && refuse "branches are shared with the user's checkout; this worktree works on its own branch only"
     done ;;
   reflog)
-    [[ "${rest[0]}" == expire || "${rest[0]}" == delete ]] &&
-      refuse "the reflogs, the user's stash among them, are shared with the user's checkout" ;;
+    # drop (git >= 2.50) deletes a ref's whole reflog, `drop refs/stash` every stash entry; write adds entries.
+    case "${rest[0]}" in
+      expire|delete|drop|write) refuse "the reflogs, the user's stash among them, are shared with the user's checkout" ;;
+    esac ;;
   worktree)
     [[ "${rest[0]}" == list ]] ||
       refuse "worktrees are overnight's: another task's holds its work, and this one is where this task works" ;;
   gc|pack-refs|prune|repack|maintenance)
     refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
+  refs)
+    # `git refs migrate` (git >= 2.46) moves every ref of the repository to another storage format.
+    [[ "${rest[0]}" == migrate ]] &&
+      refuse "housekeeping of the repository is the user's: it is shared with the user's checkout" ;;
   remote)
     # git remote runs no reference-transaction hook given through the environment: what it would
     # delete or move among the user's remote-tracking refs is refused here (after -v, its one option).

@@ -354,12 +354,16 @@ class Toolbox:
         return ToolResult(True, _with_note("".join(shown), warning))
 
     def _write_file(self, path: str, content: str) -> ToolResult:
-        if path.rstrip().endswith("/"):
-            # Written as asked, `tests/` became a file named tests, and every later tests/x.py failed.
-            name = path.rstrip().rstrip("/") or "src"
+        ending = next((end for end in ("/", "/.") if path.rstrip().endswith(end)), "")
+        if ending:
+            # Written as asked, `tests/` (or `tests/.`) became a file named tests, and every later tests/x.py failed.
+            name = path.rstrip()
+            while name.endswith(("/", "/.")):
+                name = name.removesuffix("/") if name.endswith("/") else name.removesuffix("/.")
+            name = name or "src"
             like = name if "." in name.rsplit("/", 1)[-1].lstrip(".") else f"{name}/new_file.py"  # app.py/: the file meant
             raise _Refused(
-                f"{path!r} ends with /, as a folder's path does; write_file makes a file (and its folders): "
+                f"{path!r} ends with {ending}, as a folder's path does; write_file makes a file (and its folders): "
                 f"give the file's path, like {like}"
             )
         target = self._resolve(path)

@@ -79,7 +79,12 @@ SHARED_REF_CHANGES = {
     "note": "git notes add -m note HEAD",
     "rename the task's branch": "git branch -m fix-greeting",
     "copy over the user's branch": "git branch -C main",
+    "rename the task's branch, options bundled": "git branch -fm fix-greeting",
+    "copy over the user's branch, the option abbreviated": CHANGE + "git commit -qam wip && git branch --cop -f main",
     "expire the reflogs": "git reflog expire --expire=now --all",
+    # Newer gits' (2.50, 2.46): refused before git runs, so on any git.
+    "drop the stash's reflog": "git reflog drop refs/stash",
+    "migrate the refs to another format": "git refs migrate --ref-format=reftable",
     "housekeeping": "git gc -q",
     "delete a remote-tracking branch": "git branch -d -r origin/main",
     "prune the remote-tracking branches": "git remote prune origin",
@@ -109,6 +114,10 @@ SHARED_REF_CHANGES = {
     "tag with the hooks switched off by GIT_CONFIG_COUNT": "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null git tag v7",
     "tag with the hooks switched off by GIT_CONFIG_PARAMETERS": "export GIT_CONFIG_PARAMETERS=\"'core.hookspath'='/dev/null'\"; git tag v7",
     "stash drop by an alias in GIT_CONFIG_PARAMETERS": "GIT_CONFIG_PARAMETERS=\"'alias.x'='stash drop'\" git x",
+    # Options before the subcommand whose value is the next word (git's --shallow-file, --attr-source, --super-prefix).
+    "drop the stash behind --shallow-file and its value": "git --shallow-file '' stash drop",
+    "push past the hook behind --shallow-file and its value": CHANGE
+    + "git commit -qam fix && git --shallow-file '' push -q --no-verify origin HEAD:refs/heads/nv",
     "tag with the hooks switched off by an included file": "printf '[core]\\n\\thooksPath = /dev/null\\n' > ../hooks-off && git -c include.path=$PWD/../hooks-off tag v7",
 }
 
@@ -166,6 +175,8 @@ class TestSharedRefs:
             "git switch -q --detach && git switch -q overnight/fix",
             CHANGE + "git commit -qam three && git rebase -q --exec true HEAD~1",
             "git log --oneline -1 main && git stash list && git fetch -q origin && git bisect start HEAD HEAD~1 >/dev/null && git bisect reset",
+            "git branch -vv && git branch -a --contains HEAD && git branch --sort -committerdate --list "
+            "&& git branch --show-current",
             "git remote -v && git remote show origin >/dev/null && git symbolic-ref --short HEAD && git symbolic-ref HEAD "
             "&& git symbolic-ref -m why HEAD refs/heads/overnight/fix && git symbolic-ref -qm why HEAD refs/heads/overnight/fix",
         ]
@@ -423,6 +434,7 @@ OUTSIDE_THE_WORKTREE = {
     "the state dir, clean": "cd ../.. && git clean -fdq",
     "the user's checkout itself": "cd ../../.. && git add -A; git reset -q --hard",
     "the user's checkout, by -C": "git -C ../../.. restore greet.py",
+    "the user's checkout, by stage (add's other name)": "cd ../../.. && git stage -A",
     "another task's worktree": "cd ../other && git reset -q --hard && git clean -fdq",
     "another task's worktree, clean alone": "cd ../other && git clean -fdq",
     # In the worktree, but with the index of the user's checkout or another task's.

@@ -324,11 +324,12 @@ class TestFileTools:
         result = run(toolbox(repo), "write_file", path="new/deep/mod.py", content="A = 1\n")
         assert result.ok and (repo / "new" / "deep" / "mod.py").read_text() == "A = 1\n"
 
-    def test_write_file_to_a_path_ending_in_a_slash_makes_no_file(self, repo):
-        """A path ending in / names a folder: it is refused, so no file of the folder's name blocks the files written into it later."""
+    @pytest.mark.parametrize("path", ["tests/", "tests/.", "tests/./"])
+    def test_write_file_to_a_path_ending_in_a_slash_makes_no_file(self, repo, path):
+        """A path ending in / (or /.) names a folder: refused, so no file of the folder's name blocks the files written into it later."""
         box = toolbox(repo)
-        result = run(box, "write_file", path="tests/", content="")
-        assert not result.ok and "tests/new_file.py" in result.output and "\n" not in result.output
+        result = run(box, "write_file", path=path, content="")
+        assert not result.ok and "tests/new_file.py" in result.output and "\n" not in result.output, result.output
         assert not (repo / "tests").exists()
         assert run(box, "write_file", path="tests/test_app.py", content="x = 1\n").ok
 
