@@ -6,7 +6,7 @@ ssh agent's socket) would land in the transcript, the run store, notes.md (which
 prompt carries) and, written to a file, on the task's branch that CI then pushes. So:
 
 - the agent's commands and the task's check run without the variables whose names say they
-  hold a secret (`looks_secret`) or whose values are URLs with a password (`holds_secret`); the
+  hold a secret (`looks_secret`) or whose values hold a URL or an Oracle login with a password (`holds_secret`); the
   check (also when the agent runs it) gets those its task names in `pass_env`, the agent's own
   commands never;
 - what a tool or the check prints has the values of those variables, the model's API key and
@@ -22,6 +22,7 @@ the redaction keeps their known values out of the night's records.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
@@ -63,11 +64,11 @@ def looks_secret(name: str) -> bool:
 
 
 def holds_secret(name: str, value: str) -> bool:
-    """Whether a variable is withheld: its name says so, or its value is a URL with a password
-    (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token)."""
+    """Whether a variable is withheld: its name says so, or its value holds a URL with a password
+    (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token) or an Oracle login (scott/pw@//db/orcl)."""
     # Only a password the Redactor would hide: `postgres://postgres:postgres@localhost/test`, a CI service
     # database's, is in the project's own files and shown anyway; withheld, the check just fails.
-    return looks_secret(name) or ("://" in value and any(_redactable(secret) for secret in url_secrets(value)))
+    return looks_secret(name) or any(_redactable(secret) for secret in _value_secrets(value))
 
 
 def withheld(environment: Mapping[str, str], pass_env: Collection[str] = ()) -> list[str]:
@@ -123,7 +124,7 @@ class Redactor:
         """The values of this process's secret-named variables, the model's API key, and the passwords
         (and query values) of the store's and the model endpoint's URLs."""
         values = [value for name, value in os.environ.items() if looks_secret(name)]
-        values += [secret for value in os.environ.values() if "://" in value for secret in url_secrets(value)]
+        values += [secret for value in os.environ.values() for secret in _value_secrets(value)]
         values += [api_key or ""] + url_secrets(store_url) + url_secrets(api_base)
         return cls(values)
 
@@ -188,7 +189,7 @@ def passed_secrets(pass_env: Collection[str], environment: Mapping[str, str] | N
         value = environment.get(name)
         if value is None or not holds_secret(name, value):
             continue
-        for piece in Redactor([value, *url_secrets(value)]).values:
+        for piece in Redactor([value, *_value_secrets(value)]).values:
             names_by_value.setdefault(os.fsencode(piece), set()).add(name)
     return PassedSecrets({value: tuple(sorted(names)) for value, names in names_by_value.items()})
 
@@ -313,12 +314,15 @@ def _plain_word(value: str) -> bool:
 # scheme://user:password@host..., and a query's settings (?password=..., ?key=...). Groups: the user, the password as
 # SQLAlchemy reads a [store] url's, and the password's further `@` parts that urllib and httpx read into it.
 # Possessive and atomic: backtracking over a value's every `@` took quadratic time. Among other words a URL ends at white
-# space, and its user at a `"`, which RFC 3986 has percent-encoded: a JSON config's
+# space, and its user at a `"` that ends a JSON string (RFC 3986 has it percent-encoded): a JSON config's
 # `{"api":"https://api:8443","web":"https://localhost","owner":"ops@example.com"}` holds no password.
 _USERINFO = re.compile(
     r"""(?<=//)
-    ([^:/?#\[\]\s"]*+)              # the user, as SQLAlchemy's: up to its first `:`, an `@` in it included (Azure's
+    ((?:[^:/?#\[\]\s"]              # the user, as SQLAlchemy's: up to its first `:`, an `@` in it included (Azure's
                                     # `admin@server`); a `[` begins an IPv6 host (`http://[::1]:443/simple?next=a@b`)
+      |(?<=\w)"(?=\w)               # a `"` among its letters (`my"user`): not one a JSON string ends or begins with
+                                    # (`"//localhost","owner":"ops@x"`), nor one of code's (`"//"+user+"x:"+pw+"@"`)
+    )*+)
     (?::
         (                           # the password: up to the `@`, so a generated one with `/`, `?` or `#` left
                                     # unencoded counts whole (RFC 3986's reading stopped at the `/` and showed it all)
@@ -345,6 +349,50 @@ _ONE_URLS_USERINFO = re.compile(
     (?=[^\s?#]*+(?:[?#][^\r\n]*)?\s*\Z)  # then a host and path with no space, a query or fragment that may hold them""",
     re.VERBOSE,
 )
+
+
+def _quoted_urls_userinfo(quote: str) -> re.Pattern[str]:
+    """`_ONE_URLS_USERINFO` for a string in `quote`s that is one URL: a JSON value's or list's (`{"url": "postgresql://u:pass
+    phrase@db/app"}`), a Python repr's, a shell's or an env file's (`DATABASE_URL='...'`). Each part ends at the closing quote,
+    so a search from every opening one reads each string once."""
+    return re.compile(
+        rf"""(?<={quote})[A-Za-z][\w+.\-]*://   # a scheme right after the opening quote
+        ([^:/?#\[\]\r\n{quote}]*+)           # the user, spaces in it too
+        (?::
+            ((?![0-9]*[/?#]|[0-9]+[\s,;:)|{quote}]|\s)  # no port then words or the string's end, no words after a colon
+                [^@\r\n{quote}]*+)
+            ((?>(?:@[^@/?#\s{quote}]*+)*(?=@)))
+        )?@
+        (?=[^\s?#{quote}]*+(?:[?#][^\r\n{quote}]*+)?{quote})  # then a host and path with no space, a query or fragment
+                                                          # that may hold them, up to the closing quote""",
+        re.VERBOSE,
+    )
+
+
+_QUOTED_URLS_USERINFOS = (_quoted_urls_userinfo('"'), _quoted_urls_userinfo("'"))
+# Oracle's `user/password@connect`, which no URL reader reads: JDBC's thin and OCI URLs
+# (`jdbc:oracle:thin:scott/tiger@//db:1521/orcl`, `...@db:1521:orcl`), EZConnect with `//` or a port and a service
+# (`scott/tiger@db:1521/orcl`), and the login the tools take (`sqlplus -S scott/tiger@orcl`, `expdp userid=scott/tiger@orcl`).
+# Alone, `a/b@c` is a path, a GitHub Action (`actions/checkout@v4`), a Go module's version (`golang.org/x/tools@v0.1.0`), an
+# npm package's (`@scope/pkg@1.2`) or an image (`docs/v1@2x.png`).
+# Oracle reads a password with marks other than `_$#` only double-quoted, so an unquoted one ends at a `/`: a search from
+# every word of a run of `a/,a/,a/` then reads up to its next `/` only, not to the run's end.
+_ORACLE_LOGIN = re.compile(
+    r"""(?:
+        jdbc:oracle:\w++:                # a JDBC URL's driver (thin, oci)
+      | (?<![\w$\#.@:-])                 # a tool, its folder before it (`$ORACLE_HOME/bin/sqlplus`), its options, the
+        (?i:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:\.exe)?+(?:\s++-[A-Za-z]\w*+)*+\s++["']?+  # login quoted too
+      | (?<![\w$\#./@:\\-])              # else a word of its own: not a path's part (`a/b/c@//h`) nor a package's (`@s/p@1`)
+        (?:(?i:userid)=["']?+            # the tools' `userid=` parameter
+          | (?=[A-Za-z][\w$\#.]*+/[^\s@"'/]++@  # or EZConnect's `@//` (`@tcps://`), or a host (a name or an IPv4 address),
+              (?:(?:tcps?:)?//|(?:[A-Za-z][\w.-]*+|[0-9]++(?:\.[0-9]++){3})(?<!\.):[0-9]{2,5}+[/:][A-Za-z])))  # a port and a
+                                    # service or SID: not `a/b@10:30`, `x/y@npm:2.1`, `web/App@localhost:3000`
+    )
+    [A-Za-z][\w$\#.]*+/                # the user, as Oracle's names: letters, digits, `_$#`
+    (?:"([^"\r\n]*+)"|([^\s@"'/]++))  # the password, double-quoted or up to the `@`
+    (?=[@\s"']|\Z)""",
+    re.VERBOSE,
+)
 # A setting's name holds no `?`: read from each `?` of a run of them, one without `=` was scanned to its end as often.
 _QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s?]+)=([^&#\s]*)")
 # Before a query, settings after `;` as JDBC's SQL Server URL has them (`jdbc:sqlserver://db:1433;user=sa;password=...`).
@@ -369,6 +417,15 @@ def url_secrets(url: str | None) -> list[str]:
     return list(dict.fromkeys([*(form for value in values for form in (value, unquote(value), unquote_plus(value))), *found]))
 
 
+def _value_secrets(value: str) -> list[str]:
+    """The secrets of a variable's value whose name does not say it holds one: its URLs' (`url_secrets`), and Oracle's logins'
+    passwords (`_ORACLE_LOGIN`)."""
+    found = url_secrets(value) if "://" in value else []
+    if "/" in value:
+        found += [login.group(1) if login.group(1) is not None else login.group(2) for login in _ORACLE_LOGIN.finditer(value)]
+    return found
+
+
 def url_password(url: str) -> str | None:
     """The password of a URL's user info, as written; None when it has none."""
     userinfo = _userinfo(url)
@@ -381,18 +438,28 @@ def _userinfo(url: str) -> re.Match[str] | None:
 
 
 def _userinfos(text: str) -> list[re.Match[str]]:
-    """The user infos of `text`: that of a value that is one URL (`_ONE_URLS_USERINFO`), and every one among other words
-    (`_USERINFO`) after it: the further URLs of a list (`https://a/simple,https://u:token@b/simple`, Kombu's `;`)."""
+    """The user infos of `text`: that of a value that is one URL (`_ONE_URLS_USERINFO`), those of quoted strings that are one
+    URL (`_quoted_urls_userinfo`), and every other one among other words (`_USERINFO`) after it: the further URLs of a list
+    (`https://a/simple,https://u:token@b/simple`, Kombu's `;`). In order, none overlapping another: `_replaced` joins them."""
     one_url = _ONE_URLS_USERINFO.match(text)
-    found = [one_url] if one_url is not None else []
+    start = one_url.end() if one_url is not None else 0
+    quoted = sorted((one for pattern in _QUOTED_URLS_USERINFOS for one in pattern.finditer(text, start)), key=re.Match.start)
+    # A quoted string holds one URL: a `'` within a `"` string's (`"postgresql://u:it's@db"`) begins none.
+    quoted = [one for index, one in enumerate(quoted) if index == 0 or one.start() >= quoted[index - 1].end()]
+    unquoted: list[re.Match[str]] = []
     # A user info lies in a run without white space and ends at an `@`: each run is searched up to its last `@` only, and
     # one with no `//` before it not at all, so a run with many `//` and no `@` after them (a minified JSON of
     # `http://host:8080` URLs) is not read to its end from each `//`.
-    for run in _RUN.finditer(text, one_url.end() if one_url is not None else 0):
+    for run in _RUN.finditer(text, start):
         last_at = text.rfind("@", run.start(), run.end())
         if last_at >= 0 and text.find("//", run.start(), last_at) >= 0:
-            found += _USERINFO.finditer(text, run.start(), last_at + 1)
-    return found
+            unquoted += _USERINFO.finditer(text, run.start(), last_at + 1)
+    # One a quoted string's (read up to its last `@`, its password's spaces in it) holds is that string's, read once.
+    starts = [one.start() for one in quoted]
+    unquoted = [
+        one for one in unquoted if (before := bisect.bisect_right(starts, one.start())) == 0 or one.start() >= quoted[before - 1].end()
+    ]
+    return ([one_url] if one_url is not None else []) + sorted([*quoted, *unquoted], key=re.Match.start)
 
 
 def _replaced(text: str, userinfos: Iterable[re.Match[str]], replacement: Callable[[re.Match[str]], str]) -> str:

@@ -721,6 +721,62 @@ class TestUrlListsJdbcAndJsonValues:
         assert time.perf_counter() - started < 1.0
 
 
+class TestOracleLoginsAndQuotedUrls:
+    """Oracle's `user/password@connect` logins, URLs with a pass phrase in a quoted string, and a user with a `"`: passwords found,
+    and the paths, packages, emails and ssh logins beside them left as they are."""
+
+    PASSWORD = "Tiger-Pass99"
+    PHRASE = "correct horse Battery9 staple"
+    # Each beside the login: none is one (a path, an image, a GitHub Action, a Go module's, an npm package's version, an ssh login).
+    ORDINARY = ("src/a/b@c docs/v1@2x.png actions/checkout@v4 golang.org/x/tools@v0.1.0 @scope/pkg@1.2 git@github.com:org/repo.git"
+                " first.last@x.org ssh ops@db.example sqlplus /nolog jdbc:oracle:thin:@//db:1521/orcl fe80::1/64")
+
+    @pytest.mark.parametrize("login", [
+        "scott/{}@//db.example:1521/orcl",
+        "scott/{}@db.example:1521/orcl",
+        "jdbc:oracle:thin:scott/{}@//db.example:1521/svc",
+        "jdbc:oracle:thin:scott/{}@db.example:1521:sid",
+        "jdbc:oracle:oci:scott/{}@orcl",
+        "sqlplus scott/{}@orcl",
+        "sqlplus -S -L ops$batch/{}@orcl @run.sql",
+        'sqlplus scott/"{}"@orcl',
+        "expdp userid=scott/{}@orcl directory=dp",
+        '/opt/oracle/bin/sqlplus -S "scott/{}@orcl"',
+        "scott/{}@tcps://db.example:2484/svc",
+    ], ids=["ezconnect", "ezconnect-port", "jdbc-thin-service", "jdbc-thin-sid", "jdbc-oci", "sqlplus", "sqlplus-options",
+            "sqlplus-quoted", "expdp-userid", "sqlplus-path-quoted-login", "ezconnect-tcps"])
+    def test_an_oracle_logins_password_is_withheld_and_redacted(self, login: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A variable holding an Oracle login among ordinary text is withheld, and its password alone reads ***: a quoted one
+        with its spaces too."""
+        password = self.PHRASE if '"{}"' in login else self.PASSWORD
+        value = f"{self.ORDINARY} {login.format(password)}"
+        monkeypatch.setenv("ORACLE_LOGIN_LINE", value)
+        assert withheld({"ORACLE_LOGIN_LINE": value, "ORDINARY": self.ORDINARY}) == ["ORACLE_LOGIN_LINE"]
+        assert Redactor.for_night()(value) == f"{self.ORDINARY} {login.format(REDACTED)}"
+
+    @pytest.mark.parametrize("written", [
+        '["postgresql://app:{}@db/app"]',
+        '{{"url": "postgresql://app:{}@db:5432/app?sslmode=require", "api": "https://api:8443", "owner": "ops@example.com"}}',
+        '{{\n  "db": {{\n    "url": "mysql://app:{}@db/app"\n  }},\n  "owner": "ops@example.com"\n}}',
+        "{{'url': 'redis://app:{}@cache:6379/0', 'mail': 'ops@example.com'}}",
+        '--db "postgresql://app:{}@db/app" --mail ops@example.com',
+        "DATABASE_URL='postgresql://app:{}@db/app'",
+        '{{"url": "mssql+pyodbc://app:{}@db/app?driver=ODBC Driver 18"}}',
+    ], ids=["json-list", "json-object", "pretty-json", "python-repr", "shell-quoted", "env-file", "query-with-spaces"])
+    def test_a_quoted_urls_pass_phrase_is_found_and_hidden(self, written: str) -> None:
+        """A string in quotes that is one URL has its password with spaces read whole, as a value that is one URL has."""
+        value = written.format(self.PHRASE)
+        assert url_secrets(value) == [self.PHRASE] and withheld({"SETTINGS": value}) == ["SETTINGS"]
+        assert shown_url(value) == written.format(REDACTED)
+
+    @pytest.mark.parametrize("written", ['x postgresql://my"user:{}@db/app', '-Ddb=postgresql://a"b:{}@db/app -Dmail=ops@example.com'],
+                             ids=["among-words", "java-option"])
+    def test_a_user_with_a_quote_among_other_words_keeps_its_password_found(self, written: str) -> None:
+        """A `"` in a user that ends no JSON string (`my"user`) leaves its password found, as in a value that is one URL."""
+        value = written.format(self.PASSWORD)
+        assert url_secrets(value) == [self.PASSWORD] and shown_url(value) == written.format(REDACTED)
+
+
 class TestFileToolsRedactBeforeTheyCut:
     SECRET = "sk-LEAKY-0123456789abcdefghij"
 
