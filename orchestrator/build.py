@@ -129,7 +129,7 @@ def check_repository(config: Config) -> Any:
     """The user's repository (a git.Repo), once `[repo] path`, `[repo] base` and `[state] dir` are
     found usable together: ConfigError (exit 2) otherwise. Reads only: every command that locks or
     writes the state dir (run, gc, serve) calls it first, so none writes into the user's checkout or .git."""
-    from orchestrator.worktree import check_base, open_repo
+    from orchestrator.repository import check_base, open_repo
 
     repo = open_repo(config.repo_path)
     check_base(repo, config.repo.base)

@@ -29,7 +29,11 @@ from orchestrator.commands import UNATTENDED_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.gitdir import admin_dir, branches_held_by_operations
-from orchestrator.worktree import BRANCH_PREFIX, KEPT_BRANCH_PREFIX, Worktree, check_base, make_writable, open_repo, repair_moved
+from orchestrator.repository import check_base, open_repo
+from orchestrator.task_branches import BRANCH_PREFIX, KEPT_BRANCH_PREFIX
+from orchestrator.worktree import Worktree
+from orchestrator.worktree_registration import repair_moved
+from orchestrator.writable import make_writable
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
 

@@ -35,7 +35,9 @@ from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import DONE_EARLIER_TONIGHT, DONE_ELSEWHERE, TaskOutcome, counts_as_succeeded
+from orchestrator.repository import open_repo
 from orchestrator.secrecy import Redactor, withheld
+from orchestrator.task_branches import branch_for
 from orchestrator.task_night import (
     BRANCH_CHECKED_OUT,
     FAILED_EARLIER_TONIGHT,
@@ -47,7 +49,7 @@ from orchestrator.task_night import (
     summary_of,
 )
 from orchestrator.tools import offered, schemas_of
-from orchestrator.worktree import Worktree, branch_for, open_repo
+from orchestrator.worktree import Worktree
 from runs.engine import sqlite_files
 from runs.views import EarlierTonight
 
@@ -74,7 +76,7 @@ class NightParts:
     guards_factory: Callable[[], Sequence[Guard]]
     on_signal: SignalSink
     log: Any
-    repo: Any  # the user's git.Repo, opened and checked once (worktree.open_repo, check_base)
+    repo: Any  # the user's git.Repo, opened and checked once (repository.open_repo, check_base)
     context_window: int | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
     now: Callable[[], datetime] = local_now

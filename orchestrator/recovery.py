@@ -43,9 +43,12 @@ from orchestrator.notes import NotesBook, header_reason, stamp
 from orchestrator.records import KeptOutOfCommit
 from orchestrator.secrecy import PassedSecrets, Redactor, passed_secrets
 from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
-from orchestrator.worktree import (
-    GIT_TIMEOUT_S, Worktree, branch_for, forget_missing, git_reason, kept_branch, make_writable, open_repo, repair_moved,
-)
+from orchestrator.git_errors import git_reason
+from orchestrator.repository import open_repo
+from orchestrator.task_branches import branch_for, kept_branch
+from orchestrator.worktree import GIT_TIMEOUT_S, Worktree
+from orchestrator.worktree_registration import forget_missing, repair_moved
+from orchestrator.writable import make_writable
 
 INTERRUPTED_CORRECTION = (
     "None needed: the process was killed while this iteration ran; its changes were rolled back to the checkpoint."

@@ -1,6 +1,6 @@
 """What an index holds against a base commit, as `git diff-index --cached --raw -z` lists it.
 
-One parser for every reader of that output: a commit's size limit (worktree.py), and the search
+One parser for every reader of that output: a commit's size limit (large_files.py), and the search
 for `pass_env` values and the moves that carried them (secret_commits.py). `written`, `added` and
 `new_content` judge `--no-renames` output: read with -M or -C, a moved or copied file's entry is
 neither written nor added, whatever its edits.

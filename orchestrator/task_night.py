@@ -25,8 +25,9 @@ from orchestrator.iteration import TaskSetup, died_of_the_nights_signal, run_ite
 from orchestrator.leases import DEFAULT_TTL_S, LeaseHeld, LeaseKeeper, new_owner
 from orchestrator.protocols import Model
 from orchestrator.records import DONE_EARLIER_TONIGHT, DONE_ELSEWHERE, IterationOutcome, IterationReport, TaskOutcome
+from orchestrator.task_branches import BranchCheckedOut, branch_for
 from orchestrator.tools import Toolbox, output_cap_for
-from orchestrator.worktree import BranchCheckedOut, Worktree, branch_for
+from orchestrator.worktree import Worktree
 
 if TYPE_CHECKING:
     from orchestrator.night import _Night
@@ -210,7 +211,7 @@ def _worktree(night: _Night, run: _TaskRun) -> Worktree | _Ended:
         return _Ended(TaskOutcome.SKIPPED, reason=BRANCH_CHECKED_OUT)
     except Exception as failed:
         # Its git killed by the signal stopping the night (systemd's control-group kill, a moment
-        # before the night's own handler runs; `git_status`: worktree._with_git_status, `status`: a
+        # before the night's own handler runs; `git_status`: worktree_registration.with_git_status, `status`: a
         # GitCommandError): the task is cancelled, not a night crashed on a worktree git refused.
         if not died_of_the_nights_signal(run.cancel, getattr(failed, "git_status", getattr(failed, "status", None))):
             raise

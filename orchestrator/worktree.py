@@ -16,61 +16,37 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 import subprocess
 import tempfile
-import threading
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from orchestrator.checkout import checkout_around, git_folder_around
 from orchestrator.commands import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, kill_group
 from orchestrator.config import WORKTREES_FOLDER
-from orchestrator.errors import ConfigError, QualityError, StateError
+from orchestrator.errors import QualityError, StateError
+from orchestrator.add_paths import fewest_exclusions, folders_of
+from orchestrator.git_errors import CHECKED_OUT_AT, git_reason
 from orchestrator.gitdir import (
-    OBJECT_NAME, admin_dir, branches_held_by_operations, checkouts, common_of, gitdir_link, head_commit, index_may_hide_files,
-    is_worktree_of, linked_admin_dir, names_back,
+    admin_dir, branches_held_by_operations, checkouts, common_of, gitdir_link, head_commit, index_may_hide_files, names_back,
 )
+from orchestrator.large_files import refuse_large_committed, refuse_large_staged
 from orchestrator.records import CheckResult, KeptOutOfCommit
+from orchestrator.repository import open_repo
 from orchestrator.secret_commits import SecretKeeping, WorktreeGit, with_folded_subjects
-from orchestrator.staged import GITLINK, new_content, staged_changes
+from orchestrator.staged import GITLINK
+from orchestrator.task_branches import BranchCheckedOut, branch_for, kept_branch
+from orchestrator.worktree_registration import creation_error, ensure_registered, with_git_status
+from orchestrator.writable import make_writable
 
 if TYPE_CHECKING:
     from orchestrator.secrecy import PassedSecrets
 
-BRANCH_PREFIX = "overnight/"
 # The most any of overnight's own git commands in a worktree may take. Far more than an honest
 # one needs (a full checkout of a large repository included); a clean or smudge filter the agent
 # configured (`sleep 100000`) would otherwise hang the night, SIGTERM included.
 GIT_TIMEOUT_S = 600.0
-
-# `git worktree add` run concurrently in one repository corrupts its neighbours
-# (seen: "failed to read .git/worktrees/<name>/commondir"); one at a time per process.
-_REGISTER_LOCK = threading.Lock()
-
-
-class BranchCheckedOut(ConfigError):
-    """The task's branch is checked out in another worktree (most often the user's checkout, for
-    review): the night may neither move that checkout's HEAD nor build on a stale copy of the branch."""
-
-    def __init__(self, task: str, branch: str, at: str) -> None:
-        super().__init__(
-            f"task {task!r}: its branch {branch} is checked out in {at}; switch that checkout to another branch "
-            "(or detach it) and the next night works on the task again"
-        )
-        self.at = at
-
-
-# Branches that keep what a person left in a task's worktree (recovery and back_on_branch make them).
-KEPT_BRANCH_PREFIX = "overnight-kept/"
-
-
-def kept_branch(task: str) -> str:
-    """A new `overnight-kept/<task>/<UTC time>` branch name."""
-    return f"{KEPT_BRANCH_PREFIX}{task}/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
 
 
 def _log_commits_kept(task: str, branch: str) -> None:
@@ -80,78 +56,9 @@ def _log_commits_kept(task: str, branch: str) -> None:
     get_logger().warning("worktree_commits_kept", task=task, branch=branch)
 
 
-def branch_for(task: str) -> str:
-    return BRANCH_PREFIX + task
-
-
-def open_repo(path: Path):
-    """The user's repository, or ConfigError naming [repo] path."""
-    import git
-
-    try:
-        repo = git.Repo(path)
-    except (git.NoSuchPathError, git.InvalidGitRepositoryError):
-        raise ConfigError(f"[repo] path: {path} is not a git repository{_inside_one(path)}") from None
-    if repo.bare:
-        raise ConfigError(f"[repo] path: {path} is a bare repository; point it at a checkout (a clone) of it")
-    if _head_commit(repo) is None:
-        raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
-    return repo
-
-
-def _inside_one(path: Path) -> str:
-    """", but a folder inside the one at X: ..." when `path` is a subfolder of a checkout (a monorepo's project),
-    or ", but a folder inside the git folder X: ..." when it lies among git's own files."""
-    git_folder = git_folder_around(path)
-    if git_folder is not None:
-        return f", but a folder inside the git folder {git_folder}: point [repo] path at the top of a checkout"
-    top = checkout_around(path)
-    return f", but a folder inside the one at {top}: point [repo] path there (a night works on the whole repository)" if top else ""
-
-
-def check_base(repo, base: str) -> None:
-    """ConfigError unless `[repo] base` names a commit (new task branches start there)."""
-    import git
-
-    try:
-        named = repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
-    except git.GitCommandError as exc:
-        # --quiet: a name that is no commit fails silently; anything git says is about the repository
-        # itself ("detected dubious ownership" when cron runs as another user than its owner).
-        said = _git_said(exc)
-        if any(marker in said for marker in _REPOSITORY_REFUSED):
-            reason = said.removeprefix("fatal:").strip()
-            if "dubious ownership" in reason:
-                reason += " (run overnight as the repository's owner, or add it to git's safe.directory)"
-            raise ConfigError(f"[repo] path: git refuses {repo.working_tree_dir}: {reason}") from None
-        if said:  # about the name: a tree or blob (HEAD^{tree}, a tag of a tree), not a commit
-            reason = said.removeprefix("error:").strip().removeprefix(f"{base}^{{commit}}:").strip()
-            raise ConfigError(f"[repo] base: {base!r} is not a commit in {repo.working_tree_dir}: {reason}") from None
-        raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
-    if not OBJECT_NAME.fullmatch(named.strip()):
-        # `^HEAD` passes --verify as a negated commit ("^<sha>"), which `git worktree add` then refuses
-        # once the night has begun: a crashed run in a state dir made for nothing.
-        raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir} (git reads it as {named.strip()!r})")
-
-
-# What git says when it refuses the repository itself, whatever the name asked for.
-_REPOSITORY_REFUSED = ("dubious ownership", "safe.directory", "not a git repository")
-
-
-def _head_commit(repo) -> str | None:
-    """The HEAD commit of a git.Repo's checkout (see head_commit)."""
-    return head_commit(Path(repo.git_dir), Path(repo.common_dir))
-
-
 # glibc's malloc gave the heap back to the kernel and took it again for each object update-index wrote
 # (four brk calls a file: 0.4 s of system time for 5,000 new files, against 0.15 s so); ignored elsewhere.
 _KEEP_HEAP = {"MALLOC_TRIM_THRESHOLD_": str(4 << 20)}
-
-
-def _folders_of(folder: str) -> list[str]:
-    """`folder` ("a/b/c") and each folder above it ("a/b", "a"); none for the top ("")."""
-    parts = folder.split("/") if folder else []
-    return ["/".join(parts[:depth]) for depth in range(len(parts), 0, -1)]
 
 
 class Worktree:
@@ -205,24 +112,16 @@ class Worktree:
         repo.git.update_environment(**UNATTENDED_ENV)
         path = state_dir / WORKTREES_FOLDER / task
         branch = branch_for(task)
-        common = Path(repo.common_dir)
-        # Found registered on every night after a task's first, from two small files: no lock needed.
-        # (Also when the agent broke the link: the registration names the folder, and the link is repaired.)
-        admin = admin_dir(path, common)
-        if admin is None:
-            with _REGISTER_LOCK:
-                # A folder moved here with the state dir is registered where it was: repaired, not made anew.
-                if admin_dir(path, common) is None and not repair_moved(repo, path):
-                    _register(repo, state_dir, path, task, branch, base)
-        worktree = cls(path, branch, keep, common_dir=common, admin=admin)
+        admin = ensure_registered(repo, state_dir, path, task, branch, base)
+        worktree = cls(path, branch, keep, common_dir=Path(repo.common_dir), admin=admin)
         if not (worktree._admin / "index").exists():
             # Registered with --no-checkout, just now or by a night killed before this step:
             # check the files out (an empty index would commit every file as deleted).
             try:
                 worktree._git("reset", "--hard", "--quiet")
             except (git.GitCommandError, OSError) as exc:
-                failed = _creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path)
-                raise _with_git_status(failed, exc) from None
+                failed = creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path)
+                raise with_git_status(failed, exc) from None
         worktree.back_on_branch(task, on_commits_kept=on_commits_kept)
         return worktree
 
@@ -255,7 +154,7 @@ class Worktree:
             else:  # the branch was deleted: made again where HEAD is
                 self._git("checkout", "--quiet", "-b", self.branch)
         except git.GitCommandError as exc:
-            taken_at = _CHECKED_OUT_AT.search(git_reason(exc))
+            taken_at = CHECKED_OUT_AT.search(git_reason(exc))
             if taken_at:  # taken between the look and the checkout
                 raise BranchCheckedOut(task, self.branch, taken_at.group(1)) from None
             raise
@@ -432,11 +331,11 @@ class Worktree:
         if self._git("config", "--type=bool", "--default=false", "--get", "core.ignorecase").strip() != "true":
             return False
         tracked = {os.path.dirname(name) for name in self._git("ls-files", "-z", env=env).split("\0") if name}
-        tracked_folders = {folder for name in tracked for folder in _folders_of(name)}
+        tracked_folders = {folder for name in tracked for folder in folders_of(name)}
         in_any_case = {folder.lower() for folder in tracked_folders}
         return any(
             folder not in tracked_folders and folder.lower() in in_any_case
-            for name in names for folder in _folders_of(os.path.dirname(name))
+            for name in names for folder in folders_of(os.path.dirname(name))
         )
 
     def uncommitted_paths(self, since: str | None = None) -> list[str]:
@@ -561,11 +460,11 @@ class Worktree:
                     on_kept_out(kept_out)
         # With a size limit, the index is compared with the checkpoint anyway: when HEAD is still
         # there, that also answers "anything staged?" without asking git again.
-        differs = self._refuse_large_files(onto or "HEAD", max_file_bytes) if max_file_bytes else None
+        differs = refuse_large_staged(self._git, self.path, onto or "HEAD", max_file_bytes) if max_file_bytes else None
         if differs is not None and onto is not None and head_commit(self._admin, self._common) != onto:
             differs = None  # the agent's own commits on top: the index is to be compared with them
             # and what those commits hold goes with the branch too, a file added and removed again included
-            self._refuse_large_committed(onto, max_file_bytes)
+            refuse_large_committed(self._git, onto, max_file_bytes)
         if staged.strip() or (differs if differs is not None else self._has_staged_changes()):
             try:
                 self._git("commit", "--quiet", "--no-verify", "-m", message, identity=True)
@@ -575,54 +474,6 @@ class Worktree:
                     raise
         self._nothing_left_behind()
         return self.checkpoint()
-
-    def _refuse_large_files(self, base: str, limit: int) -> bool:
-        """QualityError for the new blobs over `limit` bytes that the index holds against `base` (the
-        checkpoint): what `git add` staged now, and what the agent staged or committed itself. A blob
-        `base` already has (a rename, a mode change of a tracked file) is no new weight. Whether the
-        index differs from `base` at all."""
-        raw = self._git("diff-index", "--cached", "--raw", "-z", "--no-renames", base)
-        new: dict[str, str] = {}
-        for change in new_content(list(staged_changes(raw))):
-            new.setdefault(change.new_blob, change.path)
-        wanted = list(new)
-        large = []
-        for blob in wanted:
-            path = new[blob]
-            try:  # the file first (no process for the usual small one), then the blob (a filter's, LFS's, is small)
-                if os.lstat(self.path / path).st_size <= limit:
-                    continue
-            except OSError:
-                pass
-            size = int(self._git("cat-file", "-s", blob).strip() or 0)
-            if size > limit:
-                large.append((path, size))
-        if large:
-            raise _too_large(
-                large, limit, "staged", ". Leave them out of your changes (delete a file you made, `git rm --cached` one you "
-                "staged), or write such output where git ignores it (a build or output folder the repository's .gitignore "
-                "names), then submit again.",
-            )
-        return bool(raw)
-
-    def _refuse_large_committed(self, base: str, limit: int) -> None:
-        """QualityError for a blob over `limit` bytes in the agent's own commits on top of `base` that `base`
-        does not have: the branch carries it even when a later commit removed the file. One process; a
-        second only to name what was found."""
-        omitted = self._git("rev-list", "--objects", f"--filter=blob:limit={limit + 1}", "--filter-print-omitted", f"{base}..HEAD")
-        blobs = {line[1:] for line in omitted.splitlines() if line.startswith("~")}
-        if not blobs:
-            return
-        names = {}
-        for line in self._git("rev-list", "--objects", f"{base}..HEAD").splitlines():
-            blob, _, path = line.partition(" ")
-            if blob in blobs:
-                names.setdefault(blob, path)
-        large = [(names.get(blob, blob), int(self._git("cat-file", "-s", blob))) for blob in sorted(blobs)[:5]]
-        raise _too_large(
-            large, limit, "committed", ", in a commit of yours (removing the file in a later commit still leaves it in "
-            "the branch's history). Write such output where git ignores it, then submit again.",
-        )
 
     def _add_all(self) -> str:
         """`git add --all --verbose`, new files under `keep` paths and nested repositories left out; in a sparse
@@ -841,230 +692,7 @@ class Worktree:
         return CheckResult(exit_code=result.exit_code, output=result.output, timed_out=result.timed_out)
 
 
-def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: str) -> None:
-    """`git worktree add --no-checkout` for `task` on `branch` (made from `base` if new); under _REGISTER_LOCK."""
-    import git
-
-    _exclude_state_dir(repo, state_dir)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StateError(f"cannot create the worktree of task {task!r} at {path}: {exc.strerror or exc}") from None
-    made_branch = branch not in repo.heads
-
-    def add() -> None:
-        # `-b` only while the branch is not there: a failed first try may have made it already.
-        new_branch = () if branch in repo.heads else ("-b", branch)
-        repo.git.worktree("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
-
-    try:
-        add()
-    except git.GitCommandError as first:
-        try:
-            # A worktree folder deleted by hand is still registered: forgotten, then once more.
-            forget_missing(Path(repo.common_dir), path)
-            add()
-        except git.GitCommandError as second:
-            if made_branch and branch in repo.heads:
-                repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
-            taken = _CHECKED_OUT_AT.search(git_reason(first)) or _CHECKED_OUT_AT.search(git_reason(second))
-            if taken:
-                raise BranchCheckedOut(task, branch, taken.group(1)) from None
-            failed = _creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent)
-            raise _with_git_status(failed, first) from None
-
-
-def fewest_exclusions(leave_out: Sequence[str], work: Sequence[str]) -> list[str]:
-    """The paths in `leave_out` with each replaced by its highest folder that holds none of `work` (paths
-    relative to the worktree, "/" between their parts; a folder's may end in "/"): what excludes them all
-    from `git add` and nothing of `work`, in as few patterns as that allows."""
-    holding_work: set[str] = set()
-    for name in work:
-        parts = name.rstrip("/").split("/")
-        for depth in range(len(parts), 0, -1):
-            folder = "/".join(parts[:depth])
-            if folder in holding_work:
-                break  # and so are the folders above it
-            holding_work.add(folder)
-    found: dict[str, None] = {}
-    for name in leave_out:
-        parts = name.rstrip("/").split("/")
-        highest = next(("/".join(parts[:depth]) for depth in range(1, len(parts)) if "/".join(parts[:depth]) not in holding_work), None)
-        found[highest if highest is not None else name] = None
-    return list(found)
-
-
-def forget_missing(common: Path, path: Path) -> None:
-    """What `git worktree prune` does, for the registration of `path` alone, when its folder is gone.
-
-    Not prune itself: it forgets every worktree whose folder is missing, the user's own on a disk
-    not mounted tonight too (its HEAD, index and reflog; a commit only it held is then lost to
-    the next `git gc`). A locked registration stays, as prune leaves it.
-    """
-    if os.path.lexists(path / ".git"):
-        return
-    try:
-        registered = sorted((common / "worktrees").iterdir())
-    except OSError:
-        return
-    for admin in registered:
-        if names_back(admin, path) and not (admin / "locked").exists():
-            shutil.rmtree(admin, ignore_errors=True)
-
-
-def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:
-    """`file_too_large` for (path, size) pairs; `how` they came (staged, committed), `advice` after the list."""
-    shown = ", ".join(f"{path} ({_size_over(size, limit)})" for path, size in large[:5])
-    return QualityError(
-        "file_too_large",
-        f"Files over {limit / 1e6:g} MB are not committed: {shown}{advice}",
-        evidence=f"{how}: {shown}",
-        message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
-    )
-
-
-def _size_over(size: int, limit: int) -> str:
-    """A file's size as the note shows it: MB to one decimal, or its bytes where those would not read
-    as over the limit ("Files over 20 MB ...: dump.bin (20.0 MB)", "over 0.001 MB: log.txt (0.0 MB)")."""
-    megabytes = f"{size / 1e6:.1f}"
-    return f"{megabytes} MB" if float(megabytes) > limit / 1e6 else f"{size:,} bytes"
-
-
-# git's words for a branch another worktree has checked out (2.42 and later: "already used by worktree at").
-_CHECKED_OUT_AT = re.compile(r"is already (?:checked out|used by worktree) at '(.+)'")
-# What git says when the state dir's disk, not the configuration, is at fault. (A checkout that
-# cannot write a file says only "unable to write file X", without the system's reason.)
-_STORAGE_FAULTS = re.compile(
-    r"No space left on device|Disk quota exceeded|Read-only file system|Permission denied|Operation not permitted|"
-    r"Input/output error|unable to (write|create) file|could not write",
-    re.IGNORECASE,
-)
-# Less free space than this on the worktree's disk after a failed checkout: the disk is full.
-_NEARLY_FULL_BYTES = 1 << 20
-
-
-def _with_git_status(error: ConfigError | StateError, git_error: BaseException) -> ConfigError | StateError:
-    """`error`, carrying the exit status of the git it stands for (`git_status`: negative when a signal killed
-    it): a git that died of the signal stopping the night (systemd's control-group kill reaches it in its own
-    process group) is the night's stop, not a setup git refuses (task_night._worktree tells them apart)."""
-    error.git_status = getattr(git_error, "status", None)  # type: ignore[attr-defined]
-    return error
-
-
-def _creation_error(what: str, reason: str, folder: Path) -> ConfigError | StateError:
-    """A full or read-only disk is the state dir's fault (exit 4, as anywhere else in a night); anything
-    else git refuses in making a worktree (a base it cannot check out, a filter it lacks) is the setup's (exit 2)."""
-    if _STORAGE_FAULTS.search(reason):
-        return StateError(f"{what}: {reason}")
-    try:
-        disk = os.statvfs(folder)
-    except OSError:
-        return ConfigError(f"{what}: {reason}")
-    if disk.f_flag & os.ST_RDONLY:
-        return StateError(f"{what}: {reason} (its disk is read-only)")
-    if disk.f_bavail * disk.f_frsize < _NEARLY_FULL_BYTES:
-        return StateError(f"{what}: {reason} (its disk is full)")
-    return ConfigError(f"{what}: {reason}")
-
-
-def moved_from(repo, path: Path) -> Path | None:
-    """Where the worktree folder `path` was registered, when it was moved here with the state dir
-    (`[state] dir` edited): its `.git` links to a registration in `repo` that names a folder no
-    longer there, of the same name, in a folder named `worktrees` as `path` is. None for any
-    other folder: a copy whose original still exists leaves the registration to the original, and
-    a folder renamed aside (`mv worktrees/fix worktrees/fix.bak`) is a person's, not the task's."""
-    admin = linked_admin_dir(repo, path)
-    if admin is None or names_back(admin, path) or path.parent.name != WORKTREES_FOLDER:
-        return None
-    try:
-        registered = admin / os.fsdecode((admin / "gitdir").read_bytes()).strip()  # relative: to `admin`
-    except OSError:
-        return None
-    folder = registered.parent
-    if registered.name != ".git" or folder.name != path.name or folder.parent.name != WORKTREES_FOLDER:
-        return None
-    return folder if not folder.exists() else None
-
-
-def repair_moved(repo, path: Path) -> bool:
-    """`git worktree repair` for a folder `moved_from` somewhere: its registration then names `path`. Whether it did."""
-    import git
-
-    if moved_from(repo, path) is None:
-        return False
-    try:
-        repo.git.worktree("repair", str(path))
-    except git.GitCommandError:
-        return False
-    return is_worktree_of(repo, path)
-
-
-def make_writable(top: Path) -> None:
-    """u+rwX on `top` and everything under it; symbolic links left alone (what they name may be anyone's)."""
-    _add_owner_rights(str(top))
-    for folder, folders, files in os.walk(top):  # top down: each folder is made readable before it is listed
-        for name in folders + files:
-            _add_owner_rights(os.path.join(folder, name))
-
-
-def _add_owner_rights(path: str) -> None:
-    try:
-        mode = os.lstat(path).st_mode
-        if not stat.S_ISLNK(mode):
-            executable = stat.S_ISDIR(mode) or mode & 0o111
-            os.chmod(path, stat.S_IMODE(mode) | stat.S_IRUSR | stat.S_IWUSR | (stat.S_IXUSR if executable else 0))
-    except OSError:
-        pass  # not ours to change: the retry then says what git still cannot do
-
-
-def _exclude_state_dir(repo, state_dir: Path) -> None:
-    """Keep the state dir out of the user's `git status` when it lives inside the checkout.
-
-    Written to the common dir's info/exclude, never to a tracked file: git reads it from there
-    for every worktree, the user's checkout too when that is itself a linked worktree.
-    """
-    top = Path(repo.working_tree_dir).resolve()
-    try:
-        relative = state_dir.resolve().relative_to(top)
-    except ValueError:
-        return
-    exclude = Path(repo.common_dir) / "info" / "exclude"
-    # Bytes: the file is the user's, in whatever encoding they wrote it.
-    line = f"/{relative.as_posix()}/".encode()
-    try:
-        existing = exclude.read_bytes() if exclude.exists() else b""
-        if line not in existing.splitlines():
-            exclude.parent.mkdir(parents=True, exist_ok=True)
-            with exclude.open("ab") as handle:
-                handle.write((b"" if existing.endswith(b"\n") or not existing else b"\n") + line + b"\n")
-    except OSError as exc:
-        raise StateError(f"cannot write {exclude}: {exc.strerror}") from None
-
-
-def _last_line(exc: Exception) -> str:
-    text = str(getattr(exc, "stderr", "") or exc).strip()
-    return text.splitlines()[-1].strip().removeprefix("stderr: ").strip("'") if text else "git failed"
-
 
 def _text(output: bytes) -> str:
     """git's output as text; file names that are not UTF-8 survive the way back into a command."""
     return os.fsdecode(output).removesuffix("\n")
-
-
-def git_reason(exc: Exception) -> str:
-    """git's own `fatal:` or `error:` line (advice may follow it), else its last line."""
-    return _git_said(exc) or _last_line(exc)
-
-
-def _git_said(exc: Exception) -> str:
-    """git's own `fatal:` or `error:` line in a GitCommandError's stderr, or ""."""
-    # GitPython wraps the whole of stderr as "stderr: '<text>'"; a quote inside git's text stays.
-    text = str(getattr(exc, "stderr", "") or "").strip()
-    if text.startswith("stderr: '") and text.endswith("'"):
-        text = text[len("stderr: '") : -1]
-    lines = [line.strip() for line in text.splitlines()]
-    said = next((line for line in lines if line.startswith(("fatal:", "error:"))), "")
-    # A filter or hook program that is not installed (git-lfs): the shell's line says what git's does not
-    # ("the remote end hung up unexpectedly").
-    missing = next((line for line in lines if line.endswith(("not found", "No such file or directory")) and not line.startswith(("fatal:", "error:"))), "")
-    return f"{said} ({missing})" if said and missing else said

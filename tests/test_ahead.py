@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from orchestrator import worktree
+from orchestrator import worktree_registration
 from orchestrator.ahead import AskedAhead
 from orchestrator.cancel import CancelToken
 from orchestrator.config import ModelConfig
@@ -121,7 +121,7 @@ def test_a_tasks_first_request_leaves_while_its_worktree_cannot_be_made(config_f
     holding = threading.Event()
 
     def hold_worktrees_back() -> None:
-        with worktree._REGISTER_LOCK:
+        with worktree_registration._REGISTER_LOCK:
             holding.set()
             seen.append(wait_for(lambda: len(server.requests) >= 1))
             seen.append((config.parent / "state" / "worktrees" / "fix-greet").exists())

@@ -18,7 +18,8 @@ from orchestrator.errors import QualityError, StateError
 from orchestrator.gc import collect_garbage
 from orchestrator.lock import StateLock
 from orchestrator.recovery import recover_interrupted
-from orchestrator.worktree import Worktree, open_repo
+from orchestrator.repository import open_repo
+from orchestrator.worktree import Worktree
 from runs import RunStore
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 
@@ -509,7 +510,7 @@ def test_keeping_changes_of_a_worktree_with_none_makes_no_branch(repo: Path, tmp
 
 @pytest.mark.parametrize("how", ["relative link", "locked, folder unmounted"])
 def test_a_checkout_of_the_branch_beside_the_worktree_is_seen_however_registered(repo: Path, tmp_path: Path, how: str) -> None:
-    from orchestrator.worktree import BranchCheckedOut
+    from orchestrator.task_branches import BranchCheckedOut
 
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
     review = tmp_path / "review"

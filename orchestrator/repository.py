@@ -1,0 +1,68 @@
+"""The user's repository, opened, and its `[repo] base` checked: each refusal a ConfigError naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.checkout import checkout_around, git_folder_around
+from orchestrator.errors import ConfigError
+from orchestrator.git_errors import git_said
+from orchestrator.gitdir import OBJECT_NAME, head_commit
+
+# What git says when it refuses the repository itself, whatever the name asked for.
+_REPOSITORY_REFUSED = ("dubious ownership", "safe.directory", "not a git repository")
+
+
+def open_repo(path: Path):
+    """The user's repository, or ConfigError naming [repo] path."""
+    import git
+
+    try:
+        repo = git.Repo(path)
+    except (git.NoSuchPathError, git.InvalidGitRepositoryError):
+        raise ConfigError(f"[repo] path: {path} is not a git repository{_inside_one(path)}") from None
+    if repo.bare:
+        raise ConfigError(f"[repo] path: {path} is a bare repository; point it at a checkout (a clone) of it")
+    if _head_commit(repo) is None:
+        raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
+    return repo
+
+
+def _inside_one(path: Path) -> str:
+    """", but a folder inside the one at X: ..." when `path` is a subfolder of a checkout (a monorepo's project),
+    or ", but a folder inside the git folder X: ..." when it lies among git's own files."""
+    git_folder = git_folder_around(path)
+    if git_folder is not None:
+        return f", but a folder inside the git folder {git_folder}: point [repo] path at the top of a checkout"
+    top = checkout_around(path)
+    return f", but a folder inside the one at {top}: point [repo] path there (a night works on the whole repository)" if top else ""
+
+
+def check_base(repo, base: str) -> None:
+    """ConfigError unless `[repo] base` names a commit (new task branches start there)."""
+    import git
+
+    try:
+        named = repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
+    except git.GitCommandError as exc:
+        # --quiet: a name that is no commit fails silently; anything git says is about the repository
+        # itself ("detected dubious ownership" when cron runs as another user than its owner).
+        said = git_said(exc)
+        if any(marker in said for marker in _REPOSITORY_REFUSED):
+            reason = said.removeprefix("fatal:").strip()
+            if "dubious ownership" in reason:
+                reason += " (run overnight as the repository's owner, or add it to git's safe.directory)"
+            raise ConfigError(f"[repo] path: git refuses {repo.working_tree_dir}: {reason}") from None
+        if said:  # about the name: a tree or blob (HEAD^{tree}, a tag of a tree), not a commit
+            reason = said.removeprefix("error:").strip().removeprefix(f"{base}^{{commit}}:").strip()
+            raise ConfigError(f"[repo] base: {base!r} is not a commit in {repo.working_tree_dir}: {reason}") from None
+        raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir}") from None
+    if not OBJECT_NAME.fullmatch(named.strip()):
+        # `^HEAD` passes --verify as a negated commit ("^<sha>"), which `git worktree add` then refuses
+        # once the night has begun: a crashed run in a state dir made for nothing.
+        raise ConfigError(f"[repo] base: {base!r} is not a branch, tag or commit in {repo.working_tree_dir} (git reads it as {named.strip()!r})")
+
+
+def _head_commit(repo) -> str | None:
+    """The HEAD commit of a git.Repo's checkout (see head_commit)."""
+    return head_commit(Path(repo.git_dir), Path(repo.common_dir))
