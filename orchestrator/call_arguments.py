@@ -35,13 +35,15 @@ MAX_JSON_DEPTH = 64
 class Arguments:
     """Arguments as read: the value, and the JSON error if it only parsed after repair, and whether that error
     says the text ends in the middle of a value (see text_ends_mid_value), and the key that the loose reading or the
-    repair named twice in one object ("" for none: see loose_json.repeated_key)."""
+    repair named twice in one object ("" for none: see loose_json.repeated_key), and whether the object closed before
+    the text's end, more than words following it (see closes_early)."""
 
     value: Any
     raw: str
     json_error: str = ""
     ends_mid_value: bool = False
     repeated_key: str = ""
+    closes_early: bool = False
 
 
 def read_arguments(text: str) -> Arguments:
@@ -55,6 +57,8 @@ def read_arguments(text: str) -> Arguments:
     except ValueError as exc:
         if text_ends_mid_value(exc, text):
             return Arguments(None, text, json_error(exc), ends_mid_value=True)
+        if closes_early(text):
+            return Arguments(None, text, json_error(exc), closes_early=True)
         value, repeated = read_repaired(text)
         return Arguments(value, text, json_error(exc), repeated_key=repeated)
 
@@ -94,6 +98,33 @@ def _stops_mid_value(exc: json.JSONDecodeError, text: str) -> bool:
         # Nothing where a value was due, or the start of a literal or a number's sign (`tru`, `-`) and nothing after.
         return not rest or rest == "-" or any(word.startswith(rest) for word in ("true", "false", "null"))
     return exc.msg == "Expecting ':' delimiter" and not rest
+
+
+def closes_early(text: str) -> bool:
+    """Whether `text`, a call's arguments alone, holds a first object or array that reads (as JSON, or JSON5-like with no
+    quote in its strings: see _json5_like_value_at) and closes before the text's end, followed by more than the model's
+    words (see loose_json.only_words), stray closing brackets, or further values (calls run together): a quote inside its
+    content, not escaped, taken for a string's end, before a bracket (`"content": "s = "}"; t = 1"}`). Repaired, it ran
+    with its content cut at that quote, the rest of the text dropped. A JSON5-like reading whose strings hold a quote
+    (`'d = {1: 'a', 2: 'b'}'}` read as closing after `'b'`) already guessed where they end: the repair reads it whole."""
+    start = len(text) - len(text.lstrip())
+    try:
+        _, end = raw_decode(text, start)
+    except ValueError:
+        read = _json5_like_value_at(text, start)
+        if read is None or _holds_a_quote(read[0]):
+            return False
+        end = read[1]
+    rest = text[BETWEEN_VALUES.match(text, end).end() :]  # type: ignore[union-attr]
+    return not rest.startswith(("{", "[")) and bool(rest.strip("}], \t\r\n")) and not loose_json.only_words(rest)
+
+
+def _holds_a_quote(value: Any) -> bool:
+    if isinstance(value, str):
+        return "'" in value or '"' in value
+    if isinstance(value, dict):
+        return any(_holds_a_quote(key) or _holds_a_quote(item) for key, item in value.items())
+    return isinstance(value, list) and any(_holds_a_quote(item) for item in value)
 
 
 def read_repaired(text: str) -> tuple[Any, str]:

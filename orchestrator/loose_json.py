@@ -34,7 +34,11 @@ def stops_mid_value(text: str) -> bool:
     key, where a value was due, or inside a literal or after a number's sign (`Tru`, `-`), or, never closing, may stop
     inside a single-quoted string (see _may_end_inside_its_last_string), or was read with a quote inside a string taken
     for content or for its end, wherever it stops. The reading ends, whole, at the first value closed and not followed
-    by another object or array (the model's words after its call)."""
+    by another object or array (the model's words after its call), unless a quote inside the content, read as a
+    string's end, may have made the content's own bracket close it: its last key's value opens more brackets than it
+    closes (see _opens_more_than_it_closes), or a string or word follows a bracket after a double-quoted string inside
+    it, and only closing brackets follow; or a double-quoted string of it was followed by a word, string or bracket and its
+    double quotes are odd in number, a string never closed."""
     position = len(text) - len(text.lstrip())
     if not text.startswith(("{", "["), position):
         return False
@@ -45,6 +49,17 @@ def stops_mid_value(text: str) -> bool:
     # How many brackets were open where a single-quoted string held a quote, or a colon followed a string that was no
     # key (0: nowhere in this value, or only in an array's item since closed): a quote inside the content read as its own.
     guessed_at = 0
+    # The last key's value: where it starts, how many brackets were open at its key, whether its reading guessed where a
+    # string ends (as guessed_at), and, once its object closed, whether that may have been the content's bracket and where.
+    member_start = member_depth = member_closed_at = 0
+    member_guessed = member_cut = False
+    # Whether a string or word came right after a closing bracket inside the value, a double-quoted string before it
+    # (`"s = "}"; f(s);"}`): that bracket was the content's own, after a quote of the content taken for the string's end.
+    # (After a single-quoted one, where its strings end was guessed already: see guessed_at.)
+    closed_by_the_content = False
+    # Whether a double-quoted string was ended by a quote of its content (a word, string or bracket right after it), and where
+    # the value read began: its double quotes, counted, then say whether a string never closed.
+    double_quote_taken_for_an_end, value_start = False, position
     while position < len(text):
         char = text[position]
         if char.isspace():
@@ -53,25 +68,51 @@ def stops_mid_value(text: str) -> bool:
         token, after = token_at(text, position, last, open_brackets[-1] if open_brackets else "")
         if token == "":
             return True  # a string the text ends inside of
+        after_double_quotes = last_string.startswith('"')  # the string before this token
         if token == '"':
             last_string, string_end = text[position:after], after
-        if (token == '"' and char == "'" and "'" in last_string[1:-1]) or (
-            token == ":" and last == '"' and not (open_brackets[-1:] == ["{"] and before in ("{", ","))
+        key_colon = token == ":" and open_brackets[-1:] == ["{"] and before in ("{", ",")
+        # A string followed by a word, a string or an opening bracket, no comma or colon between (`"print("hi")"`), was
+        # ended by a quote of its content; so was a double-quoted one before a bracket that a string or word follows inside
+        # the value (`"s = "}"; f(s);"`), that bracket the content's own.
+        string_then_a_word = last == '"' and token not in ("}", "]", ",", ":")
+        after_a_bracket = last in ("}", "]") and before == '"' and after_double_quotes and bool(open_brackets)
+        after_a_bracket = after_a_bracket and token not in ("{", "}", "[", "]", ",", ":")  # `}{`: items, a comma missing
+        closed_by_the_content = closed_by_the_content or after_a_bracket
+        double_quote_taken_for_an_end = (
+            double_quote_taken_for_an_end or after_a_bracket or (string_then_a_word and after_double_quotes)
+        )
+        if (
+            (token == '"' and char == "'" and "'" in last_string[1:-1])
+            or (token == ":" and last == '"' and not key_colon)
+            or string_then_a_word
+            or after_a_bracket
         ):
             guessed_at = min(guessed_at or len(open_brackets), len(open_brackets))
+            member_guessed = True
         position = after
+        if key_colon:
+            member_start, member_depth, member_guessed, member_cut = after, len(open_brackets), False, False
         if char in "{[":
             open_brackets.append(char)
         elif char in "}]":
             if open_brackets:
                 open_brackets.pop()
+            if member_depth and len(open_brackets) == member_depth - 1:
+                member_cut = member_guessed and _opens_more_than_it_closes(text[member_start : position - 1])
+                member_depth, member_closed_at = 0, position
             if open_brackets[-1:] == ["["] and guessed_at > len(open_brackets):
                 guessed_at = 0  # an array's item closed, the calls before a cut one: its reading stands
             if not open_brackets:
                 position = BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
                 if not text.startswith(("{", "["), position):
-                    return False
-                token, last_string, guessed_at = "", "", 0
+                    if double_quote_taken_for_an_end and len(_DOUBLE_QUOTE.findall(text, value_start)) % 2:
+                        return True  # an odd count: a string that never closed, the answer stopped inside it
+                    if closed_by_the_content:
+                        return not text[position:].strip("}], \t\r\n")
+                    return member_cut and not text[member_closed_at:].strip("}], \t\r\n")  # the content's bracket, then the end
+                token, last_string, guessed_at, member_cut, closed_by_the_content = "", "", 0, False, False
+                double_quote_taken_for_an_end, value_start = False, position
         before, last = last, token
     # A single-quoted string holding a quote, or a colon after a string that was no key, is a quote inside the content
     # that the reading took for content (`'const o = {a: 'x'`) or for a string's end (`'if x == 'y'`, then `:`): where
@@ -90,6 +131,19 @@ def stops_mid_value(text: str) -> bool:
         return True  # a key, and no value
     in_value = before in (":", "[", ",")
     return in_value and last != '"' and (last == "-" or any(literal.startswith(last) and literal != last for literal in _LITERALS))
+
+
+def _opens_more_than_it_closes(value_text: str) -> bool:
+    """Whether `value_text`, a value read with a quote of its content taken for a string's end, opens more braces or
+    brackets than it closes, counted whether quoted or not: then the bracket that closed its object after it was likely
+    the content's own (`'t = {'a': 'b'}` or `"d = {"k": 1}`, the answer stopped after it), not the arguments'. A whole
+    value of that shape (`'if x == 'y': pass'`, `"f("a")"`) closes what it opens, and still runs; one that does not
+    (`'if (x == 'y') {'`, the content's brace left open) cannot be told from a cut one, and is lost."""
+    return value_text.count("{") > value_text.count("}") or value_text.count("[") > value_text.count("]")
+
+
+# A double quote not escaped (an even run of backslashes before it is escapes of their own).
+_DOUBLE_QUOTE = re.compile(r'(?<!\\)(?:\\\\)*"')
 
 
 # A path or a name (`a.py`, `src/`, `list_dir`, `v2`): one word holding a digit, `_`, `.`, `/` or `-`, as no word of prose

@@ -218,6 +218,13 @@ def _fit(
             " string may have ended it); write the whole call again as JSON, its strings double-quoted"
         )
         return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
+    if arguments.closes_early:
+        # Repaired, the object ends where its content's quote was taken for a string's end: a write would run cut there.
+        detail = (
+            "the arguments are not valid JSON: their object closes before their end, and more follows it (a quote inside a"
+            ' string, not escaped, may have ended it); write the whole call again, each such quote as \\"'
+        )
+        return BrokenCall(name, arguments.raw, "unparseable", detail, id=call_id, source=source)
     value = decode_string_object(arguments.value)
     if not isinstance(value, dict):
         detail = (

@@ -531,8 +531,10 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCal
     never run (its whole calls too, as at a line's start), nor dropped without a word. In an answer that ended as
     usual, the first call naming a known tool that does not read and never closes (it runs to the answer's end) is a
     broken call, cut off or unreadable (see _unreadable_call_over_lines), never run: dropped, the model would be told
-    it had called no tool. A whole call after its start still runs; with none, calls written as Python lines (see
-    _calls_as_python) are the answer's calls instead, when it has any.
+    it had called no tool. One that closes, though not as JSON (a quote inside a string not escaped: `"print("hi")"`),
+    is read as a block, as on a line of its own (see _calls_in_block): repaired, broken or cut off. A whole call after
+    its start still runs; with none, calls written as Python lines (see _calls_as_python) are the answer's calls
+    instead, when it has any.
     """
     found: list[WrittenCall] = []
     resume = 0
@@ -552,9 +554,13 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCal
                 return found + _calls_in_block(text[start:], known, cut)
             if not cut_off and ends_looked_for and _known_tool_named_at(text, start, known) is not None:
                 ends_looked_for -= 1  # each look reads to the call's end, or the answer's: a flood would take quadratic time
-                if loose_json.value_end(text, start) is None:  # it runs to the answer's end: its last words are in it
+                closed = loose_json.value_end(text, start)
+                if closed is None:  # it runs to the answer's end: its last words are in it
                     cut_off = _unreadable_call_over_lines(text, start, exc, known)
                     found.extend(cut_off)  # a whole call after its start (inside it, as read) still runs, as before
+                elif calls := _calls_in_block(text[start:closed], known, cut=False):
+                    found.extend(calls)  # read as the same call on a line of its own is: repaired, broken or cut off
+                    resume = closed
             continue
         shapes = _call_shapes(value, known) or []
         found.extend(WrittenCall(name, _arguments_of(arguments, "")) for name, arguments in shapes if name.strip() in known)

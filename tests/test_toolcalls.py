@@ -429,6 +429,56 @@ class TestNativeCalls:
         call = only(native(("write_file", arguments)))
         assert call == ToolCall("write_file", {"path": "a.py", "content": expected}, id="call_0"), call
 
+    @pytest.mark.parametrize(
+        "arguments",
+        [
+            "{'path': 'a.py', 'content': 't = {'a': 'b'}",
+            "{'path': 'a.py', 'content': 't = {'a', 'b'}",
+            "{'path': 'a.py', 'content': 't = {'a': 'b'}}",
+            '{"path": "a.py", "content": "d = {"k": 1}',
+            '{"path": "a.py", "content": "print("hi")',
+            '{"path": "a.py", "content": "d = {"k": 1}\\nx = 2}',
+            '{"path": "a.py", "content": "fmt = f"{x}',
+        ],
+        ids=[
+            "single-quoted", "single-quoted-set", "single-quoted-then-a-brace", "double-quoted", "double-quoted-never-closed",
+            "double-quoted-a-line-after", "double-quoted-a-brace-right-after-a-quote",
+        ],
+    )
+    def test_arguments_cut_after_a_bracket_of_their_content_are_unparseable(self, arguments):
+        """Arguments whose content holds a quote taken for a string's end, cut right after the content's own `}` (which the
+        reading took for the object's: `'t = {'a': 'b'}`), or never closed, are cut off, never run: repaired, a write ran with
+        `t = {'a': 'b'` or `d = {"k": 1}`, the rest of the file never written."""
+        call = only(native(("write_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off ("), call
+
+    @pytest.mark.parametrize(
+        "arguments",
+        ['{"path": "a.js", "content": "const s = "}"; f(s);"}', "{'path': 'a.py', 'content': 'x = 1'}; y = {}'}"],
+        ids=["double-quoted", "single-quoted"],
+    )
+    def test_arguments_whose_object_a_quote_of_their_content_closes_early_are_unparseable(self, arguments):
+        """Arguments whose object closes at a quote of their content not escaped (`"s = "}`), the rest of the content after
+        it, are unparseable, never run: repaired, a write ran with `const s = ` alone."""
+        call = only(native(("write_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert "their object closes before their end" in call.detail, call
+
+    @pytest.mark.parametrize(
+        ("arguments", "content"),
+        [
+            ("{'path': 'a.py', 'content': 'if x == 'y': pass'}", "if x == 'y': pass"),
+            ('{"path": "a.py", "content": "print("hi")"}', 'print("hi")'),
+            ('{"path": "a.py", "content": "d = {"k": 1}"}', 'd = {"k": 1}'),
+        ],
+        ids=["single-quoted", "double-quoted", "double-quoted-braces"],
+    )
+    def test_whole_arguments_whose_content_holds_quotes_not_escaped_still_run(self, arguments, content):
+        """Whole arguments whose content holds quotes not escaped, its brackets balanced, run with exactly that content."""
+        call = only(native(("write_file", arguments)))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": content}, id="call_0"), call
+
     def test_complete_arguments_at_the_length_limit_are_accepted(self):
         """A call whose arguments parse as they are is fine even when the answer hit the limit."""
         call = only(native(("read_file", '{"path": "a.py"}'), finish_reason="length"))
@@ -1081,6 +1131,64 @@ class TestTextCalls:
         told from a cut one, and is lost."""
         text = as_answer(call, form)
         assert_cut_off(only(written(text)), "write_file")
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 't = {'a': 'b'}}",
+            '{"name": "write_file", "arguments": {"path": "a.py", "content": "d = {"k": 1}}',
+            '{"name": "write_file", "arguments": {"path": "a.py", "content": "print("hi")',
+            '{"name": "write_file", "arguments": {"path": "a.js", "content": "const s = "}"; f(s);"}}',
+            '{"name": "write_file", "arguments": {"path": "a.py", "content": "d = {"k": 1}\\nx = 2}',
+        ],
+        ids=[
+            "single-quoted-cut-after-a-brace", "double-quoted-cut-after-a-brace", "double-quoted-never-closed", "closed-early",
+            "double-quoted-cut-a-line-after-a-brace",
+        ],
+    )
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "tagged"])
+    def test_a_call_closed_by_a_bracket_of_its_content_does_not_run(self, call, form):
+        """A call whose content holds a quote taken for a string's end, then a `}` of the content taken for the arguments'
+        (cut right after it, or followed by the rest of the content), is a broken call, never run with its content cut."""
+        call = only(written(as_answer(call, form)))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 't = {'a': 'b'}}",
+            '{"name": "write_file", "arguments": {"path": "a.js", "content": "const s = "}"; f(s);"}}',
+        ],
+        ids=["single-quoted-cut-after-a-brace", "closed-early"],
+    )
+    def test_a_fenced_call_closed_by_a_bracket_of_its_content_does_not_run(self, call):
+        """In a ```json fence too, a call whose `}` of the content was taken for the arguments' is broken, never run cut."""
+        call = only(written(as_answer(call, "fenced")))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+
+    def test_a_whole_call_after_a_sentence_whose_content_holds_quotes_not_escaped_runs(self):
+        """A call after a sentence on its line, its content holding double quotes not escaped (`"print("hi")"`), runs
+        with exactly that content, as on a line of its own: it was dropped, the model told it had called no tool."""
+        text = 'I will write it. {"name": "write_file", "arguments": {"path": "a.py", "content": "print("hi")"}}'
+        assert only(written(text)) == ToolCall("write_file", {"path": "a.py", "content": 'print("hi")'}, source="text")
+
+    def test_a_call_after_a_sentence_cut_after_a_bracket_of_its_content_does_not_run(self):
+        """A call after a sentence on its line, cut right after a `}` of its content, is cut off, never run nor dropped."""
+        text = 'I will write it. {"name": "write_file", "arguments": {"path": "a.py", "content": "d = {"k": 1}}'
+        assert_cut_off(only(written(text)), "write_file")
+
+    @pytest.mark.parametrize(
+        "arguments",
+        [
+            "{'path': 'a.py', 'content': 't = {'a': 'b'}",
+            '{"path": "a.py", "content": "d = {"k": 1}',
+            '{"path": "a.py", "content": "print("hi")',
+        ],
+        ids=["single-quoted", "double-quoted", "never-closed"],
+    )
+    def test_a_function_tag_call_cut_after_a_bracket_of_its_content_does_not_run(self, arguments):
+        """`<function=write_file>` arguments cut right after a `}` of their content are cut off, never run."""
+        assert_cut_off(only(written("<function=write_file>" + arguments)), "write_file")
 
     @pytest.mark.parametrize(
         "content",
