@@ -223,3 +223,9 @@ def gitdir_link(path: Path) -> Path | None:
         return None
     gitdir = Path(link.removeprefix("gitdir:").strip())
     return gitdir if gitdir.is_absolute() else path / gitdir
+
+
+def is_git(name: str) -> bool:
+    """Whether a file name is .git's, the one name the tools never show nor touch: on a case-insensitive file system
+    (macOS, Windows) .GIT is .git too."""
+    return name.casefold() == ".git"

@@ -48,7 +48,7 @@ from orchestrator.task_night import (
     run_task,
     summary_of,
 )
-from orchestrator.tools import offered, schemas_of
+from orchestrator.tool_schemas import offered, schemas_of
 from orchestrator.worktree import Worktree
 from runs.engine import sqlite_files
 from runs.views import EarlierTonight

@@ -174,7 +174,7 @@ class TestAnswers:
         reasoning parser, is thinking too: only the first block at the very start was set apart, and the
         call the model only considered in the next one ran (a submit it had not made, an emptied file)."""
         from orchestrator.toolcalls import parse_calls
-        from orchestrator.tools import schemas_of
+        from orchestrator.tool_schemas import schemas_of
 
         server.enqueue(say(answer))
         response = make_model(server.url)[0].complete(MESSAGES, TOOLS)

@@ -7,7 +7,7 @@ from orchestrator.config import DEFAULT_TOOLS
 from orchestrator.prompt import build_messages
 from orchestrator.toolcalls import parse_calls
 from orchestrator.records import ModelResponse
-from orchestrator.tools import offered, schemas_of
+from orchestrator.tool_schemas import offered, schemas_of
 
 
 def system_prompt(tools: list[str]) -> str:

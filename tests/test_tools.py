@@ -17,7 +17,8 @@ from orchestrator.commands import TIMEOUT_EXIT_CODE, cap_text, run_shell
 from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
 from orchestrator.records import ModelResponse, RawToolCall, ToolCall, ToolResult
 from orchestrator import search
-from orchestrator.tools import DEFAULT_OUTPUT_CHARS, MAX_SEARCH_MATCHES, Toolbox, output_cap_for
+from orchestrator.search_tool import MAX_SEARCH_MATCHES
+from orchestrator.tools import DEFAULT_OUTPUT_CHARS, Toolbox, output_cap_for
 from orchestrator.scripted import call
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 from tests.test_hostile_git import as_an_ordinary_user
