@@ -352,12 +352,13 @@ _ONE_URLS_USERINFO = re.compile(
 
 
 def _quoted_urls_userinfo(quote: str) -> re.Pattern[str]:
-    """`_ONE_URLS_USERINFO` for a string in `quote`s that is one URL: a JSON value's or list's (`{"url": "postgresql://u:pass
-    phrase@db/app"}`), a Python repr's, a shell's or an env file's (`DATABASE_URL='...'`). Each part ends at the closing quote,
-    so a search from every opening one reads each string once."""
+    """`_ONE_URLS_USERINFO`, its user without spaces, for a string in `quote`s that is one URL: a JSON value's or list's
+    (`{"url": "postgresql://u:pass phrase@db/app"}`), a Python repr's, a shell's or an env file's (`DATABASE_URL='...'`). Each
+    part ends at the closing quote, so a search from every opening one reads each string once."""
     return re.compile(
         rf"""(?<={quote})[A-Za-z][\w+.\-]*://   # a scheme right after the opening quote
-        ([^:/?#\[\]\r\n{quote}]*+)           # the user, spaces in it too
+        ([^:/?#\[\]\s{quote}]*+)              # the user, no spaces in it: a host, words, a time and an e-mail address
+                                             # are none (`"https://status.example down 10:30am, ask ops@example.com"`)
         (?::
             ((?![0-9]*[/?#]|[0-9]+[\s,;:)|{quote}]|\s)  # no port then words or the string's end, no words after a colon
                 [^@\r\n{quote}]*+)
@@ -372,7 +373,8 @@ def _quoted_urls_userinfo(quote: str) -> re.Pattern[str]:
 _QUOTED_URLS_USERINFOS = (_quoted_urls_userinfo('"'), _quoted_urls_userinfo("'"))
 # Oracle's `user/password@connect`, which no URL reader reads: JDBC's thin and OCI URLs
 # (`jdbc:oracle:thin:scott/tiger@//db:1521/orcl`, `...@db:1521:orcl`), EZConnect with `//` or a port and a service
-# (`scott/tiger@db:1521/orcl`), and the login the tools take (`sqlplus -S scott/tiger@orcl`, `expdp userid=scott/tiger@orcl`).
+# (`scott/tiger@db:1521/orcl`), a TNS descriptor (`scott/tiger@(DESCRIPTION=...)`), and the login the tools take
+# (`sqlplus -S scott/tiger@orcl`, `rman target sys/tiger@orcl`, `expdp userid=scott/tiger@orcl`).
 # Alone, `a/b@c` is a path, a GitHub Action (`actions/checkout@v4`), a Go module's version (`golang.org/x/tools@v0.1.0`), an
 # npm package's (`@scope/pkg@1.2`) or an image (`docs/v1@2x.png`).
 # Oracle reads a password with marks other than `_$#` only double-quoted, so an unquoted one ends at a `/`: a search from
@@ -380,17 +382,22 @@ _QUOTED_URLS_USERINFOS = (_quoted_urls_userinfo('"'), _quoted_urls_userinfo("'")
 _ORACLE_LOGIN = re.compile(
     r"""(?:
         jdbc:oracle:\w++:                # a JDBC URL's driver (thin, oci)
-      | (?<![\w$\#.@:-])                 # a tool, its folder before it (`$ORACLE_HOME/bin/sqlplus`), its options, the
-        (?i:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:\.exe)?+(?:\s++-[A-Za-z]\w*+)*+\s++["']?+  # login quoted too
+      | (?<![\w$\#.@:-])                 # a tool, its folder before it (`$ORACLE_HOME/bin/sqlplus`), its options, rman's
+        (?i:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:\.exe)?+(?:\s++-[A-Za-z]\w*+)*+\s++  # database to connect to,
+        (?i:(?:target|catalog|auxiliary)\s++)?+(?:\\?+["'])?+  # the login quoted too, also for a shell's
+                                    # `\"`: `expdp \"sys/pw@orcl as sysdba\"`
       | (?<![\w$\#./@:\\-])              # else a word of its own: not a path's part (`a/b/c@//h`) nor a package's (`@s/p@1`)
         (?:(?i:userid)=["']?+            # the tools' `userid=` parameter
-          | (?=[A-Za-z][\w$\#.]*+/[^\s@"'/]++@  # or EZConnect's `@//` (`@tcps://`), or a host (a name or an IPv4 address),
-              (?:(?:tcps?:)?//|(?:[A-Za-z][\w.-]*+|[0-9]++(?:\.[0-9]++){3})(?<!\.):[0-9]{2,5}+[/:][A-Za-z])))  # a port and a
-                                    # service or SID: not `a/b@10:30`, `x/y@npm:2.1`, `web/App@localhost:3000`
+          | (?=[A-Za-z][\w$\#.]*+/(?:\\?+"[^"\r\n]*+"|[^\s@"'/]++)@  # or EZConnect's `@//` (`@tcps://`), a TNS descriptor, or
+              (?:(?:tcps?:)?//|\((?i:description)|  # a host (a name or an IPv4 address), a port and a service or SID:
+                 (?:[A-Za-z][\w.-]*+|[0-9]++(?:\.[0-9]++){3})(?<!\.):[0-9]{2,5}+[/:][A-Za-z])))  # not `a/b@10:30`,
+                                    # `x/y@npm:2.1`, `web/App@localhost:3000`
     )
     [A-Za-z][\w$\#.]*+/                # the user, as Oracle's names: letters, digits, `_$#`
-    (?:"([^"\r\n]*+)"|([^\s@"'/]++))  # the password, double-quoted or up to the `@`
-    (?=[@\s"']|\Z)""",
+    (?:\\?+"((?:[^"\\\r\n]|\\(?!"))*+)\\?+"(?=[@\s"']|\Z)  # the password: double-quoted (`\"pass word\"` too),
+      | ([^\s@"'/]++(?=["']?+@)         # or up to a connect's `@` (`"scott/tiger"@orcl` too),
+         | [^\s@"'/.&]++(?=[\s"']|\Z)))  # or, with none (a local login), without a file's `.` or a query's `&`: a
+                                    # tool's name before a path (`sqlplus scripts/deploy.sql`) gives none""",
     re.VERBOSE,
 )
 # A setting's name holds no `?`: read from each `?` of a run of them, one without `=` was scanned to its end as often.
@@ -420,7 +427,8 @@ def url_secrets(url: str | None) -> list[str]:
 def _value_secrets(value: str) -> list[str]:
     """The secrets of a variable's value whose name does not say it holds one: its URLs' (`url_secrets`), and Oracle's logins'
     passwords (`_ORACLE_LOGIN`)."""
-    found = url_secrets(value) if "://" in value else []
+    # JDBC's Oracle URL holds no `://` (`jdbc:oracle:thin:@//db:1521/svc?user=scott&password=...`).
+    found = url_secrets(value) if "://" in value or "jdbc:" in value else []
     if "/" in value:
         found += [login.group(1) if login.group(1) is not None else login.group(2) for login in _ORACLE_LOGIN.finditer(value)]
     return found

@@ -743,16 +743,40 @@ class TestOracleLoginsAndQuotedUrls:
         "expdp userid=scott/{}@orcl directory=dp",
         '/opt/oracle/bin/sqlplus -S "scott/{}@orcl"',
         "scott/{}@tcps://db.example:2484/svc",
+        'scott/"{}"@//db.example:1521/orcl',
+        "scott/{}@(DESCRIPTION=(ADDRESS=(PROTOCOL=TCP)(HOST=db.example)(PORT=1521))(CONNECT_DATA=(SERVICE_NAME=orcl)))",
+        "rman target sys/{}@orcl",
+        "jdbc:oracle:thin:@//db.example:1521/svc?user=scott&password={}",
+        'expdp \\"sys/{}@orcl as sysdba\\" directory=dp',
+        'sqlplus -S "scott/\\"{}\\"@orcl"',
     ], ids=["ezconnect", "ezconnect-port", "jdbc-thin-service", "jdbc-thin-sid", "jdbc-oci", "sqlplus", "sqlplus-options",
-            "sqlplus-quoted", "expdp-userid", "sqlplus-path-quoted-login", "ezconnect-tcps"])
+            "sqlplus-quoted", "expdp-userid", "sqlplus-path-quoted-login", "ezconnect-tcps", "ezconnect-quoted", "tns-descriptor",
+            "rman-target", "jdbc-thin-query", "expdp-sysdba-shell-escaped", "sqlplus-shell-escaped-quotes"])
     def test_an_oracle_logins_password_is_withheld_and_redacted(self, login: str, monkeypatch: pytest.MonkeyPatch) -> None:
         """A variable holding an Oracle login among ordinary text is withheld, and its password alone reads ***: a quoted one
         with its spaces too."""
-        password = self.PHRASE if '"{}"' in login else self.PASSWORD
+        password = self.PHRASE if '"{}' in login else self.PASSWORD
         value = f"{self.ORDINARY} {login.format(password)}"
         monkeypatch.setenv("ORACLE_LOGIN_LINE", value)
         assert withheld({"ORACLE_LOGIN_LINE": value, "ORDINARY": self.ORDINARY}) == ["ORACLE_LOGIN_LINE"]
         assert Redactor.for_night()(value) == f"{self.ORDINARY} {login.format(REDACTED)}"
+
+    @pytest.mark.parametrize("value", [
+        "sqlplus scripts/deploy.sql",
+        "cp sqlplus bin/sqlplus.bak",
+        "expdp dumps/export_2024.dmp",
+        "https://intranet.example/page?userid=org/Employee42&lang=en",
+        '{"note": "https://status.example.com down since 10:30am, ask ops@example.com"}',
+        "['https://mirror.example synced 2024-01-01T10:15Z by admin@mirror.example']",
+    ], ids=["sqlplus-script", "sqlplus-backup", "expdp-dump-file", "userid-in-query", "json-note", "repr-list"])
+    def test_a_path_after_a_tools_name_or_words_after_a_quoted_host_hold_no_password(
+        self, value: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A file after a tool's name, and a quoted string of a host, words, a time and an e-mail address, are neither withheld
+        nor redacted, while a local login's password stays found."""
+        monkeypatch.setenv("ORDINARY_LINE", value)
+        assert withheld({"ORDINARY_LINE": value, "LOGIN": f"sqlplus -S scott/{self.PASSWORD}"}) == ["LOGIN"]
+        assert Redactor.for_night()(value) == value
 
     @pytest.mark.parametrize("written", [
         '["postgresql://app:{}@db/app"]',
