@@ -63,6 +63,8 @@ def looks_secret(name: str) -> bool:
     return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or last in _SECRET_LAST_WORDS
 
 
+# Asked for every variable of the environment at each command the agent runs: the same few dozen pairs, read once each.
+@functools.lru_cache(maxsize=1024)
 def holds_secret(name: str, value: str) -> bool:
     """Whether a variable is withheld: its name says so, or its value holds a URL with a password
     (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token) or an Oracle login (scott/pw@//db/orcl)."""
