@@ -353,7 +353,7 @@ class Config(_Section):
     def _runs_kept_past_a_late_fire(self) -> "Config":
         # serve starts a night up to the grace after its fire, and tries again for a grace more while another
         # process holds the state lock: that night reads the runs since its fire (its own state dir's are kept
-        # by the trim itself, see cli._trim_runs; another machine's sharing the store are not).
+        # by the trim itself, see trimming.trim_runs; another machine's sharing the store are not).
         days, grace_s = self.state.keep_runs_days, self.schedule.misfire_grace_s
         if days and days * _DAY_S < 2 * grace_s:
             raise ValueError(

@@ -298,7 +298,7 @@ def reference_section(heading: str, up_to: str) -> str:
 
 def exit_codes_in_the_code() -> dict[int, str]:
     """Every exit code the code names (an `EXIT_*` constant, an error's `exit_code`, a signal's code) or
-    passes as a number to whatever exits (`sys.exit(130)`, `_fail("aborted", 1)`), with where it was found."""
+    passes as a number to whatever exits (`sys.exit(130)`, `fail("aborted", 1)`), with where it was found."""
     import ast
     import importlib
     import pkgutil
@@ -318,7 +318,7 @@ def exit_codes_in_the_code() -> dict[int, str]:
         tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             callee = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else getattr(getattr(node, "func", None), "id", "")
-            if callee in ("exit", "_exit", "Exit", "_fail", "_leave_now") and node.args:
+            if callee in ("exit", "_exit", "Exit", "fail", "_leave_now") and node.args:
                 last = node.args[-1]
                 if isinstance(last, ast.Constant) and type(last.value) is int:
                     codes.setdefault(last.value, f"{module.__name__}: {callee}({last.value}), line {node.lineno}")
@@ -440,7 +440,7 @@ class TestTheReferenceListsWhatTheCodeDoes:
                         if not (REPOSITORY / "runs" / name).exists() and not (REPOSITORY / "guards" / name).exists()}
         assert sorted(path for path in cited_files if not (REPOSITORY / path).exists()) == []
         cited_names = [(scope, name) for scope, name in re.findall(r"`(\w+)\.(\w+)(?:\([^`]*\))?`", text) if name not in ("py", "md")]
-        assert ("cli", "_trim_transcripts") in cited_names  # the pattern finds them
+        assert ("trimming", "trim_transcripts") in cited_names  # the pattern finds them
         assert sorted(f"{scope}.{name}" for scope, name in cited_names if scope in defined_in and name not in defined_in[scope]) == []
         assert sorted(name for name in set(re.findall(r"`([a-z_][a-z0-9_]*_[a-z0-9_]*)`", text)) if name not in known) == []
 

@@ -854,7 +854,7 @@ class TestMorning:
         start, by this host's clock; found by a review). The offset `open` measures there, set here."""
         from datetime import timedelta
 
-        from orchestrator.cli import _process_gone
+        from orchestrator.report_inputs import process_gone
 
         night = subprocess.Popen(["sleep", "60"])
         try:
@@ -863,10 +863,10 @@ class TestMorning:
             store.begin_run(config_path="c", pid=night.pid, host=socket.gethostname(), state_id="s")
             run = store.latest_run(state_id="s")
             assert run is not None and run.status == "running"
-            assert not _process_gone(run, store.on_this_hosts_clock(run.started_at))
+            assert not process_gone(run, store.on_this_hosts_clock(run.started_at))
             night.kill()
             night.wait()
-            assert _process_gone(run, store.on_this_hosts_clock(run.started_at))
+            assert process_gone(run, store.on_this_hosts_clock(run.started_at))
             store.close()
         finally:
             night.kill()

@@ -518,12 +518,12 @@ class TestSignalsAfterTheDeadline:
     def signals(self):
         """The night's token, and the `night_over` its handlers were given with it."""
         from orchestrator.cancel import CancelToken
-        from orchestrator.cli import _cancel_on_signals
+        from orchestrator.process_signals import cancel_on_signals
 
         saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         token = CancelToken()
         try:
-            night_over = _cancel_on_signals(token)
+            night_over = cancel_on_signals(token)
             yield token, night_over
         finally:
             for number, handler in saved.items():
@@ -547,7 +547,7 @@ class TestSignalsAfterTheDeadline:
         assert handlers.why == "SIGINT"
 
     def test_a_third_ctrl_c_while_the_second_abandons_the_night_raises_nothing(self, handlers):
-        """The second's KeyboardInterrupt abandons the night (`_stop_at_once`: a log line, then exit 130); a
+        """The second's KeyboardInterrupt abandons the night (`stop_at_once`: a log line, then exit 130); a
         third landing in that log line escaped it, and the exit went on to the rollbacks' threads and a traceback."""
         signal.raise_signal(signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):

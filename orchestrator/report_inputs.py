@@ -1,0 +1,47 @@
+"""What `overnight report`'s text needs beyond the run store: the branch the morning diff compares against, and
+whether a run recorded as running has lost its process."""
+
+from __future__ import annotations
+
+
+def process_gone(run: object, began: object) -> bool:
+    """A run recorded as running whose process, on this host, no longer exists. `began`: the run's start
+    on this host's clock (a shared PostgreSQL store writes the database's, which may be minutes off)."""
+    import socket
+
+    from orchestrator.commands import pid_alive
+
+    return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid, began)  # type: ignore[attr-defined]
+
+
+# Branches overnight makes (a task's, a kept copy's): never what a task's work is merged into.
+_OWN_BRANCHES = ("overnight/", "overnight-kept/")
+
+
+def merge_target(settings: object) -> str:
+    """What the morning diff compares against: `[repo] base`, or the branch checked out there."""
+    base = settings.repo.base  # type: ignore[attr-defined]
+    if base != "HEAD":
+        return base
+    try:
+        import git
+
+        repo = git.Repo(settings.repo_path)  # type: ignore[attr-defined]
+        checked_out = repo.active_branch.name
+    except Exception:  # detached HEAD, repo moved: the plain name still works in git diff
+        return "HEAD"
+    # A task's branch checked out there for review: `git diff overnight/x...overnight/x` is empty.
+    return _mainline(repo) if checked_out.startswith(_OWN_BRANCHES) else checked_out
+
+
+def _mainline(repo: object) -> str:
+    """The branch the tasks' work goes into when the checkout is on one of overnight's: the remote's
+    default branch, else `main` or `master`, else HEAD."""
+    try:
+        remote_default = repo.git.symbolic_ref("--short", "-q", "refs/remotes/origin/HEAD")  # type: ignore[attr-defined]
+    except Exception:  # no remote, or it names no default branch
+        remote_default = ""
+    if remote_default and not remote_default.removeprefix("origin/").startswith(_OWN_BRANCHES):
+        return remote_default
+    heads = {head.name for head in repo.heads}  # type: ignore[attr-defined]
+    return next((name for name in ("main", "master") if name in heads), "HEAD")
