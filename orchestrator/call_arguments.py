@@ -202,7 +202,7 @@ def _with_ends_kept(text: str, repaired: Any) -> Any:
     only when, the marks taken out and those strings stripped as the library does, the reading is `repaired`
     itself: else a mark changed how the text was read, or stood elsewhere than at a string's end. Keys stay as the
     library reads them (a key's line break is no file's). The marked text is read on a budget (see _ReadOnABudget)."""
-    marked_text = _LINE_BREAK_BEFORE_A_CLOSING_QUOTE.sub(_END_MARK, text)
+    marked_text = _LINE_BREAK_BEFORE_A_CLOSING_QUOTE.sub(r"\1" + _END_MARK, text)
     if marked_text == text or _END_MARK in text:
         return repaired
     marked = _library_repair(_ReadOnABudget(marked_text))
@@ -214,8 +214,9 @@ def _with_ends_kept(text: str, repaired: Any) -> Any:
 # Written where a string's white space ends in a line break before its closing quote: a character no model writes
 # (private use), which the repair library keeps as the string's last, not white space it strips.
 _END_MARK = "\ue000"
-# A quote after a line break (raw or the escape `\n`), then what may follow a value: a comma, a closing bracket, the end.
-_LINE_BREAK_BEFORE_A_CLOSING_QUOTE = re.compile(r"""(?:(?<=\n)|(?<=\\n))(?=['"]\s*(?:[,}\]]|\Z))""")
+# A quote after a line break (raw or the escape `\n`, not `\\n`, a backslash then n: `printf("%d\\n", x)`), then what may
+# follow a value: a comma, a closing bracket, the end. (An even run of backslashes before the escape is escapes of their own.)
+_LINE_BREAK_BEFORE_A_CLOSING_QUOTE = re.compile(r"""(\n|(?<!\\)(?:\\\\)*\\n)(?=['"]\s*(?:[,}\]]|\Z))""")
 # The characters the repair library may read of a text (a slice counts its length): a long text it reads at once is read
 # 2 to 4 times per character (a short one up to 11 times, a few hundred reads), one it goes quadratic on thousands of times.
 _READS_PER_CHARACTER = 8

@@ -53,10 +53,15 @@ def stops_mid_value(text: str) -> bool:
     # string ends (as guessed_at), and, once its object closed, whether that may have been the content's bracket and where.
     member_start = member_depth = member_closed_at = 0
     member_guessed = member_cut = False
+    # The bracket the last key's object closed (`{`, or `[` where the content's `]` was read as a bracket), and where a value
+    # closed on what may have been its content's bracket (see member_cut) and which: what follows it is then its content.
+    member_opened = cut_opened = ""
+    cut_at = 0
     # Whether a string or word came right after a closing bracket inside the value, a double-quoted string before it
     # (`"s = "}"; f(s);"}`): that bracket was the content's own, after a quote of the content taken for the string's end.
-    # (After a single-quoted one, where its strings end was guessed already: see guessed_at.)
-    closed_by_the_content = False
+    # (After a single-quoted one, where its strings end was guessed already: see guessed_at. So once a single-quoted string
+    # of the value held a quote, `'o = {a: 'x', b: "y"};'`: the double-quoted string and its bracket are the content's.)
+    closed_by_the_content = single_quote_guessed = False
     # Whether a double-quoted string was ended by a quote of its content (a word, string or bracket right after it), and where
     # the value read began: its double quotes, counted, then say whether a string never closed.
     double_quote_taken_for_an_end, value_start = False, position
@@ -77,13 +82,16 @@ def stops_mid_value(text: str) -> bool:
         # the value (`"s = "}"; f(s);"`), that bracket the content's own.
         string_then_a_word = last == '"' and token not in ("}", "]", ",", ":")
         after_a_bracket = last in ("}", "]") and before == '"' and after_double_quotes and bool(open_brackets)
+        after_a_bracket = after_a_bracket and not single_quote_guessed
         after_a_bracket = after_a_bracket and token not in ("{", "}", "[", "]", ",", ":")  # `}{`: items, a comma missing
         closed_by_the_content = closed_by_the_content or after_a_bracket
         double_quote_taken_for_an_end = (
             double_quote_taken_for_an_end or after_a_bracket or (string_then_a_word and after_double_quotes)
         )
+        holds_its_quote = token == '"' and char == "'" and "'" in last_string[1:-1]  # a single-quoted string holding a '
+        single_quote_guessed = single_quote_guessed or holds_its_quote
         if (
-            (token == '"' and char == "'" and "'" in last_string[1:-1])
+            holds_its_quote
             or (token == ":" and last == '"' and not key_colon)
             or string_then_a_word
             or after_a_bracket
@@ -96,22 +104,28 @@ def stops_mid_value(text: str) -> bool:
         if char in "{[":
             open_brackets.append(char)
         elif char in "}]":
-            if open_brackets:
-                open_brackets.pop()
+            opened = open_brackets.pop() if open_brackets else char  # `]` may close a `{`: the content's, read as a bracket
             if member_depth and len(open_brackets) == member_depth - 1:
                 member_cut = member_guessed and _opens_more_than_it_closes(text[member_start : position - 1])
-                member_depth, member_closed_at = 0, position
+                member_depth, member_closed_at, member_opened = 0, position, opened
             if open_brackets[-1:] == ["["] and guessed_at > len(open_brackets):
                 guessed_at = 0  # an array's item closed, the calls before a cut one: its reading stands
             if not open_brackets:
+                if member_cut and not cut_at:
+                    # Kept over the values after it: the content's own (`, {'id': 2}]`) may be read so.
+                    cut_at, cut_opened = member_closed_at, member_opened
                 position = BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
                 if not text.startswith(("{", "["), position):
                     if double_quote_taken_for_an_end and len(_DOUBLE_QUOTE.findall(text, value_start)) % 2:
                         return True  # an odd count: a string that never closed, the answer stopped inside it
                     if closed_by_the_content:
                         return not text[position:].strip("}], \t\r\n")
-                    return member_cut and not text[member_closed_at:].strip("}], \t\r\n")  # the content's bracket, then the end
+                    # The content's bracket, then the end, or the rest of the content with no bracket of the arguments' after it
+                    # (`'t = {'a': 'b'}\nu = {'c': 'd'}`): a whole value closes them after its last quote (`...'d'}'}`).
+                    rest = text[cut_at:]
+                    return bool(cut_at) and (not rest.strip("}], \t\r\n") or not _closes_more_than_it_opens(rest, cut_opened))
                 token, last_string, guessed_at, member_cut, closed_by_the_content = "", "", 0, False, False
+                single_quote_guessed = False
                 double_quote_taken_for_an_end, value_start = False, position
         before, last = last, token
     # A single-quoted string holding a quote, or a colon after a string that was no key, is a quote inside the content
@@ -142,6 +156,12 @@ def _opens_more_than_it_closes(value_text: str) -> bool:
     return value_text.count("{") > value_text.count("}") or value_text.count("[") > value_text.count("]")
 
 
+def _closes_more_than_it_opens(rest: str, opened: str) -> bool:
+    """Whether `rest`, what follows a value `opened` with `{` or `[` and closed by a bracket that may have been its
+    content's (see _opens_more_than_it_closes), closes more of its kind than it opens: the value's own, still to come."""
+    return rest.count("}" if opened == "{" else "]") > rest.count(opened)
+
+
 # A double quote not escaped (an even run of backslashes before it is escapes of their own).
 _DOUBLE_QUOTE = re.compile(r'(?<!\\)(?:\\\\)*"')
 
@@ -159,10 +179,19 @@ def _may_end_inside_its_last_string(after: str, last_string: str) -> bool:
     (`'return {'` of `'return {'a': 1}'`, `'s = 'x'`, `'it'` of `'it's'`), and what follows it the content's own
     brackets: read as the string's end, a write ran cut. A path or a name (`'a.py'`) seldom goes on after a quote, so
     a call ending on one still runs (`'v2'` of `'v2's notes'` is the rare one that does); a whole call ending on any
-    other string is lost, as text alone cannot tell it from a cut one."""
-    if not last_string.startswith("'") or after.strip("}], \t\r\n"):
+    other string is lost, as text alone cannot tell it from a cut one. A double-quoted one may too when it ends where
+    code opens a string (`"print("`, `"x = "`, `"d = {"`, `"f(f"`): the content's own quote, not escaped, then the
+    stop; a whole one seldom ends so."""
+    if after.strip("}], \t\r\n"):
         return False
+    if last_string.startswith('"'):
+        return _OPENS_A_STRING.search(last_string, 0, len(last_string) - 1) is not None
     return _PATH_OR_NAME.fullmatch(last_string[1:-1]) is None
+
+
+# Where code opens a string: after a bracket or `=` (and white space), a comma or colon and white space (not `def f():`),
+# or a prefix (`f`, `rb`) right after one of them (`print(f`, `x = f`; not `a + b`).
+_OPENS_A_STRING = re.compile(r"(?:[(\[{=]|[,:](?=[ \t])|(?:(?<=[(\[{=,])|(?<=[=,:] ))[rbfuRBFU]{1,2})[ \t]*\Z")
 
 
 def token_at(text: str, position: int, last: str, inside: str = "") -> tuple[str, int]:
@@ -252,8 +281,9 @@ def only_value_as_json(text: str, start: int) -> str | None:
     return read.json if only_words(text[read.end :]) else None
 
 
-# An array's later item of which only the opening bracket was written (`[{...}, {`): a call cut off before its name.
-_ITEM_JUST_BEGUN = re.compile(r"\s*,\s*[{\[]\s*\Z")
+# An array's later item of which only the opening bracket was written (`[{...}, {`): a call cut off before its name. (The
+# white space before its comma is stripped apart: searched for, a leading `\s*` tried each space of a long run to its end.)
+_ITEM_JUST_BEGUN = re.compile(r",\s*[{\[]\s*\Z")
 
 
 def _without_an_item_just_begun(json_text: str, open_brackets: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -262,7 +292,7 @@ def _without_an_item_just_begun(json_text: str, open_brackets: tuple[str, ...]) 
     begun = _ITEM_JUST_BEGUN.search(json_text)
     if begun is None or open_brackets[-2:-1] != ("[",):
         return json_text, open_brackets
-    return json_text[: begun.start()], open_brackets[:-1]
+    return json_text[: begun.start()].rstrip(), open_brackets[:-1]
 
 
 @dataclass(frozen=True)

@@ -455,6 +455,54 @@ class TestNativeCalls:
 
     @pytest.mark.parametrize(
         "arguments",
+        [
+            "{'path': 'a.py', 'content': 't = {'a': 'b'}\\nu = {'c': 'd'}",
+            "{'path': 's.py', 'content': 's = {'a', 'b'}\\nprint(s",
+            "{'path': 'a.py', 'content': 'CONFIG = {'debug': False}\\nPORT = 80",
+            "{'path': 'a.py', 'content': 'ITEMS = [{'id': 1}, {'id': 2}",
+            "{'path': 'a.py', 'content': 'ITEMS = [{'id': 1}, {'id': 2}]",
+        ],
+        ids=["cut-after-a-second-brace", "cut-a-line-after-a-brace", "cut-mid-line", "cut-in-a-list", "cut-after-a-list"],
+    )
+    def test_arguments_cut_lines_after_a_bracket_of_their_content_are_unparseable(self, arguments):
+        """Single-quoted arguments whose content's first `}` was taken for the object's, cut further on in the content (no
+        `'}` of the arguments after it), are cut off, never run: repaired, a write ran with `t = {'a': 'b` alone."""
+        call = only(native(("write_file", arguments)))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off ("), call
+
+    @pytest.mark.parametrize(
+        "content", ['print("', 'x = "', 'd = {"', 'v = d["', 'print(f"', "s = f(x, \"", "o = {b: \""], ids=str.strip
+    )
+    def test_arguments_cut_right_after_a_quote_of_their_content_are_unparseable(self, content):
+        """Double-quoted arguments whose content's quote is not escaped, cut right after the first such quote (`"print("`),
+        are cut off, never run: every value read whole, only the brace missing, a write ran with `print(` alone."""
+        call = only(native(("write_file", '{"path": "a.py", "content": "' + content), finish_reason="stop"))
+        assert isinstance(call, BrokenCall) and call.problem == "unparseable", call
+        assert call.detail.startswith("the arguments end in the middle of a value, as if cut off ("), call
+
+    @pytest.mark.parametrize("content", ["x = 1\\n", "if x:", "f(a)", "a.py", "x = a + b", "key:"])
+    def test_double_quoted_arguments_lacking_only_their_brace_still_run(self, content):
+        """Double-quoted arguments lacking only their closing brace, their content ending as no cut one does, still run."""
+        call = only(native(("write_file", '{"path": "a.py", "content": "' + content + '"'), finish_reason="stop"))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": json.loads('"' + content + '"')}, id="call_0")
+
+    @pytest.mark.parametrize(
+        ("arguments", "content"),
+        [
+            ("{'path': 'a.py', 'content': 't = {'a': 'b'}\\nu = {'c': 'd'}\\n'}", "t = {'a': 'b'}\nu = {'c': 'd'}\n"),
+            ("{'path': 'a.py', 'content': 'ITEMS = [{'id': 1}, {'id': 2}]\\n'}", "ITEMS = [{'id': 1}, {'id': 2}]\n"),
+            ('{"path": "a.py", "content": "v = d["k"]"}', 'v = d["k"]'),
+        ],
+        ids=["two-dicts", "a-list-of-dicts", "an-index"],
+    )
+    def test_whole_arguments_with_more_after_a_bracket_of_their_content_still_run(self, arguments, content):
+        """The same arguments whole, closed after their last quote, run with exactly their content."""
+        call = only(native(("write_file", arguments)))
+        assert call == ToolCall("write_file", {"path": "a.py", "content": content}, id="call_0")
+
+    @pytest.mark.parametrize(
+        "arguments",
         ['{"path": "a.js", "content": "const s = "}"; f(s);"}', "{'path': 'a.py', 'content': 'x = 1'}; y = {}'}"],
         ids=["double-quoted", "single-quoted"],
     )
@@ -1166,6 +1214,23 @@ class TestTextCalls:
         call = only(written(as_answer(call, "fenced")))
         assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
 
+    @pytest.mark.parametrize("form", ["bare", "after-prose", "fenced", "tagged"])
+    def test_a_single_quoted_call_whose_content_holds_a_double_quoted_string_before_a_bracket_runs(self, form):
+        """A whole single-quoted call whose content holds a quote of its own, then a double-quoted string, a `}` and more
+        code (`'o = {a: 'x', b: "y"};\\nexport'`) runs with exactly that content: that `}` was read as one a quote of the
+        content let close the call, and the call was refused as cut off."""
+        content = "'const o = {a: 'x', b: \"y\"};\\nexport default o;\\n'"
+        call = "{'name': 'write_file', 'arguments': {'path': 'o.js', 'content': " + content + "}}"
+        expected = {"path": "o.js", "content": "const o = {a: 'x', b: \"y\"};\nexport default o;\n"}
+        assert only(written(as_answer(call, form))) == ToolCall("write_file", expected, source="text")
+
+    def test_a_mixed_quoted_call_closed_early_by_a_bracket_of_its_content_does_not_run(self):
+        """Single-quoted keys, a double-quoted content whose quote not escaped let its `}` close it (`"s = "}"; f(s);"`):
+        a broken call, never run with `const s = ` alone."""
+        call = "{'name': 'write_file', 'arguments': {'path': 'a.js', 'content': \"const s = \"}\"; f(s);\"}}"
+        call = only(written(call))
+        assert isinstance(call, BrokenCall) and (call.name, call.problem) == ("write_file", "unparseable"), call
+
     def test_a_whole_call_after_a_sentence_whose_content_holds_quotes_not_escaped_runs(self):
         """A call after a sentence on its line, its content holding double quotes not escaped (`"print("hi")"`), runs
         with exactly that content, as on a line of its own: it was dropped, the model told it had called no tool."""
@@ -1420,6 +1485,14 @@ class TestHostileInput:
         assert written("```" + "a" * 64000) == []
         assert time.perf_counter() - started < 1
 
+    def test_arguments_lacking_their_brace_with_a_long_run_of_spaces_in_a_string_parse_at_once(self):
+        """Arguments lacking their closing brace whose content holds 100k spaces in a row parse at once, whole: the look for
+        an array's item just begun tried each space of the run to its end (quadratic: 14 s at 100 kB, 250 s at 400 kB)."""
+        started = time.perf_counter()
+        call = only(native(("write_file", '{"path": "a.py", "content": "(' + " " * 100_000 + 'x"'), finish_reason="stop"))
+        assert time.perf_counter() - started < 2.0
+        assert call == ToolCall("write_file", {"path": "a.py", "content": "(" + " " * 100_000 + "x"}, id="call_0")
+
     @pytest.mark.parametrize("unit", ["{'", '{"'])
     def test_native_arguments_cut_off_in_a_flood_of_brackets_and_quotes_are_refused_quickly(self, unit):
         """16 kB of `{'` as native arguments (an answer that ended normally) is refused as cut off at once: the
@@ -1570,6 +1643,14 @@ class TestSmallModelsOwnForms:
         assert only(native(("write_file", arguments))).arguments == {"path": "a.py", "content": meant}
         call = only(written("<tool_call>{'name': 'write_file', 'arguments': " + arguments + "}</tool_call>"))
         assert call.arguments == {"path": "a.py", "content": meant}
+
+    def test_repaired_arguments_whose_content_has_a_backslash_n_before_a_quote_keep_a_files_last_newline(self):
+        """Content whose quotes are not escaped and whose string holds `\\n` written as a backslash and an n before a quote
+        (C's `printf("%d\\n", 42)`) kept its last newline too: that quote, taken for one after a line break, was marked,
+        the marked reading differed, and every mark was dropped."""
+        arguments = '{"path": "m.c", "content": "int main(void) {\\n    printf("%d\\\\n", 42);\\n}\\n"}'
+        call = only(native(("write_file", arguments)))
+        assert call.arguments == {"path": "m.c", "content": 'int main(void) {\n    printf("%d\\n", 42);\n}\n'}
 
     def test_an_edit_the_repair_library_reads_keeps_each_strings_own_ending(self):
         """Each string of an edit read by the repair library gets back its own trailing white space, and one that ended
