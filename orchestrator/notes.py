@@ -1,4 +1,4 @@
-"""notes.md: one entry per iteration that did not commit, for the next prompt and for breakfast.
+"""notes.md: one entry per iteration rolled back or cancelled, for the next prompt and for breakfast.
 
 Each append rewrites the file through a temporary file and an atomic rename,
 under an exclusive lock, so a crash leaves the old file or the new one, never
@@ -23,7 +23,10 @@ from orchestrator.errors import StateError
 from orchestrator.files import read_regular_file, replace_file
 from orchestrator.printable import shortened, visible
 
-HEADER = "# overnight notes\n\nWhat went wrong, one entry per iteration that did not commit. Newest last.\n"
+HEADER = (
+    "# overnight notes\n\nWhat went wrong, one entry per iteration rolled back or cancelled"
+    " (none when the model server could not be reached). Newest last.\n"
+)
 _ENTRY = re.compile(
     r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`\n]+)` · iteration (?P<iteration>\d+) · `(?P<reason>[^`\n]+)`\r?$",
     re.MULTILINE,

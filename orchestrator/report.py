@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 from orchestrator.printable import shortened, visible
-from orchestrator.records import Signal
+from orchestrator.records import Signal, counts_as_succeeded
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
 _TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "⏸", "cancelled": "⏹", "skipped": "↷", "running": "…"}
@@ -76,7 +76,7 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
     if run.finished_at:
         header += f" · finished {_short(run.finished_at)}"
     header += f" · {run.tokens} tokens"
-    lines = [header, ""]
+    lines = [header, _tally(run.tasks), ""] if run.tasks else [header, ""]
     for task in run.tasks:
         lines += _task_lines(task)
     merges = [t for t in run.tasks if t.outcome == "succeeded" or _done_earlier_tonight(t)]
@@ -87,6 +87,20 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> 
         lines.append("(no tasks ran)")
     # Each item is one line: whatever was interpolated into it stays on it, shown, not obeyed.
     return "\n".join(visible(line) for line in lines).rstrip() + "\n"
+
+
+def _tally(tasks: Iterable[TaskView]) -> str:
+    """The night in one line, counted as the exit code and the step summary's heading count: the line a reader
+    looks for first, which the header's exit code alone does not give."""
+    tasks = list(tasks)
+    succeeded = sum(counts_as_succeeded(t.outcome, t.reason) for t in tasks)
+    others = Counter(t.outcome for t in tasks if not counts_as_succeeded(t.outcome, t.reason))
+    rest = "".join(f", {count} {outcome}{_WHY_OUTCOME.get(outcome, '')}" for outcome, count in others.items())
+    return f"{succeeded} of {len(tasks)} task(s) succeeded{rest}"
+
+
+# What a reader could not tell from the word alone: paused is no fault of the model, and no note says why.
+_WHY_OUTCOME = {"paused": " (the model server could not be reached; no note in notes.md)"}
 
 
 # A scheduled night `serve` began again records these tasks without working them (orchestrator/task_night.py).
@@ -103,7 +117,11 @@ def _task_lines(task: TaskView) -> list[str]:
     mark = _TASK_MARKS.get(task.outcome, "?")
     where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
     why = f" ({task.reason})" if task.reason and task.outcome != "succeeded" else ""
-    badge = _badge(task.signals)
+    if task.reason == "parked":
+        why = f" ({parked_why(task)})"  # not "parked (parked)": which stop parked it
+    # A success is headed by how its committed iteration went: the stops it came through are on their own lines,
+    # and a ✖ beside ✔ read as a failure at a glance.
+    badge = _badge(task.iterations[-1].signals if task.outcome == "succeeded" and task.iterations else task.signals)
     worked = f"{len(task.iterations)} iteration(s)"
     if not task.iterations and task.reason in _WORKED_EARLIER_TONIGHT:
         worked = "its iterations in an earlier run of this scheduled night"
@@ -117,6 +135,14 @@ def _task_lines(task: TaskView) -> list[str]:
         lines.append(f"    #{it.number} {it.outcome}{reason} · {it.turns} turns · {it.tokens} tokens{_badge(it.signals)}")
     lines.append("")
     return lines
+
+
+def parked_why(task: TaskView) -> str:
+    """A parked task's reason as words: the stop that parked it, its last iteration's reason (as JUnit's type). Not how
+    many in a row: the count goes on across an earlier run of a scheduled night and over cancelled iterations, which
+    this run's iterations do not show (notes.md's `parked` entry says). Its bare reason when it has no iterations."""
+    stopped_by = next((it.reason for it in reversed(task.iterations) if it.reason), "")
+    return f"parked: {stopped_by} stopped iterations in a row" if stopped_by else task.reason
 
 
 def _unused(task: TaskView) -> str:
@@ -133,7 +159,7 @@ def _badge(signals: Iterable[Signal]) -> str:
     if worst is None:
         return ""
     others = len(signals) - 1
-    more = f" (+{others})" if others else ""
+    more = f" (+{others} more signal(s))" if others else ""
     return f" · {_LEVEL_MARKS[worst.level.value]} {worst.kind}: {shortened(worst.message, MESSAGE_LIMIT)}{more}"
 
 

@@ -136,6 +136,15 @@ class TestJunitFromARealNight:
         failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
         assert (failure.get("message"), failure.get("type")) == ("check_failed, repeated_tool_call", "check_failed")
 
+    def test_a_parked_tasks_body_says_which_stop_parked_it(self, tmp_path):
+        """The failure body's first line reads `t: parked (parked: check_failed stopped iterations in a row)`, not `parked (parked)`."""
+        import dataclasses
+
+        run = view("failed", "check_failed")
+        run = dataclasses.replace(run, tasks=(dataclasses.replace(run.tasks[0], outcome="parked", reason="parked"),))
+        failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
+        assert failure.text.splitlines()[0] == "t: parked (parked: check_failed stopped iterations in a row)"
+
     def test_rewrite_is_atomic_and_leaves_no_temporary_file(self, night, tmp_path):
         """Writing over an old report replaces it whole and leaves only the report in the folder."""
         _, _, run = night

@@ -140,6 +140,9 @@ def assert_one_story(night: Night, repo: Path) -> dict[str, Any]:
     # The heading counts a task an earlier run of the fire committed (done_earlier_tonight), as the exit code does.
     succeeded = sum(task["outcome"] == "succeeded" or task["reason"] == "done_earlier_tonight" for task in tasks)
     assert heading.startswith(f" {succeeded}/{len(tasks)} task(s) succeeded ({run['status']}, exit {night.rc})")
+    # The text report's second line: the same count, the line a reader looks for first; a paused task said to be paused.
+    assert text[1].startswith(f"{succeeded} of {len(tasks)} task(s) succeeded"), text[1]
+    assert (" paused (the model server could not be reached" in text[1]) == any(t["outcome"] == "paused" for t in tasks), text[1]
     assert list(rows) == [task["name"] for task in tasks]
 
     notes_written = [(n.task, n.iteration, n.reason) for n in notes_of(night.config)[night.notes_before:]]
@@ -151,7 +154,10 @@ def assert_one_story(night: Night, repo: Path) -> dict[str, Any]:
         # The text report: the task's line, then one line per iteration with its outcome, reason, turns and tokens.
         [at] = [i for i, line in enumerate(text) if line.split(" ", 1)[-1].startswith(f"{name}: {outcome}")]
         head = text[at]
-        assert (f"({reason})" in head) == bool(reason and outcome != "succeeded"), head
+        if reason == "parked" and iterations:  # which stop parked it, not "parked (parked)"
+            assert f"(parked: {iterations[-1]['reason']} stopped " in head, head
+        else:
+            assert (f"({reason})" in head) == bool(reason and outcome != "succeeded"), head
         if iterations or reason not in ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight"):
             assert f" · {len(iterations)} iteration(s)" in head, head
         if task["commit"]:
@@ -218,6 +224,9 @@ class TestOneStory:
         assert [(t["name"], t["outcome"]) for t in report["tasks"]] == [
             ("commit", "succeeded"), ("guard", "parked"), ("turns", "failed"), ("down", "paused"), ("budget", "cancelled"), ("after", "cancelled"),
         ]
+        # notes.md's opening promises no entry for the paused task's iteration, which rolled back and left none.
+        opening = (tmp_path / "state" / "notes.md").read_text().split("\n## ")[0]
+        assert "none when the model server could not be reached" in opening, opening
         turns = ET.parse(night.junit).getroot().find(".//testcase[@name='turns']/failure")
         assert (turns.get("message"), turns.get("type")) == ("check_failed, max_turns", "max_turns")
         assert server.exhausted == 0

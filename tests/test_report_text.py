@@ -57,7 +57,7 @@ class TestTextReport:
         assert overnight("run", "--config", str(config)) == 1
         text = text_report(config, capsys)
         assert_shown_not_obeyed(text)
-        task_line = text.split("\n")[2]
+        task_line = text.split("\n")[3]  # after the header and the tally
         assert task_line.startswith("✖ t1: failed (unknown_tool)") and "\\r\\x1b[2K" in task_line
 
     def test_control_characters_from_any_signal_are_escaped_and_long_messages_cut(
@@ -94,7 +94,7 @@ class TestStepSummary:
 
 class TestTaskAndIterationLines:
     def test_a_badge_shows_the_worst_signal_and_how_many_others_there_were(self):
-        """Three signals on one iteration: the severe one is shown, with `(+2)` for the two warnings beside it."""
+        """Three signals on one iteration: the severe one is shown, with `(+2 more signal(s))` for the two warnings beside it."""
         from dataclasses import replace
 
         from orchestrator.records import Level, Signal
@@ -106,7 +106,7 @@ class TestTaskAndIterationLines:
                    Signal(Level.WARNING, "context_full", "context 85% full"))
         iteration = replace(run.tasks[0].iterations[0], signals=signals)
         text = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(iteration,)),)))
-        assert "    #1 rolled_back check_failed · 2 turns · 10 tokens · ✖ check_failed: exit 1 (+2)" in text.splitlines()
+        assert "    #1 rolled_back check_failed · 2 turns · 10 tokens · ✖ check_failed: exit 1 (+2 more signal(s))" in text.splitlines()
 
     def test_an_iteration_whose_reason_is_its_outcome_says_it_once(self):
         """A cancelled iteration's line reads `#1 cancelled`, not `#1 cancelled cancelled`."""
@@ -115,6 +115,48 @@ class TestTaskAndIterationLines:
 
         lines = as_text(view("cancelled", "cancelled")).splitlines()
         assert "    #1 cancelled · 2 turns · 10 tokens" in lines
+
+    def test_a_parked_task_says_which_stop_parked_it(self):
+        """A parked task's line names the reason that stopped its last iterations, not `parked (parked)`."""
+        from dataclasses import replace
+
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        run = view("parked", "parked")
+        first = replace(run.tasks[0].iterations[0], reason="max_turns")
+        again = [replace(first, id=n, number=n, reason="check_failed") for n in (2, 3)]
+        lines = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(first, *again)),))).splitlines()
+        assert lines[3].startswith("⏸ t: parked (parked: check_failed stopped iterations in a row) · overnight/t · 3 iteration(s)")
+
+    def test_the_second_line_counts_the_night_as_the_exit_code_does(self):
+        """Under the header, one line counts the tasks that succeeded (a done-earlier skip among them) and each other
+        outcome, and says a paused task's model server could not be reached."""
+        from dataclasses import replace
+
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        done, paused, parked = view("skipped", "done_earlier_tonight"), view("paused", "model_unreachable"), view("parked", "parked")
+        run = replace(done, tasks=(done.tasks[0], paused.tasks[0], parked.tasks[0], parked.tasks[0]))
+        assert as_text(run).splitlines()[1] == (
+            "1 of 4 task(s) succeeded, 1 paused (the model server could not be reached; no note in notes.md), 2 parked"
+        )
+
+    def test_a_task_that_succeeded_after_a_stop_is_not_headed_by_it(self):
+        """A task whose first iteration a guard stopped and whose second committed: its line shows no ✖, the stop stays on #1's."""
+        from dataclasses import replace
+
+        from orchestrator.records import Level, Signal
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        run = view("succeeded", "", signal_message="loop")
+        stopped = replace(run.tasks[0].iterations[0], reason="repeated_tool_call", signals=(Signal(Level.SEVERE, "repeated_tool_call", "loop"),))
+        committed = replace(stopped, id=2, number=2, outcome="committed", reason="", commit="c" * 40, signals=())
+        lines = as_text(replace(run, tasks=(replace(run.tasks[0], commit="c" * 40, iterations=(stopped, committed)),))).splitlines()
+        assert lines[3] == "✔ t: succeeded · overnight/t @ cccccccccc · 2 iteration(s)"
+        assert lines[4] == "    #1 rolled_back repeated_tool_call · 2 turns · 10 tokens · ✖ repeated_tool_call: loop"
 
     def test_a_run_with_no_tasks_says_so(self):
         """A run that recorded no task (every one skipped before it began) reads `(no tasks ran)`, not a bare header."""
