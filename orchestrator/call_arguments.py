@@ -142,7 +142,24 @@ def read_repaired(text: str) -> tuple[Any, str]:
         except ValueError:
             pass
     loose = read_loosely(text)
-    return (loose if loose is not None else repair(text)), loose_json.repeated_key(text)
+    return (loose if loose is not None else _every_object_kept(text, repair(text))), loose_json.repeated_key(text)
+
+
+def _every_object_kept(text: str, repaired: Any) -> Any:
+    """`repaired`, or, when the repair library read `text` as objects one after another (calls run together, a quote in
+    their content not escaped) and kept only the last, all of them in a list: at its top level the library takes an object
+    with the same keys as the one before for an update of it, and drops that one (a write lost). Read as an array's items,
+    none is dropped; that reading counts only when its last item is the object kept."""
+    if not isinstance(repaired, dict) or not text.lstrip().startswith("{") or not _OBJECTS_MEET.search(text):
+        return repaired
+    items = repair("[" + text + "]")
+    if isinstance(items, list) and len(items) > 1 and all(isinstance(item, dict) for item in items) and items[-1] == repaired:
+        return items
+    return repaired
+
+
+# Where one object may close and the next open (outside strings or not: only a reason to read the text again as an array).
+_OBJECTS_MEET = re.compile(r"\}\s*[;,]?\s*\{")
 
 
 def read_loosely(text: str) -> Any:

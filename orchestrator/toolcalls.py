@@ -144,7 +144,9 @@ def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool)
     arguments = read_arguments(raw.arguments)
     if arguments.json_error and cut:
         return [BrokenCall(name=name, raw_arguments=raw.arguments, problem="unparseable", detail=CUT_OFF, id=raw.id)]
-    several = _echoes_dropped(_argument_objects_one_after_another(raw.arguments)) if arguments.json_error else []
+    several: list[Arguments] = []
+    if arguments.json_error:
+        several = _echoes_dropped(_argument_objects_one_after_another(raw.arguments) or _objects_repaired_apart(arguments))
     # The later ones have no id of the server's: the history gives each its own.
     return [_fit(name, one, tools[name], call_id=raw.id if i == 0 else "", source="native") for i, one in enumerate(several or [arguments])]
 
@@ -170,6 +172,14 @@ def _argument_objects_one_after_another(text: str) -> list[Arguments]:
     else:
         return []
     return [*(Arguments(value, raw) for value, raw in walked), last]
+
+
+def _objects_repaired_apart(arguments: Arguments) -> list[Arguments]:
+    """The objects the repair read apart in arguments that did not read one after another (a quote in their content not
+    escaped: see call_arguments._every_object_kept), each with the arguments' JSON error; [] when it read one value."""
+    if not isinstance(arguments.value, list) or not arguments.raw.lstrip().startswith("{"):
+        return []
+    return [Arguments(value, arguments.raw, arguments.json_error) for value in arguments.value]
 
 
 def _echoes_dropped(objects: list[Arguments]) -> list[Arguments]:

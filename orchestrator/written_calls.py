@@ -51,8 +51,10 @@ _JSON_START = re.compile(r"^[ \t]*([\[{])", re.MULTILINE)
 # The tokens Llama 3 (`<|python_tag|>`) and Mistral (`[TOOL_CALLS]`) put before a call, left in
 # the text when the server does not parse them: the call's JSON starts where they end.
 _CALL_MARKER = re.compile(r"^([ \t]*)(?:<\|python_tag\|>|\[TOOL_CALLS\])", re.MULTILINE)
-# A call's JSON after a sentence on the same line ("I will read it. {"name": ...}").
+# A call's JSON after a sentence on the same line ("I will read it. {"name": ...}"); and such a call whose key is double- or
+# single-quoted (`{'name': ...`, JSON5-like).
 _INLINE_CALL = re.compile(r'\{\s*"(?:name|tool|function)"\s*:')
+_INLINE_CALL_EITHER_QUOTE = re.compile(r"""\{\s*(["'])(?:name|tool|function)\1\s*:""")
 # An array opened right before such a call, which the call is an item of: `[`, `{"tool_calls": [`.
 _ARRAY_BEFORE_A_CALL = re.compile(r'(?:\{\s*"tool_calls"\s*:\s*)?\[\s*\Z')
 _ARRAY_OPENING_LIMIT = 64  # how far before the call its array's opening is looked for: a bounded look, not back to the start
@@ -522,6 +524,37 @@ def _loose_call_from(text: str, start: int, known: set[str]) -> tuple[list[Writt
     return (calls, end) if calls else None
 
 
+def _single_quoted_call_after_prose(
+    text: str, start: int, exc: ValueError, known: set[str], tries_left: list[int], reads_left: int, *, whole_only: bool
+) -> tuple[list[WrittenCall], int | None, int]:
+    """The calls in the single-quoted call at `start` (after words on its line), where the text after them starts (None
+    when it never closes), and how much of the text the look for its end read. One that closes, only words after it on
+    its line up to the next call, is read to there as a block (see _calls_in_block); one that never closes (it runs to
+    the answer's end) is broken, cut off or unreadable, never run, as a double-quoted one is (see _calls_after_prose);
+    else it is read as one starting a line is (see _calls_in_unreadable_json: repaired, broken or cut off), unless
+    `whole_only` (it is inside one before it that never closes, already broken: only a whole call counts). Where a
+    JSON5-like value closes is a guess (`'[{'id': 1}]\\n'` read as closing after `}]`): the words after it confirm it.
+    While `reads_left` is spent the look is not made: each reads to the call's end, or the answer's, and a flood of calls
+    that never close would take quadratic time."""
+    read = 0
+    if reads_left > 0:
+        closed = loose_json.value_end(text, start)
+        read = (closed if closed is not None else len(text)) - start
+        if closed is None:
+            return _unreadable_call_over_lines(text, start, exc, known), None, read
+        next_call = _INLINE_CALL_EITHER_QUOTE.search(text, closed)
+        words_end = next_call.start() if next_call is not None else len(text)
+        line_end = text.find("\n", closed, words_end)
+        if loose_json.only_words(text[closed : line_end if line_end >= 0 else words_end]):
+            calls = _calls_in_block(text[start:closed], known, cut=False)
+            if calls:
+                return calls, closed, read
+    if whole_only:
+        return [], start, read
+    calls, resume = _calls_in_unreadable_json(text, start, exc, known, tries_left)
+    return calls, resume, read
+
+
 def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCall]:
     """Valid JSON calls of known tools that start inside a line, after some words.
 
@@ -532,18 +565,24 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCal
     usual, the first call naming a known tool that does not read and never closes (it runs to the answer's end) is a
     broken call, cut off or unreadable (see _unreadable_call_over_lines), never run: dropped, the model would be told
     it had called no tool. One that closes, though not as JSON (a quote inside a string not escaped: `"print("hi")"`),
-    is read as a block, as on a line of its own (see _calls_in_block): repaired, broken or cut off. A whole call after
-    its start still runs; with none, calls written as Python lines (see _calls_as_python) are the answer's calls
-    instead, when it has any.
+    is read as a block, as on a line of its own (see _calls_in_block): repaired, broken or cut off. So is a single-quoted
+    one (`{'name': ...`, never JSON), or, where it closes is unsure, as one starting a line is (see
+    _single_quoted_call_after_prose). A whole call after its start still runs; with none, calls written as Python lines
+    (see _calls_as_python) are the answer's calls instead, when it has any.
     """
     found: list[WrittenCall] = []
     resume = 0
     ends_looked_for = _MENDED_CALLS_TRIED
+    single_quoted_tries = [_MENDED_CALLS_TRIED]  # as _calls_in_bare_json's: each reads over lines at most so many times
+    reads_left = _MENDED_CALLS_TRIED * len(text)  # what single-quoted calls' looks for their end may read in all: linear
     cut_off: list[WrittenCall] = []
-    for match in _INLINE_CALL.finditer(text):
+    for match in _INLINE_CALL_EITHER_QUOTE.finditer(text):
         if match.start() < resume:
             continue
         start = match.start()
+        single_quoted = match.group(1) == "'"
+        if single_quoted and _known_tool_named_at(text, start, known) is None:
+            continue  # some other JSON5-like value the model shows; unread (a failed read counts the lines before it)
         if cut:
             array = _ARRAY_BEFORE_A_CALL.search(text, max(resume, start - _ARRAY_OPENING_LIMIT), start)
             start = array.start() if array else start
@@ -552,6 +591,18 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCal
         except ValueError as exc:
             if cut:  # read once, not from each later call-like start: a flood of them would take quadratic time
                 return found + _calls_in_block(text[start:], known, cut)
+            if single_quoted:
+                calls, after, read = _single_quoted_call_after_prose(
+                    text, start, exc, known, single_quoted_tries, reads_left, whole_only=bool(cut_off)
+                )
+                reads_left -= read
+                if after is not None:
+                    found.extend(calls)
+                    resume = after
+                elif not cut_off:  # it never closes: broken once, as a double-quoted one is; a whole call after its start runs
+                    cut_off = calls
+                    found.extend(cut_off)
+                continue
             if not cut_off and ends_looked_for and _known_tool_named_at(text, start, known) is not None:
                 ends_looked_for -= 1  # each look reads to the call's end, or the answer's: a flood would take quadratic time
                 closed = loose_json.value_end(text, start)

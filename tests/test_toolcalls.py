@@ -383,6 +383,21 @@ class TestNativeCalls:
         assert isinstance(last, BrokenCall) and last.problem == "unparseable", last
         assert last.detail.startswith("the arguments end in the middle of a value, as if cut off (")
 
+    @pytest.mark.parametrize(
+        ("arguments", "contents"),
+        [
+            ("{'path': 'a.py', 'content': 's = {'a', 'b'}'}{'path': 'b.py', 'content': 'y'}", ["s = {'a', 'b'}", "y"]),
+            ("{'path': 'a.py', 'content': 'x = [{'id': 1}]'}\n{'path': 'b.py', 'content': 'y'}", ["x = [{'id': 1}]", "y"]),
+            ('{"path": "a.py", "content": "print("hi")"}{"path": "b.py", "content": "print("y")"}', ['print("hi")', 'print("y")']),
+        ],
+        ids=["single-quoted", "single-quoted-a-line-each", "double-quoted"],
+    )
+    def test_argument_objects_one_after_another_holding_quotes_not_escaped_are_a_call_each(self, arguments, contents):
+        """Argument objects one after another whose content holds quotes not escaped (so they do not read one by one) are
+        a call each, as the repair reads them, not merged by it into the last: the first write silently never ran."""
+        calls = native(("write_file", arguments))
+        assert [(type(call), call.arguments.get("content")) for call in calls] == [(ToolCall, content) for content in contents], calls
+
     def test_arguments_that_lack_only_their_closing_brace_are_repaired(self):
         """Every value whole, the closing brace alone missing: a slip the repair mends, and the call runs."""
         call = only(native(("edit_file", '{"path": "greet.py", "old": "helo", "new": "hello"')))
@@ -834,6 +849,21 @@ class TestTextCalls:
         text = "{'name': 'read_file', 'arguments': {'path': 'a.py'}\n{'name': 'read_file', 'arguments': {'path': 'b.py'}}"
         assert [call.arguments["path"] for call in written(text)] == ["a.py", "b.py"]
 
+    @pytest.mark.parametrize(
+        "text",
+        [
+            '{"name": "write_file", "arguments": {"path": "a.py", "content": "print("hi")"}}'
+            '{"name": "write_file", "arguments": {"path": "b.py", "content": "print("y")"}}',
+            "<tool_call>\n{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 's = {'a', 'b'}'}}\n"
+            "{'name': 'write_file', 'arguments': {'path': 'b.py', 'content': 'y'}}\n</tool_call>",
+        ],
+        ids=["double-quoted", "single-quoted-tagged"],
+    )
+    def test_calls_one_after_another_holding_quotes_not_escaped_are_each_made(self, text):
+        """Calls one after another whose content holds quotes not escaped (so they do not read one by one) are each made,
+        as the repair reads them, not merged by it into the last: the first write silently never ran."""
+        assert [(type(call), call.arguments.get("path")) for call in written(text)] == [(ToolCall, "a.py"), (ToolCall, "b.py")]
+
     @pytest.mark.parametrize("form", ["tagged", "tagged-one-line", "fenced", "same-line", "after-the-python-tag"])
     @pytest.mark.parametrize(
         "second",
@@ -1236,6 +1266,54 @@ class TestTextCalls:
         with exactly that content, as on a line of its own: it was dropped, the model told it had called no tool."""
         text = 'I will write it. {"name": "write_file", "arguments": {"path": "a.py", "content": "print("hi")"}}'
         assert only(written(text)) == ToolCall("write_file", {"path": "a.py", "content": 'print("hi")'}, source="text")
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            (
+                "I will write it now: {'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'x = 1\\n'}}",
+                [("write_file", {"path": "a.py", "content": "x = 1\n"})],
+            ),
+            ("Reading it: {'name': 'read_file', 'arguments': {'path': 'a.py'}} and then done.", [("read_file", {"path": "a.py"})]),
+            (
+                "I will: {'name': 'write_file', 'arguments': {'path': 'i.py', 'content': 'ITEMS = [{'id': 1}]\\n'}}",
+                [("write_file", {"path": "i.py", "content": "ITEMS = [{'id': 1}]\n"})],
+            ),
+            (
+                "Now {'name': 'read_file', 'arguments': {'path': 'a.py'}} then {'name': 'read_file', 'arguments': {'path': 'b.py'}}",
+                [("read_file", {"path": "a.py"}), ("read_file", {"path": "b.py"})],
+            ),
+        ],
+        ids=["write", "words-after", "quotes-in-its-content", "two-on-a-line"],
+    )
+    def test_a_single_quoted_call_after_a_sentence_runs(self, text, expected):
+        """A single-quoted call after a sentence on its line runs as a double-quoted one does, each of several on the line
+        too: it was never read, the model told it had called no tool."""
+        assert written(text) == [ToolCall(name, arguments, source="text") for name, arguments in expected]
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 'x = ",
+            "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': 't = {'a': 'b'}",
+        ],
+        ids=["inside-a-string", "after-a-bracket-of-its-content"],
+    )
+    def test_a_single_quoted_call_after_a_sentence_cut_off_does_not_run(self, call):
+        """A single-quoted call after a sentence on its line that stops mid-value is cut off, never run nor dropped, as a
+        double-quoted one is; at the length limit too."""
+        assert_cut_off(only(written(f"I will write it now: {call}")), "write_file")
+        at_the_limit = only(written(f"I will write it now: {call}", finish_reason="length"))
+        assert isinstance(at_the_limit, BrokenCall) and at_the_limit.detail == "cut off at the length limit", at_the_limit
+
+    def test_a_flood_of_single_quoted_call_starts_after_prose_is_read_quickly(self):
+        """Thousands of single-quoted call starts after prose that never close stay quick (each look for a call's end may
+        read to the answer's end: they read at most a few times its length in all) and give one broken call."""
+        text = "Here: " + "{'name': 'write_file', 'arguments': {'path': 'a.py', 'content': '" * 3000
+        started = time.perf_counter()
+        calls = written(text)
+        assert time.perf_counter() - started < 5.0
+        assert_cut_off(only(calls), "write_file")
 
     def test_a_call_after_a_sentence_cut_after_a_bracket_of_its_content_does_not_run(self):
         """A call after a sentence on its line, cut right after a `}` of its content, is cut off, never run nor dropped."""
