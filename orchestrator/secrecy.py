@@ -335,44 +335,40 @@ _USERINFO = re.compile(
     )?@""",
     re.VERBOSE,
 )
-# A value that is one URL and nothing else (a config's url, DATABASE_URL) is read as SQLAlchemy reads it: its user and
-# password may hold spaces (`pass phrase words`), which a scan for URLs among other words (JAVA_OPTS' `-Dproxy=http://h:3128
-# -Dme=a@b`, pip's space-separated index URLs) must not take for part of them; its query and fragment may hold them too
-# (`?driver=ODBC Driver 18`). What begins like a host and then words is no user info.
-_ONE_URLS_USERINFO = re.compile(
-    r"""\s*[A-Za-z][\w+.\-]*://    # a scheme, `_` in it too (`oracle+cx_oracle`)
-    ([^:/?#\[\]\r\n]*+)             # the user, as `_USERINFO`'s, spaces in it too
-    (?::
-        ((?![0-9]*[/?#]|[0-9]+[\s,;:)|]|\s)  # no port then words (`https://db:3128, ask ops@example.com`), no words
-                                    # after a colon (a password that begins with a space)
-            [^@\r\n]*+)
-        ((?>(?:@[^@/?#\s]*+)*(?=@)))
-    )?@
-    (?=[^\s?#]*+(?:[?#][^\r\n]*)?\s*\Z)  # then a host and path with no space, a query or fragment that may hold them""",
-    re.VERBOSE,
-)
+def _one_urls_userinfo(quote: str = "") -> re.Pattern[str]:
+    """The user info of a value that is one URL and nothing else (`quote` ""), or of a string in `quote`s that is one URL.
 
+    A value that is one URL (a config's url, DATABASE_URL) is read as SQLAlchemy reads it: its user and password may hold
+    spaces (`pass phrase words`), which a scan for URLs among other words (JAVA_OPTS' `-Dproxy=http://h:3128 -Dme=a@b`,
+    pip's space-separated index URLs) must not take for part of them; its query and fragment may hold them too
+    (`?driver=ODBC Driver 18`). What begins like a host and then words is no user info.
 
-def _quoted_urls_userinfo(quote: str) -> re.Pattern[str]:
-    """`_ONE_URLS_USERINFO`, its user without spaces, for a string in `quote`s that is one URL: a JSON value's or list's
-    (`{"url": "postgresql://u:pass phrase@db/app"}`), a Python repr's, a shell's or an env file's (`DATABASE_URL='...'`). Each
-    part ends at the closing quote, so a search from every opening one reads each string once."""
+    A quoted one is a JSON value's or list's (`{"url": "postgresql://u:pass phrase@db/app"}`), a Python repr's, a shell's
+    or an env file's (`DATABASE_URL='...'`): its password may hold spaces, its user not (a host, words, a time and an e-mail
+    address are none: `"https://status.example down 10:30am, ask ops@example.com"`). Each part ends at the closing quote,
+    so a search from every opening one reads each string once."""
+    start = rf"(?<={quote})" if quote else r"\s*"  # right after the opening quote; or the value's start
+    user_ends = rf"\s{quote}" if quote else r"\r\n"
+    end = quote if quote else r"\s*\Z"
     return re.compile(
-        rf"""(?<={quote})[A-Za-z][\w+.\-]*://   # a scheme right after the opening quote
-        ([^:/?#\[\]\s{quote}]*+)              # the user, no spaces in it: a host, words, a time and an e-mail address
-                                             # are none (`"https://status.example down 10:30am, ask ops@example.com"`)
+        rf"""{start}[A-Za-z][\w+.\-]*://  # a scheme, `_` in it too (`oracle+cx_oracle`)
+        ([^:/?#\[\]{user_ends}]*+)         # the user, as `_USERINFO`'s
         (?::
-            ((?![0-9]*[/?#]|[0-9]+[\s,;:)|{quote}]|\s)  # no port then words or the string's end, no words after a colon
+            ((?![0-9]*[/?#]|[0-9]+[\s,;:)|{quote}]|\s)  # no port then words (`https://db:3128, ask ops@example.com`) or
+                                        # the string's end, no words after a colon (a password that begins with a space)
                 [^@\r\n{quote}]*+)
             ((?>(?:@[^@/?#\s{quote}]*+)*(?=@)))
         )?@
-        (?=[^\s?#{quote}]*+(?:[?#][^\r\n{quote}]*+)?{quote})  # then a host and path with no space, a query or fragment
-                                                          # that may hold them, up to the closing quote""",
+        (?=[^\s?#{quote}]*+(?:[?#][^\r\n{quote}]*+)?{end})  # then a host and path with no space, a query or fragment
+                                                          # that may hold them, up to the value's end or the closing quote""",
         re.VERBOSE,
     )
 
 
-_QUOTED_URLS_USERINFOS = (_quoted_urls_userinfo('"'), _quoted_urls_userinfo("'"))
+_ONE_URLS_USERINFO = _one_urls_userinfo()
+
+
+_QUOTED_URLS_USERINFOS = (_one_urls_userinfo('"'), _one_urls_userinfo("'"))
 # Oracle's `user/password@connect`, which no URL reader reads: JDBC's thin and OCI URLs
 # (`jdbc:oracle:thin:scott/tiger@//db:1521/orcl`, `...@db:1521:orcl`), EZConnect with `//` or a port and a service
 # (`scott/tiger@db:1521/orcl`), a TNS descriptor (`scott/tiger@(DESCRIPTION=...)`), and the login the tools take
@@ -449,7 +445,7 @@ def _userinfo(url: str) -> re.Match[str] | None:
 
 def _userinfos(text: str) -> list[re.Match[str]]:
     """The user infos of `text`: that of a value that is one URL (`_ONE_URLS_USERINFO`), those of quoted strings that are one
-    URL (`_quoted_urls_userinfo`), and every other one among other words (`_USERINFO`) after it: the further URLs of a list
+    URL (`_one_urls_userinfo`), and every other one among other words (`_USERINFO`) after it: the further URLs of a list
     (`https://a/simple,https://u:token@b/simple`, Kombu's `;`). In order, none overlapping another: `_replaced` joins them."""
     one_url = _ONE_URLS_USERINFO.match(text)
     start = one_url.end() if one_url is not None else 0
