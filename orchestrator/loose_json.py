@@ -116,7 +116,7 @@ def stops_mid_value(text: str) -> bool:
                     cut_at, cut_opened = member_closed_at, member_opened
                 position = BETWEEN_VALUES.match(text, position).end()  # type: ignore[union-attr]
                 if not text.startswith(("{", "["), position):
-                    if double_quote_taken_for_an_end and len(_DOUBLE_QUOTE.findall(text, value_start)) % 2:
+                    if double_quote_taken_for_an_end and len(UNESCAPED_DOUBLE_QUOTE.findall(text, value_start)) % 2:
                         return True  # an odd count: a string that never closed, the answer stopped inside it
                     if closed_by_the_content:
                         return not text[position:].strip("}], \t\r\n")
@@ -163,7 +163,7 @@ def _closes_more_than_it_opens(rest: str, opened: str) -> bool:
 
 
 # A double quote not escaped (an even run of backslashes before it is escapes of their own).
-_DOUBLE_QUOTE = re.compile(r'(?<!\\)(?:\\\\)*"')
+UNESCAPED_DOUBLE_QUOTE = re.compile(r'(?<!\\)(?:\\\\)*"')
 
 
 # A path or a name (`a.py`, `src/`, `list_dir`, `v2`): one word holding a digit, `_`, `.`, `/` or `-`, as no word of prose

@@ -417,10 +417,7 @@ def _ends_on_a_quote_that_may_not_close(text: str) -> bool:
     if text.rstrip("}], \t\r\n").endswith("'"):
         return True
     last_line = text[text.rfind("\n") + 1 :]
-    return text.endswith('"') and len(_UNESCAPED_DOUBLE_QUOTE.findall(last_line)) % 2 == 1
-
-
-_UNESCAPED_DOUBLE_QUOTE = re.compile(r'(?<!\\)(?:\\\\)*"')
+    return text.endswith('"') and len(loose_json.UNESCAPED_DOUBLE_QUOTE.findall(last_line)) % 2 == 1
 
 
 def _known_tool_named_at(text: str, start: int, known: set[str]) -> str | None:
