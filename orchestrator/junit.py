@@ -22,7 +22,7 @@ from pathlib import Path
 
 from orchestrator.errors import StateError
 from orchestrator.files import replace_file
-from orchestrator.report import parked_why
+from orchestrator.report import reason_in_words
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
 SUITE = "overnight"
@@ -135,7 +135,7 @@ def _reason_codes(task: TaskView) -> list[str]:
 
 
 def _iteration_lines(task: TaskView) -> str:
-    reason = parked_why(task) if task.reason == "parked" else task.reason  # not "parked (parked)"
+    reason = reason_in_words(task)
     lines = [f"{task.name}: {task.outcome}" + (f" ({reason})" if reason else "")]
     lines += [_iteration_line(iteration) for iteration in task.iterations]
     return "\n".join(lines) + "\n"

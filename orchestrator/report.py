@@ -116,9 +116,7 @@ def _done_earlier_tonight(task: TaskView) -> bool:
 def _task_lines(task: TaskView) -> list[str]:
     mark = _TASK_MARKS.get(task.outcome, "?")
     where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
-    why = f" ({task.reason})" if task.reason and task.outcome != "succeeded" else ""
-    if task.reason == "parked":
-        why = f" ({parked_why(task)})"  # not "parked (parked)": which stop parked it
+    why = f" ({reason_in_words(task)})" if task.reason and task.outcome != "succeeded" else ""
     # A success is headed by how its committed iteration went: the stops it came through are on their own lines,
     # and a ✖ beside ✔ read as a failure at a glance.
     badge = _badge(task.iterations[-1].signals if task.outcome == "succeeded" and task.iterations else task.signals)
@@ -137,10 +135,13 @@ def _task_lines(task: TaskView) -> list[str]:
     return lines
 
 
-def parked_why(task: TaskView) -> str:
-    """A parked task's reason as words: the stop that parked it, its last iteration's reason (as JUnit's type). Not how
-    many in a row: the count goes on across an earlier run of a scheduled night and over cancelled iterations, which
-    this run's iterations do not show (notes.md's `parked` entry says). Its bare reason when it has no iterations."""
+def reason_in_words(task: TaskView) -> str:
+    """A task's reason as a reader is shown it: a parked task's names the stop that parked it (not `parked (parked)`),
+    its last iteration's reason (as JUnit's type). Not how many in a row: the count goes on across an earlier run of a
+    scheduled night and over cancelled iterations, which this run's iterations do not show (notes.md's `parked` entry
+    says). Any other reason, and a parked task's with no iterations, as it is."""
+    if task.reason != "parked":
+        return task.reason
     stopped_by = next((it.reason for it in reversed(task.iterations) if it.reason), "")
     return f"parked: {stopped_by} stopped iterations in a row" if stopped_by else task.reason
 
