@@ -141,6 +141,19 @@ def local_now() -> datetime:
         return datetime.now(SYSTEM_LOCAL_TIME)
 
 
+def named_zone(setting: str) -> tzinfo | None:
+    """The zone `[schedule] timezone` names, or None for "local" (this host's clock): the clock a deadline is read
+    on, and the morning report's times shown on. None too for a name this host cannot read (refused with the config)."""
+    if setting == "local":
+        return None
+    from zoneinfo import ZoneInfo
+
+    try:
+        return ZoneInfo(setting)
+    except (LookupError, ValueError):
+        return None
+
+
 class _SystemLocalTime(tzinfo):
     """The C library's local time, rules and all (it reads any TZ the system does).
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from orchestrator.errors import StateError
 from orchestrator.printable import shortened, visible
 from orchestrator.records import counts_as_succeeded
-from orchestrator.report import MESSAGE_LIMIT
+from orchestrator.report import MESSAGE_LIMIT, badge_signals
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
 # What markdown would act on in a message: emphasis, code, links and images, strikes, escapes.
 _MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~]")
-_MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "⏸️", "cancelled": "⏹️", "skipped": "⏭️", "running": "⏳"}
+# As the text report's: paused (the model server could not be reached, worked again next night) is not parked.
+_MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "🔁", "cancelled": "⏹️", "skipped": "⏭️", "running": "⏳"}
 
 
 def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path | None = None) -> bool:
@@ -71,7 +72,8 @@ def step_summary(run: RunView, *, notes: Path | None = None) -> str:
 
 
 def _row(task: TaskView) -> str:
-    worst = worst_signal(task.signals)
+    # As the text report's badge: a success's committed iteration's, not the night's worst stop before it.
+    worst = worst_signal(badge_signals(task))
     signal = f"{worst.level.value} `{worst.kind}`: {_literal(shortened(worst.message, MESSAGE_LIMIT))}" if worst else ""
     commit = f" @ `{task.commit[:10]}`" if task.commit else ""
     reason = f"`{task.reason}`" if task.reason else ""

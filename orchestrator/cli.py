@@ -141,7 +141,7 @@ def report(
     from orchestrator.config import load_config
     from orchestrator.lock import state_identity
     from orchestrator.logs import configure_logging
-    from orchestrator.report_inputs import merge_target, process_gone
+    from orchestrator.report_inputs import merge_target, process_gone, report_zone
     from runs.engine import safe_url
 
     settings = load_config(config, require_tasks=False)
@@ -163,7 +163,8 @@ def report(
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
-        _echo(reports.as_text(latest, base=merge_target(settings), process_gone=process_gone(latest, began)), nl=False)
+        gone = process_gone(latest, began)
+        _echo(reports.as_text(latest, base=merge_target(settings), process_gone=gone, zone=report_zone(settings)), nl=False)
 
 
 @app.command()

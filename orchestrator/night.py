@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import structlog
 
-from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now
+from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now, named_zone
 from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
@@ -90,14 +90,8 @@ class NightParts:
 def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
     """`now` in `[schedule] timezone` when that names a zone: a deadline is read on the clock the night
     starts by (a host on UTC serving New York's 01:30 read 06:30 as UTC's, a day after the start)."""
-    if config.schedule.timezone == "local":
-        return now
-    from zoneinfo import ZoneInfo
-
-    try:
-        return now.astimezone(ZoneInfo(config.schedule.timezone))
-    except (LookupError, ValueError):  # refused with the config already; the host's clock otherwise
-        return now
+    zone = named_zone(config.schedule.timezone)
+    return now.astimezone(zone) if zone is not None else now
 
 
 class _Night:

@@ -9,13 +9,16 @@ Other keys may be added, never removed or renamed.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import tzinfo
 from typing import Any, Iterable
 
+from orchestrator.cancel import SYSTEM_LOCAL_TIME
 from orchestrator.printable import shortened, visible
 from orchestrator.records import Signal, counts_as_succeeded
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
-_TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "⏸", "cancelled": "⏹", "skipped": "↷", "running": "…"}
+# Paused is not parked: the model server could not be reached, and the task is worked again next night.
+_TASK_MARKS = {"succeeded": "✔", "failed": "✖", "parked": "⏸", "paused": "↻", "cancelled": "⏹", "skipped": "↷", "running": "…"}
 _LEVEL_MARKS = {"warning": "⚠", "severe": "✖"}
 # A signal's message in the text report and the step summary: a glance, not the evidence (notes.md, --json).
 MESSAGE_LIMIT = 200
@@ -65,16 +68,17 @@ def _iteration_json(iteration: IterationView) -> dict[str, Any]:
     }
 
 
-def as_text(run: RunView, base: str = "main", *, process_gone: bool = False) -> str:
-    """`process_gone`: the run says `running` but its process no longer exists (killed, power lost)."""
+def as_text(run: RunView, base: str = "main", *, process_gone: bool = False, zone: tzinfo | None = None) -> str:
+    """`process_gone`: the run says `running` but its process no longer exists (killed, power lost). `zone`: the clock
+    times are shown on, the one `[night] deadline` is read on (report_inputs.report_zone); this host's when None."""
     header = f"overnight run #{run.id} · {run.status}"
     if process_gone:
         header += f" · but its process (pid {run.pid}) is gone: the next `overnight run` records it as crashed"
     if run.exit_code is not None:
         header += f" · exit {run.exit_code}"
-    header += f" · started {_short(run.started_at)}"
+    header += f" · started {_short(run.started_at, zone)}"
     if run.finished_at:
-        header += f" · finished {_short(run.finished_at)}"
+        header += f" · finished {_short(run.finished_at, zone)}"
     header += f" · {run.tokens} tokens"
     lines = [header, _tally(run.tasks), ""] if run.tasks else [header, ""]
     for task in run.tasks:
@@ -117,9 +121,7 @@ def _task_lines(task: TaskView) -> list[str]:
     mark = _TASK_MARKS.get(task.outcome, "?")
     where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
     why = f" ({reason_in_words(task)})" if task.reason and task.outcome != "succeeded" else ""
-    # A success is headed by how its committed iteration went: the stops it came through are on their own lines,
-    # and a ✖ beside ✔ read as a failure at a glance.
-    badge = _badge(task.iterations[-1].signals if task.outcome == "succeeded" and task.iterations else task.signals)
+    badge = _badge(badge_signals(task))
     worked = f"{len(task.iterations)} iteration(s)"
     if not task.iterations and task.reason in _WORKED_EARLIER_TONIGHT:
         worked = "its iterations in an earlier run of this scheduled night"
@@ -135,11 +137,21 @@ def _task_lines(task: TaskView) -> list[str]:
     return lines
 
 
+def badge_signals(task: TaskView) -> tuple[Signal, ...]:
+    """What a task's line is headed by: a success's committed iteration's signals (the stops it came through are on
+    their own lines, and a ✖ beside ✔ read as a failure at a glance); any other task's, all of its iterations'."""
+    return task.iterations[-1].signals if task.outcome == "succeeded" and task.iterations else task.signals
+
+
 def reason_in_words(task: TaskView) -> str:
     """A task's reason as a reader is shown it: a parked task's names the stop that parked it (not `parked (parked)`),
     its last iteration's reason (as JUnit's type). Not how many in a row: the count goes on across an earlier run of a
     scheduled night and over cancelled iterations, which this run's iterations do not show (notes.md's `parked` entry
-    says). Any other reason, and a parked task's with no iterations, as it is."""
+    says). A paused task's says what could not be reached and how (`detail`, redacted when recorded), and that it is
+    worked again. Any other reason, and a parked task's with no iterations, as it is."""
+    if task.outcome == "paused" and task.reason:
+        detail = f": {shortened(task.detail, MESSAGE_LIMIT)}" if task.detail else ""
+        return f"{task.reason}{detail}; retried next night"
     if task.reason != "parked":
         return task.reason
     stopped_by = next((it.reason for it in reversed(task.iterations) if it.reason), "")
@@ -176,5 +188,6 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value else None
 
 
-def _short(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M UTC") if value else "?"
+def _short(value: Any, zone: tzinfo | None) -> str:
+    """A stored time (UTC) on the reader's clock, named (`06:00 CET`): `[night] deadline` is read as local time."""
+    return value.astimezone(zone or SYSTEM_LOCAL_TIME).strftime("%Y-%m-%d %H:%M %Z") if value else "?"

@@ -1,7 +1,17 @@
-"""What `overnight report`'s text needs beyond the run store: the branch the morning diff compares against, and
-whether a run recorded as running has lost its process."""
+"""What `overnight report`'s text needs beyond the run store: the branch the morning diff compares against,
+whether a run recorded as running has lost its process, and the clock its times are shown on."""
 
 from __future__ import annotations
+
+from datetime import tzinfo
+
+
+def report_zone(settings: object) -> tzinfo | None:
+    """The clock `[night] deadline` is read on (night._on_the_schedules_clock): `[schedule] timezone` when it names a
+    zone, else None, this host's (TZ honoured). A report in UTC read "ended 05:00 UTC" beside "deadline = 06:00"."""
+    from orchestrator.cancel import named_zone
+
+    return named_zone(settings.schedule.timezone)  # type: ignore[attr-defined]
 
 
 def process_gone(run: object, began: object) -> bool:

@@ -80,6 +80,7 @@ class _Ended:
     commit: str = ""
     reports: tuple[IterationReport, ...] = ()
     begun: int = 0  # iterations begun: a cancelled or unreachable one ends with no report
+    detail: str = ""  # what `reason` alone does not say (TaskRun.detail), redacted
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,9 @@ def _worktree(night: _Night, run: _TaskRun) -> Worktree | _Ended:
 
 def _recorded(night: _Night, run: _TaskRun, ended: _Ended) -> _Ended:
     """`ended`, once the task's row records it."""
-    night.parts.store.finish_task(run.task_run_id, outcome=ended.outcome.value, reason=ended.reason, commit=ended.commit)
+    night.parts.store.finish_task(
+        run.task_run_id, outcome=ended.outcome.value, reason=ended.reason, commit=ended.commit, detail=ended.detail
+    )
     return ended
 
 
@@ -333,7 +336,7 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: 
     endings = list(night.earlier.endings.get(work_key, ()))  # (outcome, reason) of each counted iteration
     parts, config = night.parts, night.parts.config
     reports: list[IterationReport] = []
-    outcome, reason, begun = TaskOutcome.FAILED, "", 0
+    outcome, reason, detail, begun = TaskOutcome.FAILED, "", "", 0
     try:
         for number in range(last_number + 1, last_number + 1 + config.night.max_iterations - counted):
             if refused := night.why_not_start_iteration() or _spent(setup.budgets):
@@ -361,12 +364,14 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: 
                 )
                 reason = "parked"
                 break
-    except ModelUnreachable:
-        outcome, reason = TaskOutcome.PAUSED, "model_unreachable"
+    except ModelUnreachable as unreachable:
+        # Which endpoint and what it answered, for the report's line: the model's client redacted its own secrets
+        # in it, the night's redaction the rest a server may have quoted (the store's URL, the environment's).
+        outcome, reason, detail = TaskOutcome.PAUSED, "model_unreachable", night.redact(str(unreachable))
     except Cancelled as stop:
         outcome, reason = TaskOutcome.CANCELLED, stop.why
     commit = next((report.commit for report in reports if report.commit), "")
-    return _Ended(outcome, reason=reason, commit=commit, reports=tuple(reports), begun=begun)
+    return _Ended(outcome, reason=reason, commit=commit, reports=tuple(reports), begun=begun, detail=detail)
 
 
 def _task_setup(night: _Night, run: _TaskRun, workspace: Worktree, model: Model, *, lease: LeaseKeeper) -> TaskSetup:

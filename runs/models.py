@@ -129,6 +129,10 @@ class TaskRun(Base):
     # without taking (first_answer_unused): spent, and counted in the night's budget, but in no
     # iteration. Null when none (and in runs recorded before it existed).
     unused_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What its reason code alone does not say, redacted: a paused task's endpoint and error (the ModelUnreachable's
+    # message, otherwise only in the JSON log's iteration_model_unreachable). Null when nothing (and in runs recorded
+    # before it existed).
+    detail: Mapped[str | None] = mapped_column(Str, nullable=True)
 
 
 class Iteration(Base):

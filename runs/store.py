@@ -213,8 +213,9 @@ class RunStore:
             run_id=run_id, name=name, branch=branch, outcome="running", started_at=self.now(), work_key=work_key, position=position,
         )
 
-    def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "") -> None:
-        values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "finished_at": self.now()}
+    def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "", detail: str = "") -> None:
+        """`detail`: what `reason` alone does not say (a paused task's endpoint and error), redacted already."""
+        values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "detail": detail or None, "finished_at": self.now()}
         # Its iterations' events are in: each iteration's end waited for them.
         self._update("finish_task", TaskRun, task_run_id, after_events=False, **values)
 
@@ -766,6 +767,7 @@ def _run_view(session: Session, run: Run) -> RunView:
             started_at=task.started_at,
             finished_at=task.finished_at,
             unused_tokens=task.unused_tokens or 0,
+            detail=task.detail or "",
         )
         for task in tasks
     )

@@ -65,6 +65,8 @@ class TaskView:
     finished_at: datetime | None = None
     # A first answer the task ended without taking: spent, but in no iteration (see TaskRun.unused_tokens).
     unused_tokens: int = 0
+    # What its reason code alone does not say (see TaskRun.detail); "" when nothing.
+    detail: str = ""
 
     @property
     def signals(self) -> tuple[Signal, ...]:

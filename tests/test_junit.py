@@ -179,6 +179,17 @@ class TestJunitOutcomes:
         assert error is not None and error.get("message") == "model_unreachable"
         assert root.find("testsuite").get("errors") == "1"
 
+    def test_a_paused_tasks_error_says_which_endpoint_refused_and_how(self, tmp_path):
+        """The <error>'s body names the endpoint that answered 401 and says the task is worked again next night."""
+        code, config, run = run_night(tmp_path, [Reply(status=401)], tasks=TASKS[:1])
+        assert code == 3
+        error = case_named(junit_of(run, tmp_path / "junit.xml"), "fix-greet").find("error")
+        api_base = load_config(config).model.api_base
+        first_line = error.text.splitlines()[0]
+        endpoint = f"model endpoint {api_base} (openai/scripted)"
+        assert first_line.startswith(f"fix-greet: paused (model_unreachable: {endpoint} refused the request (401)")
+        assert first_line.endswith("; retried next night)")
+
     def test_cancelled_task_is_skipped(self, tmp_path):
         """A cancelled task is <skipped message="cancelled">."""
         root = junit_of(view("cancelled", "cancelled"), tmp_path / "junit.xml")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ EDIT_THEN_WAIT = [call("write_file", {"path": "scratch.txt", "content": "half-do
 FIRE = "2026-12-01T01:00:00+00:00"
 # Which log event ends an iteration of each outcome (a rolled-back one whose model was unreachable has its own).
 ENDING_EVENTS = {"committed": "iteration_committed", "rolled_back": "iteration_rolled_back", "cancelled": "iteration_cancelled"}
+BADGE_LEVELS = {"⚠": "warning", "✖": "severe"}
 JUNIT_VERDICTS = {"succeeded": None, "failed": "failure", "parked": "failure", "paused": "error", "cancelled": "skipped", "skipped": "skipped"}
 
 
@@ -156,6 +158,8 @@ def assert_one_story(night: Night, repo: Path) -> dict[str, Any]:
         head = text[at]
         if reason == "parked" and iterations:  # which stop parked it, not "parked (parked)"
             assert f"(parked: {iterations[-1]['reason']} stopped " in head, head
+        elif outcome == "paused":  # which endpoint failed and how, and that it is worked again
+            assert head.startswith(f"↻ {name}: paused ({reason}: model endpoint http://127.0.0.1:") and "; retried next night)" in head, head
         else:
             assert (f"({reason})" in head) == bool(reason and outcome != "succeeded"), head
         if iterations or reason not in ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight"):
@@ -197,6 +201,9 @@ def assert_one_story(night: Night, repo: Path) -> dict[str, Any]:
         row = rows[name]
         assert row[1].endswith(outcome) and row[2] == (f"`{reason}`" if reason else "") and row[3] == str(len(iterations))
         assert row[5] == f"`{task['branch']}`" + (f" @ `{task['commit'][:10]}`" if task["commit"] else "")
+        # Its worst signal is the text report's badge's (a succeeded task's from its committed iteration alone).
+        badge = re.search(r" · ([⚠✖]) ([a-z_]+): ", head)
+        assert row[4].startswith(f"{BADGE_LEVELS[badge[1]]} `{badge[2]}`: ") if badge else row[4] == "", (head, row[4])
 
         # The repository: a commit shown is the branch's tip and passes the check; nothing left uncommitted.
         if task["commit"]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,6 +42,23 @@ def assert_shown_not_obeyed(text: str) -> None:
     for number, line in enumerate(text.split("\n")):
         assert line.isprintable(), f"line {number}: {line[:300]!r}"
         assert len(line) < 400, f"line {number} is {len(line)} characters"
+
+
+@pytest.fixture
+def berlin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process on Berlin's clock (TZ, read again by the C library), and back on its own after."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def closed_port() -> int:
+    """A port on this host nothing listens on: a model endpoint there refuses every connection."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -77,6 +98,29 @@ class TestTextReport:
 
 
 class TestStepSummary:
+    def test_a_paused_task_is_marked_apart_from_a_parked_one(self):
+        """A paused task's row is marked 🔁 (worked again next night), a parked one's ⏸️: told apart without the words."""
+        from orchestrator.ci_summary import step_summary
+        from tests.test_junit import view
+
+        rows = [line for run in (view("paused", "model_unreachable"), view("parked", "parked")) for line in step_summary(run).split("\n")
+                if line.startswith("| t |")]
+        assert [row.split(" | ")[1] for row in rows] == ["🔁 paused", "⏸️ parked"]
+
+    def test_a_succeeded_tasks_worst_signal_is_its_committed_iterations_as_in_the_report(self):
+        """A task whose first iteration a guard stopped and whose second committed with a warning: its row shows that
+        warning, as the text report's badge does, not the stop before it."""
+        from orchestrator.ci_summary import step_summary
+        from orchestrator.records import Level, Signal
+        from tests.test_junit import view
+
+        run = view("succeeded", "", signal_message="loop")
+        stopped = replace(run.tasks[0].iterations[0], reason="repeated_tool_call", signals=(Signal(Level.SEVERE, "repeated_tool_call", "loop"),))
+        committed = replace(stopped, id=2, number=2, outcome="committed", reason="", signals=(Signal(Level.WARNING, "context_full", "85%"),))
+        task = replace(run.tasks[0], iterations=(stopped, committed))
+        [row] = [line for line in step_summary(replace(run, tasks=(task,))).split("\n") if line.startswith("| t |")]
+        assert row.split(" | ")[4] == "warning `context_full`: 85%"
+
     def test_control_characters_and_html_in_a_signal_stay_inside_their_cell(
         self, config_file, server, tmp_path, monkeypatch, echo_guard
     ):
@@ -128,6 +172,28 @@ class TestTaskAndIterationLines:
         again = [replace(first, id=n, number=n, reason="check_failed") for n in (2, 3)]
         lines = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(first, *again)),))).splitlines()
         assert lines[3].startswith("⏸ t: parked (parked: check_failed stopped iterations in a row) · overnight/t · 3 iteration(s)")
+
+    def test_a_paused_task_is_marked_apart_from_a_parked_one(self):
+        """A paused task's line is marked ↻ (worked again next night), a parked one's ⏸: told apart without the words."""
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        assert as_text(view("paused", "model_unreachable")).splitlines()[3].startswith("↻ t: paused (model_unreachable; retried next night)")
+        assert as_text(view("parked", "parked")).splitlines()[3].startswith("⏸ t: parked")
+
+    def test_a_paused_task_says_which_endpoint_failed_and_how_with_its_password_hidden(self, tmp_path, repo, capsys):
+        """A night whose model endpoint refuses connections: the paused task's line names the endpoint, its password as
+        ***, and the error, and says it is retried next night; --json's reason stays the code."""
+        from tests.conftest import write_config
+
+        port = closed_port()
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://robot:hunter2hunter2@127.0.0.1:{port}/v1", repo=repo)
+        assert overnight("run", "--config", str(config)) == 3
+        [line] = [line for line in text_report(config, capsys).splitlines() if line.startswith("↻ ")]
+        assert line.startswith(f"↻ fix-greet: paused (model_unreachable: model endpoint http://robot:***@127.0.0.1:{port}/v1 (")
+        assert "failed 2 times; last error: " in line and line.split(" · ")[0].endswith("; retried next night)")
+        assert "hunter2" not in line
+        assert report_json(config, capsys)["tasks"][0]["reason"] == "model_unreachable"
 
     def test_the_second_line_counts_the_night_as_the_exit_code_does(self):
         """Under the header, one line counts the tasks that succeeded (a done-earlier skip among them) and each other
@@ -183,3 +249,33 @@ class TestReviewLines:
         review = [line.strip() for line in text_report(config, capsys).splitlines() if "git diff" in line]
         assert review == ["git diff main...overnight/fix-greet"]
         assert git(repo, "diff", "--stat", review[0].split()[-1]) != ""  # the line shows the task's work
+
+
+class TestTimes:
+    def test_times_are_shown_on_the_local_clock_with_its_name(self, berlin):
+        """A run that began at 05:00 UTC in December reads `started 2026-12-06 06:00 CET` on a host in Berlin, the
+        clock `[night] deadline` is read on."""
+        from datetime import timedelta
+
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        start = datetime(2026, 12, 6, 5, 0, tzinfo=timezone.utc)
+        header = as_text(replace(view("failed", "check_failed"), started_at=start, finished_at=start + timedelta(hours=1))).splitlines()[0]
+        assert " · started 2026-12-06 06:00 CET · finished 2026-12-06 07:00 CET · " in header
+
+    def test_a_schedule_timezone_is_the_reports_clock_as_it_is_the_deadlines(self, tmp_path, repo, capsys, berlin):
+        """With `[schedule] timezone = "America/New_York"` on a host in Berlin, the report's times are New York's, as the
+        deadline is; --json's stay UTC isoformat."""
+        from zoneinfo import ZoneInfo
+
+        from tests.conftest import write_config
+
+        new_york = '[schedule]\ntimezone = "America/New_York"\n'
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{closed_port()}/v1", repo=repo, extra=new_york)
+        assert overnight("run", "--config", str(config)) == 3
+        header = text_report(config, capsys).splitlines()[0]
+        started = report_json(config, capsys)["run"]["started_at"]
+        assert started.endswith("+00:00")
+        in_new_york = datetime.fromisoformat(started).astimezone(ZoneInfo("America/New_York")).strftime("%Y-%m-%d %H:%M %Z")
+        assert f" · started {in_new_york} · " in header

@@ -495,6 +495,26 @@ class TestRecoveryWrites:
         finally:
             store.close()
 
+    def test_a_store_made_before_task_runs_had_a_detail_reads_and_gets_the_column(self, db_path: Path) -> None:
+        """An older store's task_runs lack `detail`: opening adds it, its tasks read with none, and a paused task's is kept."""
+        url = f"sqlite:///{db_path}"
+        older = RunStore.open(url)
+        run_id, old_task, _ = _iteration(older)
+        older.finish_task(old_task, outcome="failed", reason="check_failed")
+        older.close()
+        with sqlite3.connect(db_path) as db:
+            db.execute("ALTER TABLE task_runs DROP COLUMN detail")
+        store = RunStore.open(url)
+        try:
+            paused = store.begin_task(run_id, name="two", branch="overnight/two")
+            store.finish_task(paused, outcome="paused", reason="model_unreachable", detail="model endpoint http://h/v1 (m) failed 2 times")
+            tasks = store.run(run_id).tasks
+            assert [(task.reason, task.detail) for task in tasks] == [
+                ("check_failed", ""), ("model_unreachable", "model endpoint http://h/v1 (m) failed 2 times")
+            ]
+        finally:
+            store.close()
+
 
 def _plans(store: RunStore, db_path: Path, action) -> list[str]:
     """SQLite's query plan (EXPLAIN QUERY PLAN, each step's detail) of each SELECT the store runs while `action()` runs."""
