@@ -225,9 +225,9 @@ def main() -> int:
 
     # The product's own logging (JSON lines, info level), written to nowhere: its cost counts, its text does not.
     configure_logging("json", stream=open(os.devnull, "w"))
-    from orchestrator import transports
+    from orchestrator.litellm_transport import litellm_module
 
-    transports.litellm_module()  # imported before timing (context windows are looked up there): a one-off cost
+    litellm_module()  # imported before timing (context windows are looked up there): a one-off cost
 
     with scripted_server(args.calls, args.latency) as url:
         # One untimed night first: imports (SQLAlchemy, git) and first-use caches

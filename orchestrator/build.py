@@ -40,9 +40,9 @@ def model_for(config: Config, cancel: CancelToken) -> Iterator[object]:
 def _check_routable(model_config: Any) -> None:
     """ConfigError (exit 2) for a model name litellm has no provider for: the same every night, so a
     config error, not an unreachable server (exit 3)."""
-    from orchestrator import transports
+    from orchestrator import transport_choice
 
-    problem = transports.routing_problem(model_config)
+    problem = transport_choice.routing_problem(model_config)
     if problem:
         raise ConfigError(
             f"[model] name: litellm has no provider for {model_config.name!r}; write it as provider/model "

@@ -39,7 +39,7 @@ _DAY_S = 86400.0
 _WEEK_S = 7 * 86400
 # A billion tokens is far past any model's window; a number of 309 digits or more overflowed the
 # float arithmetic that shares the window out, a traceback in the middle of the night. The config's
-# `[model] context_window` and the window a model server reports (transports.served_context_window) alike.
+# `[model] context_window` and the window a model server reports (server_probes.served_context_window) alike.
 MAX_CONTEXT_WINDOW = 1_000_000_000
 
 

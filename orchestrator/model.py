@@ -4,7 +4,7 @@ Three things happen here and nowhere else: retries (an endpoint that is down
 or overloaded is retried with backoff, then reported as `ModelUnreachable`),
 the silence watchdog (`QualityError("watchdog_timeout")`), and the runaway
 cut-off (`QualityError("runaway_output")`). How the request travels (litellm,
-or plain OpenAI-compatible HTTP) is orchestrator/transports.py; neither
+or plain OpenAI-compatible HTTP) is orchestrator/transport_choice.py; neither
 transport retries on its own, so retries never nest.
 """
 
@@ -24,7 +24,8 @@ from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.secrecy import Redactor, shown_url
 from orchestrator.surrogates import mend
 from orchestrator.tokens import estimate_prompt_tokens, estimate_tokens
-from orchestrator import transports
+from orchestrator import server_probes, transport_choice, transports
+from orchestrator.litellm_transport import litellm_module
 
 if TYPE_CHECKING:  # pydantic is not needed to import this module
     from orchestrator.config import ModelConfig
@@ -85,7 +86,7 @@ class EndpointModel:
     `config.name` is litellm's model name. For an OpenAI-compatible server
     (llama-server, vLLM, LM Studio, Ollama's /v1) set `api_base` and write the
     name as "openai/<served-model-name>"; `[model] transport` decides whether
-    the request goes through litellm or straight over HTTP (see transports.py).
+    the request goes through litellm or straight over HTTP (see transport_choice.py).
 
     Raises `QualityError` for silence longer than `config.request_timeout_s`
     (watchdog_timeout), output past `max_output_chars` or looping
@@ -157,7 +158,7 @@ class EndpointModel:
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()
             probe_s = min(_PROBE_S, self.config.request_timeout_s)
-            took = transports.server_answer_time(self.config.api_base, probe_s)
+            took = server_probes.server_answer_time(self.config.api_base, probe_s)
             if self._cancel is not None:
                 self._cancel.raise_if_cancelled()  # a SIGTERM during the probe ends the iteration as cancelled
             if took is None or took <= _PROMPT_ANSWER_S:
@@ -185,7 +186,7 @@ class EndpointModel:
         if self._window is None:
             window = self.config.context_window
             try:
-                known = transports.litellm_module().get_model_info(self.config.name).get("max_input_tokens")
+                known = litellm_module().get_model_info(self.config.name).get("max_input_tokens")
                 if known:
                     window = int(known)
             except Exception:  # unknown model, odd map entry: fall back, never fail a night over it
@@ -193,7 +194,7 @@ class EndpointModel:
             self._window = window or 0
         if not self._window and ask_server and not self._asked_server:
             self._asked_server = True
-            served = transports.served_context_window(
+            served = server_probes.served_context_window(
                 self.config.api_base, self.config.name, self.config.api_key, min(_WINDOW_ASK_S, self.config.request_timeout_s)
             )
             if served is not None:
@@ -319,7 +320,7 @@ class EndpointModel:
         # Built on first use: litellm's import takes seconds, and a night that never calls needs neither.
         with self._transport_lock:
             if self._transport is None:
-                self._transport = transports.transport_for(self.config, max_output_chars=self.max_output_chars)
+                self._transport = transport_choice.transport_for(self.config, max_output_chars=self.max_output_chars)
                 if self._cancel is not None and self._cancel.cancelled:
                     self._interrupt()  # the cancel came while it was being made
             return self._transport

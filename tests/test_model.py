@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import random
 import socket
 import subprocess
@@ -18,7 +21,8 @@ from orchestrator.config import ModelConfig, load_config
 from orchestrator.cancel import CancelToken
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, QualityError
 from orchestrator.fake_server import ScriptedServer
-from orchestrator import transports
+from orchestrator.litellm_transport import litellm_module
+from orchestrator.transport_choice import uses_direct_http
 from orchestrator.model import EndpointModel
 from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.scripted import Reply, calls, say
@@ -321,7 +325,7 @@ class TestWatchdog:
         """A stream that falls silent past the timeout is cut: watchdog_timeout, not retried."""
         server.enqueue(Reply(text="starting to answer", stall_s=6), say("never reached"))
         model, retries = make_model(server.url, request_timeout_s=1.0)
-        transports.litellm_module()  # its first import takes seconds, which the time below is not about
+        litellm_module()  # its first import takes seconds, which the time below is not about
         started = time.monotonic()
         with pytest.raises(QualityError) as caught:
             model.complete(MESSAGES, TOOLS)
@@ -388,7 +392,7 @@ class TestCancel:
         token = CancelToken()
         config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=30, transport=transport)
         model = EndpointModel(config, cancel=token)
-        transports.litellm_module()  # its import takes seconds; not what is timed here
+        litellm_module()  # its import takes seconds; not what is timed here
         threading.Timer(0.3, token.cancel, args=("SIGTERM",)).start()
         started = time.monotonic()
         with pytest.raises(Cancelled, match="SIGTERM"):
@@ -402,7 +406,7 @@ class TestCancel:
         token = CancelToken()
         config = ModelConfig(name="openai/scripted", api_base=server.url, retries=2, retry_backoff_s=30, transport=transport)
         model = EndpointModel(config, cancel=token)
-        transports.litellm_module()  # its import takes seconds; not what is timed here
+        litellm_module()  # its import takes seconds; not what is timed here
         threading.Timer(0.5, token.cancel, args=("SIGTERM",)).start()
         started = time.monotonic()
         with pytest.raises(Cancelled, match="SIGTERM"):
@@ -544,7 +548,7 @@ class TestTransportChoice:
     def test_auto_goes_direct_only_for_openai_compatible_servers(self, name, api_base, transport, direct):
         """auto: plain HTTP for "openai/<name>" with an api_base; litellm for every other provider."""
         config = ModelConfig(name=name, api_base=api_base, transport=transport)
-        assert transports.uses_direct_http(config) is direct
+        assert uses_direct_http(config) is direct
 
     def test_auto_leaves_a_proxied_server_to_litellm(self, monkeypatch):
         """http.client ignores HTTP(S)_PROXY; litellm honours it, so auto sends proxied servers through litellm."""
@@ -552,9 +556,9 @@ class TestTransportChoice:
         monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        assert transports.uses_direct_http(config) is False
+        assert uses_direct_http(config) is False
         monkeypatch.setenv("NO_PROXY", "models.internal")
-        assert transports.uses_direct_http(config) is True
+        assert uses_direct_http(config) is True
 
     def test_direct_sends_the_key_as_a_bearer_token_and_reuses_its_connection(self, server):
         """The api key travels in the Authorization header, never in the body; calls share one connection."""
@@ -720,11 +724,30 @@ def test_random_answers_end_as_an_answer_or_a_known_failure(seed):
         raw.close()
 
 
+class TestServerAnswerTime:
+    def test_a_name_that_does_not_resolve_is_no_answer(self) -> None:
+        """A host name no resolver knows answered nothing: inf, not the milliseconds its failed lookup took."""
+        from orchestrator.server_probes import server_answer_time
+
+        assert server_answer_time("http://no-such-host.invalid:8000/v1", 2) == math.inf
+
+    @pytest.mark.parametrize("no_route", [errno.EHOSTUNREACH, errno.ENETUNREACH])
+    def test_no_route_to_the_server_is_no_answer(self, monkeypatch, no_route) -> None:
+        """No route to the server's host or network (a machine switched off, a VPN down) is no answer either: inf."""
+        from orchestrator.server_probes import server_answer_time
+
+        def unreachable(*args: Any, **kwargs: Any) -> socket.socket:
+            raise OSError(no_route, os.strerror(no_route))
+
+        monkeypatch.setattr(socket, "create_connection", unreachable)
+        assert server_answer_time("http://127.0.0.1:8000/v1", 2) == math.inf
+
+
 class TestServedContextWindow:
     def test_ollama_says_num_ctx_when_the_model_sets_it(self) -> None:
         """Ollama's own API (`ollama_chat/`): the window is the model's num_ctx parameter, asked of /api/show."""
         from orchestrator.fake_server import ScriptedServer
-        from orchestrator.transports import served_context_window
+        from orchestrator.server_probes import served_context_window
 
         with ScriptedServer() as server:
             root = f"http://127.0.0.1:{server.port}"
@@ -738,7 +761,7 @@ class TestServedContextWindow:
 
     def test_vllm_names_the_model_among_several_and_the_key_goes_along(self) -> None:
         from orchestrator.fake_server import ScriptedServer
-        from orchestrator.transports import served_context_window
+        from orchestrator.server_probes import served_context_window
 
         with ScriptedServer() as server:
             server.model_fields = {"max_model_len": 16384}
@@ -752,7 +775,7 @@ class TestServedContextWindow:
         """A window past [model] context_window's ceiling is taken as not reported: llama.cpp's answer is passed over
         for vLLM's, as when it says nothing."""
         from orchestrator.fake_server import ScriptedServer
-        from orchestrator.transports import served_context_window
+        from orchestrator.server_probes import served_context_window
 
         with ScriptedServer() as server:
             server.props = {"default_generation_settings": {"n_ctx": nonsense}}
@@ -765,7 +788,7 @@ class TestServedContextWindow:
     def test_an_ollama_num_ctx_no_config_could_hold_is_not_reported(self, digits) -> None:
         """Ollama's num_ctx past the ceiling is not reported; one of 4300 digits or more raised ValueError from int()."""
         from orchestrator.fake_server import ScriptedServer
-        from orchestrator.transports import served_context_window
+        from orchestrator.server_probes import served_context_window
 
         with ScriptedServer() as server:
             server.show = {"parameters": f"num_ctx    {digits}\n"}
@@ -776,7 +799,7 @@ class TestServedContextWindow:
             )
 
     def test_no_server_and_a_proxy_are_nothing_known(self, monkeypatch) -> None:
-        from orchestrator.transports import served_context_window
+        from orchestrator.server_probes import served_context_window
 
         with socket.socket() as free:
             free.bind(("127.0.0.1", 0))

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from orchestrator.config import ModelConfig
-from orchestrator import transports
 from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.fake_server import ScriptedServer
+from orchestrator.litellm_transport import LiteLLMTransport, litellm_module
 from orchestrator.model import EndpointModel
 from orchestrator.scripted import say
 from tests.conftest import Handler, RawServer
@@ -196,7 +196,7 @@ class TestSilence:
 
         server = raw_server(talk_without_saying_anything)
         model, retries = make_model(server.url, transport, request_timeout_s=1.0)
-        transports.litellm_module()  # its import takes seconds; not what is timed here
+        litellm_module()  # its import takes seconds; not what is timed here
         started = time.monotonic()
         with pytest.raises(QualityError) as caught:
             model.complete(MESSAGES, [])
@@ -221,7 +221,7 @@ class TestSilence:
 
         server = raw_server(first_line_then_silence)
         model, retries = make_model(server.base, "litellm", name="ollama_chat/q", request_timeout_s=1.0, retries=2)
-        transports.litellm_module()
+        litellm_module()
         started = time.monotonic()
         with pytest.raises(QualityError) as caught:
             model.complete(MESSAGES, [])
@@ -264,6 +264,26 @@ class TestWedgedServer:
             for client in held:
                 client.close()
         assert held and retries == []
+
+    def test_a_server_whose_name_stops_resolving_while_its_request_is_silent_is_an_outage(self, raw_server, transport, monkeypatch):
+        """A server whose name no longer resolves with the request open (its container removed, a VPN's DNS gone): the probe's
+        failed lookup is no answer, so the silence is the server's, model_unreachable, not watchdog_timeout blamed on the model."""
+        resolve = socket.getaddrinfo
+
+        def unknown_localhost(host: Any, *rest: Any, **options: Any) -> Any:
+            if host == "localhost":
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            return resolve(host, *rest, **options)
+
+        def take_the_request_then_be_forgotten(client: socket.socket, head: bytes) -> None:
+            monkeypatch.setattr(socket, "getaddrinfo", unknown_localhost)
+            server.pause(5)
+
+        server = raw_server(take_the_request_then_be_forgotten)
+        model, retries = make_model(server.url.replace("127.0.0.1", "localhost"), transport, retries=0, request_timeout_s=0.5)
+        with pytest.raises(ModelUnreachable, match="no output for 0.5 s, and the server answered no GET / in 0.5 s"):
+            model.complete(MESSAGES, [])
+        assert server.requests == 1 and retries == []
 
     def test_a_silent_answer_from_a_server_that_still_answers_is_the_models(self, raw_server, transport):
         """The same silence from a live server (a long call it holds back, say): watchdog_timeout, not retried."""
@@ -390,7 +410,7 @@ def test_a_reader_woken_by_the_watchers_cut_before_the_verdict_is_set_still_rais
 
     server = raw_server(keep_alive)
     model, retries = make_model(server.url, "litellm", request_timeout_s=1.0)
-    model._transport = _CutReturningLate(transports.LiteLLMTransport(model.config))
+    model._transport = _CutReturningLate(LiteLLMTransport(model.config))
     with pytest.raises(QualityError) as caught:
         model.complete(MESSAGES, [])
     assert caught.value.reason == "watchdog_timeout" and retries == []
@@ -567,7 +587,7 @@ class TestRunawayAndSilenceInsideAnEvent:
 
         server = raw_server(trickle)
         model, retries = make_model(server.url, transport, request_timeout_s=1.0)
-        transports.litellm_module()
+        litellm_module()
         started = time.monotonic()
         with pytest.raises(QualityError) as caught:
             model.complete(MESSAGES, [])
@@ -586,7 +606,7 @@ class TestRunawayAndSilenceInsideAnEvent:
 
         server = raw_server(endless_line)
         model, _ = make_model(server.url, transport, max_output_chars=2000)
-        transports.litellm_module()
+        litellm_module()
         started = time.monotonic()
         with pytest.raises(QualityError) as caught:
             model.complete(MESSAGES, [])

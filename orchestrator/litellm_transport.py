@@ -1,0 +1,223 @@
+"""The litellm transport: `litellm.completion` for any provider it knows, its failures read into a `TransportError`'s kinds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import TYPE_CHECKING, Any, Iterator
+
+from orchestrator.answer_bodies import OneChunk, answers_in_body, http_status
+from orchestrator.http_headers import media_type_of, retry_after_seconds
+from orchestrator.transports import (
+    CONNECTION, CONTEXT_FULL, CONTEXT_FULL_WORDING, GARBLED, STATUS, TIMEOUT, UNROUTABLE, TransportError, shut_down,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.config import ModelConfig
+
+# What ends an SSE body: the openai SDK reads it and does not show it.
+_DONE_EVENT = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
+
+
+class LiteLLMTransport:
+    """`litellm.completion` for any provider it knows."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self._litellm = litellm_module()
+        self._settings: dict[str, Any] = {
+            # litellm's own default is 6000 s; this is also the per-read silence limit.
+            "timeout": config.request_timeout_s,
+            # Retries live in EndpointModel.complete only; the openai SDK would nest its own.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if config.api_base:
+            self._settings["api_base"] = config.api_base
+            # The openai SDK refuses to send a request without some key.
+            self._settings["api_key"] = config.api_key or "sk-none"
+        elif config.api_key:
+            self._settings["api_key"] = config.api_key
+
+    def send(self, request: dict[str, Any], *, stream: bool) -> Any:
+        litellm = self._litellm
+        try:
+            raw = litellm.completion(**request, **self._settings)
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        if not stream:
+            return raw
+        chunks = _provider_chunks(raw)
+        whole = self._whole_answer(chunks)
+        return whole if whole is not None else _LiteLLMChunks(chunks, self._translate)
+
+    def close(self) -> None:
+        pass
+
+    def _whole_answer(self, chunks: Any) -> "OneChunk | None":
+        """An OpenAI-compatible server's answer to a stream request that is not a stream, read as DirectHTTP reads it.
+
+        The openai SDK looks for events in whatever body comes back; in one JSON
+        response (a server that does not stream, or `{"error": ...}` with status 200)
+        it finds none, and the answer was empty, blamed on the model.
+        """
+        response = getattr(chunks, "response", None)  # the openai SDK's stream holds its httpx response
+        headers = getattr(response, "headers", None)
+        if headers is None:
+            return None
+        media_type = media_type_of(headers.get("content-type"))
+        if media_type in ("", "text/event-stream"):
+            return None
+        try:
+            body = response.read()
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        return OneChunk(answers_in_body(body, response.status_code, media_type))
+
+    def _translate(self, exc: Exception) -> Exception:
+        import httpx
+        import openai
+
+        if isinstance(exc, TransportError):
+            return exc
+        wrapped = _wrapped_failure(exc, self._litellm)
+        if wrapped is not None:
+            return self._translate(wrapped)
+        if isinstance(exc, httpx.TimeoutException):  # raised by the httpx response itself, not through the SDK
+            return TransportError(TIMEOUT, f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, httpx.TransportError):
+            return TransportError(CONNECTION, f"{type(exc).__name__}: {exc}")
+        litellm = self._litellm
+        status = getattr(exc, "status_code", None)
+        status = status if isinstance(status, int) else None
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        # litellm raises its Timeout (a 408) both for a read that timed out and for a 408 the server sent:
+        # only the first is silence; the second carries the server's response and is retried as a status.
+        if isinstance(exc, openai.APITimeoutError) and status in (None, 408) and getattr(exc, "response", None) is None:
+            return TransportError(TIMEOUT, message, status)
+        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or CONTEXT_FULL_WORDING.search(message):
+            return TransportError(CONTEXT_FULL, message, status)
+        if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in message:
+            return TransportError(UNROUTABLE, message, status)
+        if status is None and isinstance(exc, openai.APIError) and not isinstance(exc, openai.APIConnectionError):
+            # An `error` event in the stream, as DirectHTTP reads one: its code, or a fault of the server's.
+            body = exc.body if isinstance(exc.body, dict) else {}
+            status = http_status(body.get("code")) or 500
+        if status is not None:
+            headers = getattr(getattr(exc, "response", None), "headers", None)
+            retry_after = retry_after_seconds(headers.get("retry-after")) if headers is not None else None
+            return TransportError(STATUS, message, status, retry_after)
+        if isinstance(exc, openai.APIConnectionError):
+            return TransportError(CONNECTION, message)
+        if isinstance(exc, json.JSONDecodeError):  # the SDK reading a cut or mangled event or body
+            return TransportError(GARBLED, f"the server sent something that is not JSON ({message})")
+        return exc
+
+
+def _wrapped_failure(exc: Exception, litellm: Any) -> Exception | None:
+    """The failure a litellm MidStreamFallbackError stands for, if it names one.
+
+    litellm wraps what goes wrong mid-stream for its own providers (ollama_chat/) in
+    it, with the wrapped failure's status: a read timeout became a 408, retried and
+    reported as model_unreachable, where it is the model's silence (watchdog_timeout).
+    """
+    if not isinstance(exc, litellm.exceptions.MidStreamFallbackError):
+        return None
+    inner = getattr(exc, "original_exception", None) or exc.__cause__
+    return inner if isinstance(inner, Exception) and inner is not exc else None
+
+
+class _LiteLLMChunks:
+    def __init__(self, stream: Any, translate: Any) -> None:
+        self._stream = stream
+        self._translate = translate
+        self._saw_done = False
+        self._watch_for_done(getattr(stream, "response", None))
+
+    def _watch_for_done(self, response: Any) -> None:
+        """Note whether the body held `data: [DONE]`, which the openai SDK reads and does not show:
+        a body that ended with it was whole, even without a finish_reason."""
+        if response is None or not callable(getattr(response, "iter_bytes", None)):
+            return
+        read = response.iter_bytes
+        tail = b""
+
+        def iter_bytes(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            nonlocal tail
+            for piece in read(*args, **kwargs):
+                tail = (tail + piece)[-64:]
+                self._saw_done = self._saw_done or _DONE_EVENT.search(tail) is not None
+                yield piece
+
+        response.iter_bytes = iter_bytes  # before the SDK's stream first reads (it reads on first use)
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._stream
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if callable(close):
+            close()
+
+    @property
+    def ended_by_close(self) -> bool:
+        """Whether the body had no length, was not chunked and held no [DONE]: its end was the
+        connection's close, which says nothing of whether the answer was whole."""
+        headers = getattr(getattr(self._stream, "response", None), "headers", None)
+        if headers is None or self._saw_done:
+            return False
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
+
+    def bytes_read(self) -> int:
+        """Bytes of the body read so far (0 when the stream does not say: litellm's own providers)."""
+        count = getattr(getattr(self._stream, "response", None), "num_bytes_downloaded", 0)
+        return count if isinstance(count, int) else 0
+
+    def cut(self) -> bool:
+        """Shut the socket under the stream from another thread, so a read blocked on it returns at once.
+
+        Only the openai SDK's stream (every OpenAI-compatible server) shows its httpx
+        response, and httpcore the socket; False for litellm's own providers' streams.
+        """
+        response = getattr(self._stream, "response", None)
+        network = getattr(response, "extensions", {}).get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is None:
+            return False
+        shut_down(sock)
+        return True
+
+
+def _provider_chunks(wrapper: Any) -> Any:
+    """The OpenAI-compatible chunk stream litellm holds, when it holds one; else litellm's own wrapper.
+
+    litellm's CustomStreamWrapper rebuilds and prices the whole response at the
+    end of every stream (10 ms or more of CPU a call). For OpenAI-compatible
+    servers the openai SDK stream it wraps carries the same chunks, usage
+    included, over the same HTTP response. Other providers keep litellm's translation.
+    """
+    inner = getattr(wrapper, "completion_stream", None)
+    if inner is not None and type(inner).__module__.partition(".")[0] == "openai" and hasattr(inner, "__iter__"):
+        return inner
+    return wrapper
+
+
+def litellm_module() -> Any:
+    """Import litellm on first use: it takes seconds and must not fetch a price list."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    # No "Give Feedback / Get Help" banners on errors: a cron job's output is a report.
+    litellm.suppress_debug_info = True
+    litellm.set_verbose = False
+    # Per-chunk success logging runs an event loop in a worker thread for every
+    # chunk (a few ms CPU a call); overnight registers no litellm callbacks, so it
+    # would log to nobody.
+    litellm.disable_streaming_logging = True
+    # Its cost estimate counts the prompt with tiktoken on every call (~2 ms CPU);
+    # overnight takes token counts from the server, or estimates them itself.
+    litellm.disable_token_counter = True
+    return litellm
