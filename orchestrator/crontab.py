@@ -1,10 +1,11 @@
 """When nights fire: `[schedule] cron` and `timezone`, read as crontab(5) reads them, as APScheduler 3 triggers.
 
-crontab and APScheduler 3 disagree in three places, each a night started on the wrong day
-or twice: weekday numbers (crontab counts from Sunday = 0, APScheduler from Monday), a day
-of month and a weekday both restricted (crontab runs on either, APScheduler on both), and
-the hour repeated when the clocks go back (crontab runs once, APScheduler twice). Every
-trigger carries its zone (a CronTrigger ignores the scheduler's), one the job store can pickle.
+crontab and APScheduler 3 disagree in four places, each a night started on the wrong day,
+twice or not at all: weekday numbers (crontab counts from Sunday = 0, APScheduler from Monday),
+a day of month and a weekday both restricted (crontab runs on either, APScheduler on both),
+the hour repeated when the clocks go back (crontab runs once, APScheduler twice), and the day
+after the clocks go forward (APScheduler skips a night due early in it). Every trigger carries
+its zone (a CronTrigger ignores the scheduler's), one the job store can pickle.
 """
 
 from __future__ import annotations
@@ -145,24 +146,54 @@ def crontab_trigger(minute: str, hour: str, day: str, month: str, weekday: str, 
 
 
 class _CrontabTrigger(CronTrigger):
-    """A CronTrigger that, like cron, never fires twice at the same wall-clock time.
+    """A CronTrigger matched on the zone's wall clock, as cron matches it.
 
-    When the clocks go back, the local times of the repeated hour happen twice;
-    APScheduler 3 fires at both (01:30-04:00, then 01:30-05:00), cron only at the first.
+    APScheduler 3 steps to the next day by adding 24 hours: across the night the clocks go forward
+    it lands an hour into the next day, and a night due before that hour is skipped (`30 0 * * *`
+    in America/New_York or Europe/Berlin, every spring; any hour where the change is at midnight,
+    America/Santiago's). When the clocks go back it fires twice in the repeated hour; cron once.
+    So the fields are matched on naive local times, never shifted, and each match is then put in
+    the zone: a time that comes twice, at its first pass; one that does not exist (the hour the
+    clocks skip), an hour later by the clock, on its offset from before the change.
     """
 
     __slots__ = ()
 
     def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
-        fire = super().get_next_fire_time(previous_fire_time, now)
-        while fire is not None and _second_pass(fire):
-            fire = super().get_next_fire_time(fire, fire)
-        return fire
+        # As CronTrigger: the first fire at or after `now`, or after the previous fire if that is earlier; never the previous one.
+        start = now.astimezone(timezone.utc)
+        if previous_fire_time is not None:
+            previous = previous_fire_time.astimezone(timezone.utc)
+            start = min(start, previous + timedelta(microseconds=1))
+            if start == previous:
+                start += timedelta(microseconds=1)
+        wall_clock = self._on_the_wall_clock()
+        # A time in the hour the clocks just skipped is placed after that hour began: matched from earlier on.
+        moment = _wall_time(start, self.timezone) - _forward_within_a_day(start, self.timezone)
+        while (matched := wall_clock.get_next_fire_time(None, moment.replace(tzinfo=timezone.utc))) is not None:
+            # Fold 0: a time that comes twice, at its first pass; one the clocks skipped, on the offset before the change.
+            fire = matched.replace(tzinfo=self.timezone).astimezone(timezone.utc)
+            if fire >= start:
+                return fire.astimezone(self.timezone)  # a skipped 02:30 shown as the 03:30 it runs at
+            moment = matched.replace(tzinfo=None) + timedelta(seconds=1)
+        return None
+
+    def _on_the_wall_clock(self) -> CronTrigger:
+        """The same fields in UTC, which has no clock changes: naive local times stand in for its own."""
+        wall_clock = CronTrigger.__new__(CronTrigger)
+        wall_clock.__setstate__({**self.__getstate__(), "timezone": timezone.utc})
+        return wall_clock
 
 
-def _second_pass(moment: datetime) -> bool:
-    """Whether `moment` is the second time its local wall-clock time happens (after the clocks went back)."""
-    return moment.fold == 1 and moment.utcoffset() != moment.replace(fold=0).utcoffset()
+def _wall_time(moment: datetime, zone: tzinfo) -> datetime:
+    """`moment` as the zone's clock shows it, without the zone."""
+    return moment.astimezone(zone).replace(tzinfo=None)
+
+
+def _forward_within_a_day(moment: datetime, zone: tzinfo) -> timedelta:
+    """How far the zone's clocks went forward in the day before `moment` (none when they did not)."""
+    before = (moment - timedelta(days=1)).astimezone(zone).utcoffset() or timedelta(0)
+    return max((moment.astimezone(zone).utcoffset() or timedelta(0)) - before, timedelta(0))
 
 
 def crontab_weekdays(field: str) -> str:

@@ -443,7 +443,9 @@ def build_scheduler(
     scheduler.add_job(
         job,
         trigger,
-        args=[str(Path(config_path).resolve()), log_format],
+        # Absolute, not resolved: a config that is a link (re-pointed by `ln -sfn`, a home-manager switch, a
+        # ConfigMap) is read where it points at each fire, as `overnight run` reads it, not in a file since removed.
+        args=[str(Path(config_path).absolute()), log_format],
         id=NIGHT_JOB_ID,
         name="overnight night",
         replace_existing=True,

@@ -399,6 +399,38 @@ class TestTimezone:
         between = datetime(2027, 11, 7, 5, 45, tzinfo=timezone.utc)  # 01:45 EDT, before the second 01:30
         assert next_fire_times(config, 1, now=between)[0].isoformat() == "2027-11-08T01:30:00-05:00"
 
+    @pytest.mark.parametrize(
+        ("zone", "cron", "before", "expected"),
+        [
+            # The clocks go forward at 02:00 on Sunday 8 March: Monday's 00:30 is a night like any other.
+            ("America/New_York", "30 0 * * *", datetime(2027, 3, 13, 12, 0, tzinfo=timezone.utc),
+             ["2027-03-14T00:30:00-05:00", "2027-03-15T00:30:00-04:00", "2027-03-16T00:30:00-04:00"]),
+            ("Europe/Berlin", "30 0 * * *", datetime(2027, 3, 27, 12, 0, tzinfo=timezone.utc),
+             ["2027-03-28T00:30:00+01:00", "2027-03-29T00:30:00+02:00", "2027-03-30T00:30:00+02:00"]),
+            # Santiago's clocks go from 00:00 to 01:00: 00:30 does not exist that night, and starts an hour later by the clock.
+            ("America/Santiago", "30 0 * * *", datetime(2027, 9, 3, 12, 0, tzinfo=timezone.utc),
+             ["2027-09-04T00:30:00-04:00", "2027-09-05T01:30:00-03:00", "2027-09-06T00:30:00-03:00"]),
+            ("America/New_York", "30 2 * * *", datetime(2027, 3, 13, 12, 0, tzinfo=timezone.utc),
+             ["2027-03-14T03:30:00-04:00", "2027-03-15T02:30:00-04:00", "2027-03-16T02:30:00-04:00"]),
+        ],
+    )
+    def test_no_night_is_skipped_when_the_clocks_go_forward(
+        self, tmp_path: Path, zone: str, cron: str, before: datetime, expected: list[str]
+    ) -> None:
+        """Each day of the week the clocks go forward has its night, in serve's stored job as in `--next`
+        (APScheduler 3 alone adds 24 hours to step a day, lands an hour late, and skips the next day's 00:30)."""
+        path = write_schedule_config(tmp_path, cron=cron, zone=zone)
+
+        assert [moment.isoformat() for moment in next_fire_times(load(path), 3, now=before)] == expected
+        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+        scheduler.start(paused=True)
+        try:
+            trigger = scheduler.get_job(NIGHT_JOB_ID).trigger  # unpickled from the job store
+            first = datetime.fromisoformat(expected[0])
+            assert trigger.get_next_fire_time(first, first).isoformat() == expected[1]
+        finally:
+            scheduler.shutdown()
+
     def test_day_of_month_and_weekday_fire_on_either(self, tmp_path: Path) -> None:
         """"0 1 1 * 1" starts on the 1st of each month and on every Monday (crontab's OR), in the stored job too."""
         path = write_schedule_config(tmp_path, cron="0 1 1 * 1", zone="Europe/Berlin")
@@ -661,6 +693,28 @@ class TestNight:
 
         assert run_scheduled_night("overnight.toml") == 2  # no tasks: the night's own answer, not the project's module's 9
 
+
+    def test_a_config_that_is_a_link_is_read_where_it_points_at_the_fire(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """A config link re-pointed to a new version while serve runs, the old one removed (`ln -sfn`, a home-manager
+        switch): the next night reads the new one, as `overnight run` would, instead of exiting 2 on a file not found."""
+        versions, link = tmp_path / "versions", tmp_path / "overnight.toml"
+        versions.mkdir()
+        schedule = '[schedule]\ncron = "30 1 * * *"\ntimezone = "UTC"\n'
+        old = write_config(versions / "old.toml", api_base=server.url, repo=repo, extra=schedule)
+        link.symlink_to(old)
+        scheduler = build_scheduler(load(link), link, blocking=False)
+        scheduler.start(paused=True)
+        stored = scheduler.get_job(NIGHT_JOB_ID).args  # what each fire is called with, from the job store
+        scheduler.shutdown()
+        link.unlink()
+        link.symlink_to(write_config(versions / "new.toml", api_base=server.url, repo=repo, extra=schedule))
+        old.unlink()
+        server.enqueue(*FIX)
+
+        with capture_logs() as logs:
+            assert run_scheduled_night(*stored) == 0
+
+        assert [log["exit_code"] for log in logs if log["event"] == "scheduled_night_finished"] == [0]
 
     def test_the_night_is_named_by_its_own_state_dirs_run_in_a_shared_store(self, tmp_path: Path) -> None:
         """With a store several state dirs share, the run serve names is its own state dir's, not one another machine began since."""
