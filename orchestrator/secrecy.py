@@ -6,7 +6,8 @@ ssh agent's socket) would land in the transcript, the run store, notes.md (which
 prompt carries) and, written to a file, on the task's branch that CI then pushes. So:
 
 - the agent's commands and the task's check run without the variables whose names say they
-  hold a secret (`looks_secret`) or whose values hold a URL or an Oracle login with a password (`holds_secret`); the
+  hold a secret (`looks_secret`) or whose values hold a URL or an Oracle login with a password, a connection string's
+  secret setting or an Authorization header (`holds_secret`); the
   check (also when the agent runs it) gets those its task names in `pass_env`, the agent's own
   commands never;
 - what a tool or the check prints has the values of those variables, the model's API key and
@@ -33,16 +34,21 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
 # GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, SSH_AUTH_SOCK, GOOGLE_APPLICATION_CREDENTIALS,
-# GH_PAT, MYSQL_PWD, DB_PASS, NGROK_AUTHTOKEN, CI_JOB_JWT, SENTRY_DSN. Whole words:
+# GH_PAT, MYSQL_PWD, DB_PASS, NGROK_AUTHTOKEN, CI_JOB_JWT, SENTRY_DSN, SLACK_WEBHOOK_URL (its path is the token). Whole words:
 # TOKENIZERS_PARALLELISM and GIT_AUTHOR_NAME are no secrets.
 _SECRET_WORDS = frozenset(
     {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD",
-     "AUTHTOKEN", "ACCESSTOKEN"}
+     "AUTHTOKEN", "ACCESSTOKEN", "WEBHOOK"}
 )
-# Words that say so only at the name's end: DB_PASS, CI_JOB_JWT, SENTRY_DSN; not PASS_RATE, JWT_ALGORITHM, DSN_TIMEOUT.
-_SECRET_LAST_WORDS = frozenset({"PASS", "JWT", "DSN"})
+# Words that say so only at the name's end: DB_PASS, CI_JOB_JWT, SENTRY_DSN, a signed URL's `sig` (Azure's SAS) and
+# `X-Amz-Signature`; not PASS_RATE, JWT_ALGORITHM, DSN_TIMEOUT, SIGNATURE_VERSION.
+_SECRET_LAST_WORDS = frozenset({"PASS", "JWT", "DSN", "SIG", "SIGNATURE"})
 # The same glued to other letters: PGPASSWORD, CLIENTSECRET.
 _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
+# Those that say so glued to other letters only at a word's end: a query's camel-case `apiToken`, `refreshToken` and
+# `privateKey`, Azure's AccountKey and SharedAccessKey; not TOKENIZERS_PARALLELISM, MAX_TOKENS, nor Azure's
+# SharedAccessKeyName (a policy's name).
+_SECRET_ENDINGS = ("TOKEN", "PRIVATEKEY", "ACCOUNTKEY", "ACCESSKEY")
 _NUMBERING = re.compile(r"V?[0-9]*")
 _NOT_SECRETS = frozenset({"PWD", "OLDPWD"})  # the shell's folders
 _WORD_BREAK = re.compile(r"[^A-Z0-9]+")  # SSH_AUTH_SOCK; in a URL's query, api-key
@@ -60,14 +66,18 @@ def looks_secret(name: str) -> bool:
     words = _WORD_BREAK.split(upper)
     # The last word before a version or a number: CI_JOB_JWT_V2 (GitLab's), DB_PASS_2.
     last = next((word for word in reversed(words) if not _NUMBERING.fullmatch(word)), "")
-    return any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or last in _SECRET_LAST_WORDS
+    return (
+        any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or last in _SECRET_LAST_WORDS
+        or any(word.endswith(_SECRET_ENDINGS) for word in words)
+    )
 
 
 # Asked for every variable of the environment at each command the agent runs: the same few dozen pairs, read once each.
 @functools.lru_cache(maxsize=1024)
 def holds_secret(name: str, value: str) -> bool:
     """Whether a variable is withheld: its name says so, or its value holds a URL with a password
-    (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token) or an Oracle login (scott/pw@//db/orcl)."""
+    (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token), an Oracle login (scott/pw@//db/orcl),
+    or a secret setting or header (`Server=db;Password=...`, `Authorization: Bearer ...`): `_value_secrets`."""
     # Only a password the Redactor would hide: `postgres://postgres:postgres@localhost/test`, a CI service
     # database's, is in the project's own files and shown anyway; withheld, the check just fails.
     return looks_secret(name) or any(_redactable(secret) for secret in _value_secrets(value))
@@ -124,10 +134,10 @@ class Redactor:
     @classmethod
     def for_night(cls, *, api_key: str | None = None, store_url: str | None = None, api_base: str | None = None) -> "Redactor":
         """The values of this process's secret-named variables, the model's API key, and the passwords
-        (and query values) of the store's and the model endpoint's URLs."""
+        (and query values) of the store's and the model endpoint's URLs, or of an Oracle login written there."""
         values = [value for name, value in os.environ.items() if looks_secret(name)]
         values += [secret for value in os.environ.values() for secret in _value_secrets(value)]
-        values += [api_key or ""] + url_secrets(store_url) + url_secrets(api_base)
+        values += [api_key or ""] + [secret for url in (store_url, api_base) for secret in url_secrets(url) + oracle_passwords(url)]
         return cls(values)
 
     @classmethod
@@ -384,25 +394,66 @@ _ORACLE_LOGIN = re.compile(
         (?i:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:\.exe)?+(?:\s++-[A-Za-z]\w*+)*+\s++  # database to connect to,
         (?i:(?:target|catalog|auxiliary)\s++)?+(?:\\?+["'])?+  # the login quoted too, also for a shell's
                                     # `\"`: `expdp \"sys/pw@orcl as sysdba\"`
+      | (?:\A|(?<=[\n;"'])|(?<=SQL>))[ \t]*+(?i:conn(?:ect)?+)[ \t]++  # SQL*Plus's CONNECT: a statement's first word (a
+                                    # line's, after a `;`, a quote or the prompt), the login all that follows but a role,
+                                    # an edition and the statement's end: prose's `connect org/repo@main to CI` is none
+        (?=(?:"[^"\r\n]*+"|[^\s;"'])++(?:[ \t]++(?i:as[ \t]++sys\w*+|edition=[^\s;"']*+))?+[ \t]*+(?:[;"'\r\n]|\Z))
       | (?<![\w$\#./@:\\-])              # else a word of its own: not a path's part (`a/b/c@//h`) nor a package's (`@s/p@1`)
         (?:(?i:userid)=["']?+            # the tools' `userid=` parameter
-          | (?=[A-Za-z][\w$\#.]*+/(?:\\?+"[^"\r\n]*+"|[^\s@"'/]++)@  # or EZConnect's `@//` (`@tcps://`), a TNS descriptor, or
+          | (?=[A-Za-z][\w$\#.]*+(?:\[[A-Za-z][\w$\#.]*+\])?+/(?:\\?+"[^"\r\n]*+"|[^\s@"'/]++)@  # or EZConnect's `@//`
+                                    # (`@tcps://`), a TNS descriptor, or
               (?:(?:tcps?:)?//|\((?i:description)|  # a host (a name or an IPv4 address), a port and a service or SID:
                  (?:[A-Za-z][\w.-]*+|[0-9]++(?:\.[0-9]++){3})(?<!\.):[0-9]{2,5}+[/:][A-Za-z])))  # not `a/b@10:30`,
                                     # `x/y@npm:2.1`, `web/App@localhost:3000`
     )
-    [A-Za-z][\w$\#.]*+/                # the user, as Oracle's names: letters, digits, `_$#`
+    [A-Za-z][\w$\#.]*+(?:\[[A-Za-z][\w$\#.]*+\])?+/  # the user, as Oracle's names: letters, digits, `_$#`; a proxy
+                                    # user's the user it connects as in brackets (`scott[hr]/pw@orcl`)
     (?:\\?+"((?:[^"\\\r\n]|\\(?!"))*+)\\?+"(?=[@\s"']|\Z)  # the password: double-quoted (`\"pass word\"` too),
       | ([^\s@"'/]++(?=["']?+@)         # or up to a connect's `@` (`"scott/tiger"@orcl` too),
-         | [^\s@"'/.&]++(?=[\s"']|\Z)))  # or, with none (a local login), without a file's `.` or a query's `&`: a
-                                    # tool's name before a path (`sqlplus scripts/deploy.sql`) gives none""",
+         | [^\s@"'/.&;]++(?=[\s"';]|\Z)))  # or, with none (a local login), without a file's `.`, a query's `&` or a
+                                    # statement's `;`: a tool's name before a path (`sqlplus scripts/deploy.sql`) gives none""",
     re.VERBOSE,
 )
 # A setting's name holds no `?`: read from each `?` of a run of them, one without `=` was scanned to its end as often.
 _QUERY_SETTING = re.compile(r"(?<=[?&])([^=&#\s?]+)=([^&#\s]*)")
 # Before a query, settings after `;` as JDBC's SQL Server URL has them (`jdbc:sqlserver://db:1433;user=sa;password=...`).
 _PARAMETER_SETTING = re.compile(r"(?<=;)([^=;&?#\s]+)=([^;\s]*)")
+# After a `#`, the settings of a fragment: OAuth's implicit grant hands its token to a redirect URL so
+# (`https://app/callback#access_token=...&token_type=Bearer`).
+_FRAGMENT_SETTING = re.compile(r"(?<=[#&])([^=&#\s?]+)=([^&#\s]*)")
 _RUN = re.compile(r"\S+")
+# What stands for a password in a template no one filled in (`postgresql://app:${DB_PASSWORD}@db/app` in a compose file's
+# environment, `?api_key=<your-api-key>`, `{{ secrets.TOKEN }}`, `%DB_PASS%`): no secret, and the project's own files
+# hold it, which read_file would show as *** and the model write back so.
+# A bare `$NAME` only as variables are named, in capitals: a generated password may begin with `$` (`$ecretPa55`).
+_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_]\w*%|<[^<>]*>|\{\{[^{}]*\}\}")
+# An HTTP Authorization header's credentials, as a variable of headers holds them (`Authorization: Basic dXNlcjpwdw==`,
+# OpenTelemetry's OTEL_EXPORTER_OTLP_HEADERS=`Authorization=Bearer%20...`), a Proxy-Authorization's too: after its scheme,
+# if any.
+_AUTHORIZATION = re.compile(
+    r"""(?<!\w)[Aa]uthorization[ \t]*+[:=][ \t]*+
+    (?:(?i:basic|bearer|token|digest|negotiate|apikey)(?:[ \t]++|%20))?+
+    ([^\s,;"']++)""",
+    re.VERBOSE,
+)
+# A PEM private key (RSA's, OpenSSH's, an encrypted one, PGP's key block) with its line breaks, or as an env file or a JSON
+# key file (`"private_key": "-----BEGIN PRIVATE KEY-----\nMIIE...`) writes it on one line, with `\n` escapes. Read up to
+# its END, never past another BEGIN: a run of BEGINs with no END is read once, not to its end from each.
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:(?!-----BEGIN ).)*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----",
+    re.DOTALL,
+)
+# A setting of a connection string that is no URL (ADO.NET's and ODBC's `Server=db;User Id=sa;Password=...;`, Azure's
+# `...;AccountKey=...`, libpq's `host=db password=...`) or a Java system property (`-Djavax.net.ssl.keyStorePassword=...`): a
+# name at the value's start, after a `;`, white space or `-D`, and its value up to the next `;` or white space, or quoted
+# (`Password="a;b"`, ODBC's `PWD={a;b}`). Groups: the name, then the value as one of those. Not a `--name=value` option:
+# make's MAKEFLAGS holds `--jobserver-auth=fifo:/tmp/GMfifo123`, a path to leave as it is. A quoted value is read up to
+# 256 characters, more than a password: a quote never closed was read to the value's end from each of many.
+_CONNECTION_SETTING = re.compile(
+    r"""(?:\A|(?<=[;\s])|(?<=-D))([A-Za-z][\w.-]*+)[ \t]*+=[ \t]*+
+    (?:"([^"]{0,256}+)"|'([^']{0,256}+)'|\{(?!\{)([^}]{0,256}+)\}|([^;\s]*+))""",
+    re.VERBOSE,
+)
 
 
 def url_secrets(url: str | None) -> list[str]:
@@ -415,21 +466,49 @@ def url_secrets(url: str | None) -> list[str]:
     passwords = [form for one in userinfos if one.group(2) is not None for form in (one.group(2), one.group(2) + one.group(3))]
     # As written, and as a program that used it prints it (the Redactor adds the encoded forms of what is decoded).
     found = [form for password in passwords for form in (password, unquote(password))]
-    head, mark, query = _replaced(url, userinfos, lambda userinfo: "").partition("?")  # a `?` in the password starts no query
-    settings = [*_PARAMETER_SETTING.findall(head), *_QUERY_SETTING.findall(mark + query)]
+    without_userinfos = _replaced(url, userinfos, lambda userinfo: "")
+    head, mark, query = without_userinfos.partition("?")  # a `?` in the password starts no query
+    settings = [*_PARAMETER_SETTING.findall(head), *_QUERY_SETTING.findall(mark + query), *_fragment_settings(without_userinfos)]
     # A query is read as a form too: its `+` a space.
-    values = [value for name, value in settings if looks_secret(name)]
-    return list(dict.fromkeys([*(form for value in values for form in (value, unquote(value), unquote_plus(value))), *found]))
+    values = [value for name, value in settings if _secret_setting(name)]
+    forms = [*(form for value in values for form in (value, unquote(value), unquote_plus(value))), *found]
+    return [form for form in dict.fromkeys(forms) if not _PLACEHOLDER.fullmatch(form)]
+
+
+def _fragment_settings(text: str) -> list[tuple[str, str]]:
+    """The settings (name, value) of the fragment of `text`, a URL without its user info: from its first `#` on."""
+    before, mark, fragment = text.partition("#")
+    return _FRAGMENT_SETTING.findall(mark + fragment) if mark else []
 
 
 def _value_secrets(value: str) -> list[str]:
-    """The secrets of a variable's value whose name does not say it holds one: its URLs' (`url_secrets`), and Oracle's logins'
-    passwords (`_ORACLE_LOGIN`)."""
+    """The secrets of a variable's value whose name does not say it holds one: its URLs' (`url_secrets`), a connection
+    string's or an option's settings' (`_CONNECTION_SETTING`), and Oracle's logins' passwords (`_ORACLE_LOGIN`)."""
     # JDBC's Oracle URL holds no `://` (`jdbc:oracle:thin:@//db:1521/svc?user=scott&password=...`).
     found = url_secrets(value) if "://" in value or "jdbc:" in value else []
-    if "/" in value:
-        found += [login.group(1) if login.group(1) is not None else login.group(2) for login in _ORACLE_LOGIN.finditer(value)]
-    return found
+    if "=" in value:
+        # ODBC's `PWD` only in a string of `;`-separated settings: `env PWD=/home/me/app make` names a folder.
+        secret = _secret_setting if ";" in value else looks_secret
+        secret_settings = (setting for setting in _CONNECTION_SETTING.finditer(value) if secret(setting.group(1)))
+        found += [next(part for part in setting.groups()[1:] if part is not None) for setting in secret_settings]
+    if "uthorization" in value:
+        found += _AUTHORIZATION.findall(value)
+    if "PRIVATE KEY" in value:
+        found += [form for key in _PRIVATE_KEY.findall(value) for form in (key, key.replace("\\n", "\n"))]
+    return [secret for secret in found + oracle_passwords(value) if not _PLACEHOLDER.fullmatch(secret)]
+
+
+def _secret_setting(name: str) -> bool:
+    """Whether a setting's name (a URL query's, a connection string's) says its value is a secret: ODBC's `PWD` too, which
+    as a variable's name is the shell's folder."""
+    return looks_secret(name) or name.upper() == "PWD"
+
+
+def oracle_passwords(text: str | None) -> list[str]:
+    """The passwords of the Oracle logins in `text` (`_ORACLE_LOGIN`), as written."""
+    if not text or "/" not in text:
+        return []
+    return [login.group(1) if login.group(1) is not None else login.group(2) for login in _ORACLE_LOGIN.finditer(text)]
 
 
 def url_password(url: str) -> str | None:
@@ -480,19 +559,32 @@ def _replaced(text: str, userinfos: Iterable[re.Match[str]], replacement: Callab
 
 
 def shown_url(url: str) -> str:
-    """`url` as logs and errors may show it: the password of its user info, and settings whose names say they are secrets
-    (in its query or after a `;`), as ***. Also for a string that is no valid URL (a typo in a config)."""
+    """`url` as logs and errors may show it: the password of its user info, settings whose names say they are secrets
+    (in its query or after a `;`), and an Oracle login's password (`jdbc:oracle:thin:scott/tiger@//db/orcl`), as ***.
+    Also for a string that is no valid URL (a typo in a config)."""
     # First: a `?` in the password starts no query.
     head, mark, query = _replaced(url, _userinfos(url), _hide_password).partition("?")
-    return _PARAMETER_SETTING.sub(_hide_setting, head) + _QUERY_SETTING.sub(_hide_setting, mark + query)
+    shown = _PARAMETER_SETTING.sub(_hide_setting, head) + _QUERY_SETTING.sub(_hide_setting, mark + query)
+    if "#" in shown:
+        before, mark, fragment = shown.partition("#")
+        shown = before + _FRAGMENT_SETTING.sub(_hide_setting, mark + fragment)
+    # Read in what is shown, as `_value_secrets` reads the value: no `***` holds a `/` or an `@` to make or end a login.
+    return _ORACLE_LOGIN.sub(_hide_oracle_password, shown) if "/" in shown else shown
 
 
 def _hide_setting(setting: re.Match[str]) -> str:
     """The setting `setting` matched, its value as *** where its name says it is a secret."""
-    return f"{setting.group(1)}={REDACTED}" if looks_secret(setting.group(1)) else setting.group(0)
+    return f"{setting.group(1)}={REDACTED}" if _secret_setting(setting.group(1)) else setting.group(0)
 
 
 def _hide_password(userinfo: re.Match[str]) -> str:
     """The user info `userinfo` matched, its password (urllib's and httpx's reading: all its `@` parts) as ***."""
     user, password = userinfo.group(1, 2)
     return f"{user}:{REDACTED}@" if password is not None else f"{user}@"
+
+
+def _hide_oracle_password(login: re.Match[str]) -> str:
+    """The Oracle login `login` matched, its password (quoted or not) as ***."""
+    group = 1 if login.group(1) is not None else 2
+    start, end = login.start(group) - login.start(), login.end(group) - login.start()
+    return login.group()[:start] + REDACTED + login.group()[end:]

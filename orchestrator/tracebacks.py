@@ -36,7 +36,8 @@ def thread_tracebacks_redacted(redact: Redactor) -> Iterator[None]:
     """Inside, an exception that ends a thread (threading.excepthook: the run store's event writer, the deadline watcher,
     a lease's heartbeat, the embedded model's watcher, a thread a user's guard starts) prints as Python's own hook
     prints it, `Exception in thread NAME:` and the traceback, through `redact` and every other redaction registered
-    then; with none registered, the hook that was there before ours gets it. Several may be in at once, and end in any
+    then; with none registered, the hook that was there before ours gets it, the values of runs that ended as *** in it
+    (`_with_redacted_exception`). Several may be in at once, and end in any
     order: one process-wide hook reads the registry (a hook put back on exit would undo another's), installed again only
     when another has replaced it, and handing on to the hook it replaced itself. After, `redact`'s values stay redacted
     in the tracebacks our hook prints for the process's life (a thread may outlive its night), and our hook prints them
@@ -84,14 +85,72 @@ def _print_thread_traceback(hooked: Any, *, replaced: Callable[[Any], object]) -
         # whole, not around that value's *** by the environment's redaction first.
         forms = [*(form for redact in _registered for form in redact.values), *_outlived]
         hand_on = not _registered and (not _outlived or replaced is not threading.__excepthook__)
+    redact = Redactor.of_forms(forms)
     if hand_on:
-        replaced(hooked)
-        return
+        # The values of runs that ended, which the hook we replaced never knew, reach it as *** too: or, where no
+        # exception like the thread's can hold them so, it gets nothing and ours prints the traceback.
+        handed = hooked if not forms else _with_redacted_exception(hooked, redact)
+        if handed is not None:
+            replaced(handed)
+            return
     if hooked.exc_type is SystemExit:  # as Python's own hook: a thread's sys.exit() is silent
         return
     name = hooked.thread.name if hooked.thread is not None else threading.get_ident()
-    text = f"Exception in thread {name}:\n" + "".join(traceback.format_exception(hooked.exc_type, hooked.exc_value, hooked.exc_traceback))
-    _write(Redactor.of_forms(forms)(text))
+    _write(redact(f"Exception in thread {name}:\n" + _formatted(hooked)))
+
+
+def _with_redacted_exception(hooked: Any, redact: Callable[[str], str]) -> Any | None:
+    """`hooked` as the hook handed it, or, where its exception's traceback quotes one of `redact`'s values, the same with an
+    exception like it (`_redacted_exception`) that prints as it does but with those values as ***; None where no such one
+    prints without them (an exception group's members, an exception that cannot be made again)."""
+    if redact(text := _formatted(hooked)) == text:
+        return hooked
+    try:
+        like_value = _redacted_exception(hooked.exc_value, redact, {})
+        like = threading.ExceptHookArgs([hooked.exc_type, like_value, hooked.exc_traceback, hooked.thread])
+        text = _formatted(like)
+    except Exception:  # noqa: BLE001 - a type that cannot be made again, or whose text fails: ours prints it instead
+        return None
+    return like if redact(text) == text else None
+
+
+def _redacted_exception(exception: BaseException | None, redact: Callable[[str], str], made: dict[int, Any]) -> Any:
+    """An exception that `isinstance` and a traceback take for `exception` (its type's name, module, traceback, the
+    exceptions it was raised in, the same way redacted; its attributes), with its text, arguments and notes through `redact`:
+    an instance of a subclass of its type named as it is, for the exception itself may be held elsewhere still."""
+    if exception is None or id(exception) in made:
+        return made.get(id(exception))
+    kind = type(exception)
+    text = redact(str(exception))
+    named_as_it = {"__module__": kind.__module__, "__qualname__": kind.__qualname__}
+    like_kind = type(kind.__name__, (kind,), {"__slots__": (), "__str__": lambda _: text, **named_as_it})
+    arguments = tuple(_redacted_value(redact, argument) for argument in exception.args)
+    like = kind.__new__(like_kind, *arguments)  # its type's own `__new__` (OSError's reads them), no `__init__` to run
+    made[id(exception)] = like
+    # Those its `__init__` set, `__notes__`, and OSError's file names, which it keeps outside its `__dict__`.
+    files = {name: getattr(exception, name) for name in ("filename", "filename2")} if isinstance(exception, OSError) else {}
+    for name, value in {**vars(exception), **files}.items():
+        setattr(like, name, _redacted_value(redact, value))
+    like.args = arguments
+    like.__traceback__ = exception.__traceback__
+    like.__cause__ = _redacted_exception(exception.__cause__, redact, made)
+    like.__context__ = _redacted_exception(exception.__context__, redact, made)
+    like.__suppress_context__ = exception.__suppress_context__
+    return like
+
+
+def _redacted_value(redact: Callable[[str], str], value: Any) -> Any:
+    """`value` through `redact` where it is a string or a list of them (`__notes__`), else as it is."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return [redact(item) for item in value]
+    return value
+
+
+def _formatted(hooked: Any) -> str:
+    """The traceback of a thread's exception as Python's own hook prints it."""
+    return "".join(traceback.format_exception(hooked.exc_type, hooked.exc_value, hooked.exc_traceback))
 
 
 def _write(text: str) -> None:

@@ -749,9 +749,20 @@ class TestOracleLoginsAndQuotedUrls:
         "jdbc:oracle:thin:@//db.example:1521/svc?user=scott&password={}",
         'expdp \\"sys/{}@orcl as sysdba\\" directory=dp',
         'sqlplus -S "scott/\\"{}\\"@orcl"',
+        "\nwhenever sqlerror exit 1;\nCONNECT scott/{}@orcl\nselect 1 from dual;",
+        "\nconn sys/{}@db.example:1521/orcl AS SYSDBA;",
+        "\nSQL> connect scott/{}",
+        "\nCONNECT scott/{};",
+        "echo 'connect scott/{}@orcl' | sqlplus -S /nolog",
+        "scott[hr]/{}@//db.example:1521/orcl",
+        "sqlplus scott[hr]/{}@orcl",
+        "\nCONNECT scott[hr]/{}@orcl",
     ], ids=["ezconnect", "ezconnect-port", "jdbc-thin-service", "jdbc-thin-sid", "jdbc-oci", "sqlplus", "sqlplus-options",
             "sqlplus-quoted", "expdp-userid", "sqlplus-path-quoted-login", "ezconnect-tcps", "ezconnect-quoted", "tns-descriptor",
-            "rman-target", "jdbc-thin-query", "expdp-sysdba-shell-escaped", "sqlplus-shell-escaped-quotes"])
+            "rman-target", "jdbc-thin-query", "expdp-sysdba-shell-escaped", "sqlplus-shell-escaped-quotes",
+            "sql-script-connect", "conn-as-sysdba", "connect-at-the-prompt", "connect-local-statement", "connect-echoed",
+            "proxy-user-ezconnect", "proxy-user-sqlplus",
+            "proxy-user-connect"])
     def test_an_oracle_logins_password_is_withheld_and_redacted(self, login: str, monkeypatch: pytest.MonkeyPatch) -> None:
         """A variable holding an Oracle login among ordinary text is withheld, and its password alone reads ***: a quoted one
         with its spaces too."""
@@ -778,6 +789,18 @@ class TestOracleLoginsAndQuotedUrls:
         assert withheld({"ORDINARY_LINE": value, "LOGIN": f"sqlplus -S scott/{self.PASSWORD}"}) == ["LOGIN"]
         assert Redactor.for_night()(value) == value
 
+    @pytest.mark.parametrize("value", [
+        "connect org/repo@main to CI", "Connect actions/checkout@v4 in the workflow", "connect a/b@c.com as needed",
+        "reconnect scott/Tiger-Pass99@orcl", "connect to db/app@localhost", "items[idx]/a@b.com", "see docs[1]/x@2x.png",
+        "users[admin]/config@main", "# connect via ssh/tunnel@bastion",
+    ], ids=["connect-in-prose", "connect-an-action", "connect-and-words", "reconnect", "connect-to", "indexed-path", "indexed-image",
+            "indexed-path-on-a-branch", "comment"])
+    def test_connect_and_brackets_in_ordinary_text_hold_no_login(self, value: str) -> None:
+        """`connect` before a package, a path or words, and a bracketed name in a path, read as no Oracle login: nothing
+        withheld, redacted or hidden."""
+        value = f"{self.ORDINARY}\n{value}"
+        assert withheld({"ORDINARY_LINE": value}) == [] and shown_url(value) == value
+
     @pytest.mark.parametrize("written", [
         '["postgresql://app:{}@db/app"]',
         '{{"url": "postgresql://app:{}@db:5432/app?sslmode=require", "api": "https://api:8443", "owner": "ops@example.com"}}',
@@ -799,6 +822,118 @@ class TestOracleLoginsAndQuotedUrls:
         """A `"` in a user that ends no JSON string (`my"user`) leaves its password found, as in a value that is one URL."""
         value = written.format(self.PASSWORD)
         assert url_secrets(value) == [self.PASSWORD] and shown_url(value) == written.format(REDACTED)
+
+    @pytest.mark.parametrize("login", [
+        "scott/{}@db.example:1521/orcl", "jdbc:oracle:thin:scott/{}@//db.example:1521/svc", 'scott/"{}"@//db.example:1521/orcl',
+    ], ids=["ezconnect", "jdbc-thin", "quoted"])
+    def test_an_oracle_login_is_shown_without_its_password(self, login: str) -> None:
+        """shown_url, which config errors and the model's name quote a configured URL with, shows an Oracle login's password
+        as ***, as the Redactor does, and leaves the ordinary text beside it as it is."""
+        password = self.PHRASE if '"{}' in login else self.PASSWORD
+        assert shown_url(f"{self.ORDINARY} {login.format(password)}") == f"{self.ORDINARY} {login.format(REDACTED)}"
+
+    @pytest.mark.parametrize("where", ["api_base", "store_url"])
+    def test_a_config_error_about_an_oracle_login_hides_its_password(self, where: str, tmp_path: Path) -> None:
+        """An Oracle login written where a model endpoint or a store URL goes is refused, the error quoting it with its password
+        as ***; and a night's redaction given it as that endpoint or store hides the password."""
+        from orchestrator.config import ConfigError, load_config
+        from tests.conftest import write_config
+
+        login = f"scott/{self.PASSWORD}@db.example:1521/orcl"
+        api_base, store = (login, "") if where == "api_base" else ("http://127.0.0.1:9/v1", f'[store]\nurl = "{login}"\n')
+        with pytest.raises(ConfigError) as refused:
+            load_config(write_config(tmp_path / "overnight.toml", api_base=api_base, repo=tmp_path, extra=store))
+        assert "scott/***@db.example:1521/orcl" in str(refused.value) and self.PASSWORD not in str(refused.value)
+        assert Redactor.for_night(**{where: login})(f"connecting as {login}") == "connecting as scott/***@db.example:1521/orcl"
+
+
+class TestConnectionStringsAndSignedUrls:
+    """Secrets that are no URL's password: a connection string's, a Java option's, a signed URL's signature, a query's
+    camel-case token, an Authorization header's credentials and a webhook's URL; found, and the ordinary settings beside them
+    left as they are."""
+
+    PASSWORD = "Str0ng-Passw0rd"
+
+    @pytest.mark.parametrize("written", [
+        "Server=db;Database=app;User Id=sa;Password={};",
+        "Driver={{ODBC Driver 18}};Server=db;Uid=sa;Pwd={{{}}};",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={};EndpointSuffix=core.windows.net",
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={}",
+        "host=db dbname=app user=app password={}",
+        "-Xmx2g -Djavax.net.ssl.keyStorePassword={} -Dfile.encoding=UTF-8",
+        "https://acct.blob.core.windows.net/c?sv=2021-08-06&ss=b&sig={}",
+        "https://bucket.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-SignedHeaders=host&X-Amz-Signature={}",
+        "https://api.example/v1/items?apiToken={}&pageSize=10",
+        "https://auth.example/keys?privateKey={}&lang=en",
+        "Accept: application/json\nAuthorization: Basic {}",
+        "x-team=ops,Authorization=Bearer%20{}",
+        "Proxy-Authorization: Bearer {}",
+        "https://app.example/callback#access_token={}&state=af0ifjsldkj",
+    ], ids=["ado-net", "odbc-braced", "azure-storage", "azure-service-bus", "libpq", "java-property", "azure-sas", "aws-presigned",
+            "camel-case-token", "camel-case-private-key", "authorization-header", "otel-headers", "proxy-authorization",
+            "oauth-fragment"])
+    def test_a_settings_secret_is_withheld_and_redacted(self, written: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A variable whose name says nothing, holding a connection string, options or a signed URL with a secret setting, is
+        withheld, and that setting's value alone reads ***: the names and values beside it, a policy's name too, as they are."""
+        value = written.format(self.PASSWORD)
+        monkeypatch.setenv("CONNECTION", value)
+        assert withheld({"CONNECTION": value}) == ["CONNECTION"]
+        assert Redactor.for_night()(value) == written.format(REDACTED)
+
+    def test_an_oauth_fragments_token_is_shown_as_stars(self) -> None:
+        """A redirect URL's fragment that carries an access token (OAuth's implicit grant) shows it as ***, its other
+        settings and an ordinary fragment as they are."""
+        callback = "https://app.example/cb#access_token={}&state=af0ifj"
+        assert shown_url(callback.format(self.PASSWORD)) == callback.format(REDACTED)
+        assert shown_url("https://docs.example/page#section-2") == "https://docs.example/page#section-2"
+
+    def test_a_private_key_in_a_json_key_file_is_withheld_and_redacted(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A service account's JSON key in a variable whose name says nothing is withheld, and its private key reads ***,
+        whole as the JSON holds it and line by line as a program that read it prints it."""
+        lines = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7", "QWERTYuiop98765432asdfghjklZXCVB"]
+        key = "\\n".join(["-----BEGIN PRIVATE KEY-----", *lines, "-----END PRIVATE KEY-----"])
+        value = f'{{"type": "service_account", "client_email": "ci@proj.iam.gserviceaccount.com", "private_key": "{key}"}}'
+        monkeypatch.setenv("GCP_SA_JSON", value)
+        assert withheld({"GCP_SA_JSON": value}) == ["GCP_SA_JSON"]
+        redact = Redactor.for_night()
+        assert redact(value).endswith('"private_key": "***"}') and "ci@proj.iam.gserviceaccount.com" in redact(value)
+        assert redact(f"key line {lines[0]}") == "key line ***"
+
+    @pytest.mark.parametrize("template", [
+        "postgresql://app:${DB_PASSWORD}@db/app", "https://api.example/v1?api_key=<your-api-key>", "redis://:$REDIS_PASS@cache:6379/0",
+        "-Dspring.datasource.password=${DB_PASSWORD:-dev}", "Server=db;User Id=sa;Password={{ secrets.DB_PASSWORD }};",
+        "Server=db;Password=%DB_PASS%;",
+    ], ids=["url-variable", "query-placeholder", "url-bare-variable", "java-property-default", "template", "windows-variable"])
+    def test_a_placeholder_where_a_password_goes_is_no_secret(self, template: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A template's unfilled placeholder for a password (a compose file's `${DB_PASSWORD}`, `<your-api-key>`) is neither
+        withheld nor redacted: the project's files that hold it read as they are. A password that begins with `$` is found."""
+        monkeypatch.setenv("TEMPLATED", template)
+        assert withheld({"TEMPLATED": template}) == [] and ("://" not in template or url_secrets(template) == [])
+        assert Redactor.for_night()(f"environment: [{template}]") == f"environment: [{template}]"
+        assert url_secrets("postgresql://app:$ecretPa55w0rd@db/app") == ["$ecretPa55w0rd"]
+
+    def test_a_webhooks_url_is_withheld_and_redacted(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """SLACK_WEBHOOK_URL, whose URL's path is its token, is withheld and its value redacted."""
+        hook = "https://hooks.slack.com/services/T0000/B0000/XXXXXXXXXXXXXXXXXXXXXXXX"
+        monkeypatch.setenv("SLACK_WEBHOOK_URL", hook)
+        assert withheld({"SLACK_WEBHOOK_URL": hook}) == ["SLACK_WEBHOOK_URL"]
+        assert Redactor.for_night()(f"posted to {hook}") == "posted to ***"
+
+    def test_ordinary_settings_hold_no_secret(self) -> None:
+        """Options, colours and settings whose names say no secret (make's jobserver fifo, a folder's PWD, ssh's key file, a
+        policy's name, a signed URL's signed headers) are neither withheld nor redacted."""
+        env = {
+            "MAKEFLAGS": " -j4 --jobserver-auth=fifo:/tmp/GMfifo12345", "SUDO_COMMAND": "/usr/bin/env PWD=/home/me/app make",
+            "GIT_SSH_COMMAND": "ssh -o IdentityFile=/home/me/.ssh/id_ed25519 -o StrictHostKeyChecking=no",
+            "POLICY": "SharedAccessKeyName=RootManageSharedAccessKey;EntityPath=orders-queue",
+            "LS_COLORS": "rs=0:di=01;34:ln=01;36:mh=00:pi=40;33",
+            "JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8 -Duser.timezone=Europe/Berlin",
+            "SIGNED": "https://b.example/k?X-Amz-SignedHeaders=content-type%3Bhost&X-Amz-Date=20240101T000000Z",
+            "DOC": "see the Authorization header docs", "NOTE": "authorization: required",
+            "TOKENIZERS_PARALLELISM": "false", "MAX_NEW_TOKENS": "4096",
+            "PAGED": "https://api.example/v1/items?maxTokens=4096abc&page=2",
+        }
+        assert withheld(env) == [] and all(url_secrets(value) == [] for value in env.values())
 
 
 class TestFileToolsRedactBeforeTheyCut:
@@ -1181,6 +1316,63 @@ class TestTracebacksKeepSecretsOut:
             pass
         die_in_a_thread("through a hook that hands on")
         assert handing_on == ["through a hook that hands on"] and lasting[-1] == "through a hook that hands on" and len(lasting) == 2
+
+    def test_the_hook_before_ours_gets_an_ended_runs_secrets_as_stars(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A thread that dies after a run's redaction ended, quoting its secret, reaches the hook that was there before ours
+        with an exception of its type whose text, attributes and cause show the secret as ***; one that quotes no secret
+        reaches it as it was raised."""
+        from orchestrator.tracebacks import thread_tracebacks_redacted
+
+        class PushFailed(Exception):
+            def __init__(self, url: str, status: int) -> None:
+                super().__init__(f"push to {url} failed with {status}")
+                self.url = url
+
+        secret = "ended-run-secret-" + "0123456789"  # joined: no traceback's source line quotes it
+        raised: list[BaseException] = []
+
+        def push(message: str) -> None:
+            try:
+                raise KeyError(message)
+            except KeyError as exc:
+                raised.append(PushFailed(f"https://ci:{message}@git.example", 403))
+                raise raised[-1] from exc
+
+        handed_on: list[Any] = []
+        monkeypatch.setattr(threading, "excepthook", handed_on.append)
+        with thread_tracebacks_redacted(Redactor([secret])):
+            pass
+        for message in (secret, "no secret here"):
+            thread = threading.Thread(target=push, args=(message,))
+            thread.start()
+            thread.join()
+        late, plain = handed_on
+        printed = "".join(format_exception(late.exc_type, late.exc_value, late.exc_traceback))
+        assert "PushFailed: push to https://ci:***@git.example failed with 403" in printed and "KeyError: '***'" in printed, printed
+        assert secret not in printed + repr(late.exc_value.args) and late.exc_value.url == "https://ci:***@git.example"
+        assert isinstance(late.exc_value, PushFailed) and late.exc_type is PushFailed and late.exc_traceback is not None
+        assert plain.exc_value is raised[-1] and str(plain.exc_value.__cause__) == "'no secret here'"
+
+    def test_a_secret_in_a_source_line_is_printed_by_ours_not_handed_on(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A late thread whose traceback quotes an ended run's secret in a source line, which the hook before ours would read
+        from the file itself, is printed by ours with the secret as *** and not handed on."""
+        from orchestrator.tracebacks import thread_tracebacks_redacted
+
+        def die() -> None:
+            raise RuntimeError("source-line-secret-0123456789")
+
+        handed_on: list[Any] = []
+        monkeypatch.setattr(threading, "excepthook", handed_on.append)
+        with thread_tracebacks_redacted(Redactor(["source-line-secret-0123456789"])):
+            pass
+        thread = threading.Thread(target=die, name="late")
+        thread.start()
+        thread.join()
+        printed = capsys.readouterr().err
+        assert handed_on == [] and "Exception in thread late:" in printed and 'raise RuntimeError("***")' in printed, printed
+        assert "source-line-secret" not in printed
 
     def test_a_thread_that_dies_after_entry_has_returned_shows_stars(self) -> None:
         """A thread that outlives `entry` (joined at the interpreter's exit) and dies then quoting a secret value prints its
