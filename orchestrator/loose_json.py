@@ -315,9 +315,9 @@ def only_words(rest: str) -> bool:
     return not rest or (rest[0] not in "'\"" and rest[-1] not in "'\"" and not any(bracket in rest for bracket in "{}[]"))
 
 
-def _read_as_json(text: str, start: int) -> _AsJson | None:
-    """The JSON5-like object or array at `start` written as JSON, up to where it closes or, with brackets still open,
-    the text ends; None when the text ends inside a string."""
+def _read_as_json(text: str, start: int, *, written: bool = True) -> _AsJson | None:
+    """The JSON5-like object or array at `start` written as JSON (unless not `written`: only where it ends is wanted), up
+    to where it closes or, with brackets still open, the text ends; None when the text ends inside a string."""
     pieces: list[str] = []
     open_brackets: list[str] = []
     last, position = "", start
@@ -326,12 +326,8 @@ def _read_as_json(text: str, start: int) -> _AsJson | None:
         token, after = token_at(text, position, last, open_brackets[-1] if open_brackets else "")
         if token == "":
             return None  # a string the text ends inside of
-        if token == '"':
-            pieces.append(_as_json_string(text[position:after]))
-        elif token not in ("{", "}", "[", "]", ",", ":", " ") and last in ("{", ",") and open_brackets[-1:] == ["{"]:
-            pieces.append(json.dumps(token))  # a bare key
-        else:
-            pieces.append(_PYTHON_LITERALS.get(token, text[position:after]))
+        if written:
+            pieces.append(_token_as_json(text[position:after], token, last, open_brackets[-1] if open_brackets else ""))
         position = after
         if char in "{[":
             open_brackets.append(char)
@@ -342,6 +338,15 @@ def _read_as_json(text: str, start: int) -> _AsJson | None:
         if token != " ":
             last = token
     return _AsJson("".join(pieces), position, tuple(open_brackets))
+
+
+def _token_as_json(token_text: str, token: str, last: str, inside: str) -> str:
+    """The token `token_text` (read as `token`, after the token `last`, inside the bracket `inside`) as JSON writes it."""
+    if token == '"':
+        return _as_json_string(token_text)
+    if token not in ("{", "}", "[", "]", ",", ":", " ") and last in ("{", ",") and inside == "{":
+        return json.dumps(token)  # a bare key
+    return _PYTHON_LITERALS.get(token, token_text)
 
 
 def repeated_key(text: str) -> str:
@@ -389,8 +394,8 @@ def _colon_follows(text: str, after: int) -> bool:
 def value_end(text: str, start: int) -> int | None:
     """Where the object or array at `start` closes, read as stops_mid_value reads (a stray backslash, a
     trailing comma, single quotes do not stop it); None when the text ends first."""
-    read = closed_value_as_json(text, start)
-    return read[1] if read is not None else None
+    read = _read_as_json(text, start, written=False)  # a flood of calls that never close is looked at so: not written
+    return read.end if read is not None and not read.open_brackets else None
 
 
 _PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}

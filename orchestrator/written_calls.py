@@ -537,8 +537,8 @@ def _single_quoted_call_after_prose(
     if reads_left > 0:
         closed = loose_json.value_end(text, start)
         read = (closed if closed is not None else len(text)) - start
-        if closed is None:
-            return _unreadable_call_over_lines(text, start, exc, known), None, read
+        if closed is None:  # inside one before it that never closes (`whole_only`), it is no call of its own to report
+            return ([] if whole_only else _unreadable_call_over_lines(text, start, exc, known)), None, read
         next_call = _INLINE_CALL_EITHER_QUOTE.search(text, closed)
         words_end = next_call.start() if next_call is not None else len(text)
         line_end = text.find("\n", closed, words_end)
@@ -569,9 +569,11 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCal
     """
     found: list[WrittenCall] = []
     resume = 0
-    ends_looked_for = _MENDED_CALLS_TRIED
     single_quoted_tries = [_MENDED_CALLS_TRIED]  # as _calls_in_bare_json's: each reads over lines at most so many times
-    reads_left = _MENDED_CALLS_TRIED * len(text)  # what single-quoted calls' looks for their end may read in all: linear
+    # What the looks for where a broken call closes may read in all, double- and single-quoted alike: each reads to the call's
+    # end, or the answer's, so a flood of calls that never close, each looked at, would take time quadratic in its length.
+    # One budget in characters, linear, lets as many looks as the calls are short (at least _MENDED_CALLS_TRIED of them).
+    reads_left = _MENDED_CALLS_TRIED * len(text)
     cut_off: list[WrittenCall] = []
     for match in _INLINE_CALL_EITHER_QUOTE.finditer(text):
         if match.start() < resume:
@@ -600,9 +602,9 @@ def _calls_after_prose(text: str, known: set[str], cut: bool) -> list[WrittenCal
                     cut_off = calls
                     found.extend(cut_off)
                 continue
-            if not cut_off and ends_looked_for and _known_tool_named_at(text, start, known) is not None:
-                ends_looked_for -= 1  # each look reads to the call's end, or the answer's: a flood would take quadratic time
+            if not cut_off and reads_left > 0 and _known_tool_named_at(text, start, known) is not None:
                 closed = loose_json.value_end(text, start)
+                reads_left -= (closed if closed is not None else len(text)) - start
                 if closed is None:  # it runs to the answer's end: its last words are in it
                     cut_off = _unreadable_call_over_lines(text, start, exc, known)
                     found.extend(cut_off)  # a whole call after its start (inside it, as read) still runs, as before

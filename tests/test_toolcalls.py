@@ -1056,6 +1056,14 @@ class TestTextCalls:
         call = only(written(text))
         assert call == ToolCall("write_file", {"path": "a.py", "content": content}, source="text"), call
 
+    def test_each_of_a_dozen_broken_calls_after_words_is_read_not_only_the_first_eight(self):
+        """Twelve calls after words, each with a trailing comma, are each read mended: a count of eight looks for where a
+        broken call closes dropped the last four without a word; the looks now share one budget in characters."""
+        text = "".join(f'Step {i}: {{"name": "read_file", "arguments": {{"path": "f{i}.py",}}}}\n' for i in range(12))
+        calls = written(text)
+        assert [call.arguments for call in calls] == [{"path": f"f{i}.py"} for i in range(12)], calls
+        assert all(isinstance(call, ToolCall) for call in calls), calls
+
     def test_many_broken_call_like_lines_are_read_in_linear_time(self):
         """An answer of thousands of call-like lines that do not read stays quick: a call is mended whole from
         only the first few of them (each try reads the rest of the answer)."""
@@ -1579,6 +1587,33 @@ class TestHostileInput:
         call = only(native(("write_file", unit * 8000)))
         assert isinstance(call, BrokenCall) and "end in the middle of a value" in call.detail
         assert time.perf_counter() - started < 2.0
+
+    def test_a_flood_of_call_openings_after_words_is_read_in_linear_time(self):
+        """400 kB of `{"name": ` after a sentence, each a place a call may start, is read at once, and a whole call after it
+        still runs: the decoder read each start's value to the interpreter's recursion limit before refusing it as nested
+        too deeply (4 s at 400 kB on Python 3.11; quadratic on 3.13, whose limit is ten times deeper: 82 s)."""
+        text = "I will now call it: " + '{"name": ' * 44_000 + '\nNow the real one: {"name": "list_dir", "arguments": {"path": "."}}'
+        started = time.process_time()
+        calls = written(text)
+        assert time.process_time() - started < 2.0
+        assert calls == [ToolCall("list_dir", {"path": "."}, source="text")], calls
+
+    def test_a_flood_of_call_starts_that_fail_at_once_is_read_in_linear_time(self):
+        """400 kB of `{"name":} ` after a sentence is read at once: json's error for each start, failing at once, counted the
+        line breaks from the answer's start to its place (quadratic: 3.7 s at 400 kB)."""
+        started = time.process_time()
+        assert written("I will now call it: " + '{"name":} ' * 40_000) == []
+        assert time.process_time() - started < 1.5
+
+    def test_a_flood_of_single_quoted_calls_that_never_close_is_read_quickly(self):
+        """400 kB of `{'name': 'read_file', 'arguments': {` after a sentence is one broken call, and a whole call after it
+        runs, at once: each start inside the first one's text was also reported as broken, at three readings of the rest
+        of the answer each, then dropped (5 to 9 s at 400 kB)."""
+        text = "I will now call it: " + "{'name': 'read_file', 'arguments': {" * 11_000
+        started = time.process_time()
+        calls = written(text + '\nNow: {"name": "list_dir", "arguments": {"path": "."}}')
+        assert time.process_time() - started < 3.0
+        assert [(type(call), call.name) for call in calls] == [(BrokenCall, "read_file"), (ToolCall, "list_dir")], calls
 
 
 class TestArgumentsProblem:
