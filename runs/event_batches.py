@@ -22,7 +22,7 @@ from runs.models import Event, Iteration
 
 _EVENTS = Event.__table__
 _ITERATIONS = Iteration.__table__
-# Every column but the id: `store._event` gives each of them, so one compiled statement serves every row.
+# Every column but the id: `event_rows.event_row` gives each of them, so one compiled statement serves every row.
 _EVENT_COLUMNS = [column.name for column in _EVENTS.columns if column.name != "id"]
 _INSERT_EVENT = insert(_EVENTS)
 # Named binds, so one compiled statement serves every beat.

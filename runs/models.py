@@ -103,9 +103,9 @@ class TaskRun(Base):
 
     __tablename__ = "task_runs"
     # Who finished a work with success, and when: each task's start in a shared store asks it of one work
-    # (runs.store._succeeded_elsewhere: a seek, not a scan of every task run), and the removal of old runs of
-    # every work (runs.old_runs._newest_work_done, whose join SQLite's plan serves with it). Stores an older
-    # version made get it when opened (runs.schema._add_missing_indexes).
+    # (runs.work_of_other_runs.succeeded_elsewhere_query: a seek, not a scan of every task run), and the removal
+    # of old runs of every work (runs.old_runs._newest_work_done, whose join SQLite's plan serves with it). Stores
+    # an older version made get it when opened (runs.schema._add_missing_indexes).
     __table_args__ = (Index("ix_task_runs_work_key", "work_key", "outcome", "finished_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

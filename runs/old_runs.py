@@ -9,9 +9,9 @@ Runs recorded before state dirs had names (no `state_id`) are the state dir's on
 store machines share, whose they are cannot be told, and they stay.
 
 In a store machines share, the newest run that finished each work with success stays too: whether
-another worker finished a work since a given moment (runs.store._succeeded_elsewhere, which the
-recovery of a night dead for weeks asks) is whether the newest such finish is that late, so that run
-alone answers as all of them would.
+another worker finished a work since a given moment (runs.work_of_other_runs.succeeded_elsewhere_query,
+which the recovery of a night dead for weeks asks) is whether the newest such finish is that late, so that
+run alone answers as all of them would.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def _of_this_state_dir(state_id: str) -> Any:
 
 def _newest_work_done() -> Any:
     """The ids of the runs holding, for each work (TaskRun.work_key), its newest finish with success, as
-    runs.store._succeeded_elsewhere tells one: a task run `succeeded` when it ended, an iteration `committed`
-    when it did. A tie keeps both."""
+    runs.work_of_other_runs.succeeded_elsewhere_query tells one: a task run `succeeded` when it ended, an
+    iteration `committed` when it did. A tie keeps both."""
     keyed = TaskRun.work_key.is_not(None)
     succeeded = select(TaskRun.work_key, TaskRun.run_id, TaskRun.finished_at.label("at")).where(keyed, TaskRun.outcome == "succeeded")
     committed = (

@@ -9,45 +9,40 @@ ended before its events.
 
 The database it is kept in comes from runs/engine.py (the engine a `[store] url`
 makes), its tables from runs/schema.py (created, or brought up to this version's).
+What it reads comes back as runs/views.py's frozen views, built by runs/views_from_rows.py;
+what other runs did with a work is asked by runs/work_of_other_runs.py's queries.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import shutil
 import tempfile
 import threading
-from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, create_engine, delete, func, insert, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
-from orchestrator.records import Level, Signal
-from orchestrator.surrogates import mend
 from runs.engine import database_complaint, make_engine, safe_url, sqlite_database_file, sqlite_uri
 from runs.event_batches import EventBatches
+from runs.event_rows import MODEL_CALL, SIGNAL, TOOL_CALL, event_row
 from runs.event_writer import EventWriter
 from runs.models import Base, Event, Iteration, Lease, Run, TaskRun, utc_now
 from runs.old_runs import RUNS_PER_BATCH, remove_a_batch
 from runs.schema import TableBusy, create_schema, lacks_columns
+from runs.upserts import upsert_of
 from runs.views import EarlierTonight, IterationView, LeaseView, RunView, TaskView, worst_signal
-
-# INSERT ... ON CONFLICT DO UPDATE, where the database has it: from these versions on.
-_UPSERTS = {"sqlite": (sqlite.insert, (3, 24)), "postgresql": (postgresql.insert, (9, 5))}
+from runs.views_from_rows import iteration_views, run_header, run_view
+from runs.work_of_other_runs import read_earlier_tonight, succeeded_elsewhere_query
 
 __all__ = ["RunStore", "RunView", "TaskView", "IterationView", "LeaseView", "worst_signal"]
-
-MODEL_CALL = "model_call"
-TOOL_CALL = "tool_call"
-SIGNAL = "signal"
 
 
 def _text(value: Any) -> str:
@@ -112,16 +107,19 @@ class RunStore:
         except StateError:
             if database is None or not database.is_file():
                 raise
-        # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read).
-        engine = create_engine(f"sqlite:///{sqlite_uri(database.resolve())}?mode=ro&immutable=1&uri=true")
+        # immutable: no lock, no -shm file, no WAL read (a clean close leaves none to read). A URL made, not parsed:
+        # parsing decodes the URI's escapes once before SQLite does, and a file named runs%41.db was read as runsA.db.
+        query = {"mode": "ro", "immutable": "1", "uri": "true"}
+        engine = create_engine(URL.create("sqlite", database=sqlite_uri(database.resolve()), query=query))
         if not lacks_columns(engine):
             return cls(engine)
         # An older version's store, which cannot get its new columns here: read from a copy that can.
         engine.dispose()
         folder = Path(tempfile.mkdtemp(prefix="overnight-store-"))
         atexit.register(shutil.rmtree, folder, True)
-        shutil.copyfile(database, folder / database.name)
-        return cls.open(f"sqlite:///{folder / database.name}")
+        copy = folder / database.name
+        shutil.copyfile(database, copy)
+        return cls.open(URL.create("sqlite", database=str(copy)).render_as_string())  # the name's `%`, `?` escaped
 
     def now(self) -> datetime:
         """The time this store writes: this host's clock, or in a PostgreSQL store the database's."""
@@ -302,19 +300,19 @@ class RunStore:
         data: dict[str, Any] | None = None,
     ) -> None:
         """Record a model call; it also beats the iteration's heartbeat, in the same transaction (an answer is a sign of life)."""
-        values = _event(iteration_id, MODEL_CALL, name=finish_reason, data=data)
+        values = event_row(iteration_id, MODEL_CALL, name=finish_reason, data=data)
         values.update(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms)
         self._add_event(values, heartbeat=True)
 
     def record_tool_call(
         self, iteration_id: int, *, name: str, ok: bool, message: str = "", data: dict[str, Any] | None = None
     ) -> None:
-        values = _event(iteration_id, TOOL_CALL, name=name, message=message, data=data)
+        values = event_row(iteration_id, TOOL_CALL, name=name, message=message, data=data)
         values["ok"] = ok
         self._add_event(values)
 
     def record_signal(self, iteration_id: int, *, level: str, kind: str, message: str) -> None:
-        values = _event(iteration_id, SIGNAL, name=kind, message=message)
+        values = event_row(iteration_id, SIGNAL, name=kind, message=message)
         values["level"] = _text(level)
         self._add_event(values)
 
@@ -330,7 +328,7 @@ class RunStore:
         now, expires = self._lease_times(ttl_s)
         values = dict(task=task, owner=owner, acquired_at=now, expires_at=expires)
         takeable = or_(Lease.owner == owner, Lease.expires_at <= now)
-        upsert = self._upsert()
+        upsert = upsert_of(self._engine.dialect)
         if upsert is not None:
             # One statement, atomic on the database: an INSERT, then an UPDATE, told an expired lease
             # deleted between the two (another machine's recovery releasing it) that it was held.
@@ -358,16 +356,6 @@ class RunStore:
                     return False  # held by someone else
         return False
 
-    def _upsert(self) -> Any:
-        """This database's INSERT with ON CONFLICT, or None: another kind, or too old a version."""
-        dialect = self._engine.dialect
-        upsert, since = _UPSERTS.get(dialect.name, (None, ()))
-        if dialect.name == "sqlite":
-            version = tuple(dialect.dbapi.sqlite_version_info) if dialect.dbapi else ()
-        else:
-            version = tuple(dialect.server_version_info or ())
-        return upsert if upsert is not None and version >= since else None
-
     def renew_lease(self, task: str, owner: str, ttl_s: float) -> bool:
         """Push the expiry forward; False if the lease is no longer ours (taken over after expiry)."""
         _, expires = self._lease_times(ttl_s)
@@ -384,7 +372,7 @@ class RunStore:
         """The host where another worker (a state dir sharing this store) finished the same work
         (`work_key`: see TaskRun) with success since run `run_id` began, or since `since` (this host's
         clock: a scheduled night's fire time) when given, if one did."""
-        query = _succeeded_elsewhere(work_key, run_id, since=None if since is None else since + self._clock_offset)
+        query = succeeded_elsewhere_query(work_key, run_id, since=None if since is None else since + self._clock_offset)
         try:
             with self._engine.connect() as connection:  # task rows are not queued events: no flush needed
                 return connection.execute(query).scalar()
@@ -397,49 +385,8 @@ class RunStore:
         with success, the tokens each work's iterations used and the highest number among them, how
         each of those that count against `[night] max_iterations` ended, and how the latest task run
         that worked it ended."""
-        began = select(Run.id).where(Run.state_id == state_id, Run.id != run_id, Run.started_at >= since + self._clock_offset)
-        keyed = (TaskRun.run_id.in_(began), TaskRun.work_key.is_not(None))
-        done = select(TaskRun.work_key, TaskRun.commit).where(*keyed, TaskRun.outcome == "succeeded").order_by(TaskRun.id)
-        # Not the model's doing, so not counted: a killed process's, one stopped on purpose, one the
-        # model never answered (still `running`: its dead process's, not yet recovered), one ended by
-        # an error of overnight's or its environment's (a full disk, a failing store).
-        uncounted = or_(
-            Iteration.outcome.in_(("interrupted", "cancelled", "running")), Iteration.reason.in_(("model_unreachable", "iteration_error"))
-        )
-        used = (
-            select(TaskRun.work_key, func.sum(Iteration.tokens), func.max(Iteration.number))
-            .join(Iteration, Iteration.task_run_id == TaskRun.id)
-            .where(*keyed)
-            .group_by(TaskRun.work_key)
-        )
-        each_counted = (
-            select(TaskRun.work_key, Iteration.outcome, Iteration.reason)
-            .join(Iteration, Iteration.task_run_id == TaskRun.id)
-            .where(*keyed, ~uncounted)
-            .order_by(Iteration.id)
-        )
-        # First answers no iteration took: spent on the night, not on a task's iterations (see TaskRun.unused_tokens).
-        unused = select(func.coalesce(func.sum(TaskRun.unused_tokens), 0)).where(*keyed)
-        worked = select(Iteration.id).where(Iteration.task_run_id == TaskRun.id).exists()
-        last = select(TaskRun.work_key, TaskRun.outcome, TaskRun.reason).where(*keyed, worked).order_by(TaskRun.id)
         with self._reading() as session:
-            succeeded = {name: commit for name, commit in session.execute(done)}
-            tokens, last_number = {}, {}
-            for name, total, highest in session.execute(used):
-                tokens[name], last_number[name] = int(total or 0), int(highest or 0)
-            unused_tokens = int(session.scalar(unused) or 0)
-            ended = {name: (outcome, reason) for name, outcome, reason in session.execute(last)}
-            endings: dict[str, list[tuple[str, str]]] = defaultdict(list)
-            for name, outcome, reason in session.execute(each_counted):
-                endings[name].append((outcome, reason or ""))
-        return EarlierTonight(
-            succeeded=succeeded,
-            tokens=tokens,
-            unused_tokens=unused_tokens,
-            last_number=last_number,
-            ended=ended,
-            endings={name: tuple(seen) for name, seen in endings.items()},
-        )
+            return read_earlier_tonight(session, state_id, since + self._clock_offset, run_id)
 
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:
@@ -452,12 +399,12 @@ class RunStore:
         """Runs still marked running: in progress, or left behind by a process that died."""
         with self._reading() as session:
             runs = session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)).all()
-            return [_run_view(session, run) for run in runs]
+            return [run_view(session, run) for run in runs]
 
     def run_of_task_run(self, task_run_id: int) -> RunView:
         """The run a task run belongs to (without its tasks): who owned it, on which host."""
         with self._reading() as session:
-            return _run_header(session.get(Run, session.get(TaskRun, task_run_id).run_id))
+            return run_header(session.get(Run, session.get(TaskRun, task_run_id).run_id))
 
     def interrupt_iteration(self, iteration_id: int, *, correction: str) -> bool:
         """Mark a still-running iteration `interrupted`; False if it had already ended.
@@ -528,7 +475,7 @@ class RunStore:
                     # would, `done_elsewhere` when the holder (or another worker) has finished the work since the run
                     # began (`leased` told the morning that nobody had).
                     task.outcome, task.finished_at = "skipped", now
-                    if task.work_key and session.execute(_succeeded_elsewhere(task.work_key, run_id)).first() is not None:
+                    if task.work_key and session.execute(succeeded_elsewhere_query(task.work_key, run_id)).first() is not None:
                         task.reason = "done_elsewhere"
                     continue
                 commit = session.scalars(
@@ -609,12 +556,12 @@ class RunStore:
                 run = session.scalars(latest.where(Run.state_id == state_id)).first() if state_id else None
                 # `== None` is SQL's IS NULL: the older runs.
                 run = run or session.scalars(latest.where(Run.state_id.is_(None))).first()
-            return _run_view(session, run) if run is not None else None
+            return run_view(session, run) if run is not None else None
 
     def run(self, run_id: int) -> RunView | None:
         with self._reading() as session:
             run = session.get(Run, run_id)
-            return _run_view(session, run) if run is not None else None
+            return run_view(session, run) if run is not None else None
 
     def owed_notes(self, state_id: str | None) -> list[IterationView]:
         """Iterations of state dir `state_id`'s ended runs whose notes.md entry is still owed, oldest first
@@ -629,7 +576,7 @@ class RunStore:
             .order_by(Iteration.id)
         )
         with self._reading() as session:
-            return _iteration_views(session, session.execute(query).all())
+            return iteration_views(session, session.execute(query).all())
 
     def notes_written_alike(self, state_id: str, task: str, number: int, reason: str, start: datetime, end: datetime) -> int:
         """How many iterations of state dir `state_id` named `task` and numbered `number` that ended for `reason`
@@ -659,7 +606,7 @@ class RunStore:
             .order_by(Iteration.id)
         )
         with self._reading() as session:
-            return _iteration_views(session, session.execute(query).all())
+            return iteration_views(session, session.execute(query).all())
 
     def iterations_for_task(self, name: str, limit: int = 20) -> list[IterationView]:
         """The task's iterations across all runs, most recent first."""
@@ -671,7 +618,7 @@ class RunStore:
             .limit(limit)
         )
         with self._reading() as session:
-            return _iteration_views(session, session.execute(query).all())
+            return iteration_views(session, session.execute(query).all())
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Session]:
@@ -696,151 +643,3 @@ def _database_clock_offset(engine: Engine, url: str) -> timedelta:
     if database_now.tzinfo is None:
         database_now = database_now.replace(tzinfo=timezone.utc)
     return database_now - (before + (after - before) / 2)
-
-
-def _succeeded_elsewhere(work_key: str, run_id: int, *, since: datetime | None = None) -> Any:
-    """The hosts of the runs other than `run_id` that finished the work `work_key` with success since `since` (the
-    store's clock), or, without one, since run `run_id` began: at most one row (see RunStore.succeeded_elsewhere).
-
-    Finished with success: the task run says `succeeded`, or one of its iterations committed since then. A worker
-    that dies (or whose night an error ends) after an iteration committed has let its lease go, or has it lapse,
-    with its task still `running`; its own recovery makes that task `succeeded`, but the worker waiting for the
-    lease would meanwhile work the task a second time."""
-    began: Any = since if since is not None else select(Run.started_at).where(Run.id == run_id).scalar_subquery()
-    committed = (
-        select(Iteration.id)
-        .where(Iteration.task_run_id == TaskRun.id, Iteration.outcome == "committed", Iteration.finished_at >= began)
-        .exists()
-    )
-    return (
-        select(Run.host)
-        .join(TaskRun, TaskRun.run_id == Run.id)
-        .where(
-            TaskRun.work_key == work_key,
-            TaskRun.run_id != run_id,
-            or_((TaskRun.outcome == "succeeded") & (TaskRun.finished_at >= began), committed),
-        )
-        .limit(1)
-    )
-
-
-def _event(iteration_id: int, event_type: str, *, name: str = "", message: str = "", data: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An events row with every column given, so all inserts share one compiled statement."""
-    return {
-        "iteration_id": iteration_id,
-        "at": utc_now(),
-        "type": event_type,
-        # mend: a stray lone surrogate would fail the whole batch, and with it the night's store.
-        "name": mend(name),
-        "level": "",
-        "message": mend(message),
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "latency_ms": 0,
-        "ok": None,
-        "data": data or {},
-    }
-
-
-def _run_view(session: Session, run: Run) -> RunView:
-    # The config's order; an older version's rows (no position) in the order they began.
-    order = (TaskRun.position.is_(None), TaskRun.position, TaskRun.id)
-    tasks = session.scalars(select(TaskRun).where(TaskRun.run_id == run.id).order_by(*order)).all()
-    iterations = session.execute(
-        select(Iteration, TaskRun.name)
-        .join(TaskRun, Iteration.task_run_id == TaskRun.id)
-        .where(TaskRun.run_id == run.id)
-        .order_by(Iteration.id)
-    ).all()
-    by_task: dict[int, list[IterationView]] = defaultdict(list)
-    for view in _iteration_views(session, iterations):
-        by_task[view.task_run_id].append(view)
-    task_views = tuple(
-        TaskView(
-            id=task.id,
-            name=task.name,
-            branch=task.branch,
-            outcome=task.outcome,
-            reason=task.reason,
-            commit=task.commit,
-            iterations=tuple(by_task[task.id]),
-            started_at=task.started_at,
-            finished_at=task.finished_at,
-            unused_tokens=task.unused_tokens or 0,
-            detail=task.detail or "",
-        )
-        for task in tasks
-    )
-    return dataclasses.replace(_run_header(run), tasks=task_views)
-
-
-def _run_header(run: Run) -> RunView:
-    """The run's own row as a view, without its tasks."""
-    return RunView(
-        id=run.id,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        status=run.status,
-        exit_code=run.exit_code,
-        pid=run.pid,
-        host=run.host,
-        config_path=run.config_path,
-        state_id=run.state_id,
-    )
-
-
-def _iteration_views(session: Session, rows: Sequence[tuple[Iteration, str]]) -> list[IterationView]:
-    """Views for these iterations, with signals and call counts fetched in two queries."""
-    ids = [iteration.id for iteration, _ in rows]
-    if not ids:
-        return []
-    signals: dict[int, list[Signal]] = defaultdict(list)
-    signal_rows = session.execute(
-        select(Event.iteration_id, Event.level, Event.name, Event.message)
-        .where(Event.iteration_id.in_(ids), Event.type == SIGNAL)
-        .order_by(Event.id)
-    )
-    for iteration_id, level, kind, message in signal_rows:
-        signals[iteration_id].append(Signal(Level(level), kind, message))
-    counts: dict[tuple[int, str], int] = {}
-    event_tokens: dict[int, int] = defaultdict(int)
-    count_rows = session.execute(
-        select(Event.iteration_id, Event.type, func.count(), func.sum(Event.prompt_tokens + Event.completion_tokens))
-        .where(Event.iteration_id.in_(ids), Event.type.in_((MODEL_CALL, TOOL_CALL)))
-        .group_by(Event.iteration_id, Event.type)
-    )
-    for iteration_id, event_type, count, tokens in count_rows:
-        counts[(iteration_id, event_type)] = count
-        if event_type == MODEL_CALL:
-            event_tokens[iteration_id] = int(tokens or 0)
-
-    def so_far(it: Iteration) -> dict[str, int]:
-        """Turns and tokens: counted at the iteration's end; until then (in flight, or its
-        process died), what its model-call events say."""
-        if it.outcome != "running":
-            return {"turns": it.turns, "tokens": it.tokens}
-        return {"turns": counts.get((it.id, MODEL_CALL), 0), "tokens": event_tokens[it.id]}
-
-    return [
-        IterationView(
-            id=it.id,
-            task_run_id=it.task_run_id,
-            task_name=task_name,
-            number=it.number,
-            outcome=it.outcome,
-            reason=it.reason,
-            correction=it.correction,
-            checkpoint=it.checkpoint,
-            commit=it.commit,
-            **so_far(it),
-            transcript=it.transcript,
-            pid=it.pid,
-            started_at=it.started_at,
-            finished_at=it.finished_at,
-            signals=tuple(signals[it.id]),
-            model_calls=counts.get((it.id, MODEL_CALL), 0),
-            tool_calls=counts.get((it.id, TOOL_CALL), 0),
-            heartbeat_at=it.heartbeat_at,
-        )
-        for it, task_name in rows
-    ]

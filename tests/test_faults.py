@@ -1165,6 +1165,27 @@ def test_the_morning_report_reads_an_older_versions_store_gone_read_only(tmp_pat
     assert report["run"]["status"] == "finished" and report["tasks"][0]["outcome"] == "succeeded"
 
 
+@pytest.mark.parametrize("older", [False, True], ids=["this version's store", "an older version's store"])
+def test_a_store_whose_file_name_holds_a_percent_is_read_on_a_state_dir_gone_read_only(state_mount: Path, older: bool) -> None:
+    """`[store] url = "sqlite:///runs%2541.db"` names the file runs%41.db; gone read-only, it is read as it is, or from
+    a copy: neither URL made for them may decode the `%41` again (that file, runsA.db, does not exist)."""
+    url = f"sqlite:///{state_mount / 'runs%2541.db'}"
+    store = RunStore.open(url)
+    run_id = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="s" * 32)
+    store.finish_run(run_id, status="finished", exit_code=0)
+    store.close()
+    if older:
+        with contextlib.closing(sqlite3.connect(state_mount / "runs%41.db")) as db:
+            db.execute("ALTER TABLE runs DROP COLUMN state_id")
+            db.commit()
+    subprocess.run(["mount", "-o", "remount,ro", str(state_mount)], check=True)
+    reader = RunStore.open_for_reading(url)
+    try:
+        latest = reader.latest_run()
+        assert (latest.id, latest.status) == (run_id, "finished")
+    finally:
+        reader.close()
+
 def test_events_on_a_disk_that_fills_fail_whole_and_the_store_writes_again_once_it_has_room(state_mount: Path) -> None:
     """SQLite's event batches go through a connection of their own (runs/event_batches.py): a batch the full
     disk refuses is one StateError line at the next flush, and once there is room again the next batch

@@ -327,16 +327,16 @@ class TestEventBatches:
 
     def test_a_failed_batch_leaves_nothing_and_the_next_is_written(self, store: RunStore, db_path: Path) -> None:
         from runs.event_batches import EventBatches
-        from runs.store import _event
+        from runs.event_rows import event_row
 
         _, _, iteration_id = _iteration(store)
         store.flush()
         batches = EventBatches(store._engine)
         try:
-            good, orphan = _event(iteration_id, "tool_call", name="read_file"), _event(iteration_id + 999, "tool_call", name="x")
+            good, orphan = event_row(iteration_id, "tool_call", name="read_file"), event_row(iteration_id + 999, "tool_call", name="x")
             with pytest.raises(sqlite3.IntegrityError):  # foreign_keys=ON: no such iteration
                 batches.write([good, orphan], {iteration_id: good["at"]})
-            batches.write([_event(iteration_id, "tool_call", name="list_dir")], {})
+            batches.write([event_row(iteration_id, "tool_call", name="list_dir")], {})
         finally:
             batches.close()
         with sqlite3.connect(db_path) as raw:
