@@ -34,24 +34,29 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
 # GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, SSH_AUTH_SOCK, GOOGLE_APPLICATION_CREDENTIALS,
-# GH_PAT, MYSQL_PWD, DB_PASS, NGROK_AUTHTOKEN, CI_JOB_JWT, SENTRY_DSN, SLACK_WEBHOOK_URL (its path is the token). Whole words:
+# GH_PAT, MYSQL_PWD, DB_PASS, NGROK_AUTHTOKEN, CI_JOB_JWT, SENTRY_DSN. Whole words:
 # TOKENIZERS_PARALLELISM and GIT_AUTHOR_NAME are no secrets.
 _SECRET_WORDS = frozenset(
     {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT", "PWD",
-     "AUTHTOKEN", "ACCESSTOKEN", "WEBHOOK"}
+     "AUTHTOKEN", "ACCESSTOKEN"}
 )
-# Words that say so only at the name's end: DB_PASS, CI_JOB_JWT, SENTRY_DSN, a signed URL's `sig` (Azure's SAS) and
-# `X-Amz-Signature`; not PASS_RATE, JWT_ALGORITHM, DSN_TIMEOUT, SIGNATURE_VERSION.
-_SECRET_LAST_WORDS = frozenset({"PASS", "JWT", "DSN", "SIG", "SIGNATURE"})
+# Words that say so only at the name's end: DB_PASS, CI_JOB_JWT, SENTRY_DSN; not PASS_RATE, JWT_ALGORITHM, DSN_TIMEOUT.
+_SECRET_LAST_WORDS = frozenset({"PASS", "JWT", "DSN"})
+# The last words of a webhook's URL, whose path is its token: SLACK_WEBHOOK_URL; not WEBHOOK_PORT, WEBHOOK_PATH, ENABLE_WEBHOOK.
+_SECRET_URL_WORDS = ["WEBHOOK", "URL"]
 # The same glued to other letters: PGPASSWORD, CLIENTSECRET.
 _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "APIKEY")
-# Those that say so glued to other letters only at a word's end: a query's camel-case `apiToken`, `refreshToken` and
-# `privateKey`, Azure's AccountKey and SharedAccessKey; not TOKENIZERS_PARALLELISM, MAX_TOKENS, nor Azure's
-# SharedAccessKeyName (a policy's name).
+# Only in a setting's name (a URL's query, a connection string's), never a variable's, where they name flags and folders
+# (VERIFY_SIGNATURE=true, GPG_SIG, TIKTOKEN_CACHE_DIR): at its end, a signed URL's `sig` (Azure's SAS) and
+# `X-Amz-Signature`, not SIGNATURE_VERSION; glued to other letters at a word's end, a query's camel-case `apiToken`,
+# `refreshToken` and `privateKey`, Azure's AccountKey and SharedAccessKey, not MAX_TOKENS nor Azure's SharedAccessKeyName
+# (a policy's name).
+_SECRET_SETTING_LAST_WORDS = frozenset({"SIG", "SIGNATURE"})
 _SECRET_ENDINGS = ("TOKEN", "PRIVATEKEY", "ACCOUNTKEY", "ACCESSKEY")
 _NUMBERING = re.compile(r"V?[0-9]*")
 _NOT_SECRETS = frozenset({"PWD", "OLDPWD"})  # the shell's folders
 _WORD_BREAK = re.compile(r"[^A-Z0-9]+")  # SSH_AUTH_SOCK; in a URL's query, api-key
+_SETTING_WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")  # also camel case: keyStore|Password
 # Shorter values are not replaced: "1", "true" or a port would mangle every output they appear in.
 MIN_REDACTED_CHARS = 8
 REDACTED = "***"
@@ -64,12 +69,16 @@ def looks_secret(name: str) -> bool:
     if upper in _NOT_SECRETS:
         return False
     words = _WORD_BREAK.split(upper)
-    # The last word before a version or a number: CI_JOB_JWT_V2 (GitLab's), DB_PASS_2.
-    last = next((word for word in reversed(words) if not _NUMBERING.fullmatch(word)), "")
     return (
-        any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words) or last in _SECRET_LAST_WORDS
-        or any(word.endswith(_SECRET_ENDINGS) for word in words)
+        any(part in upper for part in _SECRET_PARTS) or not _SECRET_WORDS.isdisjoint(words)
+        or _last_word(words) in _SECRET_LAST_WORDS
+        or words[-len(_SECRET_URL_WORDS):] == _SECRET_URL_WORDS
     )
+
+
+def _last_word(words: list[str]) -> str:
+    """The last of a name's `words` before a version or a number: CI_JOB_JWT_V2 (GitLab's), DB_PASS_2."""
+    return next((word for word in reversed(words) if not _NUMBERING.fullmatch(word)), "")
 
 
 # Asked for every variable of the environment at each command the agent runs: the same few dozen pairs, read once each.
@@ -394,9 +403,15 @@ _ORACLE_LOGIN = re.compile(
         (?i:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:\.exe)?+(?:\s++-[A-Za-z]\w*+)*+\s++  # database to connect to,
         (?i:(?:target|catalog|auxiliary)\s++)?+(?:\\?+["'])?+  # the login quoted too, also for a shell's
                                     # `\"`: `expdp \"sys/pw@orcl as sysdba\"`
-      | (?:\A|(?<=[\n;"'])|(?<=SQL>))[ \t]*+(?i:conn(?:ect)?+)[ \t]++  # SQL*Plus's CONNECT: a statement's first word (a
-                                    # line's, after a `;`, a quote or the prompt), the login all that follows but a role,
-                                    # an edition and the statement's end: prose's `connect org/repo@main to CI` is none
+      | (?:\A|(?<=[\n;"']))[ \t]*+(?i:conn(?:ect)?+)[ \t]++  # SQL*Plus's CONNECT: a statement's first word (a line's, after
+                                    # a `;` or a quote), the login all that follows but a role, an edition and the statement's
+                                    # end: prose's `connect org/repo@main to CI` is none; and with a database (`@`) or a role,
+                                    # or ended by a `;` or a quote: a line of its own, GitLab's CI_COMMIT_TITLE `Connect
+                                    # web/checkout-flow`, would hide the folder `checkout-flow` wherever it is named
+        (?=(?:"[^"\r\n]*+"|[^\s;"'])++(?:[ \t]++(?i:as[ \t]++sys\w*+|edition=[^\s;"']*+))?+[ \t]*+(?:[;"'\r\n]|\Z))
+        (?=(?:"[^"\r\n]*+"|[^\s;"'@])*+(?:@|[ \t]++(?i:as[ \t]++sys)|(?:[ \t]++(?i:edition=[^\s;"']*+))?+[ \t]*+[;"'])
+           |[^\s;"'@/]++/")          # or with a quoted password
+      | (?<=SQL>)[ \t]*+(?i:conn(?:ect)?+)[ \t]++  # at SQL*Plus's prompt, a local login's line too
         (?=(?:"[^"\r\n]*+"|[^\s;"'])++(?:[ \t]++(?i:as[ \t]++sys\w*+|edition=[^\s;"']*+))?+[ \t]*+(?:[;"'\r\n]|\Z))
       | (?<![\w$\#./@:\\-])              # else a word of its own: not a path's part (`a/b/c@//h`) nor a package's (`@s/p@1`)
         (?:(?i:userid)=["']?+            # the tools' `userid=` parameter
@@ -408,7 +423,7 @@ _ORACLE_LOGIN = re.compile(
     )
     [A-Za-z][\w$\#.]*+(?:\[[A-Za-z][\w$\#.]*+\])?+/  # the user, as Oracle's names: letters, digits, `_$#`; a proxy
                                     # user's the user it connects as in brackets (`scott[hr]/pw@orcl`)
-    (?:\\?+"((?:[^"\\\r\n]|\\(?!"))*+)\\?+"(?=[@\s"']|\Z)  # the password: double-quoted (`\"pass word\"` too),
+    (?:\\?+"((?:[^"\\\r\n]|\\(?!"))*+)\\?+"(?=[@\s"';]|\Z)  # the password: double-quoted (`\"pass word\"` too),
       | ([^\s@"'/]++(?=["']?+@)         # or up to a connect's `@` (`"scott/tiger"@orcl` too),
          | [^\s@"'/.&;]++(?=[\s"';]|\Z)))  # or, with none (a local login), without a file's `.`, a query's `&` or a
                                     # statement's `;`: a tool's name before a path (`sqlplus scripts/deploy.sql`) gives none""",
@@ -489,7 +504,8 @@ def _value_secrets(value: str) -> list[str]:
     if "=" in value:
         # ODBC's `PWD` only in a string of `;`-separated settings: `env PWD=/home/me/app make` names a folder.
         secret = _secret_setting if ";" in value else looks_secret
-        secret_settings = (setting for setting in _CONNECTION_SETTING.finditer(value) if secret(setting.group(1)))
+        settings = _CONNECTION_SETTING.finditer(value)
+        secret_settings = (setting for setting in settings if secret(_setting_last_word(setting.group(1))))
         found += [next(part for part in setting.groups()[1:] if part is not None) for setting in secret_settings]
     if "uthorization" in value:
         found += _AUTHORIZATION.findall(value)
@@ -498,10 +514,25 @@ def _value_secrets(value: str) -> list[str]:
     return [secret for secret in found + oracle_passwords(value) if not _PLACEHOLDER.fullmatch(secret)]
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every setting of every value and URL: the names repeat
 def _secret_setting(name: str) -> bool:
     """Whether a setting's name (a URL query's, a connection string's) says its value is a secret: ODBC's `PWD` too, which
-    as a variable's name is the shell's folder."""
-    return looks_secret(name) or name.upper() == "PWD"
+    as a variable's name is the shell's folder; and the words only a setting's name says it with (`_SECRET_SETTING_LAST_WORDS`,
+    `_SECRET_ENDINGS`)."""
+    words = _WORD_BREAK.split(name.upper())
+    return (
+        looks_secret(name) or name.upper() == "PWD" or _last_word(words) in _SECRET_SETTING_LAST_WORDS
+        or any(word.endswith(_SECRET_ENDINGS) for word in words)
+    )
+
+
+@functools.lru_cache(maxsize=4096)  # the same few names (`Password`, `-Dfile.encoding`) in every value
+def _setting_last_word(name: str) -> str:
+    """The last word of a connection string's or an option's setting, split at `.`, `_`, `-` and camel case: what the value
+    is. `keyStorePassword`'s and `AccountKey`'s value is a secret; `password.file`'s, `secretKeyRingFile`'s,
+    `ssl.key.location`'s, `auth.login.config`'s and `gpg.passphrase.env`'s is where one is kept, a path or a variable's name
+    that builds need and that, redacted, would read *** wherever the project's files and logs name it."""
+    return _last_word([word.upper() for word in _SETTING_WORD_BREAK.split(name)]) or name
 
 
 def oracle_passwords(text: str | None) -> list[str]:

@@ -100,18 +100,50 @@ def _print_thread_traceback(hooked: Any, *, replaced: Callable[[Any], object]) -
 
 
 def _with_redacted_exception(hooked: Any, redact: Callable[[str], str]) -> Any | None:
-    """`hooked` as the hook handed it, or, where its exception's traceback quotes one of `redact`'s values, the same with an
+    """`hooked` as the hook handed it, or, where its exception quotes one of `redact`'s values (`_readable`), the same with an
     exception like it (`_redacted_exception`) that prints as it does but with those values as ***; None where no such one
-    prints without them (an exception group's members, an exception that cannot be made again)."""
-    if redact(text := _formatted(hooked)) == text:
-        return hooked
+    holds none of them (an exception group's members, bytes or a dict among its arguments, an exception that cannot be made
+    again or whose text fails)."""
     try:
+        if redact(readable := _readable(hooked)) == readable:
+            return hooked
         like_value = _redacted_exception(hooked.exc_value, redact, {})
         like = threading.ExceptHookArgs([hooked.exc_type, like_value, hooked.exc_traceback, hooked.thread])
-        text = _formatted(like)
-    except Exception:  # noqa: BLE001 - a type that cannot be made again, or whose text fails: ours prints it instead
+        readable = _readable(like)
+    except Exception:  # noqa: BLE001 - ours prints it instead
         return None
-    return like if redact(text) == text else None
+    return like if redact(readable) == readable else None
+
+
+def _readable(hooked: Any) -> str:
+    """What a hook may read of a thread's exception besides the frames' variables: its traceback as printed, and the
+    arguments and attributes of it and of the exceptions it was raised in, as repr() writes them. Its text alone missed a
+    JSONDecodeError's document and a TimeoutExpired's output, which it does not print."""
+    seen: set[int] = set()
+    pending = [hooked.exc_value]
+    parts = [_formatted(hooked)]
+    while pending:
+        exception = pending.pop()
+        if not isinstance(exception, BaseException) or id(exception) in seen:
+            continue
+        seen.add(id(exception))
+        parts += [repr(exception.args), repr(_attributes(exception))]
+        pending += [exception.__cause__, exception.__context__, *getattr(exception, "exceptions", ())]
+    return "\n".join(parts)
+
+
+def _attributes(exception: BaseException) -> dict[str, Any]:
+    """The attributes of `exception` its `__init__` may have set: its `__dict__` (`__notes__` too), its type's slots, and
+    OSError's file names, which it keeps outside both."""
+    slots = [name for kind in type(exception).__mro__ for name in _slot_names(kind) if name not in ("__dict__", "__weakref__")]
+    files = ("filename", "filename2") if isinstance(exception, OSError) else ()
+    return {**{name: getattr(exception, name) for name in [*slots, *files] if hasattr(exception, name)}, **vars(exception)}
+
+
+def _slot_names(kind: type) -> tuple[str, ...]:
+    """The names `kind`'s `__slots__` declares (one string or several)."""
+    slots = kind.__dict__.get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
 def _redacted_exception(exception: BaseException | None, redact: Callable[[str], str], made: dict[int, Any]) -> Any:
@@ -127,9 +159,7 @@ def _redacted_exception(exception: BaseException | None, redact: Callable[[str],
     arguments = tuple(_redacted_value(redact, argument) for argument in exception.args)
     like = kind.__new__(like_kind, *arguments)  # its type's own `__new__` (OSError's reads them), no `__init__` to run
     made[id(exception)] = like
-    # Those its `__init__` set, `__notes__`, and OSError's file names, which it keeps outside its `__dict__`.
-    files = {name: getattr(exception, name) for name in ("filename", "filename2")} if isinstance(exception, OSError) else {}
-    for name, value in {**vars(exception), **files}.items():
+    for name, value in _attributes(exception).items():
         setattr(like, name, _redacted_value(redact, value))
     like.args = arguments
     like.__traceback__ = exception.__traceback__

@@ -757,12 +757,14 @@ class TestOracleLoginsAndQuotedUrls:
         "scott[hr]/{}@//db.example:1521/orcl",
         "sqlplus scott[hr]/{}@orcl",
         "\nCONNECT scott[hr]/{}@orcl",
+        '\nCONNECT scott/"{}";',
+        "\nconnect sys/{} as sysdba",
     ], ids=["ezconnect", "ezconnect-port", "jdbc-thin-service", "jdbc-thin-sid", "jdbc-oci", "sqlplus", "sqlplus-options",
             "sqlplus-quoted", "expdp-userid", "sqlplus-path-quoted-login", "ezconnect-tcps", "ezconnect-quoted", "tns-descriptor",
             "rman-target", "jdbc-thin-query", "expdp-sysdba-shell-escaped", "sqlplus-shell-escaped-quotes",
             "sql-script-connect", "conn-as-sysdba", "connect-at-the-prompt", "connect-local-statement", "connect-echoed",
             "proxy-user-ezconnect", "proxy-user-sqlplus",
-            "proxy-user-connect"])
+            "proxy-user-connect", "connect-quoted-statement", "connect-local-as-sysdba"])
     def test_an_oracle_logins_password_is_withheld_and_redacted(self, login: str, monkeypatch: pytest.MonkeyPatch) -> None:
         """A variable holding an Oracle login among ordinary text is withheld, and its password alone reads ***: a quoted one
         with its spaces too."""
@@ -792,9 +794,10 @@ class TestOracleLoginsAndQuotedUrls:
     @pytest.mark.parametrize("value", [
         "connect org/repo@main to CI", "Connect actions/checkout@v4 in the workflow", "connect a/b@c.com as needed",
         "reconnect scott/Tiger-Pass99@orcl", "connect to db/app@localhost", "items[idx]/a@b.com", "see docs[1]/x@2x.png",
-        "users[admin]/config@main", "# connect via ssh/tunnel@bastion",
+        "users[admin]/config@main", "# connect via ssh/tunnel@bastion", "Connect web/checkout-flow",
+        "conn redis/cache-layer\nmore",
     ], ids=["connect-in-prose", "connect-an-action", "connect-and-words", "reconnect", "connect-to", "indexed-path", "indexed-image",
-            "indexed-path-on-a-branch", "comment"])
+            "indexed-path-on-a-branch", "comment", "connect-a-folder-commit-title", "conn-a-folder-line"])
     def test_connect_and_brackets_in_ordinary_text_hold_no_login(self, value: str) -> None:
         """`connect` before a package, a path or words, and a bracketed name in a path, read as no Oracle login: nothing
         withheld, redacted or hidden."""
@@ -934,6 +937,34 @@ class TestConnectionStringsAndSignedUrls:
             "PAGED": "https://api.example/v1/items?maxTokens=4096abc&page=2",
         }
         assert withheld(env) == [] and all(url_secrets(value) == [] for value in env.values())
+
+    def test_toolchain_variables_named_like_secrets_are_kept(self) -> None:
+        """Variables a build or a test needs whose names only a setting's name would make secret (tiktoken's cache, a webhook
+        server's port, a signature check's flag) are not withheld; a webhook's URL still is."""
+        env = {
+            "TIKTOKEN_CACHE_DIR": "/home/runner/.cache/tiktoken", "WEBHOOK_PORT": "8080", "WEBHOOK_PATH": "/hooks/github",
+            "ENABLE_WEBHOOK": "false", "VERIFY_SIGNATURE": "true", "GPG_SIG": "auto",
+        }
+        assert withheld(env) == []
+        assert withheld({"SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/XXXXXXXXXXXX"}) == ["SLACK_WEBHOOK_URL"]
+
+    def test_options_that_say_where_a_secret_is_kept_are_kept(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Java and tool options whose secret-named settings hold a path or a variable's name (a JMX password file, a keyring,
+        a JAAS config, a key's location, `gpg.passphrase.env`) are neither withheld nor their paths redacted; a keystore's
+        password beside them still is."""
+        env = {
+            "CATALINA_OPTS": "-Dcom.sun.management.jmxremote.password.file=/etc/jmxremote.password -Dcom.sun.management.jmx=1",
+            "GRADLE_OPTS": "-Dorg.gradle.caching=true -Dsigning.secretKeyRingFile=/home/u/.gnupg/secring.gpg",
+            "KAFKA_OPTS": "-Djava.security.auth.login.config=/etc/kafka/jaas.conf",
+            "SPARK_SUBMIT_OPTS": "-Dssl.key.location=/etc/ssl/private/server.key -Dspark.ssl.keyStorePassword.env=KS_PASSWORD",
+            "MAVEN_OPTS": "-Xmx2g -Dgpg.passphrase.env=GPG_PASSPHRASE", "LAUNCH": "env TOKEN_FILE=/run/secrets/api-token app",
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert withheld(env) == []
+        assert all(Redactor.for_night()(value) == value for value in env.values())
+        with_password = "-Djavax.net.ssl.keyStore=/etc/ks.p12 -Djavax.net.ssl.keyStorePassword=Str0ng-Passw0rd"
+        assert withheld({"JAVA_TOOL_OPTIONS": with_password}) == ["JAVA_TOOL_OPTIONS"]
 
 
 class TestFileToolsRedactBeforeTheyCut:
@@ -1373,6 +1404,37 @@ class TestTracebacksKeepSecretsOut:
         printed = capsys.readouterr().err
         assert handed_on == [] and "Exception in thread late:" in printed and 'raise RuntimeError("***")' in printed, printed
         assert "source-line-secret" not in printed
+
+    def test_a_secret_the_exceptions_text_does_not_print_is_not_handed_on(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A late thread's exception that holds an ended run's secret only in an attribute or argument its text does not quote
+        (a JSONDecodeError's document, a TimeoutExpired's output bytes) reaches the hook before ours with it as ***, or, where
+        no exception like it can hold it so, is printed by ours: that hook never gets the secret."""
+        from orchestrator.tracebacks import thread_tracebacks_redacted
+
+        secret = "unprinted-secret-" + "0123456789"  # joined: no traceback's source line quotes it
+        raised = [
+            json.JSONDecodeError("Expecting value", f'{{"token": {secret}}}', 10),
+            subprocess.TimeoutExpired(["git"], 3, secret.encode()),
+        ]
+        handed_on: list[Any] = []
+        monkeypatch.setattr(threading, "excepthook", handed_on.append)
+        with thread_tracebacks_redacted(Redactor([secret])):
+            pass
+
+        def die(exception: Exception) -> None:
+            raise exception
+
+        for exception in raised:
+            thread = threading.Thread(target=die, args=(exception,), name="late")
+            thread.start()
+            thread.join()
+        [decode_error] = handed_on
+        assert isinstance(decode_error.exc_value, json.JSONDecodeError) and decode_error.exc_value.doc == '{"token": ***}'
+        assert secret not in repr(vars(decode_error.exc_value)) + repr(decode_error.exc_value.args)
+        printed = capsys.readouterr().err
+        assert "TimeoutExpired: Command '['git']' timed out after 3 seconds" in printed and secret not in printed, printed
 
     def test_a_thread_that_dies_after_entry_has_returned_shows_stars(self) -> None:
         """A thread that outlives `entry` (joined at the interpreter's exit) and dies then quoting a secret value prints its
