@@ -100,7 +100,7 @@ def run(
     from orchestrator.preflight import check_log_format, check_not_ours, check_writable, fire_time, require_git, summary_refused
     from orchestrator.process_signals import stop_at_once
     from orchestrator.recovery import recover_interrupted
-    from orchestrator.trimming import trim_runs, trim_transcripts
+    from orchestrator.trimming import trim_notes, trim_runs, trim_transcripts
 
     check_log_format(log_format)
     # First: with --log-format json, even a broken config is reported as a JSON line.
@@ -120,6 +120,7 @@ def run(
             recover_interrupted(parts.store, settings, parts.log)
             trim_transcripts(settings, parts.log)
             trim_runs(settings, parts.store, parts.log, since=fire_at)
+            trim_notes(settings, parts.log, since=fire_at)
             try:
                 result = run_night(parts)
             except KeyboardInterrupt:

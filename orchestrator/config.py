@@ -134,6 +134,10 @@ class StateConfig(_Section):
     keep_runs_days: float = Field(
         0, ge=0, le=36500, description="each run deletes this state dir's runs that ended more than this many days ago; 0 keeps all"
     )
+    # notes.md gains an entry per iteration rolled back, and each append rewrites the whole file.
+    keep_notes_days: float = Field(
+        0, ge=0, le=36500, description="each run removes notes.md's entries headed more than this many days ago; 0 keeps all"
+    )
 
     @field_validator("keep_runs_days")
     @classmethod
@@ -142,6 +146,16 @@ class StateConfig(_Section):
             raise ValueError(
                 f"{value:g} is under a day: it could remove tonight's own account, and the runs a scheduled night begun "
                 "again reads; give 1 or more days, or 0 to keep every run"
+            )
+        return value
+
+    @field_validator("keep_notes_days")
+    @classmethod
+    def _notes_of_a_day_at_least(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError(
+                f"{value:g} is under a day: it could remove the lessons of tonight's earlier runs, which the next "
+                "iteration's prompt reads; give 1 or more days, or 0 to keep every entry"
             )
         return value
 

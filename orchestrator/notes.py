@@ -1,8 +1,9 @@
 """notes.md: one entry per iteration rolled back or cancelled, for the next prompt and for breakfast.
 
-Each append rewrites the file through a temporary file and an atomic rename,
-under an exclusive lock, so a crash leaves the old file or the new one, never
-half an entry, and parallel tasks never interleave. The file is read again just
+Each append, and each trim of old entries (`[state] keep_notes_days`), rewrites
+the file through a temporary file and an atomic rename, under an exclusive lock,
+so a crash leaves the old file or the new one, never half an entry, and parallel
+tasks never interleave. The file is read again just
 before the rename, so what a person's editor saved while the new file was being
 written is not lost with the old one.
 """
@@ -17,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from orchestrator.errors import StateError
 from orchestrator.files import read_regular_file, replace_file
@@ -63,6 +64,27 @@ class NotesBook:
                 _append_to(self.path, entry.encode("utf-8", "backslashreplace"))
         except OSError as exc:
             raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def remove_entries_before(self, cutoff: datetime) -> int | None:
+        """The entries whose header time is before `cutoff` removed (`_without_entries_before`); how many, or None
+        when a person's editor saved the file during every try (their edit wins: the trim waits for another night)."""
+        removed = 0
+        if not self.path.exists():
+            return 0
+
+        def trimmed(current: bytes | None) -> bytes | None:
+            nonlocal removed
+            if current is None:
+                return None
+            kept, removed = _without_entries_before(current, cutoff)
+            return kept if removed else None
+
+        try:
+            with _locked(self.path.with_name(self.path.name + ".lock")):
+                written = _rewrite(self.path, trimmed, last_try_overwrites=False)
+        except OSError as exc:
+            raise StateError(f"cannot trim {self.path}: {exc.strerror or exc}") from None
+        return removed if written else None
 
     def text(self) -> str:
         """The whole file ("" if there is none yet); bytes that are not UTF-8 (a hand edit) read as U+FFFD.
@@ -339,23 +361,73 @@ _TRIES_WHILE_EDITED = 5
 
 
 def _append_to(path: Path, entry: bytes) -> None:
-    """`entry` after everything in the file at `path`, through a new file renamed over it.
+    """`entry` after everything in the file at `path`, through a new file renamed over it (`_rewrite`)."""
+
+    def appended(current: bytes | None) -> bytes:
+        # Bytes, not text: whatever a person wrote into the file stays exactly as written.
+        return (HEADER.encode("utf-8") if current is None else current).rstrip(b"\r\n") + b"\n\n" + entry
+
+    _rewrite(path, appended, last_try_overwrites=True)
+
+
+def _rewrite(path: Path, change: Callable[[bytes | None], bytes | None], *, last_try_overwrites: bool) -> bool:
+    """The file at `path` replaced by `change` of its bytes (None from `change`: nothing to write); False when a
+    person's editor saved it during every try and `last_try_overwrites` is not set.
 
     The lock keeps nights from interleaving, not a person's editor: a save between the read and the
     rename was lost. So the file is read again right before the rename, once the new file is on the
-    disk (its write and fsync, the slow part, done), and if it changed the append starts again from
+    disk (its write and fsync, the slow part, done), and if it changed the change starts again from
     what is there now. A save can still fall between that second read and the rename (microseconds,
-    not the milliseconds to seconds of an fsync on a busy disk); an editor saving during every one of
-    `_TRIES_WHILE_EDITED` tries has its last save written over, as before, rather than keep the entry out for good.
+    not the milliseconds to seconds of an fsync on a busy disk). An editor saving during every one of
+    `_TRIES_WHILE_EDITED` tries has its last save written over by an append, as before, rather than keep
+    the entry out for good; a trim, which can wait for the next night, gives up instead.
     """
     for tries_left in reversed(range(_TRIES_WHILE_EDITED)):
         current = _bytes_at(path)
-        # Bytes, not text: whatever a person wrote into the file stays exactly as written.
-        data = (HEADER.encode("utf-8") if current is None else current).rstrip(b"\r\n") + b"\n\n" + entry
-        check = functools.partial(_still_holds, path, current) if tries_left else None
+        data = change(current)
+        if data is None:
+            return True
+        check = functools.partial(_still_holds, path, current) if tries_left or not last_try_overwrites else None
         if replace_file(path, data, mode=_mode_of(path), still_wanted=check):
             break
+    else:
+        return False
     _sync_folder(path.parent)
+    return True
+
+
+def _without_entries_before(data: bytes, cutoff: datetime) -> tuple[bytes, int]:
+    """`data` without the entries whose header time is before `cutoff`, and how many went.
+
+    An entry goes with all a person wrote into it, up to the next entry or a `#` or `##` heading of a
+    person's own (`_up_to_a_persons_section`), which is no entry's and stays, as does all above the first
+    entry. An entry whose header time does not read as `stamp` writes it (a person changed it) stays.
+    Bytes that are not UTF-8, a byte order mark and CRLF line ends are kept as they are.
+    """
+    bom = "\ufeff" if data.startswith(b"\xef\xbb\xbf") else ""
+    text = data.decode("utf-8", errors="surrogateescape").removeprefix(bom)
+    found = _headers(text)
+    kept, removed, copied_up_to = [bom], 0, 0
+    for (start, match), following in zip(found, [*found[1:], None]):
+        written = _time_of(match["when"])
+        if written is None or written >= cutoff:
+            continue
+        end = following[0] if following else len(text)
+        kept.append(text[copied_up_to:start])
+        copied_up_to, removed = start + len(_up_to_a_persons_section(text[start:end])), removed + 1
+    kept.append(text[copied_up_to:])
+    result = "".join(kept)
+    if removed and copied_up_to == len(text):  # the last entry went: no blank lines left trailing
+        result = result.rstrip("\r\n") + "\n"
+    return result.encode("utf-8", errors="surrogateescape"), removed
+
+
+def _time_of(when: str) -> datetime | None:
+    """An entry header's time (`stamp`), None where it reads otherwise."""
+    try:
+        return datetime.strptime(when, "%Y-%m-%d %H:%M UTC").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 def _bytes_at(path: Path) -> bytes | None:

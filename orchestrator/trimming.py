@@ -1,5 +1,5 @@
-"""Before a night, with their `[state]` keys set: old transcripts and this state dir's old runs deleted. What cannot be
-deleted is logged, never fatal: the night goes on."""
+"""Before a night, with their `[state]` keys set: old transcripts, this state dir's old runs and notes.md's old entries
+deleted. What cannot be deleted is logged, never fatal: the night goes on."""
 
 from __future__ import annotations
 
@@ -50,3 +50,37 @@ def trim_runs(settings: object, store: object, log: object, *, since: datetime |
         log.info("runs_removed", count=removed, older_than_days=days)  # type: ignore[attr-defined]
     if error:
         log.warning("runs_not_removed", error=error)  # type: ignore[attr-defined]
+
+
+def trim_notes(settings: object, log: object, *, since: datetime | None) -> None:
+    """`[state] keep_notes_days`: notes.md's entries whose header time is older removed before the night, those since
+    `since` (a scheduled night's fire time: its earlier runs' entries, which the night's prompts read) kept; a notes.md
+    that cannot be rewritten, or that a person's editor saved during every try, is logged, not fatal.
+
+    Of notes.md's readers only the prompt and `overnight notes` see fewer entries, and each reads the newer ones as
+    before: the prompt picks newest first (an old entry with a person's hint no longer takes part of its budget).
+    Recovery's owed entries are written before this, and those of one header are all older than the cutoff or none;
+    `park_after` and a night begun again count from the run store, not from notes.md."""
+    from datetime import datetime, timedelta, timezone
+
+    from orchestrator.notes import NotesBook
+    from orchestrator.secrecy import Redactor
+
+    days = settings.state.keep_notes_days  # type: ignore[attr-defined]
+    if not days:
+        return
+    cutoff = datetime.now(timezone.utc) - timedelta(days=days)
+    if since is not None:
+        cutoff = min(cutoff, since.astimezone(timezone.utc))
+    # Headers show the minute, rounded down: an entry headed in the cutoff's own minute may have been written after it.
+    cutoff = cutoff.replace(second=0, microsecond=0)
+    try:
+        removed = NotesBook(settings.notes_path).remove_entries_before(cutoff)  # type: ignore[attr-defined]
+    except StateError as failed:
+        log.warning("note_entries_not_removed", error=Redactor.for_config(settings)(str(failed)))  # type: ignore[attr-defined]
+        return
+    if removed is None:
+        saved = f"{settings.notes_path} was saved by another hand during every try"  # type: ignore[attr-defined]
+        log.warning("note_entries_not_removed", error=saved)  # type: ignore[attr-defined]
+    elif removed:
+        log.info("note_entries_removed", count=removed, older_than_days=days)  # type: ignore[attr-defined]

@@ -97,9 +97,9 @@ class Night(NamedTuple):
     events: list[dict[str, Any]]
 
 
-def _json_run(config: Path, env: dict[str, str] | None = None) -> Night:
+def _json_run(config: Path, env: dict[str, str] | None = None, *, args: tuple[str, ...] = ()) -> Night:
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+        [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", *args],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
