@@ -154,7 +154,7 @@ class _CrontabTrigger(CronTrigger):
     America/Santiago's). When the clocks go back it fires twice in the repeated hour; cron once.
     So the fields are matched on naive local times, never shifted, and each match is then put in
     the zone: a time that comes twice, at its first pass; one that does not exist (the hour the
-    clocks skip), an hour later by the clock, on its offset from before the change.
+    clocks skip), on its offset from before the change: later by the clock by as much as the clocks went forward.
     """
 
     __slots__ = ()
@@ -170,13 +170,19 @@ class _CrontabTrigger(CronTrigger):
         wall_clock = self._on_the_wall_clock()
         # A time in the hour the clocks just skipped is placed after that hour began: matched from earlier on.
         moment = _wall_time(start, self.timezone) - _forward_within_a_day(start, self.timezone)
+        earliest: datetime | None = None
         while (matched := wall_clock.get_next_fire_time(None, moment.replace(tzinfo=timezone.utc))) is not None:
+            moment = matched.replace(tzinfo=None)
             # Fold 0: a time that comes twice, at its first pass; one the clocks skipped, on the offset before the change.
-            fire = matched.replace(tzinfo=self.timezone).astimezone(timezone.utc)
-            if fire >= start:
-                return fire.astimezone(self.timezone)  # a skipped 02:30 shown as the 03:30 it runs at
-            moment = matched.replace(tzinfo=None) + timedelta(seconds=1)
-        return None
+            fire = moment.replace(tzinfo=self.timezone).astimezone(timezone.utc)
+            if fire >= start and (earliest is None or fire < earliest):
+                earliest = fire
+            # A skipped time runs later by the clock than it matches, so a time matched after it may run first: Chatham's
+            # skipped 03:00 runs at 04:00, after a 03:45 that exists (Lord Howe's 02:20 at 02:50, after 02:40).
+            if earliest is not None and moment >= _wall_time(earliest, self.timezone):
+                return earliest.astimezone(self.timezone)  # a skipped 02:30 shown as the 03:30 it runs at
+            moment += timedelta(seconds=1)
+        return None if earliest is None else earliest.astimezone(self.timezone)
 
     def _on_the_wall_clock(self) -> CronTrigger:
         """The same fields in UTC, which has no clock changes: naive local times stand in for its own."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
@@ -31,7 +32,7 @@ from orchestrator.build import open_store
 from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.lock import state_identity
-from orchestrator.crontab import crontab_weekdays, next_fire_times
+from orchestrator.crontab import crontab_trigger, crontab_weekdays, fire_times, next_fire_times
 from orchestrator.schedule import (
     NIGHT_JOB_ID,
     SCHEDULE_TABLE,
@@ -430,6 +431,53 @@ class TestTimezone:
             assert trigger.get_next_fire_time(first, first).isoformat() == expected[1]
         finally:
             scheduler.shutdown()
+
+    @pytest.mark.parametrize(
+        ("zone", "cron", "before", "expected"),
+        [
+            # Lord Howe's clocks go forward half an hour at 02:00: 02:00 and 02:20 run at 02:30 and 02:50, 02:40 between them.
+            ("Australia/Lord_Howe", "*/20 * * * *", datetime(2027, 10, 2, 15, 10, tzinfo=timezone.utc),
+             ["2027-10-03T01:40:00+10:30", "2027-10-03T02:30:00+11:00", "2027-10-03T02:40:00+11:00",
+              "2027-10-03T02:50:00+11:00", "2027-10-03T03:00:00+11:00"]),
+            # Chatham's go from 02:45 to 03:45: 03:00 and 03:15 run at 04:00 and 04:15, after the 03:45 that exists.
+            ("Pacific/Chatham", "*/15 3 * * *", datetime(2027, 9, 25, 12, 0, tzinfo=timezone.utc),
+             ["2027-09-26T03:45:00+13:45", "2027-09-26T04:00:00+13:45", "2027-09-26T04:15:00+13:45",
+              "2027-09-26T04:30:00+13:45", "2027-09-27T03:00:00+13:45"]),
+        ],
+    )
+    def test_a_time_after_the_skipped_ones_runs_before_them(
+        self, tmp_path: Path, zone: str, cron: str, before: datetime, expected: list[str]
+    ) -> None:
+        """A time that exists and runs before the skipped times the clocks moved past it is not lost (it was: the
+        trigger returned the first match by the clock, a skipped one, and the next call began after it)."""
+        path = write_schedule_config(tmp_path, cron=cron, zone=zone)
+
+        assert [moment.isoformat() for moment in next_fire_times(load(path), 5, now=before)] == expected
+
+    @pytest.mark.parametrize("zone", ["America/New_York", "Europe/Berlin", "America/Santiago", "Australia/Lord_Howe",
+                                      "America/Nuuk", "Africa/Cairo", "Pacific/Chatham", "UTC"])
+    def test_fire_times_are_crontabs_minute_by_minute(self, zone: str) -> None:
+        """Within a day of each of 2027's clock changes, each cron fires at the minutes a minute-by-minute walk of the
+        zone's clock matches (first pass of a repeated time; a skipped one on the offset before the change), whether
+        the scheduler wakes at the fire or later."""
+        tz = ZoneInfo(zone)
+        hours = [datetime(2027, 1, 1, tzinfo=timezone.utc) + timedelta(hours=hour) for hour in range(365 * 24)]
+        offsets = [(hour, hour.astimezone(tz).utcoffset()) for hour in hours]
+        changes = [later for (_, offset), (later, offset_later) in zip(offsets, offsets[1:]) if offset != offset_later]
+        for change in changes or [datetime(2027, 3, 28, tzinfo=timezone.utc)]:
+            start, end = change - timedelta(days=1), change + timedelta(days=1)
+            for cron in ("30 0 * * *", "30 2 * * *", "0 * * * *", "*/15 1-3 * * *", "0 0 1 * *", "0 3 * * 0", "0 0 13 * 5",
+                         "*/20 * * * *", "*/15 3 * * *", "0,45 3 * * *"):
+                expected = crontab_by_the_minute(cron, tz, start, end)
+                trigger = crontab_trigger(*cron.split(), zone=tz)
+                for late in (timedelta(0), timedelta(seconds=30)):
+                    fired, previous = [], None
+                    while (upcoming := trigger.get_next_fire_time(previous, previous + late if previous else start)) < end:
+                        fired.append(upcoming.astimezone(timezone.utc))
+                        previous = upcoming
+                    assert fired == expected, (zone, cron, late)
+                listed = itertools.takewhile(lambda moment: moment < end, fire_times(trigger, start))  # as `--next` lists them
+                assert [moment.astimezone(timezone.utc) for moment in listed] == expected
 
     def test_day_of_month_and_weekday_fire_on_either(self, tmp_path: Path) -> None:
         """"0 1 1 * 1" starts on the 1st of each month and on every Monday (crontab's OR), in the stored job too."""
@@ -1794,3 +1842,40 @@ class TestANightBegunAgain:
 
 def git_log(repo: Path, branch: str) -> str:
     return subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def crontab_by_the_minute(cron: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
+    """The reference: each UTC minute in [start, end) on the zone's clock, matched as crontab(5) matches a minute."""
+
+    def values(field: str, low: int, high: int) -> set[int]:
+        chosen: set[int] = set()
+        for part in field.split(","):
+            span, _, step = part.partition("/")
+            first, _, last = (f"{low}-{high}" if span == "*" else span).partition("-")
+            chosen.update(range(int(first), int(last or (high if step else first)) + 1, int(step or 1)))
+        return chosen
+
+    minute, hour, day, month, weekday = cron.split()
+    minutes, hours, days, months = values(minute, 0, 59), values(hour, 0, 23), values(day, 1, 31), values(month, 1, 12)
+    weekdays = {number % 7 for number in values(weekday, 0, 7)}
+    either = not day.startswith("*") and not weekday.startswith("*")
+
+    def matches(wall: datetime) -> bool:
+        on_day, on_weekday = wall.day in days, wall.isoweekday() % 7 in weekdays
+        return (wall.minute in minutes and wall.hour in hours and wall.month in months
+                and (on_day or on_weekday if either else on_day and on_weekday))
+
+    fires, seen, moment, offset_before = set(), set(), start, None
+    while moment < end:
+        offset = moment.astimezone(zone).utcoffset()
+        wall = (moment + offset).replace(tzinfo=None)
+        if offset_before is not None and offset > offset_before:  # clocks forward: skipped minutes, on the offset before
+            skipped = wall - (offset - offset_before)
+            fires.update((gone - offset_before).replace(tzinfo=timezone.utc) for gone in
+                         (skipped + timedelta(minutes=step) for step in range((offset - offset_before) // timedelta(minutes=1)))
+                         if matches(gone))
+        if wall not in seen and matches(wall):  # a repeated minute at its first pass only
+            fires.add(moment)
+        seen.add(wall)
+        moment, offset_before = moment + timedelta(minutes=1), offset
+    return sorted(fires)
