@@ -40,6 +40,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from bench.kill import Night, consistency, store_for_the_trials  # noqa: E402
 from orchestrator.lock import state_identity  # noqa: E402
 from runs import RunStore  # noqa: E402
+from runs.engine import sqlite_database_file, sqlite_url  # noqa: E402
 from runs.old_runs import RUNS_PER_BATCH  # noqa: E402
 from tests.conftest import SAMPLE_FILES, make_repo, write_config  # noqa: E402
 from tests.postgres_cluster import libpq_url  # noqa: E402
@@ -112,7 +113,7 @@ def set_up(folder: Path, server: Any, store_url: str | None = None) -> Setup:
         extra="" if store_url is None else f"\n[store]\nurl = {json.dumps(store_url)}\n",
     )
     (config.parent / "state").mkdir()
-    store_url = store_url or f"sqlite:///{store_file(config)}"
+    store_url = store_url or sqlite_url(store_file(config))
     template = a_run(config, state_id=OTHER_STATE_DIR, url=store_url)
     state_id = state_identity(config.parent / "state")
     recent = a_run(config, state_id=state_id, url=store_url)
@@ -240,7 +241,7 @@ def _store(store_url: str) -> Iterator[Query]:
     SQLite's file, committed and closed at the end, or PostgreSQL's database, each statement committed. Its `sqlite`
     says which."""
     if store_url.startswith("sqlite"):
-        with contextlib.closing(sqlite3.connect(store_url.removeprefix("sqlite:///"))) as db, db:
+        with contextlib.closing(sqlite3.connect(sqlite_database_file(store_url))) as db, db:
             sqlite_query: Any = lambda statement, *params: db.execute(statement, params).fetchall()  # noqa: E731
             sqlite_query.sqlite = True
             yield sqlite_query

@@ -143,7 +143,7 @@ def report(
     from orchestrator.lock import state_identity
     from orchestrator.logs import configure_logging
     from orchestrator.report_inputs import merge_target, process_gone, report_zone
-    from runs.engine import safe_url
+    from runs.engine import store_shown
 
     settings = load_config(config, require_tasks=False)
     # Opening the store may warn (store_index_not_added): on stderr, as every command logs, not in the report.
@@ -160,7 +160,7 @@ def report(
     if latest is None:
         if as_json:
             typer.echo(json.dumps({"run": None, "tasks": []}))
-        process_exit.fail(f"no runs recorded yet in {safe_url(settings.store_url).removeprefix('sqlite:///')}", EXIT_NO_RUNS)
+        process_exit.fail(f"no runs recorded yet in {store_shown(settings.store_url)}", EXIT_NO_RUNS)
     if as_json:
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:

@@ -393,8 +393,13 @@ class Config(_Section):
 
     @property
     def store_url(self) -> str:
+        """The run store's URL: `[store] url` (a relative SQLite file in it against the config's folder), by default the
+        state dir's runs.db. Escaped as URLs are: the file it names is runs.engine.sqlite_database_file's, not what
+        follows `sqlite:///`."""
         if self.store.url is None:
-            return f"sqlite:///{self.state_dir / STORE_FILE}"
+            from runs.engine import sqlite_url
+
+            return sqlite_url(self.state_dir / STORE_FILE)
         from sqlalchemy.engine import make_url
 
         from runs.engine import in_uri_form, sqlite_uri, sqlite_uri_path

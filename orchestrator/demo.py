@@ -283,6 +283,8 @@ def _print_morning(config: Config, out: TextIO) -> None:
 
 
 def _print_locations(workdir: Path, config: Config, out: TextIO) -> None:
+    from runs.engine import store_shown
+
     state = config.state_dir
     _say(out, "\n──── where everything is ────")
     for label, where in (
@@ -290,7 +292,7 @@ def _print_locations(workdir: Path, config: Config, out: TextIO) -> None:
         ("config", workdir / "overnight.toml"),
         ("task worktrees", config.worktrees_dir),
         ("notes", config.notes_path),
-        ("run database", Path(config.store_url.removeprefix("sqlite:///"))),
+        ("run database", store_shown(config.store_url)),
         ("transcripts", config.transcripts_dir),
         ("night log", state / "night.log"),
         ("model server log", state / "llama-server.log"),

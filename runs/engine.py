@@ -4,8 +4,8 @@ Each new SQLite connection gets its pragmas (WAL, a busy timeout) as it opens; a
 libpq's time limits, so that a stuck server or a dropped network ends in one line, not a hung night
 (the scheduler's job store makes its engine with the same limits). The same reading of a URL serves
 the config (a SQLite `file:` URI's path), the CLI and the build (the files a SQLite store is kept
-in); and every message that names the store shows it through `safe_url` (no password) and the
-database's complaint through `database_complaint`.
+in); and every message that names the store shows it through `safe_url` (no password) or `store_shown`
+(a SQLite store as its file) and the database's complaint through `database_complaint`.
 """
 
 from __future__ import annotations
@@ -137,11 +137,29 @@ def sqlite_uri_path(database: str) -> str:
     return unquote(rest)
 
 
+def sqlite_url(path: Path) -> str:
+    """The URL of the SQLite file at `path`, whatever its name holds. Made, not written as f"sqlite:///{path}": SQLAlchemy
+    reads that with `%41` decoded (`x%41y/runs.db` was `xAy/runs.db`) and a `?` as the query's start (`what?/runs.db` was
+    a file `what`)."""
+    try:
+        return URL.create("sqlite", database=str(path)).render_as_string()
+    except UnicodeEncodeError:
+        # A name in another encoding than UTF-8 (a Latin-1 `café`), which no escape can carry: written as it is, read back
+        # as it is unless it also holds `%` or `?`. A night refuses such a store (build._check_paths_are_text) in one line.
+        return f"sqlite:///{path}"
+
+
 def sqlite_uri(path: Path) -> str:
     """`path` as the database of a SQLite `file:` URI: what the URI form would read otherwise (`?`, `#`, `%`) escaped."""
     from urllib.parse import quote
 
     return "file:" + quote(str(path), safe="/")
+
+
+def store_shown(url: str) -> str:
+    """Where the store at `url` is, as a person looks for it: a SQLite store's file, another's URL without its password."""
+    database = sqlite_database_file(url)
+    return str(database) if database is not None else safe_url(url)
 
 
 def safe_url(url: str) -> str:

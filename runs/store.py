@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
-from runs.engine import database_complaint, make_engine, safe_url, sqlite_database_file, sqlite_uri
+from runs.engine import database_complaint, make_engine, safe_url, sqlite_database_file, sqlite_uri, sqlite_url
 from runs.event_batches import EventBatches
 from runs.event_rows import MODEL_CALL, SIGNAL, TOOL_CALL, event_row
 from runs.event_writer import EventWriter
@@ -119,7 +119,7 @@ class RunStore:
         atexit.register(shutil.rmtree, folder, True)
         copy = folder / database.name
         shutil.copyfile(database, copy)
-        return cls.open(URL.create("sqlite", database=str(copy)).render_as_string())  # the name's `%`, `?` escaped
+        return cls.open(sqlite_url(copy))
 
     def now(self) -> datetime:
         """The time this store writes: this host's clock, or in a PostgreSQL store the database's."""

@@ -830,6 +830,24 @@ class TestOtherCommands:
         assert result.returncode == 0, result.stderr.decode("latin-1")
         assert "? t: succeeded" in result.stdout.decode("latin-1")
 
+    @pytest.mark.parametrize("folder", ["50%-rewrite", "x%41y", "what? now", "ci #12", "me@host", "caf\u00e9", "c:d"])
+    def test_the_run_store_is_the_state_dirs_runs_db_whatever_its_path_holds(self, tmp_path, repo, server, folder):
+        """A state dir in a folder named with `%`, `?`, `#`, `@`, a space, unicode or `:` keeps its store in its own runs.db, which
+        report names before the first night and reads after it: the URL was the path pasted in, and `x%41y` put it in `xAy`."""
+        from tests.test_night import FIX
+
+        (tmp_path / folder).mkdir()
+        config = write_config(tmp_path / folder / "overnight.toml", api_base=server.url, repo=repo)
+        store = tmp_path / folder / "state" / "runs.db"
+        before = overnight("report", "--config", str(config))
+        assert before.returncode == 1 and before.stderr.strip().endswith(f"no runs recorded yet in {store}"), before.stderr
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)).returncode == 0
+        # Nowhere else: not `xAy/state/runs.db`, not a file `what` where `?` ended the path.
+        assert [found for found in tmp_path.rglob("*") if found.is_file() and found.name in ("runs.db", "what")] == [store]
+        after = overnight("report", "--config", str(config))
+        assert after.returncode == 0 and "fix-greet: succeeded" in after.stdout, after.stdout + after.stderr
+
     def test_gc_on_a_folder_that_is_no_repository_makes_no_state_dir(self, tmp_path):
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=tmp_path / "nothing")
         assert_one_line_error(overnight("gc", "--config", str(config)), 2, "[repo] path")

