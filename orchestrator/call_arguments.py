@@ -8,8 +8,8 @@ rest, on a budget. Text that stops inside a string or where a value was due is c
 never repaired: run, it would be half of what was meant. A reading keeps its JSON error
 and the key a loose reading named twice, so that the call can be reported as broken and
 the model told why. JSON nested deeper than MAX_JSON_DEPTH is unreadable. This module
-knows no call's form and no tool: orchestrator/toolcalls.py and
-orchestrator/written_calls.py ask it.
+knows no call's form and no tool: orchestrator/toolcalls.py and the readers of calls
+written in the text (orchestrator/written_calls.py's forms) ask it.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ and words (Python's True and None), objects one after another. json_repair reads
 whether the text stops in the middle of a value (a call cut off, which must not run with half a value), it reads an
 apostrophe inside a single-quoted string (`'it's done'`) as the string's end, and it drops the line breaks that end a
 string (a file's last newline): so a lone value is written here as JSON (its closing brackets added when only they are
-missing) and read strictly. orchestrator/call_arguments.py and written_calls.py ask this module only once strict JSON
-has failed, so a healthy call never pays for it."""
+missing) and read strictly. orchestrator/call_arguments.py and the readers of calls written in the text (written_calls.py's forms) ask
+this module only once strict JSON has failed, so a healthy call never pays for it."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ This module is the entry and the check: it takes the native calls, or asks
 orchestrator/written_calls.py for those written in the text (outside the thinking),
 and fits each to its tool's schema. Both read a call's arguments text with
 orchestrator/call_arguments.py (strict JSON, mended, read loosely, repaired, or found
-cut off), which knows no call's form and no tool; written_calls.py knows no schema.
+cut off), which knows no call's form and no tool; written_calls.py (and the modules
+it names for each form) knows no schema.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from orchestrator.call_arguments import (
     values_all_whole,
     values_one_after_another,
 )
+from orchestrator.call_shapes import WrittenCall
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
-from orchestrator.written_calls import WrittenCall, calls_in_text
+from orchestrator.written_calls import calls_in_text
 
 # The parser's public names; MAX_JSON_DEPTH, the deepest a call's arguments may nest, is call_arguments.py's.
 __all__ = ["DESCRIBE_LIMIT", "MAX_JSON_DEPTH", "arguments_problem", "describe_call", "parse_calls", "thinking_apart"]
@@ -153,7 +155,7 @@ def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool)
 
 def _argument_objects_one_after_another(text: str) -> list[Arguments]:
     """The objects `text` holds one after another (a server that ran two calls' arguments together), read as a written
-    block's calls are (see written_calls._calls_in_block): each whole one, mended if need be, and a last one that stops
+    block's calls are (see json_block_calls.calls_in_block): each whole one, mended if need be, and a last one that stops
     mid-value as cut off (see call_arguments.cut_off_error); [] when `text` holds no such run of two or more objects."""
     text = text.strip()
     walked, unread = values_one_after_another(text)

@@ -1845,3 +1845,12 @@ class TestSmallModelsOwnForms:
         positional = only(written('read_file("a.py")'))
         assert isinstance(positional, BrokenCall) and "name every argument" in positional.detail
         assert written('{"thought": "x", "name": "app", "arguments": {}}') == []  # other JSON, not a tool
+
+    @pytest.mark.parametrize(
+        "text",
+        ['```python\n```\n[read_file(path="a.py")]', '[read_file(path="a.py")]\nOr in Python:\n```python\n'],
+    )
+    def test_an_empty_python_fence_leaves_the_python_lines_calls(self, text):
+        """An empty ```python fence (or one opened as the answer ends) hides no call: its body, nothing, was put in
+        place of itself as a line break between every two characters, and the call's line was lost."""
+        assert only(written(text)) == ToolCall("read_file", {"path": "a.py"}, source="text")
