@@ -73,12 +73,33 @@ class TestRemoveEntriesBefore:
         assert book.path.read_bytes() == b"\xef\xbb\xbf" + data[:first] + data[second:]
         assert [entry.iteration for entry in book.entries()] == [2]
 
+    def test_a_crlf_file_whose_every_entry_goes_keeps_crlf_to_its_last_line(self, tmp_path: Path):
+        """The last entry gone, the preamble's blank lines after it go too, and its last line still ends in CRLF."""
+        book = notes_with(tmp_path / "notes.md", 40)
+        book.path.write_bytes(book.path.read_bytes().replace(b"\n", b"\r\n"))
+        assert book.remove_entries_before(NOW - timedelta(days=7)) == 1
+        assert book.path.read_bytes() == PREAMBLE.replace("\n", "\r\n").encode()
+
     def test_nothing_to_remove_leaves_the_file_untouched(self, tmp_path: Path):
         """No entry old enough: the file is not rewritten (same inode), and no notes.md is made where there is none."""
         book = notes_with(tmp_path / "notes.md", 2)
         inode = book.path.stat().st_ino
         assert book.remove_entries_before(NOW - timedelta(days=7)) == 0 and book.path.stat().st_ino == inode
         assert NotesBook(tmp_path / "none" / "notes.md").remove_entries_before(NOW) == 0 and not (tmp_path / "none").exists()
+
+    @pytest.mark.parametrize("quoted_in", ["a person's fenced block", "the evidence, unindented as before 1d8a553"])
+    def test_an_old_header_quoted_in_a_newer_entrys_fence_keeps_that_entry_whole(self, tmp_path: Path, quoted_in: str):
+        """A header-shaped line of 2020 in a fenced block of a newer entry is no old entry: nothing goes, not the
+        person's lines after it nor its closing fence."""
+        book = notes_with(tmp_path / "notes.md", 2)
+        quoted = "## 2020-01-01 00:00 UTC · task `t` · iteration 9 · `check_failed`"
+        if quoted_in == "a person's fenced block":
+            under_entry(book.path, "LESSON-1", f"Same as:\n\n```\n{quoted}\n```\n\nMY-CONCLUSION: run make first.")
+        else:
+            evidence = f"```\nE\n{quoted}\n```\n\nMY-CONCLUSION: run make first."
+            book.path.write_text(book.path.read_text().replace("```\nE\n```", evidence))
+        before = book.path.read_bytes()
+        assert book.remove_entries_before(NOW - timedelta(days=7)) == 0 and book.path.read_bytes() == before
 
 
 # A real editor's save at the moment the trim has read notes.md and opens its new file beside it: the interpreter's
