@@ -7,6 +7,7 @@ because a cron job's only reader is a person at breakfast.
 from __future__ import annotations
 
 import codecs
+import difflib
 import math
 import os
 import re
@@ -466,7 +467,10 @@ def load_config(path: Path | str, *, require_tasks: bool = True) -> Config:
         # utf-8-sig: Windows editors start a UTF-8 file with a byte-order mark, which TOML does not allow.
         raw = tomllib.loads(source.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {source} (create one with `overnight init`)") from None
+        # Relative, the bare default said nothing of where it was looked for (`report` run from another folder).
+        raise ConfigError(
+            f"config file not found: {source.absolute()} (create one with `overnight init`, or name yours with --config)"
+        ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read config file {source}: {_not_utf8(exc)}") from None
     except OSError as exc:  # strerror: "Is a directory", not "[Errno 21] ...: '<the path again>'"
@@ -521,10 +525,15 @@ _PLAIN_WORDS = {
 
 
 def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
+    errors = exc.errors()
+    error = errors[0]
+    unknown = [each for each in errors if each["type"] == "extra_forbidden"]
+    if error["type"] == "missing" and unknown:
+        # A misspelt key (`promt`) also leaves its right one missing: the typo is what to name.
+        error = unknown[0]
     key = _key_name(error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"unknown key {key}"
+        return f"unknown key {key}{_meant(error, errors)}"
     if error["type"] == "missing":
         return f"{key}: required key is missing"
     if error["type"] == "tuple_type" and key == "[[task]]":
@@ -533,6 +542,14 @@ def _first_error(exc: ValidationError) -> str:
         return f"{key}: {_PLAIN_WORDS[error['type']]}"
     message = error["msg"].removeprefix("Value error, ")
     return f"{key}: {message}" if key else message
+
+
+def _meant(unknown: Any, errors: list[Any]) -> str:
+    """' (did you mean prompt?)' when a key missing from the same table is spelt close to the unknown one."""
+    table, written = unknown["loc"][:-1], str(unknown["loc"][-1])
+    missing = [str(each["loc"][-1]) for each in errors if each["type"] == "missing" and each["loc"][:-1] == table]
+    close = difflib.get_close_matches(written, missing, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _first_nul(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -155,10 +155,22 @@ def check_command(test_module: str) -> str:
     return f"{python} -B -m unittest -q {test_module}"
 
 
+def overnight_command() -> str:
+    """How to call this overnight from the person's shell: its full path when `overnight` on PATH is not it.
+
+    `bash scripts/demo.sh` runs overnight from its .venv without putting that on PATH, so a bare
+    `overnight report` after it was "command not found" (or another install's)."""
+    here = Path(sys.executable).parent / "overnight"
+    if not here.is_file():
+        return "overnight"
+    found = shutil.which("overnight")
+    return "overnight" if found is not None and Path(found).resolve() == here.resolve() else shlex.quote(str(here))
+
+
 def demo_toml(repo: Path, state_dir: Path) -> str:
     """The demo's overnight.toml: the embedded model, three tasks, limits that end in minutes."""
     lines = [
-        "# Written by `overnight demo`. Rerun the night with: overnight run -c <this file>",
+        f"# Written by `overnight demo`. Rerun the night with: {overnight_command()} run -c <this file>",
         "[model]",
         'name = "local"',
         "request_timeout_s = 60",
@@ -298,7 +310,7 @@ def _print_locations(workdir: Path, config: Config, out: TextIO) -> None:
         ("model server log", state / "llama-server.log"),
     ):
         _say(out, f"  {label + ':':20} {where}")
-    _say(out, f"  try: overnight report -c {workdir / 'overnight.toml'}")
+    _say(out, f"  try: {overnight_command()} report -c {shlex.quote(str(workdir / 'overnight.toml'))}")
 
 
 class _Progress:

@@ -253,8 +253,19 @@ def _how_it_ended(exit_code: int) -> str:
     return f"exit {exit_code}" if exit_code >= 0 else how_it_ended(exit_code)
 
 
+def _whole_lines_tail(output: str) -> str:
+    """The output's last CHECK_TAIL_CHARS, from a line's start, marked as cut: a cut line's end alone (a stray `'`
+    above a test's failure) read as if the check had printed it."""
+    text = output.strip()
+    if len(text) <= CHECK_TAIL_CHARS:
+        return text
+    tail = text[-CHECK_TAIL_CHARS:]
+    kept = tail.partition("\n")[2] or tail
+    return f"[... {len(text) - len(kept)} chars cut ...]\n{kept}"
+
+
 def _check_failed(exit_code: int, output: str) -> QualityError:
-    tail = output.strip()[-CHECK_TAIL_CHARS:]
+    tail = _whole_lines_tail(output)
     return QualityError(
         "check_failed",
         "You submitted, but the check still fails. Run run_check, read its output, fix what it reports, "

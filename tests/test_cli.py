@@ -460,6 +460,7 @@ class TestBadConfig:
             ("[[task]]\nname = 'Fix-Greet'\nprompt = 'p'\ncheck = 'true'\n", ("'fix-greet' and 'Fix-Greet' differ only in case",)),
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = ['sudo']\n", ("[[task]] #2 tools", "sudo")),
             ("[[task]]\nname = 'y'\nprompt = 'p'\n", ("[[task]] #2 check", "missing")),
+            ("[[task]]\nname = 'z'\npromt = 'p'\ncheck = 'true'\n", ("unknown key [[task]] #2 promt (did you mean prompt?)",)),
             ("this is = = not toml\n", ("not valid TOML",)),
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = 'run_command'\n", ("[[task]] #2 tools: must be a list",)),
         ],
@@ -620,6 +621,10 @@ class TestBadConfig:
     def test_missing_config_file(self, tmp_path):
         """A missing config file says where it looked and how to make one."""
         assert_one_line_error(overnight("run", "--config", str(tmp_path / "nope.toml")), 2, "not found", "overnight init")
+
+    def test_no_config_in_the_current_folder_names_the_folder_and_config_option(self, tmp_path):
+        """`overnight report` run away from the config's folder says which file it looked for and how to name another."""
+        assert_one_line_error(overnight("report", cwd=tmp_path), 2, f"not found: {tmp_path / 'overnight.toml'}", "--config")
 
     def test_config_saved_with_a_byte_order_mark_is_read(self, tmp_path, repo):
         """Windows editors start UTF-8 files with a byte-order mark; the config reads as without one."""

@@ -17,7 +17,7 @@ import jinja2
 import pytest
 
 from orchestrator.config import ModelConfig, load_config
-from orchestrator.demo import SAMPLE_TASKS, demo_config, demo_toml, make_sample_repo, run_demo
+from orchestrator.demo import SAMPLE_TASKS, demo_config, demo_toml, make_sample_repo, overnight_command, run_demo
 from orchestrator.errors import ConfigError, ModelUnreachable
 from orchestrator.local_model import (
     MISSING_EXTRA,
@@ -97,6 +97,16 @@ class TestDemoConfig:
         path = tmp_path / "overnight.toml"
         path.write_text(demo_toml(tmp_path / "repo", tmp_path / "state"))
         assert load_config(path) == demo_config(tmp_path / "repo", tmp_path / "state")
+
+
+    @pytest.mark.skipif(not (Path(sys.executable).parent / "overnight").is_file(), reason="needs overnight's console script")
+    def test_commands_it_suggests_name_overnight_by_its_path_when_path_does_not_reach_it(self, monkeypatch) -> None:
+        """After `bash scripts/demo.sh` (its .venv not on PATH) the suggested `overnight report` is one the shell finds."""
+        script = str(Path(sys.executable).parent / "overnight")
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        assert overnight_command() == script and script in demo_toml(Path("repo"), Path("state"))
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+        assert overnight_command() == "overnight"
 
 
 class TestLocalModelConfig:

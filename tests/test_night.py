@@ -224,6 +224,15 @@ class TestRollback:
         notes = notes_text(config)
         assert "`check_failed`" in notes and "LAST-WORDS" in notes and "FIRST-LINE" not in notes
 
+    def test_a_long_check_output_is_cut_at_a_line_start_and_marked(self, config_file, server):
+        """The evidence of a long check output starts at a whole line after a cut marker, not with a cut line's end."""
+        check = "for i in $(seq 1000 1300); do echo row-$i; done; exit 1"  # 2708 chars: the last 1200 begin inside row-1167
+        config = config_file(night={"max_iterations": 1}, tasks=[{"name": "fix-greet", "prompt": "p", "check": check}])
+        server.enqueue(call("submit", {"summary": "nothing"}))
+        assert overnight("run", "--config", str(config)) == 1
+        notes = notes_text(config)
+        assert "exit 1\n[... 1512 chars cut ...]\nrow-1168\n" in notes and "row-1300" in notes, notes
+
     def test_a_check_that_dies_of_sigterm_on_its_own_is_check_failed(self, config_file, server, capsys):
         """Only the night's own signal makes a check's SIGTERM death a cancel: a check killed by one of its
         own (a test harness's timeout) while nothing stops the night failed, and the task is not `cancelled`."""
