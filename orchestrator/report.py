@@ -189,5 +189,9 @@ def _iso(value: Any) -> str | None:
 
 
 def _short(value: Any, zone: tzinfo | None) -> str:
-    """A stored time (UTC) on the reader's clock, named (`06:00 CET`): `[night] deadline` is read as local time."""
-    return value.astimezone(zone or SYSTEM_LOCAL_TIME).strftime("%Y-%m-%d %H:%M %Z") if value else "?"
+    """A stored time (UTC) on the reader's clock, named (`06:00 CET`): `[night] deadline` is read as local time. A clock
+    with no name for it (TZ=`<>-1`) is named by its offset (`+0530`), not left unnamed."""
+    if not value:
+        return "?"
+    local = value.astimezone(zone or SYSTEM_LOCAL_TIME)
+    return local.strftime("%Y-%m-%d %H:%M ") + (local.strftime("%Z") or local.strftime("%z"))

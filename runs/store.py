@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StateError
+from orchestrator.surrogates import mend
 from runs.engine import database_complaint, make_engine, safe_url, sqlite_database_file, sqlite_uri, sqlite_url
 from runs.event_batches import EventBatches
 from runs.event_rows import MODEL_CALL, SIGNAL, TOOL_CALL, event_row
@@ -213,7 +214,9 @@ class RunStore:
 
     def finish_task(self, task_run_id: int, *, outcome: str, reason: str = "", commit: str = "", detail: str = "") -> None:
         """`detail`: what `reason` alone does not say (a paused task's endpoint and error), redacted already."""
-        values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "detail": detail or None, "finished_at": self.now()}
+        # mend: an error's text can quote a path that is not UTF-8 (a lone surrogate), which the database refuses.
+        kept = mend(detail) or None
+        values = {"outcome": _text(outcome), "reason": reason, "commit": commit, "detail": kept, "finished_at": self.now()}
         # Its iterations' events are in: each iteration's end waited for them.
         self._update("finish_task", TaskRun, task_run_id, after_events=False, **values)
 

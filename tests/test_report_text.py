@@ -279,3 +279,16 @@ class TestTimes:
         assert started.endswith("+00:00")
         in_new_york = datetime.fromisoformat(started).astimezone(ZoneInfo("America/New_York")).strftime("%Y-%m-%d %H:%M %Z")
         assert f" · started {in_new_york} · " in header
+
+    def test_a_clock_with_no_name_for_its_time_is_named_by_its_offset(self):
+        """A zone whose times have no abbreviation (`%Z` empty, as TZ=`<>-1` gives): the header names the offset,
+        `started 2026-12-06 10:30 +0530`, not a bare time."""
+        from datetime import timedelta
+
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        start = datetime(2026, 12, 6, 5, 0, tzinfo=timezone.utc)
+        unnamed = timezone(timedelta(hours=5, minutes=30), "")
+        header = as_text(replace(view("failed", "check_failed"), started_at=start, finished_at=start), zone=unnamed).splitlines()[0]
+        assert " · started 2026-12-06 10:30 +0530 · finished 2026-12-06 10:30 +0530 · " in header

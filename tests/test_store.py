@@ -515,6 +515,14 @@ class TestRecoveryWrites:
         finally:
             store.close()
 
+    def test_a_paused_tasks_detail_quoting_a_path_that_is_not_utf8_is_kept_escaped(self, store: RunStore) -> None:
+        """A ModelUnreachable's text can quote a file name with a byte that is not UTF-8 (a lone surrogate): the task is
+        recorded, that byte written as its escape, not refused by the database."""
+        run_id, _, _ = _iteration(store)
+        paused = store.begin_task(run_id, name="two", branch="overnight/two")
+        store.finish_task(paused, outcome="paused", reason="model_unreachable", detail="llama-server could not be run: /opt/b\udcffin")
+        assert store.run(run_id).tasks[-1].detail == "llama-server could not be run: /opt/b\\udcffin"
+
 
 def _plans(store: RunStore, db_path: Path, action) -> list[str]:
     """SQLite's query plan (EXPLAIN QUERY PLAN, each step's detail) of each SELECT the store runs while `action()` runs."""
