@@ -125,6 +125,13 @@ class RepoConfig(_Section):
     max_file_mb: float = Field(20.0, ge=0, le=1_000_000)
 
 
+# What a `keep_*_days` under a day could remove that tonight still needs, and what 0 keeps.
+_NEEDED_TONIGHT = {
+    "keep_runs_days": ("tonight's own account, and the runs a scheduled night begun again reads", "every run"),
+    "keep_notes_days": ("the lessons of tonight's earlier runs, which the next iteration's prompt reads", "every entry"),
+}
+
+
 class StateConfig(_Section):
     dir: Path = Path(".overnight")
     # Transcripts are the largest files a night leaves, one per iteration: nightly for months, gigabytes.
@@ -140,24 +147,12 @@ class StateConfig(_Section):
         0, ge=0, le=36500, description="each run removes notes.md's entries headed more than this many days ago; 0 keeps all"
     )
 
-    @field_validator("keep_runs_days")
+    @field_validator("keep_runs_days", "keep_notes_days")
     @classmethod
-    def _a_day_at_least(cls, value: float) -> float:
+    def _a_day_at_least(cls, value: float, info: ValidationInfo) -> float:
         if 0 < value < 1:
-            raise ValueError(
-                f"{value:g} is under a day: it could remove tonight's own account, and the runs a scheduled night begun "
-                "again reads; give 1 or more days, or 0 to keep every run"
-            )
-        return value
-
-    @field_validator("keep_notes_days")
-    @classmethod
-    def _notes_of_a_day_at_least(cls, value: float) -> float:
-        if 0 < value < 1:
-            raise ValueError(
-                f"{value:g} is under a day: it could remove the lessons of tonight's earlier runs, which the next "
-                "iteration's prompt reads; give 1 or more days, or 0 to keep every entry"
-            )
+            needed, everything = _NEEDED_TONIGHT[str(info.field_name)]
+            raise ValueError(f"{value:g} is under a day: it could remove {needed}; give 1 or more days, or 0 to keep {everything}")
         return value
 
     @field_validator("dir", mode="before")
