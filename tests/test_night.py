@@ -215,6 +215,17 @@ class TestRollback:
         [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
         assert signal["message"] == "check failed: killed by signal 11 (SIGSEGV)"
 
+    def test_a_check_whose_script_is_missing_says_command_not_found(self, config_file, server, capsys):
+        """A check naming a script that is not there (bash's exit 127) read "check failed: exit 127", as a failing test
+        reads: the signal and the note now say the command was not found, which no change of the model's mends."""
+        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": "./run_the_tests.sh"}]
+        config = config_file(night={"max_iterations": 1}, tasks=tasks)
+        server.enqueue(call("submit", {"summary": "nothing"}))
+        assert overnight("run", "--config", str(config)) == 1
+        assert "exit 127 (command not found)" in notes_text(config)
+        [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
+        assert signal["message"] == "check failed: exit 127 (command not found)"
+
     def test_a_long_check_output_keeps_its_end(self, config_file, server):
         """A test run's failure is at the end of its output: the note's evidence is the output's tail, not its head."""
         check = "echo FIRST-LINE; printf '%05000d\\n' 0; echo LAST-WORDS; exit 1"
