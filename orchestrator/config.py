@@ -540,11 +540,29 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _meant(unknown: Any, errors: list[Any]) -> str:
-    """' (did you mean prompt?)' when a key missing from the same table is spelt close to the unknown one."""
+    """' (did you mean prompt?)' when a key of the same table is spelt close to the unknown one: first one the table
+    misses (a misspelt required key leaves it missing), else any of its keys (`max_iteration`)."""
     table, written = unknown["loc"][:-1], str(unknown["loc"][-1])
     missing = [str(each["loc"][-1]) for each in errors if each["type"] == "missing" and each["loc"][:-1] == table]
-    close = difflib.get_close_matches(written, missing, n=1)
+    close = difflib.get_close_matches(written, missing, n=1) or difflib.get_close_matches(written, _keys_of(table), n=1)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _keys_of(table: tuple[Any, ...]) -> list[str]:
+    """The keys the table at `table` (a pydantic loc: `("night",)`, `("task", 0)`) may hold; none where it is no table."""
+    model: Any = Config
+    for step in table:
+        if isinstance(step, int):
+            continue  # a [[task]]'s number: the table is the list's item
+        field = model.model_fields.get(step) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        model = next((kind for kind in (field.annotation, *get_args(field.annotation)) if _is_table(kind)), None)
+    return [field.alias or name for name, field in model.model_fields.items()] if _is_table(model) else []
+
+
+def _is_table(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
 def _first_nul(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...] | None:

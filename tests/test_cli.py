@@ -461,6 +461,8 @@ class TestBadConfig:
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = ['sudo']\n", ("[[task]] #2 tools", "sudo")),
             ("[[task]]\nname = 'y'\nprompt = 'p'\n", ("[[task]] #2 check", "missing")),
             ("[[task]]\nname = 'z'\npromt = 'p'\ncheck = 'true'\n", ("unknown key [[task]] #2 promt (did you mean prompt?)",)),
+            ("[schedule]\nmisfire_grace = 60\n", ("unknown key [schedule] misfire_grace (did you mean misfire_grace_s?)",)),
+            ("[[task]]\nname = 'z'\nprompt = 'p'\ncheck = 'true'\npass_envs = ['A']\n", ("pass_envs (did you mean pass_env?)",)),
             ("this is = = not toml\n", ("not valid TOML",)),
             ("[[task]]\nname = 'x'\nprompt = 'p'\ncheck = 'true'\ntools = 'run_command'\n", ("[[task]] #2 tools: must be a list",)),
         ],
