@@ -5,6 +5,7 @@ recovery from the copy the first of them kept (`restore_config_copy`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import threading
@@ -64,33 +65,63 @@ class kept_config:
                     self._copy.unlink(missing_ok=True)
 
 
-# The copy's first line names the file it is a copy of; the file's bytes follow.
-_COPY_HEADER = b"overnight: a copy of "
+# The copy: this marker, the SHA-256 (hex) of the rest, then the path of the file it is a copy of and the file's
+# bytes; NULs between, as no path holds one (a line break, which a folder's name may hold, did end the path once).
+# The digest tells a whole copy from one a crash cut short or a disk garbled, which is never put back.
+_COPY_MARKER = b"overnight: a checked copy of a config\0"
+# The copy an older version kept: this, the path, a line break, the file's bytes. Read still, for a night it
+# left killed; with no digest, only when the path names a file that is there (see _legacy_copy).
+_LEGACY_HEADER = b"overnight: a copy of "
 
 
 def _save_copy(copy: Path, path: str, before: bytes) -> None:
     """Whole or not at all, so that recovery never puts back half a config. Not synced (one write per
     agent command): what a killed process wrote survives it; a power loss may take the copy."""
+    body = os.fsencode(path) + b"\0" + before
+    digest = hashlib.sha256(body).hexdigest().encode()
     # Only the user may read it, as they may have made the config itself (it can hold a remote's token).
-    replace_file(copy, _COPY_HEADER + os.fsencode(path) + b"\n" + before, mode=0o600, sync=False)
+    replace_file(copy, _COPY_MARKER + digest + b"\0" + body, mode=0o600, sync=False)
 
 
 def restore_config_copy(copy: Path) -> str | None:
     """After a night killed while the agent's commands ran: the repository's config put back from the copy
-    its first command kept, if a command changed it. The config's path when it was put back, else None."""
+    its first command kept, if a command changed it. The config's path when it was put back, else None.
+    A copy that is not whole (a power loss took its end) is removed and nothing put back."""
     try:
         saved = copy.read_bytes()
     except FileNotFoundError:
         return None
-    header, _, before = saved.partition(b"\n")
+    kept = _checked_copy(saved) if saved.startswith(_COPY_MARKER) else _legacy_copy(saved)
     restored = None
-    if header.startswith(_COPY_HEADER):
-        path = os.fsdecode(header[len(_COPY_HEADER):])
+    if kept is not None:
+        path, before = kept
         if _read(path) != before:
             _put_back(Path(path), before)
             restored = path
     copy.unlink(missing_ok=True)
     return restored
+
+
+def _checked_copy(saved: bytes) -> tuple[str, bytes] | None:
+    digest, _, body = saved[len(_COPY_MARKER):].partition(b"\0")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        return None
+    path, found, before = body.partition(b"\0")
+    if not found or not os.path.isabs(path):
+        return None
+    return os.fsdecode(path), before
+
+
+def _legacy_copy(saved: bytes) -> tuple[str, bytes] | None:
+    header, found, before = saved.partition(b"\n")
+    if not found or not header.startswith(_LEGACY_HEADER):
+        return None  # cut inside its first line: the path in it may be a prefix of the config's, another file's
+    path = os.fsdecode(header[len(_LEGACY_HEADER):])
+    # A config whose path held a line break was cut at it: what is left names another file, most often none
+    # or a folder (the repository's parent). Only a file that is there is taken for the config.
+    if not os.path.isabs(path) or not os.path.isfile(path):
+        return None
+    return path, before
 
 
 def _read(path: str) -> bytes | None:
