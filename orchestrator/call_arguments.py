@@ -435,8 +435,11 @@ _BRACKET_OR_STRING = re.compile(r'[{}\[\]]|"(?:[^"\\]|\\.)*+"?', re.DOTALL)
 # A value that opens more levels than MAX_JSON_DEPTH allows before it closes any (`{"name": {"name": ...`, `[{"a": 1, "b": [`),
 # matched at once: the openings of objects (members whose values are scalars, then the key of the next) and arrays (scalars).
 _SPACE = r"[ \t\n\r]*+"  # JSON's white space
-_STRING = r'"(?:[^"\\]|\\.)*+"'
-_SCALAR = rf"(?:{_STRING}|[-+.\w]++)"
+# JSON's own strings and scalars only (not `x`, `1abc`, `"\\x"`): a text that matches reads as JSON up to where it opens too
+# deep, so the reading it saves would have refused it too, or stopped at an error after that place.
+_STRING = r'"(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
+_NUMBER = r"-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?"
+_SCALAR = rf"(?:{_STRING}|{_NUMBER}|true|false|null|NaN|-?Infinity)"
 _KEY = rf"{_STRING}{_SPACE}:{_SPACE}"
 _OPENING = rf"(?:\{{{_SPACE}{_KEY}(?:{_SCALAR}{_SPACE},{_SPACE}{_KEY})*+|\[{_SPACE}(?:{_SCALAR}{_SPACE},{_SPACE})*+)"
 _OPENS_TOO_DEEP_AT_ONCE = re.compile(rf"{_OPENING}{{{MAX_JSON_DEPTH + 2}}}", re.DOTALL)  # as _opens_too_deep counts
@@ -454,11 +457,21 @@ def _opens_too_deep(text: str, start: int) -> bool:
         if char in "{[":
             depth += 1
             if depth > MAX_JSON_DEPTH + 1:
-                return True
+                return _reads_up_to(text, start, token.start())
         elif char in "}]":
             depth -= 1
             if depth == 0:
                 return False
+    return False
+
+
+def _reads_up_to(text: str, start: int, opening: int) -> bool:
+    """Whether json reads the value at `start` without an error before `opening`, the bracket found too deep: the brackets
+    counted after an error (`[` then 2,000 spaces, `1 [[[...`) are no nesting json ever reaches; it refuses the text there."""
+    try:
+        _DECODER.raw_decode(text[start : opening + 1])
+    except json.JSONDecodeError as exc:
+        return exc.pos > opening - start
     return False
 
 

@@ -1615,6 +1615,20 @@ class TestHostileInput:
         assert time.process_time() - started < 3.0
         assert [(type(call), call.name) for call in calls] == [(BrokenCall, "read_file"), (ToolCall, "list_dir")], calls
 
+    def test_a_long_call_with_a_bare_word_before_deep_brackets_is_told_its_json_error_not_that_it_nests_too_deeply(self):
+        """A call over 2 kB whose arguments hold `[x, [x, ...` 66 levels deep is told json's own error, at the first `x`:
+        the look that refuses a value opening too deep at once took any word for a scalar and named the nesting instead."""
+        text = 'Calling it: {"name": "read_file", "arguments": {"path": "a.py", "x": ' + "[x, " * 66 + " " * 2048 + "}}"
+        call = only(written(text))
+        assert isinstance(call, BrokenCall) and "(Expecting value at char 58)" in call.detail, call
+
+    def test_a_long_call_whose_json_fails_before_deep_brackets_is_told_that_error_not_that_it_nests_too_deeply(self):
+        """A call whose arguments fail at `1 [` past 2,000 spaces, then open 66 brackets, is told json's error there: the
+        count of the brackets to refuse a value nested too deeply went on past the place json's reading stops."""
+        text = 'Calling it: {"name": "read_file", "arguments": {"path": "a.py", "x": [' + " " * 2000 + "1 " + "[" * 66 + "}}"
+        call = only(written(text))
+        assert isinstance(call, BrokenCall) and "(Expecting ',' delimiter at char 2060)" in call.detail, call
+
 
 class TestArgumentsProblem:
     def test_fitting_arguments_have_no_problem(self):
