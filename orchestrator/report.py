@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from orchestrator.cancel import SYSTEM_LOCAL_TIME
 from orchestrator.printable import shortened, visible
-from orchestrator.records import Signal, counts_as_succeeded
+from orchestrator.records import Level, Signal, counts_as_succeeded
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
 # Paused is not parked: the model server could not be reached, and the task is worked again next night.
@@ -79,7 +79,7 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False, zon
     header += f" · started {_short(run.started_at, zone)}"
     if run.finished_at:
         header += f" · finished {_short(run.finished_at, zone)}"
-    header += f" · {run.tokens} tokens"
+    header += f" · {counted(run.tokens, 'token')}"
     lines = [header, _tally(run.tasks), ""] if run.tasks else [header, ""]
     for task in run.tasks:
         lines += _task_lines(task)
@@ -122,7 +122,7 @@ def _task_lines(task: TaskView) -> list[str]:
     where = f"{task.branch} @ {task.commit[:10]}" if task.commit else task.branch
     why = f" ({reason_in_words(task)})" if task.reason and task.outcome != "succeeded" else ""
     badge = _badge(badge_signals(task))
-    worked = f"{len(task.iterations)} iteration(s)"
+    worked = counted(len(task.iterations), "iteration")
     if not task.iterations and task.reason in _WORKED_EARLIER_TONIGHT:
         worked = "its iterations in an earlier run of this scheduled night"
         if task.outcome != "skipped":
@@ -132,7 +132,8 @@ def _task_lines(task: TaskView) -> list[str]:
         reason = f" {it.reason}" if it.reason and it.reason != it.outcome else ""  # not "#1 cancelled cancelled"
         if it.outcome == "committed" and not it.commit:
             reason = " (no change: the check passed as it was)"
-        lines.append(f"    #{it.number} {it.outcome}{reason} · {it.turns} turns · {it.tokens} tokens{_badge(it.signals)}")
+        turns, tokens = counted(it.turns, "turn"), counted(it.tokens, "token")
+        lines.append(f"    #{it.number} {it.outcome}{reason} · {turns} · {tokens}{_badge(it.signals)}")
     lines.append("")
     return lines
 
@@ -162,18 +163,47 @@ def _unused(task: TaskView) -> str:
     """The tokens of a first answer the task ended without taking: in no iteration's line, yet spent."""
     if not task.unused_tokens:
         return ""
-    return f" · {task.unused_tokens} tokens in a first answer no iteration took ({task.tokens} in all)"
+    return f" · {counted(task.unused_tokens, 'token')} in a first answer no iteration took ({task.tokens} in all)"
 
 
 def _badge(signals: Iterable[Signal]) -> str:
-    """The worst signal, like a status-bar badge, and how many others there were."""
+    """The worst signal, like a status-bar badge, and the others by kind: what went wrong, read without --json."""
     signals = list(signals)
     worst = worst_signal(signals)
     if worst is None:
         return ""
-    others = len(signals) - 1
-    more = f" (+{others} more signal(s))" if others else ""
-    return f" · {_LEVEL_MARKS[worst.level.value]} {worst.kind}: {shortened(worst.message, MESSAGE_LIMIT)}{more}"
+    others = list(signals)
+    others.remove(worst)
+    also = f" · also {_kinds(others)}" if others else ""
+    return f" · {_LEVEL_MARKS[worst.level.value]} {worst.kind}: {shortened(worst.message, MESSAGE_LIMIT)}{also}"
+
+
+# Past this many kinds a badge's line no longer reads at a glance; the rest are counted, and named in --json.
+KINDS_SHOWN = 4
+# A custom guard names its own kinds: one long name must not push the others off a readable line.
+KIND_LIMIT = 40
+
+
+def _kinds(signals: list[Signal]) -> str:
+    """`✖ max_turns, ⚠ repeated_tool_call ×3, unknown_tool_call, +2 more kinds`: each kind once with how many times,
+    severe before warning (each level's mark said once), then the most frequent, then the first seen."""
+    tally = Counter((s.level, s.kind) for s in signals)
+    ranked = sorted(tally, key=lambda key: (key[0] != Level.SEVERE, -tally[key]))
+    parts: list[str] = []
+    level: Level | None = None
+    for key in ranked[:KINDS_SHOWN]:
+        mark = f"{_LEVEL_MARKS[key[0].value]} " if key[0] != level else ""
+        times = f" ×{tally[key]}" if tally[key] > 1 else ""
+        parts.append(f"{mark}{shortened(key[1], KIND_LIMIT)}{times}")
+        level = key[0]
+    if len(ranked) > KINDS_SHOWN:
+        parts.append(f"+{counted(len(ranked) - KINDS_SHOWN, 'more kind', 'more kinds')}")
+    return ", ".join(parts)
+
+
+def counted(count: int, one: str, many: str = "") -> str:
+    """`1 turn`, `2 turns`, `0 turns`: the text report's wording (the step summary and JUnit keep theirs)."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def _counts(signals: Iterable[Signal]) -> dict[str, int]:

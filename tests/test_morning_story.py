@@ -23,6 +23,7 @@ from typing import Any
 from orchestrator.build import open_store
 from orchestrator.config import load_config
 from orchestrator.notes import NotesBook
+from orchestrator.report import counted
 from orchestrator.scripted import Reply, call
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
 
@@ -163,12 +164,12 @@ def assert_one_story(night: Night, repo: Path) -> dict[str, Any]:
         else:
             assert (f"({reason})" in head) == bool(reason and outcome != "succeeded"), head
         if iterations or reason not in ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight"):
-            assert f" · {len(iterations)} iteration(s)" in head, head
+            assert f" · {counted(len(iterations), 'iteration')}" in head, head
         if task["commit"]:
             assert f"@ {task['commit'][:10]}" in head
         for line, it in zip(text[at + 1:], iterations, strict=False):
             assert line.startswith(f"    #{it['number']} {it['outcome']}"), line
-            assert f" · {it['turns']} turns · {it['tokens']} tokens" in line, line
+            assert f" · {counted(it['turns'], 'turn')} · {counted(it['tokens'], 'token')}" in line, line
             if it["reason"] and it["reason"] != it["outcome"]:
                 assert line.startswith(f"    #{it['number']} {it['outcome']} {it['reason']} · "), line
         # What the morning is told to review: the work on the branch, done tonight.

@@ -137,8 +137,8 @@ class TestStepSummary:
 
 
 class TestTaskAndIterationLines:
-    def test_a_badge_shows_the_worst_signal_and_how_many_others_there_were(self):
-        """Three signals on one iteration: the severe one is shown, with `(+2 more signal(s))` for the two warnings beside it."""
+    def test_a_badge_shows_the_worst_signal_and_names_the_others(self):
+        """Three signals on one iteration: the severe one is shown with its message, the two warnings beside it by kind."""
         from dataclasses import replace
 
         from orchestrator.records import Level, Signal
@@ -150,7 +150,40 @@ class TestTaskAndIterationLines:
                    Signal(Level.WARNING, "context_full", "context 85% full"))
         iteration = replace(run.tasks[0].iterations[0], signals=signals)
         text = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(iteration,)),)))
-        assert "    #1 rolled_back check_failed · 2 turns · 10 tokens · ✖ check_failed: exit 1 (+2 more signal(s))" in text.splitlines()
+        assert "    #1 rolled_back check_failed · 2 turns · 10 tokens · ✖ check_failed: exit 1 · also ⚠ dead_loop, context_full" in text.splitlines()
+
+    def test_a_badge_counts_each_other_kind_most_severe_first_and_stops_after_four(self):
+        """Nine other signals of seven kinds: a kind seen three times says ×3, the severe one comes before the warnings,
+        and past four kinds the rest are counted as `+3 more kinds`, on the task's line and the iteration's alike."""
+        from dataclasses import replace
+
+        from orchestrator.records import Level, Signal
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        run = view("failed", "check_failed")
+        kinds = ["unknown_tool_call", "repeated_tool_call", "repeated_tool_call", "dead_loop", "repeated_tool_call",
+                 "context_full", "slow"]
+        signals = (*[Signal(Level.WARNING, kind, "m") for kind in kinds], Signal(Level.SEVERE, "max_turns", "30 turns"),
+                   Signal(Level.WARNING, "bad_json", "m"), Signal(Level.SEVERE, "check_failed", "exit 1"))
+        iteration = replace(run.tasks[0].iterations[0], signals=signals)
+        lines = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(iteration,)),))).splitlines()
+        badge = (" · ✖ check_failed: exit 1 · also ✖ max_turns, ⚠ repeated_tool_call ×3, unknown_tool_call, dead_loop,"
+                 " +3 more kinds")
+        assert lines[3].endswith(" · 1 iteration" + badge) and lines[4].endswith(" · 10 tokens" + badge)
+
+    def test_one_turn_one_token_and_one_iteration_are_said_in_the_singular(self):
+        """A night of one iteration of one turn that spent one token reads `1 iteration`, `1 turn`, `1 token`, not `1 turns`."""
+        from dataclasses import replace
+
+        from orchestrator.report import as_text
+        from tests.test_junit import view
+
+        run = view("failed", "check_failed")
+        iteration = replace(run.tasks[0].iterations[0], turns=1, tokens=1)
+        lines = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(iteration,)),))).splitlines()
+        assert lines[0].endswith(" · 1 token") and lines[3].endswith(" · 1 iteration")
+        assert lines[4] == "    #1 rolled_back check_failed · 1 turn · 1 token"
 
     def test_an_iteration_whose_reason_is_its_outcome_says_it_once(self):
         """A cancelled iteration's line reads `#1 cancelled`, not `#1 cancelled cancelled`."""
@@ -171,7 +204,7 @@ class TestTaskAndIterationLines:
         first = replace(run.tasks[0].iterations[0], reason="max_turns")
         again = [replace(first, id=n, number=n, reason="check_failed") for n in (2, 3)]
         lines = as_text(replace(run, tasks=(replace(run.tasks[0], iterations=(first, *again)),))).splitlines()
-        assert lines[3].startswith("⏸ t: parked (parked: check_failed stopped iterations in a row) · overnight/t · 3 iteration(s)")
+        assert lines[3].startswith("⏸ t: parked (parked: check_failed stopped iterations in a row) · overnight/t · 3 iterations")
 
     def test_a_paused_task_is_marked_apart_from_a_parked_one(self):
         """A paused task's line is marked ↻ (worked again next night), a parked one's ⏸: told apart without the words."""
@@ -221,7 +254,7 @@ class TestTaskAndIterationLines:
         stopped = replace(run.tasks[0].iterations[0], reason="repeated_tool_call", signals=(Signal(Level.SEVERE, "repeated_tool_call", "loop"),))
         committed = replace(stopped, id=2, number=2, outcome="committed", reason="", commit="c" * 40, signals=())
         lines = as_text(replace(run, tasks=(replace(run.tasks[0], commit="c" * 40, iterations=(stopped, committed)),))).splitlines()
-        assert lines[3] == "✔ t: succeeded · overnight/t @ cccccccccc · 2 iteration(s)"
+        assert lines[3] == "✔ t: succeeded · overnight/t @ cccccccccc · 2 iterations"
         assert lines[4] == "    #1 rolled_back repeated_tool_call · 2 turns · 10 tokens · ✖ repeated_tool_call: loop"
 
     def test_a_run_with_no_tasks_says_so(self):
