@@ -205,26 +205,25 @@ class TestRollback:
         assert "`check_failed`" in notes and "AssertionError" in notes
 
 
-    def test_a_check_killed_by_a_signal_says_so(self, config_file, server, capsys):
-        """A check that dies of SIGSEGV read "check failed: exit -11" in the signal, the note and the report."""
-        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": "kill -SEGV $$"}]
+    @pytest.mark.parametrize(
+        ("check", "how_it_ended"),
+        [
+            # A check that dies of SIGSEGV read "check failed: exit -11".
+            ("kill -SEGV $$", "killed by signal 11 (SIGSEGV)"),
+            # A check naming a script that is not there (bash's exit 127) read "check failed: exit 127", as a failing
+            # test reads, though no change of the model's mends it.
+            ("./run_the_tests.sh", "exit 127 (command not found)"),
+        ],
+    )
+    def test_a_check_that_could_not_run_says_how_it_ended(self, config_file, server, capsys, check, how_it_ended):
+        """A check killed by a signal, or whose command is not found, says so in the signal, the note and the report."""
+        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": check}]
         config = config_file(night={"max_iterations": 1}, tasks=tasks)
         server.enqueue(call("submit", {"summary": "nothing"}))
         assert overnight("run", "--config", str(config)) == 1
-        assert "killed by signal 11 (SIGSEGV)" in notes_text(config)
+        assert how_it_ended in notes_text(config)
         [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
-        assert signal["message"] == "check failed: killed by signal 11 (SIGSEGV)"
-
-    def test_a_check_whose_script_is_missing_says_command_not_found(self, config_file, server, capsys):
-        """A check naming a script that is not there (bash's exit 127) read "check failed: exit 127", as a failing test
-        reads: the signal and the note now say the command was not found, which no change of the model's mends."""
-        tasks = [{"name": "fix-greet", "prompt": "Fix greet.", "check": "./run_the_tests.sh"}]
-        config = config_file(night={"max_iterations": 1}, tasks=tasks)
-        server.enqueue(call("submit", {"summary": "nothing"}))
-        assert overnight("run", "--config", str(config)) == 1
-        assert "exit 127 (command not found)" in notes_text(config)
-        [signal] = report_json(config, capsys)["tasks"][0]["iterations"][0]["signals"]
-        assert signal["message"] == "check failed: exit 127 (command not found)"
+        assert signal["message"] == f"check failed: {how_it_ended}"
 
     def test_a_long_check_output_keeps_its_end(self, config_file, server):
         """A test run's failure is at the end of its output: the note's evidence is the output's tail, not its head."""
