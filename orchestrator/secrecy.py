@@ -7,11 +7,12 @@ prompt carries) and, written to a file, on the task's branch that CI then pushes
 
 - the agent's commands and the task's check run without the variables whose names say they
   hold a secret (`looks_secret`) or whose values hold a URL or an Oracle login with a password, a connection string's
-  secret setting or an Authorization header (`holds_secret`); the
+  secret setting, an Authorization header, or a secret as a command line, a Cookie header or a .netrc writes it
+  (`inline_secrets.py`: `holds_secret`); the
   check (also when the agent runs it) gets those its task names in `pass_env`, the agent's own
   commands never;
-- what a tool or the check prints has the values of those variables, the model's API key and
-  the run store's password replaced by `***` (`Redactor`), however the agent came by them; so
+- what a tool or the check prints has the values of those variables, the model's API key,
+  the run store's password and the user's .netrc passwords replaced by `***` (`Redactor`), however the agent came by them; so
   have the model's own words where they are written down (its text, its calls' arguments, its
   summary: `surrogates.strings_mapped` with the redaction), while its tools get them as it wrote them;
 - a file the check given `pass_env` wrote one of its values into stays off the task's branch
@@ -31,6 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
+
+from orchestrator.inline_secrets import inline_secrets, netrc_passwords
 
 # Words of a variable's name (split at `_`) that say its value is a secret: OPENAI_API_KEY,
 # GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, SSH_AUTH_SOCK, GOOGLE_APPLICATION_CREDENTIALS,
@@ -86,7 +89,8 @@ def _last_word(words: list[str]) -> str:
 def holds_secret(name: str, value: str) -> bool:
     """Whether a variable is withheld: its name says so, or its value holds a URL with a password
     (DATABASE_URL=postgres://app:pw@db/app, GitLab's CI_REPOSITORY_URL with the job token), an Oracle login (scott/pw@//db/orcl),
-    or a secret setting or header (`Server=db;Password=...`, `Authorization: Bearer ...`): `_value_secrets`."""
+    a secret setting or header (`Server=db;Password=...`, `Authorization: Bearer ...`), or an option's, a cookie's or a
+    .netrc entry's secret (`--password=...`, `Cookie: session=...`): `_value_secrets`."""
     # Only a password the Redactor would hide: `postgres://postgres:postgres@localhost/test`, a CI service
     # database's, is in the project's own files and shown anyway; withheld, the check just fails.
     return looks_secret(name) or any(_redactable(secret) for secret in _value_secrets(value))
@@ -142,10 +146,12 @@ class Redactor:
 
     @classmethod
     def for_night(cls, *, api_key: str | None = None, store_url: str | None = None, api_base: str | None = None) -> "Redactor":
-        """The values of this process's secret-named variables, the model's API key, and the passwords
-        (and query values) of the store's and the model endpoint's URLs, or of an Oracle login written there."""
+        """The values of this process's secret-named variables, the model's API key, the passwords
+        (and query values) of the store's and the model endpoint's URLs, or of an Oracle login written there, and those
+        of the user's .netrc (`netrc_file_passwords`)."""
         values = [value for name, value in os.environ.items() if looks_secret(name)]
         values += [secret for value in os.environ.values() for secret in _value_secrets(value)]
+        values += netrc_file_passwords()
         values += [api_key or ""] + [secret for url in (store_url, api_base) for secret in url_secrets(url) + oracle_passwords(url)]
         return cls(values)
 
@@ -167,6 +173,21 @@ class Redactor:
             if value in text:
                 text = text.replace(value, REDACTED)
         return text
+
+
+# More than any .netrc: a file that large is no credentials file, and is read no further.
+_NETRC_MAX_CHARS = 1 << 20
+
+
+def netrc_file_passwords() -> list[str]:
+    """The passwords of the .netrc that curl, git and ftp read (`$NETRC`, else `~/.netrc`): the agent's commands can
+    read the file (`cat ~/.netrc`, `curl --netrc -v`), and the redaction keeps its known values out of the records."""
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as netrc:
+            return netrc_passwords(netrc.read(_NETRC_MAX_CHARS))
+    except OSError:  # none, unreadable, or a folder
+        return []
 
 
 @dataclass(frozen=True)
@@ -373,8 +394,9 @@ def _one_urls_userinfo(quote: str = "") -> re.Pattern[str]:
         rf"""{start}[A-Za-z][\w+.\-]*://  # a scheme, `_` in it too (`oracle+cx_oracle`)
         ([^:/?#\[\]{user_ends}]*+)         # the user, as `_USERINFO`'s
         (?::
-            ((?![0-9]*[/?#]|[0-9]+[\s,;:)|{quote}]|\s)  # no port then words (`https://db:3128, ask ops@example.com`) or
-                                        # the string's end, no words after a colon (a password that begins with a space)
+            ((?![0-9]*[/?#]|[0-9]+[\s,;:)|{quote}]|\s++(?![^\s@{quote}]++@))  # no port then words (`https://db:3128, ask
+                                        # ops@example.com`) or the string's end, no words after a colon: a password that
+                                        # begins with a space is one word up to the `@` (`https://u: pw@db`)
                 [^@\r\n{quote}]*+)
             ((?>(?:@[^@/?#\s{quote}]*+)*(?=@)))
         )?@
@@ -462,8 +484,9 @@ _PRIVATE_KEY = re.compile(
 # `...;AccountKey=...`, libpq's `host=db password=...`) or a Java system property (`-Djavax.net.ssl.keyStorePassword=...`): a
 # name at the value's start, after a `;`, white space or `-D`, and its value up to the next `;` or white space, or quoted
 # (`Password="a;b"`, ODBC's `PWD={a;b}`). Groups: the name, then the value as one of those. Not a `--name=value` option:
-# make's MAKEFLAGS holds `--jobserver-auth=fifo:/tmp/GMfifo123`, a path to leave as it is. A quoted value is read up to
-# 256 characters, more than a password: a quote never closed was read to the value's end from each of many.
+# make's MAKEFLAGS holds `--jobserver-auth=fifo:/tmp/GMfifo123`, a path to leave as it is (`inline_secrets` reads the
+# options whose names say they take a secret). A quoted value is read up to 256 characters, more than a password: a quote
+# never closed was read to the value's end from each of many.
 _CONNECTION_SETTING = re.compile(
     r"""(?:\A|(?<=[;\s])|(?<=-D))([A-Za-z][\w.-]*+)[ \t]*+=[ \t]*+
     (?:"([^"]{0,256}+)"|'([^']{0,256}+)'|\{(?!\{)([^}]{0,256}+)\}|([^;\s]*+))""",
@@ -498,20 +521,52 @@ def _fragment_settings(text: str) -> list[tuple[str, str]]:
 
 def _value_secrets(value: str) -> list[str]:
     """The secrets of a variable's value whose name does not say it holds one: its URLs' (`url_secrets`), a connection
-    string's or an option's settings' (`_CONNECTION_SETTING`), and Oracle's logins' passwords (`_ORACLE_LOGIN`)."""
+    string's or an option's settings' (`_setting_secrets`), a command line's, a cookie header's and a .netrc's
+    (`inline_secrets`), and Oracle's logins' passwords (`_ORACLE_LOGIN`)."""
     # JDBC's Oracle URL holds no `://` (`jdbc:oracle:thin:@//db:1521/svc?user=scott&password=...`).
     found = url_secrets(value) if "://" in value or "jdbc:" in value else []
     if "=" in value:
-        # ODBC's `PWD` only in a string of `;`-separated settings: `env PWD=/home/me/app make` names a folder.
-        secret = _secret_setting if ";" in value else looks_secret
-        settings = _CONNECTION_SETTING.finditer(value)
-        secret_settings = (setting for setting in settings if secret(_setting_last_word(setting.group(1))))
-        found += [next(part for part in setting.groups()[1:] if part is not None) for setting in secret_settings]
+        found += _setting_secrets(value)
+    found += inline_secrets(value)
     if "uthorization" in value:
         found += _AUTHORIZATION.findall(value)
     if "PRIVATE KEY" in value:
         found += [form for key in _PRIVATE_KEY.findall(value) for form in (key, key.replace("\\n", "\n"))]
     return [secret for secret in found + oracle_passwords(value) if not _PLACEHOLDER.fullmatch(secret)]
+
+
+def _setting_secrets(value: str) -> list[str]:
+    """The values of the settings (`_CONNECTION_SETTING`) of `value` and of the strings it quotes (`_QUOTED`: a container's
+    `--env="SECRET_KEY_BASE=..."`, `-e 'A=1 API_TOKEN=...'`, a JSON list's) whose names say they are secrets."""
+    quoted = [one.group(1) or one.group(2) or "" for one in _QUOTED.finditer(value)] if '"' in value or "'" in value else []
+    return [secret for text in (value, *quoted) if "=" in text for secret in _named_setting_secrets(text)]
+
+
+# A string in quotes, read up to 256 characters as `_CONNECTION_SETTING` reads a quoted value: one never closed is not read
+# to the value's end from each of many quotes.
+_QUOTED = re.compile(r""""([^"\r\n]{0,256}+)"|'([^'\r\n]{0,256}+)'""")
+
+
+def _named_setting_secrets(text: str) -> list[str]:
+    """The values of the settings of `text` whose names say they are secrets (`_CONNECTION_SETTING`)."""
+    # ODBC's `PWD` only in a string of `;`-separated settings: `env PWD=/home/me/app make` names a folder.
+    secret = _secret_setting if ";" in text else looks_secret
+    named = ((setting.group(1), setting) for setting in _CONNECTION_SETTING.finditer(text))
+    secret_settings = [setting for name, setting in named if secret(_setting_last_word(name)) or _secret_variable_setting(name)]
+    return [next(part for part in setting.groups()[1:] if part is not None) for setting in secret_settings]
+
+
+# A setting named as an environment variable is (`SECRET_KEY_BASE=...`, `X=1;API_TOKEN=...`), capitals in two words or
+# more: `looks_secret` reads its name, as it reads the variable's, but for a last word that says where one is kept (a file,
+# a folder, a variable), whose value is a path or a name: `SECRET_KEY_FILE=/run/secrets/key`. Not ODBC's `DSN=` or `PWD=`.
+_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*+(?:_[A-Z0-9]++)++")
+_WHERE_KEPT_WORDS = frozenset({"FILE", "PATH", "DIR", "FOLDER", "LOCATION", "ENV", "NAME", "VAR", "ID"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_variable_setting(name: str) -> bool:
+    """Whether a setting named as an environment variable (`_VARIABLE_NAME`) holds a secret: `looks_secret`'s reading."""
+    return bool(_VARIABLE_NAME.fullmatch(name)) and looks_secret(name) and _last_word(name.split("_")) not in _WHERE_KEPT_WORDS
 
 
 @functools.lru_cache(maxsize=4096)  # asked of every setting of every value and URL: the names repeat

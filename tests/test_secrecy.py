@@ -967,6 +967,97 @@ class TestConnectionStringsAndSignedUrls:
         assert withheld({"JAVA_TOOL_OPTIONS": with_password}) == ["JAVA_TOOL_OPTIONS"]
 
 
+class TestSecretsWrittenAsOptionsHeadersAndNetrc:
+    """Secrets a variable's value holds as a command line, an HTTP header, a .netrc or an inner setting writes them
+    (orchestrator/inline_secrets.py), found; the options, headers and words that only look so, and the text a morning reader
+    needs (a diff, git's and pytest's output), left as they are."""
+
+    PASSWORD = "Str0ng-Passw0rd"
+
+    @pytest.mark.parametrize("written", [
+        "deploy --password={} --verbose", "deploy --password {} --verbose", "gh api --token={} /user",
+        "client --api-key {} --region eu", "client --client-secret '{}'", "mysql -h db -u app -p{} app_db", "mysqldump -u root -p'{}' shop",
+        "Cookie: session={}; theme=dark", "Set-Cookie: sid={}; Path=/; HttpOnly", '{{"Cookie": "csrftoken=x1; sessionid={}"}}',
+        "curl --cookie 'sessionid={}' https://app.example", "machine example.com login bob password {}",
+        'docker run --env="SECRET_KEY_BASE={}" app', "X=1 SECRET_KEY_BASE={}", "https://u: {}@db.example/app",
+    ], ids=["option-equals", "option-word", "token", "api-key", "client-secret", "mysql", "mysqldump-quoted", "cookie", "set-cookie",
+            "cookie-in-json", "curl-cookie", "netrc", "quoted-inner-setting", "variable-setting", "url-password-after-space"])
+    def test_an_inline_secret_is_withheld_and_redacted(self, written: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A variable whose name says nothing, holding a command line, a header or a .netrc entry with a secret, is withheld,
+        and the secret alone reads ***: the options, names and cookies beside it as they are."""
+        value = written.format(self.PASSWORD)
+        monkeypatch.setenv("DEPLOY_ARGS", value)
+        assert withheld({"DEPLOY_ARGS": value}) == ["DEPLOY_ARGS"]
+        assert Redactor.for_night()(value) == written.format(REDACTED)
+
+    @pytest.mark.parametrize("value", [
+        "--password-file /run/secrets/db_password", "--token-count 5 --max-tokens 4096", "psql --no-password analytics_prod",
+        "mysql --password --default-character-set=utf8mb4 shop", 'login --password "$DB_PASSWORD" --api-key <your-api-key>',
+        "gh auth login --with-token < token_file.txt", "docker build --secret id=npmrc,src=/home/me/.npmrc .",
+        "curl --key client-key.pem --cert client.pem https://api.example",
+        "mkdir -p build/output_dir && ssh -p 2222 deploy@host.example", "mysql -u root -p analytics_prod",
+        "pytest -p no:cacheprovider tests/test_mysql.py", "gcc -Wall -pedantic-errors -o app main.c", "Cookie: <redacted>",
+        "Set-Cookie: session=<redacted>; Path=/", "cookie: dict[str, str] = {}", "curl --cookie cookies.txt https://app.example",
+        "the machine learning password requirements", "SECRET_KEY_FILE=/run/secrets/rails_key_base", "token_count=5",
+        "def set_password(self, pw):",
+    ], ids=["password-file", "token-count", "no-password-flag", "password-prompt", "placeholders", "token-from-stdin", "docker-secret",
+            "key-file", "mkdir-ssh-p", "mysql-p-prompt", "pytest-p", "gcc-pedantic", "cookie-redacted", "set-cookie-placeholder",
+            "cookie-annotation", "cookie-jar", "prose", "secret-file-variable", "token-count-setting", "def-set-password"])
+    def test_what_only_looks_like_an_inline_secret_is_kept(self, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """An option that names where a secret is kept or none, a flag before a positional argument, a placeholder, `-p`
+        of another tool than mysql, a cookie already hidden or a cookie jar's file, prose: neither withheld nor redacted."""
+        monkeypatch.setenv("TOOL_ARGS", value)
+        assert withheld({"TOOL_ARGS": value}) == []
+        assert Redactor.for_night()(value) == value
+
+    def test_what_a_morning_reader_needs_stays_readable(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """With secrets in options, a cookie header and a mysql login among the environment, a diff, git's and pytest's output
+        keep every word but the secrets' own values."""
+        monkeypatch.setenv("DEPLOY_ARGS", f"--password={self.PASSWORD} --api-key ak_0123456789abcdef")
+        monkeypatch.setenv("HEADERS", "Cookie: sessionid=s3ss10n-0123456789")
+        monkeypatch.setenv("MYSQL_CMD", "mysql -u app -pMy5ql-Passw0rd app_db")
+        text = (
+            "diff --git a/app/auth.py b/app/auth.py\n"
+            '-    password = request.form["password"]\n+    password = request.form.get("password", "")\n'
+            " def set_password(self, pw):\n"
+            "abc1234 (HEAD -> main) auth: --password-file for the token_count=5 tests\n"
+            "tests/test_auth.py::test_password_reset_sends_mail PASSED\n"
+            "FAILED tests/test_auth.py::test_token_expires - AssertionError: Cookie: <redacted>\n"
+            f"deploy --password={self.PASSWORD} --api-key ak_0123456789abcdef\n< Set-Cookie: sessionid=s3ss10n-0123456789; Path=/\n"
+            "mysql -u app -pMy5ql-Passw0rd app_db\n"
+        )
+        redacted = Redactor.for_night()(text)
+        secrets_lines = "deploy --password=*** --api-key ***\n< Set-Cookie: sessionid=***; Path=/\nmysql -u app -p*** app_db\n"
+        assert redacted == text.split("deploy --password=")[0] + secrets_lines
+
+    def test_a_netrc_files_passwords_are_redacted(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The passwords of the .netrc that `$NETRC` names (else ~/.netrc), which the agent's commands can print, read ***;
+        its machines and logins as they are; none (no such file, or a folder) redacts nothing."""
+        netrc = tmp_path / "netrc"
+        netrc.write_text("machine git.example.com\n  login bob\n  password Netrc-Passw0rd-1\ndefault login anon password Anon-Passw0rd-2\n")
+        monkeypatch.setenv("NETRC", str(netrc))
+        shown = "machine git.example.com\n  login bob\n  password ***\ndefault login anon password ***\n"
+        assert Redactor.for_night()(netrc.read_text()) == shown
+        monkeypatch.delenv("NETRC")
+        monkeypatch.setenv("HOME", str(tmp_path))
+        (tmp_path / ".netrc").write_text("machine h login u password Home-Netrc-Passw0rd\n")
+        assert Redactor.for_night()("Home-Netrc-Passw0rd") == REDACTED
+        for nothing_there in (tmp_path / "missing", tmp_path):
+            monkeypatch.setenv("NETRC", str(nothing_there))
+            assert Redactor.for_night()("Home-Netrc-Passw0rd") == "Home-Netrc-Passw0rd"
+
+    def test_long_runs_of_near_misses_are_read_in_linear_time(self) -> None:
+        """200 kB runs of what starts an option, a mysql login, a cookie, a .netrc entry and a quoted setting, none holding a
+        secret, are read in well under a second."""
+        env = {
+            "OPTIONS": "--password --token " * 10000, "MYSQL": "mysql " + "/mysql -u " * 20000 + "-p", "COOKIES": "Cookie: a " * 20000,
+            "NETRC": "machine x " + "login machine " * 14000, "QUOTED": 'env="' * 40000, "URLS": "https://u: " * 20000,
+        }
+        started = time.perf_counter()
+        assert withheld(env) == []
+        assert time.perf_counter() - started < 1.0
+
+
 class TestFileToolsRedactBeforeTheyCut:
     SECRET = "sk-LEAKY-0123456789abcdefghij"
 
