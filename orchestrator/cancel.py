@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import os
+import re
 import signal
 import threading
 import time
@@ -152,6 +153,28 @@ def named_zone(setting: str) -> tzinfo | None:
         return ZoneInfo(setting)
     except (LookupError, ValueError):
         return None
+
+
+def unreadable_tz() -> str | None:
+    """The TZ setting when the C library cannot read it: glibc then keeps UTC's time under whatever name TZ began with
+    (TZ=Not/AZone read 06:00 UTC as `06:00 Not`). None when TZ is unset or empty, names a zone file (as glibc looks
+    for one, under $TZDIR), or is a POSIX rule (a name of three letters or more, or <quoted>, then its offset)."""
+    setting = os.environ.get("TZ")
+    name = (setting or "").removeprefix(":")
+    if not name or _POSIX_TZ_RULE.match(name) or _is_zone_file(name):
+        return None
+    return setting
+
+
+_POSIX_TZ_RULE = re.compile(r"(?:[A-Za-z]{3,}|<[A-Za-z0-9+-]{3,}>)[+-]?[0-9]")
+
+
+def _is_zone_file(name: str) -> bool:
+    try:
+        with open(os.path.join(os.environ.get("TZDIR") or "/usr/share/zoneinfo", name), "rb") as zone:
+            return zone.read(4) == b"TZif"
+    except OSError:
+        return False
 
 
 class _SystemLocalTime(tzinfo):

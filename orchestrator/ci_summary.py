@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator.errors import StateError
 from orchestrator.printable import shortened, visible
 from orchestrator.records import counts_as_succeeded
-from orchestrator.report import MESSAGE_LIMIT, badge_signals
+from orchestrator.report import MESSAGE_LIMIT, badge_signals, shown_detail
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -76,7 +76,8 @@ def _row(task: TaskView) -> str:
     worst = worst_signal(badge_signals(task))
     signal = f"{worst.level.value} `{worst.kind}`: {_literal(shortened(worst.message, MESSAGE_LIMIT))}" if worst else ""
     commit = f" @ `{task.commit[:10]}`" if task.commit else ""
-    reason = f"`{task.reason}`" if task.reason else ""
+    detail = f": {_literal(shown)}" if (shown := shown_detail(task)) else ""
+    reason = f"`{task.reason}`{detail}" if task.reason else ""
     cells = [
         task.name,
         f"{_MARKS.get(task.outcome, '')} {task.outcome}".strip(),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from orchestrator.config import Config, parse_config
 from orchestrator.errors import ConfigError
 from orchestrator.files import absolute
+from orchestrator.report import counted
 
 if TYPE_CHECKING:
     from orchestrator.night import NightResult
@@ -118,13 +119,13 @@ _GIT_IDENTITY = ("-c", "user.name=overnight demo", "-c", "user.email=demo@localh
 
 # Log events shown as progress lines; everything goes to night.log as JSON.
 _PROGRESS = {
-    "local_model_started": "model ready: {model_file} on port {port}, context {context_size}, {threads} thread(s), {startup_s} s to start",
+    "local_model_started": "model ready: {model_file} on port {port}, context {context_size}, {threads}, {startup_s} s to start",
     "task_started": "task {task} (branch {branch})",
     "iteration_started": "  iteration {iteration}: working…",
-    "model_call": "    model answered: {tokens} tokens in {latency_ms} ms, {calls} native call(s)",
+    "model_call": "    model answered: {tokens} in {latency_ms} ms, {calls}",
     "tool_call": "    tool {tool}: {ok_word}",
-    "iteration_committed": "  iteration {iteration}: committed {commit} after {turns} turns, {tokens} tokens",
-    "iteration_rolled_back": "  iteration {iteration}: rolled back ({reason}) after {turns} turns, {tokens} tokens",
+    "iteration_committed": "  iteration {iteration}: committed {commit} after {turns}, {tokens}",
+    "iteration_rolled_back": "  iteration {iteration}: rolled back ({reason}) after {turns}, {tokens}",
     "iteration_cancelled": "  iteration {iteration}: cancelled ({why})",
     "iteration_error": "  iteration {iteration}: error in overnight (see night.log)",
     "task_finished": "task {task}: {outcome}{reason_part}",
@@ -134,6 +135,8 @@ _PROGRESS = {
     "local_model_restarted": "model ready again on port {port}",
     "local_model_not_restarted": "model server not started again: {error}",
 }
+# The progress lines' counts, in words as the morning report counts (`1 turn`, `2 turns`); night.log keeps the numbers.
+_COUNTED = {"turns": "turn", "tokens": "token", "calls": "native call", "threads": "thread"}
 
 
 def make_sample_repo(path: Path) -> Path:
@@ -333,6 +336,7 @@ class _Progress:
         if "commit" in event and not event["commit"]:  # the check passed on the iteration's checkpoint as it was
             fields["commit"] = "nothing new"
         fields["model_file"] = Path(str(event.get("model_file", ""))).name
+        fields.update({key: counted(event[key], word) for key, word in _COUNTED.items() if isinstance(event.get(key), int)})
         try:
             return template.format(**fields)
         except (KeyError, IndexError, ValueError):

@@ -249,15 +249,8 @@ def _passed_secrets(task: TaskConfig) -> PassedSecrets | None:
 
 
 def _how_it_ended(exit_code: int) -> str:
-    """`exit N`, as the morning's reports have always said, or `killed by signal N (NAME)`; the shell's own two codes
-    named: a check whose script is missing read as any failing test, though no change of the model's could mend it."""
-    if exit_code < 0:
-        return how_it_ended(exit_code)
-    return f"exit {exit_code}" + _SHELLS_OWN_CODES.get(exit_code, "")
-
-
-# What bash exits with when it could not run the command at all (its manual, "Exit Status").
-_SHELLS_OWN_CODES = {126: " (the command is not executable)", 127: " (command not found)"}
+    """`exit N`, as the morning's reports have always said (`exit 127 (command not found)`), or `killed by signal N (NAME)`."""
+    return how_it_ended(exit_code, exited="exit")
 
 
 def _whole_lines_tail(output: str) -> str:

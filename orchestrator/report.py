@@ -151,12 +151,18 @@ def reason_in_words(task: TaskView) -> str:
     says). A paused task's says what could not be reached and how (`detail`, redacted when recorded), and that it is
     worked again. Any other reason, and a parked task's with no iterations, as it is."""
     if task.outcome == "paused" and task.reason:
-        detail = f": {shortened(task.detail, MESSAGE_LIMIT)}" if task.detail else ""
+        detail = f": {shown}" if (shown := shown_detail(task)) else ""
         return f"{task.reason}{detail}; retried next night"
     if task.reason != "parked":
         return task.reason
     stopped_by = next((it.reason for it in reversed(task.iterations) if it.reason), "")
     return f"parked: {stopped_by} stopped iterations in a row" if stopped_by else task.reason
+
+
+def shown_detail(task: TaskView) -> str:
+    """What a task's reason code alone does not say, as the reports show it beside the code: a paused task's endpoint and
+    error (task_runs.detail, redacted when recorded), cut to a glance; "" for any other task, or none recorded."""
+    return shortened(task.detail, MESSAGE_LIMIT) if task.outcome == "paused" and task.reason and task.detail else ""
 
 
 def _unused(task: TaskView) -> str:
@@ -202,7 +208,8 @@ def _kinds(signals: list[Signal]) -> str:
 
 
 def counted(count: int, one: str, many: str = "") -> str:
-    """`1 turn`, `2 turns`, `0 turns`: the text report's wording (the step summary and JUnit keep theirs)."""
+    """`1 turn`, `2 turns`, `0 turns`: the text report's wording, and the demo's progress lines' (the step summary and
+    JUnit keep theirs)."""
     return f"{count} {one if count == 1 else many or one + 's'}"
 
 

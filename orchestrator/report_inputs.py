@@ -3,15 +3,29 @@ whether a run recorded as running has lost its process, and the clock its times 
 
 from __future__ import annotations
 
-from datetime import tzinfo
+from datetime import timezone, tzinfo
 
 
 def report_zone(settings: object) -> tzinfo | None:
     """The clock `[night] deadline` is read on (night._on_the_schedules_clock): `[schedule] timezone` when it names a
-    zone, else None, this host's (TZ honoured). A report in UTC read "ended 05:00 UTC" beside "deadline = 06:00"."""
-    from orchestrator.cancel import named_zone
+    zone, else None, this host's (TZ honoured). A report in UTC read "ended 05:00 UTC" beside "deadline = 06:00".
 
-    return named_zone(settings.schedule.timezone)  # type: ignore[attr-defined]
+    A timezone no zone database knows is ConfigError (exit 2), as `run` and `serve` refuse it: the host's clock in its
+    place read as the zone asked for. A TZ the C library cannot read is UTC, the clock it falls back to, named so and
+    said once on stderr: glibc names that clock by TZ's first letters (TZ=Not/AZone read `06:00 Not`)."""
+    from orchestrator.cancel import unreadable_tz
+    from orchestrator.logs import get_logger
+
+    if settings.schedule.timezone != "local":  # type: ignore[attr-defined]
+        from orchestrator.crontab import schedule_timezone
+
+        return schedule_timezone(settings)  # type: ignore[arg-type]
+    unreadable = unreadable_tz()
+    if unreadable is None:
+        return None
+    why = "TZ names no zone this host knows, nor is it a POSIX rule: times are in UTC, the clock the C library falls back to"
+    get_logger().warning("report_times_in_utc", tz=unreadable, why=why)
+    return timezone.utc
 
 
 def process_gone(run: object, began: object) -> bool:

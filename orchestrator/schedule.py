@@ -55,7 +55,7 @@ from orchestrator.crontab import latest_fire_time, night_trigger, schedule_timez
 from orchestrator.errors import StateError
 from orchestrator.lock import EXIT_LOCKED, SERVE_LOCK_NAME, StateLock, make_dir, state_identity
 from orchestrator.logs import get_logger, json_mode
-from runs.engine import safe_url
+from runs.engine import safe_url, store_shown
 
 NIGHT_JOB_ID = "overnight-night"
 SCHEDULE_TABLE = "overnight_schedule"
@@ -491,7 +491,7 @@ def _serve_locked(config: Config, config_path: Path, stop: StopNoted) -> int:
             cron=config.schedule.cron,
             timezone=str(schedule_timezone(config)),
             next_fire_time=pending.isoformat() if pending else None,
-            store=safe_url(config.store_url),
+            store=store_shown(config.store_url),
         )
 
     def executed(event: Any) -> None:

@@ -434,8 +434,7 @@ class Toolbox:
             return ToolResult(False, f"the check timed out after {self._check_timeout_s:g}s\n{result.output}")
         if result.exit_code == 0:
             return ToolResult(True, f"the check passed (exit code 0)\n{result.output}".rstrip())
-        ended = f" ({how_it_ended(result.exit_code)})" if result.exit_code >= 0 else f": {how_it_ended(result.exit_code)}"
-        return ToolResult(False, f"the check failed{ended}\n{result.output}".rstrip())
+        return ToolResult(False, f"the check failed: {how_it_ended(result.exit_code)}\n{result.output}".rstrip())
 
     def _submit(self, summary: str) -> ToolResult:
         return ToolResult(True, "submitted", submitted=True)

@@ -116,7 +116,7 @@ class TestRepeatedCallGuard:
         guard = RepeatedCallGuard(remind_at=3, stop_at=4)
         ctx, _ = started(guard)
         check = ToolCall(name="run_check", arguments={})
-        failed = ToolResult(ok=False, output="the check failed (exit code 1)\nFAILED test_greet: got 'helo'\n" + "x\n" * 50)
+        failed = ToolResult(ok=False, output="the check failed: exit code 1\nFAILED test_greet: got 'helo'\n" + "x\n" * 50)
         with pytest.raises(QualityError) as stop:
             for _ in range(4):
                 guard.after_tool_call(ctx, check, failed)
@@ -549,7 +549,7 @@ class TestFailingStreakGuard:
         """Six copies of a failing check in one answer are one failure; three such answers only warn."""
         guard = FailingStreakGuard(at=3)
         ctx, sink = started(guard)
-        failed = ToolResult(ok=False, output="the check failed (exit code 1)")
+        failed = ToolResult(ok=False, output="the check failed: exit code 1")
         check = ToolCall(name="run_check", arguments={})
         guard.after_model_response(ctx, *answer(*[check] * 6))
         for _ in range(6):

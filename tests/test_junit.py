@@ -382,6 +382,24 @@ class TestStepSummary:
         assert "`/srv/state/notes.md` (or `overnight notes`)" in step_summary(run, notes=Path("/srv/state/notes.md"))
         assert "the `notes.md` artifact (or `overnight notes`)" in step_summary(run)
 
+    def test_a_paused_tasks_reason_says_which_endpoint_refused_and_how(self, tmp_path):
+        """A task paused by a 401 has, beside `model_unreachable`, the endpoint and its answer, as the text report says."""
+        code, config, run = run_night(tmp_path, [Reply(status=401)], tasks=TASKS[:1])
+        assert code == 3
+        [row] = [line for line in step_summary(run).splitlines() if line.startswith("| fix-greet |")]
+        api_base = load_config(config).model.api_base
+        assert f"| `model_unreachable`: model endpoint {api_base} (openai/scripted) refused the request (401)" in row, row
+
+    def test_a_paused_tasks_detail_stays_in_its_cell_and_is_cut_to_a_glance(self, tmp_path):
+        """A recorded detail holding `|`, a line break, markdown and 1,000 characters stays in the reason cell, shown as
+        typed and cut as the text report cuts it."""
+        paused = view("paused", "model_unreachable")
+        detail = "endpoint a | b\nsaid **no** " + "x" * 1000
+        run = replace(paused, tasks=(replace(paused.tasks[0], detail=detail),))
+        [row] = [line for line in step_summary(run).splitlines() if line.startswith("| t |")]
+        assert "| `model_unreachable`: endpoint a \\| b said \\*\\*no\\*\\* xxx" in row and row.count(" | ") == 5, row
+        assert len(row) < 400, row
+
     def test_pipes_in_messages_do_not_break_the_table(self, tmp_path):
         """A signal message containing | and newlines stays inside its cell."""
         target = tmp_path / "summary.md"

@@ -389,6 +389,27 @@ class TestDemoWithoutTheExtra:
         assert f"run database:        {store}\n" in out.getvalue() and store.is_file(), out.getvalue()
 
 
+class TestDemoProgress:
+    def test_progress_lines_count_in_words_and_night_log_keeps_the_numbers(self, tmp_path: Path) -> None:
+        """The demo's progress lines count as the morning report does (`after 1 turn, 1 token`, `2 turns`, `1 native call`);
+        night.log keeps the fields as numbers."""
+        from orchestrator.demo import _progress_logging
+
+        out, log_path = io.StringIO(), tmp_path / "night.log"
+        with _progress_logging(out, log_path):
+            log = get_logger(iteration=1)
+            log.info("iteration_committed", commit="0123456789ab", turns=1, tokens=1)
+            log.info("iteration_rolled_back", reason="check_failed", turns=2, tokens=300)
+            log.debug("model_call", tokens=1, latency_ms=40, calls=1)
+        assert out.getvalue().splitlines() == [
+            "  iteration 1: committed 0123456789ab after 1 turn, 1 token",
+            "  iteration 1: rolled back (check_failed) after 2 turns, 300 tokens",
+            "    model answered: 1 token in 40 ms, 1 native call",
+        ]
+        logged = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines()]
+        assert [(event["turns"], event["tokens"]) for event in logged[:2]] == [(1, 1), (2, 300)]
+
+
 @needs_extra
 @pytest.mark.real_model
 class TestDemoStopped:

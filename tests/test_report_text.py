@@ -313,6 +313,58 @@ class TestTimes:
         in_new_york = datetime.fromisoformat(started).astimezone(ZoneInfo("America/New_York")).strftime("%Y-%m-%d %H:%M %Z")
         assert f" · started {in_new_york} · " in header
 
+    def test_an_unknown_schedule_timezone_is_one_line_and_exit_2_as_run_and_serve_refuse_it(self, tmp_path, repo):
+        """`[schedule] timezone = "garbage"` put in after a night: the text report is exit 2 naming the key, not times on
+        the host's clock read as the zone asked for; --json, which shows no zone, still answers."""
+        from tests.conftest import write_config
+        from tests.test_cli import assert_one_line_error, overnight as overnight_process
+
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{closed_port()}/v1", repo=repo)
+        assert overnight("run", "--config", str(config)) == 3
+        config.write_text(config.read_text() + '[schedule]\ntimezone = "garbage"\n')
+        assert_one_line_error(overnight_process("report", "--config", str(config)), 2, "[schedule] timezone", "'garbage'")
+        assert overnight_process("report", "--json", "--config", str(config)).returncode == 0
+
+    @pytest.mark.parametrize("setting", ["Not/AZone", "garbage"])
+    def test_a_tz_the_c_library_cannot_read_shows_utc_named_so_and_says_why(self, tmp_path, repo, setting):
+        """TZ=Not/AZone: the C library's clock is UTC under the name `Not`; the report's times are UTC named `UTC`, and a
+        `report_times_in_utc` warning on stderr says why."""
+        import json
+        import os
+        import subprocess
+
+        from tests.conftest import write_config
+
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{closed_port()}/v1", repo=repo)
+        assert overnight("run", "--config", str(config)) == 3
+        shown = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "TZ": setting},
+        )
+        assert shown.returncode == 0, shown.stderr
+        header = shown.stdout.splitlines()[0]
+        assert header.count(" UTC · ") == 2 and setting.split("/")[0] not in header, header
+        [warning] = [json.loads(line) for line in shown.stderr.splitlines()]
+        assert (warning["event"], warning["tz"]) == ("report_times_in_utc", setting)
+
+    @pytest.mark.parametrize(
+        ("setting", "unreadable"),
+        [
+            ("Europe/Berlin", False), (":Europe/Berlin", False), ("UTC0", False), ("EST5EDT", False), ("<+0530>-5:30", False),
+            ("", False), (":", False),
+            ("Not/AZone", True), (":Not/AZone", True), ("garbage", True), ("AB5", True), ("<>-1", True),
+        ],
+    )
+    def test_a_tz_is_unreadable_only_where_the_c_library_falls_back_to_utc(self, monkeypatch, setting, unreadable):
+        """A zone file (with or without glibc's `:`) and a POSIX rule are read as set; a name no zone file has and no rule
+        (too short a name, no offset) is the C library's UTC under a made-up name."""
+        from orchestrator.cancel import unreadable_tz
+        from tests.test_schedule import zone_file
+
+        zone_file("Europe/Berlin")  # skipped on a host without a zone database
+        monkeypatch.setenv("TZ", setting)
+        assert unreadable_tz() == (setting if unreadable else None)
+
     def test_a_clock_with_no_name_for_its_time_is_named_by_its_offset(self):
         """A zone whose times have no abbreviation (`%Z` empty, as TZ=`<>-1` gives): the header names the offset,
         `started 2026-12-06 10:30 +0530`, not a bare time."""

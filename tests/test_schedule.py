@@ -522,6 +522,18 @@ class TestServeEvents:
         assert stopping["signal"] == "SIGINT"
 
 
+    def test_the_store_is_named_as_every_other_place_names_it(self, tmp_path: Path) -> None:
+        """`scheduler_started`'s `store` is the SQLite file as `report` names it (`café 100%25`), not its URL escaped
+        (`caf%C3%A9 100%2525`)."""
+        from runs.engine import store_shown
+
+        path = write_schedule_config(tmp_path / "café 100%25")
+        code, logs = serve_then_signal(path, lambda log: "scheduler_started" in log, "the scheduler's start", signum=signal.SIGINT)
+        assert code == 0
+        [started] = [line for line in logs if line["event"] == "scheduler_started"]
+        assert started["store"] == store_shown(load(path).store_url) == str(path.parent / "state" / "runs.db")
+
+
 class TestLocalZone:
     @pytest.mark.parametrize("setting", ["path", ":path"])
     def test_a_local_zone_read_from_a_file_is_stored_by_its_name(self, tmp_path: Path, setting: str) -> None:

@@ -855,6 +855,19 @@ class TestCommands:
         assert not command.ok and command.output == "killed by signal 11 (SIGSEGV)\nrunning tests"
         assert not check.ok and check.output == "the check failed: killed by signal 11 (SIGSEGV)\nrunning tests"
 
+    @pytest.mark.parametrize(
+        ("command", "named"),
+        [("./no_such_script.sh", "127 (command not found)"), ("./not_executable.sh", "126 (the command is not executable)")],
+    )
+    def test_a_command_or_check_the_shell_could_not_start_says_why(self, repo, command, named):
+        """A program that is not there (127) or not executable (126) is named so in run_command's and run_check's results,
+        as the morning's `check failed: exit 127 (command not found)` names it."""
+        (repo / "not_executable.sh").write_text("echo never\n")
+        box = toolbox(repo, ["run_command", "run_check"], check_command=command)
+        ran, check = run(box, "run_command", command=command), run(box, "run_check")
+        assert not ran.ok and ran.output.startswith(f"exit code {named}\n"), ran.output
+        assert not check.ok and check.output.startswith(f"the check failed: exit code {named}\n"), check.output
+
     def test_run_check_output_is_capped(self, repo):
         """The check's output is capped at max_output_chars."""
         box = toolbox(repo, check_command="seq 1 100000; exit 1", max_output_chars=600)
