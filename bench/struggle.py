@@ -26,11 +26,12 @@ from bench.baselines import BASELINES
 from bench.trajectories import CHECK_COMMAND, FILES, Trajectory, library
 from guards import HOOKS, default_guards
 from orchestrator.agent import RunContext, run_agent
-from orchestrator.config import ALL_TOOLS, GuardsConfig, ModelConfig
+from orchestrator.config import ALL_TOOLS, GuardsConfig
 from orchestrator.errors import QualityError
-from orchestrator.model import EndpointModel, _Draft
 from orchestrator.protocols import Message
 from orchestrator.records import Level, ModelResponse, Signal, ToolCall, ToolResult
+from orchestrator.response_draft import Draft
+from orchestrator.runaway import check_runaway
 from orchestrator.scripted import ScriptedModel
 from orchestrator.tools import Toolbox
 
@@ -75,18 +76,18 @@ class Run:
 class RunawayCheckedModel:
     """The scripted model, with each reply streamed through the real client's runaway detector.
 
-    orchestrator.model has no public detector: this feeds a `_Draft` chunk by chunk
-    and calls `EndpointModel._check_runaway`, exactly as `_read_stream` does.
+    This feeds a `response_draft.Draft` chunk by chunk and calls `runaway.check_runaway`,
+    exactly as `stream_reading.read_stream` does.
     """
 
     def __init__(self, inner: ScriptedModel, max_output_chars: int, ctx: RunContext, run: Run) -> None:
         self.inner, self.ctx, self.run = inner, ctx, run
-        self._client = EndpointModel(ModelConfig(name="openai/bench"), max_output_chars=max_output_chars)
+        self.max_output_chars = max_output_chars
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         response = self.inner.complete(messages, tools)
         self.run.turn_tokens[self.ctx.turn] = response.tokens
-        draft = _Draft()
+        draft = Draft()
         for index, text in [(None, response.text)] + list(enumerate(c.arguments for c in response.tool_calls)):
             for start in range(0, len(text), _STREAM_CHUNK):
                 piece = text[start : start + _STREAM_CHUNK]
@@ -95,7 +96,7 @@ class RunawayCheckedModel:
                 else:
                     function = SimpleNamespace(name=response.tool_calls[index].name, arguments=piece)
                     draft.add_message(SimpleNamespace(tool_calls=[SimpleNamespace(index=index, id="", function=function)]))
-                self._client._check_runaway(draft)
+                check_runaway(draft, self.max_output_chars)
         return response
 
 
@@ -314,7 +315,7 @@ def main() -> int:
     print(table(rows))
     print()
     print("⚠ warning, ✖ severe, tN: turn of first detection; Δ: turns and tokens from onset to detection.")
-    print("runaway rows use the real client's detector through orchestrator.model._Draft (no public function yet).")
+    print("runaway rows use the real client's detector: orchestrator.runaway.check_runaway on a response_draft.Draft.")
     print(summary.line())
     unfinished = [r.trajectory.name for r in rows if r.verdict() == "DID NOT FINISH"]
     if unfinished:

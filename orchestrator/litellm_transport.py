@@ -28,7 +28,7 @@ class LiteLLMTransport:
         self._settings: dict[str, Any] = {
             # litellm's own default is 6000 s; this is also the per-read silence limit.
             "timeout": config.request_timeout_s,
-            # Retries live in EndpointModel.complete only; the openai SDK would nest its own.
+            # Retries live in orchestrator/retries.py only; the openai SDK would nest its own.
             "num_retries": 0,
             "max_retries": 0,
         }

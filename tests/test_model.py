@@ -244,7 +244,7 @@ class TestFailures:
     def test_backoff_stops_doubling_at_its_ceiling(self, server, transport):
         """Twenty failures from 2 s would wait days the last time; each wait stays within MAX_BACKOFF_S, its
         jitter included (jitter applied after the ceiling reached 1.25 times it)."""
-        from orchestrator.model import MAX_BACKOFF_S
+        from orchestrator.retries import MAX_BACKOFF_S
 
         server.enqueue(*[Reply(status=503)] * 20)
         slept: list[float] = []
@@ -492,13 +492,13 @@ class TestRunaway:
     def test_a_call_opened_in_one_large_chunk_widens_the_window_too(self):
         """A server (or proxy) that sends large deltas: the opening early in a 1000-character chunk was cut
         from the tail before it was looked for, and the zeros of the file were cut at 512."""
-        from orchestrator.model import _Channel
+        from orchestrator.runaway import RepeatTail
 
         text = '<tool_call>{"name": "write_file", "arguments": {"path": "t.txt", "content": "' + "0 " * 2000
-        channel = _Channel(may_hold_calls=True)
+        tail = RepeatTail(may_hold_calls=True)
         for start in range(0, len(text), 1000):
-            channel.add(text[start : start + 1000])
-        assert channel.window == 4096 and channel.looping_unit() is None
+            tail.add(text[start : start + 1000])
+        assert tail.window == 4096 and tail.looping_unit() is None
 
     def test_text_that_repeats_before_any_call_is_still_cut_at_512_characters(self, server, make_model):
         server.enqueue(say("I think. " + "." * 600 + ' <tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>'))
@@ -637,12 +637,13 @@ class TestSloppyServers:
             (_sse('{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": {"path": "a.py"}}}]}}]}'),
              "", ("read_file", '{"path": "a.py"}'), None),
             (_sse('{"choices": [{"delta": {"content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}}]}'), "hello", None, None),
+            (_sse('{"choices": [{"delta": {"content": [{"type": "text", "text": null}, null, {"type": "text", "text": "hi"}]}}]}'), "hi", None, None),
             (_sse('{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": 7, "arguments": "{}"}}]}}]}'), "", ("7", "{}"), None),
             (_sse('{"choices": [{"delta": {"content": "x"}}], "usage": {"prompt_tokens": "many", "completion_tokens": NaN}}'), "x", None, (0, 0)),
             (_sse('{"choices": [{"delta": {"content": "x"}}], "usage": {"prompt_tokens": -3, "completion_tokens": 5}}'), "x", None, (0, 5)),
             (_sse('{"choices": [{"delta": {"content": "caf\udce9"}}]}'), "caf\ufffd", None, None),
         ],
-        ids=["arguments-object", "content-parts", "name-number", "usage-junk", "usage-negative", "invalid-utf8"],
+        ids=["arguments-object", "content-parts", "null-content-parts", "name-number", "usage-junk", "usage-negative", "invalid-utf8"],
     )
     def test_bent_types_are_read(self, body, text, call, tokens):
         response = _answer_from(_RawServer(body))

@@ -1,0 +1,146 @@
+"""The silence watchdog: a model silent past `request_timeout_s` ends as `QualityError("watchdog_timeout")`.
+
+A socket's read timeout alone cannot tell: litellm drops a proxy's keep-alive comments unseen,
+and they reset its timeout, so a server that sends them for ever was never silent. Its stream
+is read in a helper thread and watched from the caller's (`run_watched`), which judges silence
+by the time since the last chunk that added to the answer and cuts the stream. And silence is
+the model's only while its server answers beside it at once (`server_stall`): a stopped or
+stalled server is an outage, for the retries.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from orchestrator import server_probes
+from orchestrator.errors import QualityError
+from orchestrator.records import ModelResponse
+from orchestrator.runaway import runaway_output
+
+if TYPE_CHECKING:  # pydantic is not needed to import this module
+    from orchestrator.config import ModelConfig
+
+WATCHDOG_CORRECTION = (
+    "The model went silent for too long. Keep each reply short and make one tool call at a time."
+)
+
+# How often a waiting caller looks at the cancel token (and, under litellm, at the stream's silence).
+_CANCEL_POLL_S = 0.1
+# How long a server silent for request_timeout_s has to answer a GET / before its silence is its own.
+# Long enough for a busy server whose request threads are all taken to free one.
+_PROBE_S = 30.0
+# A live server answers a GET from another thread at once; one slower than this was stalled too.
+_PROMPT_ANSWER_S = 2.0
+# How long a watched reader has to end once its stream was found silent and cut.
+_CUT_GRACE_S = 1.0
+
+
+def watchdog_timeout(limit: float) -> QualityError:
+    return QualityError("watchdog_timeout", WATCHDOG_CORRECTION, evidence=f"no output for {limit:g} s")
+
+
+class Watch:
+    """What a thread reading a stream shows the thread watching it: the stream, and when its last chunk came."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+        self.last_chunk = 0.0  # any chunk: the bytes of one event are counted from it
+        self.last_said = 0.0  # a chunk that added to the answer: silence is counted from it
+        # Set by the watcher when it cut the stream: what the reader raises instead of the cut's error.
+        self.verdict: QualityError | None = None
+        self._chunk_seen = -1.0
+        self._bytes_at_chunk = 0
+
+    def begin(self, stream: Any, now: float) -> None:
+        self.last_chunk = self.last_said = now
+        self.stream = stream
+
+    def bytes_since_chunk(self) -> int:
+        """Bytes read since the last chunk, as of the watcher's last look (the reader does not count them)."""
+        read = self.stream.bytes_read() if hasattr(self.stream, "bytes_read") else 0
+        if self.last_chunk != self._chunk_seen:
+            self._chunk_seen, self._bytes_at_chunk = self.last_chunk, read
+        return read - self._bytes_at_chunk
+
+    def cut(self) -> bool:
+        """Shut the stream's connection, so a read blocked on it returns; False when it cannot be cut."""
+        cut = getattr(self.stream, "cut", None)
+        return bool(cut()) if cut is not None else False
+
+
+def run_watched(
+    attempt: Callable[[Watch], ModelResponse], *, silence_limit: float, event_limit: int, cancel: Any
+) -> ModelResponse:
+    """`attempt` in a helper thread, watched from this one for a cancel and for silence.
+
+    The watcher judges silence by the time since the last chunk and cuts the stream's
+    socket. On a cancel, or a stream it cannot cut, the helper thread is abandoned (a
+    daemon; it ends at its read timeout).
+    """
+    watch = Watch()
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def attempt_in_thread() -> None:
+        try:
+            outcome["response"] = attempt(watch)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=attempt_in_thread, name="model-call", daemon=True).start()
+    while not done.wait(_CANCEL_POLL_S):
+        if cancel is not None and cancel.cancelled:
+            watch.cut()
+            cancel.raise_if_cancelled()
+        verdict = _verdict(watch, silence_limit, event_limit)
+        # A cut stream's reader raises the verdict itself, with the tokens it used; one that could
+        # not be cut has _CUT_GRACE_S to end on its own (its read timeout), then is abandoned.
+        if verdict is not None and not done.wait(_CUT_GRACE_S):
+            raise verdict
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["response"]
+
+
+def _verdict(watch: Watch, silence_limit: float, event_limit: int) -> QualityError | None:
+    """What stops the watched stream, cutting it: nothing said for silence_limit (watchdog_timeout), or
+    more bytes since the last chunk than one event could need (runaway_output, one line without end)."""
+    if watch.stream is None or watch.verdict is not None:
+        return None
+    if time.monotonic() - watch.last_said > silence_limit:
+        verdict = watchdog_timeout(silence_limit)
+    elif watch.bytes_since_chunk() > event_limit:
+        verdict = runaway_output(f"one event passed {event_limit} bytes without ending")
+    else:
+        return None
+    # Set before the cut: the reader it wakes may run on before this thread does.
+    watch.verdict = verdict
+    if not watch.cut():
+        watch.verdict = None  # no cut, no reader woken early: the verdict is raised here after the grace
+    return verdict
+
+
+def server_stall(config: ModelConfig, cancel: Any) -> str | None:
+    """Why a model's silence is its server's, asked with a `GET /` beside it; None when the server answered at once.
+
+    A server stopped, wedged or stalled takes connections (the kernel does) and answers late
+    or never: its silence was blamed on the model as watchdog_timeout, with a note telling the
+    next attempt to write less, and the task parked.
+    """
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+    probe_s = min(_PROBE_S, config.request_timeout_s)
+    took = server_probes.server_answer_time(config.api_base, probe_s)
+    if cancel is not None:
+        cancel.raise_if_cancelled()  # a SIGTERM during the probe ends the iteration as cancelled
+    if took is None or took <= _PROMPT_ANSWER_S:
+        return None
+    silent = f"no output for {config.request_timeout_s:g} s, and the server"
+    if took == math.inf:
+        return f"{silent} answered no GET / in {probe_s:g} s (stopped, wedged or gone)"
+    return f"{silent} took {took:.1f} s to answer a GET / (stalled or overloaded)"
