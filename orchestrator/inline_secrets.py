@@ -10,14 +10,17 @@ a 1 MB run of near misses in well under a second.
 
 from __future__ import annotations
 
+import bisect
 import re
 
 # A command line's option whose name ends in a word that says its value is a secret (`--password=...`, `--token ...`,
-# `--api-key ...`, `-storepassword ...`; split at `-` and `_`): its value after `=`, or the next word where that is no
-# option (`--password --user me`: mysql then asks for it). Quoted up to 256 characters, as `_CONNECTION_SETTING` reads one.
-# Not `--password-file`, `--token-count`, `--max-tokens`, nor a redirection (`--with-token < token.txt`).
+# `--api-key ...`, `-storepassword ...`; split at `-`, `_` and camel case): its value after `=`, or the next word where
+# that is no option (`--password --user me`: mysql then asks for it), or after `:` as Windows tools write it
+# (`--password:...`, `/TargetPassword:...`). Quoted up to 256 characters, as `_CONNECTION_SETTING` reads one. Groups: the
+# name after dashes, the name after a `/`, then the value as one of those. Not `--password-file`, `--token-count`,
+# `--max-tokens`, nor a redirection (`--with-token < token.txt`).
 _OPTION = re.compile(
-    r"""(?<![\w-])--?+([A-Za-z][\w-]*+)(?:=|[ \t]++(?=[^\s-]))
+    r"""(?:(?<![\w-])--?+([A-Za-z][\w-]*+)(?:[=:]|[ \t]++(?=[^\s-]))|(?<![^\s"'])/([A-Za-z][\w-]*+):)
     (?:"([^"]{0,256}+)"|'([^']{0,256}+)'|([^\s;|&<>()"'`]++))""",
     re.VERBOSE,
 )
@@ -26,16 +29,31 @@ _SECRET_OPTION_LAST_WORDS = frozenset({"PASSWORD", "PASSWD", "PASSPHRASE", "TOKE
 # docker's secret's spec, `--key key.pem` curl's file.
 _SECRET_OPTION_PAIRS = frozenset({("CLIENT", "SECRET"), ("APP", "SECRET"), ("SECRET", "KEY"), ("API", "KEY"), ("ACCESS", "KEY")})
 # A flag before a positional argument (`psql --no-password mydb_prod`, `git push --ask-password origin`), no option's value.
-_FLAG_FIRST_WORDS = frozenset({"NO", "ASK", "PROMPT", "WITH", "USE", "SHOW", "PRINT", "GENERATE", "REQUIRE"})
+# Also one that says there is none (`adduser --disabled-password app-user`, `--skip-password`, `--allow-empty-password`).
+_FLAG_FIRST_WORDS = frozenset(
+    {"NO", "ASK", "PROMPT", "WITH", "USE", "SHOW", "PRINT", "GENERATE", "REQUIRE", "DISABLED", "DISABLE", "SKIP", "ALLOW", "EMPTY"}
+)
+# Split at `-`, `_` and camel case: `/TargetPassword:...` (SqlPackage's), `--secretKey ...`.
+_OPTION_WORD_BREAK = re.compile(r"[-_]+|(?<=[a-z0-9])(?=[A-Z])")
+# The clients whose `--password` takes no value but after `=` (MySQL's and MariaDB's) or none at all (PostgreSQL's: it
+# asks for one): the word after it is the database (`mysql -u app --password shop_production`), which a project's config
+# names everywhere. Their names begin a word or end a path, as `_MYSQL_PASSWORD` reads them; a command ends at `;`, `|`,
+# `&` or a line's end.
+_PROMPTING_CLIENT = re.compile(r"""(?<![^\s;|&(`'"=/\\])(?:mysql\w*+|mariadb\w*+|psql|pg_\w++|createdb|dropdb)(?:\.exe)?+(?=\s)""")
+_COMMAND_END = re.compile(r"[;|&\r\n]")
 # The MySQL and MariaDB clients' `-pPASSWORD`, attached (a `-p` alone asks for it; the next word is the database): after
 # the tool's name among its first 32 other words on the same command. A search from each `mysql` reads up to the next
-# or 32 words: a run of `/mysql` words is not read to its end from each.
+# or 32 words: a run of `/mysql` words is not read to its end from each. The name begins a word, or ends a path that
+# does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors` holds none.
 _MYSQL_PASSWORD = re.compile(
-    r"""(?<![\w.-])(?:mysql|mariadb)[\w-]*+(?:\.exe)?+
+    r"""(?<![^\s;|&(`'"=])(?!-)(?:[\w.~+:${}%-]*+[/\\])*+(?:mysql|mariadb)[\w-]*+(?:\.exe)?+
     (?:[ \t]++(?!-p|mysql|mariadb)[^\s;|&]++){0,32}+
     [ \t]++-p(?:"([^"]{0,256}+)"|'([^']{0,256}+)'|([^\s;|&<>()"'`]++))""",
     re.VERBOSE,
 )
+# Another tool's `-p` on a command that names mysql: a container's published port (`docker run --name mysql -p3306:3306
+# mysql:8`, `-p127.0.0.1:3306:3306/tcp`), pytest's plugin turned off (`tox -e mysql -- -pno:randomly`). No password.
+_OTHER_TOOLS_P = re.compile(r"[0-9.:\[\]]++(?:/(?:tcp|udp|sctp))?+|no:\S*+")
 # An HTTP Cookie or Set-Cookie header (curl -v's `> Cookie:` and `< set-cookie:`, a headers dict's `"Cookie": "..."`), and
 # curl's `--cookie` option: the value up to the line's end (or the closing quote). Its cookies' values are the secrets
 # (`_COOKIE_PAIR`), a Set-Cookie's first only (its attributes, `Path=/`, follow).
@@ -43,20 +61,27 @@ _COOKIE = re.compile(r"""(?<![\w-])(?:((?i:set-)?)(?i:cookie)["']?+[ \t]*+:|--co
 _COOKIE_PAIR = re.compile(r"(?:\A|;)[ \t]*+([^=;\s,]++)=([^;\s,]*+)")
 # A .netrc's entry (curl's, git's, ftp's): `machine HOST` or `default`, then keyword and value pairs in any order up to
 # its `password`; on one line or several. At most 8 pairs before it: a run of `login machine` is not read to its end from
-# each `machine`.
+# each `machine`. A value may be quoted, as curl (7.84 on) and Python's netrc read it, with backslash escapes
+# (`login "bob smith" password "pass word"`): read up to 256 characters, as `_OPTION` reads one. Groups: the password
+# quoted (its escapes as written), or bare.
+_NETRC_VALUE = r'"(?:[^"\\\r\n]|\\.){0,256}+"|\S++'
 _NETRC_PASSWORD = re.compile(
-    r"(?<!\S)(?:machine\s++\S++|default)(?:\s++(?:login|account|port)\s++\S++){0,8}+\s++password\s++(\S++)"
+    rf"""(?<!\S)(?:machine\s++(?:{_NETRC_VALUE})|default)(?:\s++(?:login|account|port)\s++(?:{_NETRC_VALUE})){{0,8}}+
+    \s++password\s++(?:"((?:[^"\\\r\n]|\\.){{0,256}}+)"|(\S++))""",
+    re.VERBOSE,
 )
+_NETRC_ESCAPE = re.compile(r"\\(.)")
 
 
 def inline_secrets(value: str) -> list[str]:
     """The secrets `value` holds as an option (`_OPTION`, `_MYSQL_PASSWORD`), a cookie (`_COOKIE`) or a .netrc entry
     (`netrc_passwords`) writes them, as written."""
     found: list[str] = []
-    if "-" in value:
-        found += [_written(option.groups()[1:]) for option in _OPTION.finditer(value) if _secret_option(option.group(1))]
+    if "-" in value or "/" in value:
+        found += _option_secrets(value)
         if "-p" in value:
-            found += [_written(login.groups()) for login in _MYSQL_PASSWORD.finditer(value)]
+            logins = (_written(login.groups()) for login in _MYSQL_PASSWORD.finditer(value))
+            found += [password for password in logins if not _OTHER_TOOLS_P.fullmatch(password)]
     if "ookie" in value or "OOKIE" in value:
         headers = _COOKIE.finditer(value)
         found += [secret for header in headers for secret in _cookie_values(header.group(2), every=not header.group(1))]
@@ -64,13 +89,35 @@ def inline_secrets(value: str) -> list[str]:
 
 
 def netrc_passwords(text: str) -> list[str]:
-    """The passwords of the .netrc entries in `text`."""
-    return _NETRC_PASSWORD.findall(text) if "password" in text else []
+    """The passwords of the .netrc entries in `text`: a quoted one as written and as curl reads it, its escapes undone."""
+    if "password" not in text:
+        return []
+    found = [_written(entry.groups()) for entry in _NETRC_PASSWORD.finditer(text)]
+    return found + [unescaped for one in found if (unescaped := _NETRC_ESCAPE.sub(r"\1", one)) != one]
+
+
+def _option_secrets(value: str) -> list[str]:
+    """The values of the options of `value` whose names say they are secrets (`_OPTION`), but the word after a database
+    client's `--password` (`_PROMPTING_CLIENT`)."""
+    options = [option for option in _OPTION.finditer(value) if _secret_option(_written(option.groups()[:2]))]
+    clients = [client.start() for client in _PROMPTING_CLIENT.finditer(value)] if options else []
+    command_starts = [0] + [end.end() for end in _COMMAND_END.finditer(value)] if clients else [0]
+    return [_written(option.groups()[2:]) for option in options if not _prompts(option, clients, command_starts)]
+
+
+def _prompts(option: re.Match[str], clients: list[int], command_starts: list[int]) -> bool:
+    """Whether `option` is a `--password` followed by a word on a command of a client that takes no such value
+    (`clients`: where their names start; `command_starts`: where each command of the value starts, sorted)."""
+    if option.group(1) is None or option.group(1).upper() != "PASSWORD" or option.string[option.end(1)] not in " \t":
+        return False
+    command_start = command_starts[bisect.bisect_right(command_starts, option.start()) - 1]
+    client = bisect.bisect_left(clients, command_start)
+    return client < len(clients) and clients[client] < option.start()
 
 
 def _secret_option(name: str) -> bool:
     """Whether an option's name (no dashes before it) says its value is a secret."""
-    words = re.split(r"[-_]+", name.upper())
+    words = [word.upper() for word in _OPTION_WORD_BREAK.split(name) if word]
     named_secret = words[-1] in _SECRET_OPTION_LAST_WORDS or tuple(words[-2:]) in _SECRET_OPTION_PAIRS
     return named_secret and words[0] not in _FLAG_FIRST_WORDS
 

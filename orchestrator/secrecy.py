@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
@@ -176,7 +177,7 @@ class Redactor:
 
 
 # More than any .netrc: a file that large is no credentials file, and is read no further.
-_NETRC_MAX_CHARS = 1 << 20
+_NETRC_MAX_BYTES = 1 << 20
 
 
 def netrc_file_passwords() -> list[str]:
@@ -184,10 +185,22 @@ def netrc_file_passwords() -> list[str]:
     read the file (`cat ~/.netrc`, `curl --netrc -v`), and the redaction keeps its known values out of the records."""
     path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as netrc:
-            return netrc_passwords(netrc.read(_NETRC_MAX_CHARS))
-    except OSError:  # none, unreadable, or a folder
+        # Without O_NONBLOCK a pipe's open waits for a writer: a FIFO at ~/.netrc (one a password manager fills) held every
+        # night's start, and each Redactor.for_night after it, for ever. Only a regular file is read: a device (/dev/tty,
+        # /dev/stdin) would be waited on, and a pipe's text would be taken from curl or git, which read it next.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # none, or unreadable
         return []
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # a folder, a pipe, a device
+            return []
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", closefd=False) as netrc:
+            return netrc_passwords(netrc.read(_NETRC_MAX_BYTES).decode("utf-8", errors="surrogateescape"))
+    except OSError:  # the read failed (EIO)
+        return []
+    finally:
+        os.close(descriptor)
 
 
 @dataclass(frozen=True)
@@ -462,8 +475,9 @@ _RUN = re.compile(r"\S+")
 # What stands for a password in a template no one filled in (`postgresql://app:${DB_PASSWORD}@db/app` in a compose file's
 # environment, `?api_key=<your-api-key>`, `{{ secrets.TOKEN }}`, `%DB_PASS%`): no secret, and the project's own files
 # hold it, which read_file would show as *** and the model write back so.
-# A bare `$NAME` only as variables are named, in capitals: a generated password may begin with `$` (`$ecretPa55`).
-_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_]\w*%|<[^<>]*>|\{\{[^{}]*\}\}")
+# A bare `$NAME` only as variables are named, in capitals: a generated password may begin with `$` (`$ecretPa55`). A
+# command's output a shell puts there (`--password="$(pass show db/prod)"`, `` --token `cat ~/.token` ``) too.
+_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_]\w*%|<[^<>]*>|\{\{[^{}]*\}\}|\$\([^()]*\)|`[^`]*`")
 # An HTTP Authorization header's credentials, as a variable of headers holds them (`Authorization: Basic dXNlcjpwdw==`,
 # OpenTelemetry's OTEL_EXPORTER_OTLP_HEADERS=`Authorization=Bearer%20...`), a Proxy-Authorization's too: after its scheme,
 # if any.
@@ -481,14 +495,15 @@ _PRIVATE_KEY = re.compile(
     re.DOTALL,
 )
 # A setting of a connection string that is no URL (ADO.NET's and ODBC's `Server=db;User Id=sa;Password=...;`, Azure's
-# `...;AccountKey=...`, libpq's `host=db password=...`) or a Java system property (`-Djavax.net.ssl.keyStorePassword=...`): a
-# name at the value's start, after a `;`, white space or `-D`, and its value up to the next `;` or white space, or quoted
+# `...;AccountKey=...`, libpq's `host=db password=...`), a Java system property (`-Djavax.net.ssl.keyStorePassword=...`) or an
+# MSBuild property (`dotnet publish -p:Password=...`, `/p:`, `/property:`): a name at the value's start, after a `;`,
+# white space, `-D` or `-p:`, and its value up to the next `;` or white space, or quoted
 # (`Password="a;b"`, ODBC's `PWD={a;b}`). Groups: the name, then the value as one of those. Not a `--name=value` option:
 # make's MAKEFLAGS holds `--jobserver-auth=fifo:/tmp/GMfifo123`, a path to leave as it is (`inline_secrets` reads the
 # options whose names say they take a secret). A quoted value is read up to 256 characters, more than a password: a quote
 # never closed was read to the value's end from each of many.
 _CONNECTION_SETTING = re.compile(
-    r"""(?:\A|(?<=[;\s])|(?<=-D))([A-Za-z][\w.-]*+)[ \t]*+=[ \t]*+
+    r"""(?:\A|(?<=[;\s])|(?<=-D)|(?<=[/-]p:)|(?<=[/-]property:))([A-Za-z][\w.-]*+)[ \t]*+=[ \t]*+
     (?:"([^"]{0,256}+)"|'([^']{0,256}+)'|\{(?!\{)([^}]{0,256}+)\}|([^;\s]*+))""",
     re.VERBOSE,
 )
