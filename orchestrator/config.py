@@ -33,6 +33,9 @@ DEFAULT_TOOLS = tuple(t for t in ALL_TOOLS if t != "run_command")
 LOCAL_MODEL = "local"
 _TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Linux passes no argument longer than 32 pages, its closing NUL included (MAX_ARG_STRLEN, 128 KiB): a longer check,
+# given to bash whole, failed to start in every iteration (E2BIG, an iteration_error's traceback, the task failed).
+_ARGUMENT_BYTES = 32 * os.sysconf("SC_PAGE_SIZE") if sys.platform.startswith("linux") else None
 
 
 # A second longer than a day has no place in a night; past it, sleeps and dates overflow.
@@ -123,6 +126,17 @@ class RepoConfig(_Section):
     # A file the agent wrote larger than this is not committed (0: no limit): a dump, a log or a
     # dataset on the task's branch would go into the user's repository with its merge.
     max_file_mb: float = Field(20.0, ge=0, le=1_000_000)
+
+    @field_validator("keep")
+    @classmethod
+    def _fits_a_git_argument(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Given to git as `--exclude=<pattern>`: a longer one stopped the first rollback mid-night (E2BIG, exit 4).
+        # Counted in UTF-8: never shorter than in the locale's encoding, and unlike Latin-1 it encodes every pattern.
+        for pattern in value:
+            size = len(f"--exclude={pattern}".encode("utf-8", "surrogateescape"))
+            if _ARGUMENT_BYTES is not None and size >= _ARGUMENT_BYTES:
+                raise ValueError(f"a pattern of {len(pattern)} characters, more than one argument of git's command line can carry")
+        return value
 
 
 # What a `keep_*_days` under a day could remove that tonight still needs, and what 0 keeps.
@@ -311,9 +325,14 @@ class TaskConfig(_Section):
         # UnicodeEncodeError in every iteration (an iteration_error, the task parked).
         encoding = sys.getfilesystemencoding()
         try:
-            value.encode(encoding, "surrogateescape")
+            encoded = value.encode(encoding, "surrogateescape")
         except UnicodeEncodeError as exc:
             raise ValueError(f"holds {value[exc.start:exc.end]!r}, which this locale's encoding ({encoding}) cannot pass to a shell; run under a UTF-8 locale (LC_ALL=C.UTF-8)") from None
+        if _ARGUMENT_BYTES is not None and len(encoded) >= _ARGUMENT_BYTES:
+            raise ValueError(
+                f"is {len(encoded)} bytes long, more than a shell's command line can carry here ({_ARGUMENT_BYTES - 1}); "
+                "put the commands in a script and make the check run it"
+            )
         return value
 
     @field_validator("tools")

@@ -28,8 +28,10 @@ HEADER = (
     "# overnight notes\n\nWhat went wrong, one entry per iteration rolled back or cancelled"
     " (none when the model server could not be reached). Newest last.\n"
 )
+# An iteration's number is the run store's, 19 digits at most: a header a hand edit gave more is a person's own
+# heading, not an entry (one of more than 4300 digits, which int() refuses, crashed every night and `overnight notes`).
 _ENTRY = re.compile(
-    r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`\n]+)` · iteration (?P<iteration>\d+) · `(?P<reason>[^`\n]+)`\r?$",
+    r"^## (?P<when>[^·\n]+?) · task `(?P<task>[^`\n]+)` · iteration (?P<iteration>\d{1,19}) · `(?P<reason>[^`\n]+)`\r?$",
     re.MULTILINE,
 )
 MAX_EVIDENCE_CHARS = 1500

@@ -8,6 +8,7 @@ from orchestrator.checkout import checkout_around, git_folder_around
 from orchestrator.errors import ConfigError
 from orchestrator.git_errors import git_said
 from orchestrator.gitdir import OBJECT_NAME, head_commit
+from orchestrator.printable import shortened
 
 # What git says when it refuses the repository itself, whatever the name asked for.
 _REPOSITORY_REFUSED = ("dubious ownership", "safe.directory", "not a git repository")
@@ -44,6 +45,8 @@ def check_base(repo, base: str) -> None:
 
     try:
         named = repo.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
+    except OSError as exc:  # git never started: E2BIG, a base longer than one argument can be (128 KiB on Linux)
+        raise ConfigError(f"[repo] base: {shortened(base, 80)!r} cannot be given to git: {exc.strerror or exc}") from None
     except git.GitCommandError as exc:
         # --quiet: a name that is no commit fails silently; anything git says is about the repository
         # itself ("detected dubious ownership" when cron runs as another user than its owner).

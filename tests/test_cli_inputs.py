@@ -313,6 +313,20 @@ class TestNotesThatAreNotAFile:
         assert server.requests == []
 
 
+class TestHandEditedNotes:
+    @pytest.mark.parametrize(("command", "code"), [(("notes", "--task", "fix-greet"), 0), (("run", "--log-format", "human"), 3)])
+    def test_an_iteration_number_too_long_for_int_is_a_persons_heading_not_a_crash(self, tmp_path, repo, command, code):
+        """A header whose iteration number a hand edit made 5000 digits long (more than int() reads) crashed `overnight notes`
+        and every night (a traceback, exit 1, the run `crashed`): now it is a person's heading and the night goes on."""
+        config = config_with(tmp_path, repo)
+        (tmp_path / "state").mkdir()
+        header = f"## 2026-01-31 04:05 UTC · task `fix-greet` · iteration {'9' * 5000} · `max_turns`"
+        (tmp_path / "state" / "notes.md").write_text(f"{header}\n\n**Correction:** look first.\n")
+        done = overnight(*command, "--config", str(config))
+        assert done.returncode == code, done.stderr
+        assert "Traceback" not in done.stderr
+
+
 class TestLocale:
     def test_a_check_the_locale_cannot_encode_is_refused_at_load(self, tmp_path, repo):
         """Under a Latin-1 locale, a check with '→' raised UnicodeEncodeError in every iteration (an
@@ -331,6 +345,37 @@ class TestLocale:
         assert_one_line_error(done, 2, "[[task]] #1 check", "iso8859-1", "UTF-8 locale")
         assert not (tmp_path / "state").exists()
 
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's limit on one argument (MAX_ARG_STRLEN)")
+class TestLongerThanOneArgument:
+    LIMIT = 32 * os.sysconf("SC_PAGE_SIZE")
+
+    @pytest.mark.parametrize(
+        ("replace", "key", "command"),
+        [
+            (("check = \"python check_greet.py\"", "check = \"true {long}\""), "[[task]] #1 check", "run"),
+            (("[repo]\n", "[repo]\nbase = \"{long}\"\n"), "[repo] base", "run"),
+            (("[repo]\n", "[repo]\nbase = \"{long}\"\n"), "[repo] base", "gc"),
+            (("[repo]\n", "[repo]\nkeep = [\"{long}\"]\n"), "[repo] keep", "run"),
+        ],
+    )
+    def test_a_value_git_or_bash_cannot_be_given_is_refused_before_the_night(self, tmp_path, repo, replace, key, command):
+        """A check, base or keep pattern past 128 KiB could never reach bash or git (E2BIG): the check failed every iteration
+        with an iteration_error's traceback, a base was a traceback (exit 1) and a keep pattern stopped the first rollback
+        (exit 4); now exit 2 naming the key, before the state dir."""
+        config = config_with(tmp_path, repo, (replace[0], replace[1].format(long="x" * self.LIMIT)))
+        result = overnight(command, "--config", str(config))
+        assert_one_line_error(result, 2, key)
+        assert len(result.stderr) < 1000
+        assert not (tmp_path / "state").exists()
+
+    def test_the_longest_check_bash_can_start_is_taken_and_runs(self, tmp_path):
+        from orchestrator.commands import run_shell
+        from orchestrator.config import TaskConfig
+
+        check = "true " + "x" * (self.LIMIT - 6)
+        assert TaskConfig(name="t", prompt="p", check=check).check == check
+        assert run_shell(check, tmp_path, timeout_s=30, max_output_chars=100).exit_code == 0
 
 class TestLaxTypes:
     @pytest.mark.parametrize(
