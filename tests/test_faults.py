@@ -556,6 +556,23 @@ class TestRecoveryOfStoredState:
         assert git(repo, "show", f"{kept}:NOTES-person.md") == "what I found"
         assert {e["event"] for e in logs} >= {"worktree_commits_left", "worktree_changes_kept"}
 
+    def test_a_file_a_person_moved_into_the_worktree_after_the_death_is_kept(self, tmp_path: Path, repo: Path) -> None:
+        """A file a person wrote before the night and moved into the worktree after its death (a move keeps its
+        time of writing) is theirs: kept on an `overnight-kept/` branch, not deleted with the rollback."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, iteration, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        night = time.time() - 6 * 3600
+        self._seen_last(config, iteration, datetime.fromtimestamp(night, timezone.utc))
+        written = tmp_path / "NOTES-person.md"
+        written.write_text("what I wrote the evening before\n")
+        os.utime(written, (night - 3600, night - 3600))
+        written.rename(worktree.path / "NOTES-person.md")
+        [settled], logs = recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "show", f"{kept}:NOTES-person.md") == "what I wrote the evening before"
+        assert settled.outcome == "interrupted" and "worktree_changes_kept" in [e["event"] for e in logs]
+
     def test_a_passed_value_the_killed_iterations_check_wrote_stays_off_the_kept_branch(
         self, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -402,7 +402,7 @@ class TestQueries:
 
 
 class TestRecoveryWrites:
-    """What crash recovery writes for a dead night (orchestrator/recovery.py calls these)."""
+    """What crash recovery writes for a dead night (orchestrator/dead_runs.py and owed_notes.py, crash recovery's steps, call these)."""
 
     def test_interrupting_an_iteration_that_has_ended_changes_nothing(self, store: RunStore) -> None:
         """An iteration that ended between recovery's look and its write (another host's, still alive) keeps its end."""

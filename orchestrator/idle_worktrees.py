@@ -1,0 +1,64 @@
+"""The worktrees no dead iteration was running in, cleaned for the night: under the state lock nobody
+works in them, so what is uncommitted there is debris of a death, or a person's edits, kept first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.config import Config
+from orchestrator.git_errors import git_reason
+from orchestrator.git_locks import remove_git_locks
+from orchestrator.gitdir import is_worktree_of, linked_admin_dir
+from orchestrator.kept_edits import keep_what_a_person_may_have_written
+from orchestrator.repository import open_repo
+from orchestrator.task_branches import branch_for
+from orchestrator.vanished_repository import of_a_vanished_repository, settle_orphaned_worktree
+from orchestrator.worktree import Worktree
+from orchestrator.worktree_registration import repair_moved
+from orchestrator.worktree_removal import remove_worktree, set_aside
+
+
+def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
+    """Under the state lock nobody works in these: anything uncommitted is debris of a death.
+
+    Only what overnight made is touched: worktrees of this repository, and what a
+    `git worktree add` killed half way leaves (an empty folder, or one holding only its
+    `.git` link). Anything else found there (a person's folder, another repository's
+    checkout) is left as it is.
+    """
+    root = config.worktrees_dir
+    if not root.is_dir():
+        return
+    repo = open_repo(config.repo_path)
+    for path in sorted(p for p in root.iterdir() if p.name not in skip and p.is_dir() and not p.is_symlink()):
+        repair_moved(repo, path)  # moved with the state dir: ours still, and what a person left there is kept
+        if of_a_vanished_repository(repo, path):
+            settle_orphaned_worktree(config, repo, path, log)
+            continue
+        link = linked_admin_dir(repo, path)
+        if link is None or not is_worktree_of(repo, path):
+            contents = [entry.name for entry in path.iterdir()]
+            if not contents or (contents == [".git"] and link is not None):
+                remove_worktree(config, repo, path, log, why="creation was interrupted")
+            else:
+                log.warning("worktree_folder_kept", task=path.name, why="not a worktree of this repository: left as it is")
+            continue
+        remove_git_locks(path, path.name, log)
+        try:
+            worktree = Worktree(path, branch_for(path.name), config.repo.keep)
+            if worktree.held_elsewhere() is not None:
+                continue  # detached for the person's review of the branch: the night skips the task (BranchCheckedOut)
+            state = worktree.idle_state()
+        except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
+            set_aside(config, repo, path, link, log, why=git_reason(exc))
+            continue
+        if state == "clean":
+            continue
+        if state == "changed":  # files git ignores are nobody's work to keep (and keep_changes takes none)
+            keep_what_a_person_may_have_written(worktree, path.name, config, log)
+        try:
+            worktree.rollback("HEAD")
+            log.info("worktree_cleaned", task=path.name)
+        except Exception as exc:
+            remove_worktree(config, repo, path, log, why=f"{type(exc).__name__}: {exc}")
