@@ -441,12 +441,12 @@ class TestSchema:
 
     def test_serves_job_store_has_the_same_bounds(self, pg_store_url: str, tmp_path: Path) -> None:
         """`serve`'s job store, on the same database, had none: a partition hung its scheduler thread."""
-        from orchestrator.schedule import _job_store
+        from orchestrator.schedule_store import job_store
         from tests.test_schedule import write_schedule_config
 
         path = write_schedule_config(tmp_path / "night", cron="0 1 * * *")
         path.write_text(path.read_text(encoding="utf-8").replace("[state]", f'[store]\nurl = "{pg_store_url}"\n[state]', 1), encoding="utf-8")
-        jobs = _job_store(load_config(path))
+        jobs = job_store(load_config(path))
         with jobs.engine.connect() as connection:
             parameters = connection.connection.dbapi_connection.info.get_parameters()
         jobs.engine.dispose()

@@ -33,15 +33,10 @@ from orchestrator.config import Config, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.lock import state_identity
 from orchestrator.crontab import crontab_trigger, crontab_weekdays, fire_times, next_fire_times
-from orchestrator.schedule import (
-    NIGHT_JOB_ID,
-    SCHEDULE_TABLE,
-    _library_logs_as_events,
-    _run_id_of,
-    build_scheduler,
-    run_scheduled_night,
-    serve,
-)
+from orchestrator.night_child import _run_id_of
+from orchestrator.schedule import NIGHT_JOB_ID, build_scheduler, run_scheduled_night, serve
+from orchestrator.schedule_events import library_logs_as_events
+from orchestrator.schedule_store import SCHEDULE_TABLE
 from orchestrator.scripted import Reply, call
 from tests.conftest import git, make_repo, sighup_at_its_default, write_config
 from tests.test_night import FIX
@@ -584,7 +579,7 @@ class TestMisfire:
         store_job_due_at(path, missed)
 
         after = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
-        with capture_logs() as logs, _library_logs_as_events():  # as serve runs it
+        with capture_logs() as logs, library_logs_as_events():  # as serve runs it
             assert start_and_wait_for(after, EVENT_JOB_EXECUTED | EVENT_JOB_MISSED)
 
         assert fires(tmp_path) == expected_fires
@@ -865,16 +860,16 @@ class TestAFireSeenTwice:
     def test_a_fire_named_at_the_first_try_still_finds_its_night_done_after_the_grace(self, tmp_path: Path) -> None:
         """A retry after a long wait for the state lock comes past the misfire grace: the fire it names
         (not one worked out from the time then: none) finds the night a person ran meanwhile, done."""
-        from orchestrator.schedule import _finished_tonight
+        from orchestrator.fired_night import finished_tonight
 
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=60)
         run = a_run_this_hour(path, status="finished")
         fired = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
         begun_at(path, run, fired + timedelta(minutes=5))
         config = load(path)
-        assert _finished_tonight(config) is None  # the fire within the grace: none now
-        assert _finished_tonight(config, fired) == run
-        assert _finished_tonight(config, fired + timedelta(minutes=10)) is None  # begun before that fire: not its night
+        assert finished_tonight(config) is None  # the fire within the grace: none now
+        assert finished_tonight(config, fired) == run
+        assert finished_tonight(config, fired + timedelta(minutes=10)) is None  # begun before that fire: not its night
 
     def test_a_night_that_failed_or_began_before_the_fire_is_run(self, tmp_path: Path) -> None:
         clear_of_the_hour()
@@ -955,7 +950,7 @@ class TestAFireSeenTwice:
         state lock): no run recorded, the stored fire time already tomorrow's. The marker serve wrote as it
         started the night says so: due again, unless that night's process still lives (serve alone died:
         it records its run), or the marker is an earlier fire's."""
-        from orchestrator.schedule import STARTED_MARKER_NAME, _mark_started
+        from orchestrator.night_marker import STARTED_MARKER_NAME, mark_started
         from tests.test_faults import dead_pid
 
         clear_of_the_hour()
@@ -964,7 +959,7 @@ class TestAFireSeenTwice:
         store_job_due_at(path, this_hour + timedelta(hours=1))
         marker = load(path).state_dir / STARTED_MARKER_NAME
         if child != "none":
-            _mark_started(marker, pid=sleeper.pid if child == "alive" else dead_pid())
+            mark_started(marker, pid=sleeper.pid if child == "alive" else dead_pid())
         if child == "before the fire":
             record = json.loads(marker.read_text(encoding="utf-8"))
             marker.write_text(json.dumps({**record, "at": (this_hour - timedelta(minutes=5)).isoformat()}), encoding="utf-8")
@@ -978,19 +973,19 @@ class TestAFireSeenTwice:
     def test_a_night_that_died_on_the_night_the_clocks_change_is_due_again(self, tmp_path: Path, zone: str, fired: datetime) -> None:
         """The grace was counted in the zone's clock time: 40 minutes after the fire, on the night the clocks
         went forward (or back, in New York: the fire is in the repeated hour), the dead night was lost."""
-        from orchestrator.schedule import _interrupted_night
+        from orchestrator.fired_night import interrupted_night
         from tests.test_faults import dead_pid
 
         path = write_schedule_config(tmp_path / "night", cron="30 1 * * *", zone=zone, grace_s=3600)
         run = a_run_this_hour(path, status="running", pid=dead_pid())
         begun_at(path, run, fired + timedelta(seconds=5))
-        due = _interrupted_night(load(path), now=fired + timedelta(minutes=40))
+        due = interrupted_night(load(path), now=fired + timedelta(minutes=40))
         assert due is not None and due.timestamp() == fired.timestamp()  # an hour that happens twice equals no other zone's
-        assert _interrupted_night(load(path), now=fired + timedelta(minutes=61)) is None
+        assert interrupted_night(load(path), now=fired + timedelta(minutes=61)) is None
 
     def test_a_dead_nights_pid_taken_by_another_process_after_a_reboot_is_not_the_night(self, tmp_path: Path) -> None:
         """Pids are handed out again after a reboot: a shell holding the dead night's pid kept it `alive`."""
-        from orchestrator.schedule import _interrupted_night
+        from orchestrator.fired_night import interrupted_night
 
         clear_of_the_hour()
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=7200)
@@ -1001,9 +996,9 @@ class TestAFireSeenTwice:
         try:
             run = a_run_this_hour(path, status="running", pid=newcomer.pid)
             begun_at(path, run, fired + timedelta(seconds=60))
-            assert _interrupted_night(load(path), now=fired + timedelta(minutes=5)) == fired  # not the next hour's fire, should the clock pass it
+            assert interrupted_night(load(path), now=fired + timedelta(minutes=5)) == fired  # not the next hour's fire, should the clock pass it
             begun_at(path, run, datetime.now(timezone.utc))  # the process began before the record: the night's own
-            assert _interrupted_night(load(path)) is None
+            assert interrupted_night(load(path)) is None
         finally:
             newcomer.kill()
             newcomer.wait()
@@ -1032,11 +1027,12 @@ class TestAFireSeenTwice:
     def test_a_stop_while_the_lock_is_waited_for_ends_the_wait_at_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """SIGTERM to serve between two tries of a locked state dir: the night stays due (None) at once, not
         after the rest of the minute's wait (a service manager's stop timeout may run out first)."""
+        import orchestrator.night_child as night_child
         import orchestrator.schedule as schedule
         from orchestrator.lock import StateLock
 
         monkeypatch.setattr(schedule, "LOCKED_RETRY_S", 30.0)
-        monkeypatch.setattr(schedule, "_night", schedule._NightInFlight())  # serve's own, as _stop_on_signals makes it
+        monkeypatch.setattr(night_child, "_night", night_child.NightInFlight())  # serve's own, as stop_on_signals makes it
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=3600)
         outcome: list[int | None] = []
         with StateLock(load(path).state_dir), capture_logs() as logs:
@@ -1046,7 +1042,7 @@ class TestAFireSeenTwice:
             while "scheduled_night_waits_for_lock" not in [log["event"] for log in logs] and time.monotonic() < deadline:
                 time.sleep(0.05)
             stopped = time.monotonic()
-            schedule._night.stop(signal.SIGTERM)
+            night_child.night_in_flight().stop(signal.SIGTERM)
             waiting.join(10)
         assert outcome == [None] and time.monotonic() - stopped < 5
 
@@ -1055,13 +1051,15 @@ class TestAFireSeenTwice:
         the child that exited 75 recorded no run, and its marker was removed as it ended, so the restarted
         serve had nothing to find and the night was lost (found by a review). The marker stays through the
         wait: a serve started then runs the night at once. Gone once the night has ended."""
+        import orchestrator.night_child as night_child
         import orchestrator.schedule as schedule
+        from orchestrator.fired_night import interrupted_night
         from orchestrator.lock import StateLock
-        from orchestrator.schedule import STARTED_MARKER_NAME, _interrupted_night
+        from orchestrator.night_marker import STARTED_MARKER_NAME
 
         clear_of_the_hour(margin_s=60)
         monkeypatch.setattr(schedule, "LOCKED_RETRY_S", 30.0)
-        monkeypatch.setattr(schedule, "_night", schedule._NightInFlight())  # serve's own, as _stop_on_signals makes it
+        monkeypatch.setattr(night_child, "_night", night_child.NightInFlight())  # serve's own, as stop_on_signals makes it
         path = write_schedule_config(tmp_path / "night", cron="0 * * * *", grace_s=3600)
         this_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
         outcome: list[int | None] = []
@@ -1072,9 +1070,9 @@ class TestAFireSeenTwice:
                 deadline = time.monotonic() + 60
                 while "scheduled_night_waits_for_lock" not in [log["event"] for log in logs] and time.monotonic() < deadline:
                     time.sleep(0.05)
-                assert _interrupted_night(load(path)) == this_hour  # what a serve started now would run at once
+                assert interrupted_night(load(path)) == this_hour  # what a serve started now would run at once
             finally:
-                schedule._night.stop(signal.SIGTERM)
+                night_child.night_in_flight().stop(signal.SIGTERM)
                 waiting.join(10)
         assert outcome == [None] and not (load(path).state_dir / STARTED_MARKER_NAME).exists()
 
@@ -1315,8 +1313,8 @@ class TestServe:
         a process of its own, the event's lock is held as the first handler holds it, and the signal comes."""
         script = (
             "import os, signal\n"
-            "from orchestrator.schedule import _NightInFlight\n"
-            "night = _NightInFlight()\n"
+            "from orchestrator.night_child import NightInFlight\n"
+            "night = NightInFlight()\n"
             "signal.signal(signal.SIGINT, lambda signum, frame: night.stop(signum))\n"
             "night.stop(signal.SIGTERM)  # the first stop\n"
             "with night._stopped._cond:  # where the first handler is when the second signal lands\n"
