@@ -3,7 +3,8 @@ GitHub's step summary ($GITHUB_STEP_SUMMARY)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Callable
 
 from orchestrator.errors import StateError
 
@@ -17,7 +18,7 @@ def publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: objec
     A failure here (a disk filled in the night, an unwritable $GITHUB_STEP_SUMMARY) is logged,
     and the exit code stays the night's: 143 must still say SIGTERM, 1 still say a task failed.
     """
-    from orchestrator.ci_summary import append_step_summary
+    from orchestrator.ci_summary import STEP_SUMMARY_VARIABLE, append_step_summary
     from orchestrator.junit import write_junit
 
     begun = store.begun_run_id  # type: ignore[attr-defined]
@@ -25,13 +26,29 @@ def publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: objec
     night_run = store.run(begun) if begun is not None else None  # type: ignore[attr-defined]
     if night_run is None:
         return
-    publishers = [] if summary_refused else [lambda: append_step_summary(night_run, notes=notes)]
+    if junit is not None:
+        _publish(lambda: write_junit(night_run, junit), log)
+    summary = os.environ.get(STEP_SUMMARY_VARIABLE) or None
     if summary_refused:
         log.error("ci_report_failed", error=summary_refused)  # type: ignore[attr-defined]
-    if junit is not None:
-        publishers.insert(0, lambda: write_junit(night_run, junit))
-    for publish in publishers:
-        try:
-            publish()
-        except StateError as error:
-            log.error("ci_report_failed", error=str(error))  # type: ignore[attr-defined]
+    elif junit is not None and summary is not None and _same_file(summary, junit):
+        # The markdown appended to the XML would leave the asked-for report one no CI can parse.
+        reason = "$GITHUB_STEP_SUMMARY names the --junit file, which stays the JUnit report"
+        log.warning("step_summary_skipped", path=summary, reason=reason)  # type: ignore[attr-defined]
+    else:
+        _publish(lambda: append_step_summary(night_run, notes=notes), log)
+
+
+def _publish(write: Callable[[], object], log: object) -> None:
+    try:
+        write()
+    except StateError as error:
+        log.error("ci_report_failed", error=str(error))  # type: ignore[attr-defined]
+
+
+def _same_file(one: str | Path, other: str | Path) -> bool:
+    """The same file, through a link or another spelling of its path too; by where the paths lead when one is not there."""
+    try:
+        return os.path.samefile(one, other)
+    except OSError:  # the JUnit file could not be written, or the summary's is not made yet
+        return os.path.realpath(one) == os.path.realpath(other)

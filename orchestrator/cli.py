@@ -52,13 +52,14 @@ ConfigOption = typer.Option(Path(DEFAULT_CONFIG_NAME), "--config", "-c", help="P
 
 @app.command()
 def init(
-    config: Path = ConfigOption,
+    # As typed: a Path drops the slash of `-c newdir/`, and init wrote a file named `newdir`.
+    config: str = typer.Option(DEFAULT_CONFIG_NAME, "--config", "-c", help="Path to overnight.toml.", metavar="<path>"),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing config file."),
 ) -> None:
     """Write overnight.toml from the commented example (every key, its default, why to change it)."""
-    from orchestrator.config_writing import write_example_config
+    from orchestrator.config_writing import config_file_named, write_example_config
 
-    write_example_config(config, force)
+    write_example_config(config_file_named(config), force)
     typer.echo(f"wrote {config}: add your tasks, point [model] at a server, then `overnight run`")
 
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from orchestrator.config import DEFAULT_CONFIG_NAME
 from orchestrator.errors import ConfigError
+
+
+def config_file_named(given: str) -> Path:
+    """The config file `-c` names, or ConfigError when its path can only name a folder (`newdir/`, `newdir/.`):
+    as a Path it reads as the file `newdir`, which init wrote."""
+    if given and os.path.basename(given) in ("", ".", ".."):
+        example = os.path.join(given, DEFAULT_CONFIG_NAME)
+        raise ConfigError(f"cannot write {given}: it names a folder, not a file (give the file's path, like {example})")
+    return Path(given)
 
 
 def write_example_config(config: Path, force: bool) -> None:

@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError
+from orchestrator.printable import shortened
 
 
 def latest_fire_time(trigger: BaseTrigger, since: datetime, now: datetime) -> datetime | None:
@@ -111,21 +112,42 @@ def _pickles(zone: tzinfo) -> bool:
     return True
 
 
+# Its fields, in crontab(5)'s order.
+_FIELD_NAMES = ("minute", "hour", "day", "month", "weekday")
+# More digits than any number in a field can use (each is at most 59, a step a few more). A number of
+# thousands was quoted whole in the error line, with Python's "Exceeds the limit (4300 digits)" after it.
+_MOST_DIGITS = 18
+# As much of the expression as an error line quotes, and of the reason APScheduler gives.
+_SHOWN_CHARS = 120
+_REASON_CHARS = 200
+
+
 def night_trigger(config: Config, zone: tzinfo) -> BaseTrigger:
     """The cron trigger, read as crontab(5) reads it, in `zone`; ConfigError if it is bad or never fires."""
     expression = config.schedule.cron
+    refused = f"{config.source}: [schedule] cron: {shortened(expression, _SHOWN_CHARS)!r}"
     fields = expression.split()
     if len(fields) != 5:
-        raise ConfigError(
-            f"{config.source}: [schedule] cron: {expression!r} needs 5 fields (minute hour day month weekday), got {len(fields)}"
-        )
+        raise ConfigError(f"{refused} needs 5 fields (minute hour day month weekday), got {len(fields)}")
+    too_large = _number_too_large(fields)
+    if too_large:
+        raise ConfigError(f"{refused}: {too_large}")
     try:
         trigger = crontab_trigger(*fields, zone=zone)
     except ValueError as exc:
-        raise ConfigError(f"{config.source}: [schedule] cron: {expression!r}: {_first_line(exc)}") from None
+        raise ConfigError(f"{refused}: {shortened(_first_line(exc), _REASON_CHARS)}") from None
     if trigger.get_next_fire_time(None, datetime.now(zone)) is None:
-        raise ConfigError(f"{config.source}: [schedule] cron: {expression!r} never fires (no such day)")
+        raise ConfigError(f"{refused} never fires (no such day)")
     return trigger
+
+
+def _number_too_large(fields: list[str]) -> str:
+    """What is wrong with the first field holding a number of more than _MOST_DIGITS digits, or ""."""
+    for name, field in zip(_FIELD_NAMES, fields):
+        longest = max((len(digits) for digits in re.findall(r"\d+", field)), default=0)
+        if longest > _MOST_DIGITS:
+            return f"{name} {shortened(field, 24)!r} holds a number too large ({longest} digits)"
+    return ""
 
 
 def crontab_trigger(minute: str, hour: str, day: str, month: str, weekday: str, *, zone: tzinfo) -> BaseTrigger:

@@ -82,6 +82,23 @@ def head_commit(git_dir: Path, common: Path) -> str | None:
     return _head_commit_by_gitpython(git_dir)
 
 
+def broken_head_ref(git_dir: Path, common: Path) -> tuple[str, str] | None:
+    """(its name, what it holds) when the ref HEAD leads to is there but holds no commit's name (`garbage`
+    written into refs/heads/main, a file left empty by a crash); None when it holds one or is not there
+    (a branch with no commit yet), and wherever the files do not say (a packed or another backend's ref)."""
+    name = "HEAD"
+    for _ in range(_SYMREF_DEPTH):
+        folder = git_dir if name == "HEAD" or name.startswith(_PER_WORKTREE_REFS) else common
+        try:
+            content = (folder / name).read_bytes().decode("utf-8", "replace").strip()
+        except OSError:
+            return None
+        if not content.startswith("ref:"):
+            return None if OBJECT_NAME.fullmatch(content) else (name, content)
+        name = content.removeprefix("ref:").strip()
+    return None
+
+
 def _packed_ref(common: Path, name: str) -> str | None:
     """`name`'s commit in packed-refs (lines `<object name> <ref>`), or None when it has none."""
     try:
@@ -98,7 +115,9 @@ def _head_commit_by_gitpython(git_dir: Path) -> str | None:
 
     try:
         return SymbolicReference.dereference_recursive(git.Repo(git_dir), "HEAD")
-    except ValueError:  # HEAD names a branch with no commit yet
+    except ValueError:  # HEAD names a branch with no commit yet, or a ref holding no object name
+        return None
+    except (AssertionError, IndexError):  # an empty ref file (a crash mid-write): GitPython asserts (or, under -O, indexes) on it
         return None
 
 

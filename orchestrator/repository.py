@@ -7,7 +7,7 @@ from pathlib import Path
 from orchestrator.checkout import checkout_around, git_folder_around
 from orchestrator.errors import ConfigError
 from orchestrator.git_errors import git_said
-from orchestrator.gitdir import OBJECT_NAME, head_commit
+from orchestrator.gitdir import OBJECT_NAME, broken_head_ref, head_commit
 from orchestrator.printable import shortened
 
 # What git says when it refuses the repository itself, whatever the name asked for.
@@ -25,8 +25,22 @@ def open_repo(path: Path):
     if repo.bare:
         raise ConfigError(f"[repo] path: {path} is a bare repository; point it at a checkout (a clone) of it")
     if _head_commit(repo) is None:
-        raise ConfigError(f"[repo] path: {path} has no commits yet; commit something first")
+        raise ConfigError(_no_commit(repo, path))
     return repo
+
+
+def _no_commit(repo, path: Path) -> str:
+    """Why HEAD names no commit: a branch with none yet, or a damaged ref ("has no commits yet" sent the person
+    who has years of them looking for the wrong fault)."""
+    broken = broken_head_ref(Path(repo.git_dir), Path(repo.common_dir))
+    if broken is None:
+        return f"[repo] path: {path} has no commits yet; commit something first"
+    ref, held = broken
+    shown = repr(shortened(held, 40)) if held else "nothing"
+    return (
+        f"[repo] path: {path}: its branch is a broken ref: {ref} holds {shown}, not a commit; "
+        f"point it at one (`git update-ref {ref} <commit>`)"
+    )
 
 
 def _inside_one(path: Path) -> str:

@@ -118,12 +118,27 @@ class Worktree:
             # Registered with --no-checkout, just now or by a night killed before this step:
             # check the files out (an empty index would commit every file as deleted).
             try:
+                worktree._not_sparse()
                 worktree._git("reset", "--hard", "--quiet")
             except (git.GitCommandError, OSError) as exc:
                 failed = creation_error(f"cannot check out the files of task {task!r} at {path}", git_reason(exc), path)
                 raise with_git_status(failed, exc) from None
         worktree.back_on_branch(task, on_commits_kept=on_commits_kept)
         return worktree
+
+    def _not_sparse(self) -> None:
+        """Leave out of this new worktree the sparse checkout `git worktree add` copied from the user's checkout
+        (git >= 2.36: its patterns, and its config.worktree when extensions.worktreeConfig is on).
+
+        Otherwise the files of the task's branch outside the user's patterns (the check's script, the code to fix)
+        were missing here, and the task failed its check every night. Both are this worktree's own copies: the
+        user's checkout keeps its patterns. Without a patterns file git checks out every file, even where the
+        repository's shared config says core.sparseCheckout.
+        """
+        (self._admin / "info" / "sparse-checkout").unlink(missing_ok=True)
+        own_config = self._admin / "config.worktree"
+        if own_config.exists():
+            self._git("config", "--file", str(own_config), "core.sparseCheckout", "false")
 
     def back_on_branch(self, task: str, *, on_commits_kept: Callable[[str, str], None] | None = None) -> None:
         """Put HEAD back on the task's branch, at the branch's tip, files and all, when a person left it

@@ -156,6 +156,13 @@ class TestInit:
         (tmp_path / "a-folder").mkdir()
         assert_one_line_error(overnight("init", "--force", "--config", where, cwd=tmp_path), 2, "cannot write", where)
 
+    @pytest.mark.parametrize("where", ["newdir/", "newdir/.", "a-folder/"])
+    def test_init_given_a_path_that_names_a_folder_writes_nothing(self, tmp_path, where):
+        """`-c newdir/` wrote a file named `newdir` (the slash lost on the way to a Path): one line, exit 2, nothing made."""
+        (tmp_path / "a-folder").mkdir()
+        assert_one_line_error(overnight("init", "-c", where, cwd=tmp_path), 2, f"cannot write {where}: it names a folder")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a-folder"] and not any((tmp_path / "a-folder").iterdir())
+
     @pytest.mark.parametrize("mine", ["overnight.toml", "notes.txt"])
     def test_demo_leaves_a_folder_with_anything_in_it_alone(self, tmp_path, mine):
         """`demo --dir` writes overnight.toml and state/ there: a folder already holding files is refused, untouched."""
@@ -668,6 +675,23 @@ class TestBadConfig:
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=bare)
         assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "bare repository")
         assert not (tmp_path / "state").exists()  # nothing made, not even the lock
+
+    def test_a_repository_with_no_commit_yet_says_so(self, tmp_path):
+        """A branch not yet born: commit something first."""
+        empty = tmp_path / "empty"
+        git(tmp_path, "init", "-q", "-b", "main", str(empty))
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=empty)
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[repo] path", "has no commits yet")
+
+    @pytest.mark.parametrize(("held", "shown"), [("garbage\n", "holds 'garbage'"), ("", "holds nothing")])
+    def test_a_branch_ref_that_names_no_commit_is_called_broken(self, tmp_path, repo, held, shown):
+        """A ref file of `garbage` was "has no commits yet" (of a repository with years of them); an empty one (a crash
+        mid-write) a traceback. One line naming the ref, exit 2, nothing made."""
+        (repo / ".git" / "refs" / "heads" / "main").write_text(held)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        result = overnight("run", "--config", str(config))
+        assert_one_line_error(result, 2, "[repo] path", f"broken ref: refs/heads/main {shown}, not a commit", "git update-ref")
+        assert not (tmp_path / "state").exists()
 
     def test_base_that_names_no_commit(self, tmp_path, repo):
         """A [repo] base that is no branch, tag or commit is named, before any run is recorded."""

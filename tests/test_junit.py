@@ -629,6 +629,17 @@ class TestReportsThatCannotBeWritten:
         assert all(line.startswith("{") for line in done.stderr.splitlines() if line.strip())
 
 
+    @pytest.mark.parametrize("summary", ["junit.xml", "link-to-junit.xml"])
+    def test_a_step_summary_that_is_the_junit_file_is_skipped_and_the_junit_xml_stays_whole(self, tmp_path, summary):
+        """The same file by its name or through a link: the markdown was appended to the XML, which no longer parsed."""
+        (tmp_path / "link-to-junit.xml").symlink_to("junit.xml")
+        done = json_night(tmp_path, "--junit", str(tmp_path / "junit.xml"), env={"GITHUB_STEP_SUMMARY": str(tmp_path / summary)})
+        assert done.returncode == 1, done.stderr
+        assert ET.parse(tmp_path / "junit.xml").getroot().get("tests") == "2"
+        [skipped] = [e for e in log_events(done.stderr) if e["event"] == "step_summary_skipped"]
+        assert skipped["level"] == "warning" and skipped["path"] == str(tmp_path / summary) and "--junit" in skipped["reason"]
+        assert "ci_report_failed" not in [e["event"] for e in log_events(done.stderr)]
+
     @pytest.mark.parametrize("target", ["overnight.toml", "state/notes.md"])
     def test_a_step_summary_that_names_the_config_or_notes_is_not_appended_to(self, tmp_path, target):
         """Appended to the config, the next night's was not TOML (exit 2); to notes.md, a table among the notes."""

@@ -618,6 +618,20 @@ class TestConfigErrors:
         assert f"[schedule] cron: {cron!r}" in message
         assert "\n" not in message
 
+    @pytest.mark.parametrize(("cron", "field"), [("9" * 5000 + " 1 * * *", "minute"), ("30 1 * * 1/" + "9" * 5000, "weekday"),
+                                                 ("30 1 " + "9" * 4000 + " * *", "day")])
+    def test_a_number_of_thousands_of_digits_is_too_large_in_a_short_line(self, tmp_path: Path, cron: str, field: str) -> None:
+        """Past Python's 4300 digits the line quoted the whole cron and "Exceeds the limit (4300 digits)"; under it,
+        APScheduler's reason quoted the number twice: each line ran to pages. Now short, naming the field."""
+        config = load(write_schedule_config(tmp_path, cron=cron))
+
+        with pytest.raises(ConfigError) as raised:
+            next_fire_times(config)
+
+        message = str(raised.value).removeprefix(str(config.source))
+        assert f"[schedule] cron: '{cron[:100]}" in message and f"{field} '" in message and "holds a number too large" in message
+        assert len(message) < 300 and "\n" not in message and "4300" not in message
+
     @pytest.mark.parametrize("cron", ["0 0 30 2 *", "30 1 * * mon-5"])
     @pytest.mark.parametrize("args", [("--next",), ()])
     def test_serve_refuses_a_cron_that_never_fires_or_mixes_names(self, tmp_path: Path, cron: str, args: tuple[str, ...]) -> None:

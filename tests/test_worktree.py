@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import git as gitpython
 import pytest
@@ -148,6 +149,53 @@ def test_a_sparse_worktree_commits_with_a_git_older_than_add_sparse(repo: Path, 
     (tree.path / "new.py").write_text("x = 1\n")
     commit = tree.commit("overnight: fix iteration 1")
     assert git(repo, "show", f"{commit}:new.py") == "x = 1"
+
+
+def _sparse_the_git_way(repo: Path, *options: str) -> None:
+    git(repo, "sparse-checkout", "set", *options)
+
+
+def _sparse_by_hand(repo: Path) -> None:
+    """The older way, still git's: core.sparseCheckout in the shared config (no extensions.worktreeConfig), patterns written."""
+    git(repo, "config", "core.sparseCheckout", "true")
+    (repo / ".git" / "info" / "sparse-checkout").write_text("/greet.py\n")
+    git(repo, "read-tree", "-mu", "HEAD")
+
+
+@pytest.mark.parametrize(
+    "make_sparse",
+    [
+        lambda repo: _sparse_the_git_way(repo, "lib"),
+        lambda repo: _sparse_the_git_way(repo, "--sparse-index", "lib"),
+        lambda repo: _sparse_the_git_way(repo, "--no-cone", "/greet.py"),
+        _sparse_by_hand,
+    ],
+    ids=["cone", "cone-sparse-index", "no-cone", "shared-config"],
+)
+def test_a_sparse_user_checkout_leaves_the_task_worktree_whole_and_keeps_its_own_patterns(
+    repo: Path, tmp_path: Path, make_sparse: Callable[[Path], None]
+) -> None:
+    """The user's sparse checkout is not copied into a task's worktree (git >= 2.36 copied it: the check's script was
+    missing there, failing the task every night), nor changed; the worktree stays whole after a rollback and a reuse."""
+    for folder in ("lib", "checks"):
+        (repo / folder).mkdir()
+        (repo / folder / "it.py").write_text("x = 1\n")
+    git(repo, "add", "lib", "checks")
+    git(repo, "commit", "-q", "-m", "folders")
+    make_sparse(repo)
+    users = [repo / ".git" / name for name in ("config", "config.worktree", "info/sparse-checkout")]
+    before = [path.read_bytes() if path.exists() else None for path in users], sorted(os.listdir(repo))
+    whole = git(repo, "ls-tree", "-r", "--name-only", "HEAD").splitlines()
+    assert not (repo / "checks" / "it.py").exists()
+    state = tmp_path / "state"
+    tree = Worktree.ensure(repo, state, "fix", "HEAD")
+    assert [name for name in whole if not (tree.path / name).is_file()] == []
+    (tree.path / "check_greet.py").unlink()
+    tree.rollback(tree.checkpoint())
+    again = Worktree.ensure(repo, state, "fix", "HEAD")
+    again.rollback(again.checkpoint())
+    assert [name for name in whole if not (again.path / name).is_file()] == [] and again.idle_state() == "clean"
+    assert ([path.read_bytes() if path.exists() else None for path in users], sorted(os.listdir(repo))) == before
 
 
 def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, tmp_path: Path) -> None:
