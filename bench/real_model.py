@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.build import open_store  # noqa: E402
+from orchestrator.cpu_threads import default_threads  # noqa: E402
 from orchestrator.demo import prepare_sample, run_sample_night  # noqa: E402
-from orchestrator.local_model import default_threads  # noqa: E402
 from orchestrator.logs import configure_logging  # noqa: E402
 
 HEADER = ("task", "iter", "outcome", "reason", "turns", "tokens", "model calls", "wall s")

@@ -84,7 +84,8 @@ def check_inputs(config: Config) -> CheckedInputs:
     _check_programs_found(config)
     _check_schedule(config)
     if config.model.name == LOCAL_MODEL:  # a bad OVERNIGHT_LOCAL_THREADS: said now, not after the model's download
-        from orchestrator.local_model import default_threads, installed_extra
+        from orchestrator.cpu_threads import default_threads
+        from orchestrator.local_model_files import installed_extra
 
         default_threads()
         # Without the [local] extra (README's `pip install -e .` alone), said before the state dir is made:
@@ -171,7 +172,7 @@ def _check_programs_found(config: Config) -> None:
     `python`, `pytest`, `npm`. That is found before the night, in one line."""
     import os
 
-    from orchestrator.commands import missing_program
+    from orchestrator.missing_programs import missing_program
 
     for task in config.task:
         program = missing_program(task.check)

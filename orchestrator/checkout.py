@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from orchestrator.commands import base_environment
+from orchestrator.command_environment import base_environment
 
 
 def checkout_around(folder: Path) -> str | None:

@@ -28,7 +28,7 @@ undoes that. The agent's commands therefore run with:
   a remote-tracking ref: it can be the user's last name for unmerged commits); and, outside the task's worktree (a `cd ..`
   that lands in the user's checkout or another task's worktree, or a GIT_DIR, --git-dir
   or GIT_INDEX_FILE naming their index), the commands
-  that write an index or files (the ceilings of commands.git_ceilings already keep
+  that write an index or files (the ceilings of command_environment.git_ceilings already keep
   git from climbing out of the worktree into the user's checkout);
 - a global git config of their own, which reads the user's but takes the writes;
 - the repository's config put back once no agent command runs any more, if one
@@ -59,10 +59,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agent_global_config import config_quoted, global_config_for, including, users_global_configs
-from orchestrator.commands import WORKTREE_GIT_CONFIG, pid_alive
+from orchestrator.command_environment import WORKTREE_GIT_CONFIG
 from orchestrator.fence_hooks import PUSH_REFUSAL, REF_GUARD
 from orchestrator.git_exec_path import gits_own_commands, link_exec_path
 from orchestrator.git_front import GIT_FRONT
+from orchestrator.process_liveness import pid_alive
 from orchestrator.shared_config import kept_config, restore_config_copy
 from orchestrator.user_cache import user_cache_folders
 

@@ -11,11 +11,11 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from orchestrator.commands import pid_alive
 from orchestrator.config import Config
 from orchestrator.interrupted_worktree import settle_worktree
 from orchestrator.leases import owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.night import NIGHT_CRASHED
+from orchestrator.process_liveness import pid_alive
 from orchestrator.recovery_survey import Survey
 
 INTERRUPTED_CORRECTION = (

@@ -262,7 +262,7 @@ def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
     from orchestrator.console import SignalPrinter
     from orchestrator.night import EXIT_MODEL_UNREACHABLE, SIGNAL_EXIT_CODES
 
-    from orchestrator.local_model import default_threads
+    from orchestrator.cpu_threads import default_threads
 
     default_threads()  # a bad OVERNIGHT_LOCAL_THREADS: exit 2 before the sample is made in the folder
     workdir = absolute(workdir, ConfigError, "--dir") if workdir is not None else Path(tempfile.mkdtemp(prefix="overnight-demo-"))

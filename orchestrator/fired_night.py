@@ -53,7 +53,7 @@ def finished_tonight(config: Config | None, fired: datetime | None = None) -> in
 def interrupted_night(config: Config, now: datetime | None = None) -> datetime | None:
     """The fire time of a night that began within the grace and died without ending (power lost,
     serve and night killed together): its fire time, for serve to run it again now. None otherwise."""
-    from orchestrator.commands import pid_alive
+    from orchestrator.process_liveness import pid_alive
 
     try:
         found = _latest_run_since_fire(config, now)
@@ -97,7 +97,7 @@ def _latest_run_since_fire(config: Config, now: datetime | None = None, *, fired
 def _started_before_its_run(config: Config, now: datetime | None) -> datetime | None:
     """The fire time of a night serve started (its marker left behind) that recorded no run and whose
     child is gone: it died with serve as it started up. None otherwise."""
-    from orchestrator.commands import pid_alive
+    from orchestrator.process_liveness import pid_alive
 
     marked = marked_start(config.state_dir)
     if marked is None:

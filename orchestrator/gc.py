@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.commands import UNATTENDED_ENV, base_environment
+from orchestrator.command_environment import UNATTENDED_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.gitdir import admin_dir, branches_held_by_operations

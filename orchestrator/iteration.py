@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from orchestrator.agent import RunContext, run_agent
-from orchestrator.commands import how_it_ended
+from orchestrator.command_endings import how_it_ended
 from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
 from orchestrator.printable import visible

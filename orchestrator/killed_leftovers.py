@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands import stop_marked_processes
 from orchestrator.config import GIT_CONFIG_COPY, Config
 from orchestrator.confinement import remove_abandoned_folders
 from orchestrator.errors import StateError
+from orchestrator.marked_processes import stop_marked_processes
 from orchestrator.shared_config import restore_config_copy
 
 
@@ -34,7 +34,7 @@ def _stop_orphan_commands(worktrees_dir: Path, log: Any) -> None:
     """Checks and agent commands a killed night started: each runs in its own session, so it
     outlives the night, and would go on writing into a worktree that is being rolled back
     (its files then committed by the next night). Found by the mark in their environment
-    (orchestrator.commands.COMMAND_MARK); Linux's /proc, elsewhere nothing to do."""
+    (orchestrator.command_environment.COMMAND_MARK); Linux's /proc, elsewhere nothing to do."""
     for group, worktree in stop_marked_processes(worktrees_dir.resolve(), below=True).items():
         # The group is the command's: it ran in a session of its own, led by the shell overnight started.
         log.warning("orphan_command_stopped", pid=group, worktree=worktree)

@@ -14,9 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands import pid_alive
 from orchestrator.leases import owner_host_pid, owner_state_id, task_of_lease
 from orchestrator.lock import LOCK_NAME, Holder, LockHeld
+from orchestrator.process_liveness import pid_alive
 
 
 def refuse_beside_a_live_night(store: Any, state_dir: Path, state_id: str, host: str, me: int) -> None:

@@ -85,7 +85,7 @@ def run_command(app: typer.Typer) -> None:
     """Run the command: map our errors to one stderr line and an exit code (SystemExit)."""
     # Inherited from a git hook or a shell's dotfiles, they would send every git command of
     # overnight's (GitPython's too) to that repository instead of the configured one.
-    from orchestrator.commands import INHERITED_GIT_VARIABLES
+    from orchestrator.command_environment import INHERITED_GIT_VARIABLES
 
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)

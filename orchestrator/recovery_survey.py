@@ -11,10 +11,10 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
-from orchestrator.commands import pid_alive
 from orchestrator.config import Config
 from orchestrator.leases import lease_key, owner_host_pid
 from orchestrator.night import shared_repository_key
+from orchestrator.process_liveness import pid_alive
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,7 @@ def process_gone(run: object, began: object) -> bool:
     on this host's clock (a shared PostgreSQL store writes the database's, which may be minutes off)."""
     import socket
 
-    from orchestrator.commands import pid_alive
+    from orchestrator.process_liveness import pid_alive
 
     return run.status == "running" and run.host == socket.gethostname() and not pid_alive(run.pid, began)  # type: ignore[attr-defined]
 

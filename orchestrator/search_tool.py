@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from orchestrator import search
-from orchestrator.commands import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, git_ceilings
+from orchestrator.command_environment import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, git_ceilings
 from orchestrator.file_reading import BINARY_SNIFF_BYTES
 from orchestrator.gitdir import is_git
 from orchestrator.records import ToolResult

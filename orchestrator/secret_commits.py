@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from orchestrator.commands import kill_group
+from orchestrator.process_groups import kill_group
 from orchestrator.records import KeptOutOfCommit
 from orchestrator.staged import StagedChange, new_content, staged_changes
 

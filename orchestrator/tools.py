@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from orchestrator import search
-from orchestrator.commands import cap_text, how_it_ended, run_shell
+from orchestrator.command_endings import how_it_ended
+from orchestrator.command_output import cap_text
+from orchestrator.commands import run_shell
 from orchestrator.config import check_tool_names
 from orchestrator.confinement import Confinement, agent_environment
 from orchestrator.edit_matching import MOST_OCCURRENCES_COUNTED, not_found_message, occurrences

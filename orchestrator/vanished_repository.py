@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
+from orchestrator.command_environment import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.gitdir import admin_dir, gitdir_link
 from orchestrator.task_branches import branch_for

@@ -422,7 +422,7 @@ class TestLocalThreads:
 
     def test_a_thread_count_is_taken(self, monkeypatch):
         """A plain number is the thread count; unset, the default (1 to 4)."""
-        from orchestrator.local_model import default_threads
+        from orchestrator.cpu_threads import default_threads
 
         monkeypatch.setenv("OVERNIGHT_LOCAL_THREADS", "3")
         assert default_threads() == 3

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy
 import structlog
 
-from orchestrator.commands import GIT_IDENTITY
+from orchestrator.command_environment import GIT_IDENTITY
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
 from orchestrator.leases import LeaseHeld, LeaseKeeper
@@ -922,7 +922,7 @@ class TestRecoveryOfStoredState:
 
     def test_a_command_the_killed_night_left_running_is_stopped_before_the_rollback(self, tmp_path: Path, repo: Path) -> None:
         """A check runs in its own session: `kill -9` of overnight alone (the OOM killer) leaves it writing into the worktree."""
-        from orchestrator.commands import COMMAND_MARK
+        from orchestrator.command_environment import COMMAND_MARK
 
         config = _config(tmp_path, repo)
         store, worktree, _, _, _ = self._running(config, "fix-greet", dead_pid())

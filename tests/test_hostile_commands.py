@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.commands import COMMAND_MARK, ProcessClock, _as_a_terminal_shows, run_shell, stop_marked_processes
+from orchestrator.command_environment import COMMAND_MARK
+from orchestrator.command_output import _as_a_terminal_shows
+from orchestrator.commands import run_shell
+from orchestrator.marked_processes import stop_marked_processes
+from orchestrator.process_clock import ProcessClock
+from orchestrator.process_liveness import pid_alive
 from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
 from tests.conftest import git, make_repo
@@ -305,3 +310,21 @@ class TestGitCeiling:
             assert result.exit_code != 0 and "not a git repository" in result.output, (out, result.output)
         assert (user / "a.txt").read_text() == "uncommitted, the user's\n"
 
+
+class TestPidsWrittenDown:
+    @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+    def test_a_live_process_whose_name_is_not_utf8_is_alive(self, tmp_path: Path):
+        """A recorded pid whose process has a name that is not UTF-8 (any bytes a program chose) is alive, not a UnicodeDecodeError."""
+        program = os.path.join(os.fsencode(tmp_path), b"sleep\xff\xfe")
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
+        os.chmod(program, 0o755)
+        sleeper = subprocess.Popen([program, "30"])
+        try:
+            deadline = time.monotonic() + 10
+            while b"\xff" not in Path(f"/proc/{sleeper.pid}/stat").read_bytes():  # the name is the program's once it runs
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert pid_alive(sleeper.pid) is True
+        finally:
+            sleeper.kill()
+            sleeper.wait()

