@@ -139,7 +139,9 @@ def local_now() -> datetime:
 
         return datetime.now(tzlocal.get_localzone())
     except Exception:  # a zone tzlocal cannot name (a POSIX TZ rule such as CET-1CEST,M3.5.0,M10.5.0/3)
-        return datetime.now(SYSTEM_LOCAL_TIME)
+        # Or a TZ unreadable_tz finds: UTC, which the C library keeps for one it cannot read, and for an offset of a day
+        # (TZ=EST24), which datetime cannot hold (a deadline's first comparison was a traceback, the run left `running`).
+        return datetime.now(timezone.utc if unreadable_tz() is not None else SYSTEM_LOCAL_TIME)
 
 
 def named_zone(setting: str) -> tzinfo | None:
@@ -158,15 +160,21 @@ def named_zone(setting: str) -> tzinfo | None:
 def unreadable_tz() -> str | None:
     """The TZ setting when the C library cannot read it: glibc then keeps UTC's time under whatever name TZ began with
     (TZ=Not/AZone read 06:00 UTC as `06:00 Not`). None when TZ is unset or empty, names a zone file (as glibc looks
-    for one, under $TZDIR), or is a POSIX rule (a name of three letters or more, or <quoted>, then its offset)."""
+    for one, under $TZDIR), or is a POSIX rule (a name of three letters or more, or <quoted>, then its offset).
+    Also the setting of a rule whose offset is a day or more (TZ=EST24, POSIX's hours go to 24): no datetime holds it."""
     setting = os.environ.get("TZ")
     name = (setting or "").removeprefix(":")
-    if not name or _POSIX_TZ_RULE.match(name) or _is_zone_file(name):
+    if not name or _is_zone_file(name):
         return None
+    if _POSIX_TZ_RULE.match(name):
+        return setting if max(abs(time.timezone), abs(time.altzone)) >= _DAY_S else None
     return setting
 
 
-_POSIX_TZ_RULE = re.compile(r"(?:[A-Za-z]{3,}|<[A-Za-z0-9+-]{3,}>)[+-]?[0-9]")
+_DAY_S = 86400
+# glibc reads the offset's hours with sscanf's %hu, which after the rule's own sign takes white space and a second sign:
+# TZ="EST+ 5" and "EST++5" are UTC-5 to `date`, and were shown as UTC.
+_POSIX_TZ_RULE = re.compile(r"(?:[A-Za-z]{3,}|<[A-Za-z0-9+-]{3,}>)(?:[+-][ \t\n\v\f\r]*[+-]?)?[0-9]")
 
 
 def _is_zone_file(name: str) -> bool:

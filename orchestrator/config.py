@@ -36,6 +36,11 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Linux passes no argument longer than 32 pages, its closing NUL included (MAX_ARG_STRLEN, 128 KiB): a longer check,
 # given to bash whole, failed to start in every iteration (E2BIG, an iteration_error's traceback, the task failed).
 _ARGUMENT_BYTES = 32 * os.sysconf("SC_PAGE_SIZE") if sys.platform.startswith("linux") else None
+# And no command line longer, its arguments and environment together (ARG_MAX: a quarter of the stack's limit, 2 MiB by
+# default, the C library's sysconf says it as the kernel counts it), each argument and variable also a pointer (8 bytes).
+_COMMAND_LINE_BYTES = os.sysconf("SC_ARG_MAX") if sys.platform.startswith("linux") else None
+# What a git command overnight runs holds besides the `keep` patterns: its own arguments, the worktree's settings.
+_GIT_OWN_BYTES = 16 * 1024
 
 
 # A second longer than a day has no place in a night; past it, sleeps and dates overflow.
@@ -136,7 +141,20 @@ class RepoConfig(_Section):
             size = len(f"--exclude={pattern}".encode("utf-8", "surrogateescape"))
             if _ARGUMENT_BYTES is not None and size >= _ARGUMENT_BYTES:
                 raise ValueError(f"a pattern of {len(pattern)} characters, more than one argument of git's command line can carry")
+        # All of them go on one command line (`git clean -e <pattern>`: two arguments each, two pointers): patterns each
+        # short enough, 2 MiB together, stopped the first rollback mid-night all the same (E2BIG, exit 4).
+        together = sum(len(pattern.encode("utf-8", "surrogateescape")) + 20 for pattern in value)
+        if _COMMAND_LINE_BYTES is not None and together > (room := _COMMAND_LINE_BYTES - _environment_bytes() - _GIT_OWN_BYTES):
+            raise ValueError(
+                f"{len(value)} patterns of {together} bytes together, more than one git command line can carry here with this "
+                f"environment ({max(room, 0)}); keep a folder that holds them, not each path"
+            )
         return value
+
+
+def _environment_bytes() -> int:
+    """What this process's environment takes of a command line it starts: each variable, its NUL and its pointer."""
+    return sum(len(name) + len(value) + 2 + 8 for name, value in os.environb.items())
 
 
 # What a `keep_*_days` under a day could remove that tonight still needs, and what 0 keeps.

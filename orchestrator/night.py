@@ -20,12 +20,12 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 import structlog
 
-from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now, named_zone
+from orchestrator.cancel import CancelToken, Deadline, TokenBudget, deadline_after, local_now, named_zone, unreadable_tz
 from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import ModelUnreachable, StateError
 from orchestrator.ahead import AskedAhead
@@ -87,6 +87,13 @@ class NightParts:
     scheduled_for: datetime | None = None
 
 
+# `deadline_read_in_utc`'s why, as `report_times_in_utc` says it for the morning's times.
+_DEADLINE_IN_UTC = (
+    "TZ names no zone this host knows, nor is it a POSIX rule with an offset under a day: [night] deadline is read in UTC, "
+    "the clock the C library falls back to"
+)
+
+
 def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
     """`now` in `[schedule] timezone` when that names a zone: a deadline is read on the clock the night
     starts by (a host on UTC serving New York's 01:30 read 06:30 as UTC's, a day after the start)."""
@@ -129,6 +136,9 @@ class _Night:
             began = parts.scheduled_for.astimezone(began.tzinfo)
         at = deadline_after(_on_the_schedules_clock(began, parts.config), deadline) if deadline else None
         self.deadline = Deadline(at, parts.cancel, parts.now)
+        if at is not None and at.tzinfo is timezone.utc and (unreadable := unreadable_tz()) is not None:
+            # local_now's UTC for a TZ the C library cannot read: 06:30 was UTC's with nothing said (TZ=Europe/Pariss).
+            self.log.warning("deadline_read_in_utc", tz=unreadable, deadline=deadline, at=at.isoformat(), why=_DEADLINE_IN_UTC)
         self._slowest_iteration_s = 0.0
         self._lock = threading.Lock()
         # Set when an error ends a task and with it the night (crash).

@@ -23,7 +23,10 @@ def report_zone(settings: object) -> tzinfo | None:
     unreadable = unreadable_tz()
     if unreadable is None:
         return None
-    why = "TZ names no zone this host knows, nor is it a POSIX rule: times are in UTC, the clock the C library falls back to"
+    why = (
+        "TZ names no zone this host knows, nor is it a POSIX rule with an offset under a day: times are in UTC, "
+        "the clock the C library falls back to"
+    )
     get_logger().warning("report_times_in_utc", tz=unreadable, why=why)
     return timezone.utc
 

@@ -369,6 +369,17 @@ class TestLongerThanOneArgument:
         assert len(result.stderr) < 1000
         assert not (tmp_path / "state").exists()
 
+    def test_keep_patterns_each_within_one_argument_but_past_the_command_line_together_are_refused(self, tmp_path, repo):
+        """17 patterns of 124 KiB, each one argument git can take, went onto one command line together (`git clean -e`,
+        `ls-files --exclude=`): past its 2 MiB the first rollback stopped the night (E2BIG, exit 4); now exit 2 naming the
+        key, before the state dir."""
+        each = self.LIMIT - 4096
+        patterns = ", ".join(f'"{number:03d}{"x" * each}"' for number in range(os.sysconf("SC_ARG_MAX") // each + 1))
+        config = config_with(tmp_path, repo, ("[repo]\n", f"[repo]\nkeep = [{patterns}]\n"))
+        result = overnight("run", "--config", str(config))
+        assert_one_line_error(result, 2, "[repo] keep")
+        assert not (tmp_path / "state").exists()
+
     def test_the_longest_check_bash_can_start_is_taken_and_runs(self, tmp_path):
         from orchestrator.commands import run_shell
         from orchestrator.config import TaskConfig

@@ -291,6 +291,28 @@ class TestDeadlineEvents:
         assert (night["exit_code"], night["stopped_early"]) == (1, "deadline")
 
 
+    @pytest.mark.parametrize(("setting", "said"), [("Not/AZone", True), ("EST24", True), ("Europe/Berlin", False)])
+    def test_a_deadline_on_the_utc_a_tz_the_c_library_cannot_read_leaves_is_said_once(self, tmp_path, setting, said):
+        """TZ=Not/AZone leaves the C library on UTC, and `deadline = "06:30"` was read as UTC's with nothing said: one
+        `deadline_read_in_utc` names the TZ and the deadline's instant (+00:00). So for TZ=EST24, whose offset of a day
+        no datetime holds (the night was a traceback, exit 1). A TZ naming a zone says nothing."""
+        from tests.test_report_text import closed_port
+        from tests.test_schedule import zone_file
+
+        zone_file("Europe/Berlin")  # skipped on a host without a zone database
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        config = write_config(tmp_path / "overnight.toml", api_base=f"http://127.0.0.1:{closed_port()}/v1", repo=repo, night={"deadline": "06:30"})
+        night = _json_run(config, {"TZ": setting})
+        assert night.exit_code == 3, night.events
+        said_so = [e for e in night.events if e["event"] == "deadline_read_in_utc"]
+        if not said:
+            assert said_so == []
+            return
+        [warning] = said_so
+        assert (warning["tz"], warning["deadline"], warning["run_id"]) == (setting, "06:30", _run_id_of_the_night(night.events))
+        assert warning["at"].endswith("T06:30:00+00:00") and warning["level"] == "warning"
+
+
 class TestBudgetEvents:
     def test_a_night_budget_spent_by_the_last_answer_stopped_nothing_early(self, config_file, server):
         """The answer that crossed `max_tokens_per_night` was the night's last (its submit committed): no task

@@ -325,10 +325,11 @@ class TestTimes:
         assert_one_line_error(overnight_process("report", "--config", str(config)), 2, "[schedule] timezone", "'garbage'")
         assert overnight_process("report", "--json", "--config", str(config)).returncode == 0
 
-    @pytest.mark.parametrize("setting", ["Not/AZone", "garbage"])
+    @pytest.mark.parametrize("setting", ["Not/AZone", "garbage", "EST24"])
     def test_a_tz_the_c_library_cannot_read_shows_utc_named_so_and_says_why(self, tmp_path, repo, setting):
         """TZ=Not/AZone: the C library's clock is UTC under the name `Not`; the report's times are UTC named `UTC`, and a
-        `report_times_in_utc` warning on stderr says why."""
+        `report_times_in_utc` warning on stderr says why. So for TZ=EST24, an offset of a day, which the night reads in
+        UTC as no datetime can hold it."""
         import json
         import os
         import subprocess
@@ -351,13 +352,15 @@ class TestTimes:
         ("setting", "unreadable"),
         [
             ("Europe/Berlin", False), (":Europe/Berlin", False), ("UTC0", False), ("EST5EDT", False), ("<+0530>-5:30", False),
-            ("", False), (":", False),
-            ("Not/AZone", True), (":Not/AZone", True), ("garbage", True), ("AB5", True), ("<>-1", True),
+            ("", False), (":", False), ("EST+ 5", False), ("EST++5", False), ("EST- +3", False),
+            ("Not/AZone", True), (":Not/AZone", True), ("garbage", True), ("AB5", True), ("<>-1", True), ("EST 5", True),
+            ("EST+- 5", True),
         ],
     )
     def test_a_tz_is_unreadable_only_where_the_c_library_falls_back_to_utc(self, monkeypatch, setting, unreadable):
-        """A zone file (with or without glibc's `:`) and a POSIX rule are read as set; a name no zone file has and no rule
-        (too short a name, no offset) is the C library's UTC under a made-up name."""
+        """A zone file (with or without glibc's `:`) and a POSIX rule are read as set, also one whose offset glibc's sscanf
+        reads after white space or a second sign (`EST+ 5` is UTC-5 to `date`); a name no zone file has and no rule (too
+        short a name, no offset) is the C library's UTC under a made-up name."""
         from orchestrator.cancel import unreadable_tz
         from tests.test_schedule import zone_file
 
