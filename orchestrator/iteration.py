@@ -18,7 +18,7 @@ from orchestrator.agent import RunContext, run_agent
 from orchestrator.command_endings import how_it_ended
 from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
-from orchestrator.printable import visible
+from orchestrator.printable import shortened, visible
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
 from orchestrator.records import (
@@ -162,6 +162,10 @@ def _judged(iteration: _Iteration, run: _AgentRun, finish: _Finisher) -> Iterati
     return finish.committed(commit if commit != iteration.checkpoint else "", result.turns, result.tokens)
 
 
+# More than any summary a person reads in `git log`; far less than one argument of git's command line can carry.
+_SUMMARY_CHARS = 8000
+
+
 def _commit(iteration: _Iteration, summary: str) -> str:
     """The work that passed its check committed onto the checkpoint, with the model's summary; the commit's
     hash (the checkpoint's when nothing changed). A refused commit is raised, a file too large reported first."""
@@ -170,7 +174,8 @@ def _commit(iteration: _Iteration, summary: str) -> str:
     # carry) failed the commit of work that had passed its check, and an escape sequence
     # would redraw the terminal of whoever reads `git log` in the morning.
     # Redacted: the model may quote a secret value in it, and the branch goes where CI pushes it.
-    escaped_summary = visible(setup.redact(summary), keep="\n\t")
+    # Shortened: a summary past one command line's argument (128 KiB on Linux) failed the commit as E2BIG.
+    escaped_summary = shortened(visible(setup.redact(summary), keep="\n\t"), _SUMMARY_CHARS)
     message = f"overnight: {setup.task.name} iteration {iteration.number}\n\n{escaped_summary}".strip()
     try:
         return setup.workspace.commit(

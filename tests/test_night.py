@@ -557,6 +557,18 @@ class TestOddCharacters:
         assert message == "overnight: fix-greet iteration 1\n\nfixed\\x00 the \\x1b[2Jtypo\nline two"
 
 
+    def test_a_summary_longer_than_a_command_line_argument_still_commits_the_passing_fix(self, config_file, server, repo, capsys):
+        """A 200 kB submit summary (a model allowed long answers): the fix had passed its check and the commit failed, past
+        what one argument of git's command line can carry. Committed, the summary shortened in its message."""
+        config = config_file(night={"max_iterations": 1}, guards={"max_output_chars": 400_000})
+        server.enqueue(FIX[2], call("submit", {"summary": "fixed the typo " + " ".join(f"then step {n}," for n in range(15_000))}))
+        assert overnight("run", "--config", str(config)) == 0
+        [task] = report_json(config, capsys)["tasks"]
+        assert [(i["outcome"], i["reason"]) for i in task["iterations"]] == [("committed", None)]
+        message = git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        assert message.startswith("overnight: fix-greet iteration 1\n\nfixed the typo then step 0,") and message.endswith("…")
+        assert len(message) < 10_000
+
 class TestTheBranchUnderReview:
     """The morning's review, as git asks for it: detach the task's worktree, check its branch out in
     your own checkout, commit a fixup there (an outside review found the next night then moved the
