@@ -16,20 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
-from orchestrator.command_environment import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, command_environment
+from orchestrator.command_environment import command_environment
 from orchestrator.command_output import OutputCollector, output_of
 from orchestrator.command_wait import wait_for_exit
 from orchestrator.marked_processes import stop_marked_processes
 from orchestrator.process_clock import ProcessClock
 from orchestrator.process_groups import kill_group
-from orchestrator.process_liveness import pid_alive
-
-# The last six live in their own modules; worktree.py and schedule.py still import them from here (others are
-# changing those files meanwhile: their imports move there next), everything else from where they are defined.
-__all__ = [
-    "CommandResult", "TIMEOUT_EXIT_CODE", "run_shell",
-    "GIT_IDENTITY", "UNATTENDED_ENV", "WORKTREE_GIT_ENV", "base_environment", "kill_group", "pid_alive",
-]
 
 TIMEOUT_EXIT_CODE = 124
 # How long to wait for the output pipe to close once the command's processes are gone.

@@ -12,7 +12,7 @@ from orchestrator.command_environment import UNATTENDED_ENV, WORKTREE_GIT_ENV, b
 from orchestrator.config import Config
 from orchestrator.gitdir import admin_dir, gitdir_link
 from orchestrator.task_branches import branch_for
-from orchestrator.worktree import GIT_TIMEOUT_S
+from orchestrator.worktree_git import GIT_TIMEOUT_S
 from orchestrator.worktree_removal import remove_worktree, set_aside
 
 

@@ -2,7 +2,7 @@
 is gone, repaired when it moved with the state dir; and what a failed creation is the fault of.
 
 `git worktree add --no-checkout` only: the checkout of the files (the slow part in a large repository)
-is `Worktree.ensure`'s, outside the lock that serialises registration.
+is first_checkout.py's, outside the lock that serialises registration.
 """
 
 from __future__ import annotations

@@ -448,6 +448,22 @@ def test_an_idle_worktree_holding_only_kept_build_output_is_left_as_it_is(repo: 
     assert git(repo, "branch", "--list", "overnight-kept/*") == ""
 
 
+@pytest.mark.parametrize("hide", ["--skip-worktree", "--assume-unchanged"])
+def test_a_persons_edit_hidden_from_git_status_in_an_idle_worktree_is_kept_by_recovery(repo: Path, tmp_path: Path, hide: str) -> None:
+    """An idle worktree whose only change is a person's edit to a file they hid from `git status` is "changed": recovery
+    keeps the edit on an `overnight-kept/` branch before it cleans the worktree, as it keeps any other edit."""
+    config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+                                      tasks=[{"name": "fix", "prompt": "p", "check": "true"}], extra=""))
+    tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
+    git(tree.path, "update-index", hide, "greet.py")
+    (tree.path / "greet.py").write_text("my local edit\n")
+
+    assert tree.idle_state() == "changed"
+    recovery_logs(config)
+    kept = git(repo, "branch", "--list", "--format=%(refname:short)", "overnight-kept/*").strip()
+    assert kept and git(repo, "show", f"{kept}:greet.py") == "my local edit"
+
+
 def test_large_files_the_agent_staged_or_committed_itself(repo: Path, tmp_path: Path) -> None:
     tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
     for command in ("git add dump.bin", "git add dump.bin && git commit -qm wip"):

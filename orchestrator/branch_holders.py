@@ -1,0 +1,62 @@
+"""Which other checkout holds a task's branch: has it checked out, or rebases or bisects it.
+
+Git lets only one worktree have a branch (a person may override that: `checkout --ignore-other-worktrees`), and a
+night's commit or rollback on a branch another checkout holds would move that checkout's branch under it: such a task
+is skipped (`BranchCheckedOut`), its worktree untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from orchestrator.gitdir import branches_held_by_operations, checkouts
+
+
+def head_file(admin: Path) -> str:
+    """What the worktree's HEAD file holds ("ref: refs/heads/<branch>", or a commit when detached); "" if unreadable."""
+    try:
+        return (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def held_elsewhere(git: Callable[..., str], path: Path, admin: Path, common: Path, branch: str) -> str | None:
+    """The folder of another worktree than the one at `path` that has `branch` checked out, or is rebasing or
+    bisecting it (git shows such a worktree detached), while this one's HEAD is off it (git lets only one have it).
+    A file read when HEAD is on the branch."""
+    if head_file(admin) == f"ref: refs/heads/{branch}":
+        return None
+    wanted = f"branch refs/heads/{branch}"
+    for block in git("worktree", "list", "--porcelain", "-z").split("\0\0"):
+        lines = block.strip("\0").split("\0")
+        folder = lines[0].removeprefix("worktree ") if lines and lines[0].startswith("worktree ") else ""
+        if wanted in lines and folder and os.path.realpath(folder) != os.path.realpath(path):
+            return folder
+    return held_by_an_operation(admin, common, branch)
+
+
+def also_held_elsewhere(admin: Path, common: Path, branch: str) -> str | None:
+    """While the worktree's HEAD is on `branch`: another checkout whose HEAD is on it too, or that rebases or
+    bisects it. File reads only (this runs at every task's start)."""
+    wanted = f"ref: refs/heads/{branch}"
+    for other, folder in checkouts(common, exclude=admin):
+        try:
+            # A registration whose folder was deleted (not yet pruned) holds nothing for anyone;
+            # a locked one (on a disk not mounted now) still holds it, as git says.
+            gone = not folder.is_dir() and not (other / "locked").exists()
+            if (other / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted and not gone:
+                return str(folder)
+        except OSError:
+            continue
+    return held_by_an_operation(admin, common, branch)
+
+
+def held_by_an_operation(admin: Path, common: Path, branch: str) -> str | None:
+    """Another worktree than `admin`'s that rebases or bisects `branch` (git shows it detached), or None."""
+    busy = branches_held_by_operations(common, exclude=admin)
+    if branch in busy:
+        folder, doing = busy[branch]
+        return f"{folder} (a {doing} in progress)"
+    return None
