@@ -1,11 +1,12 @@
 """Secrets a variable's value holds as a command line, an HTTP header or a .netrc file writes them (secrecy.py's
 `_value_secrets` reads the rest): a deploy job's `DEPLOY_ARGS=--api-key ...`, `MYSQL_CMD=mysql -u app -p...`, a header
-list's `Cookie: session=...`, a .netrc's `machine host login bob password ...`.
+list's `Cookie: session=...`, a .netrc's `machine host login bob password ...`, a tool's own option
+(`curl -u user:...`, `redis-cli -a ...`, `keytool -storepass ...`).
 
 Each is read only where its name leaves no doubt that a secret follows: `--password-file PATH` names where one is kept,
-`mkdir -p build` and `ssh -p 2222` are no mysql, `Cookie: <redacted>` holds none. Every search from a start reads a
-bounded stretch or up to the next start (possessive, bounded repeats), so a value is read in time linear in its length:
-a 1 MB run of near misses in well under a second.
+`mkdir -p build`, `ssh -p 2222` are no mysql, `sort -u` no curl, `Cookie: <redacted>` holds none. Every search from a
+start reads a bounded stretch or up to the next start (possessive, bounded repeats), so a value is read in time linear in
+its length: a 1 MB run of near misses in well under a second.
 """
 
 from __future__ import annotations
@@ -54,11 +55,60 @@ _MYSQL_PASSWORD = re.compile(
 # Another tool's `-p` on a command that names mysql: a container's published port (`docker run --name mysql -p3306:3306
 # mysql:8`, `-p127.0.0.1:3306:3306/tcp`), pytest's plugin turned off (`tox -e mysql -- -pno:randomly`). No password.
 _OTHER_TOOLS_P = re.compile(r"[0-9.:\[\]]++(?:/(?:tcp|udp|sctp))?+|no:\S*+")
+# An option's value as a command writes it: in quotes (up to 256 characters) or bare. Groups: one for each way.
+_WORD_VALUE = r"""(?:"([^"]{0,256}+)"|'([^']{0,256}+)'|([^\s;|&<>()"'`]++))"""
+# curl's `-u user:password` (`--user`, `-U`/`--proxy-user` a proxy's): the password after the user's first `:` (`-u user`
+# alone has none: curl asks for it).
+_USER_PASSWORD = r"""(?:"[^":]{0,256}+:([^"]{1,256}+)"|'[^':]{0,256}+:([^']{1,256}+)'|[^\s:;|&<>()"'`]*+:([^\s;|&<>()"'`]++))"""
+
+
+def _tool_option(tools: str, option: str, value: str = _WORD_VALUE, *, words: str = r"[^\s;|&]++") -> re.Pattern[str]:
+    """An option of `tools` that takes a secret (`option`, then its `value`): only after the tool's name, among its first 32
+    `words` on the same command, as `_MYSQL_PASSWORD` reads mysql's `-p`: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none.
+    A search from each name reads up to the next name or 32 words, so a run of them is read in linear time."""
+    return re.compile(
+        rf"""(?<![^\s;|&(`'"=])(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+(?:{tools})(?:\.exe)?+
+        (?:[ \t]++(?!{option}{value}|[`'"(]?+(?:{tools})\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
+        re.VERBOSE,
+    )
+
+
+# Each tool's name, to look for before its search, and the searches that read its secret options' values.
+_TOOL_OPTIONS = (
+    ("curl", _tool_option("curl", r"(?:-u|--user|-U|--proxy-user)[ \t]*+", _USER_PASSWORD)),
+    # sshpass's own options come before the command it runs: `sshpass -f file ssh -p 2222 host`'s `-p` is ssh's port.
+    ("sshpass", _tool_option("sshpass", r"-p[ \t]*+(?=[^\s-])", words=r"-(?!p)[^\s;|&]++")),
+    ("redis-cli", _tool_option("redis-cli", r"(?:-a|--pass)[ \t]++(?=[^\s-])")),
+    # Not `-storepass:env NAME` nor `-storepass:file PATH`: a variable's name and a file's.
+    *((tool, _tool_option(tool, r"-(?:src|dest)?+(?:store|key)pass[ \t]++(?=[^\s-])")) for tool in ("keytool", "jarsigner")),
+    ("sqlcmd", _tool_option("sqlcmd", r"-P[ \t]*+(?=[^\s-])")),
+    # Not a container's published port on a command that names mongo (`docker run --name mongo -p 27017:27017 mongo`).
+    ("mongo", _tool_option(
+        r"mongo(?:sh|dump|restore|export|import|files|stat|top)?+",
+        r"-p[ \t]++(?=[^\s-])(?![0-9.:\[\]]++(?:/(?:tcp|udp|sctp))?+(?!\S))",
+    )),
+)
+# curl's `-b name=value` sends cookies (`_COOKIE` reads its `--cookie`); `-b cookies.txt` names a cookie jar.
+_CURL_COOKIES = _tool_option("curl", r"-b[ \t]*+")
+# Apache's `htpasswd -b FILE USER PASSWORD` (`-nb USER PASSWORD` prints the entry instead): the last of its arguments after
+# flags that include `b`; a number after a flag is its value (`-C 10`, bcrypt's cost). Groups: the flags, then the arguments.
+_HTPASSWD = re.compile(
+    rf"""(?<![^\s;|&(`'"=])(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+htpasswd(?:\.exe)?+
+    ((?:[ \t]++-[A-Za-z]++(?:[ \t]++[0-9]++(?=\s))?+){{1,8}}+)((?:[ \t]++(?!-){_WORD_VALUE}){{2,3}}+)""",
+    re.VERBOSE,
+)
+_HTPASSWD_FLAGS = re.compile(r"(?<=-)[A-Za-z]++")
+_ARGUMENT = re.compile(_WORD_VALUE)
 # An HTTP Cookie or Set-Cookie header (curl -v's `> Cookie:` and `< set-cookie:`, a headers dict's `"Cookie": "..."`), and
 # curl's `--cookie` option: the value up to the line's end (or the closing quote). Its cookies' values are the secrets
 # (`_COOKIE_PAIR`), a Set-Cookie's first only (its attributes, `Path=/`, follow).
-_COOKIE = re.compile(r"""(?<![\w-])(?:((?i:set-)?)(?i:cookie)["']?+[ \t]*+:|--cookie(?:=|[ \t]++))[ \t]*+["']?+([^\r\n"']*+)""")
-_COOKIE_PAIR = re.compile(r"(?:\A|;)[ \t]*+([^=;\s,]++)=([^;\s,]*+)")
+# A cookie's value may be quoted (`sid="..."`, RFC 6265): a quote right after a `=` opens one, read up to 256 characters.
+_COOKIE = re.compile(
+    r"""(?<![\w-])(?:((?i:set-)?)(?i:cookie)["']?+[ \t]*+:|--cookie(?:=|[ \t]++))[ \t]*+["']?+
+    ((?:[^\r\n"']|(?<==)"[^"\r\n]{0,256}+")*+)""",
+    re.VERBOSE,
+)
+_COOKIE_PAIR = re.compile(r"""(?:\A|;)[ \t]*+([^=;\s,]++)=(?:"([^"]*+)"|([^;\s,"]*+))""")
 # A .netrc's entry (curl's, git's, ftp's): `machine HOST` or `default`, then keyword and value pairs in any order up to
 # its `password`; on one line or several. At most 8 pairs before it: a run of `login machine` is not read to its end from
 # each `machine`. A value may be quoted, as curl (7.84 on) and Python's netrc read it, with backslash escapes
@@ -82,10 +132,31 @@ def inline_secrets(value: str) -> list[str]:
         if "-p" in value:
             logins = (_written(login.groups()) for login in _MYSQL_PASSWORD.finditer(value))
             found += [password for password in logins if not _OTHER_TOOLS_P.fullmatch(password)]
+        found += _tool_secrets(value)
     if "ookie" in value or "OOKIE" in value:
         headers = _COOKIE.finditer(value)
         found += [secret for header in headers for secret in _cookie_values(header.group(2), every=not header.group(1))]
     return found + netrc_passwords(value)
+
+
+def _tool_secrets(value: str) -> list[str]:
+    """The values of the secret options of the tools `value` names (`_TOOL_OPTIONS`, `_HTPASSWD`), and curl's `-b` cookies."""
+    found = [_written(option.groups()) for name, search in _TOOL_OPTIONS if name in value for option in search.finditer(value)]
+    if "curl" in value:
+        cookies = [_written(option.groups()) for option in _CURL_COOKIES.finditer(value)]
+        found += [secret for cookie in cookies if "=" in cookie for secret in _cookie_values(cookie, every=True)]
+    if "htpasswd" in value:
+        found += [password for login in _HTPASSWD.finditer(value) if (password := _htpasswd_password(login)) is not None]
+    return found
+
+
+def _htpasswd_password(login: re.Match[str]) -> str | None:
+    """The password of an `htpasswd` command (`_HTPASSWD`): its last argument when its flags say it is given (`-b`), the
+    second with `-n` (no file), the third otherwise."""
+    flags = "".join(_HTPASSWD_FLAGS.findall(login.group(1)))
+    arguments = [_written(argument.groups()) for argument in _ARGUMENT.finditer(login.group(2))]
+    count = 2 if "n" in flags else 3
+    return arguments[count - 1] if "b" in flags and len(arguments) >= count else None
 
 
 def netrc_passwords(text: str) -> list[str]:
@@ -124,8 +195,8 @@ def _secret_option(name: str) -> bool:
 
 def _cookie_values(header: str, *, every: bool) -> list[str]:
     """The values of a Cookie header's cookies (`every`), or of a Set-Cookie's own one."""
-    pairs = _COOKIE_PAIR.findall(header)
-    return [value for _name, value in (pairs if every else pairs[:1])]
+    pairs = list(_COOKIE_PAIR.finditer(header))
+    return [_written(pair.groups()[1:]) for pair in (pairs if every else pairs[:1])]
 
 
 def _written(parts: tuple[str | None, ...]) -> str:

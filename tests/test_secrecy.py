@@ -983,10 +983,17 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         'machine example.com login "bob smith" password "{}"', "deploy --password:{}",
         "SqlPackage /Action:Publish /TargetPassword:{}", "dotnet publish -p:Password={}", "client --secretKey {}",
         "mysql -u app shop; deploy --password {}",
+        "curl -u deploy:{} https://api.example", "curl -s --user 'deploy:{}' https://api.example", "sshpass -p {} ssh deploy@host",
+        "redis-cli -h cache -a {} ping", "keytool -list -keystore ks.p12 -storepass {}", "keytool -genkey -keypass '{}' -v",
+        "jarsigner -storepass {} app.jar key", "sqlcmd -S db -U sa -P {} -Q 'select 1'", "mongosh -u admin -p {} mongodb://db",
+        "mongodump -u admin -p '{}' --db app", "htpasswd -b /etc/nginx/.htpasswd bob {}", "htpasswd -nbB bob {}",
+        'Cookie: sid="{}"; theme=dark', "curl -b 'sid={}' https://app.example", "/usr/bin/curl -b sid={} https://app.example",
     ], ids=["option-equals", "option-word", "token", "api-key", "client-secret", "mysql", "mysqldump-quoted", "cookie", "set-cookie",
             "cookie-in-json", "curl-cookie", "netrc", "quoted-inner-setting", "variable-setting", "url-password-after-space",
             "netrc-quoted", "option-colon", "windows-slash-option", "msbuild-property", "camel-case-option",
-            "password-after-a-mysql-command"])
+            "password-after-a-mysql-command", "curl-user", "curl-long-user-quoted", "sshpass", "redis-cli", "keytool-storepass",
+            "keytool-keypass", "jarsigner", "sqlcmd", "mongosh", "mongodump-quoted", "htpasswd-batch", "htpasswd-print",
+            "cookie-quoted-value", "curl-b-cookie", "curl-path-b-cookie"])
     def test_an_inline_secret_is_withheld_and_redacted(self, written: str, monkeypatch: pytest.MonkeyPatch) -> None:
         """A variable whose name says nothing, holding a command line, a header or a .netrc entry with a secret, is withheld,
         and the secret alone reads ***: the options, names and cookies beside it as they are."""
@@ -1008,11 +1015,25 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         "docker run -d --name mysql -p3306:3306 mysql:8", "tox -e mysql -- -pno:randomly", "mysql -u app --password shop_production",
         "psql -h db -U app --password analytics_production",
         "adduser --disabled-password app-user", 'login --password="$(pass show db/prod)" --token `cat ~/.deploy-token`',
+        "sort -u names.txt && tar -u -f backup.tar deploy:Str0ng-Passw0rd", "curl -u deploy https://api.example/v1/items",
+        "curl -u deploy:$DEPLOY_TOKEN https://api.example", "sshpass -f /run/pass.txt ssh -p 2222 deploy@host.example",
+        "ssh -p 2222 deploy@host.example; sshpass -p $SSHPASS ssh deploy@host", "ls -a Str0ng-Passw0rd-dir; redis-cli -h cache ping",
+        "redis-cli --askpass -a ${REDIS_PASSWORD} ping", "keytool -list -storepass:env KEYSTORE_PASSWORD -keystore ks.p12",
+        "keytool -list -storepass:file /run/ks-pass -v", "git -P log -P Str0ng-Passw0rd; sqlcmd -S db -U sa",
+        "sqlcmd -S db -U sa -P $SQLCMDPASSWORD", "docker run --name mongo -p 27017:27017 -d mongo:7",
+        "mongosh -u admin -p --authenticationDatabase admin", "htpasswd -c /etc/nginx/.htpasswd bob-the-builder",
+        "htpasswd -D /etc/nginx/.htpasswd bob-the-builder", "curl -b cookies.txt https://app.example",
+        "ls -b Str0ng=Passw0rd-file", 'Cookie: sid="<redacted>"', "keytool -list -storepass '<keystore-password>'",
+        'sshpass -p "$(cat ~/.ssh/deploy-pass)" ssh deploy@host', "curl -u deploy:*** https://api.example",
     ], ids=["password-file", "token-count", "no-password-flag", "password-prompt", "placeholders", "token-from-stdin", "docker-secret",
             "key-file", "mkdir-ssh-p", "mysql-p-prompt", "pytest-p", "gcc-pedantic", "cookie-redacted", "set-cookie-placeholder",
             "cookie-annotation", "cookie-jar", "prose", "secret-file-variable", "token-count-setting", "def-set-password",
             "mysql-include-folder", "docker-port", "pytest-plugin-off-after-mysql", "mysql-password-prompt-then-database",
-            "psql-password-prompt-then-database", "disabled-password-flag", "command-substitution"])
+            "psql-password-prompt-then-database", "disabled-password-flag", "command-substitution", "sort-tar-u", "curl-user-alone",
+            "curl-user-placeholder", "sshpass-file-then-ssh-port", "ssh-port-sshpass-placeholder", "ls-a", "redis-cli-placeholder",
+            "keytool-storepass-env", "keytool-storepass-file", "git-P", "sqlcmd-placeholder", "docker-mongo-port",
+            "mongosh-p-prompt", "htpasswd-create-prompt", "htpasswd-delete", "curl-b-cookie-jar", "ls-b", "cookie-quoted-redacted",
+            "keytool-placeholder", "sshpass-command-substitution", "curl-user-redacted"])
     def test_what_only_looks_like_an_inline_secret_is_kept(self, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
         """An option that names where a secret is kept or none, a flag before a positional argument, a placeholder, `-p`
         of another tool than mysql, a cookie already hidden or a cookie jar's file, prose: neither withheld nor redacted."""
@@ -1093,6 +1114,9 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
             "NETRC": "machine x " + "login machine " * 14000 + "password", "QUOTED": 'env="' * 40000, "URLS": "https://u: " * 20000,
             "NETRC_QUOTES": 'machine "' * 20000 + "password", "SLASH_OPTIONS": "/a:" * 60000,
             "PROMPTS": "psql --password db;" * 10000, "INCLUDES": "-I/usr/include/mysql " * 10000 + "-p",
+            "CURL": "curl -u " * 25000 + "-b", "CURL_QUOTES": "curl -u '" * 20000, "SSHPASS": "sshpass -f " * 20000,
+            "KEYTOOLS": "keytool -storepass:env " * 10000, "MONGO": "/mongo -p " * 20000, "SQLCMD": "sqlcmd -P -" * 20000,
+            "APACHE_LOGINS": "htpasswd -b -C 10 " * 12000, "COOKIE_QUOTES": ('Cookie: a="' + 'b' * 300 + ' ') * 600,
         }
         started = time.process_time()  # this process's CPU: a shared machine's other load does not count
         assert withheld(env) == []
