@@ -1,12 +1,14 @@
 """Secrets a variable's value holds as a command line, an HTTP header or a .netrc file writes them (secrecy.py's
-`_value_secrets` reads the rest): a deploy job's `DEPLOY_ARGS=--api-key ...`, `MYSQL_CMD=mysql -u app -p...`, a header
-list's `Cookie: session=...`, a .netrc's `machine host login bob password ...`, a tool's own option
-(`curl -u user:...`, `redis-cli -a ...`, `keytool -storepass ...`).
+`_value_secrets` reads the rest): a deploy job's `DEPLOY_ARGS=--api-key ...`, a header list's `Cookie: session=...`, a
+.netrc's `machine host login bob password ...`, a tool's own option that takes a password (`MYSQL_CMD=mysql -u app -p...`,
+`curl -u user:...`, `sshpass -p ...`, `redis-cli -a ...`, `keytool -storepass ...`, `sqlcmd -P ...`, `bcp`'s and `osql`'s
+`-P ...`, `mongosh -p ...`, `htpasswd -b`'s last argument).
 
 Each is read only where its name leaves no doubt that a secret follows: `--password-file PATH` names where one is kept,
-`mkdir -p build`, `ssh -p 2222` are no mysql, `sort -u` no curl, `Cookie: <redacted>` holds none. Every search from a
-start reads a bounded stretch or up to the next start (possessive, bounded repeats), so a value is read in time linear in
-its length: a 1 MB run of near misses in well under a second.
+`mkdir -p build`, `ssh -p 2222` are no mysql, `sort -u` no curl, a published port (`docker run --name mongo -p 27017:27017`)
+no mongo's password, `Cookie: <redacted>` holds none. Every search from a start reads a bounded stretch or up to the next
+start (possessive, bounded repeats), so a value is read in time linear in its length: a 1 MB run of near misses in well
+under a second.
 """
 
 from __future__ import annotations
@@ -38,23 +40,10 @@ _FLAG_FIRST_WORDS = frozenset(
 _OPTION_WORD_BREAK = re.compile(r"[-_]+|(?<=[a-z0-9])(?=[A-Z])")
 # The clients whose `--password` takes no value but after `=` (MySQL's and MariaDB's) or none at all (PostgreSQL's: it
 # asks for one): the word after it is the database (`mysql -u app --password shop_production`), which a project's config
-# names everywhere. Their names begin a word or end a path, as `_MYSQL_PASSWORD` reads them; a command ends at `;`, `|`,
+# names everywhere. Their names begin a word or end a path, as `_tool_option` reads them; a command ends at `;`, `|`,
 # `&` or a line's end.
 _PROMPTING_CLIENT = re.compile(r"""(?<![^\s;|&(`'"=/\\])(?:mysql\w*+|mariadb\w*+|psql|pg_\w++|createdb|dropdb)(?:\.exe)?+(?=\s)""")
 _COMMAND_END = re.compile(r"[;|&\r\n]")
-# The MySQL and MariaDB clients' `-pPASSWORD`, attached (a `-p` alone asks for it; the next word is the database): after
-# the tool's name among its first 32 other words on the same command. A search from each `mysql` reads up to the next
-# or 32 words: a run of `/mysql` words is not read to its end from each. The name begins a word, or ends a path that
-# does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors` holds none.
-_MYSQL_PASSWORD = re.compile(
-    r"""(?<![^\s;|&(`'"=])(?!-)(?:[\w.~+:${}%-]*+[/\\])*+(?:mysql|mariadb)[\w-]*+(?:\.exe)?+
-    (?:[ \t]++(?!-p|mysql|mariadb)[^\s;|&]++){0,32}+
-    [ \t]++-p(?:"([^"]{0,256}+)"|'([^']{0,256}+)'|([^\s;|&<>()"'`]++))""",
-    re.VERBOSE,
-)
-# Another tool's `-p` on a command that names mysql: a container's published port (`docker run --name mysql -p3306:3306
-# mysql:8`, `-p127.0.0.1:3306:3306/tcp`), pytest's plugin turned off (`tox -e mysql -- -pno:randomly`). No password.
-_OTHER_TOOLS_P = re.compile(r"[0-9.:\[\]]++(?:/(?:tcp|udp|sctp))?+|no:\S*+")
 # An option's value as a command writes it: in quotes (up to 256 characters) or bare. Groups: one for each way.
 _WORD_VALUE = r"""(?:"([^"]{0,256}+)"|'([^']{0,256}+)'|([^\s;|&<>()"'`]++))"""
 # curl's `-u user:password` (`--user`, `-U`/`--proxy-user` a proxy's): the password after the user's first `:` (`-u user`
@@ -64,28 +53,45 @@ _USER_PASSWORD = r"""(?:"[^":]{0,256}+:([^"]{1,256}+)"|'[^':]{0,256}+:([^']{1,25
 
 def _tool_option(tools: str, option: str, value: str = _WORD_VALUE, *, words: str = r"[^\s;|&]++") -> re.Pattern[str]:
     """An option of `tools` that takes a secret (`option`, then its `value`): only after the tool's name, among its first 32
-    `words` on the same command, as `_MYSQL_PASSWORD` reads mysql's `-p`: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none.
-    A search from each name reads up to the next name or 32 words, so a run of them is read in linear time."""
+    `words` on the same command: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none. The name begins a word, or ends a path
+    that does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors` holds none. A search from each name
+    reads up to the next name or 32 words, so a run of them is read in linear time."""
+    folders = r"(?!-)(?:[\w.~+:${}%-]*+[/\\])*+"
     return re.compile(
-        rf"""(?<![^\s;|&(`'"=])(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+(?:{tools})(?:\.exe)?+
-        (?:[ \t]++(?!{option}{value}|[`'"(]?+(?:{tools})\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
+        rf"""(?<![^\s;|&(`'"=]){folders}(?:{tools})(?:\.exe)?+
+        (?:[ \t]++(?!{option}{value}|[`'"(]?+{folders}(?:{tools})\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
         re.VERBOSE,
     )
 
 
+# What follows a `-p` on a command that names mysql or mongo but is no password: another tool's, a container's published
+# port (`docker run --name mysql -p3306:3306 mysql:8`, `-p "127.0.0.1:27017:27017/tcp"`, a range `-p 27017-27019:27017-27019`,
+# the container's port alone `-p 27017`), ssh's (`ssh mongo -p 2222`), pytest's plugin turned off (`tox -e mysql --
+# -pno:randomly`, `pytest -k mongo -p no:cacheprovider`). A port has a `:` or up to 5 digits (65535 is the highest): a
+# password of digits is told apart only when longer (`mongosh -u app -p 73920184`); shorter, the Redactor would not replace
+# it anyway (secrecy.py's MIN_REDACTED_CHARS).
+_PORT = r"(?:[0-9.\[\]-]*+(?::[0-9.\[\]-]*+)++|[0-9]{1,5}+(?:-[0-9]{1,5}+)?+)(?:/(?:tcp|udp|sctp))?+"
+_NO_PASSWORD = rf"""["']?+{_PORT}["']?+(?![^\s;|&<>()])|["']?+no:"""
+# sshpass's options that take a value (`-P` the prompt to wait for, `-f` a file, `-d` a descriptor), then its other options:
+# what may come before its `-p` (`sshpass -P assword -p ...`). No value is `sshpass`: a run of `sshpass -P ` is read up to
+# the next name, as `_tool_option` reads other words.
+_SSHPASS_OPTIONS = r"""-[Pfd][ \t]*+(?!sshpass\s)(?:"[^"]{0,256}+"|'[^']{0,256}+'|[^\s;|&<>()"'`]++)|-(?!p)[^\s;|&]++"""
 # Each tool's name, to look for before its search, and the searches that read its secret options' values.
 _TOOL_OPTIONS = (
     ("curl", _tool_option("curl", r"(?:-u|--user|-U|--proxy-user)[ \t]*+", _USER_PASSWORD)),
     # sshpass's own options come before the command it runs: `sshpass -f file ssh -p 2222 host`'s `-p` is ssh's port.
-    ("sshpass", _tool_option("sshpass", r"-p[ \t]*+(?=[^\s-])", words=r"-(?!p)[^\s;|&]++")),
-    ("redis-cli", _tool_option("redis-cli", r"(?:-a|--pass)[ \t]++(?=[^\s-])")),
+    ("sshpass", _tool_option("sshpass", r"-p[ \t]*+(?=[^\s-])", words=_SSHPASS_OPTIONS)),
+    ("redis-cli", _tool_option("redis-cli", r"(?:-a[ \t]*+|--pass[ \t]++)(?=[^\s-])")),
     # Not `-storepass:env NAME` nor `-storepass:file PATH`: a variable's name and a file's.
     *((tool, _tool_option(tool, r"-(?:src|dest)?+(?:store|key)pass[ \t]++(?=[^\s-])")) for tool in ("keytool", "jarsigner")),
-    ("sqlcmd", _tool_option("sqlcmd", r"-P[ \t]*+(?=[^\s-])")),
-    # Not a container's published port on a command that names mongo (`docker run --name mongo -p 27017:27017 mongo`).
+    # SQL Server's command-line tools: `sqlcmd`, `bcp` and `osql` (`-E`, `-T`: a trusted connection, no password).
+    *((tool, _tool_option(tool, r"-P[ \t]*+(?=[^\s-])")) for tool in ("sqlcmd", "bcp", "osql")),
+    # The MySQL and MariaDB clients' `-pPASSWORD`, attached: a `-p` alone asks for it (the next word is the database).
+    *((name, _tool_option(rf"{name}[\w-]*+", rf"-p(?!{_NO_PASSWORD})")) for name in ("mysql", "mariadb")),
+    # The MongoDB shells' and tools' `-p PASSWORD`, or attached; a `-p` alone asks for it.
     ("mongo", _tool_option(
         r"mongo(?:sh|dump|restore|export|import|files|stat|top)?+",
-        r"-p[ \t]++(?=[^\s-])(?![0-9.:\[\]]++(?:/(?:tcp|udp|sctp))?+(?!\S))",
+        rf"-p[ \t]*+(?=[^\s-])(?!{_NO_PASSWORD})",
     )),
 )
 # curl's `-b name=value` sends cookies (`_COOKIE` reads its `--cookie`); `-b cookies.txt` names a cookie jar.
@@ -124,14 +130,11 @@ _NETRC_ESCAPE = re.compile(r"\\(.)")
 
 
 def inline_secrets(value: str) -> list[str]:
-    """The secrets `value` holds as an option (`_OPTION`, `_MYSQL_PASSWORD`), a cookie (`_COOKIE`) or a .netrc entry
+    """The secrets `value` holds as an option (`_OPTION`, `_TOOL_OPTIONS`), a cookie (`_COOKIE`) or a .netrc entry
     (`netrc_passwords`) writes them, as written."""
     found: list[str] = []
     if "-" in value or "/" in value:
         found += _option_secrets(value)
-        if "-p" in value:
-            logins = (_written(login.groups()) for login in _MYSQL_PASSWORD.finditer(value))
-            found += [password for password in logins if not _OTHER_TOOLS_P.fullmatch(password)]
         found += _tool_secrets(value)
     if "ookie" in value or "OOKIE" in value:
         headers = _COOKIE.finditer(value)

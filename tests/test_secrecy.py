@@ -20,6 +20,7 @@ import pytest
 import yarl
 from sqlalchemy.engine import URL, make_url
 
+from orchestrator.inline_secrets import inline_secrets
 from orchestrator.records import ToolCall
 from orchestrator.scripted import call
 from orchestrator.secrecy import REDACTED, Redactor, looks_secret, shown_url, url_secrets, withheld
@@ -988,12 +989,16 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         "jarsigner -storepass {} app.jar key", "sqlcmd -S db -U sa -P {} -Q 'select 1'", "mongosh -u admin -p {} mongodb://db",
         "mongodump -u admin -p '{}' --db app", "htpasswd -b /etc/nginx/.htpasswd bob {}", "htpasswd -nbB bob {}",
         'Cookie: sid="{}"; theme=dark', "curl -b 'sid={}' https://app.example", "/usr/bin/curl -b sid={} https://app.example",
+        "mongosh -u admin -p{} mongodb://db", "mongo -p'{}' admin", "redis-cli -h cache -a{} ping",
+        "sshpass -P assword -p {} ssh deploy@host", "bcp shop.dbo.orders out orders.dat -S db -U sa -P {} -c",
+        "osql -S db -U sa -P{} -Q 'select 1'",
     ], ids=["option-equals", "option-word", "token", "api-key", "client-secret", "mysql", "mysqldump-quoted", "cookie", "set-cookie",
             "cookie-in-json", "curl-cookie", "netrc", "quoted-inner-setting", "variable-setting", "url-password-after-space",
             "netrc-quoted", "option-colon", "windows-slash-option", "msbuild-property", "camel-case-option",
             "password-after-a-mysql-command", "curl-user", "curl-long-user-quoted", "sshpass", "redis-cli", "keytool-storepass",
             "keytool-keypass", "jarsigner", "sqlcmd", "mongosh", "mongodump-quoted", "htpasswd-batch", "htpasswd-print",
-            "cookie-quoted-value", "curl-b-cookie", "curl-path-b-cookie"])
+            "cookie-quoted-value", "curl-b-cookie", "curl-path-b-cookie", "mongosh-attached", "mongo-attached-quoted",
+            "redis-cli-attached", "sshpass-after-prompt", "bcp", "osql-attached"])
     def test_an_inline_secret_is_withheld_and_redacted(self, written: str, monkeypatch: pytest.MonkeyPatch) -> None:
         """A variable whose name says nothing, holding a command line, a header or a .netrc entry with a secret, is withheld,
         and the secret alone reads ***: the options, names and cookies beside it as they are."""
@@ -1040,6 +1045,37 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         monkeypatch.setenv("TOOL_ARGS", value)
         assert withheld({"TOOL_ARGS": value}) == []
         assert Redactor.for_night()(value) == value
+
+    @pytest.mark.parametrize("value", [
+        "sort -u hosts-2024.txt", "ls -a ~/backup-2024", "git -P log --oneline v1.2.3..v1.3.0", "ssh -p 22 deploy@host.example",
+        "docker run -p 27017:27017 mongo", "mongosh --port 27017 --username app-user -p", "redis-cli -h host -p 6379 ping",
+        "sqlcmd -S srv -E -i migrate-2024.sql", "bcp shop.dbo.orders out orders-2024.dat -S db -T -c",
+        "osql -S srv -E -i setup-2024.sql",
+        "redis-cli -h cache ping; sort -u hosts-2024.txt && ls -al /var/lib/redis-2024 && git -P log origin/main",
+        "sshpass -P assword -f /run/pass.txt ssh -p 2222 deploy@host.example", "pytest -k mongo -p no:cacheprovider tests/",
+        "tox -e mongo -- -p no:randomly", 'docker run --name mongo -p "27017:27017" mongo:7', "ssh mongo -p 2222",
+        "docker run --name mongo -p 27017-27019:27017-27019 mongo:7", "docker run --name mongo -p 27017 mongo:7",
+        "docker run --name mysql -p 127.0.0.1:3306:3306/tcp mysql:8",
+    ], ids=["sort-u", "ls-a", "git-P", "ssh-p", "docker-port-before-mongo", "mongosh-port", "redis-cli-port", "sqlcmd-trusted",
+            "bcp-trusted", "osql-trusted", "commands-after-redis-cli", "sshpass-prompt-then-file",
+            "pytest-plugin-off-after-mongo", "tox-pytest-plugin-off", "docker-mongo-port-quoted", "ssh-host-named-mongo",
+            "docker-mongo-port-range", "docker-mongo-container-port", "docker-mysql-port-on-address"])
+    def test_an_ordinary_command_holds_no_tool_password(self, value: str) -> None:
+        """An ordinary command whose option only looks like a tool's password option (another tool's `-u`, `-a`, `-P` or
+        `-p`, a port or a pytest plugin after mysql or mongo, a trusted connection) holds no secret at all, however short."""
+        assert inline_secrets(value) == []
+        assert withheld({"TOOL_ARGS": value}) == []
+
+    def test_a_password_of_digits_longer_than_a_port_is_read(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A mongo or mysql password of digits only is read once it has more than a port's 5 digits (withheld and redacted from
+        8 on, as any secret), while 5 digits or fewer after `-p` read as a port."""
+        for written in ("mongosh -u app -p {} shop", "mysql -u root -p{} shop"):
+            value = written.format("73920184")
+            monkeypatch.setenv("DB_CMD", value)
+            assert withheld({"DB_CMD": value}) == ["DB_CMD"]
+            assert Redactor.for_night()(value) == written.format(REDACTED)
+        assert inline_secrets("mongosh -u app -p 123456 db") == ["123456"]
+        assert inline_secrets("mongosh -u app -p 27017 db") == []
 
     def test_what_a_morning_reader_needs_stays_readable(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """With secrets in options, a cookie header and a mysql login among the environment, a diff, git's and pytest's output
@@ -1108,7 +1144,8 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
 
     def test_long_runs_of_near_misses_are_read_in_linear_time(self) -> None:
         """200 kB runs of what starts an option (after dashes or a `/`), a mysql login, a database client's `--password`, a
-        cookie, a .netrc entry (quoted values too) and a quoted setting, none holding a secret, are read in well under a second."""
+        cookie, a .netrc entry (quoted values too) and a quoted setting, none holding a secret, are read in well under a second;
+        1 MB runs of a tool's option that takes a password (attached, after sshpass's prompt, a port after it), each."""
         env = {
             "OPTIONS": "--password --token " * 10000, "MYSQL": "mysql " + "/mysql -u " * 20000 + "-p", "COOKIES": "Cookie: a " * 20000,
             "NETRC": "machine x " + "login machine " * 14000 + "password", "QUOTED": 'env="' * 40000, "URLS": "https://u: " * 20000,
@@ -1121,6 +1158,17 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         started = time.process_time()  # this process's CPU: a shared machine's other load does not count
         assert withheld(env) == []
         assert time.process_time() - started < 3.0  # ~0.6 s; a quadratic read of any of them takes minutes
+        tools = {
+            "MONGO_ATTACHED": "mongosh -p" * 100000, "MONGO": "mongosh -p " * 100000, "MONGO_PORTS": 'mongo -p "1:2" ' * 70000,
+            "MONGO_DIGITS": "mongo -p 123456 " * 60000, "REDIS_ATTACHED": "redis-cli -a;" * 80000,
+            "REDIS": "redis-cli -a -x " * 60000, "SSHPASS_PROMPTS": "sshpass -P x " * 80000,
+            "SSHPASS_PROMPT_WORDS": "sshpass -P " * 100000, "SQL_TOOLS": "bcp -P - osql -P - " * 50000,
+            "MYSQL_PORTS": "mysql -p3306:3306 " * 60000, "MYSQL_PLUGINS": "mysql -pno:" * 100000,
+        }
+        for name, value in tools.items():  # 1 MB each
+            started = time.process_time()
+            assert withheld({name: value}) == [], name
+            assert time.process_time() - started < 1.0, name  # 0.1 to 0.3 s each
 
 
 class TestFileToolsRedactBeforeTheyCut:
