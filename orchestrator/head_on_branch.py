@@ -13,6 +13,7 @@ from typing import Callable
 from orchestrator.branch_holders import also_held_elsewhere, head_file, held_elsewhere
 from orchestrator.git_errors import CHECKED_OUT_AT, git_reason
 from orchestrator.gitdir import head_commit
+from orchestrator.operations_under_way import quit_operations
 from orchestrator.task_branches import BranchCheckedOut, kept_branch
 
 
@@ -76,17 +77,19 @@ def _keep_commits_only_head_has(git: Callable[..., str], branch: str, task: str,
     kept_on(task, kept)
 
 
-def onto_branch(git: Callable[..., str], admin: Path, branch: str) -> None:
-    """Undo what the agent's own git left that would send overnight's reset or commit off `branch`.
+def onto_branch(git: Callable[..., str], admin: Path, branch: str) -> list[str]:
+    """Undo what the agent's own git left that would send overnight's reset or commit off `branch`; the operations
+    it had left under way, quit (see operations_under_way.py).
 
-    A rebase half done is quit, and HEAD (moved to another branch, or detached) is pointed back
-    at `branch` with the files and index as they are: a commit then records the
-    worktree exactly, on the branch's tip. Two file checks and a read; a process only if amiss.
+    A rebase, merge, cherry-pick, revert or bisect under way is quit, and HEAD (moved to another
+    branch, or detached) is pointed back at `branch` with the files and index as they are: a commit
+    then records the worktree exactly, on the branch's tip, with one parent. File checks and a
+    read; a process only if amiss.
     """
-    if (admin / "rebase-merge").exists() or (admin / "rebase-apply").exists():
-        git("rebase", "--quit")
+    dropped = quit_operations(git, admin)
     if head_file(admin) != f"ref: refs/heads/{branch}":
         git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    return dropped
 
 
 def keep_on_branch(git: Callable[..., str], admin: Path, common: Path, checkpoint: str) -> None:

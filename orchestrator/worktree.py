@@ -33,6 +33,7 @@ from orchestrator.git_errors import git_reason
 from orchestrator.gitdir import admin_dir, common_of, head_commit
 from orchestrator.hidden_files import status_seeing_hidden_files, unhide_hidden_files
 from orchestrator.large_files import refuse_large_committed, refuse_large_staged
+from orchestrator.operations_under_way import log_operations_quit, with_operations_quit
 from orchestrator.records import CheckResult, KeptOutOfCommit
 from orchestrator.repository import open_repo
 from orchestrator.secret_commits import SecretKeeping, WorktreeGit, with_folded_subjects
@@ -118,7 +119,8 @@ class Worktree:
         return commit
 
     def rollback(self, checkpoint: str) -> None:
-        """Back to `checkpoint`, or StateError (one line) when git cannot get there."""
+        """Back to `checkpoint`, nothing left under way (see operations_under_way.py), or StateError (one line) when git
+        cannot get there."""
         import git
 
         try:
@@ -134,7 +136,8 @@ class Worktree:
 
     def _rollback(self, checkpoint: str) -> None:
         self._restore_link()
-        head_on_branch.onto_branch(self._git, self._admin, self.branch)
+        if dropped := head_on_branch.onto_branch(self._git, self._admin, self.branch):
+            log_operations_quit(self.branch, dropped, before="rollback")
         unhide_hidden_files(self._git, self.path, self._admin)
         self._git("reset", "--hard", "--quiet", checkpoint)
         # -ff: also remove nested repositories the agent may have created.
@@ -221,6 +224,8 @@ class Worktree:
         holds it (`reset --hard HEAD~1`, `commit --amend`, the branch deleted), the branch is put
         back on it, files and index as they are: the commit then records the worktree exactly,
         and no earlier night's commit leaves the branch. Commits the agent added on top stay.
+        A merge, cherry-pick, revert, rebase or bisect the agent left under way is quit first, the message saying so
+        (see operations_under_way.py): the commit has one parent, and overnight's author.
         A file staged of more than `max_file_bytes` (0: any size) is QualityError `file_too_large`,
         before anything is committed (the caller rolls back).
         `secrets`: the values the check got through the task's `pass_env`; a file that would be committed holding one
@@ -229,7 +234,10 @@ class Worktree:
         import git
 
         self._restore_link()
-        head_on_branch.onto_branch(self._git, self._admin, self.branch)
+        if dropped := head_on_branch.onto_branch(self._git, self._admin, self.branch):
+            # A merge's second parent, a cherry-pick's author: dropped, and the commit says so to the morning's reader.
+            log_operations_quit(self.branch, dropped, before="commit")
+            message = with_operations_quit(message, dropped)
         if onto is not None:
             head_on_branch.keep_on_branch(self._git, self._admin, self._common, onto)
         unhide_hidden_files(self._git, self.path, self._admin)

@@ -21,6 +21,7 @@ from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
 from tests.conftest import git, make_repo, write_config
 from tests.test_night import overnight, report_json
+from tests.test_secrecy import json_events
 
 USER_WORK = "def greet():\n    return 'USER UNCOMMITTED WORK'\n"
 
@@ -287,6 +288,94 @@ class TestHeadMoved:
         # Night 2 redid what night 1 had committed: the branch is as it was, and night 2 names no commit of its own.
         assert git(repo, "rev-parse", "overnight/fix-greet") == first
         assert report_json(config, capsys)["tasks"][0]["commit"] is None
+
+
+# What the agent's commands leave under way in its worktree, each after a commit of its own that changes greet.py
+# (so that the user's `feature`, greet.py made 'hi' by another author, conflicts).
+MINE = "sed -i s/helo/hullo/ greet.py && git commit -qam mine && "
+LEFT_UNDER_WAY = {
+    "merge --no-commit": "git merge -q --no-commit --no-ff other",
+    "conflicted merge": MINE + "git merge -q feature",
+    "conflicted cherry-pick": MINE + "git cherry-pick feature",
+    "cherry-pick of two, stopped at the first": MINE + "git cherry-pick feature other",
+    "conflicted revert": MINE + "sed -i s/hullo/hallo/ greet.py && git commit -qam mine2 && git revert --no-edit HEAD~1",
+    "rebase stopped at a conflict": MINE + "git rebase -q feature",
+    "am stopped at a conflict": MINE + "git format-patch -1 --stdout feature | git am -q -3",
+    "bisect": "git bisect start",
+    "stash": "echo wip >> greet.py && git stash",
+}
+# What git keeps in a worktree's own git dir while each operation is under way.
+UNDER_WAY_MARKERS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "sequencer", "rebase-merge", "rebase-apply", "BISECT_START")
+FIX_GREET = "printf '%s\\n' 'def greet():' \"    return 'hello'\" > greet.py"
+
+
+class TestOperationLeftUnderWay:
+    """The agent's git left a merge, cherry-pick, revert, rebase or bisect under way (or tried `git stash`): the iteration
+    rolled back over it and the one committed after it each end with an ordinary one-parent commit of overnight's, of the
+    worktree's files, and nothing under way in the worktree."""
+
+    @pytest.fixture
+    def night(self, repo: Path, server: Any, tmp_path: Path) -> Path:
+        git(repo, "switch", "-q", "-c", "other")
+        (repo / "other.txt").write_text("the user's other work\n")
+        git(repo, "add", "other.txt")
+        git(repo, "commit", "-qm", "other")
+        git(repo, "switch", "-q", "-c", "feature", "main")
+        (repo / "greet.py").write_text("def greet():\n    return 'hi'\n")
+        git(repo, "commit", "-qam", "feature", "--author", "A Person <person@example.com>")
+        git(repo, "switch", "-q", "main")
+        return self.config(repo, server, tmp_path, iterations=2)
+
+    def config(self, repo: Path, server: Any, tmp_path: Path, iterations: int) -> Path:
+        task = {"name": "fix-greet", "prompt": "p", "check": "python check_greet.py", "tools": ["run_command", "submit"]}
+        night = {"max_iterations": iterations}
+        return write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, tasks=[task], night=night)
+
+    @pytest.mark.parametrize("left", list(LEFT_UNDER_WAY))
+    def test_rolled_back_then_committed(self, repo: Path, server: Any, night: Path, capsys: Any, left: str) -> None:
+        """Iteration 1 leaves the operation and fails its check; iteration 2 does it again, fixes greet.py and passes."""
+        server.enqueue(
+            call("run_command", {"command": LEFT_UNDER_WAY[left]}), call("submit", {"summary": "not yet"}),
+            call("run_command", {"command": f"{LEFT_UNDER_WAY[left]}; {FIX_GREET}"}), call("submit", {"summary": "fixed"}),
+        )
+        assert overnight("run", "--config", str(night)) == 0
+        made = git(repo, "rev-parse", "overnight/fix-greet")
+        assert len(git(repo, "rev-list", "--parents", "-n1", made).split()) == 2  # the commit and its one parent
+        assert git(repo, "log", "-1", "--format=%an %s", made) == "overnight overnight: fix-greet iteration 2"
+        assert "return 'hello'" in git(repo, "show", f"{made}:greet.py")
+        worktree = night.parent / "state" / "worktrees" / "fix-greet"
+        admin = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
+        assert [marker for marker in UNDER_WAY_MARKERS if (admin / marker).exists()] == []
+        assert git(worktree, "status", "--porcelain") == "" and git(repo, "stash", "list") == ""
+
+    @pytest.mark.parametrize("left", ["merge --no-commit", "cherry-pick of two, stopped at the first", "bisect"])
+    def test_rolled_back_alone(self, repo: Path, server: Any, night: Path, tmp_path: Path, capsys: Any, left: str) -> None:
+        """The rollback leaves the worktree at its checkpoint with nothing under way, and logs what it dropped: `git reset
+        --hard` alone ended a merge but left a cherry-pick's sequencer (the next iteration's own cherry-pick failed) and a bisect."""
+        server.enqueue(call("run_command", {"command": LEFT_UNDER_WAY[left]}), call("submit", {"summary": "not yet"}))
+        assert overnight("run", "--config", str(self.config(repo, server, tmp_path, iterations=1))) == 1
+        worktree = night.parent / "state" / "worktrees" / "fix-greet"
+        admin = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
+        assert [marker for marker in UNDER_WAY_MARKERS if (admin / marker).exists()] == []
+        assert git(worktree, "rev-parse", "HEAD") == git(repo, "rev-parse", "main")
+        assert git(worktree, "status", "--porcelain") == ""
+        [dropped] = json_events(capsys.readouterr().err, "worktree_operation_dropped")
+        assert (dropped["task"], dropped["before"]) == ("fix-greet", "rollback")
+
+    def test_a_merge_dropped_from_the_commit_is_told_in_its_message_and_the_log(
+        self, repo: Path, server: Any, night: Path, capsys: Any
+    ) -> None:
+        """The morning's reader of the branch learns which merge the agent left and that its commit has one parent."""
+        server.enqueue(
+            call("run_command", {"command": f"{LEFT_UNDER_WAY['merge --no-commit']} && {FIX_GREET}"}),
+            call("submit", {"summary": "fixed"}),
+        )
+        assert overnight("run", "--config", str(night)) == 0
+        other = git(repo, "rev-parse", "other")[:12]
+        message = git(repo, "log", "-1", "--format=%B", "overnight/fix-greet")
+        assert message.startswith("overnight: fix-greet iteration 1\n\nfixed\n\n") and f"merge of {other}" in message
+        [dropped] = json_events(capsys.readouterr().err, "worktree_operation_dropped")
+        assert (dropped["task"], dropped["operations"], dropped["before"]) == ("fix-greet", [f"merge of {other}"], "commit")
 
 
 class TestHiddenFiles:

@@ -1,0 +1,74 @@
+"""A git operation the agent's commands left under way in a task's worktree, quit before overnight's commit or rollback.
+
+Left there, each shaped what overnight's git did next: a merge (`git merge --no-commit`, or one stopped at a conflict)
+made the iteration's commit a merge, its second parent one the person never asked for; a cherry-pick stopped at a
+conflict gave the commit the picked commit's author, and recovery then did not know it for the iteration's; a rebase
+sent the commit off the branch, and a `git am` stopped at a conflict failed the `rebase --quit` meant for a rebase,
+and with it the rollback (exit 4). What `git reset --hard` leaves in place (the sequencer of a cherry-pick or revert of
+several commits, a bisect) outlived the rollback and the commit: the next iteration's own cherry-pick failed
+("already in progress"), and the worktree stayed "bisecting" into the next night. Each is quit as git quits it, HEAD,
+files and index as they are: the commit then records the worktree exactly, on one parent, and the rollback resets it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+from orchestrator.task_branches import BRANCH_PREFIX
+
+# What git keeps in a worktree's own git dir while an operation is under way, the operation, and how git quits it
+# leaving HEAD, files and index as they are (bisect: `reset HEAD` stays on the bisection's commit, files and all).
+_UNDER_WAY = (
+    ("rebase-merge", "rebase", ("rebase", "--quit")),
+    ("rebase-apply/applying", "am", ("am", "--quit")),
+    ("rebase-apply", "rebase", ("rebase", "--quit")),
+    ("MERGE_HEAD", "merge", ("merge", "--quit")),
+    ("CHERRY_PICK_HEAD", "cherry-pick", ("cherry-pick", "--quit")),
+    ("REVERT_HEAD", "revert", ("revert", "--quit")),
+    ("sequencer", "cherry-pick", ("cherry-pick", "--quit")),  # of several commits, past the one stopped at
+    ("BISECT_START", "bisect", ("bisect", "reset", "HEAD")),
+)
+
+
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
+    """Quit each operation under way in the worktree whose own git dir is `admin`; each one quit, described
+    ("merge of 61c62490a1b2"). File checks; a process only for an operation found."""
+    dropped: list[str] = []
+    for marker, operation, command in _UNDER_WAY:
+        if (admin / marker).exists():  # gone when an earlier quit ended it too
+            dropped.append(_described(admin, marker, operation))
+            git(*command)
+    return dropped
+
+
+def log_operations_quit(branch: str, dropped: list[str], before: str) -> None:
+    """`worktree_operation_dropped`: what the agent's git had left under way, quit `before` a commit or rollback."""
+    from orchestrator.logs import get_logger
+
+    get_logger().warning("worktree_operation_dropped", task=branch.removeprefix(BRANCH_PREFIX), operations=dropped, before=before)
+
+
+def with_operations_quit(message: str, dropped: list[str]) -> str:
+    """The commit's message, telling the morning's reader what the agent's git left under way and overnight quit."""
+    return (
+        f"{message}\n\nLeft under way by the agent's git and dropped: {'; '.join(dropped)}. This commit has one parent"
+        " and holds the worktree's files as the check passed them."
+    )
+
+
+def _described(admin: Path, marker: str, operation: str) -> str:
+    """`operation`, with the commits it named ("merge of 61c62490a1b2") when `marker` is a file of them."""
+    if marker not in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD"):
+        return operation
+    try:
+        words = (admin / marker).read_text(errors="replace").split()
+    except OSError:
+        return operation
+    # Commit ids only: the file is the agent's to write, and what it says goes into the commit's message unredacted.
+    commits = [word[:12] for word in words if _COMMIT_ID.fullmatch(word)]
+    return f"{operation} of {', '.join(commits)}" if commits else operation
