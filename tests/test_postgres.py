@@ -3,6 +3,7 @@ cluster of the test session (tests/conftest.py: postgres_url), a fresh database 
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import time
 from datetime import timedelta
@@ -17,6 +18,7 @@ from orchestrator.notes import NotesBook
 from orchestrator.records import Level
 from orchestrator.scripted import call
 from runs import RunStore
+from runs.models import utc_now
 from tests.conftest import git
 from tests.test_faults import dead_pid, recover, winners_of_a_race
 from tests.test_keep_runs import assert_the_newest_finish_of_each_work_stays
@@ -206,24 +208,31 @@ class TestRecovery:
             store.close()
 
 
+# The run store's modules that read this host's clock (runs.models.utc_now).
+HOST_CLOCK_READERS = ("runs.store", "runs.store_transactions", "runs.lease_rows", "runs.recovery_rows")
+
+
+def set_host_clock(monkeypatch: Any, clock: Any) -> None:
+    """This process's clock, wherever the run store reads it, made `clock`."""
+    for module in HOST_CLOCK_READERS:
+        monkeypatch.setattr(importlib.import_module(module), "utc_now", clock)
+
+
 class TestOneClock:
     """Machines sharing a PostgreSQL store may disagree about the time; leases go by the database's.
 
-    A second host's clock is stood in for by this process's `runs.store.utc_now` shifted by two
-    minutes (twice the default ttl) for the second store's calls only.
+    A second host's clock is stood in for by this process's, as the store reads it (`set_host_clock`), shifted
+    by two minutes (twice the default ttl) for the second store's calls only.
     """
 
     def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lease(self, pg_store_url: str, monkeypatch) -> None:
         """Its clock says the holder's lease ran out; the database says it has 60 s left: the lease stays."""
-        import runs.store
-
         here, there = RunStore.open(pg_store_url), RunStore.open(pg_store_url)
         try:
             assert here.acquire_lease("t", "here", ttl_s=60)
-            real = runs.store.utc_now
-            monkeypatch.setattr(runs.store, "utc_now", lambda: real() + timedelta(seconds=120))
+            set_host_clock(monkeypatch, lambda: utc_now() + timedelta(seconds=120))
             assert not there.acquire_lease("t", "there", ttl_s=60)
-            monkeypatch.setattr(runs.store, "utc_now", real)
+            set_host_clock(monkeypatch, utc_now)
             assert [lease.owner for lease in here.leases()] == ["here"] and here.renew_lease("t", "here", ttl_s=60)
         finally:
             here.close()
@@ -231,14 +240,11 @@ class TestOneClock:
 
     def test_a_host_whose_clock_runs_behind_keeps_its_lease_alive(self, pg_store_url: str, monkeypatch) -> None:
         """Its renewals, by its own clock, would write an expiry already past; by the database's the lease lives on."""
-        import runs.store
-
         holder, other = RunStore.open(pg_store_url), RunStore.open(pg_store_url)
         try:
-            real = runs.store.utc_now
-            monkeypatch.setattr(runs.store, "utc_now", lambda: real() - timedelta(seconds=120))
+            set_host_clock(monkeypatch, lambda: utc_now() - timedelta(seconds=120))
             assert holder.acquire_lease("t", "holder", ttl_s=60) and holder.renew_lease("t", "holder", ttl_s=60)
-            monkeypatch.setattr(runs.store, "utc_now", real)
+            set_host_clock(monkeypatch, utc_now)
             assert not other.acquire_lease("t", "other", ttl_s=60)
             [lease] = other.leases()
             assert lease.owner == "holder" and lease.expires_at - lease.acquired_at >= timedelta(seconds=59)
@@ -250,20 +256,17 @@ class TestOneClock:
     def test_work_another_host_finished_tonight_is_seen_whatever_its_clock_says(self, pg_store_url: str, monkeypatch) -> None:
         """Machine A's night begins; machine B, whose clock runs ten minutes behind, then finishes the same
         work. By B's clock it finished before A's night began; by the database's, after: A skips it."""
-        import runs.store
-
         here = RunStore.open(pg_store_url)
-        real = runs.store.utc_now
-        monkeypatch.setattr(runs.store, "utc_now", lambda: real() - timedelta(minutes=10))
+        set_host_clock(monkeypatch, lambda: utc_now() - timedelta(minutes=10))
         there = RunStore.open(pg_store_url)
         try:
-            monkeypatch.setattr(runs.store, "utc_now", real)
+            set_host_clock(monkeypatch, utc_now)
             night = here.begin_run(config_path="a.toml", pid=1, host="machine-a", state_id="a" * 32)
-            monkeypatch.setattr(runs.store, "utc_now", lambda: real() - timedelta(minutes=10))
+            set_host_clock(monkeypatch, lambda: utc_now() - timedelta(minutes=10))
             other = there.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
             task = there.begin_task(other, name="fix", branch="overnight/fix", work_key="k" * 32)
             there.finish_task(task, outcome="succeeded", commit="c" * 40)
-            monkeypatch.setattr(runs.store, "utc_now", real)
+            set_host_clock(monkeypatch, utc_now)
             assert here.succeeded_elsewhere("k" * 32, night) == "machine-b"
             [(started, database_now)] = sql(pg_store_url, "SELECT started_at, now() FROM runs WHERE id = %s", other)
             assert abs(started.replace(tzinfo=database_now.tzinfo) - database_now) < timedelta(minutes=1)
