@@ -8,6 +8,7 @@ where `serve`'s signal handlers reach it, so that a stop to `serve` stops the ni
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import threading
@@ -108,11 +109,23 @@ def run_child_once(config_path: str, log_format: str, fired: datetime | None, ma
         night.finished()
     run_id = _run_id_of(config_path, child.pid)
     logger().info(
-        "scheduled_night_finished", config=config_path, exit_code=exit_code, **({"run_id": run_id} if run_id else {})
+        "scheduled_night_finished", config=config_path, **_how_it_ended(exit_code), **({"run_id": run_id} if run_id else {})
     )
     if night.stopping and (run_id is None or _cancelled_by_signal(exit_code)):
         return None  # stopped while starting up (a second or so of imports), or cancelled with serve
     return exit_code
+
+
+def _how_it_ended(exit_code: int) -> dict[str, object]:
+    """The night's exit code as a shell and systemd show it: one killed by a signal it did not handle (a `kill -9`, the
+    OOM killer) is 128 + the signal's number, the signal named: Python's own -9 reads as no exit code a person knows."""
+    if exit_code >= 0:
+        return {"exit_code": exit_code}
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    return {"exit_code": 128 - exit_code, "signal": name}
 
 
 def _cancelled_by_signal(exit_code: int) -> bool:

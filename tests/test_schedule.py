@@ -1320,6 +1320,30 @@ class TestServe:
         assert (status, exit_code) == ("cancelled", night_exit)
         assert (finished["exit_code"], finished["run_id"]) == (night_exit, run_id)
 
+    def test_a_night_killed_by_a_signal_it_cannot_handle_is_logged_as_a_shell_shows_it(
+        self, tmp_path: Path, repo: Path, server: Any
+    ) -> None:
+        """The night alone killed with -9 (the OOM killer's signal): scheduled_night_finished says exit_code 137 and
+        signal SIGKILL, not Python's -9; serve itself carries on and stops as asked."""
+        server.enqueue(call("write_file", {"path": "scratch.txt", "content": "half-done"}), Reply(text="thinking", delay_s=30))
+        path = night_config(tmp_path, repo, server, request_timeout_s=60)
+        store_job_due_at(path, datetime.now(timezone.utc) - timedelta(minutes=1))
+        scratch = tmp_path / "state" / "worktrees" / "fix-greet" / "scratch.txt"
+        killed: list[int] = []
+
+        def killed_then_logged(log: str) -> bool:
+            if not killed and scratch.exists():
+                [started] = [line for line in json_lines(log) if line["event"] == "scheduled_night_started"]
+                os.kill(started["pid"], signal.SIGKILL)
+                killed.append(started["pid"])
+            return "scheduled_night_finished" in log
+
+        code, logs = serve_then_signal(path, killed_then_logged, "the killed night's end")
+
+        [finished] = [line for line in logs if line["event"] == "scheduled_night_finished"]
+        assert code == 0
+        assert (finished["exit_code"], finished["signal"]) == (137, "SIGKILL"), finished
+
     def test_a_signal_landing_in_the_handlers_own_stop_does_not_wait_for_ever(self, tmp_path: Path) -> None:
         """A second signal that lands while the first one's handler sets the stop event (Ctrl-C held down, on a
         busy host) ran the handler again inside it: it waited for the event's lock, which the handler it
