@@ -26,13 +26,14 @@ from bench.baselines import BASELINES
 from bench.trajectories import CHECK_COMMAND, FILES, Trajectory, library
 from guards import HOOKS, default_guards
 from orchestrator.agent import RunContext, run_agent
-from orchestrator.config import ALL_TOOLS, GuardsConfig
+from orchestrator.config import GuardsConfig
 from orchestrator.errors import QualityError
 from orchestrator.protocols import Message
 from orchestrator.records import Level, ModelResponse, Signal, ToolCall, ToolResult
 from orchestrator.response_draft import Draft
 from orchestrator.runaway import check_runaway
 from orchestrator.scripted import ScriptedModel
+from orchestrator.tool_names import ALL_TOOLS
 from orchestrator.tools import Toolbox
 
 OURS = "ours"

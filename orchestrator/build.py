@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from orchestrator.cancel import CancelToken
-from orchestrator.config import LOCAL_MODEL, Config
+from orchestrator.config import Config
 from orchestrator.console import SignalPrinter
 from orchestrator.errors import ConfigError
 from orchestrator.logs import get_logger, json_mode
+from orchestrator.model_section import LOCAL_MODEL
 from orchestrator.night import NightParts
 
 
@@ -148,10 +149,10 @@ def _check_store_apart(config: Config) -> None:
     bytes off (notes appended after the database's pages were gone at its next close)."""
     import os
 
-    from orchestrator.config import (
+    from orchestrator.lock import LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME
+    from orchestrator.state_files import (
         GIT_CONFIG_COPY, LOCAL_SERVER_LOG, NOTES_FILE, SERVE_NIGHT_MARKER, STORE_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER,
     )
-    from orchestrator.lock import LOCK_NAME, SERVE_LOCK_NAME, STATE_ID_NAME
     from runs.engine import sqlite_files
 
     state = Path(os.path.realpath(config.state_dir))

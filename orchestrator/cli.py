@@ -22,7 +22,7 @@ install_early_handlers(__name__ == "__main__" or Path(sys.argv[0]).name == "over
 import typer  # noqa: E402  (after the early handlers: the imports below are the slow part)
 
 from orchestrator import process_exit  # noqa: E402
-from orchestrator.config import DEFAULT_CONFIG_NAME  # noqa: E402
+from orchestrator.config_paths import DEFAULT_CONFIG_NAME  # noqa: E402
 from orchestrator.errors import ConfigError, StateError  # noqa: E402
 
 EXIT_NO_RUNS = 1  # `report` before this state dir's first night

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.config import DEFAULT_CONFIG_NAME
+from orchestrator.config_paths import DEFAULT_CONFIG_NAME
 from orchestrator.errors import ConfigError
 
 
@@ -22,7 +22,6 @@ def write_example_config(config: Path, force: bool) -> None:
     """`config` holds the commented example; an existing file only with `force`, and never a folder, pipe or device."""
     import stat
 
-    from orchestrator.config import example_config_text
     from orchestrator.files import looked_up
 
     _refuse_a_folder_git_keeps_or_inside_a_checkout(config)
@@ -35,6 +34,13 @@ def write_example_config(config: Path, force: bool) -> None:
         _replace_file(config, example_config_text().encode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
+
+
+# The reference config ships in the package so `overnight init` works from a wheel.
+def example_config_text() -> str:
+    from importlib.resources import files
+
+    return files("orchestrator").joinpath("config.example.toml").read_text(encoding="utf-8")
 
 
 def _refuse_a_folder_git_keeps_or_inside_a_checkout(config: Path) -> None:

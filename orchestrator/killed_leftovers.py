@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import GIT_CONFIG_COPY, Config
+from orchestrator.config import Config
 from orchestrator.confinement import remove_abandoned_folders
 from orchestrator.errors import StateError
 from orchestrator.marked_processes import stop_marked_processes
 from orchestrator.shared_config import restore_config_copy
+from orchestrator.state_files import GIT_CONFIG_COPY
 
 
 def clear_a_killed_nights_leftovers(config: Config, log: Any) -> None:

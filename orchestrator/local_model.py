@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from orchestrator.config import LOCAL_SERVER_LOG, Config, ModelConfig
+from orchestrator.config import Config, ModelConfig
 from orchestrator.cpu_threads import default_threads
 from orchestrator.errors import ModelUnreachable, StateError
 from orchestrator.llama_health import first_line
 from orchestrator.llama_keeper import ServerKeeper
 from orchestrator.local_model_files import LocalModelFiles, local_model_files, model_intact
+from orchestrator.state_files import LOCAL_SERVER_LOG
 
 SERVED_NAME = "openai/gemma-3-270m"
 DEFAULT_CONTEXT = 4096

@@ -12,8 +12,9 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from orchestrator.config import SERVE_NIGHT_MARKER, Config
+from orchestrator.config import Config
 from orchestrator.schedule_events import first_line, logger
+from orchestrator.state_files import SERVE_NIGHT_MARKER
 
 STARTED_MARKER_NAME = SERVE_NIGHT_MARKER
 

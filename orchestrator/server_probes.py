@@ -103,7 +103,7 @@ def _usable_window(value: Any) -> int | None:
     """A window a server reported, if it is one the config could hold: a whole number from 1 to
     MAX_CONTEXT_WINDOW. A broken or hostile server's 10**400 overflowed the float arithmetic that shares the
     window out, mid-night; a negative, fractional, boolean or quoted one is no window either (None: not reported)."""
-    from orchestrator.config import MAX_CONTEXT_WINDOW
+    from orchestrator.model_section import MAX_CONTEXT_WINDOW
 
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_CONTEXT_WINDOW:
         return value

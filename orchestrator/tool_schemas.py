@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from orchestrator.config import ALL_TOOLS
+from orchestrator.tool_names import ALL_TOOLS
 
 
 def _string(description: str) -> dict[str, str]:

@@ -18,7 +18,6 @@ from orchestrator import search
 from orchestrator.command_endings import how_it_ended
 from orchestrator.command_output import cap_text
 from orchestrator.commands import run_shell
-from orchestrator.config import check_tool_names
 from orchestrator.confinement import Confinement, agent_environment
 from orchestrator.edit_matching import MOST_OCCURRENCES_COUNTED, not_found_message, occurrences
 from orchestrator.file_reading import (
@@ -34,6 +33,7 @@ from orchestrator.search_tool import (
 from orchestrator.shared_config import CONFIG_RESTORED, kept_config
 from orchestrator.surrogates import mend, unmend_name
 from orchestrator.tokens import window_chars
+from orchestrator.tool_names import check_tool_names
 from orchestrator.tool_schemas import SCHEMAS, offered, schemas_of
 from orchestrator.toolcalls import arguments_problem, parse_calls
 

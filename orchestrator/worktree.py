@@ -26,7 +26,6 @@ from orchestrator import branch_holders, head_on_branch
 from orchestrator.changes_branch import changes_branch
 from orchestrator.command_environment import UNATTENDED_ENV
 from orchestrator.commit_staging import add_all, has_staged_changes
-from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import StateError
 from orchestrator.first_checkout import check_out_files
 from orchestrator.git_errors import git_reason
@@ -37,6 +36,7 @@ from orchestrator.operations_under_way import log_operations_quit, with_operatio
 from orchestrator.records import CheckResult, KeptOutOfCommit
 from orchestrator.repository import open_repo
 from orchestrator.secret_commits import SecretKeeping, WorktreeGit, with_folded_subjects
+from orchestrator.state_files import WORKTREES_FOLDER
 from orchestrator.task_branches import branch_for
 from orchestrator.work_paths import kept_by_clean, untracked
 from orchestrator.worktree_git import GIT_TIMEOUT_S, run_git, worktree_env

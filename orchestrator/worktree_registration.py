@@ -13,10 +13,10 @@ import shutil
 import threading
 from pathlib import Path
 
-from orchestrator.config import WORKTREES_FOLDER
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.git_errors import CHECKED_OUT_AT, git_reason
 from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir, names_back
+from orchestrator.state_files import WORKTREES_FOLDER
 from orchestrator.task_branches import BranchCheckedOut
 
 # `git worktree add` run concurrently in one repository corrupts its neighbours

@@ -90,7 +90,8 @@ class TestInit:
         import re
         import tomllib
 
-        from orchestrator.config import Config, example_config_text
+        from orchestrator.config import Config
+        from orchestrator.config_writing import example_config_text
 
         text = example_config_text()
         written = tomllib.loads(text)
@@ -145,7 +146,8 @@ class TestInit:
     def test_the_embedded_model_runs_at_its_own_temperature_from_inits_config(self, tmp_path):
         """The example set `temperature = 0.2`, which cancelled the embedded model's documented 0 for every
         config `overnight init` wrote (an outside review): a key set in the example is a key the user set."""
-        from orchestrator.config import example_config_text, load_config
+        from orchestrator.config import load_config
+        from orchestrator.config_writing import example_config_text
 
         (tmp_path / "overnight.toml").write_text(example_config_text())
         model = load_config(tmp_path / "overnight.toml", require_tasks=False).model
@@ -205,7 +207,7 @@ class TestInit:
     def test_init_in_a_folder_inside_a_repository_is_refused_as_run_refuses_it(self, tmp_path):
         """`overnight init` in a subfolder of a checkout, whose `[repo] path = "."` `run` refuses, writes nothing and
         says where to run it in one line, exit 2 as `run` exits there; at the checkout's top it writes the example as ever."""
-        from orchestrator.config import example_config_text
+        from orchestrator.config_writing import example_config_text
 
         top = tmp_path / "repo"
         (top / "sub").mkdir(parents=True)
@@ -273,7 +275,7 @@ class TestInit:
 
     def test_init_where_git_is_broken_writes_the_example(self, tmp_path):
         """With a git on PATH that fails every command, `overnight init` cannot judge the folder and writes the example as ever."""
-        from orchestrator.config import example_config_text
+        from orchestrator.config_writing import example_config_text
 
         broken = tmp_path / "bin"
         broken.mkdir()

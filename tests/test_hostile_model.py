@@ -21,11 +21,12 @@ import structlog
 
 from guards import default_guards
 from orchestrator.agent import RunContext, run_agent
-from orchestrator.config import ALL_TOOLS, GuardsConfig
+from orchestrator.config import GuardsConfig
 from orchestrator.errors import QualityError
 from orchestrator.iteration import _Recorder
 from orchestrator.records import RawToolCall
 from orchestrator.scripted import Reply, ScriptedModel
+from orchestrator.tool_names import ALL_TOOLS
 from orchestrator.tools import Toolbox
 from orchestrator.transcript import Transcript
 from runs.store import RunStore

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from orchestrator.agent import NO_TOOL_CALLED
-from orchestrator.config import DEFAULT_TOOLS
 from orchestrator.prompt import build_messages
+from orchestrator.tool_names import DEFAULT_TOOLS
 from orchestrator.toolcalls import parse_calls
 from orchestrator.records import ModelResponse
 from orchestrator.tool_schemas import offered, schemas_of

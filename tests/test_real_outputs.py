@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import DEFAULT_TOOLS
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
+from orchestrator.tool_names import DEFAULT_TOOLS
 from orchestrator.toolcalls import parse_calls
 from orchestrator.tools import Toolbox
 

@@ -840,7 +840,8 @@ class TestOracleLoginsAndQuotedUrls:
     def test_a_config_error_about_an_oracle_login_hides_its_password(self, where: str, tmp_path: Path) -> None:
         """An Oracle login written where a model endpoint or a store URL goes is refused, the error quoting it with its password
         as ***; and a night's redaction given it as that endpoint or store hides the password."""
-        from orchestrator.config import ConfigError, load_config
+        from orchestrator.config import load_config
+        from orchestrator.errors import ConfigError
         from tests.conftest import write_config
 
         login = f"scott/{self.PASSWORD}@db.example:1521/orcl"

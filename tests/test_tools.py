@@ -15,10 +15,10 @@ import pytest
 
 from orchestrator.command_output import cap_text
 from orchestrator.commands import TIMEOUT_EXIT_CODE, run_shell
-from orchestrator.config import ALL_TOOLS, DEFAULT_TOOLS
 from orchestrator.records import ModelResponse, RawToolCall, ToolCall, ToolResult
 from orchestrator import search
 from orchestrator.search_tool import MAX_SEARCH_MATCHES
+from orchestrator.tool_names import ALL_TOOLS, DEFAULT_TOOLS
 from orchestrator.tools import DEFAULT_OUTPUT_CHARS, Toolbox, output_cap_for
 from orchestrator.scripted import call
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
