@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.rollback import git  # noqa: E402
-from orchestrator.secrecy import passed_secrets  # noqa: E402
+from orchestrator.passed_secrets import passed_secrets  # noqa: E402
 from orchestrator.worktree import Worktree  # noqa: E402
 
 PASSWORD = "Db-Pass-0123456789xyz"

@@ -51,7 +51,7 @@ class RunContext:
     workdir: Any = None
     # The iteration's logger (bound to its run, task and iteration ids); a bare one when not given.
     log: Any = None
-    # The night's redaction (orchestrator/secrecy.py): a guard's or a tool's error, or a signal's message, may quote a
+    # The night's redaction (orchestrator/redactor.py): a guard's or a tool's error, or a signal's message, may quote a
     # secret (a path named after a token, a value a user's guard read), and goes to the log and the run store.
     redact: Callable[[str], str] = str
     turn: int = 0

@@ -17,7 +17,7 @@ from orchestrator.records import KeptOutOfCommit
 from orchestrator.work_paths import untracked
 
 if TYPE_CHECKING:
-    from orchestrator.secrecy import PassedSecrets
+    from orchestrator.passed_secrets import PassedSecrets
     from orchestrator.secret_commits import SecretKeeping
 
 # glibc's malloc gave the heap back to the kernel and took it again for each object update-index wrote

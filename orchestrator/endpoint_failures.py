@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from orchestrator import transports
 from orchestrator.errors import ModelUnreachable, QualityError
 from orchestrator.runaway import runaway_output
-from orchestrator.secrecy import shown_url
+from orchestrator.url_secrets import shown_url
 from orchestrator.watchdog import watchdog_timeout
 
 if TYPE_CHECKING:  # pydantic is not needed to import this module

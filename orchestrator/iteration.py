@@ -18,13 +18,13 @@ from orchestrator.agent import RunContext, run_agent
 from orchestrator.command_endings import how_it_ended
 from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
+from orchestrator.passed_secrets import PassedSecrets, passed_secrets
 from orchestrator.printable import shortened, visible
 from orchestrator.prompt import build_messages
 from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
 from orchestrator.records import (
     AgentResult, IterationOutcome, IterationReport, KeptOutOfCommit, Level, ModelResponse, Signal, ToolCall, ToolResult,
 )
-from orchestrator.secrecy import PassedSecrets, passed_secrets
 from orchestrator.surrogates import strings_mapped
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
@@ -58,7 +58,7 @@ class TaskSetup:
     cancel: Any = None
     budgets: tuple[Any, ...] = ()
     lease: Any = None  # orchestrator.leases.LeaseKeeper: asked before committing
-    redact: Callable[[str], str] = str  # the check's output through it (orchestrator/secrecy.py)
+    redact: Callable[[str], str] = str  # the check's output through it (orchestrator/redactor.py)
     max_file_bytes: int = 0  # [repo] max_file_mb: a larger file is not committed (0: no limit)
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.config import Config
+from orchestrator.passed_secrets import PassedSecrets, passed_secrets
 from orchestrator.records import KeptOutOfCommit
-from orchestrator.secrecy import PassedSecrets, Redactor, passed_secrets
+from orchestrator.redactor import Redactor
 from orchestrator.task_branches import kept_branch
 from orchestrator.worktree import Worktree
 

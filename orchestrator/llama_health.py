@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import Cancelled, ModelUnreachable
-from orchestrator.secrecy import Redactor
+from orchestrator.redactor import Redactor
 
 
 class PortTaken(Exception):

@@ -19,10 +19,10 @@ from orchestrator.endpoint_failures import Retryable, decision_for
 from orchestrator.errors import QualityError
 from orchestrator.protocols import Message
 from orchestrator.records import ModelResponse
+from orchestrator.redactor import Redactor
 from orchestrator.response_draft import Draft, read_whole
 from orchestrator.retries import Retries
 from orchestrator.runaway import check_runaway
-from orchestrator.secrecy import Redactor
 from orchestrator.stream_reading import read_stream
 from orchestrator import server_probes, transport_choice, transports, watchdog
 from orchestrator.litellm_transport import litellm_module

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.config_section import DAY_S, Section
-from orchestrator.secrecy import shown_url, url_password
+from orchestrator.url_secrets import shown_url, url_password
 
 LOCAL_MODEL = "local"
 # A billion tokens is far past any model's window; a number of 309 digits or more overflowed the

@@ -35,8 +35,9 @@ from orchestrator.lock import state_identity
 from orchestrator.notes import NotesBook
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.records import DONE_EARLIER_TONIGHT, DONE_ELSEWHERE, TaskOutcome, counts_as_succeeded
+from orchestrator.redactor import Redactor
 from orchestrator.repository import open_repo
-from orchestrator.secrecy import Redactor, withheld
+from orchestrator.secrecy import withheld
 from orchestrator.task_branches import branch_for
 from orchestrator.task_night import (
     BRANCH_CHECKED_OUT,

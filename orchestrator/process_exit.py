@@ -30,8 +30,8 @@ def exit_quietly(main: Callable[[], None]) -> None:
     """The `overnight` process: main(), then a quiet exit with its code. A bug (an exception nothing maps to a
     code) prints its traceback and exits 1, as Python would, and so does an exception that ends a thread (without
     the exit), both with the secret values known as ***: the night's, or before its config was read, the
-    environment's (orchestrator/secrecy.py)."""
-    from orchestrator.secrecy import Redactor
+    environment's (orchestrator/redactor.py)."""
+    from orchestrator.redactor import Redactor
     from orchestrator.tracebacks import keep_thread_tracebacks_redacted, print_redacted
 
     environments = Redactor.for_night()
@@ -58,7 +58,7 @@ def errors_redacted(settings: object) -> Iterator[None]:
     quote git's message (a filter's, say, that printed a token) or a path named after one, and a bug's traceback (exit 1,
     printed by `exit_quietly`), whose exception may quote one too; and the traceback of an exception that ends a thread
     of the night's (the event writer, the deadline watcher, a lease's heartbeat...). All go to cron's mail or a CI log."""
-    from orchestrator.secrecy import Redactor
+    from orchestrator.redactor import Redactor
     from orchestrator.tracebacks import thread_tracebacks_redacted
 
     redact = Redactor.for_config(settings)

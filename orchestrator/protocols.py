@@ -116,7 +116,7 @@ class Workspace(Protocol):
     ) -> str:
         """Everything in the worktree, committed on the task's branch on top of `onto` (the checkpoint); the new HEAD.
         QualityError (`file_too_large`) for a file of more than `max_file_bytes` (0: no limit). A file holding a value
-        of `secrets` (secrecy.PassedSecrets) that its checkpoint version did not is put back, `on_kept_out` told."""
+        of `secrets` (passed_secrets.PassedSecrets) that its checkpoint version did not is put back, `on_kept_out` told."""
         ...
 
     def run_check(

@@ -1,4 +1,4 @@
-"""The values a task's check got through `pass_env` kept off the task's branch (see secrecy.PassedSecrets).
+"""The values a task's check got through `pass_env` kept off the task's branch (see passed_secrets.PassedSecrets).
 
 A check given a database password may write it into a file (a `.env`, a log, a cache named after
 it) that the iteration's commit would then carry to the branch CI pushes. Before such a commit,
@@ -7,7 +7,7 @@ has it, and to fold the agent's own commits into the iteration's when their hist
 
 Found by reading every staged object whole, in pieces, through one `git cat-file --batch`. Not
 found: a value split across lines, or written encoded (base64, or escaped otherwise than as
-secrecy's `_escaped_forms`: a JSON encoder's, repr()'s or ascii()'s, a URL's percent-encoding); a file a filter (LFS)
+escaped_forms.py's: a JSON encoder's, repr()'s or ascii()'s, a URL's percent-encoding); a file a filter (LFS)
 stores elsewhere is judged by what the index holds.
 """
 
@@ -26,7 +26,7 @@ from orchestrator.records import KeptOutOfCommit
 from orchestrator.staged import StagedChange, new_content, staged_changes
 
 if TYPE_CHECKING:
-    from orchestrator.secrecy import PassedSecrets
+    from orchestrator.passed_secrets import PassedSecrets
 
 
 @dataclass(frozen=True)

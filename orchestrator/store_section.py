@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from orchestrator.config_section import Section
-from orchestrator.secrecy import shown_url
+from orchestrator.url_secrets import shown_url
 
 
 class StoreConfig(Section):

@@ -82,7 +82,7 @@ class Toolbox:
         commands may not change (without it, in a folder that is no task's worktree, editors
         are still refused and `git config --global` still kept from the user's). `pass_env`: the
         secret-named variables the check (run_check) still gets, which the agent's own commands never
-        do; `redact`: what every output goes through (orchestrator/secrecy.py)."""
+        do; `redact`: what every output goes through (orchestrator/redactor.py)."""
         check_tool_names(allowed)
         self.root = Path(root).resolve()
         self._root_text = str(self.root)

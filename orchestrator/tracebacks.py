@@ -1,5 +1,5 @@
 """Python's own tracebacks, a bug's and a dying thread's, printed as Python prints them but through a redaction
-(orchestrator/secrecy.py): an exception's text may quote a secret value (a URL with its token, a server's message),
+(orchestrator/redactor.py): an exception's text may quote a secret value (a URL with its token, a server's message),
 and stderr goes to cron's mail or a CI log."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import traceback
 from typing import Any, Callable, Iterator
 
-from orchestrator.secrecy import Redactor
+from orchestrator.redactor import Redactor
 
 
 def print_redacted(bug: BaseException, redact: Callable[[str], str]) -> None:

@@ -33,7 +33,7 @@ def trim_runs(settings: object, store: object, log: object, *, since: datetime |
 
     from orchestrator.lock import state_identity
     from orchestrator.night import store_is_shared
-    from orchestrator.secrecy import Redactor
+    from orchestrator.redactor import Redactor
 
     days = settings.state.keep_runs_days  # type: ignore[attr-defined]
     if not days:
@@ -64,7 +64,7 @@ def trim_notes(settings: object, log: object, *, since: datetime | None) -> None
     from datetime import datetime, timedelta, timezone
 
     from orchestrator.notes import NotesBook
-    from orchestrator.secrecy import Redactor
+    from orchestrator.redactor import Redactor
 
     days = settings.state.keep_notes_days  # type: ignore[attr-defined]
     if not days:

@@ -46,7 +46,7 @@ from orchestrator.worktree_submodules import refuse_left_in_submodules, roll_bac
 from orchestrator.writable import make_writable
 
 if TYPE_CHECKING:
-    from orchestrator.secrecy import PassedSecrets
+    from orchestrator.passed_secrets import PassedSecrets
 
 
 class Worktree:

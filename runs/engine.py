@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from orchestrator.secrecy import shown_url
+from orchestrator.url_secrets import shown_url
 
 
 def database_complaint(exc: BaseException) -> str:

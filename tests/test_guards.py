@@ -935,7 +935,7 @@ class TestThroughTheAgentLoop:
     def test_a_signal_quoting_a_secret_reaches_the_sink_as_stars(self, project: Path):
         """A user's guard whose warning quotes a secret value (what it read in a file): the signal the log and the run
         store get says *** instead, through the run's redaction."""
-        from orchestrator.secrecy import Redactor
+        from orchestrator.redactor import Redactor
 
         token = "deploy-tok-0123456789abc"
 

@@ -1,4 +1,4 @@
-"""Secrets stay out of the agent's commands, the check, and what a night writes down (orchestrator/secrecy.py)."""
+"""Secrets stay out of the agent's commands, the check, and what a night writes down (orchestrator/secrecy.py and the modules its docstring names)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,13 @@ from sqlalchemy.engine import URL, make_url
 
 from orchestrator.inline_secrets import inline_secrets
 from orchestrator.records import ToolCall
+from orchestrator.redactable import REDACTED
+from orchestrator.redactor import Redactor
 from orchestrator.scripted import call
-from orchestrator.secrecy import REDACTED, Redactor, looks_secret, shown_url, url_secrets, withheld
+from orchestrator.secrecy import withheld
+from orchestrator.secret_names import looks_secret
 from orchestrator.tools import Toolbox
+from orchestrator.url_secrets import shown_url, url_secrets
 from runs.engine import safe_url
 from tests.conftest import git
 from tests.test_night import notes_text, overnight, report_json
@@ -211,13 +215,13 @@ def test_a_url_whose_password_would_not_be_redacted_is_not_withheld() -> None:
 class TestAReviewsFindings:
     def test_a_secret_word_before_a_version_or_number_still_says_so(self) -> None:
         """GitLab's CI_JOB_JWT_V1/_V2 were secret-named before the last-word rule; DB_PASS_2 too."""
-        from orchestrator.secrecy import looks_secret
+        from orchestrator.secret_names import looks_secret
 
         assert all(looks_secret(name) for name in ("CI_JOB_JWT_V2", "CI_JOB_JWT_V1", "DB_PASS_2", "SENTRY_DSN"))
         assert not any(looks_secret(name) for name in ("PASS_RATE", "JWT_ALGORITHM", "DSN_TIMEOUT", "PASS_V2_RATE"))
 
     def test_lines_of_a_multi_line_secret_that_code_has_too_are_not_replaced_there(self) -> None:
-        from orchestrator.secrecy import Redactor
+        from orchestrator.redactor import Redactor
 
         pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
         key_file = '{\n  "type": "service_account",\n  "private_key_id": "0123456789abcdef0123"\n}'
@@ -1348,7 +1352,7 @@ class TestPassedSecretsStayOffTheBranch:
 
     def test_a_value_split_by_a_chunk_edge_is_found_and_short_ones_are_not_looked_for(self) -> None:
         """The redaction's rules decide what is looked for; a value across two reads of a large file is still found."""
-        from orchestrator.secrecy import passed_secrets
+        from orchestrator.passed_secrets import passed_secrets
 
         secrets = passed_secrets(["DB_PASSWORD", "PIN_PASSWORD", "HOME"], {"DB_PASSWORD": self.PASSWORD, "PIN_PASSWORD": "1234", "HOME": "/home/someone"})
         assert set(secrets.names_by_value) == {self.PASSWORD.encode()}
@@ -1358,7 +1362,7 @@ class TestPassedSecretsStayOffTheBranch:
     def test_a_value_as_a_json_encoder_escapes_it_is_found_and_named(self) -> None:
         """A passed value written into a file as PHP's json_encode or .NET's encoder escapes it is found, and reported by its
         variable's name."""
-        from orchestrator.secrecy import passed_secrets
+        from orchestrator.passed_secrets import passed_secrets
 
         secrets = passed_secrets(["DB_PASSWORD"], {"DB_PASSWORD": "Zm9v/YmFy+cXV4PQ=="})
         for written in (rb'{"password": "Zm9v\/YmFy+cXV4PQ=="}', rb'{"password": "Zm9v/YmFy\u002BcXV4PQ=="}'):
@@ -1368,7 +1372,7 @@ class TestPassedSecretsStayOffTheBranch:
     def test_a_value_percent_encoded_or_as_bytes_repr_is_found_and_named(self) -> None:
         """A passed value written into a file percent-encoded (a URL), as repr() of its bytes or as ascii() writes it is found,
         and reported by its variable's name."""
-        from orchestrator.secrecy import passed_secrets
+        from orchestrator.passed_secrets import passed_secrets
 
         value = "Zm9v/YmFy+cXV4PQ==-\u00e9"
         secrets = passed_secrets(["DB_PASSWORD"], {"DB_PASSWORD": value})
@@ -1749,7 +1753,7 @@ def _a_late_thread(*setup: str, message: str) -> subprocess.CompletedProcess[str
     script = "\n".join(
         [
             "import threading",
-            "from orchestrator.secrecy import Redactor",
+            "from orchestrator.redactor import Redactor",
             *(line.rstrip("\n") for line in setup),
             "def late():",
             f"    raise RuntimeError({message})",

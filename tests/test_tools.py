@@ -454,7 +454,7 @@ class TestFileTools:
 
     def test_a_refusal_quoting_the_file_is_capped_and_redacted_as_any_output(self, repo):
         """edit_file's quote of the lines alike (a long block re-indented) keeps to the output cap, and a secret in them is redacted."""
-        from orchestrator.secrecy import Redactor
+        from orchestrator.redactor import Redactor
 
         secret = "sk-proj-4f9a8b7c6d5e4f3a2b1c"
         body = "".join(f"    value_{index} = {index}\n" for index in range(400))

@@ -745,7 +745,7 @@ class TestPassedSecretsKeptOutOfACommit:
     PASSWORD = "Db-Pass-0123456789xyz"
 
     def secrets(self):
-        from orchestrator.secrecy import PassedSecrets
+        from orchestrator.passed_secrets import PassedSecrets
 
         return PassedSecrets({self.PASSWORD.encode(): ("DB_PASSWORD",)})
 
