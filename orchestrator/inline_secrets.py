@@ -1,5 +1,5 @@
-"""Secrets a variable's value holds as a command line, an HTTP header or a .netrc file writes them (secrecy.py's
-`_value_secrets` reads the rest): a deploy job's `DEPLOY_ARGS=--api-key ...`, a header list's `Cookie: session=...`, a
+"""Secrets a variable's value holds as a command line, an HTTP header or a .netrc file writes them (value_secrets.py's
+`value_secrets` reads the rest): a deploy job's `DEPLOY_ARGS=--api-key ...`, a header list's `Cookie: session=...`, a
 .netrc's `machine host login bob password ...`, a tool's own option that takes a password (`MYSQL_CMD=mysql -u app -p...`,
 `curl -u user:...`, `sshpass -p ...`, `redis-cli -a ...`, `keytool -storepass ...`, `sqlcmd -P ...`, `bcp`'s and `osql`'s
 `-P ...`, `mongosh -p ...`, `htpasswd -b`'s last argument).
@@ -55,11 +55,12 @@ def _tool_option(tools: str, option: str, value: str = _WORD_VALUE, *, words: st
     """An option of `tools` that takes a secret (`option`, then its `value`): only after the tool's name, among its first 32
     `words` on the same command: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none. The name begins a word, or ends a path
     that does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors` holds none. A search from each name
-    reads up to the next name or 32 words, so a run of them is read in linear time."""
-    folders = r"(?!-)(?:[\w.~+:${}%-]*+[/\\])*+"
+    reads up to the next word that holds a name where a search starts (`/usr/bin/mysql`, `x=mysql`, `"mysql`) or 32 words:
+    each word is read from one name, not from each of 32 before it (`x=curl ` 32 times, then a 1 MB path)."""
+    name = rf"(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+(?:{tools})(?:\.exe)?+"
     return re.compile(
-        rf"""(?<![^\s;|&(`'"=]){folders}(?:{tools})(?:\.exe)?+
-        (?:[ \t]++(?!{option}{value}|[`'"(]?+{folders}(?:{tools})\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
+        rf"""(?<![^\s;|&(`'"=]){name}
+        (?:[ \t]++(?!{option}{value}|(?:[^\s;|&]*[(`'"=])?{name}\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
         re.VERBOSE,
     )
 
@@ -69,9 +70,10 @@ def _tool_option(tools: str, option: str, value: str = _WORD_VALUE, *, words: st
 # the container's port alone `-p 27017`), ssh's (`ssh mongo -p 2222`), pytest's plugin turned off (`tox -e mysql --
 # -pno:randomly`, `pytest -k mongo -p no:cacheprovider`). A port has a `:` or up to 5 digits (65535 is the highest): a
 # password of digits is told apart only when longer (`mongosh -u app -p 73920184`); shorter, the Redactor would not replace
-# it anyway (secrecy.py's MIN_REDACTED_CHARS).
+# it anyway (redactable.py's MIN_REDACTED_CHARS). The port is the whole value as `_WORD_VALUE` reads it: in quotes, or bare up
+# to a quote or a backtick (`["docker run --name mysql -p3306:3306"]`).
 _PORT = r"(?:[0-9.\[\]-]*+(?::[0-9.\[\]-]*+)++|[0-9]{1,5}+(?:-[0-9]{1,5}+)?+)(?:/(?:tcp|udp|sctp))?+"
-_NO_PASSWORD = rf"""["']?+{_PORT}["']?+(?![^\s;|&<>()])|["']?+no:"""
+_NO_PASSWORD = rf"""(?:"{_PORT}"|'{_PORT}'|{_PORT}(?![^\s;|&<>()"'`]))|["']?+no:"""
 # sshpass's options that take a value (`-P` the prompt to wait for, `-f` a file, `-d` a descriptor), then its other options:
 # what may come before its `-p` (`sshpass -P assword -p ...`). No value is `sshpass`: a run of `sshpass -P ` is read up to
 # the next name, as `_tool_option` reads other words.
