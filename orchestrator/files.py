@@ -69,8 +69,8 @@ def write_over(fd: int, data: bytes) -> None:
     os.ftruncate(fd, len(data))
 
 
-def read_regular_file(path: Path) -> bytes:
-    """The bytes of `path`, which must be a regular file (else OSError, "not a regular file").
+def read_regular_file(path: Path, most: int = -1) -> bytes:
+    """The bytes of `path` (its first `most`, when not -1), which must be a regular file (else OSError, "not a regular file").
 
     A pipe put where a state file goes (`mkfifo notes.md`) blocked the night, deaf to SIGTERM,
     until something wrote into it; a device would be read for ever.
@@ -81,7 +81,7 @@ def read_regular_file(path: Path) -> bytes:
             raise OSError(errno.EINVAL, "not a regular file", str(path))
         os.set_blocking(descriptor, True)
         with os.fdopen(descriptor, "rb", closefd=False) as opened:
-            return opened.read()
+            return opened.read(most)
     finally:
         os.close(descriptor)
 

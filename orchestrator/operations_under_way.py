@@ -8,14 +8,24 @@ and with it the rollback (exit 4). What `git reset --hard` leaves in place (the 
 several commits, a bisect) outlived the rollback and the commit: the next iteration's own cherry-pick failed
 ("already in progress"), and the worktree stayed "bisecting" into the next night. Each is quit as git quits it, HEAD,
 files and index as they are: the commit then records the worktree exactly, on one parent, and the rollback resets it.
+
+Where git refuses to quit (`bisect reset` checks HEAD out: not over a conflict, nor with the branch deleted; a marker
+the agent wrote by hand: "No rebase in progress?") or leaves the marker (a folder where git keeps a file), overnight
+removes the marker itself: left, it failed the commit and the rollback, and with them the night (exit 4). A marker that
+is a link is removed, never given to git, whose quit empties the folder it leads to; and none is read but as a regular
+file, and only its start: a pipe waited for a writer for ever, and /dev/zero filled the memory.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import signal
 from pathlib import Path
 from typing import Callable
 
+from orchestrator.files import read_regular_file
 from orchestrator.task_branches import BRANCH_PREFIX
 
 # What git keeps in a worktree's own git dir while an operation is under way, the operation, and how git quits it
@@ -33,6 +43,8 @@ _UNDER_WAY = (
 
 
 _COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# What is read of a marker that names commits: about a hundred ids, more than any merge a person makes names.
+_MOST_READ = 4096
 
 
 def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
@@ -40,10 +52,44 @@ def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
     ("merge of 61c62490a1b2"). File checks; a process only for an operation found."""
     dropped: list[str] = []
     for marker, operation, command in _UNDER_WAY:
-        if (admin / marker).exists():  # gone when an earlier quit ended it too
+        if os.path.lexists(admin / marker):  # gone when an earlier quit ended it too
             dropped.append(_described(admin, marker, operation))
-            git(*command)
+            state = admin / marker.split("/")[0]  # rebase-apply/applying: git's quit removes the folder
+            if not state.is_symlink():
+                _quit(git, command)
+            if os.path.lexists(state):
+                for left in _state_of(admin, state):
+                    _remove(left)
     return dropped
+
+
+def _quit(git: Callable[..., str], command: tuple[str, ...]) -> None:
+    """git's own quit; its refusal, and its kill at the time limit (a pipe the agent put in the state, waited on), left to
+    the marker's removal. A git the night's signal ended (SIGTERM, SIGINT, SIGHUP) is raised: the night's to handle."""
+    import git as gitpython
+
+    try:
+        git(*command)
+    except gitpython.GitCommandError as refused:
+        if not isinstance(refused.status, int) or (refused.status < 0 and refused.status != -signal.SIGKILL):
+            raise
+
+
+def _state_of(admin: Path, state: Path) -> list[Path]:
+    """What is removed of an operation git did not quit: `state`, the marker, and for a bisect its log (`git status` said
+    "bisecting" while BISECT_LOG was there) and refs, as `git bisect reset` removes them. One folder listed, for a bisect."""
+    if state.name != "BISECT_START":
+        return [state]
+    refs = admin / "refs" / "bisect"
+    return [*admin.glob("BISECT_*"), *([refs] if os.path.lexists(refs) else [])]
+
+
+def _remove(state: Path) -> None:
+    """`state` gone: a link or a file unlinked, a folder (never one a link leads to) removed with what it holds."""
+    if state.is_dir() and not state.is_symlink():
+        shutil.rmtree(state)
+    else:
+        state.unlink()
 
 
 def log_operations_quit(branch: str, dropped: list[str], before: str) -> None:
@@ -66,8 +112,8 @@ def _described(admin: Path, marker: str, operation: str) -> str:
     if marker not in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD"):
         return operation
     try:
-        words = (admin / marker).read_text(errors="replace").split()
-    except OSError:
+        words = read_regular_file(admin / marker, _MOST_READ).decode(errors="replace").split()
+    except OSError:  # a folder, a pipe, a device: none names a commit
         return operation
     # Commit ids only: the file is the agent's to write, and what it says goes into the commit's message unredacted.
     commits = [word[:12] for word in words if _COMMIT_ID.fullmatch(word)]

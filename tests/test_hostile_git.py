@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -302,10 +304,17 @@ LEFT_UNDER_WAY = {
     "rebase stopped at a conflict": MINE + "git rebase -q feature",
     "am stopped at a conflict": MINE + "git format-patch -1 --stdout feature | git am -q -3",
     "bisect": "git bisect start",
+    # `git bisect reset HEAD` checks HEAD out: refused on an index with a conflict, and with no branch to check out.
+    "bisect, then a conflicted cherry-pick": "git bisect start && " + MINE + "git cherry-pick feature",
+    "bisect, then the branch deleted": "git bisect start && git update-ref -d HEAD",
+    # No operation behind it: `git cherry-pick --quit` cannot remove a file where it keeps a folder.
+    "a sequencer file written by hand": 'touch "$(git rev-parse --git-dir)/sequencer"',
     "stash": "echo wip >> greet.py && git stash",
 }
 # What git keeps in a worktree's own git dir while each operation is under way.
-UNDER_WAY_MARKERS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "sequencer", "rebase-merge", "rebase-apply", "BISECT_START")
+UNDER_WAY_MARKERS = (
+    "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "sequencer", "rebase-merge", "rebase-apply", "BISECT_START", "BISECT_LOG"
+)
 FIX_GREET = "printf '%s\\n' 'def greet():' \"    return 'hello'\" > greet.py"
 
 
@@ -376,6 +385,105 @@ class TestOperationLeftUnderWay:
         assert message.startswith("overnight: fix-greet iteration 1\n\nfixed\n\n") and f"merge of {other}" in message
         [dropped] = json_events(capsys.readouterr().err, "worktree_operation_dropped")
         assert (dropped["task"], dropped["operations"], dropped["before"]) == ("fix-greet", [f"merge of {other}"], "commit")
+
+
+# What the agent may put where git keeps an operation's state, with no operation of git's behind it (run in the git dir).
+PLANTED = {
+    "a sequencer file": "touch sequencer",
+    "a rebase-merge file": "touch rebase-merge",
+    "MERGE_HEAD a folder": "mkdir MERGE_HEAD",
+    "CHERRY_PICK_HEAD a folder": "mkdir CHERRY_PICK_HEAD",
+    "BISECT_START a folder": "mkdir BISECT_START",
+}
+FIXED_GREET = "def greet():\n    return 'hello'\n"
+
+
+class TestOperationMarkersPlanted:
+    """The agent wrote, by hand, what git keeps in the worktree's git dir while an operation is under way: the commit and
+    the rollback still end with nothing under way, and touch nothing outside the worktree."""
+
+    def worktree(self, repo: Path, tmp_path: Path) -> tuple[Worktree, Path]:
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        return tree, Path(git(tree.path, "rev-parse", "--absolute-git-dir"))
+
+    @pytest.mark.parametrize("planted", list(PLANTED))
+    def test_commit_goes_on_with_nothing_left_under_way(self, repo: Path, tmp_path: Path, planted: str) -> None:
+        """Where git refuses its quit (no rebase, a sequencer it cannot remove) or leaves the marker, the marker is removed:
+        the commit is overnight's, with one parent, where it failed (and every later one with it) or kept the marker."""
+        tree, admin = self.worktree(repo, tmp_path)
+        checkpoint = tree.checkpoint()
+        subprocess.run(["sh", "-c", PLANTED[planted]], cwd=admin, check=True)
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        made = tree.commit("overnight: fix iteration 1", onto=checkpoint)
+        assert git(tree.path, "log", "-1", "--format=%P %an", made) == f"{checkpoint} overnight"
+        assert [marker for marker in UNDER_WAY_MARKERS if os.path.lexists(admin / marker)] == []
+
+    @pytest.mark.parametrize("planted", list(PLANTED))
+    def test_rollback_goes_on_with_nothing_left_under_way(self, repo: Path, tmp_path: Path, planted: str) -> None:
+        """The rollback of the same worktree succeeds, where it failed (StateError: the night's exit 4) or kept the marker."""
+        tree, admin = self.worktree(repo, tmp_path)
+        checkpoint = tree.checkpoint()
+        subprocess.run(["sh", "-c", PLANTED[planted]], cwd=admin, check=True)
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        tree.rollback(checkpoint)
+        assert [marker for marker in UNDER_WAY_MARKERS if os.path.lexists(admin / marker)] == []
+        assert git(tree.path, "status", "--porcelain") == ""
+
+    @pytest.mark.parametrize("marker", ["sequencer", "rebase-merge", "rebase-apply"])
+    def test_a_marker_linked_to_a_folder_outside_leaves_that_folder_as_it_was(
+        self, repo: Path, tmp_path: Path, marker: str
+    ) -> None:
+        """The link is removed, never followed: git's own quit emptied the folder it led to, then failed the rollback."""
+        tree, admin = self.worktree(repo, tmp_path)
+        outside = tmp_path / "the user's folder"
+        (outside / "sub").mkdir(parents=True)
+        (outside / "notes.txt").write_text("mine\n")
+        (admin / marker).symlink_to(outside)
+        tree.rollback(tree.checkpoint())
+        assert sorted(path.name for path in outside.rglob("*")) == ["notes.txt", "sub"]
+        assert not os.path.lexists(admin / marker)
+
+    def test_a_pipe_that_gits_quit_waits_on_costs_the_rollback_its_time_limit_only(self, repo: Path, tmp_path: Path) -> None:
+        """`git rebase --quit` reads a rebase's autostash: a pipe there held it to the time limit, and the rollback failed
+        (the night's exit 4); the killed quit's marker is removed instead."""
+        tree, admin = self.worktree(repo, tmp_path)
+        (admin / "rebase-merge").mkdir()
+        os.mkfifo(admin / "rebase-merge" / "autostash")
+        tree.git_timeout_s = 3
+        tree.rollback(tree.checkpoint())
+        assert not os.path.lexists(admin / "rebase-merge")
+
+    def test_a_pipe_at_merge_head_is_not_waited_on(self, repo: Path, tmp_path: Path) -> None:
+        """A MERGE_HEAD the agent made a pipe (`mkfifo`) is not read: the commit goes on, where it waited for a writer
+        for ever."""
+        tree, admin = self.worktree(repo, tmp_path)
+        os.mkfifo(admin / "MERGE_HEAD")
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        made: list[str] = []
+        committing = threading.Thread(target=lambda: made.append(tree.commit("overnight: fix iteration 1")), daemon=True)
+        committing.start()
+        committing.join(timeout=30)
+        waited = committing.is_alive()
+        if waited:  # a writer lets the reader go, or the thread would outlive the test
+            os.close(os.open(admin / "MERGE_HEAD", os.O_WRONLY | os.O_NONBLOCK))
+            committing.join()
+        assert not waited and made and not os.path.lexists(admin / "MERGE_HEAD")
+
+    def test_a_large_merge_head_is_read_no_further_than_its_start(self, repo: Path, tmp_path: Path) -> None:
+        """A MERGE_HEAD of 64 MiB costs the commit far less memory than its size (it was read whole), the commit it
+        names first still told in the message."""
+        tree, admin = self.worktree(repo, tmp_path)
+        named = git(repo, "rev-parse", "HEAD")
+        (admin / "MERGE_HEAD").write_bytes(f"{named}\n".encode() + b"x" * (64 << 20))
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        tracemalloc.start()
+        try:
+            made = tree.commit("overnight: fix iteration 1")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 << 20
+        assert f"merge of {named[:12]}" in git(tree.path, "log", "-1", "--format=%B", made)
 
 
 class TestHiddenFiles:
