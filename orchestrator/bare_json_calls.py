@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 from orchestrator.broken_calls import MENDED_CALLS_TRIED, calls_in_unreadable_json
-from orchestrator.call_arguments import raw_decode
 from orchestrator.call_shapes import WrittenCall, written_from_value
 from orchestrator.code_fences import JSON_START
 from orchestrator.json_block_calls import calls_in_block
+from orchestrator.strict_json import raw_decode
 
 
 def calls_in_bare_json(text: str, known: set[str], cut: bool) -> list[WrittenCall]:

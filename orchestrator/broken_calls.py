@@ -7,9 +7,12 @@ import json
 import re
 
 from orchestrator import loose_json
-from orchestrator.call_arguments import Arguments, json_error, loads, raw_decode, read_loosely, slips_mended, text_ends_mid_value
+from orchestrator.call_arguments import Arguments
 from orchestrator.call_shapes import CALL_FORM, WrittenCall, written_from_value
+from orchestrator.cut_off_json import text_ends_mid_value
 from orchestrator.json_block_calls import calls_in_block
+from orchestrator.mended_json import read_loosely, slips_mended
+from orchestrator.strict_json import json_error, loads, raw_decode
 
 # A call's JSON after a sentence on the same line ("I will read it. {"name": ...}").
 _INLINE_CALL = re.compile(r'\{\s*"(?:name|tool|function)"\s*:')
@@ -96,7 +99,7 @@ def unreadable_call_over_lines(text: str, start: int, exc: ValueError, known: se
     """The call at `start` naming a known tool that does not read (`exc`: the error of reading the value at `start`) and
     gives no call otherwise (its first line gives none, `{` alone on it; or, pretty-printed and never closed, read whole
     it does not read; or it follows prose), as a broken call: cut off when the rest of the text stops inside a string
-    or where a value was due (see call_arguments.text_ends_mid_value), else unreadable; [] when it names no tool (other
+    or where a value was due (see cut_off_json.text_ends_mid_value), else unreadable; [] when it names no tool (other
     JSON the model shows). Dropped, the model would be told it called no tool, not what to fix."""
     name = known_tool_named_at(text, start, known)
     if name is None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from orchestrator.call_arguments import json_error, raw_decode
+from orchestrator.strict_json import json_error, raw_decode
 
 # Fence languages a model uses for a call; a ```python fence is never a call.
 CALL_FENCE_LANGUAGES = {"", "json", "json5", "jsonc", "tool_call", "tool", "tool_code", "function"}

@@ -6,16 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import loose_json
-from orchestrator.call_arguments import (
-    cut_off_error,
-    json_error,
-    loads,
-    read_repaired,
-    text_ends_mid_value,
-    values_all_whole,
-    values_one_after_another,
-)
+from orchestrator.call_arguments import read_repaired
 from orchestrator.call_shapes import WrittenCall, written_from_value
+from orchestrator.cut_off_json import text_ends_mid_value
+from orchestrator.strict_json import json_error, loads
+from orchestrator.values_in_a_row import cut_off_error, values_all_whole, values_one_after_another
 
 
 def calls_in_block(block: str, known: set[str], cut: bool) -> list[WrittenCall]:

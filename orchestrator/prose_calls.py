@@ -11,10 +11,10 @@ from orchestrator.broken_calls import (
     known_tool_named_at,
     unreadable_call_over_lines,
 )
-from orchestrator.call_arguments import raw_decode
 from orchestrator.call_shapes import WrittenCall, arguments_of, call_shapes
 from orchestrator.json_block_calls import calls_in_block
 from orchestrator.python_calls import calls_as_python
+from orchestrator.strict_json import raw_decode
 
 # A call's JSON after a sentence on the same line ("I will read it. {"name": ...}"), its key double- or
 # single-quoted (`{'name': ...`, JSON5-like).

@@ -42,7 +42,7 @@ def strings_mapped(value: Any, change: Callable[[str], str]) -> Any:
     """`value` as JSON holds it (dicts, lists, strings, numbers; a message's tuples read as lists) with every string in
     it, keys too, through `change`: a new value, `value` itself unchanged. Here for mend_all; the night's records use it
     with the redaction too (what the model wrote, recorded with secret values as ***, while its tools get it whole)."""
-    # Recursion: a call's arguments nest at most call_arguments.MAX_JSON_DEPTH levels, a message a few.
+    # Recursion: a call's arguments nest at most strict_json.MAX_JSON_DEPTH levels, a message a few.
     if isinstance(value, str):
         return change(value)
     if isinstance(value, (list, tuple)):

@@ -7,8 +7,9 @@ import functools
 import re
 from typing import Any
 
-from orchestrator.call_arguments import CUT_OFF, Arguments, json_error, raw_decode, read_arguments
+from orchestrator.call_arguments import CUT_OFF, Arguments, read_arguments
 from orchestrator.call_shapes import WrittenCall
+from orchestrator.strict_json import json_error, raw_decode
 
 # Mistral's newer form, `[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}`: the name, then its arguments' JSON.
 # (A name starts where no name character is before it, and is taken whole: linear in a long word.)

@@ -23,21 +23,14 @@ import json
 import re
 from typing import Any, Iterable
 
-from orchestrator.call_arguments import (
-    CUT_OFF,
-    MAX_JSON_DEPTH,
-    Arguments,
-    cut_off_error,
-    decode_string_object,
-    read_arguments,
-    values_all_whole,
-    values_one_after_another,
-)
+from orchestrator.call_arguments import CUT_OFF, Arguments, decode_string_object, read_arguments
 from orchestrator.call_shapes import WrittenCall
 from orchestrator.records import BrokenCall, ModelResponse, RawToolCall, ToolCall
+from orchestrator.strict_json import MAX_JSON_DEPTH
+from orchestrator.values_in_a_row import cut_off_error, values_all_whole, values_one_after_another
 from orchestrator.written_calls import calls_in_text
 
-# The parser's public names; MAX_JSON_DEPTH, the deepest a call's arguments may nest, is call_arguments.py's.
+# The parser's public names; MAX_JSON_DEPTH, the deepest a call's arguments may nest, is strict_json.py's.
 __all__ = ["DESCRIBE_LIMIT", "MAX_JSON_DEPTH", "arguments_problem", "describe_call", "parse_calls", "thinking_apart"]
 
 DESCRIBE_LIMIT = 120
@@ -156,7 +149,7 @@ def _check_native(raw: RawToolCall, tools: dict[str, dict[str, Any]], cut: bool)
 def _argument_objects_one_after_another(text: str) -> list[Arguments]:
     """The objects `text` holds one after another (a server that ran two calls' arguments together), read as a written
     block's calls are (see json_block_calls.calls_in_block): each whole one, mended if need be, and a last one that stops
-    mid-value as cut off (see call_arguments.cut_off_error); [] when `text` holds no such run of two or more objects."""
+    mid-value as cut off (see values_in_a_row.cut_off_error); [] when `text` holds no such run of two or more objects."""
     text = text.strip()
     walked, unread = values_one_after_another(text)
     several = values_all_whole(text, walked, unread)

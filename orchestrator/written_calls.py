@@ -21,13 +21,14 @@ from __future__ import annotations
 import re
 
 from orchestrator.bare_json_calls import calls_in_bare_json
-from orchestrator.call_arguments import CUT_OFF, Arguments, repair
+from orchestrator.call_arguments import CUT_OFF, Arguments
 from orchestrator.call_shapes import CALL_FORM, WrittenCall, call_shapes
 from orchestrator.code_fences import CALL_FENCE_LANGUAGES, FENCE, FENCE_MARK, CutJson, fence_at, fences
 from orchestrator.function_tag_calls import calls_in_function_tags
 from orchestrator.json_block_calls import calls_in_block
 from orchestrator.prose_calls import calls_after_prose
 from orchestrator.python_calls import calls_as_python
+from orchestrator.repaired_json import repair
 from orchestrator.token_calls import calls_after_names, calls_in_deepseek_tokens
 
 _TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
