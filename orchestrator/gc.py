@@ -29,6 +29,7 @@ from orchestrator.command_environment import UNATTENDED_ENV, base_environment
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.gitdir import admin_dir, branches_held_by_operations
+from orchestrator.operations_under_way import operation_under_way
 from orchestrator.repository import check_base, open_repo
 from orchestrator.task_branches import BRANCH_PREFIX, KEPT_BRANCH_PREFIX
 from orchestrator.worktree import Worktree
@@ -307,19 +308,13 @@ def _symbolic_ref(git: _Git, base: str) -> str:
 
 
 # What a git operation under way leaves in a worktree's admin folder, and its name.
-_UNDER_WAY = (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("BISECT_START", "bisect"),
-              ("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert"))
-
-
 def _operation_in_progress(path: Path, common: Path) -> str | None:
     """Why the worktree at `path` must stay because a person's git operation is under way in it, or None."""
     admin = admin_dir(path, common)
-    if admin is None:
+    doing = operation_under_way(Path(admin)) if admin is not None else None
+    if doing is None:
         return None
-    for marker, doing in _UNDER_WAY:
-        if (Path(admin) / marker).exists():
-            return f"a {doing} is in progress there (finish or abort it first)"
-    return None
+    return f"{'an' if doing == 'am' else 'a'} {doing} is in progress there (finish or abort it first)"
 
 
 def _base_label(base: str, ref: str) -> str | None:

@@ -47,6 +47,11 @@ _COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MOST_READ = 4096
 
 
+def operation_under_way(admin: Path) -> str | None:
+    """The first git operation under way in the worktree whose own git dir is `admin` ("rebase", "am", "merge"), or None."""
+    return next((operation for marker, operation, _ in _UNDER_WAY if os.path.lexists(admin / marker)), None)
+
+
 def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
     """Quit each operation under way in the worktree whose own git dir is `admin`; each one quit, described
     ("merge of 61c62490a1b2"). File checks; a process only for an operation found."""
