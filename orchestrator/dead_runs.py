@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator.config import Config
 from orchestrator.interrupted_worktree import settle_worktree
 from orchestrator.leases import owner_host_pid, owner_state_id, task_of_lease
-from orchestrator.night import NIGHT_CRASHED
+from orchestrator.night_state import NIGHT_CRASHED
 from orchestrator.process_liveness import pid_alive
 from orchestrator.recovery_survey import Survey
 

@@ -28,7 +28,7 @@ from orchestrator.files import absolute
 from orchestrator.report import counted
 
 if TYPE_CHECKING:
-    from orchestrator.night import NightResult
+    from orchestrator.night_end import NightResult
 
 SAMPLE_FILES = {
     "README.md": """\
@@ -260,7 +260,7 @@ def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
     code (129, 130, 143) when `cancel` was cancelled by one.
     """
     from orchestrator.console import SignalPrinter
-    from orchestrator.night import EXIT_MODEL_UNREACHABLE, SIGNAL_EXIT_CODES
+    from orchestrator.night_end import EXIT_MODEL_UNREACHABLE, SIGNAL_EXIT_CODES
 
     from orchestrator.cpu_threads import default_threads
 

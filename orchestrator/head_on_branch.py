@@ -18,7 +18,7 @@ from orchestrator.task_branches import BranchCheckedOut, kept_branch
 
 
 def log_commits_kept(task: str, branch: str) -> None:
-    """`worktree_commits_kept` for a caller with no task run to name (a night names its own: orchestrator/night.py)."""
+    """`worktree_commits_kept` for a caller with no task run to name (a night names its own: orchestrator/worktrees_ahead.py)."""
     from orchestrator.logs import get_logger
 
     get_logger().warning("worktree_commits_kept", task=task, branch=branch)

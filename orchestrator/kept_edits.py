@@ -43,6 +43,7 @@ def _passed_secrets_of(config: Config, task: str) -> PassedSecrets | None:
 
 
 def _log_kept_out(config: Config, task: str, kept: KeptOutOfCommit, log: Any) -> None:
-    """`secret_kept_out_of_commit`, each path through the night's redaction (orchestrator/night.py): a file may be named after the value."""
+    """`secret_kept_out_of_commit`, each path through the night's redaction (orchestrator/night_state.py): a file may
+    be named after the value."""
     redact = Redactor.for_config(config)
     log.warning("secret_kept_out_of_commit", task=task, paths=[redact(path) for path in kept.paths], names=list(kept.names))

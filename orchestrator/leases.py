@@ -30,7 +30,7 @@ class LeaseHeld(Exception):
 
 def lease_key(task: str, repository: str = "") -> str:
     """The name a task's lease has in the store: the task's own, and in a store that other repositories'
-    nights share too, with its repository's key (night.repository_key) after an `@`, which task names
+    nights share too, with its repository's key (work_keys.repository_key) after an `@`, which task names
     cannot hold: two projects' tasks named `tests` are two tasks, one project's on several machines one."""
     if not repository:
         return task

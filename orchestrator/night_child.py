@@ -130,7 +130,7 @@ def _how_it_ended(exit_code: int) -> dict[str, object]:
 
 def _cancelled_by_signal(exit_code: int) -> bool:
     """Whether `overnight run` exited as a SIGHUP, SIGINT or SIGTERM cancelled it (129, 130, 143)."""
-    from orchestrator.night import SIGNAL_EXIT_CODES
+    from orchestrator.night_end import SIGNAL_EXIT_CODES
 
     return exit_code in SIGNAL_EXIT_CODES.values()
 

@@ -116,7 +116,7 @@ def _run_app(app: typer.Typer) -> None:
     except ModelUnreachable as exc:  # the embedded model server could not be started: no night ran
         fail(str(exc), EXIT_MODEL_UNREACHABLE)
     except Cancelled as stop:
-        from orchestrator.night import EXIT_SIGINT, SIGNAL_EXIT_CODES
+        from orchestrator.night_end import EXIT_SIGINT, SIGNAL_EXIT_CODES
 
         sys.exit(SIGNAL_EXIT_CODES.get(stop.why, EXIT_SIGINT))
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.config import Config
 from orchestrator.leases import lease_key, owner_host_pid
-from orchestrator.night import shared_repository_key
+from orchestrator.work_keys import shared_repository_key
 from orchestrator.process_liveness import pid_alive
 
 

@@ -7,7 +7,7 @@ from datetime import timezone, tzinfo
 
 
 def report_zone(settings: object) -> tzinfo | None:
-    """The clock `[night] deadline` is read on (night._on_the_schedules_clock): `[schedule] timezone` when it names a
+    """The clock `[night] deadline` is read on (night_state._on_the_schedules_clock): `[schedule] timezone` when it names a
     zone, else None, this host's (TZ honoured). A report in UTC read "ended 05:00 UTC" beside "deadline = 06:00".
 
     A timezone no zone database knows is ConfigError (exit 2), as `run` and `serve` refuse it: the host's clock in its

@@ -2,8 +2,9 @@
 
 The night (orchestrator/night.py) submits `run_task` for each task to its pool and follows each task's
 futures to its summary (`summary_of`). A task whose lease another live worker holds is set aside: its
-later tries are submitted to the same pool (`_Night.set_aside`) until the lease is free or the night
-stops waiting. This module uses the night's public surface only; the night imports it, not the reverse.
+later tries are submitted to the same pool (`Night.set_aside`) until the lease is free or the night
+stops waiting. This module uses the public surface of `Night` (orchestrator/night_state.py) only; the
+night imports it, not the reverse.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from orchestrator.tools import Toolbox, output_cap_for
 from orchestrator.worktree import Worktree
 
 if TYPE_CHECKING:
-    from orchestrator.night import _Night
+    from orchestrator.night_state import Night
 
 # How often a task set aside for a lease another live worker holds asks for it again: a quarter of the
 # holder's heartbeat (ttl/3), so a lease let go is taken up within seconds, at a few short statements per waiting
@@ -108,7 +109,7 @@ def summary_of(future: Future[Any]) -> TaskSummary:
     return result
 
 
-def run_task(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
+def run_task(night: Night, task: TaskConfig) -> TaskSummary | _SetAside:
     """One task's night, from its first try. An error out of it or a later try (the state dir failing, a
     worktree git cannot make, a bug) ends the night (the run `crashed`): the other tasks' iterations in
     flight end as they would, and no task or iteration starts after it; such tasks are `cancelled`, reason
@@ -117,7 +118,7 @@ def run_task(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
         return _first_try(night, task)
 
 
-def _try_again(night: _Night, waiting: _Waiting) -> TaskSummary | _SetAside:
+def _try_again(night: Night, waiting: _Waiting) -> TaskSummary | _SetAside:
     """A set-aside task's next try, once LEASE_POLL_S has passed since its last (a stop ends the pause)."""
     if (pause := LEASE_POLL_S - (time.monotonic() - waiting.asked_at)) > 0:
         night.waits_over.wait(pause)
@@ -126,7 +127,7 @@ def _try_again(night: _Night, waiting: _Waiting) -> TaskSummary | _SetAside:
 
 
 @contextlib.contextmanager
-def _an_error_ends_the_night(night: _Night) -> Iterator[None]:
+def _an_error_ends_the_night(night: Night) -> Iterator[None]:
     """An error out of a task's try ends the night (see run_task), and is raised on to it."""
     try:
         yield
@@ -135,7 +136,7 @@ def _an_error_ends_the_night(night: _Night) -> Iterator[None]:
         raise
 
 
-def _first_try(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
+def _first_try(night: Night, task: TaskConfig) -> TaskSummary | _SetAside:
     """The task's row recorded, then the task ended without work if it must be, else worked under its lease; one
     whose lease another live worker holds is `done_elsewhere` if the store records the work done, else set aside."""
     run = _begin(night, task)
@@ -152,7 +153,7 @@ def _first_try(night: _Night, task: TaskConfig) -> TaskSummary | _SetAside:
         return _wait_for_lease(night, _Waiting(run, str(held), time.monotonic()), first=True)
 
 
-def _later_try(night: _Night, waiting: _Waiting) -> TaskSummary | _SetAside:
+def _later_try(night: Night, waiting: _Waiting) -> TaskSummary | _SetAside:
     """A set-aside task tried again: `done_elsewhere` if the holder (or another worker) recorded the work done,
     whatever its lease says; else recorded as one it found held if the night stopped waiting meanwhile, else
     worked under its lease once that is free, or set aside again."""
@@ -170,17 +171,17 @@ def _later_try(night: _Night, waiting: _Waiting) -> TaskSummary | _SetAside:
         return _wait_for_lease(night, _Waiting(run, str(held), time.monotonic()), first=False)
 
 
-def _begin(night: _Night, task: TaskConfig) -> _TaskRun:
+def _begin(night: Night, task: TaskConfig) -> _TaskRun:
     """The task's row, recorded even when it cannot start (deadline, budget, signal): the morning's report
     and the CI's test cases list every task of the night, not only those that began."""
     work_key, store = night.work_key(task), night.parts.store
     task_run_id = store.begin_task(night.run_id, name=task.name, branch=branch_for(task.name), work_key=work_key, position=night.position(task))
     log = night.log.bind(task=task.name, task_run_id=task_run_id)
-    night.task_began(task, log)
+    night.worktrees.task_began(task, log)
     return _TaskRun(task, work_key, task_run_id, log, cancel=night.parts.cancel.child())
 
 
-def _under_lease(night: _Night, run: _TaskRun, *, taken: Callable[[_Night, _TaskRun], _Ended | None]) -> TaskSummary:
+def _under_lease(night: Night, run: _TaskRun, *, taken: Callable[[Night, _TaskRun], _Ended | None]) -> TaskSummary:
     """The task ended under its lease: as `taken` says once the lease is held, else worked; its end recorded
     before the lease is let go, so a worker that takes it next sees the task done. Raises LeaseHeld while
     another live worker holds the lease."""
@@ -191,7 +192,7 @@ def _under_lease(night: _Night, run: _TaskRun, *, taken: Callable[[_Night, _Task
     return _finished(night, run, ended)
 
 
-def _worked(night: _Night, run: _TaskRun, lease: LeaseKeeper) -> _Ended:
+def _worked(night: Night, run: _TaskRun, lease: LeaseKeeper) -> _Ended:
     """The task's iterations in its worktree, its first request asked ahead while the worktree is made."""
     asked = night.parts.now()
     with night.ask_ahead(run.task, run.task_run_id, run.log) as model:
@@ -203,10 +204,10 @@ def _worked(night: _Night, run: _TaskRun, lease: LeaseKeeper) -> _Ended:
         return _iterate(night, run.task, setup, first_asked=asked, work_key=run.work_key)
 
 
-def _worktree(night: _Night, run: _TaskRun) -> Worktree | _Ended:
+def _worktree(night: Night, run: _TaskRun) -> Worktree | _Ended:
     """The task's worktree, or how the task ends without one."""
     try:
-        return night.worktree(run.task)
+        return night.worktrees.of(run.task)
     except BranchCheckedOut as taken:
         run.log.warning("task_skipped_branch_checked_out", at=taken.at)
         return _Ended(TaskOutcome.SKIPPED, reason=BRANCH_CHECKED_OUT)
@@ -219,7 +220,7 @@ def _worktree(night: _Night, run: _TaskRun) -> Worktree | _Ended:
         return _Ended(TaskOutcome.CANCELLED, reason=run.cancel.why)
 
 
-def _recorded(night: _Night, run: _TaskRun, ended: _Ended) -> _Ended:
+def _recorded(night: Night, run: _TaskRun, ended: _Ended) -> _Ended:
     """`ended`, once the task's row records it."""
     night.parts.store.finish_task(
         run.task_run_id, outcome=ended.outcome.value, reason=ended.reason, commit=ended.commit, detail=ended.detail
@@ -227,14 +228,14 @@ def _recorded(night: _Night, run: _TaskRun, ended: _Ended) -> _Ended:
     return ended
 
 
-def _finished(night: _Night, run: _TaskRun, ended: _Ended) -> TaskSummary:
-    """The task's end, told the night (an unreachable model, a spent budget: _Night.task_ended) and the log."""
+def _finished(night: Night, run: _TaskRun, ended: _Ended) -> TaskSummary:
+    """The task's end, told the night (an unreachable model, a spent budget: Night.task_ended) and the log."""
     night.task_ended(ended.reason)
     run.log.info("task_finished", outcome=ended.outcome.value, reason=ended.reason, iterations=ended.begun)
     return TaskSummary(name=run.task.name, outcome=ended.outcome, reason=ended.reason, commit=ended.commit, iterations=ended.reports)
 
 
-def _ended_earlier(night: _Night, run: _TaskRun) -> _Ended | None:
+def _ended_earlier(night: Night, run: _TaskRun) -> _Ended | None:
     """How the task ends without work because this scheduled night's earlier runs ended it, or None."""
     if run.work_key in night.earlier.succeeded:
         # Its commit, recorded again: the morning's report reads this run, and there is the work to review.
@@ -248,14 +249,14 @@ def _ended_earlier(night: _Night, run: _TaskRun) -> _Ended | None:
     return None
 
 
-def _refused(night: _Night, run: _TaskRun) -> _Ended | None:
+def _refused(night: Night, run: _TaskRun) -> _Ended | None:
     """The task cancelled because it may not begin now (night.why_not_start_iteration, or its own budget spent), or None."""
     if refused := night.why_not_start_iteration() or _spent((night.task_budget(run.work_key),)):
         return _Ended(TaskOutcome.CANCELLED, reason=refused)
     return None
 
 
-def _done_elsewhere(night: _Night, run: _TaskRun) -> _Ended | None:
+def _done_elsewhere(night: Night, run: _TaskRun) -> _Ended | None:
     """The task skipped if another worker sharing the store finished it tonight (the work is not done twice), or None."""
     if done_by := night.done_elsewhere(run.work_key):
         run.log.info("task_skipped_done_elsewhere", host=done_by)
@@ -263,14 +264,14 @@ def _done_elsewhere(night: _Night, run: _TaskRun) -> _Ended | None:
     return None
 
 
-def _taken_again(night: _Night, run: _TaskRun) -> _Ended | None:
+def _taken_again(night: Night, run: _TaskRun) -> _Ended | None:
     """A set-aside task that now holds its lease: its row running again, then skipped if done elsewhere, or
-    refused (asked once the lease is free: the wait may have used the time left, see _Night.why_stop_waiting)."""
+    refused (asked once the lease is free: the wait may have used the time left, see Night.why_stop_waiting)."""
     night.parts.store.resume_task(run.task_run_id)
     return _done_elsewhere(night, run) or _refused(night, run)
 
 
-def _wait_for_lease(night: _Night, waiting: _Waiting, *, first: bool) -> TaskSummary | _SetAside:
+def _wait_for_lease(night: Night, waiting: _Waiting, *, first: bool) -> TaskSummary | _SetAside:
     """The task queued again to wait for the lease another live worker holds (it may finish the task, or
     die and leave it to this night), holding neither the lease nor a slot meanwhile; recorded now instead
     (_stopped_waiting) when the night stops waiting or takes no more work. `first`: the task's first wait."""
@@ -285,7 +286,7 @@ def _wait_for_lease(night: _Night, waiting: _Waiting, *, first: bool) -> TaskSum
     return _finished(night, run, _recorded(night, run, _stopped_waiting(night, waiting)))
 
 
-def _stopped_waiting(night: _Night, waiting: _Waiting) -> _Ended:
+def _stopped_waiting(night: Night, waiting: _Waiting) -> _Ended:
     """How a task is recorded when the night stops waiting for its lease: `done_elsewhere` if the holder
     finished it meanwhile (it records that before letting the lease go, so perhaps within this wait's last
     pause), else `skipped`, `leased`. Asked only of tasks found leased: other nights ask nothing more."""
@@ -308,7 +309,7 @@ class _EndedEarlier:
     earlier_reason: str  # why its work ended there
 
 
-def _ended_earlier_tonight(night: _Night, work_key: str) -> _EndedEarlier | None:
+def _ended_earlier_tonight(night: Night, work_key: str) -> _EndedEarlier | None:
     """A task this scheduled night's earlier runs parked or left no iterations to, or None: a task
     they paused, cancelled or saw interrupted is worked again with the iterations it has left, and one
     that another worker sharing the store has finished since goes on to be recorded `done_elsewhere`."""
@@ -322,7 +323,7 @@ def _ended_earlier_tonight(night: _Night, work_key: str) -> _EndedEarlier | None
     return None if night.done_elsewhere(work_key) else ended
 
 
-def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime, work_key: str) -> _Ended:
+def _iterate(night: Night, task: TaskConfig, setup: TaskSetup, *, first_asked: datetime, work_key: str) -> _Ended:
     """Iterations of one task until it succeeds, parks, pauses, is cancelled or runs out; and how many began.
 
     The first iteration is timed from `first_asked`, when its first request left (ahead, during
@@ -374,7 +375,7 @@ def _iterate(night: _Night, task: TaskConfig, setup: TaskSetup, *, first_asked: 
     return _Ended(outcome, reason=reason, commit=commit, reports=tuple(reports), begun=begun, detail=detail)
 
 
-def _task_setup(night: _Night, run: _TaskRun, workspace: Worktree, model: Model, *, lease: LeaseKeeper) -> TaskSetup:
+def _task_setup(night: Night, run: _TaskRun, workspace: Worktree, model: Model, *, lease: LeaseKeeper) -> TaskSetup:
     parts, config, task = night.parts, night.parts.config, run.task
     on_signal = parts.on_signal.for_task(task.name) if hasattr(parts.on_signal, "for_task") else parts.on_signal
     return TaskSetup(

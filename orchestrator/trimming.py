@@ -32,7 +32,7 @@ def trim_runs(settings: object, store: object, log: object, *, since: datetime |
     from datetime import timedelta
 
     from orchestrator.lock import state_identity
-    from orchestrator.night import store_is_shared
+    from orchestrator.work_keys import store_is_shared
     from orchestrator.redactor import Redactor
 
     days = settings.state.keep_runs_days  # type: ignore[attr-defined]

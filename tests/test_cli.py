@@ -337,7 +337,7 @@ def exit_codes_in_the_code() -> dict[int, str]:
 def reason_codes_in_the_code() -> dict[str, str]:
     """Every reason code the code writes, with the file it was found in: what a guard stops with
     (`QualityError`) or reports (`ctx.report`), a cancel's or an ending's `reason`, a guard's kinds and
-    a task's reasons (module constants of guards/, orchestrator/night.py and orchestrator/task_night.py); a name is read as the
+    a task's reasons (module constants of guards/, orchestrator/night.py, night_state.py and task_night.py); a name is read as the
     string constant it names in any of the product's modules."""
     import ast
     import re
@@ -356,7 +356,7 @@ def reason_codes_in_the_code() -> dict[str, str]:
             for name, value in pairs:
                 if isinstance(name, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str):
                     constants[name.id] = value.value
-                    if code.fullmatch(value.value) and (source.parent.name == "guards" or source.name in ("night.py", "task_night.py")):
+                    if code.fullmatch(value.value) and (source.parent.name == "guards" or source.name in ("night.py", "night_state.py", "task_night.py")):
                         found.setdefault(value.value, source.name)
 
     def written(expression: ast.expr) -> str | None:

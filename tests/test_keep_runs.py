@@ -14,7 +14,7 @@ from git import Repo
 from orchestrator.config import load_config
 from orchestrator.leases import lease_key
 from orchestrator.lock import state_identity
-from orchestrator.night import repository_key, work_key
+from orchestrator.work_keys import repository_key, work_key
 from runs import RunStore
 from tests.conftest import write_config
 from tests.test_cli import assert_one_line_error

@@ -20,7 +20,7 @@ import structlog
 from orchestrator.build import open_store
 from orchestrator.config import Config
 from orchestrator.demo import prepare_sample, run_sample_night
-from orchestrator.night import NightResult
+from orchestrator.night_end import NightResult
 from orchestrator.notes import NotesBook
 from orchestrator.records import IterationOutcome
 from orchestrator.report import as_json

@@ -27,7 +27,7 @@ from git import Repo
 from orchestrator.config import load_config
 from orchestrator.leases import lease_key, new_owner
 from orchestrator.lock import state_identity
-from orchestrator.night import repository_key, work_key
+from orchestrator.work_keys import repository_key, work_key
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
 from runs import RunStore
@@ -652,7 +652,7 @@ class TestWaitingForALease:
         next try records it `done_elsewhere` (exit 0) while the lease still says held, not once its ttl lapses or
         the night stops (here a stop 4 LEASE_POLL_S after the holder's end, which would leave the night cancelled)."""
         from orchestrator.cancel import CancelToken
-        from orchestrator.night import LEASE_POLL_S
+        from orchestrator.task_night import LEASE_POLL_S
 
         store_file = tmp_path / "shared.db"
         config = shared_config(tmp_path / "a", repo, server, store_file)
@@ -741,7 +741,7 @@ class TestWaitingForALease:
         """A night whose only task waits for another machine's lease writes nothing else: killed (kill -9) three
         LEASE_POLL_S into the wait, its recovery dates its end (the run's, and the waiting task's) within about a
         LEASE_POLL_S of its death, not to when the task began waiting."""
-        from orchestrator.night import LEASE_POLL_S
+        from orchestrator.task_night import LEASE_POLL_S
 
         store_file = tmp_path / "shared.db"
         config = shared_config(tmp_path / "a", repo, server, store_file)
@@ -766,7 +766,7 @@ class TestWaitingForALease:
     def test_a_crash_of_another_task_ends_the_wait_at_once(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """Another task's error ends the night: the task waiting for a lease is recorded `skipped`, `leased` then,
         not after the rest of its LEASE_POLL_S pause, which held the crashed night's exit up."""
-        from orchestrator.night import LEASE_POLL_S
+        from orchestrator.task_night import LEASE_POLL_S
 
         store_file = tmp_path / "shared.db"
         tasks = [{"name": "fix-greet", "prompt": "p", "check": "true"}, {"name": "blocked", "prompt": "p", "check": "true"}]
@@ -785,7 +785,7 @@ class TestWaitingForALease:
     def test_the_night_budget_spent_by_another_task_ends_the_wait_at_once(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The night's token budget spent by the other task's answer: the task waiting for a lease is recorded
         `skipped`, `leased` as that task ends, not after the rest of its LEASE_POLL_S pause."""
-        from orchestrator.night import LEASE_POLL_S
+        from orchestrator.task_night import LEASE_POLL_S
 
         store_file = tmp_path / "shared.db"
         tasks = [{"name": "fix-greet", "prompt": "p", "check": "true"}, {"name": "other", "prompt": "p", "check": "true", "tools": ["read_file", "submit"]}]
@@ -803,7 +803,7 @@ class TestWaitingForALease:
         """Each try of a waiting task made a new child of the night's CancelToken, which keeps its hook all night
         (10 MB a task over 8 hours of tries): its tries share one, as a task worked at once has."""
         from orchestrator.cancel import CancelToken
-        from orchestrator.night import LEASE_POLL_S
+        from orchestrator.task_night import LEASE_POLL_S
 
         store_file = tmp_path / "shared.db"
         config = shared_config(tmp_path / "a", repo, server, store_file)
