@@ -1,31 +1,31 @@
 """One iteration: checkpoint, agent run, check, then commit or roll back with a note.
 
 Whatever happens inside, the worktree ends either committed or exactly at its
-checkpoint, and the run store says which.
+checkpoint, and the run store says which. Here is its outline and the judging of
+its work; how each ending is recorded is iteration_endings.py's, what it leaves
+as it happens iteration_recorder.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from orchestrator.agent import RunContext, run_agent
 from orchestrator.command_endings import how_it_ended
 from orchestrator.config import NightConfig, TaskConfig
 from orchestrator.errors import Cancelled, ModelUnreachable, QualityError, StateError
+from orchestrator.iteration_endings import Finisher
+from orchestrator.iteration_recorder import IterationRecorder
+from orchestrator.iteration_setup import Iteration, TaskSetup
 from orchestrator.passed_secrets import PassedSecrets, passed_secrets
 from orchestrator.printable import shortened, visible
 from orchestrator.prompt import build_messages
-from orchestrator.protocols import Guard, Message, Model, NotesBook, SignalSink, Toolbox, Workspace
-from orchestrator.records import (
-    AgentResult, IterationOutcome, IterationReport, KeptOutOfCommit, Level, ModelResponse, Signal, ToolCall, ToolResult,
-)
-from orchestrator.surrogates import strings_mapped
+from orchestrator.protocols import Message, NotesBook
+from orchestrator.records import AgentResult, IterationReport, KeptOutOfCommit, Level
 from orchestrator.tokens import window_chars
 from orchestrator.transcript import Transcript
 
@@ -33,33 +33,6 @@ CHECK_TAIL_CHARS = 1200
 # Killed by a signal that stops nights: the process itself (negative), or the shell's child (128 + n).
 _SIGNAL_DEATHS = {status for number in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM) for status in (-number, 128 + number)}
 SIGNAL_GRACE_S = 1.0
-CANCELLED_CORRECTION = "None needed: the iteration was stopped ({why}), not because of the model."
-STATE_FAILED_CORRECTION = "None: the state dir could not be written (disk full or read-only)."
-
-
-@dataclass(frozen=True)
-class TaskSetup:
-    """Everything an iteration of one task needs, built once per task by the night."""
-
-    task: TaskConfig
-    night: NightConfig
-    workspace: Workspace
-    model: Model
-    toolbox: Toolbox
-    guards: Sequence[Guard]
-    notes: NotesBook
-    store: Any  # runs.store.RunStore
-    task_run_id: int
-    transcripts_dir: Path
-    on_signal: SignalSink
-    log: Any  # a structlog logger bound to run and task
-    context_window: int | None = None
-    # Shared by the whole night (signals, deadline) and per task (token budgets).
-    cancel: Any = None
-    budgets: tuple[Any, ...] = ()
-    lease: Any = None  # orchestrator.leases.LeaseKeeper: asked before committing
-    redact: Callable[[str], str] = str  # the check's output through it (orchestrator/redactor.py)
-    max_file_bytes: int = 0  # [repo] max_file_mb: a larger file is not committed (0: no limit)
 
 
 def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
@@ -77,7 +50,7 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
     log = setup.log.bind(iteration=number, iteration_id=iteration_id)
     log.info("iteration_started", checkpoint=checkpoint[:12])
     with transcript:
-        recorder = _Recorder(setup.store, iteration_id, transcript, log, setup.redact)
+        recorder = IterationRecorder(setup.store, iteration_id, transcript, log, setup.redact)
         ctx = RunContext(
             max_turns=setup.night.max_turns,
             tool_names=tool_names,
@@ -88,8 +61,8 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             log=log,
             redact=setup.redact,
         )
-        iteration = _Iteration(setup, number, iteration_id, checkpoint, ctx, log, transcript)
-        finish = _Finisher(iteration)
+        iteration = Iteration(setup, number, iteration_id, checkpoint, ctx, log, transcript)
+        finish = Finisher(iteration)
         try:
             for message in messages:
                 recorder.message(message)
@@ -97,20 +70,6 @@ def run_iteration(setup: TaskSetup, number: int) -> IterationReport:
             return _judged(iteration, run, finish)
         except (Exception, KeyboardInterrupt) as failure:
             return _ended_by(failure, iteration, finish)
-
-
-@dataclass(frozen=True)
-class _Iteration:
-    """What stays fixed for one iteration once the store has it: its task's setup, its number and id, the
-    checkpoint it rolls back to, the agent run's context, its logger (bound to the ids) and its transcript."""
-
-    setup: TaskSetup
-    number: int
-    id: int
-    checkpoint: str
-    ctx: RunContext
-    log: Any
-    transcript: Transcript
 
 
 @dataclass(frozen=True)
@@ -122,7 +81,7 @@ class _AgentRun:
     stopped: QualityError | None = None
 
 
-def _agent_run(iteration: _Iteration, messages: list[Message], recorder: _Recorder) -> _AgentRun:
+def _agent_run(iteration: Iteration, messages: list[Message], recorder: IterationRecorder) -> _AgentRun:
     """The agent's run, also when a guard stopped it after its own run_check passed; any other
     QualityError is raised."""
     setup, ctx = iteration.setup, iteration.ctx
@@ -138,7 +97,7 @@ def _agent_run(iteration: _Iteration, messages: list[Message], recorder: _Record
         return _AgentRun(result, stopped=stop)
 
 
-def _judged(iteration: _Iteration, run: _AgentRun, finish: _Finisher) -> IterationReport:
+def _judged(iteration: Iteration, run: _AgentRun, finish: Finisher) -> IterationReport:
     """The end of an agent's `run` judged by the task's check: committed when it passes and the lease is still
     held, rolled back with a `check_failed` note when it fails. Raises Cancelled (the check died of the night's
     signal, or the lease is lost), the guard's stop when the check fails after it, and a commit's refusal."""
@@ -166,7 +125,7 @@ def _judged(iteration: _Iteration, run: _AgentRun, finish: _Finisher) -> Iterati
 _SUMMARY_CHARS = 8000
 
 
-def _commit(iteration: _Iteration, summary: str) -> str:
+def _commit(iteration: Iteration, summary: str) -> str:
     """The work that passed its check committed onto the checkpoint, with the model's summary; the commit's
     hash (the checkpoint's when nothing changed). A refused commit is raised, a file too large reported first."""
     setup = iteration.setup
@@ -188,7 +147,7 @@ def _commit(iteration: _Iteration, summary: str) -> str:
         raise
 
 
-def _ended_by(failure: Exception | KeyboardInterrupt, iteration: _Iteration, finish: _Finisher) -> IterationReport:
+def _ended_by(failure: Exception | KeyboardInterrupt, iteration: Iteration, finish: Finisher) -> IterationReport:
     """The report of an iteration `failure` ended, rolled back with a note (a QualityError, or any other
     exception as `iteration_error`); ModelUnreachable, Cancelled, KeyboardInterrupt and StateError are raised
     again once the ending is recorded, and an exception of git killed by the night's signal as Cancelled."""
@@ -278,163 +237,3 @@ def _check_failed(exit_code: int, output: str) -> QualityError:
         evidence=f"{_how_it_ended(exit_code)}\n{tail}",
         message=f"check failed: {_how_it_ended(exit_code)}",
     )
-
-
-def _logged(commit: str) -> str | None:
-    """A commit as the log names it: its first 12 hex digits; null, as in `report --json`, when the iteration made none."""
-    return commit[:12] or None
-
-
-@dataclass
-class _Finisher:
-    """The three endings of an iteration, each leaving store, notes and worktree consistent."""
-
-    iteration: _Iteration
-    recorded: bool = False  # the store has the iteration's end
-    commit: str = ""
-    committed_ending: dict[str, Any] | None = None  # once the work passed the check and is on the branch
-
-    def committed(self, commit: str, turns: int, tokens: int) -> IterationReport:
-        self.commit = commit
-        self.committed_ending = {"outcome": IterationOutcome.COMMITTED.value, "commit": commit, "turns": turns, "tokens": tokens}
-        self._finish(**self.committed_ending)
-        self.iteration.log.info("iteration_committed", commit=_logged(commit), turns=turns, tokens=tokens)
-        return self._report(IterationOutcome.COMMITTED, "", commit, turns, tokens)
-
-    def rolled_back(self, stop: QualityError, turns: int, tokens: int) -> IterationReport:
-        setup = self.iteration.setup
-        setup.workspace.rollback(self.iteration.checkpoint)
-        self._noted(
-            # notes.md, which the next prompt carries: an error's text, or paths a refusal names, may hold a secret.
-            evidence=setup.redact(stop.evidence),
-            # A guard's correction may quote the model's call (a tool it named after a value it read).
-            outcome=IterationOutcome.ROLLED_BACK.value, reason=stop.reason, correction=setup.redact(stop.correction), turns=turns,
-            tokens=tokens,
-        )
-        self.iteration.log.info("iteration_rolled_back", reason=stop.reason, turns=turns, tokens=tokens)
-        return self._report(IterationOutcome.ROLLED_BACK, stop.reason, "", turns, tokens)
-
-    def state_failed(self) -> None:
-        iteration = self.iteration
-        # Work that passed the check and was committed stays, as recovery would keep it.
-        iteration.setup.workspace.rollback(self.commit or iteration.checkpoint)
-        # Recorded already when what failed came after the store had the iteration's end (notes.md).
-        if not self.recorded:
-            # The store failed as it recorded the commit (locked a moment, say): asked again, it must
-            # say what the branch holds, the commit, not a rollback that never happened.
-            ending = self.committed_ending or {
-                "outcome": IterationOutcome.ROLLED_BACK.value,
-                "reason": "iteration_error",
-                "correction": STATE_FAILED_CORRECTION,
-                "turns": iteration.ctx.answered,
-                "tokens": iteration.ctx.tokens,
-            }
-            with contextlib.suppress(StateError):  # the store may be what failed; recovery then settles it
-                self._finish(**ending)
-                if self.committed_ending is not None:  # the store has the commit now: so has the log, as for any commit
-                    iteration.log.info("iteration_committed", commit=_logged(self.commit), turns=ending["turns"], tokens=ending["tokens"])
-        iteration.log.error("iteration_state_failed")
-
-    def unreachable(self, detail: str) -> None:
-        iteration, ctx = self.iteration, self.iteration.ctx
-        # Infrastructure, not a struggle: no note, no signal.
-        iteration.setup.workspace.rollback(iteration.checkpoint)
-        self._finish(
-            outcome=IterationOutcome.ROLLED_BACK.value,
-            reason="model_unreachable",
-            turns=ctx.answered,
-            tokens=ctx.tokens,
-        )
-        # Turns and tokens as the store has them: a night's log adds up to its report.
-        iteration.log.warning("iteration_model_unreachable", detail=detail, turns=ctx.answered, tokens=ctx.tokens)
-
-    def cancelled(self, why: str) -> None:
-        iteration, ctx = self.iteration, self.iteration.ctx
-        iteration.setup.workspace.rollback(iteration.checkpoint)
-        self._noted(
-            outcome=IterationOutcome.CANCELLED.value,
-            reason="cancelled",
-            correction=CANCELLED_CORRECTION.format(why=why),
-            turns=ctx.answered,
-            tokens=ctx.tokens,
-        )
-        iteration.log.info("iteration_cancelled", why=why, turns=ctx.answered, tokens=ctx.tokens)
-
-    def _noted(self, *, evidence: str = "", **ending: Any) -> None:
-        """The ending in the store with its notes.md entry owed, the entry, then the entry marked
-        written. Killed or failed before the mark (a full disk ends the night), the entry stays owed
-        and the next night's recovery writes it from the store, unless notes.md has it already: the
-        entry's header shows the very time the store has for the ending."""
-        iteration, setup = self.iteration, self.iteration.setup
-        ended = setup.store.now()
-        self._finish(**ending, note_owed=True, at=ended)
-        setup.notes.append(
-            task=setup.task.name, iteration=iteration.number, reason=ending["reason"], correction=ending["correction"],
-            evidence=evidence, when=ended,
-        )
-        setup.store.note_written(iteration.id)
-
-    def _finish(self, **values: Any) -> None:
-        self.iteration.setup.store.finish_iteration(self.iteration.id, **values)
-        self.recorded = True
-
-    def _report(self, outcome: IterationOutcome, reason: str, commit: str, turns: int, tokens: int) -> IterationReport:
-        return IterationReport(
-            number=self.iteration.number, outcome=outcome, reason=reason, commit=commit, turns=turns, tokens=tokens,
-            signals=tuple(self.iteration.ctx.signals),
-        )
-
-
-class _Recorder:
-    """Implements agent.Recorder: store events, transcript lines, log events, heartbeat.
-
-    What the model wrote (its text, its calls' arguments) and the prompt (the task's may quote a value) are recorded
-    through the night's redaction: a secret value the model read before or guessed stays out of the records. The loop's
-    own messages and calls, which the model and the tools get, stay as they are. A tool's output is redacted when made."""
-
-    def __init__(self, store: Any, iteration_id: int, transcript: Transcript, log: Any, redact: Callable[[str], str] = str) -> None:
-        self.store = store
-        self.iteration_id = iteration_id
-        self.transcript = transcript
-        self.log = log
-        self.redact = redact
-
-    def message(self, message: Message) -> None:
-        # A tool's answer is its output, redacted when the tool made it: walked again, it would cost a pass over up to
-        # max_output_chars for each secret value, on every call (half the redaction's cost here).
-        recorded = message if message.get("role") == "tool" else strings_mapped(message, self.redact)
-        self.transcript.write("message", message=recorded)
-
-    def model_call(self, response: ModelResponse) -> None:
-        latency_ms = int(response.latency_s * 1000)
-        self.store.record_model_call(
-            self.iteration_id,
-            prompt_tokens=response.prompt_tokens,
-            completion_tokens=response.completion_tokens,
-            latency_ms=latency_ms,
-            finish_reason=response.finish_reason,
-        )  # also the iteration's heartbeat, in the same transaction
-        self.transcript.write(
-            "model_call",
-            text=self.redact(response.text),
-            reasoning=self.redact(response.reasoning),
-            tool_calls=[{"name": self.redact(c.name), "arguments": self.redact(c.arguments)} for c in response.tool_calls],
-            prompt_tokens=response.prompt_tokens,
-            completion_tokens=response.completion_tokens,
-            latency_ms=latency_ms,
-            finish_reason=response.finish_reason,
-        )
-        self.log.debug("model_call", tokens=response.tokens, latency_ms=latency_ms, calls=len(response.tool_calls))
-
-    def tool_call(self, call: ToolCall, result: ToolResult) -> None:
-        arguments = strings_mapped(call.arguments, self.redact)
-        self.store.record_tool_call(self.iteration_id, name=call.name, ok=result.ok, message=result.output[:500], data={"arguments": arguments})
-        self.transcript.write("tool_call", name=call.name, arguments=arguments, source=call.source, ok=result.ok, output=result.output)
-        self.log.debug("tool_call", tool=call.name, ok=result.ok)
-
-    def signal(self, signal: Signal, forward: SignalSink) -> None:
-        self.store.record_signal(self.iteration_id, level=signal.level.value, kind=signal.kind, message=signal.message)
-        self.transcript.write("signal", **signal.as_dict())
-        # `level` is the signal's (logs._add_log_level keeps it): warning or severe, as in the report.
-        self.log.warning("signal", level=signal.level.value, kind=signal.kind, message=signal.message)
-        forward(signal)

@@ -21,7 +21,7 @@ OWED_NOTE_EVIDENCE = (
 
 
 def write_owed_notes(store: Any, config: Config, state_id: str, log: Any) -> None:
-    """The notes.md entries this state dir's ended nights still owe (see iteration._Finisher._noted),
+    """The notes.md entries this state dir's ended nights still owe (see iteration_endings.Finisher._noted),
     from what the store kept, each marked written after it is; one notes.md holds already (the night
     died, or its store failed, between the entry and the mark) is only marked."""
     notes = NotesBook(config.notes_path)

@@ -107,7 +107,7 @@ def _tally(tasks: Iterable[TaskView]) -> str:
 _WHY_OUTCOME = {"paused": " (the model server could not be reached; no note in notes.md)"}
 
 
-# A scheduled night `serve` began again records these tasks without working them (orchestrator/task_night.py).
+# A scheduled night `serve` began again records these tasks without working them (orchestrator/ended_without_work.py).
 _WORKED_EARLIER_TONIGHT = ("done_earlier_tonight", "failed_earlier_tonight", "parked_earlier_tonight")
 
 

@@ -106,7 +106,7 @@ def forget_missing(common: Path, path: Path) -> None:
 def with_git_status(error: ConfigError | StateError, git_error: BaseException) -> ConfigError | StateError:
     """`error`, carrying the exit status of the git it stands for (`git_status`: negative when a signal killed
     it): a git that died of the signal stopping the night (systemd's control-group kill reaches it in its own
-    process group) is the night's stop, not a setup git refuses (task_night._worktree tells them apart)."""
+    process group) is the night's stop, not a setup git refuses (task_work._worktree tells them apart)."""
     error.git_status = getattr(git_error, "status", None)  # type: ignore[attr-defined]
     return error
 

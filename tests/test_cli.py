@@ -337,12 +337,13 @@ def exit_codes_in_the_code() -> dict[int, str]:
 def reason_codes_in_the_code() -> dict[str, str]:
     """Every reason code the code writes, with the file it was found in: what a guard stops with
     (`QualityError`) or reports (`ctx.report`), a cancel's or an ending's `reason`, a guard's kinds and
-    a task's reasons (module constants of guards/, orchestrator/night.py, night_state.py and task_night.py); a name is read as the
-    string constant it names in any of the product's modules."""
+    a task's reasons (module constants of guards/, orchestrator/night.py, night_state.py, task_night.py, ended_without_work.py
+    and task_work.py); a name is read as the string constant it names in any of the product's modules."""
     import ast
     import re
 
     code = re.compile(r"[a-z]+(_[a-z]+)*")
+    task_reason_modules = ("night.py", "night_state.py", "task_night.py", "ended_without_work.py", "task_work.py")
     sources = sorted([*REPOSITORY.glob("orchestrator/*.py"), *REPOSITORY.glob("guards/*.py"), *REPOSITORY.glob("runs/*.py")])
     trees = {source: ast.parse(source.read_text(encoding="utf-8")) for source in sources}
     constants: dict[str, str] = {}
@@ -356,7 +357,7 @@ def reason_codes_in_the_code() -> dict[str, str]:
             for name, value in pairs:
                 if isinstance(name, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str):
                     constants[name.id] = value.value
-                    if code.fullmatch(value.value) and (source.parent.name == "guards" or source.name in ("night.py", "night_state.py", "task_night.py")):
+                    if code.fullmatch(value.value) and (source.parent.name == "guards" or source.name in task_reason_modules):
                         found.setdefault(value.value, source.name)
 
     def written(expression: ast.expr) -> str | None:

@@ -23,7 +23,7 @@ from guards import default_guards
 from orchestrator.agent import RunContext, run_agent
 from orchestrator.config import GuardsConfig
 from orchestrator.errors import QualityError
-from orchestrator.iteration import _Recorder
+from orchestrator.iteration_recorder import IterationRecorder
 from orchestrator.records import RawToolCall
 from orchestrator.scripted import Reply, ScriptedModel
 from orchestrator.tool_names import ALL_TOOLS
@@ -110,7 +110,7 @@ def test_hostile_output_ends_by_a_guard_or_by_finishing(tmp_path: Path, seed: in
             iteration_id = store.begin_iteration(task_id, number=1, checkpoint="x", pid=1)
             transcript_path = tmp_path / f"t{trial}.jsonl"
             with Transcript(transcript_path) as transcript:
-                recorder = _Recorder(store, iteration_id, transcript, quiet)
+                recorder = IterationRecorder(store, iteration_id, transcript, quiet)
                 ctx = RunContext(max_turns=hostile.rng.randint(3, 25), tool_names=toolbox.names(),
                                  sink=lambda signal: recorder.signal(signal, lambda _: None), context_window=8192)
                 model = ScriptedModel([hostile.reply() for _ in range(40)])
