@@ -420,7 +420,8 @@ class TestTheReferenceListsWhatTheCodeDoes:
 
     def test_each_name_architecture_md_cites_is_in_the_code(self):
         """Each file docs/architecture.md cites exists, each `module.name` or `Class.name` it cites is defined there, and
-        each `snake_case` name it cites is one the code has (a function, attribute or argument, or a word of a string: a reason or event)."""
+        each `snake_case` name it cites is one the code has (a function, attribute or argument, or a word of a string: a reason or event),
+        and each `CamelCase` name it cites is a class of ours or a name the code uses."""
         import ast
         import re
 
@@ -452,6 +453,12 @@ class TestTheReferenceListsWhatTheCodeDoes:
         cited_names = [(scope, name) for scope, name in re.findall(r"`(\w+)\.(\w+)(?:\([^`]*\))?`", text) if name not in ("py", "md")]
         assert ("trimming", "trim_transcripts") in cited_names  # the pattern finds them
         assert sorted(f"{scope}.{name}" for scope, name in cited_names if scope in defined_in and name not in defined_in[scope]) == []
+        # A class renamed or moved leaves its citations (`_TaskRun.cancel`, `_Finisher`) naming nothing: each CamelCase
+        # name cited, alone or as a scope, is a class of ours or one the code uses (a library's: `ThreadPoolExecutor`).
+        classes = {name for names in defined_in.values() for name in names if name[:1].isupper() or name[1:2].isupper()}
+        cited_classes = set(re.findall(r"`(_?[A-Z][a-z0-9]+\w*)(?:[.(`])", text))
+        test_classes = {name for test in REPOSITORY.glob("tests/*.py") for name in re.findall(r"^class (Test\w+)", test.read_text(encoding="utf-8"), re.M)}
+        assert sorted(name for name in cited_classes if name not in classes | test_classes and name not in known) == []
         assert sorted(name for name in set(re.findall(r"`([a-z_][a-z0-9_]*_[a-z0-9_]*)`", text)) if name not in known) == []
 
 
