@@ -2,8 +2,9 @@
 
 Here is its outline: its run recorded, every task run on a pool of workers, waited for, and the run ended. What the
 tasks share is `night_state.Night`'s (the worktrees it makes ahead, worktrees_ahead.py's); one task's night (its row,
-its lease, its iterations, its waits for another worker's lease) is orchestrator/task_night.py's; how the night ends,
-and the exit codes that are `overnight run`'s public contract, orchestrator/night_end.py's.
+its lease, its iterations, its waits for another worker's lease) is orchestrator/task_night.py's (its work under the
+lease task_work.py's); how the night ends, and the exit codes that are `overnight run`'s public contract,
+orchestrator/night_end.py's.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The deadline and the token budgets, the notes, the worktrees made ahead (worktrees_ahead.py), the keys that name a
 task's work (work_keys.py), and what ends the waits for other workers' leases. One task's night uses its public
-surface (orchestrator/task_night.py); the night makes it (orchestrator/night.py).
+surface (task_night.py, with task_work.py and ended_without_work.py); the night makes it (orchestrator/night.py).
 """
 
 from __future__ import annotations
