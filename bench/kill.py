@@ -248,7 +248,8 @@ def sessions_in_a_transaction(query: Query, grace_s: float = 5.0) -> int:
 def violations(work: Path, before: dict[str, str], store_url: str | None = None) -> list[str]:
     """Every invariant that does not hold after recovery, the run store being runs.db or `store_url`'s database."""
     from orchestrator.lock import StateLock
-    from orchestrator.notes import HEADER, NotesBook
+    from orchestrator.note_format import HEADER
+    from orchestrator.notes import NotesBook
 
     found: list[str] = []
     state, repo = work / "state", work / "repo"

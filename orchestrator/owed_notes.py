@@ -12,7 +12,8 @@ from datetime import timedelta, timezone
 from typing import Any
 
 from orchestrator.config import Config
-from orchestrator.notes import NotesBook, header_reason, stamp
+from orchestrator.note_format import header_reason, stamp
+from orchestrator.notes import NotesBook
 
 OWED_NOTE_EVIDENCE = (
     "Written by the next night's recovery from the run store: the night that ran this iteration was killed, "

@@ -619,9 +619,9 @@ class TestGitRefuses:
     @pytest.mark.parametrize("stderr", ["fatal:", "error:  \n", ""])
     def test_a_git_failure_that_says_nothing_still_has_a_reason(self, stderr):
         """git failing with no words after its "fatal:" still gives a reason: an empty one would count the branch or worktree as removed."""
-        from orchestrator.gc import _Git
+        from orchestrator.gc_git import GcGit
 
-        failed = _Git(Path("."))._failed(("branch", "-D"), stderr)
+        failed = GcGit(Path("."))._failed(("branch", "-D"), stderr)
         assert failed.detail and failed.detail in str(failed)
 
     def test_read_only_files_are_made_writable_and_the_worktree_removed(self):

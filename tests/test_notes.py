@@ -58,7 +58,7 @@ class TestNotesBook:
         """20,000 different lessons (4.6 MB) under a budget that holds them all reach the prompt in well under the 14 s it took when each choice was measured afresh."""
         import time
 
-        from orchestrator.notes import HEADER, render_entry
+        from orchestrator.note_format import HEADER, render_entry
 
         entries = [render_entry(task="t", iteration=i, reason="check_failed", correction=f"Fix number {i}.", evidence="E" * 100) for i in range(20_000)]
         book = NotesBook(tmp_path / "notes.md")
@@ -151,7 +151,7 @@ class TestNotesBook:
 
     def test_an_editor_saving_at_every_try_cannot_keep_the_entry_out(self, tmp_path: Path):
         """An editor saving during each of the append's tries: the saves of all but the last are kept, and the entry is written regardless, never put off for good."""
-        from orchestrator.notes import _TRIES_WHILE_EDITED
+        from orchestrator.notes_file import _TRIES_WHILE_EDITED
 
         book = NotesBook(tmp_path / "notes.md")
         book.append(task="t", iteration=1, reason="check_failed", correction="Run the check.")
@@ -233,7 +233,7 @@ class TestNotesBook:
     def test_evidence_past_its_limit_keeps_its_end(self, tmp_path: Path):
         """Evidence is a check's or a command's output, whose failure is at its end: an entry keeps the last
         MAX_EVIDENCE_CHARS of it, marked as cut, not its beginning."""
-        from orchestrator.notes import MAX_EVIDENCE_CHARS
+        from orchestrator.note_format import MAX_EVIDENCE_CHARS
 
         book = NotesBook(tmp_path / "notes.md")
         book.append(task="t", iteration=1, reason="check_failed", correction="c", evidence="START\n" + "x" * 3000 + "\nAssertionError: END")
