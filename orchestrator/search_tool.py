@@ -73,7 +73,7 @@ def files_under(root: Path, target: Path, ignored: set[str]) -> Iterator[tuple[s
     if target.is_file():
         yield str(target), None
         return
-    # os.walk follows no folder link, and `target` has none (Toolbox._resolve): only a file that is a
+    # os.walk follows no folder link, and `target` has none (ToolPaths.resolve): only a file that is a
     # link needs resolving (resolving every file was half of a large project's search).
     # Paths are strings, not Path: pathlib's parsing was a third of a large project's search.
     for folder, dirs, files in os.walk(target):

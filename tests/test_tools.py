@@ -19,6 +19,7 @@ from orchestrator.records import ModelResponse, RawToolCall, ToolCall, ToolResul
 from orchestrator import search
 from orchestrator.search_tool import MAX_SEARCH_MATCHES
 from orchestrator.tool_names import ALL_TOOLS, DEFAULT_TOOLS
+from orchestrator.tool_paths import ToolPaths
 from orchestrator.tools import DEFAULT_OUTPUT_CHARS, Toolbox, output_cap_for
 from orchestrator.scripted import call
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
@@ -230,8 +231,7 @@ class TestPaths:
     def test_paths_resolve_as_resolve_does(self, repo, path):
         """The short way to a path inside the root gives exactly what Path.resolve() gives."""
         (repo / "link").symlink_to(repo / "src")
-        box = toolbox(repo)
-        assert box._resolve(path) == (repo / path).resolve()
+        assert ToolPaths(repo).resolve(path) == (repo / path).resolve()
 
     def test_a_file_operation_that_fails_names_the_path_as_the_model_gave_it(self, repo):
         """An error of the file system (a name too long) is one line naming the path in the project, without the worktree's absolute path that the tools would refuse."""
