@@ -1,5 +1,6 @@
 """A file written whole or not at all: the one way overnight replaces a file it must not leave half written;
-a state file read only when it is a file; and what is at a path the user gave, looked at without a traceback."""
+a state file read only when it is a file; a path removed whatever it is, never through a link; and what is at a path
+the user gave, looked at without a traceback."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
 from typing import Callable
@@ -84,6 +86,15 @@ def read_regular_file(path: Path, most: int = -1) -> bytes:
             return opened.read(most)
     finally:
         os.close(descriptor)
+
+
+def remove_entry(path: Path) -> None:
+    """`path` gone, whatever the agent made of it: a folder removed with what it holds, a link or a file unlinked (never
+    what a link leads to)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def absolute(path: Path, error: type[Exception], what: str) -> Path:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.files import read_regular_file
+from orchestrator.files import read_regular_file, remove_entry
 from orchestrator.task_branches import BRANCH_PREFIX
 
 # What git keeps in a worktree's own git dir while an operation is under way, the operation, and how git quits it
@@ -64,7 +63,7 @@ def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
                 _quit(git, command)
             if os.path.lexists(state):
                 for left in _state_of(admin, state):
-                    _remove(left)
+                    remove_entry(left)
     return dropped
 
 
@@ -87,14 +86,6 @@ def _state_of(admin: Path, state: Path) -> list[Path]:
         return [state]
     refs = admin / "refs" / "bisect"
     return [*admin.glob("BISECT_*"), *([refs] if os.path.lexists(refs) else [])]
-
-
-def _remove(state: Path) -> None:
-    """`state` gone: a link or a file unlinked, a folder (never one a link leads to) removed with what it holds."""
-    if state.is_dir() and not state.is_symlink():
-        shutil.rmtree(state)
-    else:
-        state.unlink()
 
 
 def log_operations_quit(branch: str, dropped: list[str], before: str) -> None:

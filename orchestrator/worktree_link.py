@@ -8,10 +8,10 @@ worktree that neither `clean` nor `add` touches.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
 
+from orchestrator.files import remove_entry
 from orchestrator.gitdir import gitdir_link, names_back
 
 
@@ -32,10 +32,8 @@ def restore_link(path: Path, admin: Path, content: bytes) -> None:
             return
     except OSError:
         pass
-    if link.is_dir() and not link.is_symlink():
-        shutil.rmtree(link)
-    elif os.path.lexists(link):
-        link.unlink()
+    if os.path.lexists(link):
+        remove_entry(link)
     path.mkdir(parents=True, exist_ok=True)  # the agent may have removed the whole folder: reset --hard refills it
     link.write_bytes(content)
     if not names_back(admin, path):  # `git worktree move`: the registration names the new folder
