@@ -13,11 +13,16 @@ def how_it_ended(exit_code: int, exited: str = "exit code") -> str:
     if exit_code >= 0:
         named = _SHELLS_OWN_CODES.get(exit_code)
         return f"{exited} {exit_code}" + (f" ({named})" if named else "")
+    name = signal_name(-exit_code)
+    return f"killed by signal {-exit_code}" + (f" ({name})" if name else "")
+
+
+def signal_name(number: int) -> str | None:
+    """`SIGKILL` for 9; None for a number this platform names no signal."""
     try:
-        name = signal.Signals(-exit_code).name
+        return signal.Signals(number).name
     except ValueError:
-        return f"killed by signal {-exit_code}"
-    return f"killed by signal {-exit_code} ({name})"
+        return None
 
 
 # What bash exits with when it could not run the command at all (its manual, "Exit Status").

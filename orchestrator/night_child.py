@@ -8,7 +8,6 @@ where `serve`'s signal handlers reach it, so that a stop to `serve` stops the ni
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
+from orchestrator.command_endings import signal_name
 from orchestrator.config import load_config
 from orchestrator.lock import state_identity
 from orchestrator.night_marker import mark_started
@@ -121,11 +121,7 @@ def _how_it_ended(exit_code: int) -> dict[str, object]:
     OOM killer) is 128 + the signal's number, the signal named: Python's own -9 reads as no exit code a person knows."""
     if exit_code >= 0:
         return {"exit_code": exit_code}
-    try:
-        name = signal.Signals(-exit_code).name
-    except ValueError:
-        name = f"signal {-exit_code}"
-    return {"exit_code": 128 - exit_code, "signal": name}
+    return {"exit_code": 128 - exit_code, "signal": signal_name(-exit_code) or f"signal {-exit_code}"}
 
 
 def _cancelled_by_signal(exit_code: int) -> bool:
