@@ -51,13 +51,19 @@ _WORD_VALUE = r"""(?:"([^"]{0,256}+)"|'([^']{0,256}+)'|([^\s;|&<>()"'`]++))"""
 _USER_PASSWORD = r"""(?:"[^":]{0,256}+:([^"]{1,256}+)"|'[^':]{0,256}+:([^']{1,256}+)'|[^\s:;|&<>()"'`]*+:([^\s;|&<>()"'`]++))"""
 
 
+def _command_name(tools: str) -> str:
+    """A pattern of one of `tools` as a command names it: alone, or ending a path that does not begin with `-` (a compiler's
+    `-I/usr/include/mysql` names no mysql), with or without `.exe`."""
+    return rf"(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+(?:{tools})(?:\.exe)?+"
+
+
 def _tool_option(tools: str, option: str, value: str = _WORD_VALUE, *, words: str = r"[^\s;|&]++") -> re.Pattern[str]:
     """An option of `tools` that takes a secret (`option`, then its `value`): only after the tool's name, among its first 32
     `words` on the same command: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none. The name begins a word, or ends a path
     that does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors` holds none. A search from each name
     reads up to the next word that holds a name where a search starts (`/usr/bin/mysql`, `x=mysql`, `"mysql`) or 32 words:
     each word is read from one name, not from each of 32 before it (`x=curl ` 32 times, then a 1 MB path)."""
-    name = rf"(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+(?:{tools})(?:\.exe)?+"
+    name = _command_name(tools)
     return re.compile(
         rf"""(?<![^\s;|&(`'"=]){name}
         (?:[ \t]++(?!{option}{value}|(?:[^\s;|&]*[(`'"=])?{name}\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
@@ -101,7 +107,7 @@ _CURL_COOKIES = _tool_option("curl", r"-b[ \t]*+")
 # Apache's `htpasswd -b FILE USER PASSWORD` (`-nb USER PASSWORD` prints the entry instead): the last of its arguments after
 # flags that include `b`; a number after a flag is its value (`-C 10`, bcrypt's cost). Groups: the flags, then the arguments.
 _HTPASSWD = re.compile(
-    rf"""(?<![^\s;|&(`'"=])(?!-)(?:[\w.~+:${{}}%-]*+[/\\])*+htpasswd(?:\.exe)?+
+    rf"""(?<![^\s;|&(`'"=]){_command_name("htpasswd")}
     ((?:[ \t]++-[A-Za-z]++(?:[ \t]++[0-9]++(?=\s))?+){{1,8}}+)((?:[ \t]++(?!-){_WORD_VALUE}){{2,3}}+)""",
     re.VERBOSE,
 )
