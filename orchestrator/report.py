@@ -191,7 +191,7 @@ KIND_LIMIT = 40
 
 
 def _kinds(signals: list[Signal]) -> str:
-    """`✖ max_turns, ⚠ repeated_tool_call ×3, unknown_tool_call, +2 more kinds`: each kind once with how many times,
+    """`✖ max_turns, ⚠ repeated_tool_call ×3, unknown_tool, +2 more kinds`: each kind once with how many times,
     severe before warning (each level's mark said once), then the most frequent, then the first seen."""
     tally = Counter((s.level, s.kind) for s in signals)
     ranked = sorted(tally, key=lambda key: (key[0] != Level.SEVERE, -tally[key]))

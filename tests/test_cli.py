@@ -398,6 +398,25 @@ class TestTheReferenceListsWhatTheCodeDoes:
         assert {code: where for code, where in codes.items() if code not in rows} == {}
         assert sorted(rows - set(codes)) == []
 
+    def test_the_commands_table_names_each_command_and_option_overnight_takes(self):
+        """reference.md's "Commands" table has a row per command `overnight --help` lists, with each option its `--help`
+        shows and none it does not take; the hidden `--scheduled-for` is described under the table instead."""
+        import re
+
+        import typer.main
+
+        from orchestrator.cli import app
+
+        commands = typer.main.get_command(app).commands
+        shown = {name: {o for p in c.params if not p.hidden for o in p.opts if o.startswith("--")} - {"--help"}
+                 for name, c in commands.items()}
+        table = reference_section("## Commands", "\n\n`--config` defaults")
+        rows = {row.group(1): set(re.findall(r"--[a-z-]+", row.group(2)))
+                for row in re.finditer(r"^\| `overnight (\w+)([^`]*)`", table, re.MULTILINE)}
+        assert rows == shown
+        hidden = {o for c in commands.values() for p in c.params if p.hidden for o in p.opts}
+        assert hidden == {"--scheduled-for"} and "`--scheduled-for TIME`" in reference_section("### `overnight run`", "\n### ")
+
     def test_every_reason_code_the_code_writes_is_in_the_reference(self):
         """Each reason code a guard, an iteration or a task can end with is named in reference.md's "Reason codes" or "Outcomes"."""
         listed = reference_section("## Reason codes", "## `overnight report --json`")

@@ -458,7 +458,13 @@ class TestRecoveryOfStoredState:
         run = reopened.run(run_id)
         reopened.close()
         assert run.status == "crashed" and run.tasks[0].outcome == "succeeded" and run.tasks[0].commit == commit
-        assert [e["event"] for e in logs].count("iteration_recovered") == 1
+        [recovered] = [e for e in logs if e["event"] == "iteration_recovered"]
+        assert (recovered["outcome"], recovered["checkpoint"]) == ("committed", checkpoint[:12])
+        # Each of its fields is one reference.md names for it (it said `reason`, which only note_recovered has).
+        reference = (REPO_ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+        [documented] = [line for line in reference.split("\n- ") if line.startswith("`iteration_recovered` (")]
+        ids = {"event", "log_level", "run_id", "task", "task_run_id", "iteration", "iteration_id"}
+        assert [field for field in recovered if field not in ids and f"`{field}`" not in documented] == []
 
     def test_a_commit_dated_past_what_the_dead_iteration_could_write_ends_it_no_later_than_that(self, tmp_path: Path, repo: Path) -> None:
         """The dead iteration was last seen six hours ago but its commit is dated now (a person's amend, a clock

@@ -416,3 +416,20 @@ class TestEventNamesDocumented:
         logged = _logged_event_names()
         assert {"night_started", "signal", "lease_lost", "scheduler_started"} <= logged  # the scan finds them
         assert sorted(name for name in logged if f"`{name}`" not in listed) == []
+
+    def test_every_event_the_reference_lists_is_one_the_code_has(self):
+        """Each event a line of reference.md's "Log events" list opens with is one the code logs: by that name, or by a
+        string it holds the name in (APScheduler's events, a task skipped as its earlier run ended it). No dead names."""
+        import ast
+        import re
+
+        root = Path(__file__).parent.parent
+        reference = (root / "docs" / "reference.md").read_text(encoding="utf-8")
+        listed = reference.split("## Log events", 1)[1].split("\nEvents:\n", 1)[1]
+        heads = [re.split(r"[(;]", item, maxsplit=1)[0] for item in re.findall(r"^- (.*)", listed, re.MULTILINE)]
+        documented = {name for head in heads for name in re.findall(r"`([a-z_]+)`", head)}
+        sources = [source for package in ("orchestrator", "guards", "runs") for source in (root / package).rglob("*.py")]
+        kept = {node.value for source in sources for node in ast.walk(ast.parse(source.read_text(encoding="utf-8")))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        assert {"night_started", "task_skipped_parked_earlier_tonight", "lease_renew_failed"} <= documented  # the scan finds them
+        assert sorted(documented - _logged_event_names() - kept) == []

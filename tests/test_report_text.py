@@ -172,6 +172,41 @@ class TestTaskAndIterationLines:
                  " +3 more kinds")
         assert lines[3].endswith(" · 1 iteration" + badge) and lines[4].endswith(" · 10 tokens" + badge)
 
+    def test_the_references_example_report_is_what_that_night_prints(self):
+        """docs/reference.md's example `overnight report` is, to the byte, what the night it describes prints: its kinds
+        and messages are the code's (it showed `unknown_tool_call`, no kind, and `check_failed: exit 1`)."""
+        import re
+        from datetime import timedelta
+        from zoneinfo import ZoneInfo
+
+        from orchestrator.records import Level, Signal
+        from orchestrator.report import as_text
+        from runs.views import IterationView, RunView, TaskView
+
+        reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+        [example] = re.findall(r"### `overnight report`\n\n```\n(.*?)```", reference, re.DOTALL)
+        start = datetime(2026, 12, 6, 0, 30, tzinfo=timezone.utc)  # 01:30 CET
+        tip = "3f2a9c01be" * 4
+
+        def iteration(number: int, outcome: str, reason: str, turns: int, tokens: int, *signals: Signal) -> IterationView:
+            commit = tip if outcome == "committed" else ""
+            return IterationView(id=number, task_run_id=1, task_name="t", number=number, outcome=outcome, reason=reason,
+                                 correction="", checkpoint="c", commit=commit, turns=turns, tokens=tokens, transcript="", pid=1,
+                                 started_at=start, finished_at=start, signals=signals)
+
+        loop = [Signal(Level.WARNING, "repeated_tool_call", "loop: read_file ×3")] * 3
+        max_turns = Signal(Level.SEVERE, "max_turns", "max turns: 30")
+        unknown = Signal(Level.WARNING, "unknown_tool", "unknown tool: run")
+        check_failed = Signal(Level.SEVERE, "check_failed", "check failed: exit 1")  # as orchestrator/iteration.py words it
+        done = TaskView(id=1, name="fix-greet", branch="overnight/fix-greet", outcome="succeeded", reason="", commit=tip,
+                        iterations=(iteration(1, "committed", "", 7, 9120),))
+        failed = TaskView(id=2, name="add-cli", branch="overnight/add-cli", outcome="failed", reason="check_failed", commit="",
+                          iterations=(iteration(1, "rolled_back", "max_turns", 30, 25800, *loop, max_turns),
+                                      iteration(2, "rolled_back", "check_failed", 1, 6290, unknown, check_failed)))
+        night = RunView(id=7, started_at=start, finished_at=start + timedelta(hours=4, minutes=28), status="finished",
+                        exit_code=1, tasks=(done, failed))
+        assert as_text(night, "main", zone=ZoneInfo("Europe/Berlin")) == example
+
     def test_one_turn_one_token_and_one_iteration_are_said_in_the_singular(self):
         """A night of one iteration of one turn that spent one token reads `1 iteration`, `1 turn`, `1 token`, not `1 turns`."""
         from dataclasses import replace
