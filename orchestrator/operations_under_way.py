@@ -13,7 +13,12 @@ Where git refuses to quit (`bisect reset` checks HEAD out: not over a conflict, 
 the agent wrote by hand: "No rebase in progress?") or leaves the marker (a folder where git keeps a file), overnight
 removes the marker itself: left, it failed the commit and the rollback, and with them the night (exit 4). A marker that
 is a link is removed, never given to git, whose quit empties the folder it leads to; and none is read but as a regular
-file, and only its start: a pipe waited for a writer for ever, and /dev/zero filled the memory.
+file, and only its start: a pipe waited for a writer for ever, and /dev/zero filled the memory. The message git kept for
+the commit it was making (MERGE_MSG, which `rebase --quit` and a marker removed by hand leave) goes too: an iteration that
+commits nothing kept it, and the next one's `git commit` without -m (its editor `true`) took it for its own message.
+
+A bisect that left HEAD on a commit without the checkpoint (one of the commits it was searching) is not committed: the
+commit would hold that older commit's files on the branch's tip and so undo, unsaid, every commit after it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import signal
 from pathlib import Path
 from typing import Callable
 
+from orchestrator.errors import QualityError
 from orchestrator.files import read_regular_file, remove_entry
 from orchestrator.task_branches import BRANCH_PREFIX
 
@@ -36,7 +42,7 @@ _UNDER_WAY = (
     ("MERGE_HEAD", "merge", ("merge", "--quit")),
     ("CHERRY_PICK_HEAD", "cherry-pick", ("cherry-pick", "--quit")),
     ("REVERT_HEAD", "revert", ("revert", "--quit")),
-    ("sequencer", "cherry-pick", ("cherry-pick", "--quit")),  # of several commits, past the one stopped at
+    ("sequencer", "cherry-pick", ("cherry-pick", "--quit")),  # or revert, of several commits, past the one stopped at
     ("BISECT_START", "bisect", ("bisect", "reset", "HEAD")),
 )
 
@@ -44,6 +50,10 @@ _UNDER_WAY = (
 _COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # What is read of a marker that names commits: about a hundred ids, more than any merge a person makes names.
 _MOST_READ = 4096
+# What git keeps for the commit an operation was making, which its quit may leave (`rebase --quit` does).
+_COMMIT_MESSAGE_LEFT = ("MERGE_MSG", "MERGE_MODE")
+# The first step left in a sequencer's todo, as git reads it to tell a revert from a cherry-pick ("revert <commit> ...").
+_REVERT_STEP = re.compile(r"[ \t\r\n]*revert[ \t]")
 
 
 def operation_under_way(admin: Path) -> str | None:
@@ -64,7 +74,39 @@ def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
             if os.path.lexists(state):
                 for left in _state_of(admin, state):
                     remove_entry(left)
+    for left in _COMMIT_MESSAGE_LEFT if dropped else ():
+        if os.path.lexists(admin / left):
+            remove_entry(admin / left)
     return dropped
+
+
+def refuse_bisect_behind(git: Callable[..., str], admin: Path, base: str) -> None:
+    """QualityError when a bisect under way has HEAD detached on a commit that lacks `base` (the iteration's checkpoint):
+    committed on the branch, its files would undo what came after that commit. A file check; processes only in a bisect."""
+    import git as gitpython
+
+    if not os.path.lexists(admin / "BISECT_START"):
+        return
+    try:
+        head = read_regular_file(admin / "HEAD", _MOST_READ).decode(errors="replace").strip()
+    except OSError:
+        return
+    if not _COMMIT_ID.fullmatch(head):
+        return  # on a branch: the bisect moved nothing
+    try:
+        git("merge-base", "--is-ancestor", base, head)
+        return
+    except gitpython.GitCommandError as exc:
+        if exc.status != 1:  # 1: not an ancestor; anything else is no answer, and the commit goes on as before
+            return
+    raise QualityError(
+        "iteration_error",
+        "You left a `git bisect` under way with an older commit checked out, so your changes were made to that commit's "
+        "files; committed on the branch they would have undone its later commits, so they were undone instead. End a "
+        "bisect with `git bisect reset` before you change files.",
+        evidence=f"bisect left on {head[:12]}, which lacks the checkpoint {base[:12]}",
+        message=f"bisect left on {head[:12]}",
+    )
 
 
 def _quit(git: Callable[..., str], command: tuple[str, ...]) -> None:
@@ -105,6 +147,8 @@ def with_operations_quit(message: str, dropped: list[str]) -> str:
 
 def _described(admin: Path, marker: str, operation: str) -> str:
     """`operation`, with the commits it named ("merge of 61c62490a1b2") when `marker` is a file of them."""
+    if marker == "sequencer":
+        return _sequencer_operation(admin)
     if marker not in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD"):
         return operation
     try:
@@ -114,3 +158,15 @@ def _described(admin: Path, marker: str, operation: str) -> str:
     # Commit ids only: the file is the agent's to write, and what it says goes into the commit's message unredacted.
     commits = [word[:12] for word in words if _COMMIT_ID.fullmatch(word)]
     return f"{operation} of {', '.join(commits)}" if commits else operation
+
+
+def _sequencer_operation(admin: Path) -> str:
+    """"revert" when the sequencer's next step reverts (git keeps one sequencer for `revert A B` and `cherry-pick A B`,
+    and its `status` tells them apart by that step), else "cherry-pick". Never read through a link."""
+    if (admin / "sequencer").is_symlink():
+        return "cherry-pick"
+    try:
+        todo = read_regular_file(admin / "sequencer" / "todo", 256).decode(errors="replace")
+    except OSError:  # a sequencer the agent made a file, a todo it removed
+        return "cherry-pick"
+    return "revert" if _REVERT_STEP.match(todo) else "cherry-pick"

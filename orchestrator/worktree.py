@@ -32,7 +32,7 @@ from orchestrator.git_errors import git_reason
 from orchestrator.gitdir import admin_dir, common_of, head_commit
 from orchestrator.hidden_files import status_seeing_hidden_files, unhide_hidden_files
 from orchestrator.large_files import refuse_large_committed, refuse_large_staged
-from orchestrator.operations_under_way import log_operations_quit, with_operations_quit
+from orchestrator.operations_under_way import log_operations_quit, refuse_bisect_behind, with_operations_quit
 from orchestrator.records import CheckResult, KeptOutOfCommit
 from orchestrator.repository import open_repo
 from orchestrator.secret_commits import SecretKeeping, WorktreeGit, with_folded_subjects
@@ -225,7 +225,8 @@ class Worktree:
         back on it, files and index as they are: the commit then records the worktree exactly,
         and no earlier night's commit leaves the branch. Commits the agent added on top stay.
         A merge, cherry-pick, revert, rebase or bisect the agent left under way is quit first, the message saying so
-        (see operations_under_way.py): the commit has one parent, and overnight's author.
+        (see operations_under_way.py): the commit has one parent, and overnight's author. A bisect left on a commit
+        without `onto` (the branch's tip without it) is QualityError `iteration_error`, nothing committed (the caller rolls back).
         A file staged of more than `max_file_bytes` (0: any size) is QualityError `file_too_large`,
         before anything is committed (the caller rolls back).
         `secrets`: the values the check got through the task's `pass_env`; a file that would be committed holding one
@@ -234,6 +235,7 @@ class Worktree:
         import git
 
         self._restore_link()
+        refuse_bisect_behind(self._git, self._admin, onto or f"refs/heads/{self.branch}")
         if dropped := head_on_branch.onto_branch(self._git, self._admin, self.branch):
             # A merge's second parent, a cherry-pick's author: dropped, and the commit says so to the morning's reader.
             log_operations_quit(self.branch, dropped, before="commit")

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.errors import StateError
 from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
-from tests.conftest import git, make_repo, write_config
+from tests.conftest import GIT_ENV, git, make_repo, write_config
 from tests.test_night import overnight, report_json
 from tests.test_secrecy import json_events
 
@@ -385,6 +385,87 @@ class TestOperationLeftUnderWay:
         assert message.startswith("overnight: fix-greet iteration 1\n\nfixed\n\n") and f"merge of {other}" in message
         [dropped] = json_events(capsys.readouterr().err, "worktree_operation_dropped")
         assert (dropped["task"], dropped["operations"], dropped["before"]) == ("fix-greet", [f"merge of {other}"], "commit")
+
+    def test_a_bisect_left_on_an_older_commit_undoes_nothing_of_the_branch(
+        self, repo: Path, server: Any, night: Path, capsys: Any
+    ) -> None:
+        """Night 2's agent bisects (HEAD on an older commit of the branch), fixes greet.py there and passes the check
+        without `git bisect reset`: the iteration is rolled back with a note saying why, the branch keeps night 1's
+        commits and files, where its commit on the branch's tip held the older commit's files and undid night 1's."""
+        own_commit_then_fix = f"echo 1 > one.txt && git add one.txt && git commit -qm one && {FIX_GREET} && date > two.txt"
+        server.enqueue(call("run_command", {"command": own_commit_then_fix}), call("submit", {"summary": "fixed"}))
+        assert overnight("run", "--config", str(self.config(repo, server, night.parent, iterations=1))) == 0
+        first = git(repo, "rev-parse", "overnight/fix-greet")
+        server.enqueue(
+            call("run_command", {"command": f"git bisect start HEAD main && {FIX_GREET}"}),
+            call("submit", {"summary": "fixed on the bisection's commit"}),
+        )
+        capsys.readouterr()
+        assert overnight("run", "--config", str(self.config(repo, server, night.parent, iterations=1))) == 1
+        assert git(repo, "rev-parse", "overnight/fix-greet") == first
+        assert {"one.txt", "two.txt"} <= set(git(repo, "ls-tree", "--name-only", first).split())
+        notes = (night.parent / "state" / "notes.md").read_text()
+        assert "git bisect reset" in notes
+        worktree = night.parent / "state" / "worktrees" / "fix-greet"
+        assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix-greet"
+        assert git(worktree, "status", "--porcelain") == ""
+        [dropped] = json_events(capsys.readouterr().err, "worktree_operation_dropped")
+        assert (dropped["operations"], dropped["before"]) == (["bisect"], "rollback")
+
+
+# Several commits picked or reverted, stopped at a conflict, then `git reset --hard`, which leaves git's sequencer alone.
+SEQUENCE_GIVEN_UP = {
+    "cherry-pick": MINE + "git cherry-pick feature other; git reset -q --hard",
+    "revert": MINE + "sed -i s/hullo/hallo/ greet.py && git commit -qam mine2 && git revert --no-edit HEAD~1 HEAD; "
+    "git reset -q --hard",
+}
+
+
+class TestOperationLeftUnderWayInTheWorktree:
+    """What the agent's git left under way, as the commit sees it in the worktree."""
+
+    def worktree(self, repo: Path, tmp_path: Path) -> tuple[Worktree, Path]:
+        git(repo, "switch", "-q", "-c", "other")
+        (repo / "other.txt").write_text("the user's other work\n")
+        git(repo, "add", "other.txt")
+        git(repo, "commit", "-qm", "other")
+        git(repo, "switch", "-q", "-c", "feature", "main")
+        (repo / "greet.py").write_text("def greet():\n    return 'hi'\n")
+        git(repo, "commit", "-qam", "feature")
+        git(repo, "switch", "-q", "main")
+        tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
+        return tree, Path(git(tree.path, "rev-parse", "--absolute-git-dir"))
+
+    @pytest.mark.parametrize("operation", list(SEQUENCE_GIVEN_UP))
+    def test_a_sequence_given_up_is_named_by_what_it_was(self, repo: Path, tmp_path: Path, operation: str) -> None:
+        """The commit's message names a revert of several commits a revert, where it said cherry-pick (git keeps one
+        sequencer for both; its todo's steps say which)."""
+        tree, admin = self.worktree(repo, tmp_path)
+        checkpoint = tree.checkpoint()
+        given_up = SEQUENCE_GIVEN_UP[operation]
+        subprocess.run(["sh", "-c", given_up], cwd=tree.path, env={**os.environ, **GIT_ENV}, capture_output=True)
+        assert os.path.isdir(admin / "sequencer") and not os.path.lexists(admin / "REVERT_HEAD")
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        made = tree.commit("overnight: fix iteration 1", onto=checkpoint)
+        assert f"Left under way by the agent's git and dropped: {operation}. " in git(tree.path, "log", "-1", "--format=%B", made)
+
+    def test_a_rebase_given_up_leaves_no_message_for_the_next_commit(self, repo: Path, tmp_path: Path) -> None:
+        """A rebase stopped at a conflict, greet.py put back as the branch has it, so that overnight commits nothing: the
+        picked commit's message git kept (MERGE_MSG, which `rebase --quit` leaves) goes, where the next `git commit`
+        without -m (the agent's editor is `true`) took it for its own message."""
+        tree, admin = self.worktree(repo, tmp_path)
+        checkpoint = tree.checkpoint()
+        given_up = MINE + "git rebase -q feature; git checkout overnight/fix -- greet.py"
+        subprocess.run(["sh", "-c", given_up], cwd=tree.path, env={**os.environ, **GIT_ENV}, capture_output=True)
+        assert os.path.lexists(admin / "MERGE_MSG")
+        mine = git(tree.path, "rev-parse", "overnight/fix")
+        assert tree.commit("overnight: fix iteration 1", onto=checkpoint) == mine  # nothing new to commit
+        assert [left for left in ("MERGE_MSG", "MERGE_MODE") if os.path.lexists(admin / left)] == []
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        agents_commit = subprocess.run(
+            ["git", "commit", "-qa"], cwd=tree.path, env={**os.environ, **GIT_ENV, "GIT_EDITOR": "true"}, capture_output=True
+        )
+        assert agents_commit.returncode != 0 and git(tree.path, "rev-parse", "HEAD") == mine  # no message: no commit
 
 
 # What the agent may put where git keeps an operation's state, with no operation of git's behind it (run in the git dir).
