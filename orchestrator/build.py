@@ -132,6 +132,7 @@ def check_repository(config: Config) -> Any:
     found usable together: ConfigError (exit 2) otherwise. Reads only: every command that locks or
     writes the state dir (run, gc, serve) calls it first, so none writes into the user's checkout or .git."""
     from orchestrator.repository import check_base, open_repo
+    from orchestrator.state_dir_place import tracked_files_problem
 
     repo = open_repo(config.repo_path)
     check_base(repo, config.repo.base)
@@ -139,6 +140,12 @@ def check_repository(config: Config) -> Any:
     if state == top or state.is_relative_to(git_dir):
         where = "the repository's own folder" if state == top else "inside its .git"
         raise ConfigError(f"[state] dir: {state} is {where}; name a folder of its own (the default is .overnight)")
+    where = tracked_files_problem(repo, state, top)
+    if where:
+        raise ConfigError(
+            f"[state] dir: {state} is {where}, which a night would overwrite (notes.md) or delete (old transcripts/, "
+            "worktrees/); name a folder of its own (the default is .overnight)"
+        )
     _check_store_apart(config)
     return repo
 

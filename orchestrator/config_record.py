@@ -16,6 +16,7 @@ from orchestrator.model_section import ModelConfig
 from orchestrator.night_section import NightConfig
 from orchestrator.repo_section import RepoConfig
 from orchestrator.schedule_section import ScheduleConfig
+from orchestrator.state_dir_place import outside_home_problem
 from orchestrator.state_files import GIT_CONFIG_COPY, NOTES_FILE, TRANSCRIPTS_FOLDER, WORKTREES_FOLDER
 from orchestrator.state_section import StateConfig
 from orchestrator.store_section import StoreConfig
@@ -59,6 +60,19 @@ class Config(Section):
                 f"[state] keep_runs_days: {days:g} days is less than twice [schedule] misfire_grace_s ({grace_s} s): a scheduled "
                 "night begun late reads its fire's runs from up to that long ago, also another machine's sharing the store; "
                 f"give at least {math.ceil(2 * grace_s / DAY_S)}, or 0 to keep every run"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _state_dir_not_home(self) -> "Config":
+        # A night deletes old transcripts/*.jsonl and the repository's worktrees it finds in worktrees/, and writes
+        # notes.md, all in its state dir: in the home folder (`~`) or above it (`/`), those were the user's own.
+        state = Path(os.path.realpath(self.base_dir / os.path.expanduser(self.state.dir)))
+        where = outside_home_problem(state)
+        if where:
+            raise ValueError(
+                f"[state] dir: {state} is {where}, whose files a night would overwrite (notes.md) or delete (old transcripts/, "
+                "worktrees/); name a folder of its own (the default is .overnight)"
             )
         return self
 

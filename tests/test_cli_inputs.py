@@ -601,3 +601,58 @@ class TestHomeInPaths:
         assert done.returncode == 0, done.stderr
         assert (home / "night-state" / "overnight.lock").is_file()
         assert not (tmp_path / "~").exists()
+
+
+class TestStateDirAmongTheUsersFiles:
+    def test_the_home_folder_as_state_dir_is_refused_before_any_of_its_files_is_touched(self, tmp_path, repo, monkeypatch):
+        """`dir = "~"`: a night deleted the user's old ~/transcripts/*.jsonl and removed a worktree of theirs kept in
+        ~/worktrees; it is refused at load (exit 2, one line), every file there as it was."""
+        from tests.conftest import git
+
+        home = tmp_path / "home"
+        (home / "transcripts").mkdir(parents=True)
+        journal = home / "transcripts" / "journal.jsonl"
+        journal.write_text('{"mine": 1}\n')
+        os.utime(journal, (1e9, 1e9))
+        git(repo, "worktree", "add", "-q", "--detach", str(home / "worktrees" / "experiment"))
+        (home / "worktrees" / "experiment" / "greet.py").write_text("# my edit\n")
+        monkeypatch.setenv("HOME", str(home))
+        config = config_with(tmp_path, repo, ('dir = "state"', 'dir = "~"\nkeep_transcripts_days = 1'))
+        refused = overnight("run", "--config", str(config))
+        assert_one_line_error(refused, 2, "[state] dir", "your home folder", "a folder of its own")
+        assert journal.is_file() and (home / "worktrees" / "experiment" / "greet.py").read_text() == "# my edit\n"
+        assert sorted(entry.name for entry in home.iterdir()) == ["transcripts", "worktrees"]
+
+    @pytest.mark.parametrize("state", ["/", "~", "~/.."])
+    @pytest.mark.parametrize("command", ["report", "notes"])
+    def test_the_home_folder_or_one_above_it_is_refused_by_every_command(self, tmp_path, repo, monkeypatch, state, command):
+        """`/`, `~` and the folder home is in are refused as the config loads, by the commands that only read too (these
+        two: a regression here must not write into `/`)."""
+        home = tmp_path / "home"
+        home.mkdir()
+        monkeypatch.setenv("HOME", str(home))
+        config = config_with(tmp_path, repo, ('dir = "state"', f'dir = "{state}"'))
+        assert_one_line_error(overnight(command, "--config", str(config)), 2, "[state] dir", "home", "a folder of its own")
+
+    @pytest.mark.parametrize("command", [("run",), ("gc",)])
+    def test_a_folder_of_the_checkout_holding_tracked_files_is_refused_before_they_are_touched(self, tmp_path, command):
+        """`dir = "docs"` with docs/notes.md tracked: a night appended to it, deleted a tracked old transcripts/*.jsonl, and
+        its exclude line hid the user's new files in docs/ from `git status`; refused (exit 2), the checkout untouched."""
+        from tests.conftest import SAMPLE_FILES, git, make_repo
+
+        tracked = {"docs/notes.md": "# design\n", "docs/transcripts/talk.jsonl": "{}\n"}
+        repo = make_repo(tmp_path / "repo", {**SAMPLE_FILES, **tracked})
+        os.utime(repo / "docs" / "transcripts" / "talk.jsonl", (1e9, 1e9))
+        config = config_with(tmp_path, repo, ('dir = "state"', 'dir = "repo/docs"\nkeep_transcripts_days = 1'))
+        assert_one_line_error(overnight(*command, "--config", str(config)), 2, "[state] dir", "git tracks", "docs/notes.md")
+        assert git(repo, "status", "--porcelain", "--ignored") == ""
+        assert "docs" not in (repo / ".git" / "info" / "exclude").read_text()
+
+    @pytest.mark.parametrize("state", ["repo/.overnight", "repo/*", "~/night-state"])
+    def test_a_folder_of_its_own_in_the_checkout_or_under_home_is_taken(self, tmp_path, repo, monkeypatch, state):
+        """Odd but safe stays accepted: a new folder in the checkout (one named `*` is that folder, not every tracked file)
+        or under home."""
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        config = config_with(tmp_path, repo, ('dir = "state"', f'dir = "{state}"'))
+        done = overnight("gc", "--config", str(config))
+        assert (done.returncode, done.stdout.strip()) == (0, "nothing to collect"), done.stderr
