@@ -11,13 +11,18 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from orchestrator.files import read_regular_file
 from orchestrator.gitdir import branches_held_by_operations, checkouts
+
+# More than any HEAD git writes ("ref: refs/heads/<name>", or a commit's id).
+_HEAD_MOST_READ = 4096
 
 
 def head_file(admin: Path) -> str:
-    """What the worktree's HEAD file holds ("ref: refs/heads/<branch>", or a commit when detached); "" if unreadable."""
+    """What the worktree's HEAD file holds ("ref: refs/heads/<branch>", or a commit when detached); "" if unreadable.
+    Read only as a regular file: a pipe the agent put there held the commit for ever, waiting for a writer."""
     try:
-        return (admin / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+        return read_regular_file(admin / "HEAD", _HEAD_MOST_READ).decode("utf-8", errors="replace").strip()
     except OSError:
         return ""
 

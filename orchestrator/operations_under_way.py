@@ -17,8 +17,9 @@ file, and only its start: a pipe waited for a writer for ever, and /dev/zero fil
 the commit it was making (MERGE_MSG, which `rebase --quit` and a marker removed by hand leave) goes too: an iteration that
 commits nothing kept it, and the next one's `git commit` without -m (its editor `true`) took it for its own message.
 
-A bisect that left HEAD on a commit without the checkpoint (one of the commits it was searching) is not committed: the
-commit would hold that older commit's files on the branch's tip and so undo, unsaid, every commit after it.
+A bisect that left HEAD on a commit without the checkpoint or the branch's tip (one of the commits it was searching, the
+agent's own included), detached or on a branch the agent made there, is not committed: the commit would hold that older
+commit's files on the branch's tip and so undo, unsaid, every commit after it.
 """
 
 from __future__ import annotations
@@ -80,33 +81,42 @@ def quit_operations(git: Callable[..., str], admin: Path) -> list[str]:
     return dropped
 
 
-def refuse_bisect_behind(git: Callable[..., str], admin: Path, base: str) -> None:
-    """QualityError when a bisect under way has HEAD detached on a commit that lacks `base` (the iteration's checkpoint):
+def refuse_bisect_behind(git: Callable[..., str], admin: Path, branch: str, base: str) -> None:
+    """QualityError when a bisect under way has HEAD off `branch` (detached, or on a branch made or switched to since) on a
+    commit that lacks `base` (the iteration's checkpoint) or the branch's tip (the agent's own commits, bisected too):
     committed on the branch, its files would undo what came after that commit. A file check; processes only in a bisect."""
-    import git as gitpython
-
     if not os.path.lexists(admin / "BISECT_START"):
         return
     try:
         head = read_regular_file(admin / "HEAD", _MOST_READ).decode(errors="replace").strip()
     except OSError:
         return
-    if not _COMMIT_ID.fullmatch(head):
-        return  # on a branch: the bisect moved nothing
+    if head == f"ref: refs/heads/{branch}":
+        return  # back on the task's branch, its files checked out: the bisect's commit is no longer what is committed
+    for kept, named in ((base, "the checkpoint"), (f"refs/heads/{branch}", "the branch's tip")):
+        # HEAD as git resolves it: `git switch -c` at the bisect's commit left the same files on a branch of their own.
+        if _lacks(git, kept, "HEAD"):
+            left_on = git("rev-parse", "--verify", "HEAD")[:12]
+            raise QualityError(
+                "iteration_error",
+                "You left a `git bisect` under way with an older commit checked out, so your changes were made to that "
+                "commit's files; committed on the branch they would have undone its later commits, so they were undone "
+                "instead. End a bisect with `git bisect reset` before you change files.",
+                evidence=f"bisect left on {left_on}, which lacks {named} {git('rev-parse', '--verify', kept)[:12]}",
+                message=f"bisect left on {left_on}",
+            )
+
+
+def _lacks(git: Callable[..., str], ancestor: str, commit: str) -> bool:
+    """True when `commit` does not hold `ancestor`; False also when git cannot tell (a branch deleted, objects missing):
+    the commit then goes on as before."""
+    import git as gitpython
+
     try:
-        git("merge-base", "--is-ancestor", base, head)
-        return
+        git("merge-base", "--is-ancestor", ancestor, commit)
     except gitpython.GitCommandError as exc:
-        if exc.status != 1:  # 1: not an ancestor; anything else is no answer, and the commit goes on as before
-            return
-    raise QualityError(
-        "iteration_error",
-        "You left a `git bisect` under way with an older commit checked out, so your changes were made to that commit's "
-        "files; committed on the branch they would have undone its later commits, so they were undone instead. End a "
-        "bisect with `git bisect reset` before you change files.",
-        evidence=f"bisect left on {head[:12]}, which lacks the checkpoint {base[:12]}",
-        message=f"bisect left on {head[:12]}",
-    )
+        return exc.status == 1  # 1: not an ancestor; anything else is no answer
+    return False
 
 
 def _quit(git: Callable[..., str], command: tuple[str, ...]) -> None:

@@ -226,7 +226,7 @@ class Worktree:
         and no earlier night's commit leaves the branch. Commits the agent added on top stay.
         A merge, cherry-pick, revert, rebase or bisect the agent left under way is quit first, the message saying so
         (see operations_under_way.py): the commit has one parent, and overnight's author. A bisect left on a commit
-        without `onto` (the branch's tip without it) is QualityError `iteration_error`, nothing committed (the caller rolls back).
+        without `onto` or the branch's tip is QualityError `iteration_error`, nothing committed (the caller rolls back).
         A file staged of more than `max_file_bytes` (0: any size) is QualityError `file_too_large`,
         before anything is committed (the caller rolls back).
         `secrets`: the values the check got through the task's `pass_env`; a file that would be committed holding one
@@ -235,7 +235,7 @@ class Worktree:
         import git
 
         self._restore_link()
-        refuse_bisect_behind(self._git, self._admin, onto or f"refs/heads/{self.branch}")
+        refuse_bisect_behind(self._git, self._admin, self.branch, onto or f"refs/heads/{self.branch}")
         if dropped := head_on_branch.onto_branch(self._git, self._admin, self.branch):
             # A merge's second parent, a cherry-pick's author: dropped, and the commit says so to the morning's reader.
             log_operations_quit(self.branch, dropped, before="commit")

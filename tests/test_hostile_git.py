@@ -3,6 +3,7 @@ work on that worktree and its branch only, never on the user's checkout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from typing import Any
 import git as gitpython
 import pytest
 
-from orchestrator.errors import StateError
+from orchestrator.errors import QualityError, StateError
 from orchestrator.scripted import call
 from orchestrator.worktree import Worktree
 from tests.conftest import GIT_ENV, git, make_repo, write_config
@@ -413,6 +414,13 @@ class TestOperationLeftUnderWay:
         assert (dropped["operations"], dropped["before"]) == (["bisect"], "rollback")
 
 
+def commit_file(folder: Path, name: str) -> None:
+    """`name`, holding its name, added and committed in `folder`."""
+    (folder / name).write_text(f"{name}\n")
+    git(folder, "add", name)
+    git(folder, "commit", "-qm", name)
+
+
 # Several commits picked or reverted, stopped at a conflict, then `git reset --hard`, which leaves git's sequencer alone.
 SEQUENCE_GIVEN_UP = {
     "cherry-pick": MINE + "git cherry-pick feature other; git reset -q --hard",
@@ -448,6 +456,38 @@ class TestOperationLeftUnderWayInTheWorktree:
         (tree.path / "greet.py").write_text(FIXED_GREET)
         made = tree.commit("overnight: fix iteration 1", onto=checkpoint)
         assert f"Left under way by the agent's git and dropped: {operation}. " in git(tree.path, "log", "-1", "--format=%B", made)
+
+    @pytest.mark.parametrize("branched", ["git switch -q -c tryfix", "git checkout -q -b tryfix"])
+    def test_a_bisect_left_on_a_branch_made_at_its_older_commit_is_not_committed(
+        self, repo: Path, tmp_path: Path, branched: str
+    ) -> None:
+        """A bisect whose older commit the agent put on a branch of its own (HEAD no longer detached) is refused and rolled
+        back as the detached one is, where its commit on the task branch undid the later commit (later.txt deleted)."""
+        tree = self.worktree(repo, tmp_path)[0]
+        for name in ("earlier.txt", "later.txt"):
+            commit_file(tree.path, name)
+        self.assert_refused_then_rolled_back(tree, f"git bisect start HEAD main && {branched}")
+
+    def test_a_bisect_of_the_agents_own_commits_left_on_an_older_one_is_not_committed(self, repo: Path, tmp_path: Path) -> None:
+        """The agent bisects the commits it made this iteration and fixes greet.py on the older one: refused and rolled back,
+        where the commit on the branch's tip (its own later commit) held the older one's files and undid later.txt."""
+        tree = self.worktree(repo, tmp_path)[0]
+        left = "echo 1 > earlier.txt && git add earlier.txt && git commit -qm earlier && echo 2 > later.txt && "
+        left += "git add later.txt && git commit -qm later && git bisect start HEAD HEAD~2"
+        self.assert_refused_then_rolled_back(tree, left)
+
+    def assert_refused_then_rolled_back(self, tree: Worktree, left: str) -> None:
+        """After `left` and a fix of greet.py, the commit is refused (`iteration_error`, telling the agent to end its bisect)
+        and the rollback puts the worktree back on the branch, at the checkpoint, clean."""
+        checkpoint = tree.checkpoint()
+        subprocess.run(["sh", "-c", left], cwd=tree.path, env={**os.environ, **GIT_ENV}, capture_output=True, check=True)
+        (tree.path / "greet.py").write_text(FIXED_GREET)
+        with pytest.raises(QualityError) as refused:
+            tree.commit("overnight: fix iteration 1", onto=checkpoint)
+        assert refused.value.reason == "iteration_error" and "git bisect reset" in refused.value.correction
+        tree.rollback(checkpoint)
+        assert git(tree.path, "symbolic-ref", "HEAD") == "refs/heads/overnight/fix"
+        assert git(tree.path, "rev-parse", "HEAD") == checkpoint and git(tree.path, "status", "--porcelain") == ""
 
     def test_a_rebase_given_up_leaves_no_message_for_the_next_commit(self, repo: Path, tmp_path: Path) -> None:
         """A rebase stopped at a conflict, greet.py put back as the branch has it, so that overnight commits nothing: the
@@ -549,6 +589,32 @@ class TestOperationMarkersPlanted:
             os.close(os.open(admin / "MERGE_HEAD", os.O_WRONLY | os.O_NONBLOCK))
             committing.join()
         assert not waited and made and not os.path.lexists(admin / "MERGE_HEAD")
+
+    def test_a_pipe_at_head_costs_the_commit_gits_time_limit_only(self, repo: Path, tmp_path: Path) -> None:
+        """A HEAD the agent made a pipe fails the commit once git is killed at its time limit (git waits on it too), where
+        overnight's own read of HEAD then waited for a writer for ever."""
+        tree, admin = self.worktree(repo, tmp_path)
+        checkpoint = tree.checkpoint()
+        os.unlink(admin / "HEAD")
+        os.mkfifo(admin / "HEAD")
+        tree.git_timeout_s = 2
+        failed: list[Exception] = []
+
+        def commit() -> None:
+            try:
+                tree.commit("overnight: fix iteration 1", onto=checkpoint)
+            except gitpython.GitCommandError as exc:
+                failed.append(exc)
+
+        committing = threading.Thread(target=commit, daemon=True)
+        committing.start()
+        committing.join(timeout=30)
+        waited = committing.is_alive()
+        while committing.is_alive():  # a writer lets each reader go, or the thread would outlive the test
+            with contextlib.suppress(OSError):
+                os.close(os.open(admin / "HEAD", os.O_WRONLY | os.O_NONBLOCK))
+            committing.join(timeout=1)
+        assert not waited and failed
 
     def test_a_large_merge_head_is_read_no_further_than_its_start(self, repo: Path, tmp_path: Path) -> None:
         """A MERGE_HEAD of 64 MiB costs the commit far less memory than its size (it was read whole), the commit it
