@@ -156,11 +156,11 @@ def crontab_trigger(minute: str, hour: str, day: str, month: str, weekday: str, 
     crontab(5): when both day of month and weekday are restricted (not `*`), a day matching
     either runs; APScheduler 3 requires both. Picklable, for the persistent job store.
     """
-    _names_alone(month, "month", "jan-mar", "1-3")
+    months = crontab_months(month)
     weekday_names = crontab_weekdays(weekday)
 
     def cron(day: str, weekday: str) -> _CrontabTrigger:
-        return _CrontabTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=weekday, timezone=zone)
+        return _CrontabTrigger(minute=minute, hour=hour, day=day, month=months, day_of_week=weekday, timezone=zone)
 
     if day.startswith("*") or weekday.startswith("*"):
         return cron(day, weekday_names)
@@ -224,6 +224,26 @@ def _forward_within_a_day(moment: datetime, zone: tzinfo) -> timedelta:
     return max((moment.astimezone(zone).utcoffset() or timedelta(0)) - before, timedelta(0))
 
 
+def crontab_months(field: str) -> str:
+    """Month names as crontab(5) reads them, for APScheduler 3: a range of names may take a step (`jan-dec/3`).
+
+    APScheduler 3 reads no step after names; crontab runs `jan-dec/3` in January, April, July and October.
+    Such a range becomes numbers; every other part passes as written (the stored job's trigger stays the same).
+    """
+    parts = []
+    for part in field.split(","):
+        named = _NAMED_RANGE.match(part)
+        if named is not None and named.group(3) and all(name.lower() in _MONTH_NAMES for name in named.group(1, 2)):
+            first, last = (_MONTH_NAMES.index(name.lower()) + 1 for name in named.group(1, 2))
+            part = f"{first}-{last}/{named.group(3)}"
+        parts.append(part)
+    _names_alone(",".join(parts), "month", "jan-mar", "1-3")
+    return ",".join(parts)
+
+
+_MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+
+
 def crontab_weekdays(field: str) -> str:
     """Crontab weekday numbers (0 or 7 = Sunday) as names, for APScheduler 3.x (0 = Monday).
 
@@ -270,8 +290,12 @@ def _weekday_part(part: str) -> str:
         first = last = int(span)
         if step_text:  # "5/2" means 5 to the end, stepping 2
             last = 6
-    if not (0 <= first <= 7 and 0 <= last <= 7) or first > last or step < 1:
+    if not (0 <= first <= 7 and 0 <= last <= 7) or step < 1:
         raise ValueError(f"weekday {part!r} is not within 0-7 (0 and 7 are Sunday)")
+    if first > last and "-" not in span:  # "7/2": crontab refuses any step from a single day; this one's names none
+        raise ValueError(f"weekday {part!r} steps from {first}, past the week's last day (6): write {first} alone, or a range")
+    if first > last:
+        raise ValueError(f"weekday {part!r} ends before it starts (the week starts on 0, Sunday)")
     return ",".join(_WEEKDAY_NAMES[day] for day in range(first, last + 1, step))
 
 

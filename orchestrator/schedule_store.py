@@ -8,7 +8,7 @@ stop ended is put back in it, due, for the next `serve`.
 from __future__ import annotations
 
 import pickle
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,13 @@ def stored_next_run_time(store: SQLAlchemyJobStore, trigger: BaseTrigger) -> dat
         return None
     if stored is None or repr(stored.trigger) != repr(trigger):
         return None
-    return stored.next_run_time
+    pending = stored.next_run_time
+    # A time still to come that the trigger does not fire at was worked out under the zone's rules of before (the zone
+    # database updated since, a country that moved or dropped its clock changes): kept, the night would start at the
+    # old hour, so the scheduler works it out again.
+    if pending is not None and pending > datetime.now(timezone.utc) and trigger.get_next_fire_time(None, pending) != pending:
+        return None
+    return pending
 
 
 def keep_due(config: Config, run_time: datetime) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import pty
+import re
 import shutil
 import signal
 import socket
@@ -36,7 +37,7 @@ from orchestrator.crontab import crontab_trigger, crontab_weekdays, fire_times, 
 from orchestrator.night_child import _run_id_of
 from orchestrator.schedule import NIGHT_JOB_ID, build_scheduler, run_scheduled_night, serve
 from orchestrator.schedule_events import library_logs_as_events
-from orchestrator.schedule_store import SCHEDULE_TABLE
+from orchestrator.schedule_store import SCHEDULE_TABLE, keep_due
 from orchestrator.scripted import Reply, call
 from tests.conftest import git, make_repo, sighup_at_its_default, write_config
 from tests.test_night import FIX
@@ -305,6 +306,23 @@ class TestJobStore:
 
         assert len(stored_jobs(load(path))) == 1
 
+    def test_a_pending_time_the_zone_no_longer_fires_at_is_worked_out_again(self, tmp_path: Path) -> None:
+        """A stored fire time to come an hour off the cron, as one worked out before a zone database update moved
+        the clock changes, is not kept by a restart: the night starts at 01:30 by the clock, not at 02:30."""
+        path = write_schedule_config(tmp_path, cron="30 1 * * *", zone="America/Mexico_City")
+        first = build_scheduler(load(path), path, blocking=False)
+        first.start(paused=True)
+        due = first.get_job(NIGHT_JOB_ID).next_run_time
+        first.shutdown()
+        keep_due(load(path), due + timedelta(hours=1))  # the instant the zone's rules of before gave that night's 01:30
+
+        second = build_scheduler(load(path), path, blocking=False)
+        second.start(paused=True)
+        job = second.get_job(NIGHT_JOB_ID)
+        second.shutdown()
+
+        assert job.next_run_time == due
+
     def test_a_changed_cron_reschedules_the_stored_job(self, tmp_path: Path) -> None:
         """Editing [schedule] cron moves the stored job to the new time at the next start."""
         path = write_schedule_config(tmp_path, cron="30 1 * * *")
@@ -449,20 +467,30 @@ class TestTimezone:
 
         assert [moment.isoformat() for moment in next_fire_times(load(path), 5, now=before)] == expected
 
-    @pytest.mark.parametrize("zone", ["America/New_York", "Europe/Berlin", "America/Santiago", "Australia/Lord_Howe",
-                                      "America/Nuuk", "Africa/Cairo", "Pacific/Chatham", "UTC"])
-    def test_fire_times_are_crontabs_minute_by_minute(self, zone: str) -> None:
-        """Within a day of each of 2027's clock changes, each cron fires at the minutes a minute-by-minute walk of the
+    @pytest.mark.parametrize(
+        ("zone", "year"),
+        [(zone, 2027) for zone in ("America/New_York", "Europe/Berlin", "America/Santiago", "Australia/Lord_Howe",
+                                   "America/Nuuk", "Africa/Cairo", "Pacific/Chatham", "UTC")]
+        # A leap year and the 2030s; half-hour and 45-minute offsets; the southern hemisphere; tzdata's negative DST (Dublin)
+        # and Casablanca's hour back for Ramadan; zones in the year they last changed or abolished their rules (Apia's
+        # whole skipped day in 2011).
+        + [("Australia/Lord_Howe", 2028), ("Pacific/Chatham", 2032), ("Asia/Kathmandu", 2028), ("America/Santiago", 2030),
+           ("Pacific/Auckland", 2028), ("Europe/Dublin", 2028), ("Africa/Casablanca", 2028), ("Africa/Casablanca", 2035),
+           ("America/St_Johns", 2036), ("America/Mexico_City", 2022), ("Asia/Amman", 2022), ("Pacific/Apia", 2011),
+           ("Antarctica/Troll", 2039)],
+    )
+    def test_fire_times_are_crontabs_minute_by_minute(self, zone: str, year: int) -> None:
+        """Within a day of each of the year's clock changes, each cron fires at the minutes a minute-by-minute walk of the
         zone's clock matches (first pass of a repeated time; a skipped one on the offset before the change), whether
         the scheduler wakes at the fire or later."""
         tz = ZoneInfo(zone)
-        hours = [datetime(2027, 1, 1, tzinfo=timezone.utc) + timedelta(hours=hour) for hour in range(365 * 24)]
+        hours = [datetime(year, 1, 1, tzinfo=timezone.utc) + timedelta(hours=hour) for hour in range(365 * 24)]
         offsets = [(hour, hour.astimezone(tz).utcoffset()) for hour in hours]
         changes = [later for (_, offset), (later, offset_later) in zip(offsets, offsets[1:]) if offset != offset_later]
-        for change in changes or [datetime(2027, 3, 28, tzinfo=timezone.utc)]:
+        for change in changes or [datetime(year, 3, 28, tzinfo=timezone.utc)]:
             start, end = change - timedelta(days=1), change + timedelta(days=1)
             for cron in ("30 0 * * *", "30 2 * * *", "0 * * * *", "*/15 1-3 * * *", "0 0 1 * *", "0 3 * * 0", "0 0 13 * 5",
-                         "*/20 * * * *", "*/15 3 * * *", "0,45 3 * * *"):
+                         "*/20 * * * *", "*/15 3 * * *", "0,45 3 * * *", "0 0 * * 7", "30 1 * * *"):
                 expected = crontab_by_the_minute(cron, tz, start, end)
                 trigger = crontab_trigger(*cron.split(), zone=tz)
                 for late in (timedelta(0), timedelta(seconds=30)):
@@ -473,6 +501,35 @@ class TestTimezone:
                     assert fired == expected, (zone, cron, late)
                 listed = itertools.takewhile(lambda moment: moment < end, fire_times(trigger, start))  # as `--next` lists them
                 assert [moment.astimezone(timezone.utc) for moment in listed] == expected
+
+    def test_february_29th_fires_in_each_leap_year(self, tmp_path: Path) -> None:
+        """"0 2 29 2 *" is not refused as a day that never comes: it starts on 29 February 2028, 2032 and 2036."""
+        config = load(write_schedule_config(tmp_path, cron="0 2 29 2 *", zone="Europe/Berlin"))
+
+        times = next_fire_times(config, 3, now=datetime(2027, 6, 1, tzinfo=timezone.utc))
+
+        assert [moment.isoformat() for moment in times] == [
+            "2028-02-29T02:00:00+01:00", "2032-02-29T02:00:00+01:00", "2036-02-29T02:00:00+01:00"]
+
+    def test_a_range_of_month_names_takes_a_step_as_in_crontab(self, tmp_path: Path) -> None:
+        """"0 1 1 jan-dec/3 *" starts on the 1st of January, April, July and October, as crontab's does (it was refused
+        as names mixed with numbers: APScheduler 3 reads no step after names)."""
+        config = load(write_schedule_config(tmp_path, cron="0 1 1 jan-dec/3 *"))
+
+        times = next_fire_times(config, 4, now=datetime(2028, 1, 1, tzinfo=timezone.utc))
+
+        assert [moment.strftime("%d %b") for moment in times] == ["01 Jan", "01 Apr", "01 Jul", "01 Oct"]
+
+    @pytest.mark.parametrize(
+        ("weekday", "why"),
+        [("7/2", "steps from 7, past the week's last day (6)"), ("6-0", "ends before it starts"), ("8", "is not within 0-7")],
+    )
+    def test_a_weekday_refused_says_why(self, tmp_path: Path, weekday: str, why: str) -> None:
+        """A weekday field crontab refuses too is refused with its own reason: `7/2` and `6-0` were "not within 0-7"."""
+        config = load(write_schedule_config(tmp_path, cron=f"30 1 * * {weekday}"))
+
+        with pytest.raises(ConfigError, match=re.escape(f"weekday {weekday!r} {why}")):
+            next_fire_times(config)
 
     def test_day_of_month_and_weekday_fire_on_either(self, tmp_path: Path) -> None:
         """"0 1 1 * 1" starts on the 1st of each month and on every Monday (crontab's OR), in the stored job too."""
