@@ -14,12 +14,22 @@ if TYPE_CHECKING:
 
 
 def require_git() -> None:
-    """git on PATH, before anything imports GitPython (whose import fails with a 20-line banner
+    """git on PATH, and able to start, before anything imports GitPython (whose import fails with a 20-line banner
     without it) or runs it: cron's PATH may lack git's folder."""
     import shutil
+    import subprocess
 
     if shutil.which("git") is None:
         raise ConfigError(f"git not found on PATH (PATH={os.environ.get('PATH', '')}); install git or add its folder to PATH")
+    # GitPython's import runs `git version` here too, and a git that refuses to start (a broken ~/.gitconfig or
+    # /etc/gitconfig: "fatal: bad config line 1") failed it with a traceback, exit 1.
+    try:
+        version = subprocess.run(["git", "version"], capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    except OSError as error:
+        raise ConfigError(f"git cannot be run: {error}") from None
+    if version.returncode != 0:
+        said = version.stderr.strip().splitlines() or ["it said nothing"]
+        raise ConfigError(f"git cannot run (`git version` exited {version.returncode}): {said[-1]}")
 
 
 def check_log_format(log_format: str) -> None:

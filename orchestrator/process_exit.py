@@ -96,6 +96,9 @@ def run_command(app: typer.Typer) -> None:
         _run_app(app)
     except _ReaderGone:  # also from the help printed for `overnight` alone, in an except clause of _run_app
         _reader_gone()
+    except _StdoutUnwritable as failed:
+        _stdout_to_devnull()
+        fail(f"cannot write to stdout: {failed.reason}", EXIT_USAGE)
     finally:
         if watch is not None and sys.stdout is watch:  # main() called in a process that goes on (a test)
             sys.stdout = watch.stream  # type: ignore[assignment]
@@ -150,8 +153,18 @@ class _ReaderGone(Exception):
     for its own and exits 1, silently, which reads as "no runs recorded yet" from `report`."""
 
 
+class _StdoutUnwritable(Exception):
+    """stdout refused what was written for another reason than a reader gone: `report --json > r.json` on a full disk
+    (ENOSPC), a file on a failing or read-only one. No OSError, for the same reason as _ReaderGone."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.reason = error.strerror or str(error)
+
+
 class _StdoutWatch:
-    """sys.stdout, whose write or flush into a pipe nobody reads any more raises _ReaderGone."""
+    """sys.stdout, whose write or flush into a pipe nobody reads any more raises _ReaderGone, and into a file that
+    cannot take it, _StdoutUnwritable (it was a traceback, exit 1)."""
 
     def __init__(self, stream: object) -> None:
         self.stream = stream
@@ -161,12 +174,16 @@ class _StdoutWatch:
             return self.stream.write(text)  # type: ignore[attr-defined]
         except BrokenPipeError:
             raise _ReaderGone from None
+        except OSError as error:
+            raise _StdoutUnwritable(error) from None
 
     def flush(self) -> None:
         try:
             self.stream.flush()  # type: ignore[attr-defined]
         except BrokenPipeError:
             raise _ReaderGone from None
+        except OSError as error:
+            raise _StdoutUnwritable(error) from None
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.stream, name)
@@ -176,12 +193,17 @@ def _reader_gone() -> None:
     """Exit 141, quietly, as `git log | head` does: the reader asked for no more. What the command did
     (gc's removals) is done; only its output is cut short. stdout's descriptor goes to /dev/null first:
     the interpreter's own flush at exit would otherwise fail again, with a message and exit 120."""
+    _stdout_to_devnull()
+    sys.exit(EXIT_READER_GONE)
+
+
+def _stdout_to_devnull() -> None:
+    """What is left in stdout's buffer goes nowhere: the interpreter's flush at exit cannot fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
     finally:
         os.close(devnull)
-    sys.exit(EXIT_READER_GONE)
 
 
 def _is_usage_error(exc: Exception) -> bool:

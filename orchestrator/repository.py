@@ -12,6 +12,7 @@ from orchestrator.printable import shortened
 
 # What git says when it refuses the repository itself, whatever the name asked for.
 _REPOSITORY_REFUSED = ("dubious ownership", "safe.directory", "not a git repository")
+_GIT_DIED = 128  # git's exit code for a fatal error
 
 
 def open_repo(path: Path):
@@ -65,8 +66,10 @@ def check_base(repo, base: str) -> None:
         # --quiet: a name that is no commit fails silently; anything git says is about the repository
         # itself ("detected dubious ownership" when cron runs as another user than its owner).
         said = git_said(exc)
-        if any(marker in said for marker in _REPOSITORY_REFUSED):
-            reason = said.removeprefix("fatal:").strip()
+        # A name that is no commit exits 1; git dies with 128 when it cannot read the repository or its settings
+        # at all (a broken .git/config, `GIT_CONFIG_COUNT=8x`), which read as "[repo] base: 'HEAD' is not a commit".
+        if exc.status == _GIT_DIED or any(marker in said for marker in _REPOSITORY_REFUSED):
+            reason = said.removeprefix("fatal:").removeprefix("error:").strip() or f"git exited {exc.status}"
             if "dubious ownership" in reason:
                 reason += " (run overnight as the repository's owner, or add it to git's safe.directory)"
             raise ConfigError(f"[repo] path: git refuses {repo.working_tree_dir}: {reason}") from None

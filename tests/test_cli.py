@@ -974,3 +974,26 @@ class TestAReaderThatGoesAway:
         assert overnight("run", "--config", str(config)).returncode == 0
         done = overnight_into_a_closed_pipe("report", "--config", str(config), *(["--json"] if as_json else []))
         assert (done.returncode, done.stderr) == (141, "")
+
+
+class TestAStdoutThatCannotBeWritten:
+    @pytest.mark.parametrize(
+        "args",
+        [("notes", "-c", "CONFIG"), ("report", "--json", "-c", "CONFIG"), ("serve", "--next", "-c", "CONFIG"), ("--help",), ()],
+        ids=["notes", "report --json", "serve --next", "--help", "no command"],
+    )
+    def test_a_stdout_on_a_full_disk_is_one_line_exit_2(self, tmp_path, repo, args):
+        """`overnight report --json > r.json` on a full disk (/dev/full: every write fails with ENOSPC): one line and
+        exit 2, as init says of a config it cannot write; it was a traceback and exit 1."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra='[schedule]\ntimezone = "UTC"\n'
+        )
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "notes.md").write_text("## 2026-12-01 01:30 · task `fix-greet` · iteration 1 · `check_failed`\n")
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [sys.executable, "-m", "orchestrator.cli", *(str(config) if word == "CONFIG" else word for word in args)],
+                cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, timeout=60,
+                env={**os.environ, "NO_COLOR": "1"},
+            )
+        assert_one_line_error(done, 2, "cannot write to stdout: No space left on device")

@@ -207,6 +207,30 @@ class TestGitMissing:
         assert_one_line_error(result, 2, "git not found on PATH", f"PATH={bare_path}")
         assert not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize("command", ["run", "gc", "serve"])
+    def test_a_git_that_cannot_start_is_one_line_with_gits_reason(self, tmp_path, repo, command):
+        """A broken ~/.gitconfig (here GIT_CONFIG_GLOBAL's) makes every git fail, `git version` too: one line with
+        git's reason, exit 2, nothing made; GitPython's import failed with a traceback, exit 1."""
+        config = config_with(tmp_path, repo, replace=("python check_greet.py", "true"))
+        broken = tmp_path / "gitconfig"
+        broken.write_text("[user\n")
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", command, "--config", str(config), *(["--log-format", "human"] if command != "gc" else [])],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "GIT_CONFIG_GLOBAL": str(broken)},
+        )
+        assert_one_line_error(result, 2, "git cannot run", f"bad config line 1 in file {broken}")
+        assert not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize("command", ["run", "gc"])
+    def test_a_repository_whose_config_git_cannot_read_blames_the_repository(self, tmp_path, repo, command):
+        """A broken .git/config: the line names [repo] path and git's reason; it said "[repo] base: 'HEAD' is not a commit"."""
+        config = config_with(tmp_path, repo, replace=("python check_greet.py", "true"))
+        with (repo / ".git" / "config").open("a") as settings:
+            settings.write("[core\n")
+        result = overnight(command, "--config", str(config), *(["--log-format", "human"] if command != "gc" else []))
+        assert_one_line_error(result, 2, "[repo] path: git refuses", "bad config line")
+        assert "[repo] base" not in result.stderr
+
 
 class TestBase:
     @pytest.mark.parametrize("base", ["HEAD^{tree}", "treetag"])
