@@ -20,6 +20,7 @@ from typing import Iterator
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.cron.expressions import RangeExpression
 
 from orchestrator.config import Config
 from orchestrator.errors import ConfigError
@@ -233,9 +234,17 @@ def crontab_months(field: str) -> str:
     parts = []
     for part in field.split(","):
         named = _NAMED_RANGE.match(part)
-        if named is not None and named.group(3) and all(name.lower() in _MONTH_NAMES for name in named.group(1, 2)):
+        if named is not None and all(name.lower() in _MONTH_NAMES for name in named.group(1, 2)):
             first, last = (_MONTH_NAMES.index(name.lower()) + 1 for name in named.group(1, 2))
-            part = f"{first}-{last}/{named.group(3)}"
+            if first > last:
+                raise ValueError(f"month {part!r} ends before it starts (the year starts on jan)")
+            if named.group(3):
+                # Checked here, as written: APScheduler's reason would quote the numbers (`'1-12/13'`) and not the field.
+                try:
+                    RangeExpression(first, last, named.group(3)).validate_range("month")
+                except ValueError as exc:
+                    raise ValueError(f"month {part!r}: {_first_line(exc)}") from None
+                part = f"{first}-{last}/{named.group(3)}"
         parts.append(part)
     _names_alone(",".join(parts), "month", "jan-mar", "1-3")
     return ",".join(parts)
@@ -266,7 +275,8 @@ _NAMES_PART = re.compile(r"^[a-z]+(?:-[a-z]+)?$", re.IGNORECASE)
 _NAMED_RANGE = re.compile(r"^([a-z]+)-([a-z]+)(?:/(\d+))?$", re.IGNORECASE)
 
 
-def _weekday_part(part: str) -> str:
+def _weekday_part(written: str) -> str:
+    part = written
     named = _NAMED_RANGE.match(part)
     if named is not None and all(name.lower() in _WEEKDAY_NAMES for name in named.group(1, 2)):
         # APScheduler 3 counts `sun` last (6), crontab first (0): `sun-thu` is refused there as a range
@@ -274,7 +284,7 @@ def _weekday_part(part: str) -> str:
         first, last = (_WEEKDAY_NAMES.index(name.lower()) for name in named.group(1, 2))
         last = 7 if last == 0 and first > 0 else last  # `sat-sun`: Sunday as the week's end, 7
         if first > last:
-            raise ValueError(f"weekday {part!r} ends before it starts (the week starts on sun)")
+            raise ValueError(f"weekday {written!r} ends before it starts (the week starts on sun)")
         part = f"{first}-{last}" + (f"/{named.group(3)}" if named.group(3) else "")
     match = _NUMERIC_PART.match(part)
     if match is None or part == "*":
@@ -290,12 +300,14 @@ def _weekday_part(part: str) -> str:
         first = last = int(span)
         if step_text:  # "5/2" means 5 to the end, stepping 2
             last = 6
-    if not (0 <= first <= 7 and 0 <= last <= 7) or step < 1:
-        raise ValueError(f"weekday {part!r} is not within 0-7 (0 and 7 are Sunday)")
+    if not (0 <= first <= 7 and 0 <= last <= 7):
+        raise ValueError(f"weekday {written!r} is not within 0-7 (0 and 7 are Sunday)")
+    if step < 1:
+        raise ValueError(f"weekday {written!r} steps by 0 (a step is 1 or more)")
     if first > last and "-" not in span:  # "7/2": crontab refuses any step from a single day; this one's names none
-        raise ValueError(f"weekday {part!r} steps from {first}, past the week's last day (6): write {first} alone, or a range")
+        raise ValueError(f"weekday {written!r} steps from {first}, past the week's last day (6): write {first} alone, or a range")
     if first > last:
-        raise ValueError(f"weekday {part!r} ends before it starts (the week starts on 0, Sunday)")
+        raise ValueError(f"weekday {written!r} ends before it starts (the week starts on 0, Sunday)")
     return ",".join(_WEEKDAY_NAMES[day] for day in range(first, last + 1, step))
 
 

@@ -8,7 +8,7 @@ stop ended is put back in it, due, for the next `serve`.
 from __future__ import annotations
 
 import pickle
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +77,10 @@ def stored_next_run_time(store: SQLAlchemyJobStore, trigger: BaseTrigger) -> dat
         return None
     if stored is None or repr(stored.trigger) != repr(trigger):
         return None
-    pending = stored.next_run_time
-    # A time still to come that the trigger does not fire at was worked out under the zone's rules of before (the zone
-    # database updated since, a country that moved or dropped its clock changes): kept, the night would start at the
-    # old hour, so the scheduler works it out again.
-    if pending is not None and pending > datetime.now(timezone.utc) and trigger.get_next_fire_time(None, pending) != pending:
-        return None
-    return pending
+    # Kept by the zone's clock (a pickled datetime is its local time and the zone's name): an update of the zone
+    # database moves it with the new rules. A time the old rules put off (a skipped 02:30 kept as 03:30) stays put for
+    # that one night: worked out again from now, a restart inside the hour between would skip the night.
+    return stored.next_run_time
 
 
 def keep_due(config: Config, run_time: datetime) -> None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import zoneinfo
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from orchestrator.crontab import crontab_trigger, crontab_weekdays, fire_times, 
 from orchestrator.night_child import _run_id_of
 from orchestrator.schedule import NIGHT_JOB_ID, build_scheduler, run_scheduled_night, serve
 from orchestrator.schedule_events import library_logs_as_events
-from orchestrator.schedule_store import SCHEDULE_TABLE, keep_due
+from orchestrator.schedule_store import SCHEDULE_TABLE
 from orchestrator.scripted import Reply, call
 from tests.conftest import git, make_repo, sighup_at_its_default, write_config
 from tests.test_night import FIX
@@ -306,20 +307,53 @@ class TestJobStore:
 
         assert len(stored_jobs(load(path))) == 1
 
-    def test_a_pending_time_the_zone_no_longer_fires_at_is_worked_out_again(self, tmp_path: Path) -> None:
-        """A stored fire time to come an hour off the cron, as one worked out before a zone database update moved
-        the clock changes, is not kept by a restart: the night starts at 01:30 by the clock, not at 02:30."""
-        path = write_schedule_config(tmp_path, cron="30 1 * * *", zone="America/Mexico_City")
-        first = build_scheduler(load(path), path, blocking=False)
-        first.start(paused=True)
-        due = first.get_job(NIGHT_JOB_ID).next_run_time
-        first.shutdown()
-        keep_due(load(path), due + timedelta(hours=1))  # the instant the zone's rules of before gave that night's 01:30
+    def test_a_pending_time_the_old_zone_rules_put_off_is_kept_through_a_zone_database_update(self, tmp_path: Path) -> None:
+        """A night stored at 03:30 because the zone skipped 02:30 that night still starts at 03:30 by the clock after an
+        update of the zone database that dropped the clock change: worked out again from the restart, a restart between
+        02:30 and 03:30 would skip the night, and an hour late once is the lesser harm (docs/scheduling.md)."""
+        before, after = tmp_path / "zones-before" / "Overnight", tmp_path / "zones-after" / "Overnight"
+        before.mkdir(parents=True)
+        after.mkdir(parents=True)
+        (before / "Zone").write_bytes(zone_file("America/Chicago").read_bytes())  # clocks forward on March's 2nd Sunday
+        (after / "Zone").write_bytes(zone_file("America/Regina").read_bytes())  # the same standard time, no changes
+        today = datetime.now(timezone.utc)
+        year = today.year if today < datetime(today.year, 3, 1, tzinfo=timezone.utc) else today.year + 1
+        day = 8 + (6 - datetime(year, 3, 8).weekday()) % 7  # March's second Sunday
+        path = write_schedule_config(tmp_path, cron=f"30 2 {day} 3 *", zone="Overnight/Zone")
+        zones_of_this_process = zoneinfo.TZPATH
+        try:
+            zoneinfo.reset_tzpath(to=[str(before.parent)])
+            ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
+            first = build_scheduler(load(path), path, blocking=False)
+            first.start(paused=True)
+            stored = first.get_job(NIGHT_JOB_ID).next_run_time.isoformat()
+            first.shutdown()
+            zoneinfo.reset_tzpath(to=[str(after.parent)])
+            ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
+            second = build_scheduler(load(path), path, blocking=False)
+            second.start(paused=True)
+            restarted = second.get_job(NIGHT_JOB_ID).next_run_time.isoformat()
+            second.shutdown()
+        finally:
+            zoneinfo.reset_tzpath(to=zones_of_this_process)
+            ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
 
-        second = build_scheduler(load(path), path, blocking=False)
-        second.start(paused=True)
-        job = second.get_job(NIGHT_JOB_ID)
-        second.shutdown()
+        assert (stored, restarted) == (f"{year}-03-{day:02d}T03:30:00-05:00", f"{year}-03-{day:02d}T03:30:00-06:00")
+
+    def test_a_pending_time_in_the_repeated_hour_written_in_another_zone_is_kept(self, tmp_path: Path) -> None:
+        """A pending fire time still to come in the hour the clocks repeat is kept when it was written in UTC: it is the same
+        instant as the trigger's, though Python never finds a time there equal to one of another tzinfo."""
+        path = write_schedule_config(tmp_path, cron="30 2 * * *", zone="Europe/Berlin")
+        today = datetime.now(timezone.utc)
+        year = today.year if today < datetime(today.year, 10, 1, tzinfo=timezone.utc) else today.year + 1
+        day = 31 - (datetime(year, 10, 31).weekday() + 1) % 7  # October's last Sunday: 03:00 goes back to 02:00
+        due = datetime(year, 10, day, 2, 30, tzinfo=ZoneInfo("Europe/Berlin")).astimezone(timezone.utc)  # the first 02:30
+        store_job_due_at(path, due)
+
+        scheduler = build_scheduler(load(path), path, blocking=False)
+        scheduler.start(paused=True)
+        job = scheduler.get_job(NIGHT_JOB_ID)
+        scheduler.shutdown()
 
         assert job.next_run_time == due
 
@@ -522,13 +556,28 @@ class TestTimezone:
 
     @pytest.mark.parametrize(
         ("weekday", "why"),
-        [("7/2", "steps from 7, past the week's last day (6)"), ("6-0", "ends before it starts"), ("8", "is not within 0-7")],
+        [("7/2", "steps from 7, past the week's last day (6)"), ("6-0", "ends before it starts"), ("8", "is not within 0-7"),
+         ("*/0", "steps by 0"), ("sun-sat/0", "steps by 0")],
     )
     def test_a_weekday_refused_says_why(self, tmp_path: Path, weekday: str, why: str) -> None:
-        """A weekday field crontab refuses too is refused with its own reason: `7/2` and `6-0` were "not within 0-7"."""
+        """A weekday field crontab refuses too is refused with its own reason, quoted as written: `7/2`, `6-0` and a step of 0
+        were "not within 0-7", `sun-sat/0` quoted as '0-6/0'."""
         config = load(write_schedule_config(tmp_path, cron=f"30 1 * * {weekday}"))
 
         with pytest.raises(ConfigError, match=re.escape(f"weekday {weekday!r} {why}")):
+            next_fire_times(config)
+
+    @pytest.mark.parametrize(
+        ("month", "why"),
+        [("dec-jan/2", " ends before it starts"), ("Dec-Jan", " ends before it starts"), ("jan-mar/0", ": Increment must be"),
+         ("jan-dec/13", ": the step value (13) is higher")],
+    )
+    def test_a_range_of_month_names_refused_names_the_field_as_written(self, tmp_path: Path, month: str, why: str) -> None:
+        """A range of month names refused names the month field and quotes the range as written: APScheduler's reason alone
+        named neither, or quoted the numbers it became ('1-12/13')."""
+        config = load(write_schedule_config(tmp_path, cron=f"0 1 1 {month} *"))
+
+        with pytest.raises(ConfigError, match=re.escape(f"month {month!r}{why}")):
             next_fire_times(config)
 
     def test_day_of_month_and_weekday_fire_on_either(self, tmp_path: Path) -> None:
