@@ -6,15 +6,19 @@
 
 Each is read only where its name leaves no doubt that a secret follows: `--password-file PATH` names where one is kept,
 `mkdir -p build`, `ssh -p 2222` are no mysql, `sort -u` no curl, a published port (`docker run --name mongo -p 27017:27017`)
-no mongo's password, `Cookie: <redacted>` holds none. Every search from a start reads a bounded stretch or up to the next
-start (possessive, bounded repeats), so a value is read in time linear in its length: a 1 MB run of near misses in well
-under a second.
+no mongo's password, `Cookie: <redacted>` holds none, nor a tool's name that plainly runs nothing there (tool_not_run.py:
+`pytest -k mongo -p plugin`, `$(mysql --version) -pedantic-errors`). Every search from a start reads a bounded stretch or up
+to the next start (possessive, bounded repeats), so a value is read in time linear in its length: a 1 MB run of near misses
+in well under a second.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
+
+from orchestrator.tool_not_run import names_no_command_that_runs
 
 # A command line's option whose name ends in a word that says its value is a secret (`--password=...`, `--token ...`,
 # `--api-key ...`, `-storepassword ...`; split at `-`, `_` and camel case): its value after `=`, or the next word where
@@ -59,14 +63,15 @@ def _command_name(tools: str) -> str:
 
 def _tool_option(tools: str, option: str, value: str = _WORD_VALUE, *, words: str = r"[^\s;|&]++") -> re.Pattern[str]:
     """An option of `tools` that takes a secret (`option`, then its `value`): only after the tool's name, among its first 32
-    `words` on the same command: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none. The name begins a word, or ends a path
-    that does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors` holds none. A search from each name
-    reads up to the next word that holds a name where a search starts (`/usr/bin/mysql`, `x=mysql`, `"mysql`) or 32 words:
-    each word is read from one name, not from each of 32 before it (`x=curl ` 32 times, then a 1 MB path)."""
+    `words` on the same command: `sort -u`, `ls -a`, `git -P` and `ssh -p 22` hold none. The name begins a word (a Makefile
+    recipe's `@mysql` too), or ends a path that does not begin with `-`: a compiler's `-I/usr/include/mysql -pedantic-errors`
+    holds none. A search from each name reads up to the next word that holds a name where a search starts (`/usr/bin/mysql`,
+    `x=mysql`, `"mysql`) or 32 words: each word is read from one name, not from each of 32 before it (`x=curl ` 32 times,
+    then a 1 MB path). `_found` leaves out the names that plainly run nothing."""
     name = _command_name(tools)
     return re.compile(
-        rf"""(?<![^\s;|&(`'"=]){name}
-        (?:[ \t]++(?!{option}{value}|(?:[^\s;|&]*[(`'"=])?{name}\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
+        rf"""(?<![^\s;|&(`'"=@]){name}
+        (?:[ \t]++(?!{option}{value}|(?:[^\s;|&]*[(`'"=@])?{name}\s)(?:{words})){{0,32}}+[ \t]++{option}{value}""",
         re.VERBOSE,
     )
 
@@ -95,7 +100,8 @@ _TOOL_OPTIONS = (
     # SQL Server's command-line tools: `sqlcmd`, `bcp` and `osql` (`-E`, `-T`: a trusted connection, no password).
     *((tool, _tool_option(tool, r"-P[ \t]*+(?=[^\s-])")) for tool in ("sqlcmd", "bcp", "osql")),
     # The MySQL and MariaDB clients' `-pPASSWORD`, attached: a `-p` alone asks for it (the next word is the database).
-    *((name, _tool_option(rf"{name}[\w-]*+", rf"-p(?!{_NO_PASSWORD})")) for name in ("mysql", "mariadb")),
+    # Not `mysql_config`, `mariadb-config` nor `mysql_config_editor`: they print a build's flags or keep logins, take no password.
+    *((name, _tool_option(rf"{name}(?![-_]config)[\w-]*+", rf"-p(?!{_NO_PASSWORD})")) for name in ("mysql", "mariadb")),
     # The MongoDB shells' and tools' `-p PASSWORD`, or attached; a `-p` alone asks for it.
     ("mongo", _tool_option(
         r"mongo(?:sh|dump|restore|export|import|files|stat|top)?+",
@@ -107,7 +113,7 @@ _CURL_COOKIES = _tool_option("curl", r"-b[ \t]*+")
 # Apache's `htpasswd -b FILE USER PASSWORD` (`-nb USER PASSWORD` prints the entry instead): the last of its arguments after
 # flags that include `b`; a number after a flag is its value (`-C 10`, bcrypt's cost). Groups: the flags, then the arguments.
 _HTPASSWD = re.compile(
-    rf"""(?<![^\s;|&(`'"=]){_command_name("htpasswd")}
+    rf"""(?<![^\s;|&(`'"=@]){_command_name("htpasswd")}
     ((?:[ \t]++-[A-Za-z]++(?:[ \t]++[0-9]++(?=\s))?+){{1,8}}+)((?:[ \t]++(?!-){_WORD_VALUE}){{2,3}}+)""",
     re.VERBOSE,
 )
@@ -152,13 +158,25 @@ def inline_secrets(value: str) -> list[str]:
 
 def _tool_secrets(value: str) -> list[str]:
     """The values of the secret options of the tools `value` names (`_TOOL_OPTIONS`, `_HTPASSWD`), and curl's `-b` cookies."""
-    found = [_written(option.groups()) for name, search in _TOOL_OPTIONS if name in value for option in search.finditer(value)]
+    found = [_written(option.groups()) for name, search in _TOOL_OPTIONS if name in value for option in _found(search, value)]
     if "curl" in value:
-        cookies = [_written(option.groups()) for option in _CURL_COOKIES.finditer(value)]
+        cookies = [_written(option.groups()) for option in _found(_CURL_COOKIES, value)]
         found += [secret for cookie in cookies if "=" in cookie for secret in _cookie_values(cookie, every=True)]
     if "htpasswd" in value:
-        found += [password for login in _HTPASSWD.finditer(value) if (password := _htpasswd_password(login)) is not None]
+        found += [password for login in _found(_HTPASSWD, value) if (password := _htpasswd_password(login)) is not None]
     return found
+
+
+def _found(search: re.Pattern[str], value: str) -> Iterator[re.Match[str]]:
+    """`search`'s matches in `value` (a tool's name, then its option), but those whose name plainly runs nothing there
+    (tool_not_run.py); after one of those, from the next character: a later name it read past may still run."""
+    position = 0
+    while (match := search.search(value, position)) is not None:
+        if names_no_command_that_runs(value, match.start(), match.end()):
+            position = match.start() + 1
+        else:
+            yield match
+            position = match.end()
 
 
 def _htpasswd_password(login: re.Match[str]) -> str | None:

@@ -1,0 +1,141 @@
+"""A tool's password on a command line is found wherever a command may run the tool, and not where its name is plainly the
+argument of a command that takes text (tool_not_run.py, through inline_secrets.py's tool options)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.inline_secrets import inline_secrets
+from orchestrator.secrecy import withheld
+
+# Realistic values that hold a tool's password, each with the password, as a variable may hold them: shell lines, Makefile
+# recipes, CI, compose and Kubernetes YAML, Dockerfiles, Procfiles, runners, wrappers, paths, and every tool the searches know.
+SECRET_COMMANDS = [
+    ("mysql -u app -pS3cretA1 shop", "S3cretA1"),
+    ("$ mysql -u root -pS3cretA2", "S3cretA2"),
+    ("# mysql -uroot -pS3cretA3 -e 'show databases'", "S3cretA3"),
+    ("RUN mysql -uroot -pS3cretA4 < /init.sql", "S3cretA4"),
+    ("RUN apt-get install -y mysql-client && mysql -h db -pS3cretA5", "S3cretA5"),
+    ("command: mysql -h db -u app -pS3cretA6", "S3cretA6"),
+    ('command: ["sh", "-c", "mysqladmin ping -h db -pS3cretA7"]', "S3cretA7"),
+    ("  - mysql -h 127.0.0.1 -uroot -pS3cretA9 -e 'create database t'", "S3cretA9"),
+    ("script: mysqldump -u app -pS3cretB1 shop > dump.sql", "S3cretB1"),
+    ("\t@mysql -u app -pS3cretB2 shop < schema.sql", "S3cretB2"),
+    ("\tmysqldump -u app -pS3cretB3 shop | gzip > shop.sql.gz", "S3cretB3"),
+    ("web: mysql -h $DB_HOST -pS3cretB4 shop", "S3cretB4"),
+    ('bash -c "mysql -u app -pS3cretB5 shop"', "S3cretB5"),
+    ("sh -c 'mysql -u app -pS3cretB6 -e \"select 1\"'", "S3cretB6"),
+    ('su -c "mysql -pS3cretB7" mysql', "S3cretB7"),
+    ("su postgres -c 'mysql -pS3cretB8'", "S3cretB8"),
+    ("ls *.sql | xargs -n1 mysql -u app -pS3cretB9 shop -e", "S3cretB9"),
+    ("watch -n 5 mysqladmin -u root -pS3cretC1 status", "S3cretC1"),
+    ("nohup mysqldump -u app -pS3cretC2 shop > /tmp/d.sql &", "S3cretC2"),
+    ("flock /tmp/db.lock mysql -u app -pS3cretC3 shop", "S3cretC3"),
+    ("time mysql -u app -pS3cretC4 shop < q.sql", "S3cretC4"),
+    ("command mysql -u app -pS3cretC5", "S3cretC5"),
+    ("exec mysql -u app -pS3cretC6 shop", "S3cretC6"),
+    ("{ mysql -u app -pS3cretC7 shop; }", "S3cretC7"),
+    ("if mysql -u app -pS3cretC8 -e 'select 1'; then echo up; fi", "S3cretC8"),
+    ("! mysql -u app -pS3cretC9 -e 'select 1'", "S3cretC9"),
+    ("/usr/bin/mysql -u app -pS3cretD1", "S3cretD1"),
+    ("./mysql -u app -pS3cretD2", "S3cretD2"),
+    ("ssh db1 mysql -u app -pS3cretD3 shop", "S3cretD3"),
+    ("ssh db1 'mysql -u app -pS3cretD4 shop'", "S3cretD4"),
+    ("docker exec -i db mysql -uroot -pS3cretD5 shop < dump.sql", "S3cretD5"),
+    ("docker compose exec db mysql -uroot -pS3cretD6", "S3cretD6"),
+    ("kubectl exec -it mysql-0 -- mysql -uroot -pS3cretD7", "S3cretD7"),
+    ("npx mysql -u app -pS3cretD8", "S3cretD8"),
+    ("poetry run mysql -u app -pS3cretD9", "S3cretD9"),
+    ("/usr/bin/sudo mysql -u root -pS3cretE1", "S3cretE1"),
+    ("sudo -u git mysql -u app -pS3cretE2", "S3cretE2"),
+    ("sudo -u mysql mysql -pS3cretE3", "S3cretE3"),
+    ("FOO=1 mysql -u app -pS3cretE4", "S3cretE4"),
+    ("MYSQL_CMD=mysql -u app -pS3cretE5 shop", "S3cretE5"),
+    ("find db -name '*.sql' -exec mysql -u app -pS3cretE6 shop -e 'source {}' \\;", "S3cretE6"),
+    ("git bisect run mysql -u app -pS3cretE7 -e 'select 1'", "S3cretE7"),
+    ("echo mysql -u app -pS3cretE8 | ssh db1", "S3cretE8"),
+    ('mysql -e "select now()" -pS3cretE9', "S3cretE9"),
+    ("mysql -h $(hostname) -pS3cretF1", "S3cretF1"),
+    ("mysql -h `hostname` -pS3cretF2", "S3cretF2"),
+    ("(cd db && mysql -u app -pS3cretF3 shop)", "S3cretF3"),
+    ("COUNT=$(mysql -N -u app -pS3cretF4 -e 'select count(*) from t')", "S3cretF4"),
+    ("mariadb -u app -pS3cretF5 shop", "S3cretF5"),
+    ("mariadb-dump -u app -pS3cretF6 shop", "S3cretF6"),
+    ("mysql_upgrade -u root -pS3cretF7", "S3cretF7"),
+    ("mongosh mongodb://db/shop -u app -p S3cretF8", "S3cretF8"),
+    ("mongo -u admin -p S3cretF9 --authenticationDatabase admin", "S3cretF9"),
+    ("mongodump -u app -p S3cretG1 --db shop", "S3cretG1"),
+    ("mongorestore -u app -pS3cretG2 dump/", "S3cretG2"),
+    ("redis-cli -h cache -a S3cretG3 ping", "S3cretG3"),
+    ("redis-cli --pass S3cretG4 info", "S3cretG4"),
+    ("docker exec cache redis-cli -a S3cretG5 flushall", "S3cretG5"),
+    ("sshpass -p S3cretG6 ssh deploy@host", "S3cretG6"),
+    ("sshpass -P assword -p S3cretG7 scp a host:", "S3cretG7"),
+    ("sqlcmd -S db -U sa -P S3cretG8 -Q 'select 1'", "S3cretG8"),
+    ("bcp shop.dbo.t out t.dat -S db -U sa -P S3cretG9 -c", "S3cretG9"),
+    ("osql -S db -U sa -P S3cretH1", "S3cretH1"),
+    ("keytool -list -keystore ks.jks -storepass S3cretH2", "S3cretH2"),
+    ("jarsigner -keystore ks.jks -storepass S3cretH3 app.jar alias", "S3cretH3"),
+    ("curl -u admin:S3cretH4 https://example.com/api", "S3cretH4"),
+    ("htpasswd -b /etc/nginx/.htpasswd admin S3cretH5", "S3cretH5"),
+    ("RUN htpasswd -bc /etc/nginx/.htpasswd admin S3cretH6", "S3cretH6"),
+    ("pytest -k mongo && mongosh -u app -p S3cretH7", "S3cretH7"),
+    ("grep -q ok log; mysql -u app -pS3cretH8", "S3cretH8"),
+    ("git pull && mysql -u app -pS3cretH9 < migrate.sql", "S3cretH9"),
+    ("pip install mysqlclient\nmysql -u app -pS3cretI1", "S3cretI1"),
+    ("timeout 30 mysql -u app -pS3cretI2 shop", "S3cretI2"),
+    ("env MYSQL_HOST=db mysql -u app -pS3cretI3", "S3cretI3"),
+    ("cat schema.sql | mysql -u app -pS3cretI4 shop", "S3cretI4"),
+    ("mysql.exe -u app -pS3cretI5", "S3cretI5"),
+    ("python3 -m mysql -u app -pS3cretI6", "S3cretI6"),
+]
+# Realistic values where a tool's name is another command's argument, a word that only begins with one, or its command ends
+# before the option: no password.
+ORDINARY_COMMANDS = [
+    "gcc $(mysql_config --cflags) -pedantic-errors -o x x.c",
+    "cc `mariadb_config --libs` -pedantic-errors x.c",
+    "$(mysql --version) -pedantic-errors",
+    "pytest -k mongo -p pytest_randomly",
+    "pytest tests -k mongo -p no_such_plugin_at_all",
+    "py.test -k redis-cli -p xdist_worker_plugin",
+    "python -m pytest -k mongo -p pytest_randomly",
+    "poetry run pytest -k mongo -p pytest_randomly",
+    "uv run pytest -k mysql -p pytest_randomly",
+    "TEST_CMD=pytest -k mongo -p pytest_randomly",
+    'sh -c "pytest -k mongo -p pytest_randomly"',
+    "timeout 600 pytest -k mongo -p pytest_randomly",
+    "grep -r mysql src -ptest_things",
+    "rg mysql -pattern-file",
+    "git log --grep mongo -patch-with-stat",
+    "git log --grep mysql -pStr0ng-Passw0rd",
+    "pip install mysqlclient -progress-bar-off",
+    "apt-get install -y mysql-client -plain-output",
+    "find . -name mysql -print",
+    "ls /etc/mysql -partial-listing",
+    "cat /etc/mysql -passwordless",
+    "which mongo -pretend-flag",
+    "make test; pytest -k mongo -p pytest_randomly",
+    "- pytest -k mongo -p pytest_randomly",
+    "$ pytest -k mongo -p pytest_randomly",
+    "RUN pip install mysqlclient -progress-bar-off",
+    "script: pytest -k mongo -p pytest_randomly",
+    "\t@pytest -k mongo -p pytest_randomly",
+    "sudo pytest -k mongo -p pytest_randomly",
+]
+
+
+@pytest.mark.parametrize(("value", "secret"), SECRET_COMMANDS)
+def test_a_tools_password_is_found_wherever_a_command_may_run_the_tool(value: str, secret: str) -> None:
+    """A tool's password is found in a shell line, a recipe, a YAML or Dockerfile line, a Procfile, after runners (`sh -c`,
+    `sudo`, `xargs`, `watch`, `docker exec`, `npx`, ...) and the shell's words, after a path, for every tool known; and the
+    variable that holds it is withheld."""
+    assert secret in inline_secrets(value)
+    assert withheld({"TOOL_ARGS": value}) == ["TOOL_ARGS"]
+
+
+@pytest.mark.parametrize("value", ORDINARY_COMMANDS)
+def test_a_tools_name_that_a_text_command_takes_holds_no_password(value: str) -> None:
+    """A tool's name that pytest's `-k`, grep, git, pip, apt-get, find, ls, cat or which takes as text, a `mysql_config`, or a
+    name whose `$(...)` or backquotes close before the option holds no password, and withholds nothing."""
+    assert inline_secrets(value) == []
+    assert withheld({"TOOL_ARGS": value}) == []
