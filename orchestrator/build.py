@@ -140,7 +140,7 @@ def check_repository(config: Config) -> Any:
     if state == top or state.is_relative_to(git_dir):
         where = "the repository's own folder" if state == top else "inside its .git"
         raise ConfigError(f"[state] dir: {state} is {where}; name a folder of its own (the default is .overnight)")
-    where = tracked_files_problem(repo, state, top)
+    where = tracked_files_problem(state)
     if where:
         raise ConfigError(
             f"[state] dir: {state} is {where}, which a night would overwrite (notes.md) or delete (old transcripts/, "

@@ -65,8 +65,8 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _state_dir_not_home(self) -> "Config":
-        # A night deletes old transcripts/*.jsonl and the repository's worktrees it finds in worktrees/, and writes
-        # notes.md, all in its state dir: in the home folder (`~`) or above it (`/`), those were the user's own.
+        # A night writes notes.md, runs.db and its locks in its state dir: in the home folder (`~`) or above it (`/`), over
+        # the user's own files of those names.
         state = Path(os.path.realpath(self.base_dir / os.path.expanduser(self.state.dir)))
         where = outside_home_problem(state)
         if where:

@@ -64,7 +64,7 @@ def collect_garbage(config: Config, *, force: bool = False, dry_run: bool = Fals
     check_base(repo, config.repo.base)
     sweep = Sweep(GcGit(config.repo_path), Path(repo.common_dir), config, force, dry_run)
     _repair_moved(repo, config.worktrees_dir)
-    ours, detached, checked_out, locks = worktrees(sweep.git, config.worktrees_dir)
+    ours, detached, checked_out, locks = worktrees(sweep.git, config.worktrees_dir, sweep.common)
     # `ours` too: a task's worktree whose branch a person deleted (`git update-ref -d`) is still the task's.
     stale = sorted((task_branches(sweep.git) | ours.keys() | detached.keys()) - {task.name for task in config.task})
     removed_worktrees, kept_worktrees, kept_on_branch = sweep.worktrees(stale, ours, detached, locks)

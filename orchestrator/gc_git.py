@@ -7,6 +7,8 @@ from pathlib import Path
 
 from orchestrator.command_environment import UNATTENDED_ENV, base_environment
 from orchestrator.errors import ConfigError
+from orchestrator.gitdir import admin_dir
+from orchestrator.overnights_own import is_task_worktree
 from orchestrator.task_branches import BRANCH_PREFIX
 
 _GIT_ENV = {**UNATTENDED_ENV, "LC_ALL": "C"}  # C: git's messages are parsed
@@ -77,14 +79,15 @@ def task_branches(git: GcGit) -> set[str]:
     return {name for name in names if "/" not in name}
 
 
-def worktrees(git: GcGit, worktrees_dir: Path) -> tuple[dict[str, Path], dict[str, tuple[Path, str]], dict[str, str], dict[Path, str]]:
+def worktrees(git: GcGit, worktrees_dir: Path, common: Path) -> tuple[dict[str, Path], dict[str, tuple[Path, str]], dict[str, str], dict[Path, str]]:
     """Task worktrees by task name (on their branch, and on a detached HEAD), where every other
     worktree has its branch checked out (by branch), and the locked worktrees with the lock's
     reason ("" when none was given).
 
     Only `<worktrees_dir>/<task>` is a task's: on `overnight/<task>`, or detached (with its HEAD
     commit; git makes a person detach it to check the task's branch out in their own checkout for
-    review). The main worktree and any the user added are theirs, whatever their branch, and
+    review), when a night marked it as the task's (overnights_own.py). The main worktree and any
+    the user added are theirs, whatever their branch (a detached one in `<worktrees_dir>` too), and
     their branches stay.
     """
     ours: dict[str, Path] = {}
@@ -102,13 +105,19 @@ def worktrees(git: GcGit, worktrees_dir: Path) -> tuple[dict[str, Path], dict[st
         in_home = index > 0 and path.resolve().parent == home
         if in_home and branch == BRANCH_PREFIX + path.name:
             ours[path.name] = path
-        elif in_home and "detached" in block and "/" not in path.name:
+        elif in_home and "detached" in block and "/" not in path.name and _marked_as_the_tasks(path, common):
             detached[path.name] = (path, block.get("HEAD", "HEAD"))
         elif branch and "prunable" in block:
             theirs[branch] = f"{path}, a folder that no longer exists (`git worktree prune` forgets it)"
         elif branch:
             theirs[branch] = str(path)
     return ours, detached, theirs, locks
+
+
+def _marked_as_the_tasks(path: Path, common: Path) -> bool:
+    """Whether the detached worktree at `path` is its task's: a person's own, detached there, is not (overnights_own.py)."""
+    admin = admin_dir(path, common)
+    return admin is not None and is_task_worktree(admin, path.name)
 
 
 def _worktree_blocks(git: GcGit) -> list[dict[str, str]]:

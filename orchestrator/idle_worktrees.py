@@ -11,6 +11,7 @@ from orchestrator.git_errors import git_reason
 from orchestrator.git_locks import remove_git_locks
 from orchestrator.gitdir import is_worktree_of, linked_admin_dir
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
+from orchestrator.overnights_own import is_task_worktree
 from orchestrator.repository import open_repo
 from orchestrator.task_branches import branch_for
 from orchestrator.vanished_repository import of_a_vanished_repository, settle_orphaned_worktree
@@ -22,19 +23,25 @@ from orchestrator.worktree_removal import remove_worktree, set_aside
 def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
     """Under the state lock nobody works in these: anything uncommitted is debris of a death.
 
-    Only what overnight made is touched: worktrees of this repository, and what a
-    `git worktree add` killed half way leaves (an empty folder, or one holding only its
-    `.git` link). Anything else found there (a person's folder, another repository's
-    checkout) is left as it is.
+    Only what overnight made is touched: the tasks' worktrees of this repository (overnights_own.py),
+    and what a `git worktree add` killed half way leaves (an empty folder, or one holding only its
+    `.git` link). Anything else found there (a person's folder, their own worktree of this
+    repository, another repository's checkout) is left as it is.
     """
     root = config.worktrees_dir
     if not root.is_dir():
         return
     repo = open_repo(config.repo_path)
+    tasks = {task.name for task in config.task}
     for path in sorted(p for p in root.iterdir() if p.name not in skip and p.is_dir() and not p.is_symlink()):
         repair_moved(repo, path)  # moved with the state dir: ours still, and what a person left there is kept
         if of_a_vanished_repository(repo, path):
-            settle_orphaned_worktree(config, repo, path, log)
+            # A configured task's must go for its worktree to be made anew, as must a killed `worktree add`'s bare `.git`
+            # link; any other may be a person's, of a clone of theirs since deleted.
+            if path.name in tasks or [entry.name for entry in path.iterdir()] == [".git"]:
+                settle_orphaned_worktree(config, repo, path, log)
+            else:
+                log.warning("worktree_folder_kept", task=path.name, why="a worktree of a repository that is gone, of no task: left as it is")
             continue
         link = linked_admin_dir(repo, path)
         if link is None or not is_worktree_of(repo, path):
@@ -43,6 +50,10 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
                 remove_worktree(config, repo, path, log, why="creation was interrupted")
             else:
                 log.warning("worktree_folder_kept", task=path.name, why="not a worktree of this repository: left as it is")
+            continue
+        # A configured task's folder is where its worktree is, whatever a person left it on: the night works there.
+        if path.name not in tasks and not is_task_worktree(link, path.name):
+            log.warning("worktree_folder_kept", task=path.name, why="a worktree of this repository that overnight did not make: left as it is")
             continue
         remove_git_locks(path, path.name, log)
         try:

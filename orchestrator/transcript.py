@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StateError
+from orchestrator.overnights_own import is_a_transcript_name
 
 
 class Transcript:
@@ -69,9 +70,9 @@ def _cannot_write(path: Path, exc: OSError) -> StateError:
 
 def remove_older_than(folder: Path, days: float, now: float | None = None) -> tuple[int, list[str]]:
     """Delete the transcripts in `folder` last written more than `days` ago: how many went, and why
-    any could not (one line each). Only plain `.jsonl` files of the folder itself: a link, a folder
-    or another file put there is not a transcript of ours. The night that asks holds the state lock,
-    so none of these is being written."""
+    any could not (one line each). Only plain files of the folder itself named as overnight names its
+    transcripts (overnights_own.py): a link, a folder or a person's `.jsonl` put there is not a transcript
+    of ours. The night that asks holds the state lock, so none of these is being written."""
     cutoff = (time.time() if now is None else now) - days * 86400
     removed, failures = 0, []
     try:
@@ -82,7 +83,7 @@ def remove_older_than(folder: Path, days: float, now: float | None = None) -> tu
         return 0, [f"{folder}: {exc.strerror or exc}"]
     for entry in entries:
         try:
-            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
+            if not is_a_transcript_name(entry.name) or not entry.is_file(follow_symlinks=False):
                 continue
             if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                 os.unlink(entry.path)

@@ -33,6 +33,7 @@ from orchestrator.gitdir import admin_dir, common_of, head_commit
 from orchestrator.hidden_files import status_seeing_hidden_files, unhide_hidden_files
 from orchestrator.large_files import refuse_large_committed, refuse_large_staged
 from orchestrator.operations_under_way import log_operations_quit, refuse_bisect_behind, with_operations_quit
+from orchestrator.overnights_own import mark_as_task_worktree
 from orchestrator.records import CheckResult, KeptOutOfCommit
 from orchestrator.repository import open_repo
 from orchestrator.secret_commits import SecretKeeping, WorktreeGit, with_folded_subjects
@@ -97,6 +98,8 @@ class Worktree:
         worktree = cls(path, branch, keep, common_dir=Path(repo.common_dir), admin=admin)
         check_out_files(worktree._git, path, worktree._admin, task)
         worktree.back_on_branch(task, on_commits_kept=on_commits_kept)
+        # On its branch now: marked as the task's, so that off it (detached for a review) it is still told from a person's.
+        mark_as_task_worktree(worktree._admin, task)
         return worktree
 
     def back_on_branch(self, task: str, *, on_commits_kept: Callable[[str, str], None] | None = None) -> None:

@@ -658,6 +658,17 @@ class TestStateDirAmongTheUsersFiles:
         config = config_with(tmp_path, repo, ('dir = "state"', f'dir = "{state}"'))
         assert_one_line_error(overnight(command, "--config", str(config)), 2, "[state] dir", "home", "a folder of its own")
 
+    def test_the_home_the_password_database_gives_is_refused_with_home_set_elsewhere(self, tmp_path, repo, monkeypatch):
+        """HOME a CI job's temporary folder: the user's real home (`dir = "~root"` for root) was taken, its files reached."""
+        import pwd
+
+        real = pwd.getpwuid(os.getuid()).pw_dir
+        if not os.path.isabs(real) or os.path.realpath(real) == "/":
+            pytest.skip("this user's password entry names no home of its own")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        config = config_with(tmp_path, repo, ('dir = "state"', f'dir = "{real}"'))
+        assert_one_line_error(overnight("report", "--config", str(config)), 2, "[state] dir", "your home folder")
+
     @pytest.mark.parametrize("command", [("run",), ("gc",)])
     def test_a_folder_of_the_checkout_holding_tracked_files_is_refused_before_they_are_touched(self, tmp_path, command):
         """`dir = "docs"` with docs/notes.md tracked: a night appended to it, deleted a tracked old transcripts/*.jsonl, and
@@ -671,6 +682,30 @@ class TestStateDirAmongTheUsersFiles:
         assert_one_line_error(overnight(*command, "--config", str(config)), 2, "[state] dir", "git tracks", "docs/notes.md")
         assert git(repo, "status", "--porcelain", "--ignored") == ""
         assert "docs" not in (repo / ".git" / "info" / "exclude").read_text()
+
+    def test_a_tracked_folder_of_the_main_checkout_is_refused_when_the_repo_path_is_a_linked_worktree(self, tmp_path):
+        """`[repo] path` a worktree of the repository, `dir` a folder of its main checkout with tracked files: only the
+        linked worktree's files were looked at, so gc took it and wrote its lock among them (found by a review)."""
+        from tests.conftest import SAMPLE_FILES, git, make_repo
+
+        main = make_repo(tmp_path / "repo", {**SAMPLE_FILES, "docs/notes.md": "# design\n"})
+        git(main, "worktree", "add", "-q", "--detach", str(tmp_path / "linked"))
+        config = config_with(tmp_path, tmp_path / "linked", ('dir = "state"', 'dir = "repo/docs"'))
+        assert_one_line_error(overnight("gc", "--config", str(config)), 2, "[state] dir", "git tracks", "docs/notes.md")
+        assert git(main, "status", "--porcelain", "--ignored") == ""
+
+    def test_a_folder_of_a_submodule_holding_its_tracked_files_is_refused(self, tmp_path):
+        """`dir` inside a submodule of the checkout: the checkout's own `git ls-files` lists only the submodule itself, so
+        gc took it and wrote its lock among the submodule's files (found by a review)."""
+        from tests.conftest import SAMPLE_FILES, git, make_repo
+
+        lib = make_repo(tmp_path / "lib", {"docs/notes.md": "# lib design\n", "lib.txt": "lib\n"})
+        repo = make_repo(tmp_path / "repo", dict(SAMPLE_FILES))
+        git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "lib")
+        git(repo, "commit", "-q", "-m", "the library")
+        config = config_with(tmp_path, repo, ('dir = "state"', 'dir = "repo/lib/docs"'))
+        assert_one_line_error(overnight("gc", "--config", str(config)), 2, "[state] dir", "git tracks", "docs/notes.md")
+        assert git(repo / "lib", "status", "--porcelain", "--ignored") == ""
 
     @pytest.mark.parametrize("state", ["repo/.overnight", "repo/*", "~/night-state"])
     def test_a_folder_of_its_own_in_the_checkout_or_under_home_is_taken(self, tmp_path, repo, monkeypatch, state):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -704,3 +705,64 @@ class TestInheritedGitVariables:
         assert result.returncode == 0, result.stderr
         assert "overnight/old" not in branches(repo)
         assert "overnight/release-notes" in branches(other)
+
+
+
+class TestAPersonsOwnThingsInTheStateDir:
+    """A state dir such as `~/code` also holds a person's own `worktrees/` and `transcripts/`: a night and gc touch
+    only what overnight made there (found by a review: each of these was deleted, rolled back or removed)."""
+
+    @staticmethod
+    def their_worktrees(repo: Path, state: Path) -> tuple[Path, Path]:
+        """A worktree of theirs on a branch of theirs, with an edit, and a clean detached one, in `state`'s worktrees/."""
+        feature, experiment = state / "worktrees" / "feature-x", state / "worktrees" / "experiment"
+        git(repo, "worktree", "add", "-q", "-b", "feature-x", str(feature))
+        (feature / "greet.py").write_text("# my edit\n")
+        git(repo, "worktree", "add", "-q", "--detach", str(experiment))
+        return feature, experiment
+
+    def test_their_worktrees_survive_a_night_and_a_gc(self, tmp_path, repo):
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        feature, experiment = self.their_worktrees(repo, tmp_path / "state")
+        night = overnight("run", "--config", str(config), "--log-format", "json")
+        assert night.returncode == 3, night.stderr  # the model's closed port: the night's start ran
+        kept = [json.loads(line).get("task") for line in night.stderr.splitlines() if '"worktree_folder_kept"' in line]
+        assert sorted(kept) == ["experiment", "feature-x"]
+        done = overnight("gc", "--config", str(config))
+        assert (done.returncode, done.stdout.strip()) == (0, "nothing to collect"), done.stderr
+        assert (feature / "greet.py").read_text() == "# my edit\n" and git(feature, "branch", "--show-current") == "feature-x"
+        assert {str(feature), str(experiment)} <= worktree_paths(repo)
+        assert {branch for branch in branches(repo) if branch.startswith("overnight")} == {"overnight/fix-greet"}
+
+    def test_their_worktree_of_a_clone_since_deleted_stays_where_it_is(self, tmp_path, repo):
+        """A worktree of another repository that is gone, named as no task: it was moved to worktrees-set-aside/ and its
+        `.git` link deleted, as a configured task's is to be made anew."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        clone = make_repo(tmp_path / "clone", {"a.txt": "a\n"})
+        theirs = tmp_path / "state" / "worktrees" / "old-experiment"
+        git(clone, "worktree", "add", "-q", "--detach", str(theirs))
+        (theirs / "a.txt").write_text("my edit\n")
+        shutil.rmtree(clone)
+        night = overnight("run", "--config", str(config), "--log-format", "json")
+        assert night.returncode == 3, night.stderr
+        assert '"worktree_folder_kept"' in night.stderr and not (tmp_path / "state" / "worktrees-set-aside").exists()
+        assert (theirs / "a.txt").read_text() == "my edit\n" and (theirs / ".git").is_file()
+
+    def test_gc_leaves_their_clean_detached_worktree(self, settings, repo):
+        """Detached at a commit base has, it looked like a stale task's worktree detached for a review."""
+        _, experiment = self.their_worktrees(repo, settings.state_dir)
+        assert collect_garbage(settings).lines() == ["nothing to collect"] and str(experiment) in worktree_paths(repo)
+
+    def test_their_jsonl_files_survive_a_night_that_deletes_old_transcripts(self, tmp_path, repo):
+        """Files not named as overnight names its transcripts stay, however old; overnight's own old one goes."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, state={"keep_transcripts_days": 1})
+        folder = tmp_path / "state" / "transcripts"
+        folder.mkdir(parents=True)
+        theirs = [folder / name for name in ("meeting.jsonl", "task-run-7-standup.jsonl", "task-run-x-fix-1.jsonl")]
+        ours = folder / "task-run-1-fix-greet-1.2.jsonl"
+        for file in [*theirs, ours]:
+            file.write_text("{}\n")
+            os.utime(file, (1e9, 1e9))
+        night = overnight("run", "--config", str(config))
+        assert night.returncode == 3, night.stderr
+        assert "transcripts_removed" in night.stderr and all(file.is_file() for file in theirs) and not ours.exists()
