@@ -101,6 +101,7 @@ def run(
     from orchestrator.preflight import check_log_format, check_not_ours, check_writable, fire_time, require_git, summary_refused
     from orchestrator.process_signals import stop_at_once
     from orchestrator.recovery import recover_interrupted
+    from orchestrator.state_dir_exclude import make_state_dir
     from orchestrator.trimming import trim_notes, trim_runs, trim_transcripts
 
     check_log_format(log_format)
@@ -116,6 +117,7 @@ def run(
         if junit is not None:
             check_not_ours(junit, "--junit", settings, checked.repo)
         summary_refusal = summary_refused(settings, checked.repo)
+        make_state_dir(checked.repo, settings.state_dir)  # kept out of `git status` from the start, in the checkout
         with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
             parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_at)
             recover_interrupted(parts.store, settings, parts.log)
@@ -271,14 +273,17 @@ def gc(
     from orchestrator.gc import collect_garbage
     from orchestrator.lock import StateLock
     from orchestrator.preflight import require_git
+    from orchestrator.state_dir_exclude import make_state_dir
 
     require_git()
     settings = load_config(config, require_tasks=False)
     # Not a repository, a base that names no commit, a state dir in the checkout or its .git:
     # exit 2 before the state dir (and its lock) is made.
-    check_repository(settings)
+    repo = check_repository(settings)
     # A dry run only reads: where no state dir is yet, it makes none (the lock would).
     there = looked_up(settings.state_dir, StateError, "state dir") is not None
+    if not dry_run:
+        make_state_dir(repo, settings.state_dir)  # kept out of `git status`, in the checkout, before any night's worktree
     lock = StateLock(settings.state_dir, command="overnight gc") if there or not dry_run else contextlib.nullcontext()
     with lock:
         result = collect_garbage(settings, force=force, dry_run=dry_run)

@@ -7,6 +7,7 @@ traceback; a bug's traceback (exit 1) with the secret values known as ***; a rea
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -89,7 +90,11 @@ def run_command(app: typer.Typer) -> None:
 
     for name in INHERITED_GIT_VARIABLES:
         os.environ.pop(name, None)
-    watch = _StdoutWatch(sys.stdout) if sys.stdout is not None and _prints_no_night() else None
+    _keep_closed_descriptors_taken()
+    started_with = sys.stdout  # None: the process started with stdout closed (`overnight report >&-`)
+    if started_with is None and command_named() == "demo" and "--help" not in sys.argv[1:]:
+        fail(f"cannot write to stdout: {_CLOSED}; the demo prints its report there", EXIT_USAGE)
+    watch = _StdoutWatch(started_with if started_with is not None else _ClosedStdout()) if _prints_no_night() else None
     if watch is not None:
         sys.stdout = watch  # type: ignore[assignment]
     try:
@@ -101,7 +106,7 @@ def run_command(app: typer.Typer) -> None:
         fail(f"cannot write to stdout: {failed.reason}", EXIT_USAGE)
     finally:
         if watch is not None and sys.stdout is watch:  # main() called in a process that goes on (a test)
-            sys.stdout = watch.stream  # type: ignore[assignment]
+            sys.stdout = started_with
 
 
 def _run_app(app: typer.Typer) -> None:
@@ -187,6 +192,41 @@ class _StdoutWatch:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.stream, name)
+
+
+_CLOSED = "it is closed"
+
+
+class _ClosedStdout:
+    """sys.stdout for a process started with stdout closed, where Python leaves None and every print and echo went
+    nowhere, exit 0 (`overnight report >&-` in a crontab lost the report, unsaid): a write fails as one into a
+    closed descriptor does, and the watch around it makes that one line, exit 2, as for a full disk."""
+
+    encoding, errors = "utf-8", "strict"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, _CLOSED)
+
+    def flush(self) -> None:
+        """Nothing was written, nothing waits."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _keep_closed_descriptors_taken() -> None:
+    """/dev/null put where stdout or stderr is closed (`>&-`, `2>&-`): the next file opened (the state dir's lock,
+    say) would otherwise get that number, and what writes there (stdout sent to /dev/null once a write failed, a
+    child's output) would go into that file."""
+    for descriptor in (1, 2):
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)  # the lowest free number: maybe this one
+            if devnull != descriptor:
+                os.dup2(devnull, descriptor)
+                os.close(devnull)
+            os.set_inheritable(descriptor, True)
 
 
 def _reader_gone() -> None:

@@ -60,12 +60,14 @@ def serve(config_path: Path, stop: StopNoted | None = None) -> int:
     LockHeld (exit 75) when another `serve` holds the state dir's `serve.lock`.
     """
     from orchestrator.build import check_inputs, open_store
+    from orchestrator.state_dir_exclude import make_state_dir
 
     config = load_config(config_path)
     night_trigger(config, schedule_timezone(config))  # a bad [schedule]: exit 2 before the state dir is made
     # What every night would refuse (no repository, a state dir in its checkout or .git, a check's
     # program not on PATH): exit 2 now, before serve's lock and job store are made, not each night.
-    check_inputs(config)
+    checked = check_inputs(config)
+    make_state_dir(checked.repo, config.state_dir)  # kept out of `git status`, in the checkout, before the first night
     # Before the job store is read: a second serve must neither replace the job nor run it.
     with StateLock(config.state_dir, name=SERVE_LOCK_NAME, holder_kind="overnight serve"):
         # Opened as `run` opens it, before the job store touches the database: a database that is

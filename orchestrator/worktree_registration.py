@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.errors import ConfigError, StateError
 from orchestrator.git_errors import CHECKED_OUT_AT, git_reason
 from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir, names_back
+from orchestrator.state_dir_exclude import exclude_state_dir
 from orchestrator.state_files import WORKTREES_FOLDER
 from orchestrator.task_branches import BranchCheckedOut
 
@@ -56,7 +57,7 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
     """`git worktree add --no-checkout` for `task` on `branch` (made from `base` if new); under _REGISTER_LOCK."""
     import git
 
-    _exclude_state_dir(repo, state_dir)
+    exclude_state_dir(repo, state_dir)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -157,27 +158,3 @@ def repair_moved(repo, path: Path) -> bool:
     except git.GitCommandError:
         return False
     return is_worktree_of(repo, path)
-
-
-def _exclude_state_dir(repo, state_dir: Path) -> None:
-    """Keep the state dir out of the user's `git status` when it lives inside the checkout.
-
-    Written to the common dir's info/exclude, never to a tracked file: git reads it from there
-    for every worktree, the user's checkout too when that is itself a linked worktree.
-    """
-    top = Path(repo.working_tree_dir).resolve()
-    try:
-        relative = state_dir.resolve().relative_to(top)
-    except ValueError:
-        return
-    exclude = Path(repo.common_dir) / "info" / "exclude"
-    # Bytes: the file is the user's, in whatever encoding they wrote it.
-    line = f"/{relative.as_posix()}/".encode()
-    try:
-        existing = exclude.read_bytes() if exclude.exists() else b""
-        if line not in existing.splitlines():
-            exclude.parent.mkdir(parents=True, exist_ok=True)
-            with exclude.open("ab") as handle:
-                handle.write((b"" if existing.endswith(b"\n") or not existing else b"\n") + line + b"\n")
-    except OSError as exc:
-        raise StateError(f"cannot write {exclude}: {exc.strerror}") from None

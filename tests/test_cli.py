@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -934,6 +936,38 @@ class TestOtherCommands:
         assert_one_line_error(overnight("demo", "--dir", str(tmp_path / where)), 2, "--dir")
 
 
+class TestAStateDirInTheCheckout:
+    @pytest.mark.parametrize("command", ["gc", "run", "serve"])
+    @pytest.mark.parametrize(("state", "line"), [(".overnight", "/.overnight/"), ("*", "/\\*/")])
+    def test_the_first_command_to_make_it_keeps_it_out_of_git_status(self, tmp_path, repo, command, state, line):
+        """`overnight gc` (or a `run`, `serve` that ends before any worktree: here, a store whose driver cannot load) in a
+        checkout no night has worked in: its lock file and folders showed in `git status`, for a `git add -A` to take; the
+        exclude line (one, escaped: `*` is that folder, not every one) is now written as the state dir is made."""
+        extra = "" if command == "gc" else "[store]\nurl = 'postgresql+nosuchdriver://u@127.0.0.1/db'\n"
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra=extra)
+        config.write_text(config.read_text().replace('dir = "state"', f'dir = "repo/{state}"'))
+        (repo / "mine").mkdir()
+        (repo / "mine" / "new.txt").write_text("a file of the user's, not yet added\n")
+        done = overnight(command, "--config", str(config))
+        assert done.returncode == (0 if command == "gc" else 4), done.stderr
+        assert (repo / state).is_dir()
+        assert git(repo, "status", "--porcelain", "--untracked-files=all") == "?? mine/new.txt"
+        shutil.rmtree(repo / state)  # made again, the line is not written twice
+        assert overnight(command, "--config", str(config)).returncode == done.returncode
+        assert (repo / ".git" / "info" / "exclude").read_text().splitlines().count(line) == 1
+
+    def test_a_pipe_at_info_exclude_is_left_alone(self, tmp_path, repo):
+        """A pipe where the exclude file goes: `gc` neither waits on it for ever nor fails; the state dir shows then."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        config.write_text(config.read_text().replace('dir = "state"', 'dir = "repo/.overnight"'))
+        exclude = repo / ".git" / "info" / "exclude"
+        exclude.unlink(missing_ok=True)
+        os.mkfifo(exclude)
+        done = overnight("gc", "--config", str(config))
+        assert (done.returncode, done.stdout.strip()) == (0, "nothing to collect"), done.stderr
+        assert stat.S_ISFIFO(os.lstat(exclude).st_mode)
+
+
 def overnight_into_a_closed_pipe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight ARGS | true`, made certain: its stdout is a pipe whose reader is gone before it starts."""
     reader, writer = os.pipe()
@@ -997,3 +1031,52 @@ class TestAStdoutThatCannotBeWritten:
                 env={**os.environ, "NO_COLOR": "1"},
             )
         assert_one_line_error(done, 2, "cannot write to stdout: No space left on device")
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ("notes", "-c", "CONFIG"), ("report", "--json", "-c", "CONFIG"), ("serve", "--next", "-c", "CONFIG"),
+            ("gc", "-c", "CONFIG"), ("--help",), (), ("demo", "--dir", "DEMO"),
+        ],
+        ids=["notes", "report --json", "serve --next", "gc", "--help", "no command", "demo"],
+    )
+    def test_a_closed_stdout_is_one_line_exit_2(self, tmp_path, repo, args):
+        """`overnight notes >&-` in a crontab: one line and exit 2, as for a full disk; it was exit 0 and nothing said
+        (Python's sys.stdout is None, and every print went nowhere), and the demo a traceback."""
+        config = write_config(
+            tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo, extra='[schedule]\ntimezone = "UTC"\n'
+        )
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "notes.md").write_text("## 2026-12-01 01:30 · task `fix-greet` · iteration 1 · `check_failed`\n")
+        words = {"CONFIG": str(config), "DEMO": str(tmp_path / "demo")}
+        done = overnight_with_stdout_closed(*(words.get(word, word) for word in args), cwd=tmp_path)
+        assert_one_line_error(done, 2, "cannot write to stdout: it is closed")
+        assert not (tmp_path / "demo").exists()  # the demo says so before its night, not after it
+
+    def test_a_closed_stdout_and_stderr_is_the_exit_code_alone(self, tmp_path, repo):
+        """`overnight notes >&- 2>&-`: nowhere to say it, so the exit code (2) says it; it was 0."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        (tmp_path / "state").mkdir()
+        (tmp_path / "state" / "notes.md").write_text("## 2026-12-01 01:30 · task `fix-greet` · iteration 1 · `check_failed`\n")
+        done = overnight_with_stdout_closed("notes", "-c", str(config), cwd=tmp_path, redirections=">&- 2>&-")
+        assert done.returncode == 2
+
+    def test_a_night_with_stdout_closed_runs_as_with_it_open(self, config_file, server):
+        """`overnight run >&-`: a night writes nothing on stdout, so a closed one changes nothing (logs on stderr, exit 0)."""
+        from tests.test_night import FIX
+
+        config = config_file()
+        server.enqueue(*FIX)
+        done = overnight_with_stdout_closed("run", "--log-format", "json", "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        assert '"event": "night_finished"' in done.stderr and "Traceback" not in done.stderr
+
+
+def overnight_with_stdout_closed(
+    *args: str, cwd: Path | None = None, redirections: str = ">&-"
+) -> subprocess.CompletedProcess[str]:
+    """`overnight ARGS >&-` as a crontab line runs it: the process starts with no file descriptor 1 at all."""
+    return subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirections}', "sh", sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd,
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, timeout=60, env={**os.environ, "NO_COLOR": "1"},
+    )

@@ -243,6 +243,17 @@ def test_an_exclude_file_in_another_encoding_is_appended_to_as_it_is(repo: Path)
     assert exclude.read_bytes() == b"# r\xe9sum\xe9 builds\n/build/\n/.overnight/\n"
 
 
+def test_an_exclude_file_that_is_a_link_is_left_as_it_is(repo: Path, tmp_path: Path) -> None:
+    """.git/info/exclude a symbolic link to a file outside the git dir: the state dir's line is not written through it."""
+    outside = tmp_path / "shared-excludes"
+    outside.write_bytes(b"*.log\n")
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.unlink(missing_ok=True)
+    exclude.symlink_to(outside)
+    tree = Worktree.ensure(repo, repo / ".overnight", "fix", "HEAD")
+    assert tree.idle_state() == "clean" and outside.read_bytes() == b"*.log\n" and exclude.is_symlink()
+
+
 def test_a_repository_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> None:
     """Linux names are bytes; git writes the worktree's links in them, and they are read back as the file system's."""
     repo = make_repo(tmp_path / os.fsdecode(b"caf\xe9") / "repo", SAMPLE_FILES)
