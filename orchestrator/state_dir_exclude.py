@@ -8,12 +8,18 @@ night's worktree, and again as each task's worktree is registered (a state dir a
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
 import os
 import re
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import StateError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # Taken literally once escaped: a state dir named `*` or `[ab]` is that folder, not every folder of the checkout.
 _PATTERN_CHARACTERS = re.compile(r"([\\*?\[])")
@@ -36,7 +42,7 @@ def exclude_state_dir(repo, state_dir: Path) -> None:
     The common dir's: git reads it from there for every worktree, the user's checkout too when that is itself a
     linked worktree. An info/exclude, or info folder, that is a symbolic link (it may lead out of the git dir) or not
     a regular file (a pipe would block the night, a device be written to) is left as it is. StateError (one line)
-    when the file cannot be written.
+    when the line is missing and the file cannot be written.
     """
     top = Path(repo.working_tree_dir).resolve()
     try:
@@ -62,12 +68,27 @@ def _append_once(exclude: Path, line: bytes) -> None:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISREG(os.lstat(exclude).st_mode):
             return
-    # O_NOFOLLOW and the fstat: a link or a pipe put there since the lstat is refused too, never followed or waited on.
-    descriptor = os.open(exclude, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    with open(descriptor, "r+b", buffering=0) as handle:  # unbuffered: a buffered one refuses a pipe before the fstat
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        # Read before it is opened for writing: an exclude nobody may write that has the line is no error.
+        with _regular_file(exclude, os.O_RDONLY) as handle:
+            if handle is None or line in handle.readall().splitlines():
+                return
+    with _regular_file(exclude, os.O_RDWR | os.O_APPEND | os.O_CREAT) as handle:
+        if handle is None:
             return
+        # Read again under the lock: two commands that make the state dir at once (two `gc`) wrote the line twice.
+        with contextlib.suppress(OSError):  # a file system without locks: written as before, unlocked
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released as the file closes
         # Bytes: the file is the user's, in whatever encoding they wrote it.
         existing = handle.readall()
         if line not in existing.splitlines():
             handle.write((b"" if existing.endswith(b"\n") or not existing else b"\n") + line + b"\n")
+
+
+@contextlib.contextmanager
+def _regular_file(path: Path, flags: int) -> Iterator[io.FileIO | None]:
+    """`path` opened with `flags`, unbuffered (a buffered one refuses a pipe before the check); None when it is not a
+    regular file. O_NOFOLLOW and the fstat: a link or a pipe put there since the lstat is refused too, never followed
+    or waited on."""
+    descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    with open(descriptor, "r+b" if flags & os.O_RDWR else "rb", buffering=0) as handle:
+        yield handle if stat.S_ISREG(os.fstat(descriptor).st_mode) else None

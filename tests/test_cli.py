@@ -956,6 +956,22 @@ class TestAStateDirInTheCheckout:
         assert overnight(command, "--config", str(config)).returncode == done.returncode
         assert (repo / ".git" / "info" / "exclude").read_text().splitlines().count(line) == 1
 
+    def test_a_read_only_exclude_that_has_the_line_is_no_error(self, tmp_path, repo):
+        """An info/exclude nobody may write (immutable here, as root) that already holds the line: `gc` makes the state
+        dir, exit 0; it opened the file for writing before reading it, exit 4 (and so did each night's first worktree)."""
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)
+        config.write_text(config.read_text().replace('dir = "state"', 'dir = "repo/.overnight"'))
+        exclude = repo / ".git" / "info" / "exclude"
+        exclude.write_bytes(b"/.overnight/\n")
+        if subprocess.run(["chattr", "+i", str(exclude)], capture_output=True).returncode != 0:
+            pytest.skip("no chattr +i here: nothing stops root from writing a file")
+        try:
+            done = overnight("gc", "--config", str(config))
+        finally:
+            subprocess.run(["chattr", "-i", str(exclude)], capture_output=True)
+        assert (done.returncode, done.stdout.strip()) == (0, "nothing to collect"), done.stderr
+        assert (repo / ".overnight").is_dir() and exclude.read_bytes() == b"/.overnight/\n"
+
     def test_a_pipe_at_info_exclude_is_left_alone(self, tmp_path, repo):
         """A pipe where the exclude file goes: `gc` neither waits on it for ever nor fails; the state dir shows then."""
         config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo)

@@ -254,6 +254,32 @@ def test_an_exclude_file_that_is_a_link_is_left_as_it_is(repo: Path, tmp_path: P
     assert tree.idle_state() == "clean" and outside.read_bytes() == b"*.log\n" and exclude.is_symlink()
 
 
+def test_two_processes_making_the_state_dir_at_once_write_its_line_once(repo: Path) -> None:
+    """Two commands that make the state dir at the same moment (two `overnight gc` from two crontab lines) each read
+    info/exclude without the line and appended it: it was there twice in about one try in three."""
+    import multiprocessing
+
+    from orchestrator.state_dir_exclude import exclude_state_dir
+
+    exclude = repo / ".git" / "info" / "exclude"
+    forked = multiprocessing.get_context("fork")
+
+    def write_line(start) -> None:
+        start.wait()
+        exclude_state_dir(open_repo(repo), repo / ".overnight")
+
+    for _ in range(60):
+        exclude.write_bytes(b"# mine\n")
+        start = forked.Barrier(2)
+        writers = [forked.Process(target=write_line, args=(start,)) for _ in range(2)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(timeout=30)
+        assert [writer.exitcode for writer in writers] == [0, 0]
+        assert exclude.read_bytes() == b"# mine\n/.overnight/\n"
+
+
 def test_a_repository_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> None:
     """Linux names are bytes; git writes the worktree's links in them, and they are read back as the file system's."""
     repo = make_repo(tmp_path / os.fsdecode(b"caf\xe9") / "repo", SAMPLE_FILES)
