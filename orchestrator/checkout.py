@@ -17,9 +17,29 @@ from orchestrator.command_environment import base_environment
 
 def checkout_around(folder: Path) -> str | None:
     """The top folder of the git checkout `folder` lies inside, when `folder` is not that top itself; else None."""
-    said = _rev_parse(folder, "--show-toplevel")
-    top = said[0] if said else None
+    top = checkout_top(folder)
     return top if top is not None and os.path.realpath(top) != os.path.realpath(folder) else None
+
+
+def checkout_top(folder: Path) -> str | None:
+    """The top folder of the git checkout `folder` lies inside or is; None where there is none."""
+    said = _rev_parse(folder, "--show-toplevel")
+    return said[0] if said else None
+
+
+def first_tracked(top: Path, relative: str) -> str | None:
+    """The first file git tracks at or under `relative` in the checkout at `top`; None where there is none, or git cannot tell."""
+    try:
+        # `:(literal)`: a folder named `*` or `[ab]` is that folder, not a pattern over the whole checkout.
+        found = subprocess.run(
+            ["git", "ls-files", "-z", "--", f":(literal){relative}"], cwd=top, env=base_environment(),
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if found.returncode != 0:
+        return None
+    return os.fsdecode(found.stdout).split("\0")[0] or None
 
 
 def git_folder_around(folder: Path) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from orchestrator.checkout import checkout_top, first_tracked
 from orchestrator.printable import visible
 
 
@@ -46,18 +47,20 @@ def tracked_files_problem(state: Path) -> str | None:
 
     Whichever checkout holds it, as git finds it from the state dir's nearest existing folder: the repository's, but
     also its main checkout when `[repo] path` is a linked worktree, a submodule's, or another project's."""
-    import git
-
     folder = state
     while not _is_folder(folder) and folder != folder.parent:
         folder = folder.parent
-    try:
-        top = Path(git.Git(str(folder)).rev_parse("--show-toplevel")).resolve()
-        relative = state.relative_to(top)
-        # `:(literal)`: a folder named `*` or `[ab]` is that folder, not a pattern over the whole checkout.
-        tracked = git.Git(str(top)).ls_files("-z", "--", f":(literal){relative.as_posix()}").split("\0")[0]
-    except (git.GitCommandError, OSError, ValueError):  # in no checkout (or one git will not read): nothing tracked
+    # git with overnight's scrubbed environment, as checkout.py runs it: an inherited GIT_DIR named another repository's
+    # files as this folder's (and its checkout as the folder itself).
+    found = checkout_top(folder)
+    if found is None:  # in no checkout (or one git will not read): nothing tracked
         return None
+    top = Path(os.path.realpath(found))
+    try:
+        relative = state.relative_to(top)
+    except ValueError:
+        return None
+    tracked = first_tracked(top, relative.as_posix())
     if not tracked:
         return None
     return f"inside the checkout {top}, with files git tracks ({visible(tracked)})"

@@ -707,6 +707,16 @@ class TestStateDirAmongTheUsersFiles:
         assert_one_line_error(overnight("gc", "--config", str(config)), 2, "[state] dir", "git tracks", "docs/notes.md")
         assert git(repo / "lib", "status", "--porcelain", "--ignored") == ""
 
+    def test_an_inherited_git_dir_does_not_change_which_checkout_holds_the_state_dir(self, tmp_path, repo, monkeypatch):
+        """Asked in-process with GIT_DIR naming the repository, git took the state dir itself for the checkout's top and
+        named the repository's .gitignore as tracked there: the check must ask git as overnight's other git runs are asked."""
+        from orchestrator.state_dir_place import tracked_files_problem
+        from tests.conftest import make_repo
+
+        other = make_repo(tmp_path / "other", {"docs/notes.md": "# design\n"})
+        monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+        assert tracked_files_problem((other / "docs").resolve()) == f"inside the checkout {other.resolve()}, with files git tracks (docs/notes.md)"
+
     @pytest.mark.parametrize("state", ["repo/.overnight", "repo/*", "~/night-state"])
     def test_a_folder_of_its_own_in_the_checkout_or_under_home_is_taken(self, tmp_path, repo, monkeypatch, state):
         """Odd but safe stays accepted: a new folder in the checkout (one named `*` is that folder, not every tracked file)

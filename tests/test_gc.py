@@ -485,6 +485,38 @@ class TestDetachedAndBase:
         assert result.removed_worktrees == (old.path,) and not old.path.exists()
         assert str(old.path) not in worktree_paths(repo)
 
+    def test_a_pipe_where_the_task_mark_goes_does_not_hold_gc(self, settings, repo):
+        """The mark is read as HEAD is, a regular file only: read as text, a pipe there held gc for ever, waiting for a writer."""
+        old = task_worktree(settings, "old")
+        git(old.path, "checkout", "-q", "--detach")
+        mark = Path(git(old.path, "rev-parse", "--absolute-git-dir")) / "overnight-task"
+        mark.unlink()
+        os.mkfifo(mark)
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "gc", "--config", str(settings.source)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+
+    def test_a_detached_task_worktree_an_older_version_made_is_collected(self, settings, repo):
+        """Made before nights marked their worktrees, detached for a review, its task since gone from the config: it
+        stayed for ever, a night's warning each night, where gc had removed it before marks came."""
+        old = task_worktree(settings, "old")
+        (Path(git(old.path, "rev-parse", "--absolute-git-dir")) / "overnight-task").unlink()
+        git(old.path, "checkout", "-q", "--detach")
+        assert collect_garbage(settings).removed_worktrees == (old.path,) and not old.path.exists()
+
+    def test_a_link_where_the_task_mark_goes_is_replaced_not_written_through(self, tmp_path, settings):
+        """Marking a worktree once more must not write the task's name into the file a link there leads to."""
+        tree = task_worktree(settings, "old")
+        mark = Path(git(tree.path, "rev-parse", "--absolute-git-dir")) / "overnight-task"
+        outside = tmp_path / "someone-elses.txt"
+        outside.write_text("theirs\n")
+        mark.unlink()
+        mark.symlink_to(outside)
+        Worktree.ensure(settings.repo_path, settings.state_dir, "old", "HEAD")
+        assert outside.read_text() == "theirs\n" and not mark.is_symlink() and mark.read_text() == "old"
+
     def test_a_detached_worktree_whose_commit_nothing_else_keeps_stays(self, settings, repo):
         """Its HEAD is the commit's only name: removing the worktree would lose it. --force removes it."""
         old = task_worktree(settings, "old")
