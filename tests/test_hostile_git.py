@@ -326,14 +326,7 @@ class TestOperationLeftUnderWay:
 
     @pytest.fixture
     def night(self, repo: Path, server: Any, tmp_path: Path) -> Path:
-        git(repo, "switch", "-q", "-c", "other")
-        (repo / "other.txt").write_text("the user's other work\n")
-        git(repo, "add", "other.txt")
-        git(repo, "commit", "-qm", "other")
-        git(repo, "switch", "-q", "-c", "feature", "main")
-        (repo / "greet.py").write_text("def greet():\n    return 'hi'\n")
-        git(repo, "commit", "-qam", "feature", "--author", "A Person <person@example.com>")
-        git(repo, "switch", "-q", "main")
+        other_and_feature_branches(repo, "--author", "A Person <person@example.com>")
         return self.config(repo, server, tmp_path, iterations=2)
 
     def config(self, repo: Path, server: Any, tmp_path: Path, iterations: int) -> Path:
@@ -414,6 +407,19 @@ class TestOperationLeftUnderWay:
         assert (dropped["operations"], dropped["before"]) == (["bisect"], "rollback")
 
 
+def other_and_feature_branches(repo: Path, *feature_options: str) -> None:
+    """The user's branch `other` (a new file) and `feature` (greet.py changed), both off main, main checked out again:
+    what the agent's merges, picks and rebases take from."""
+    git(repo, "switch", "-q", "-c", "other")
+    (repo / "other.txt").write_text("the user's other work\n")
+    git(repo, "add", "other.txt")
+    git(repo, "commit", "-qm", "other")
+    git(repo, "switch", "-q", "-c", "feature", "main")
+    (repo / "greet.py").write_text("def greet():\n    return 'hi'\n")
+    git(repo, "commit", "-qam", "feature", *feature_options)
+    git(repo, "switch", "-q", "main")
+
+
 def commit_file(folder: Path, name: str) -> None:
     """`name`, holding its name, added and committed in `folder`."""
     (folder / name).write_text(f"{name}\n")
@@ -433,14 +439,7 @@ class TestOperationLeftUnderWayInTheWorktree:
     """What the agent's git left under way, as the commit sees it in the worktree."""
 
     def worktree(self, repo: Path, tmp_path: Path) -> tuple[Worktree, Path]:
-        git(repo, "switch", "-q", "-c", "other")
-        (repo / "other.txt").write_text("the user's other work\n")
-        git(repo, "add", "other.txt")
-        git(repo, "commit", "-qm", "other")
-        git(repo, "switch", "-q", "-c", "feature", "main")
-        (repo / "greet.py").write_text("def greet():\n    return 'hi'\n")
-        git(repo, "commit", "-qam", "feature")
-        git(repo, "switch", "-q", "main")
+        other_and_feature_branches(repo)
         tree = Worktree.ensure(repo, tmp_path / "state", "fix", "HEAD")
         return tree, Path(git(tree.path, "rev-parse", "--absolute-git-dir"))
 

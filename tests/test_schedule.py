@@ -321,19 +321,19 @@ class TestJobStore:
         day = 8 + (6 - datetime(year, 3, 8).weekday()) % 7  # March's second Sunday
         path = write_schedule_config(tmp_path, cron=f"30 2 {day} 3 *", zone="Overnight/Zone")
         zones_of_this_process = zoneinfo.TZPATH
+        def next_run_time_with_zones_from(zones: Path) -> str:
+            zoneinfo.reset_tzpath(to=[str(zones)])
+            ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
+            scheduler = build_scheduler(load(path), path, blocking=False)
+            scheduler.start(paused=True)
+            try:
+                return scheduler.get_job(NIGHT_JOB_ID).next_run_time.isoformat()
+            finally:
+                scheduler.shutdown()
+
         try:
-            zoneinfo.reset_tzpath(to=[str(before.parent)])
-            ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
-            first = build_scheduler(load(path), path, blocking=False)
-            first.start(paused=True)
-            stored = first.get_job(NIGHT_JOB_ID).next_run_time.isoformat()
-            first.shutdown()
-            zoneinfo.reset_tzpath(to=[str(after.parent)])
-            ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
-            second = build_scheduler(load(path), path, blocking=False)
-            second.start(paused=True)
-            restarted = second.get_job(NIGHT_JOB_ID).next_run_time.isoformat()
-            second.shutdown()
+            stored = next_run_time_with_zones_from(before.parent)
+            restarted = next_run_time_with_zones_from(after.parent)
         finally:
             zoneinfo.reset_tzpath(to=zones_of_this_process)
             ZoneInfo.clear_cache(only_keys=["Overnight/Zone"])
