@@ -343,7 +343,7 @@ def leave_an_old_transcript(config: Path) -> None:
     """A transcript 10 days old: `transcripts_removed`, logged right before the runs' removal, says it begins."""
     folder = config.parent / "state" / "transcripts"
     folder.mkdir(parents=True, exist_ok=True)
-    transcript = folder / "old.jsonl"
+    transcript = folder / "task-run-1-old-1.jsonl"  # named as overnight names its own: another .jsonl is left alone
     transcript.write_text("{}\n")
     ten_days_ago = time.time() - 10 * 86400
     os.utime(transcript, (ten_days_ago, ten_days_ago))
