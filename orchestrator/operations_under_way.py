@@ -30,6 +30,7 @@ import signal
 from pathlib import Path
 from typing import Callable
 
+from orchestrator.branch_holders import head_file
 from orchestrator.errors import QualityError
 from orchestrator.files import read_regular_file, remove_entry
 from orchestrator.task_branches import BRANCH_PREFIX
@@ -87,9 +88,8 @@ def refuse_bisect_behind(git: Callable[..., str], admin: Path, branch: str, base
     committed on the branch, its files would undo what came after that commit. A file check; processes only in a bisect."""
     if not os.path.lexists(admin / "BISECT_START"):
         return
-    try:
-        head = read_regular_file(admin / "HEAD", _MOST_READ).decode(errors="replace").strip()
-    except OSError:
+    head = head_file(admin)
+    if not head:  # unreadable: no answer, and the commit goes on as before
         return
     if head == f"ref: refs/heads/{branch}":
         return  # back on the task's branch, its files checked out: the bisect's commit is no longer what is committed
