@@ -124,12 +124,10 @@ _REASON_CHARS = 200
 
 
 def night_trigger(config: Config, zone: tzinfo) -> BaseTrigger:
-    """The cron trigger, read as crontab(5) reads it, in `zone`; ConfigError if it is bad or never fires."""
+    """The cron trigger, read as crontab(5) reads it (`@daily` as its 5 fields), in `zone`; ConfigError if bad or never fires."""
     expression = config.schedule.cron
     refused = f"{config.source}: [schedule] cron: {shortened(expression, _SHOWN_CHARS)!r}"
-    fields = expression.split()
-    if len(fields) != 5:
-        raise ConfigError(f"{refused} needs 5 fields (minute hour day month weekday), got {len(fields)}")
+    fields = _five_fields(expression, refused)
     too_large = _number_too_large(fields)
     if too_large:
         raise ConfigError(f"{refused}: {too_large}")
@@ -140,6 +138,45 @@ def night_trigger(config: Config, zone: tzinfo) -> BaseTrigger:
     if trigger.get_next_fire_time(None, datetime.now(zone)) is None:
         raise ConfigError(f"{refused} never fires (no such day)")
     return trigger
+
+
+# cron's shorthands for the 5 fields (crontab(5), cronie's and Vixie cron's entry.c), each as the fields it stands for.
+# Read as the fields: the trigger, and so the stored job, is the same as the 5-field line's (a restart keeps its night).
+_SHORTHANDS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+
+
+def _five_fields(expression: str, refused: str) -> list[str]:
+    """The line's 5 fields, a shorthand (`@daily`) read as those it stands for; ConfigError if it has not 5."""
+    fields = expression.split()
+    if not fields or not fields[0].startswith("@"):
+        if len(fields) != 5:
+            raise ConfigError(f"{refused} needs 5 fields (minute hour day month weekday) or @daily and such, got {len(fields)}")
+        return fields
+    shorthand = fields[0]
+    if shorthand.lower() == "@reboot":
+        # Not a time of day: serve, started at boot itself, is the one running when the host starts.
+        raise ConfigError(
+            f"{refused}: @reboot is when the host starts, not a time serve can schedule: write the night's time "
+            '("30 1 * * *", @daily); to start serve at boot, see "A systemd unit for serve" in docs/scheduling.md'
+        )
+    if shorthand not in _SHORTHANDS:
+        # cronie and Vixie cron compare the word as written: `@Daily` is their "bad time specifier", and a line one
+        # of them refuses is not run here either (the same crontab line may still be pasted into both).
+        if shorthand.lower() in _SHORTHANDS:
+            raise ConfigError(f"{refused}: cron reads its shorthands in lower case only: write {shorthand.lower()}")
+        known = ", ".join(_SHORTHANDS)
+        raise ConfigError(f"{refused}: no such shorthand; write 5 fields (minute hour day month weekday) or one of {known}")
+    if len(fields) > 1:  # a crontab line pasted whole: its command is the night serve starts
+        raise ConfigError(f"{refused}: {shorthand} stands for all 5 fields and takes nothing after it (serve starts the night)")
+    return _SHORTHANDS[shorthand].split()
 
 
 def _number_too_large(fields: list[str]) -> str:

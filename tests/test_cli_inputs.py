@@ -66,6 +66,18 @@ class TestScheduleCheckedByRun:
         assert_one_line_error(overnight("run", "--config", str(config)), 2, key)
         assert not (tmp_path / "state").exists()
 
+    def test_run_refuses_reboot_saying_what_to_write_instead(self, tmp_path, repo):
+        """`cron = "@reboot"` names no time of day: `run` says so as serve would, exit 2, before the state dir."""
+        config = config_with(tmp_path, repo, extra='[schedule]\ncron = "@reboot"\n')
+        assert_one_line_error(overnight("run", "--config", str(config)), 2, "[schedule] cron: '@reboot'", "write the night's time")
+        assert not (tmp_path / "state").exists()
+
+    def test_run_accepts_a_shorthand_serve_accepts(self, tmp_path, repo):
+        """`cron = "@daily"` passes run's check of [schedule]: the night goes on, to the model (unreachable here, exit 3)."""
+        config = config_with(tmp_path, repo, extra='[schedule]\ncron = "@daily"\ntimezone = "UTC"\n')
+        result = overnight("run", "--config", str(config))
+        assert result.returncode == 3 and "[schedule]" not in result.stderr, result.stderr
+
     @pytest.mark.parametrize(("command", "grace"), [("run", "604801"), ("serve", "100000000000000000000")])
     def test_a_misfire_grace_past_a_week_is_refused_naming_the_key(self, tmp_path, repo, grace, command):
         """10**20 (a TOML integer) was accepted, then overflowed the date arithmetic of every restart (swallowed: missed nights

@@ -844,6 +844,118 @@ class TestConfigErrors:
         assert tables() == before == [("table", "runs", "CREATE TABLE runs(x text)")]
 
 
+# crontab's shorthands and the 5 fields cronie reads each as.
+SHORTHANDS = {
+    "@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *",
+}
+
+
+def shorthand_fire_times(now: datetime, shorthand: str) -> list[str]:
+    """The next three fire times of a shorthand in `now`'s zone, worked out by the calendar, not by a trigger."""
+    if shorthand == "@hourly":
+        hour = now.replace(minute=0, second=0, microsecond=0)
+        return [(hour + timedelta(hours=step)).isoformat() for step in (1, 2, 3)]
+    wanted = {
+        "@daily": lambda day: True, "@midnight": lambda day: True, "@weekly": lambda day: day.isoweekday() == 7,
+        "@monthly": lambda day: day.day == 1, "@yearly": lambda day: (day.month, day.day) == (1, 1),
+    }[{"@annually": "@yearly"}.get(shorthand, shorthand)]
+    day, found = now.date() + timedelta(days=1), []
+    while len(found) < 3:
+        if wanted(day):
+            found.append(datetime(day.year, day.month, day.day, tzinfo=now.tzinfo).isoformat())
+        day += timedelta(days=1)
+    return found
+
+
+class TestShorthands:
+    @pytest.mark.parametrize("shorthand", list(SHORTHANDS))
+    def test_serve_next_prints_a_shorthands_fire_times(self, tmp_path: Path, shorthand: str) -> None:
+        """`overnight serve --next` with `cron = "@weekly"` and the like prints the midnights (or hours) crontab runs it at."""
+        path = write_schedule_config(tmp_path, cron=shorthand, zone="Asia/Tokyo")
+        before = datetime.now(ZoneInfo("Asia/Tokyo"))
+        result = serve_cli(path, "--next")
+        after = datetime.now(ZoneInfo("Asia/Tokyo"))
+
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() in (shorthand_fire_times(before, shorthand), shorthand_fire_times(after, shorthand))
+
+    @pytest.mark.parametrize(("shorthand", "fields"), list(SHORTHANDS.items()))
+    def test_a_shorthand_fires_as_its_five_fields_across_a_clock_change(self, tmp_path: Path, shorthand: str, fields: str) -> None:
+        """Loaded from the config, a shorthand is kept as written and fires when its 5 fields do, the week the clocks go forward
+        in Berlin (29 March 2026) included."""
+        config = load(write_schedule_config(tmp_path / "short", cron=shorthand, zone="Europe/Berlin"))
+        written = load(write_schedule_config(tmp_path / "fields", cron=fields, zone="Europe/Berlin"))
+        now = datetime(2026, 3, 28, 22, 30, tzinfo=ZoneInfo("Europe/Berlin"))
+
+        assert config.schedule.cron == shorthand
+        assert next_fire_times(config, 6, now=now) == next_fire_times(written, 6, now=now)
+
+    def test_the_loader_reads_daily_as_each_midnight_in_the_zone(self, tmp_path: Path) -> None:
+        """`@daily` loaded from the config fires at 00:00 by the zone's clock, on either side of Berlin's clock change."""
+        config = load(write_schedule_config(tmp_path, cron="@daily", zone="Europe/Berlin"))
+        now = datetime(2026, 3, 28, 12, 0, tzinfo=ZoneInfo("Europe/Berlin"))
+
+        assert [moment.isoformat() for moment in next_fire_times(config, 3, now=now)] == [
+            "2026-03-29T00:00:00+01:00", "2026-03-30T00:00:00+02:00", "2026-03-31T00:00:00+02:00",
+        ]
+
+    @pytest.mark.parametrize(("stored", "now_written"), [("0 0 * * *", "@daily"), ("@daily", "0 0 * * *")])
+    def test_a_missed_night_stored_under_the_other_spelling_is_kept(self, tmp_path: Path, stored: str, now_written: str) -> None:
+        """A job stored with `0 0 * * *` (an older version's) and a config now saying `@daily` (or back) is one schedule: the
+        missed night still due is kept, in the one job, not worked out again from the restart and lost."""
+        path = write_schedule_config(tmp_path, cron=stored)
+        due = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=10)  # within the grace
+        store_job_due_at(path, due)
+
+        path = write_schedule_config(tmp_path, cron=now_written)
+        scheduler = build_scheduler(load(path), path, blocking=False, job=MARKER_JOB)
+        scheduler.start(paused=True)
+        job = scheduler.get_job(NIGHT_JOB_ID)
+        scheduler.shutdown()
+
+        assert job.next_run_time == due
+        assert len(stored_jobs(load(path))) == 1
+
+    def test_serve_keeps_the_stored_night_and_logs_the_cron_as_written(self, tmp_path: Path) -> None:
+        """`overnight serve` on a config now saying `@daily` starts with the pending night a `0 0 * * *` job left in the
+        store (not the next midnight worked out again), and `scheduler_started`'s `cron` is `@daily`, as written."""
+        path = write_schedule_config(tmp_path, cron="0 0 * * *")
+        tomorrow = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=2)
+        store_job_due_at(path, tomorrow)  # after the night a restart would work out: only a kept time is this one
+
+        path = write_schedule_config(tmp_path, cron="@daily")
+        code, logs = serve_then_signal(path, lambda log: "scheduler_started" in log, "the scheduler's start", signum=signal.SIGINT)
+
+        assert code == 0
+        [started] = [line for line in logs if line["event"] == "scheduler_started"]
+        assert (started["cron"], started["next_fire_time"]) == ("@daily", tomorrow.isoformat())
+        assert len(stored_jobs(load(path))) == 1
+
+    @pytest.mark.parametrize(
+        ("cron", "why"),
+        [
+            ("@reboot", "@reboot is when the host starts, not a time serve can schedule: write the night's time"),
+            ("@Daily", "cron reads its shorthands in lower case only: write @daily"),
+            ("@fortnightly", "no such shorthand; write 5 fields (minute hour day month weekday) or one of @hourly, @daily"),
+            ("@daily cd /repo && overnight run", "@daily stands for all 5 fields and takes nothing after it"),
+        ],
+    )
+    @pytest.mark.parametrize("args", [("--next",), ()])
+    def test_serve_refuses_a_shorthand_cron_does_not_run_saying_why(
+        self, tmp_path: Path, cron: str, why: str, args: tuple[str, ...]
+    ) -> None:
+        """`overnight serve` (and `--next`): exit 2, one line naming [schedule] cron and what to write instead; no state dir."""
+        path = write_schedule_config(tmp_path, cron=cron)
+
+        result = serve_cli(path, *args)
+
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert f"[schedule] cron: {cron!r}: {why}" in line and "Traceback" not in line
+        assert not (tmp_path / "state").exists()
+
+
 class TestNight:
     def test_scheduled_night_returns_the_run_exit_code(self, tmp_path: Path) -> None:
         """A night whose config has no tasks exits 2, and the scheduler logs that code."""
