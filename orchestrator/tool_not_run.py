@@ -1,17 +1,26 @@
 """Whether a tool's name that inline_secrets.py's `_tool_option` found on a command line plainly names no command that runs:
-a plain argument of a command that takes text, not commands (`pytest -k mongo -p plugin`, `git log --grep mysql -p...`,
-`pip install mysqlclient ...`), or a name whose command a `)` or a backquote ends before the option
-(`$(mysql --version) -pedantic-errors`: gcc's option).
+a plain argument of a command that takes text, not commands (`pytest -k mongo -p plugin`, `pytest -k "mongo or redis" -p
+plugin`, `git log --grep mysql -p...`, `pip install mysqlclient ...`), ssh's destination (`ssh mongo -p 2222`), or a name
+whose command a `)` or a backquote ends before the option (`$(mysql --version) -pedantic-errors`: gcc's option).
 
 A missed password reaches the model, its transcripts and notes; a false alarm withholds one variable, loudly. So a name
 counts unless this is plain: any other command (`npx`, `poetry run`, `RUN`, a prompt's `$`, `ssh host`, `docker exec`,
-`find -exec`, `echo ... | sh`) keeps it, and so does a command whose start is more than `_LOOK_BACK` characters before.
+`find -exec`, `echo ... | sh`) keeps it, and so does a string in quotes that such a command takes (`sh -c "..."`), read as a
+command line of its own.
+
+The value is read once, from its start, as a shell reads its words and quotes (`_text_spans`), with no bound on how far back
+a command begins. Not with `shlex`: it gives no word's position (the searches find a name by where it is), raises on a quote
+never closed (prose's `it's`, a cut-off value) where the rest must still be read, and reads `$(` and a backquote only as
+punctuation, as `_TOKEN` does.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
+import functools
 import re
+
+from orchestrator.command_wrappers import CommandReader
 
 # Commands that read their arguments as text, file names or package names, and run none of them. Not `echo` nor `printf`:
 # what they print is often piped to a shell or written to a script (`echo mysql -p... | ssh db`), with the password in it.
@@ -26,79 +35,135 @@ _RUNS_A_COMMAND = {
     "git": re.compile(r"run|foreach|exec|-x|--exec.*|-c|--\w+-filter.*|--extcmd.*|-t|--tool.*", re.DOTALL),
     "rg": re.compile(r"--pre.*", re.DOTALL),
 }
-# Commands that run the command after their own options, variables and a duration (`sudo -u me pytest ...`, `timeout 30 ...`,
-# `poetry run ...`), and the shell's words after which a command begins.
-_PREFIX_WORDS = frozenset({
-    "sudo", "doas", "env", "exec", "command", "builtin", "nice", "ionice", "nohup", "timeout", "time", "stdbuf", "xargs",
-    "setsid", "chrt", "taskset", "poetry", "uv", "pipenv", "pdm", "hatch", "run", "if", "then", "elif", "else", "do", "while",
-    "until", "!", "{",
-})
-# What may come before a command on a line that is no shell's: a prompt (`$ `), a YAML list's dash, a Dockerfile's RUN, a
-# YAML key or a Procfile's process type (`script:`, `web:`).
-_LINE_LABEL = re.compile(r"[$#>-]|RUN|[\w-]++:")
-_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*+=(.*)", re.DOTALL)
-_DURATION = re.compile(r"[0-9.]++[smhd]?+")
-_PYTHON = re.compile(r"python[0-9.]*+")
-# Where a simple command begins: after `;`, `|`, `&`, `(`, a backquote, a line's end, or a quote (`sh -c "pytest ..."`).
-# Quotes are not paired: a command misread from one begins later than it does, and keeps its name counted unless that
-# shorter command is itself a text command's.
-_COMMAND_START = re.compile(r"""[;|&(`\r\n"']""")
-_LOOK_BACK = 512
+# A shell's tokens, from a start, after blanks: a word (its quotes' content in it, a quote never closed not), one character
+# that ends a simple command or opens or closes one (`;`, `|`, `&`, a line's end, `(`, `)`, a backquote, a quote never closed),
+# or the end.
+_TOKEN = re.compile(r"""[ \t]*+(?:((?:[^\s;|&()`'"\\]++|\\.?|'[^']*+'|"(?:[^"\\]++|\\.?)*+")++)|(.|\Z))""", re.DOTALL)
+# A word's parts: in single quotes, in double quotes, or neither.
+_WORD_PART = re.compile(r"""'[^']*+'|"(?:[^"\\]++|\\.?)*+"|(?:[^'"\\]++|\\.?)++""", re.DOTALL)
+_QUOTING = re.compile(r"""\\(.)|["']""", re.DOTALL)
+_BLANK = re.compile(r"[ \t]")
 # What ends the command a name begins, once more of them close than open after it, out of quotes.
 _PARENTHESES = re.compile(r""""[^"]*+"|'[^']*+'|[()`]""")
 
 
 def names_no_command_that_runs(value: str, start: int, end: int) -> bool:
     """Whether the tool's name at `value[start:]`, whose option `_tool_option` read up to `end`, plainly runs nothing there:
-    a text command's plain argument (`_argument_of_a_text_command`), or its command ended before the option
+    a text command's plain argument or ssh's destination (`_argument_not_run`), or its command ended before the option
     (`_ended_before_the_option`)."""
-    return _argument_of_a_text_command(value, start) or _ended_before_the_option(value, start, end)
+    return _argument_not_run(value, start, end) or _ended_before_the_option(value, start, end)
 
 
-def _argument_of_a_text_command(value: str, start: int) -> bool:
-    """Whether the name at `value[start:]` is a plain argument (after a blank, not right after a quote, `=`, `(` ...) of a
-    simple command that `_TEXT_COMMANDS` names, after its variables and prefix commands (`TEST=1 time pytest -k mongo`), with
-    none of `_RUNS_A_COMMAND`'s words before the name."""
-    if start == 0 or value[start - 1] not in " \t":
+def _argument_not_run(value: str, start: int, end: int) -> bool:
+    """Whether the name at `value[start:]` begins a word or a quoted string's word (after a blank, or right after the quote)
+    of an argument that `_text_spans` found runs nothing; in quotes, only where they close before the option's end: a
+    quoted `"mysql -p..."` may be a command line after all."""
+    if start == 0 or value[start - 1] not in " \t\"'":
         return False
-    earliest = max(0, start - _LOOK_BACK)
-    command_start = _COMMAND_START.search(value[earliest:start][::-1])  # the last before the name, in one pass
-    if command_start is None and earliest > 0:
-        return False  # its command begins too far back to read
-    words = value[start - command_start.start() if command_start else 0:start].split()
-    command, arguments = _command_of(words)
-    runs = _RUNS_A_COMMAND.get(command or "")
-    return command in _TEXT_COMMANDS and not (runs and any(runs.fullmatch(word) for word in arguments))
+    starts, spans = _text_spans(value)
+    index = bisect.bisect_right(starts, start) - 1
+    if index < 0:
+        return False
+    span_start, span_end, quoted = spans[index]
+    if not span_start <= start < span_end:
+        return False
+    if not quoted:
+        return value[start - 1] in " \t"
+    return start > span_start and span_end - 1 < end
 
 
-def _command_of(words: list[str]) -> tuple[str | None, list[str]]:
-    """The name of the command `words` begin, without its path, and its arguments: after variables set for it and prefix
-    commands with their options, after a line's labels (`_LINE_LABEL`); `python -m pytest`'s is pytest, `CMD=pytest -k`'s
-    pytest, a Makefile recipe's `@pytest` pytest. No name where a word may be an
-    option's value or the command (`sudo -u git mysql`: git may be sudo's user) or no word is the command."""
-    assigned = None
-    after_prefix = False
-    labels = len(list(itertools.takewhile(_LINE_LABEL.fullmatch, words)))
-    for index, word in enumerate(words[labels:], labels):
-        if (assignment := _ASSIGNMENT.fullmatch(word)) is not None:
-            assigned = assignment.group(1)
-        elif word in _PREFIX_WORDS:
-            after_prefix = True
-        elif after_prefix and (word.startswith("-") or _DURATION.fullmatch(word)):
-            continue
-        elif after_prefix and index > 0 and words[index - 1].startswith("-"):
-            return None, []
-        elif word.startswith("-"):
-            return (_basename(assigned), words[index:]) if assigned else (None, [])
-        elif _PYTHON.fullmatch(name := _basename(word.lstrip("@"))) and len(words) > index + 2 and words[index + 1] == "-m":
-            return words[index + 2], words[index + 3:]
+@functools.lru_cache(maxsize=8)  # `_found` asks for each name of each tool: the same value, read once
+def _text_spans(value: str) -> tuple[list[int], list[tuple[int, int, bool]]]:
+    """Where `value` holds arguments that run nothing, in order: each part of a text command's argument (the parts in quotes
+    marked) and ssh's destinations, on the command line `value` is and on those a quoted string of another command holds
+    (`sh -c "pytest -k mongo ..."`). Start positions first, for a bisection."""
+    spans: list[tuple[int, int, bool]] = []
+    lines = [(0, len(value))]
+    while lines:
+        line_start, line_end = lines.pop()
+        lines += _read_line(value, line_start, line_end, spans)
+    spans.sort()
+    return [span[0] for span in spans], spans
+
+
+def _read_line(value: str, start: int, end: int, spans: list[tuple[int, int, bool]]) -> list[tuple[int, int]]:
+    """Reads `value[start:end]` as a command line: adds its text arguments' spans to `spans`; returns the quoted strings in
+    its other words, each to read as a command line of its own."""
+    nested: list[tuple[int, int]] = []
+    command: _Command | None = None  # made at its first word: most of a run of `(` or `;` begin none
+    outer: list[tuple[str, _Command | None]] = []  # the commands a `(`, `$(` or backquote interrupts
+    for token in _TOKEN.finditer(value, start, end):
+        word, mark = token.groups()
+        if word is not None:
+            command = command or _Command()
+            command.read(word, token.start(1), spans, nested)
+        elif not mark:
+            break  # the blanks that end the line
+        elif mark in "(`" and not (mark == "`" and outer and outer[-1][0] == "`"):
+            outer.append((mark, command))
+            command = None
+        elif mark in ")`" and outer and outer[-1][0] == ("(" if mark == ")" else "`"):
+            command = outer.pop()[1]
         else:
-            return name, words[index + 1:]
-    return None, []
+            command = None
+    return nested
 
 
-def _basename(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
+class _Command:
+    """A simple command read one word at a time: which of its words are text arguments (`read`)."""
+
+    def __init__(self) -> None:
+        self._reader = CommandReader()
+        self._text_command: str | None = None  # once its words are a text command's arguments: its name
+        self._settled = False  # no later word can be a text argument: its quoted parts are all there is to read
+
+    def read(self, word: str, start: int, spans: list[tuple[int, int, bool]], nested: list[tuple[int, int]]) -> None:
+        """Adds `word`'s spans to `spans` where it is an argument that runs nothing; else its quoted parts to `nested`."""
+        quotes = "'" in word or '"' in word
+        if self._settled:
+            if quotes:
+                _add_quoted(word, start, nested)
+            return
+        if "\\" in word:
+            unquoted = _QUOTING.sub(r"\1", word)
+        else:
+            unquoted = word.replace("'", "").replace('"', "") if quotes else word
+        name = self._text_command
+        if name is None:  # the words before a text command's first argument: its wrappers, its name
+            role = self._reader.role(unquoted)
+            name = self._reader.command
+            if role == "argument" and name in _TEXT_COMMANDS:
+                self._text_command = name
+            else:
+                self._settled = self._reader.unknown or role == "argument" and name != "ssh"
+                if role == "destination":
+                    spans += _parts(word, start)
+                elif quotes:
+                    _add_quoted(word, start, nested)
+                return
+        runs = _RUNS_A_COMMAND.get(name)
+        self._settled = runs is not None and runs.fullmatch(unquoted) is not None
+        if self._settled:
+            if quotes:
+                _add_quoted(word, start, nested)
+        else:
+            spans += _parts(word, start)
+
+
+def _parts(word: str, start: int) -> list[tuple[int, int, bool]]:
+    """The spans of `word`'s parts (at `start`), those in quotes marked."""
+    if "'" not in word and '"' not in word:
+        return [(start, start + len(word), False)]
+    return [(start + part.start(), start + part.end(), part.group()[0] in "'\"") for part in _WORD_PART.finditer(word)]
+
+
+def _add_quoted(word: str, start: int, nested: list[tuple[int, int]]) -> None:
+    """Adds the strings in quotes of `word` (at `start`) to `nested`, to read as command lines: those with a blank, as only
+    they may hold a name after one (most quoted words are one word: a JSON's keys)."""
+    if not _BLANK.search(word):  # a word's blanks are all in its quotes
+        return
+    quoted = (part for part in _WORD_PART.finditer(word) if part.group()[0] in "'\"")
+    nested += [(start + part.start() + 1, start + part.end() - 1) for part in quoted if _BLANK.search(part.group())]
 
 
 def _ended_before_the_option(value: str, start: int, end: int) -> bool:

@@ -1180,7 +1180,8 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         cookie, a .netrc entry (quoted values too) and a quoted setting, none holding a secret, are read in well under a second;
         1 MB runs of a tool's option that takes a password (attached, after sshpass's prompt, a port after it), of a tool's name
         after `=`, of `=` (each a command's start), of commands and substitutions, of a tool's name that a text command takes
-        or whose command ends before its option, and a 1 MB path after 32 names or runners, each."""
+        or whose command ends before its option, and a 1 MB path after 32 names or runners, each; and 1 MB of one text command,
+        of quoted arguments and quoted command lines, of ssh destinations, wrappers, parentheses and quotes, each."""
         env = {
             "OPTIONS": "--password --token " * 10000, "MYSQL": "mysql " + "/mysql -u " * 20000 + "-p", "COOKIES": "Cookie: a " * 20000,
             "NETRC": "machine x " + "login machine " * 14000 + "password", "QUOTED": 'env="' * 40000, "URLS": "https://u: " * 20000,
@@ -1203,6 +1204,10 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
             "PATH_AFTER_RUNNERS": "x=sudo " * 32 + "/a" * 500000 + " mysql -p", "VARIABLES": "=a" * 500000 + " mysql -p",
             "SUBSTITUTIONS": "$(mysql -e " * 90000, "COMMANDS": "; sudo -u me mysql -u a" * 45000,
             "TEXT_COMMANDS": "; pytest -k mongo -p plugin" * 40000, "ENDED_COMMANDS": "$(mysql -e x) -pedantic " * 42000,
+            "ONE_TEXT_COMMAND": "pytest -k mongo -p plugin " * 40000, "QUOTED_ARGUMENTS": 'pytest -k "mongo or x" -p plugin ' * 30000,
+            "QUOTED_COMMANDS": "sh -c 'sh -c \"pytest -k mongo -p plugin\"' " * 23000, "DESTINATIONS": "ssh mongo -p 2222 " * 55000,
+            "WRAPPERS": "sudo -u me " * 90000 + "pytest -k mongo -p plugin", "PARENTHESES": "(" * 1000000 + "pytest -k mongo -p plugin",
+            "QUOTES": "\"'" * 500000 + " pytest -k mongo -p plugin", "UNCLOSED_QUOTES": 'pytest -k mongo -p plugin "' * 38000,
         }
         for name, value in tools.items():  # 1 MB each
             started = time.process_time()

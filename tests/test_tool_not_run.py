@@ -1,5 +1,5 @@
 """A tool's password on a command line is found wherever a command may run the tool, and not where its name is plainly the
-argument of a command that takes text (tool_not_run.py, through inline_secrets.py's tool options)."""
+argument of a command that takes text or ssh's destination (tool_not_run.py, through inline_secrets.py's tool options)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,36 @@ SECRET_COMMANDS = [
     ("mysql.exe -u app -pS3cretI5", "S3cretI5"),
     ("python3 -m mysql -u app -pS3cretI6", "S3cretI6"),
 ]
+# Real passwords next to the shapes that read as arguments (quotes, wrappers and their options, ssh's destination, a
+# command begun far back): a quoted string another command runs, a wrapper's option before the tool, a remote command.
+SECRETS_BESIDE_ARGUMENTS = [
+    ("mysql -u root -pS3cretJ1", "S3cretJ1"),
+    ("sudo mysql -pS3cretJ2", "S3cretJ2"),
+    ("time mysql -pS3cretJ3", "S3cretJ3"),
+    ("env X=1 mysql -pS3cretJ4", "S3cretJ4"),
+    ('sh -c "mysql -pS3cretJ5"', "S3cretJ5"),
+    ("time -p mysql -u app -pS3cretJ6", "S3cretJ6"),
+    ("sudo -u me mysql -pS3cretJ7", "S3cretJ7"),
+    ("nice -n 5 mysql -pS3cretJ8", "S3cretJ8"),
+    ("timeout -s KILL 30 mysql -pS3cretJ9", "S3cretJ9"),
+    ('pytest -k "mongo" && mysql -pS3cretK1', "S3cretK1"),
+    ("ssh mongo mysql -u app -pS3cretK2", "S3cretK2"),
+    ("ssh -p 2222 mongo mongosh -p S3cretK3", "S3cretK3"),
+    ("ssh mongo -p 2222 'mysql -pS3cretK4'", "S3cretK4"),
+    ("pytest -k \"$(mysql -pS3cretK5 -e 'select name from t')\"", "S3cretK5"),
+    ("""awk 'BEGIN { system("mysql -pS3cretK6") }'""", "S3cretK6"),
+    ("sed '1e mysql -pS3cretK7' notes.txt", "S3cretK7"),
+    ("xargs -I{} mysql -pS3cretK8 -e {}", "S3cretK8"),
+    ('env -S "mysql -pS3cretK9"', "S3cretK9"),
+    ("sudo -i mysql -pS3cretL1", "S3cretL1"),
+    ("pytest " + "tests/test_module.py " * 30 + "; mysql -pS3cretL2", "S3cretL2"),
+    ("timeout --signal=KILL 30 env A=1 B=2 nice -n 5 mysql -pS3cretL3", "S3cretL3"),
+    ("bash -c \"pytest -k 'x y' -p q; mysql -pS3cretL4\"", "S3cretL4"),
+    ('grep "mysql -pS3cretL5" audit.log', "S3cretL5"),
+    ("sudo -X git mysql -pS3cretL6", "S3cretL6"),
+    ("uv run --with pytest mysql -pS3cretL7", "S3cretL7"),
+    ('pytest -k "x" `mysql -pS3cretL8`', "S3cretL8"),
+]
 # Realistic values where a tool's name is another command's argument, a word that only begins with one, or its command ends
 # before the option: no password.
 ORDINARY_COMMANDS = [
@@ -122,6 +152,26 @@ ORDINARY_COMMANDS = [
     "\t@pytest -k mongo -p pytest_randomly",
     "sudo pytest -k mongo -p pytest_randomly",
 ]
+# Realistic values whose tool's name is, read as a shell reads it, a text command's argument in quotes, after wrappers and
+# their options, far from where its command begins, or ssh's destination.
+ARGUMENTS_IN_QUOTES_AND_AFTER_WRAPPERS = [
+    'pytest -k "mongo or redis" -p pytest_randomly',
+    "pytest -k 'mongo and not slow' -p pytest_randomly",
+    "sh -c \"pytest -k 'mongo or redis' -p pytest_randomly\"",
+    "sudo -u me pytest -k mongo -p pytest_randomly",
+    "sudo -E -u me timeout 60 pytest -k mongo -p pytest_randomly",
+    "time -p pytest -k mongo -p pytest_randomly",
+    "env CI=1 pytest -k mongo -p pytest_randomly",
+    "nice -n 10 pytest -k mongo -p pytest_randomly",
+    "timeout -s KILL 600 pytest -k mongo -p pytest_randomly",
+    "nohup pytest -k mongo -p pytest_randomly",
+    "xargs -n1 pytest -k mongo -p pytest_randomly",
+    "exec pytest -k mongo -p pytest_randomly",
+    "command pytest -k mongo -p pytest_randomly",
+    "pytest " + "tests/test_module.py " * 30 + "-k mongo -p pytest_randomly",
+    "ssh mongo -p 222222",
+    "ssh -i ~/.ssh/id_ed25519 mongo -p 22222222",
+]
 
 
 @pytest.mark.parametrize(("value", "secret"), SECRET_COMMANDS)
@@ -137,5 +187,23 @@ def test_a_tools_password_is_found_wherever_a_command_may_run_the_tool(value: st
 def test_a_tools_name_that_a_text_command_takes_holds_no_password(value: str) -> None:
     """A tool's name that pytest's `-k`, grep, git, pip, apt-get, find, ls, cat or which takes as text, a `mysql_config`, or a
     name whose `$(...)` or backquotes close before the option holds no password, and withholds nothing."""
+    assert inline_secrets(value) == []
+    assert withheld({"TOOL_ARGS": value}) == []
+
+
+@pytest.mark.parametrize(("value", "secret"), SECRETS_BESIDE_ARGUMENTS)
+def test_a_tools_password_beside_quotes_and_wrappers_is_still_found(value: str, secret: str) -> None:
+    """A tool's password is found after a wrapper and its options, in a quoted string that `sh -c`, `env -S`, awk or sed
+    runs, in a substitution inside a text command's quotes, after ssh's destination, after a text command whose quotes
+    close or whose command ended far back, and in a quoted string that holds the option too; the variable is withheld."""
+    assert secret in inline_secrets(value)
+    assert withheld({"TOOL_ARGS": value}) == ["TOOL_ARGS"]
+
+
+@pytest.mark.parametrize("value", ARGUMENTS_IN_QUOTES_AND_AFTER_WRAPPERS)
+def test_a_tools_name_in_quotes_after_wrappers_or_far_from_its_commands_start_holds_no_password(value: str) -> None:
+    """A tool's name in a text command's quoted argument, after `sudo -u me`, `time -p`, `env`, `nice -n`, `timeout -s`,
+    `nohup`, `xargs -n1`, `exec` or `command`, more than 512 characters after its command's start, or ssh's destination
+    holds no password, and withholds nothing."""
     assert inline_secrets(value) == []
     assert withheld({"TOOL_ARGS": value}) == []
