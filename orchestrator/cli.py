@@ -145,7 +145,7 @@ def report(
     from orchestrator.config import load_config
     from orchestrator.lock import state_identity
     from orchestrator.logs import configure_logging
-    from orchestrator.report_inputs import merge_target, process_gone, report_zone
+    from orchestrator.report_inputs import branches_in, merge_target, process_gone, report_zone
     from runs.engine import store_shown
 
     settings = load_config(config, require_tasks=False)
@@ -168,7 +168,9 @@ def report(
         typer.echo(json.dumps(reports.as_json(latest), indent=2))
     else:
         gone = process_gone(latest, began)
-        _echo(reports.as_text(latest, base=merge_target(settings), process_gone=gone, zone=report_zone(settings)), nl=False)
+        target = merge_target(settings)
+        in_base = branches_in(settings, target, [task.branch for task in reports.to_review(latest)])
+        _echo(reports.as_text(latest, base=target, process_gone=gone, zone=report_zone(settings), in_base=in_base), nl=False)
 
 
 @app.command()
@@ -179,11 +181,14 @@ def notes(
     """Print notes.md: why iterations were rolled back, and what the next one was told."""
     from orchestrator.config import load_config
     from orchestrator.notes import NotesBook
+    from orchestrator.printable import visible
 
     settings = load_config(config, require_tasks=False)
     book = NotesBook(settings.notes_path)
     if task is None:
-        text = book.text()
+        # The night escapes what it writes there, but not only the night writes notes.md: an editor, or the code a
+        # check ran (the model's). Its control characters are shown, never obeyed, as in the report.
+        text = visible(book.text(), keep="\n\t")
         _echo(text or "(no notes yet)", nl=not text.endswith("\n"))
         return
     entries = book.for_task(task)
@@ -191,7 +196,7 @@ def notes(
     if not entries and task not in known:
         # A misspelt name: "(no notes for task ...)" and exit 0 read as a task that never failed.
         raise ConfigError(f"--task {task!r}: no such task in {config} nor in notes.md (tasks: {', '.join(known) or 'none'})")
-    _echo("\n\n".join(entries) if entries else f"(no notes for task {task!r})")
+    _echo(visible("\n\n".join(entries), keep="\n\t") if entries else f"(no notes for task {task!r})")
 
 
 def _echo(text: str, *, nl: bool = True) -> None:

@@ -282,6 +282,7 @@ def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
 
 def _print_morning(config: Config, out: TextIO) -> None:
     from orchestrator.build import open_store
+    from orchestrator.printable import visible
     from orchestrator.report import as_text
 
     store = open_store(config)
@@ -293,7 +294,9 @@ def _print_morning(config: Config, out: TextIO) -> None:
     out.write(as_text(latest, base="main") if latest else "(no run recorded)\n")
     notes = config.notes_path
     _say(out, "\n──── notes.md (overnight notes) ────")
-    out.write(notes.read_text(encoding="utf-8") if notes.exists() else "(no notes: every iteration committed)\n")
+    # As `overnight notes` shows it: the sample's code the check ran (the model's) may have written there too.
+    shown = visible(notes.read_text(encoding="utf-8"), keep="\n\t") if notes.exists() else "(no notes: every iteration committed)\n"
+    out.write(shown)
     out.flush()
 
 

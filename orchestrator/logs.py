@@ -15,6 +15,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from orchestrator.printable import visible
+
 LOG_FORMATS = ("auto", "human", "json")
 _json_mode = False
 _json_asked = False
@@ -48,6 +50,7 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
             _add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info if as_json else structlog.dev.set_exc_info,
+            *([] if as_json else [_shown_not_obeyed]),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -63,6 +66,16 @@ def _add_log_level(logger: Any, method_name: str, event_dict: Any) -> Any:
     if "level" in event_dict:
         return event_dict
     return structlog.processors.add_log_level(logger, method_name, event_dict)
+
+
+def _shown_not_obeyed(logger: Any, method_name: str, event_dict: Any) -> Any:
+    """A human line's values with their control characters as escapes (printable.visible). The console renderer prints a
+    value with no space or quote in it as it is: a folder the model's code named `y\x1b[2J\x1b[8m` in the state dir
+    cleared the terminal and hid every line after it. JSON lines escape them already; a traceback keeps its lines."""
+    return {
+        key: visible(value, keep="\n" if key == "exception" else "") if isinstance(value, str) else value
+        for key, value in event_dict.items()
+    }
 
 
 def get_logger(**bound: Any) -> Any:

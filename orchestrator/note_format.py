@@ -122,7 +122,7 @@ def render_entry(*, task: str, iteration: int, reason: str, correction: str, evi
     lines = [
         f"## {written} · task `{task}` · iteration {iteration} · `{header_reason(reason)}`",
         "",
-        f"{CORRECTION_MARK} {visible(one_paragraph(correction))}",
+        f"{CORRECTION_MARK} {no_html(visible(one_paragraph(correction)))}",
     ]
     if evidence.strip():
         shown = visible(evidence.strip(), keep="\n\t")
@@ -154,6 +154,12 @@ def _no_headers(evidence: str) -> str:
     """Evidence quotes output (a check's, the model's), which can print a line shaped like an
     entry header: indented by a space, it can neither forge an entry nor cut its own."""
     return "\n".join(f" {line}" if _ENTRY.fullmatch(line) else line for line in evidence.split("\n"))
+
+
+def no_html(text: str) -> str:
+    """A correction quotes what the model chose (a tool's name): a `<details>` there was an HTML tag in a markdown
+    preview, and folded away every entry after it. Markdown's escape keeps `<` a character."""
+    return text.replace("<", "\\<")
 
 
 def one_paragraph(text: str) -> str:

@@ -8,9 +8,10 @@ Other keys may be added, never removed or renamed.
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from datetime import tzinfo
-from typing import Any, Iterable
+from typing import Any, Container, Iterable
 
 from orchestrator.cancel import SYSTEM_LOCAL_TIME
 from orchestrator.printable import shortened, visible
@@ -68,9 +69,12 @@ def _iteration_json(iteration: IterationView) -> dict[str, Any]:
     }
 
 
-def as_text(run: RunView, base: str = "main", *, process_gone: bool = False, zone: tzinfo | None = None) -> str:
+def as_text(
+    run: RunView, base: str = "main", *, process_gone: bool = False, zone: tzinfo | None = None, in_base: Container[str] = ()
+) -> str:
     """`process_gone`: the run says `running` but its process no longer exists (killed, power lost). `zone`: the clock
-    times are shown on, the one `[night] deadline` is read on (report_inputs.report_zone); this host's when None."""
+    times are shown on, the one `[night] deadline` is read on (report_inputs.report_zone); this host's when None.
+    `in_base`: task branches `base` already holds whole (report_inputs.branches_in): no review line, it would show nothing."""
     header = f"overnight run #{run.id} · {run.status}"
     if process_gone:
         header += f" · but its process (pid {run.pid}) is gone: the next `overnight run` records it as crashed"
@@ -83,14 +87,21 @@ def as_text(run: RunView, base: str = "main", *, process_gone: bool = False, zon
     lines = [header, _tally(run.tasks), ""] if run.tasks else [header, ""]
     for task in run.tasks:
         lines += _task_lines(task)
-    merges = [t for t in run.tasks if t.outcome == "succeeded" or _done_earlier_tonight(t)]
+    merges = [t for t in to_review(run) if t.branch not in in_base]
     if merges:
         lines.append("To review and merge:")
-        lines += [f"  git diff {base}...{t.branch}" for t in merges]
+        # Quoted where a shell would read a name otherwise: a branch of the person's may be `fix(12)` or `it's`.
+        lines += [f"  git diff {shlex.quote(base)}...{shlex.quote(t.branch)}" for t in merges]
     if not run.tasks:
         lines.append("(no tasks ran)")
     # Each item is one line: whatever was interpolated into it stays on it, shown, not obeyed.
     return "\n".join(visible(line) for line in lines).rstrip() + "\n"
+
+
+def to_review(run: RunView) -> list[TaskView]:
+    """The tasks whose work the morning reviews and merges: those that succeeded, and those an earlier run of this
+    scheduled night committed."""
+    return [t for t in run.tasks if t.outcome == "succeeded" or _done_earlier_tonight(t)]
 
 
 def _tally(tasks: Iterable[TaskView]) -> str:

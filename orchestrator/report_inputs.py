@@ -72,3 +72,23 @@ def _mainline(repo: object) -> str:
         return remote_default
     heads = {head.name for head in repo.heads}  # type: ignore[attr-defined]
     return next((name for name in ("main", "master") if name in heads), "HEAD")
+
+
+def branches_in(settings: object, target: str, branches: list[str]) -> frozenset[str]:
+    """Those of `branches` whose every commit `target` already holds: a task that succeeded with no change (its check
+    passed as it was) on a branch with no earlier night's work, or one already merged. Their review line showed an
+    empty diff under "To review and merge". A branch git cannot tell about (deleted, the repository moved) is not one."""
+    try:
+        import git
+
+        repo = git.Repo(settings.repo_path)  # type: ignore[attr-defined]
+    except Exception:
+        return frozenset()
+    held = set()
+    for branch in branches:
+        try:
+            if repo.is_ancestor(f"refs/heads/{branch}", target):
+                held.add(branch)
+        except Exception:  # no such branch, or a target git cannot read: its line stays
+            continue
+    return frozenset(held)

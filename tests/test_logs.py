@@ -248,6 +248,26 @@ class TestCommittedEvent:
         assert task["iterations"][0]["commit"] is None and committed["commit"] is None
 
 
+class TestHumanLines:
+    def test_a_folder_the_models_code_named_is_shown_escaped_on_the_next_nights_terminal(self, config_file, server):
+        """The model's code, run by the check, makes a folder in the state dir's worktrees named to clear the screen and
+        hide what follows; the next night's `worktree_folder_kept` line on a terminal shows the name escaped."""
+        makes_folder = (
+            "import os\nos.makedirs(os.path.join('..', 'y\\x1b[2J\\x1b[8m'), exist_ok=True)\n"
+            "open(os.path.join('..', 'y\\x1b[2J\\x1b[8m', 'f'), 'w').close()\ndef greet():\n    return 'helo'\n"
+        )
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(call("write_file", {"path": "greet.py", "content": makes_folder}), call("submit", {"summary": "done"}))
+        assert _json_run(config).exit_code == 1
+        server.enqueue(call("submit", {"summary": "done"}))
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "human"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, env={**os.environ, "NO_COLOR": "1"},
+        )
+        [kept] = [line for line in done.stderr.splitlines() if "worktree_folder_kept" in line]
+        assert "task=y\\x1b[2J\\x1b[8m " in kept and kept.isprintable(), kept
+
+
 class TestDeadlineEvents:
     def test_the_deadline_cancels_the_iteration_and_says_so(self, config_file, server):
         """At `[night] deadline` the iteration in flight is `iteration_cancelled` (`why`: deadline), each task's

@@ -283,6 +283,18 @@ class TestNotesBook:
         assert "None of your answers made a usable tool call" in prompt and "None:" not in prompt and "None needed" not in prompt
 
 
+class TestNotesAsMarkdown:
+    def test_an_html_tag_the_model_named_a_tool_is_text_in_a_markdown_preview(self, config_file, server):
+        """A tool named `<details>` is quoted in its entry's correction: rendered as markdown it is text, not a tag that
+        folds away the entries after it."""
+        markdown_it = pytest.importorskip("markdown_it")
+        config = config_file(night={"max_iterations": 2})
+        server.enqueue(call("<details>", {}), call("<details>", {}), call("submit", {"summary": "done"}))
+        assert overnight("run", "--config", str(config)) == 1
+        html = markdown_it.MarkdownIt("commonmark").render(night_notes(config).read_text())
+        assert "There is no tool named '&lt;details&gt;'." in html and "<details>" not in html
+
+
 # A real editor's save at the moment an append has read notes.md and opens its new file beside it: the
 # interpreter's audit hook on that open is the one point in between that a test can reach without a mock.
 EDITOR_SAVES_WHILE_AN_ENTRY_IS_WRITTEN = """

@@ -97,6 +97,27 @@ class TestTextReport:
         assert {"level": "severe", "kind": "echo", "message": PROSE} in signals
 
 
+class TestNotesCommand:
+    def test_what_the_models_code_wrote_into_notes_md_is_shown_not_obeyed(self, config_file, server, capsys):
+        """Code of the model's that the check runs appends a clipboard write, a screen clear and a carriage return to
+        notes.md: `overnight notes`, whole and for the task, shows them escaped."""
+        writes_notes = (
+            "import os\nwith open(os.path.join('..', '..', 'notes.md'), 'a') as f:\n"
+            "    f.write('\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\r\\u2714 fix-greet: succeeded\\n')\n"
+            "def greet():\n    return 'helo'\n"
+        )
+        attempt = [call("write_file", {"path": "greet.py", "content": writes_notes}), call("submit", {"summary": "done"})]
+        config = config_file(night={"max_iterations": 2})
+        server.enqueue(*attempt, *attempt)
+        assert overnight("run", "--config", str(config)) == 1
+        for args in ([], ["--task", "fix-greet"]):
+            capsys.readouterr()
+            assert overnight("notes", "--config", str(config), *args) == 0
+            shown = capsys.readouterr().out
+            assert_shown_not_obeyed(shown)
+            assert "\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\r✔ fix-greet: succeeded" in shown
+
+
 class TestStepSummary:
     def test_a_paused_task_is_marked_apart_from_a_parked_one(self):
         """A paused task's row is marked 🔁 (worked again next night), a parked one's ⏸️: told apart without the words."""
@@ -317,6 +338,33 @@ class TestReviewLines:
         review = [line.strip() for line in text_report(config, capsys).splitlines() if "git diff" in line]
         assert review == ["git diff main...overnight/fix-greet"]
         assert git(repo, "diff", "--stat", review[0].split()[-1]) != ""  # the line shows the task's work
+
+
+    def test_a_task_that_succeeded_with_no_change_has_no_review_line(self, config_file, server, capsys):
+        """A task whose check passed as it was, its branch holding nothing `main` lacks, is not under "To review and
+        merge": its `git diff` line showed nothing."""
+        config = config_file(tasks=[{"name": "t1", "prompt": "p", "check": "true"}], night={"max_iterations": 1})
+        server.enqueue(call("submit", {"summary": "nothing to do"}))
+        assert overnight("run", "--config", str(config)) == 0
+        text = text_report(config, capsys)
+        assert "✔ t1: succeeded" in text and "git diff" not in text and "To review and merge" not in text
+
+    def test_a_branch_name_a_shell_misreads_is_quoted_and_the_line_works_as_printed(self, config_file, server, repo, capsys):
+        """With `[repo] base` HEAD on the person's branch `fix(12)`, the review line quotes it, and pasted into a shell in
+        the repository it shows the task's work (unquoted, bash stopped at a syntax error)."""
+        import subprocess
+
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        git(repo, "switch", "-q", "-c", "fix(12)")
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        review = [line.strip() for line in text_report(config, capsys).splitlines() if "git diff" in line]
+        assert review == ["git diff 'fix(12)'...overnight/fix-greet"]
+        pasted = subprocess.run(["bash", "-c", f"{review[0]} --stat"], cwd=repo, capture_output=True, text=True)
+        assert pasted.returncode == 0 and "greet.py" in pasted.stdout, pasted.stderr
 
 
 class TestTimes:
