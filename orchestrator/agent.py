@@ -147,6 +147,10 @@ def _complete(model: Model, request: list[Message], schemas: Sequence[dict[str, 
         ctx.spend(stop.tokens)  # a response cut off (runaway, silence) used tokens too
         ctx.answered = ctx.turn
         raise
+    except Cancelled as stop:
+        # One the deadline or a signal cut off mid-stream too: the morning's figures, and a night begun again, count them.
+        ctx.spend(stop.tokens)
+        raise
     ctx.answered = ctx.turn
     return response
 

@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
-from orchestrator.errors import QualityError
+from orchestrator.errors import Cancelled, QualityError
 from orchestrator.protocols import Message, Model
 from orchestrator.records import ModelResponse
 
@@ -62,7 +62,7 @@ class AskedAhead:
         error = answer.exception()
         if error is None:
             self._unused(answer.result().tokens)
-        elif isinstance(error, QualityError) and error.tokens:  # cut off: what it read and wrote was spent
+        elif isinstance(error, (QualityError, Cancelled)) and error.tokens:  # cut off: what it read and wrote was spent
             self._unused(error.tokens)
 
     def __enter__(self) -> "AskedAhead":

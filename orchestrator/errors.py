@@ -36,9 +36,11 @@ class Cancelled(Exception):
 
     reason = "cancelled"
 
-    def __init__(self, why: str = "cancelled") -> None:
+    def __init__(self, why: str = "cancelled", tokens: int = 0) -> None:
         super().__init__(why)
         self.why = why
+        # Tokens of a model response the cancel cut off mid-stream: the server spent them all the same.
+        self.tokens = tokens
 
 
 class ConfigError(Exception):

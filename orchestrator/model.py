@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.endpoint_failures import Retryable, decision_for
-from orchestrator.errors import QualityError
+from orchestrator.errors import Cancelled, QualityError
 from orchestrator.protocols import Message
 from orchestrator.records import ModelResponse
 from orchestrator.redactor import Redactor
@@ -165,12 +165,12 @@ class EndpointModel:
             else:
                 draft = read_whole(raw)
                 check_runaway(draft, self.max_output_chars)
-        except QualityError as stop:  # cut off: what was written so far still cost tokens
+        except (QualityError, Cancelled) as stop:  # cut off (a guard, the deadline, a signal): what was written still cost tokens
             stop.tokens = _tokens_used(draft, messages)
             raise
         except transports.TransportError as failure:
-            if self._cancel is not None:
-                self._cancel.raise_if_cancelled()  # the failure is the cancel cutting the connection
+            if self._cancel is not None and self._cancel.cancelled:  # the failure is the cancel cutting the connection
+                raise Cancelled(self._cancel.why, tokens=_tokens_used(draft, messages)) from None
             decision = decision_for(failure, self.config, self._redact)
             if isinstance(decision, QualityError):  # silence or runaway the transport saw: it cost tokens too
                 decision.tokens = _tokens_used(draft, messages)

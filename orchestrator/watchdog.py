@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator import server_probes
-from orchestrator.errors import QualityError
+from orchestrator.errors import Cancelled, QualityError
 from orchestrator.records import ModelResponse
 from orchestrator.runaway import runaway_output
 
@@ -77,8 +77,8 @@ def run_watched(
     """`attempt` in a helper thread, watched from this one for a cancel and for silence.
 
     The watcher judges silence by the time since the last chunk and cuts the stream's
-    socket. On a cancel, or a stream it cannot cut, the helper thread is abandoned (a
-    daemon; it ends at its read timeout).
+    socket. On a cancel the stream is cut too, and its reader given up to _CUT_GRACE_S to raise the cancel with the
+    tokens it used; one it cannot cut, or slower, is abandoned (a daemon; it ends at its read timeout).
     """
     watch = Watch()
     outcome: dict[str, Any] = {}
@@ -95,7 +95,9 @@ def run_watched(
     threading.Thread(target=attempt_in_thread, name="model-call", daemon=True).start()
     while not done.wait(_CANCEL_POLL_S):
         if cancel is not None and cancel.cancelled:
-            watch.cut()
+            # A cut reader raises the cancel itself, with the tokens its answer had used (spent all the same).
+            if watch.cut() and done.wait(_CUT_GRACE_S) and isinstance(outcome.get("error"), Cancelled):
+                raise outcome["error"]
             cancel.raise_if_cancelled()
         verdict = _verdict(watch, silence_limit, event_limit)
         # A cut stream's reader raises the verdict itself, with the tokens it used; one that could

@@ -311,6 +311,25 @@ class TestDeadlineEvents:
         assert (night["exit_code"], night["stopped_early"]) == (1, "deadline")
 
 
+    def test_an_answer_the_deadline_cuts_off_mid_stream_counts_the_tokens_it_used(self, config_file, server, capsys):
+        """The deadline came while an answer streamed: its thousands of tokens went uncounted (the cancelled iteration
+        said 0), where one cut off as runaway output or silence counts what it used. The iteration's log and its
+        row in the store now count them, and so the night's total and a night begun again."""
+        from datetime import datetime, timezone
+
+        from tests.test_night import report_json
+        from tests.test_unattended import clock_from, run_in_process
+
+        config = config_file(model={"request_timeout_s": 60, "max_tokens": 100000}, night={"deadline": "06:30"})
+        thinking = " ".join(f"step{n * 7919 % 10007}" for n in range(1500))  # ~13,000 characters, no loop to stop
+        server.enqueue(call("read_file", {"path": "greet.py"}, reasoning=thinking, chunk_interval_s=0.005))
+        with json_logs() as out:
+            run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc)))
+        cancelled = _one(events_of(out), "iteration_cancelled")
+        assert cancelled["why"] == "deadline" and cancelled["tokens"] > 500, cancelled
+        report = report_json(config, capsys)
+        assert report["run"]["tokens"] == report["tasks"][0]["iterations"][0]["tokens"] == cancelled["tokens"]
+
     @pytest.mark.parametrize(("setting", "said"), [("Not/AZone", True), ("EST24", True), ("Europe/Berlin", False)])
     def test_a_deadline_on_the_utc_a_tz_the_c_library_cannot_read_leaves_is_said_once(self, tmp_path, setting, said):
         """TZ=Not/AZone leaves the C library on UTC, and `deadline = "06:30"` was read as UTC's with nothing said: one
