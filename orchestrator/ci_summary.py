@@ -18,6 +18,8 @@ from orchestrator.report import MESSAGE_LIMIT, badge_signals, shown_detail
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
+# GitHub drops a step's whole summary past 1 MiB ("upload aborted"): the rows past it are counted, not shown.
+STEP_SUMMARY_BYTES = 1024 * 1024
 # What markdown would act on in a message: emphasis, code, links and images, strikes, escapes.
 _MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~]")
 # As the text report's: paused (the model server could not be reached, worked again next night) is not parked.
@@ -32,11 +34,13 @@ def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path |
     try:
         # After a step that left its last line open (`echo -n`), the heading would join that line.
         start = "\n" if os.path.isfile(target) and _ends_mid_line(target) else ""
+        # Earlier steps' summaries are in files of their own; an earlier night of this step's is in this one.
+        room = STEP_SUMMARY_BYTES - (os.path.getsize(target) if os.path.isfile(target) else 0) - len(start)
         # Not blocking: a named pipe nobody reads is refused (ENXIO) instead of holding the night's end.
         descriptor = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
         os.set_blocking(descriptor, True)  # opened: a slow reader is waited for, not cut off at a full pipe
         with open(descriptor, "a", encoding="utf-8") as out:
-            out.write(start + step_summary(run, notes=notes))
+            out.write(start + step_summary(run, notes=notes, room=room))
     except OSError as exc:
         raise StateError(f"cannot append the step summary to {target}: {exc.strerror or exc}") from None
     return True
@@ -51,8 +55,9 @@ def _ends_mid_line(path: str | Path) -> bool:
         return False
 
 
-def step_summary(run: RunView, *, notes: Path | None = None) -> str:
-    """The markdown appended: a heading, one table row per task, where to read why."""
+def step_summary(run: RunView, *, notes: Path | None = None, room: int = STEP_SUMMARY_BYTES) -> str:
+    """The markdown appended: a heading, one table row per task, where to read why; at most `room` bytes in UTF-8
+    (the rows that would pass it are one last row that counts them), unless the heading alone takes more."""
     # A task skipped as done already (another worker's, or an earlier run's of this scheduled night) counts as
     # the exit code counts it.
     succeeded = sum(counts_as_succeeded(task.outcome, task.reason) for task in run.tasks)
@@ -63,12 +68,24 @@ def step_summary(run: RunView, *, notes: Path | None = None) -> str:
         "| task | outcome | reason | iterations | worst signal | branch / commit |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [_row(task) for task in run.tasks]
-    if not run.tasks:
-        lines.append("| (no tasks ran) | | | | | |")
     where = f"`{notes}`" if notes else "the `notes.md` artifact"
-    lines += ["", f"notes.md: why each iteration was rolled back and what the next one was told: {where} (or `overnight notes`).", ""]
-    return "\n".join(lines) + "\n"
+    end = ["", f"notes.md: why each iteration was rolled back and what the next one was told: {where} (or `overnight notes`).", ""]
+    rows = [_row(task) for task in run.tasks] or ["| (no tasks ran) | | | | | |"]
+    left = room - _size([*lines, *end]) - _size([_more(len(rows))])
+    shown = 0
+    while shown < len(rows) and (left := left - _size([rows[shown]])) >= 0:
+        shown += 1
+    lines += rows[:shown] + ([_more(len(rows) - shown)] if shown < len(rows) else [])
+    return "\n".join(lines + end) + "\n"
+
+
+def _size(lines: list[str]) -> int:
+    """The bytes `lines` take in the summary, each with its line end."""
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def _more(count: int) -> str:
+    return f"| … and {count} more task(s), past GitHub's 1 MiB for a step's summary: see `overnight report` or the JUnit report | | | | | |"
 
 
 def _row(task: TaskView) -> str:

@@ -34,6 +34,10 @@ class OutputCollector(threading.Thread):
                     self._keep(chunk)
         except (OSError, ValueError):
             pass
+        finally:
+            # Nobody reads the pipe after its end; left to the garbage collector, each command's pipe
+            # was a ResourceWarning (a plain line among the JSON logs under PYTHONWARNINGS or -X dev).
+            self._stream.close()
 
     def _keep(self, chunk: bytes) -> None:
         room = self._budget - len(self._head)

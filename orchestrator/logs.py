@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import sys
+import warnings
 from typing import Any, TextIO
 
 import structlog
@@ -20,6 +21,8 @@ from orchestrator.printable import visible
 LOG_FORMATS = ("auto", "human", "json")
 _json_mode = False
 _json_asked = False
+# Python's own way of showing a warning: two plain lines on stderr.
+_PLAIN_SHOWWARNING = warnings.showwarning
 
 
 def json_mode() -> bool:
@@ -58,6 +61,11 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
         logger_factory=(lambda *_: structlog.PrintLogger(lossy(sys.stderr))) if stream is sys.stderr else structlog.PrintLoggerFactory(lossy(stream)),
         cache_logger_on_first_use=False,
     )
+    # A library's warning (or one PYTHONWARNINGS or -X dev shows) would be the one plain line among the JSON ones.
+    if as_json:
+        warnings.showwarning = _warning_as_event
+    elif warnings.showwarning is _warning_as_event:
+        warnings.showwarning = _PLAIN_SHOWWARNING
 
 
 def _add_log_level(logger: Any, method_name: str, event_dict: Any) -> Any:
@@ -76,6 +84,16 @@ def _shown_not_obeyed(logger: Any, method_name: str, event_dict: Any) -> Any:
         key: visible(value, keep="\n" if key == "exception" else "") if isinstance(value, str) else value
         for key, value in event_dict.items()
     }
+
+
+def _warning_as_event(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+                      line: str | None = None) -> None:
+    """warnings.showwarning in JSON mode: the warning as the event `python_warning`; one written to a file of
+    its own choosing (a caller's explicit `file`) goes there as Python writes it."""
+    if file is not None:
+        _PLAIN_SHOWWARNING(message, category, filename, lineno, file, line)
+        return
+    get_logger().warning("python_warning", category=category.__name__, message=str(message), where=f"{filename}:{lineno}")
 
 
 def get_logger(**bound: Any) -> Any:

@@ -328,3 +328,16 @@ class TestPidsWrittenDown:
         finally:
             sleeper.kill()
             sleeper.wait()
+
+
+class TestTheCommandsPipe:
+    def test_a_commands_output_pipe_is_closed_once_read_not_left_to_the_garbage_collector(self, tmp_path: Path):
+        """Left open, each command's pipe was a ResourceWarning: a plain line in the JSON logs under PYTHONWARNINGS=default."""
+        import gc
+        import warnings
+
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ResourceWarning)
+            assert run_shell("echo hello", tmp_path, 10, 1000).output.strip() == "hello"
+            gc.collect()
+        assert [str(warning.message) for warning in seen if issubclass(warning.category, ResourceWarning)] == []

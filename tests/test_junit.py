@@ -408,6 +408,20 @@ class TestStepSummary:
         assert "a \\| b c" in row and row.count(" | ") == 5
 
 
+    def test_a_summary_stays_within_githubs_mib_and_counts_the_rows_past_it(self, tmp_path):
+        """500 paused tasks whose endpoint answered in bidi overrides (each escaped to 6 characters) made 1.3 MB: past
+        GitHub's 1 MiB a step's whole summary is dropped. An earlier night's summary in the same step's file counts too."""
+        one = view("paused", "model_unreachable", signal_message="\u202e" * 200).tasks[0]
+        tasks = tuple(replace(one, id=n, name=f"task-{n:03d}", branch=f"overnight/task-{n:03d}", detail="\u202e" * 200) for n in range(500))
+        target = tmp_path / "summary.md"
+        target.write_text("earlier night\n" * 10_000)
+        append_step_summary(replace(view("paused"), tasks=tasks), target)
+        text = target.read_text()
+        assert len(text.encode()) <= 1024 * 1024
+        rows = [line for line in text.splitlines() if line.startswith("| task-")]
+        assert 100 < len(rows) < 500 and text.endswith("(or `overnight notes`).\n\n")
+        assert f"{rows[-1]}\n| … and {500 - len(rows)} more task(s), past GitHub's 1 MiB" in text
+
     def test_an_entity_in_a_model_chosen_name_stays_text(self, tmp_path):
         """`&#x202E;` would render as a right-to-left override on the job page: `&` is an entity too."""
         target = tmp_path / "summary.md"
@@ -773,3 +787,10 @@ class TestJsonLogs:
         """With --log-format json every stderr line is a JSON object, so a log pipeline can parse the stream."""
         lines = [line for line in json_run.stderr.splitlines() if line.strip()]
         assert all(line.startswith("{") for line in lines), [line for line in lines if not line.startswith("{")]
+
+    def test_json_mode_stays_json_when_python_shows_its_warnings(self, tmp_path):
+        """PYTHONWARNINGS=default (a CI's, or -X dev) showed a ResourceWarning for each command's pipe, as plain lines."""
+        done = json_night(tmp_path, env={"PYTHONWARNINGS": "default"})
+        assert done.returncode == 1, done.stderr
+        events = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+        assert all(isinstance(event, dict) for event in events) and "python_warning" not in [e["event"] for e in events]

@@ -81,6 +81,19 @@ def test_json_lines_carry_the_event_name_and_the_ids_bound():
     assert event["event"] == "iteration_error" and event["run_id"] == 7 and event["level"] == "error"
 
 
+def test_a_python_warning_in_json_mode_is_a_json_line_too():
+    """A library's warning (or one PYTHONWARNINGS shows) was Python's two plain lines among the JSON ones."""
+    import warnings
+
+    with json_logs() as out, warnings.catch_warnings():
+        logs.configure_logging("json", stream=out)
+        warnings.simplefilter("always")
+        warnings.warn("this API goes away\nnext release", FutureWarning, stacklevel=1)
+    [event] = events_of(out)
+    assert (event["event"], event["level"], event["category"]) == ("python_warning", "warning", "FutureWarning")
+    assert event["message"] == "this API goes away\nnext release" and event["where"].startswith(__file__)
+
+
 # --- Events of a real night (`overnight run --log-format json`, a subprocess as CI runs it) -------------
 
 TWO_TASKS = [
