@@ -14,6 +14,7 @@ import itertools
 import os
 import pickle
 import re
+import unicodedata
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Iterator
 
@@ -158,7 +159,12 @@ def _five_fields(expression: str, refused: str) -> list[str]:
     fields = expression.split()
     if not fields or not fields[0].startswith("@"):
         if len(fields) != 5:
-            raise ConfigError(f"{refused} needs 5 fields (minute hour day month weekday) or @daily and such, got {len(fields)}")
+            count = f"needs 5 fields (minute hour day month weekday) or @daily and such, got {len(fields)}"
+            raise ConfigError(f"{refused} {count}{_not_ascii(expression)}")
+        for name, field in zip(_FIELD_NAMES, fields):
+            if field.startswith("@"):  # APScheduler's own line, `Unrecognized expression "@daily"`, said no more
+                misplaced = f"{name} {shortened(field, 24)!r}"
+                raise ConfigError(f"{refused}: {misplaced}: @ starts a shorthand, which stands for all 5 fields alone")
         return fields
     shorthand = fields[0]
     if shorthand.lower() == "@reboot":
@@ -173,10 +179,21 @@ def _five_fields(expression: str, refused: str) -> list[str]:
         if shorthand.lower() in _SHORTHANDS:
             raise ConfigError(f"{refused}: cron reads its shorthands in lower case only: write {shorthand.lower()}")
         known = ", ".join(_SHORTHANDS)
-        raise ConfigError(f"{refused}: no such shorthand; write 5 fields (minute hour day month weekday) or one of {known}")
+        unknown = f"no such shorthand{_not_ascii(shorthand)}"
+        raise ConfigError(f"{refused}: {unknown}; write 5 fields (minute hour day month weekday) or one of {known}")
     if len(fields) > 1:  # a crontab line pasted whole: its command is the night serve starts
         raise ConfigError(f"{refused}: {shorthand} stands for all 5 fields and takes nothing after it (serve starts the night)")
     return _SHORTHANDS[shorthand].split()
+
+
+def _not_ascii(text: str) -> str:
+    """Its first character that is not ASCII, named, or "": a look-alike (Cyrillic `а`, a fullwidth `＠`) quoted as it is
+    reads as the shorthand it copies, in a line saying there is no such shorthand."""
+    odd = next((char for char in text if not char.isascii() and not char.isspace()), None)
+    if odd is None:
+        return ""
+    name = unicodedata.name(odd, "")
+    return f" ({odd!r} is U+{ord(odd):04X}{' ' + name if name else ''}, not ASCII)"
 
 
 def _number_too_large(fields: list[str]) -> str:

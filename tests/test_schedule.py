@@ -955,6 +955,26 @@ class TestShorthands:
         assert f"[schedule] cron: {cron!r}: {why}" in line and "Traceback" not in line
         assert not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize(
+        ("cron", "why"),
+        [
+            ("0 @daily * * *", "'0 @daily * * *': hour '@daily': @ starts a shorthand, which stands for all 5 fields alone"),
+            ("@d\u0430ily", "'@d\u0430ily': no such shorthand ('\u0430' is U+0430 CYRILLIC SMALL LETTER A, not ASCII); write 5 fields"),
+            ("\uff20daily", "'\uff20daily' needs 5 fields (minute hour day month weekday) or @daily and such, got 1 "
+             "('\uff20' is U+FF20 FULLWIDTH COMMERCIAL AT, not ASCII)"),
+        ],
+    )
+    def test_a_line_that_reads_as_a_shorthand_but_is_not_says_what_is_wrong(self, tmp_path: Path, cron: str, why: str) -> None:
+        """`serve --next` on a shorthand as one of 5 fields, or one with a look-alike letter (Cyrillic а, fullwidth ＠) that its
+        quote shows as the real one: the line names the field, or the character (APScheduler's line named neither)."""
+        path = write_schedule_config(tmp_path, cron=cron)
+
+        result = serve_cli(path, "--next")
+
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert f"[schedule] cron: {why}" in line, line
+
 
 class TestNight:
     def test_scheduled_night_returns_the_run_exit_code(self, tmp_path: Path) -> None:
