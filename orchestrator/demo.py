@@ -282,6 +282,7 @@ def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
 
 def _print_morning(config: Config, out: TextIO) -> None:
     from orchestrator.build import open_store
+    from orchestrator.notes import NotesBook
     from orchestrator.printable import visible
     from orchestrator.report import as_text
 
@@ -292,11 +293,11 @@ def _print_morning(config: Config, out: TextIO) -> None:
         store.close()
     _say(out, "──── morning report (overnight report) ────")
     out.write(as_text(latest, base="main") if latest else "(no run recorded)\n")
-    notes = config.notes_path
     _say(out, "\n──── notes.md (overnight notes) ────")
-    # As `overnight notes` shows it: the sample's code the check ran (the model's) may have written there too.
-    shown = visible(notes.read_text(encoding="utf-8"), keep="\n\t") if notes.exists() else "(no notes: every iteration committed)\n"
-    out.write(shown)
+    # As `overnight notes` shows it: the sample's code the check ran (the model's) may have written there too, bytes that
+    # are not UTF-8 among them (read strictly, they ended the demo in a traceback).
+    text = NotesBook(config.notes_path).text()
+    out.write(visible(text, keep="\n\t") if text else "(no notes: every iteration committed)\n")
     out.flush()
 
 

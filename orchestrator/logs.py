@@ -76,14 +76,25 @@ def _add_log_level(logger: Any, method_name: str, event_dict: Any) -> Any:
     return structlog.processors.add_log_level(logger, method_name, event_dict)
 
 
+# What makes the console renderer write a value as its repr (ConsoleRenderer._repr), which escapes every control character.
+_REPR_WRITTEN = frozenset(" \t=\r\n\"'")
+# The keys it writes as they are, whatever they hold.
+_WRITTEN_AS_IS = frozenset({"event", "timestamp", "level", "logger", "logger_name"})
+
+
 def _shown_not_obeyed(logger: Any, method_name: str, event_dict: Any) -> Any:
     """A human line's values with their control characters as escapes (printable.visible). The console renderer prints a
     value with no space or quote in it as it is: a folder the model's code named `y\x1b[2J\x1b[8m` in the state dir
     cleared the terminal and hid every line after it. JSON lines escape them already; a traceback keeps its lines."""
-    return {
-        key: visible(value, keep="\n" if key == "exception" else "") if isinstance(value, str) else value
-        for key, value in event_dict.items()
-    }
+    return {key: _shown(key, value) if isinstance(value, str) else value for key, value in event_dict.items()}
+
+
+def _shown(key: str, value: str) -> str:
+    if key == "exception":
+        return visible(value, keep="\n")
+    if key not in _WRITTEN_AS_IS and not _REPR_WRITTEN.isdisjoint(value):
+        return value  # its repr escapes them: escaped here as well, a git error's line break read `\\n`
+    return visible(value)
 
 
 def _warning_as_event(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,

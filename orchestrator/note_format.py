@@ -156,10 +156,21 @@ def _no_headers(evidence: str) -> str:
     return "\n".join(f" {line}" if _ENTRY.fullmatch(line) else line for line in evidence.split("\n"))
 
 
+# What a markdown preview reads as markup in a name the model chose: `<` opens an HTML tag, `&` an entity
+# (`&#x202E;` is a right-to-left override), `[…](` a link, or with a `!` before it an image the preview loads.
+_MARKUP = re.compile(r"[<&]|\[(?=[^\]]*\]\()")
+_MARKUP_ESCAPED = re.compile(r"\\([<&])|\\(\[)(?=[^\]]*\]\()")
+
+
 def no_html(text: str) -> str:
     """A correction quotes what the model chose (a tool's name): a `<details>` there was an HTML tag in a markdown
-    preview, and folded away every entry after it. Markdown's escape keeps `<` a character."""
-    return text.replace("<", "\\<")
+    preview, and folded away every entry after it. Markdown's backslash escape keeps each a character."""
+    return _MARKUP.sub(lambda found: "\\" + found.group(), text)
+
+
+def html_escape_undone(text: str) -> str:
+    """`text` as it read before no_html: the escape is for a markdown preview, not for the model's next prompt."""
+    return _MARKUP_ESCAPED.sub(lambda found: found.group(1) or found.group(2), text)
 
 
 def one_paragraph(text: str) -> str:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from orchestrator.note_format import CORRECTION_MARK, NoteEntry, one_paragraph, read_entry_lines
+from orchestrator.note_format import CORRECTION_MARK, NoteEntry, html_escape_undone, one_paragraph, read_entry_lines
 from orchestrator.printable import shortened
 
 _SEPARATOR = "\n\n"  # between entries in a prompt
@@ -42,7 +42,7 @@ def _lessons(entries: list[NoteEntry]) -> list[_Lesson]:
         if (blames_nothing and not parts.hint) or key in taught:
             continue
         taught.add(key)
-        lessons.append(_Lesson(full=text, brief=parts.brief, hinted=bool(parts.hint)))
+        lessons.append(_Lesson(full=parts.full, brief=parts.brief, hinted=bool(parts.hint)))
     return lessons
 
 
@@ -101,14 +101,20 @@ class _EntryParts:
     correction: str  # the night's correction as it now reads, on one line
     hint: str  # all else a person wrote into the entry, on one line
     brief: str  # the entry without its evidence
+    full: str  # the entry
 
 
 def _parts_of(entry: str) -> _EntryParts:
     """An entry read line by line (`read_entry_lines`): the night wrote its header, its **Correction:** paragraph and
-    its **Evidence:** with the fenced block after it; every other line is a person's."""
-    header = entry.partition("\n")[0]
-    brief, correction, person = [header], [], []
+    its **Evidence:** with the fenced block after it; every other line is a person's.
+
+    The correction's `\\<` (note_format.no_html, for a markdown preview) is a `<` again: the model reads the name it
+    called, `<details>`, and an entry written before that escape is the same lesson as one written after it."""
+    header, *body = entry.split("\n")
+    brief, full, correction, person = [header], [header], [], []
     for role, line in read_entry_lines(entry):
+        line = html_escape_undone(line) if role == "correction" else line
+        full.append(line)
         if role == "evidence":
             continue
         brief.append(line)
@@ -117,7 +123,10 @@ def _parts_of(entry: str) -> _EntryParts:
         else:
             person.append(line)
     return _EntryParts(
-        correction=one_paragraph(" ".join(correction)), hint=one_paragraph(" ".join(person)), brief=_blank_lines_once("\n".join(brief))
+        correction=one_paragraph(" ".join(correction)),
+        hint=one_paragraph(" ".join(person)),
+        brief=_blank_lines_once("\n".join(brief)),
+        full="\n".join(full + body[len(full) - 1 :]),  # a person's own section after it, if any, as it is
     )
 
 

@@ -77,18 +77,17 @@ def _mainline(repo: object) -> str:
 def branches_in(settings: object, target: str, branches: list[str]) -> frozenset[str]:
     """Those of `branches` whose every commit `target` already holds: a task that succeeded with no change (its check
     passed as it was) on a branch with no earlier night's work, or one already merged. Their review line showed an
-    empty diff under "To review and merge". A branch git cannot tell about (deleted, the repository moved) is not one."""
+    empty diff under "To review and merge". A branch git cannot tell about (deleted, the repository moved) is not one.
+    One git process for them all: one a branch (`git merge-base --is-ancestor`) was 50 gits and 160 ms for 50 tasks."""
+    if not branches:
+        return frozenset()
     try:
         import git
 
-        repo = git.Repo(settings.repo_path)  # type: ignore[attr-defined]
-    except Exception:
+        listed = git.Repo(settings.repo_path).git.for_each_ref(  # type: ignore[attr-defined]
+            f"--merged={target}", "--format=%(refname)", *(f"refs/heads/{branch}" for branch in branches)
+        )
+    except Exception:  # no git, a target git cannot read, the repository moved: every line stays
         return frozenset()
-    held = set()
-    for branch in branches:
-        try:
-            if repo.is_ancestor(f"refs/heads/{branch}", target):
-                held.add(branch)
-        except Exception:  # no such branch, or a target git cannot read: its line stays
-            continue
-    return frozenset(held)
+    held = set(listed.splitlines())
+    return frozenset(branch for branch in branches if f"refs/heads/{branch}" in held)

@@ -206,6 +206,20 @@ class TestInit:
         (tmp_path / "f").write_text("x")
         assert_one_line_error(overnight("demo", "--dir", "f", cwd=tmp_path), 2, "not an empty folder")
 
+    def test_the_demos_morning_shows_notes_md_as_overnight_notes_does(self, tmp_path):
+        """notes.md holding bytes that are not UTF-8 and an escape sequence, as the sample's code the check ran may leave
+        it: the demo's morning prints them as `overnight notes` does (U+FFFD, `\\x1b`), not a traceback."""
+        import io
+
+        from orchestrator.demo import _print_morning, prepare_sample
+
+        config = prepare_sample(tmp_path / "demo")
+        config.notes_path.parent.mkdir(parents=True, exist_ok=True)
+        config.notes_path.write_bytes(b"# overnight notes\n\nthe check wrote \xff and \x1b[2J\n")
+        out = io.StringIO()
+        _print_morning(config, out)
+        assert out.getvalue().endswith("the check wrote \ufffd and \\x1b[2J\n"), out.getvalue()
+
     def test_init_in_a_folder_inside_a_repository_is_refused_as_run_refuses_it(self, tmp_path):
         """`overnight init` in a subfolder of a checkout, whose `[repo] path = "."` `run` refuses, writes nothing and
         says where to run it in one line, exit 2 as `run` exits there; at the checkout's top it writes the example as ever."""

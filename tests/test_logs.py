@@ -280,6 +280,16 @@ class TestHumanLines:
         [kept] = [line for line in done.stderr.splitlines() if "worktree_folder_kept" in line]
         assert "task=y\\x1b[2J\\x1b[8m " in kept and kept.isprintable(), kept
 
+    def test_a_value_of_several_lines_reads_with_one_backslash_at_each_line_break(self):
+        """A git error of two lines reads as its repr, as before any escaping of ours, and a screen clear beside a space
+        as its escape: each escaped once, never with its backslash doubled."""
+        error, name = "Cmd('git') failed\n  stderr: 'fatal: bad'", "y \x1b[2J"
+        out = io.StringIO()
+        logs.configure_logging("human", stream=out)
+        logs.get_logger().warning("tool_error", error=error, name=name)
+        line = out.getvalue()
+        assert f"error={error!r} name={name!r}" in line, line
+
 
 class TestDeadlineEvents:
     def test_the_deadline_cancels_the_iteration_and_says_so(self, config_file, server):

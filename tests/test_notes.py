@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,41 @@ class TestNotesAsMarkdown:
         assert overnight("run", "--config", str(config)) == 1
         html = markdown_it.MarkdownIt("commonmark").render(night_notes(config).read_text())
         assert "There is no tool named '&lt;details&gt;'." in html and "<details>" not in html
+
+    @pytest.mark.parametrize(
+        "name, markup",
+        [("&#x202E;x", "\u202e"), ("![](http://example.invalid/x.png)", "<img"), ("[x](http://example.invalid/)", "<a ")],
+    )
+    def test_an_entity_an_image_or_a_link_the_model_named_a_tool_is_text_in_a_markdown_preview(
+        self, config_file, server, name: str, markup: str
+    ):
+        """A tool named `&#x202E;x` (an entity: a right-to-left override reversing the paragraph), `![](http://…)` (an
+        image the preview would fetch) or a link is quoted in its correction as the characters the model wrote."""
+        markdown_it = pytest.importorskip("markdown_it")
+        config = config_file(night={"max_iterations": 2})
+        server.enqueue(call(name, {}), call(name, {}), call("submit", {"summary": "done"}))
+        assert overnight("run", "--config", str(config)) == 1
+        html = markdown_it.MarkdownIt("commonmark").render(night_notes(config).read_text())
+        assert markup not in html and f"There is no tool named '{html_escape(name, quote=False)}'." in html, html
+
+    def test_a_quoted_name_reads_in_the_prompt_as_the_model_wrote_it(self, tmp_path: Path):
+        """Every character the preview's escape touches is given back to the model as it was, a backslash of its own too."""
+        book = NotesBook(tmp_path / "notes.md")
+        correction = "There is no tool named '<a> & ![x](y) \\<b> \\[c](d) [e]'. Call only these tools."
+        book.append(task="t", iteration=1, reason="unknown_tool", correction=correction)
+        assert book.for_prompt("t", budget_chars=4000).count(correction) == 1
+
+    def test_the_next_prompt_reads_the_tool_name_without_markdowns_escape_and_once(self, tmp_path: Path):
+        """The `\\<` notes.md writes for a preview is not in the prompt: the model reads the name it called, and an entry
+        written before that escape (a bare `<`) and one after, the same lesson, are given once."""
+        book = NotesBook(tmp_path / "notes.md")
+        correction = "There is no tool named '<details>'. Call only these tools."
+        book.append(task="t", iteration=1, reason="unknown_tool", correction=correction)
+        book.path.write_text(book.path.read_text().replace("\\<", "<"))  # as the entry read before the escape
+        book.append(task="t", iteration=2, reason="unknown_tool", correction=correction)
+        assert "'\\<details>'" in book.path.read_text()
+        prompt = book.for_prompt("t", budget_chars=4000)
+        assert prompt.count(correction) == 1 and "\\<" not in prompt, prompt
 
 
 # A real editor's save at the moment an append has read notes.md and opens its new file beside it: the

@@ -339,7 +339,6 @@ class TestReviewLines:
         assert review == ["git diff main...overnight/fix-greet"]
         assert git(repo, "diff", "--stat", review[0].split()[-1]) != ""  # the line shows the task's work
 
-
     def test_a_task_that_succeeded_with_no_change_has_no_review_line(self, config_file, server, capsys):
         """A task whose check passed as it was, its branch holding nothing `main` lacks, is not under "To review and
         merge": its `git diff` line showed nothing."""
@@ -365,6 +364,30 @@ class TestReviewLines:
         assert review == ["git diff 'fix(12)'...overnight/fix-greet"]
         pasted = subprocess.run(["bash", "-c", f"{review[0]} --stat"], cwd=repo, capture_output=True, text=True)
         assert pasted.returncode == 0 and "greet.py" in pasted.stdout, pasted.stderr
+
+    def test_the_branches_the_base_holds_are_asked_of_git_once_for_all_tasks(self, config_file, server, tmp_path):
+        """Three tasks succeeded with no change: `overnight report` asks git about their branches in one process, not one
+        a task (50 tasks started 50 gits), and leaves out all three review lines."""
+        import os
+        import shutil
+        import subprocess
+
+        asked = tmp_path / "git-commands"
+        shim = tmp_path / "bin"
+        shim.mkdir()
+        (shim / "git").write_text(f'#!/bin/sh\necho "$1" >> {asked}\nexec {shutil.which("git")} "$@"\n')
+        (shim / "git").chmod(0o755)
+        tasks = [{"name": f"t{number}", "prompt": "p", "check": "true"} for number in (1, 2, 3)]
+        config = config_file(tasks=tasks, night={"max_iterations": 1})
+        server.enqueue(*[call("submit", {"summary": "nothing to do"})] * 3)
+        assert overnight("run", "--config", str(config)) == 0
+        env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+        shown = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config)], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert shown.returncode == 0 and "3 of 3 task(s) succeeded" in shown.stdout and "git diff" not in shown.stdout, shown
+        about_branches = [line for line in asked.read_text().split() if line in ("merge-base", "for-each-ref", "branch", "rev-list")]
+        assert len(about_branches) == 1, about_branches
 
 
 class TestTimes:
