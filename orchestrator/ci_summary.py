@@ -71,7 +71,9 @@ def step_summary(run: RunView, *, notes: Path | None = None, room: int = STEP_SU
     where = f"`{notes}`" if notes else "the `notes.md` artifact"
     end = ["", f"notes.md: why each iteration was rolled back and what the next one was told: {where} (or `overnight notes`).", ""]
     rows = [_row(task) for task in run.tasks] or ["| (no tasks ran) | | | | | |"]
-    left = room - _size([*lines, *end]) - _size([_more(len(rows))])
+    left = room - _size([*lines, *end])
+    if _size(rows) > left:  # only then the row that counts the rest: a summary that fits was cut by its size
+        left -= _size([_more(len(rows))])
     shown = 0
     while shown < len(rows) and (left := left - _size([rows[shown]])) >= 0:
         shown += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -52,7 +53,21 @@ class LiteLLMTransport:
         return whole if whole is not None else _LiteLLMChunks(chunks, self._translate)
 
     def close(self) -> None:
-        pass
+        """litellm's cached clients that hold connections closed, and taken out of its cache so a later night in this process
+        makes new ones: left to the garbage collector at exit, a connection kept alive after an error answer was Python's
+        plain `ResourceWarning: unclosed <socket.socket ...>` line after the night's last JSON line."""
+        cache = getattr(self._litellm, "in_memory_llm_clients_cache", None)
+        for key, client in list(getattr(cache, "cache_dict", {}).items()):
+            close = getattr(client, "close", None)
+            # An async client's close is a coroutine, for an event loop this thread does not run; it made no connection here.
+            if not callable(close) or inspect.iscoroutinefunction(close):
+                continue
+            cache.cache_dict.pop(key, None)
+            getattr(cache, "ttl_dict", {}).pop(key, None)
+            try:
+                close()
+            except Exception:  # a client another thread still uses, or already closed: the night is over either way
+                pass
 
     def _whole_answer(self, chunks: Any) -> "OneChunk | None":
         """An OpenAI-compatible server's answer to a stream request that is not a stream, read as DirectHTTP reads it.

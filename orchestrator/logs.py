@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 import warnings
 from typing import Any, TextIO
 
@@ -58,7 +59,9 @@ def configure_logging(log_format: str = "auto", *, stream: TextIO | None = None,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         # Looked up when a logger is made, not now: stderr may be replaced later (tests, daemons).
-        logger_factory=(lambda *_: structlog.PrintLogger(lossy(sys.stderr))) if stream is sys.stderr else structlog.PrintLoggerFactory(lossy(stream)),
+        logger_factory=(
+            (lambda *_: _LineLogger(lossy(sys.stderr))) if stream is sys.stderr else (lambda *_: _LineLogger(lossy(stream)))
+        ),
         cache_logger_on_first_use=False,
     )
     # A library's warning (or one PYTHONWARNINGS or -X dev shows) would be the one plain line among the JSON ones.
@@ -105,6 +108,29 @@ def _warning_as_event(message: Warning | str, category: type[Warning], filename:
         _PLAIN_SHOWWARNING(message, category, filename, lineno, file, line)
         return
     get_logger().warning("python_warning", category=category.__name__, message=str(message), where=f"{filename}:{lineno}")
+
+
+# Whether this thread is writing a log line now, and the lines it logged meanwhile.
+_writing = threading.local()
+
+
+class _LineLogger(structlog.PrintLogger):
+    """structlog's PrintLogger, but a line logged while this same thread writes one is written after it. The write lock
+    is not reentrant: a garbage collection in the write (a library's client in a reference cycle, its socket never
+    closed) logged its ResourceWarning as `python_warning` there, waited on its own lock, and the night hung."""
+
+    def msg(self, message: str) -> None:
+        if getattr(_writing, "line", False):
+            _writing.held.append(message)
+            return
+        _writing.line, _writing.held = True, [message]
+        try:
+            while _writing.held:
+                super().msg(_writing.held.pop(0))
+        finally:
+            _writing.line = False
+
+    log = debug = info = warn = warning = fatal = failure = err = error = critical = exception = msg
 
 
 def get_logger(**bound: Any) -> Any:

@@ -422,6 +422,18 @@ class TestStepSummary:
         assert 100 < len(rows) < 500 and text.endswith("(or `overnight notes`).\n\n")
         assert f"{rows[-1]}\n| … and {500 - len(rows)} more task(s), past GitHub's 1 MiB" in text
 
+    def test_a_summary_that_fits_the_mib_exactly_keeps_every_row(self, tmp_path):
+        """The room for the row that counts the rest was kept even when no row was left out: a night whose summary just
+        fit lost its last task to "… and 1 more task(s), past GitHub's 1 MiB", which was not true."""
+        one = view("paused", "model_unreachable").tasks[0]
+        tasks = tuple(replace(one, id=n, name=f"task-{n:03d}", detail="é€😀" * 60) for n in range(20))
+        run = replace(view("paused"), tasks=tasks)
+        target = tmp_path / "summary.md"
+        target.write_text("x" * (1024 * 1024 - len(step_summary(run).encode()) - 1) + "\n")  # the summary's exact room
+        append_step_summary(run, target)
+        text = target.read_text()
+        assert len(text.encode()) == 1024 * 1024 and text.count("| task-") == 20 and "more task(s)" not in text
+
     def test_an_entity_in_a_model_chosen_name_stays_text(self, tmp_path):
         """`&#x202E;` would render as a right-to-left override on the job page: `&` is an entity too."""
         target = tmp_path / "summary.md"
@@ -559,11 +571,13 @@ class TestReportJson:
         assert [line for line in text.splitlines() if "git diff" in line] == ["  git diff main...overnight/done"]
 
 
-def json_night(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def json_night(folder: Path, *args: str, env: dict[str, str] | None = None, script: list[Any] | None = None,
+               model: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     """`overnight run --log-format json` as CI runs it: a subprocess, stdin closed."""
     repo = make_repo(folder / "repo", SAMPLE_FILES)
-    with ScriptedServer(SCRIPT) as server:
-        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=TASKS)
+    with ScriptedServer(SCRIPT if script is None else script) as server:
+        more = {"model": model} if model else {}
+        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=TASKS, **more)
         return subprocess.run(
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json", *args],
             capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
@@ -792,5 +806,14 @@ class TestJsonLogs:
         """PYTHONWARNINGS=default (a CI's, or -X dev) showed a ResourceWarning for each command's pipe, as plain lines."""
         done = json_night(tmp_path, env={"PYTHONWARNINGS": "default"})
         assert done.returncode == 1, done.stderr
+        events = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+        assert all(isinstance(event, dict) for event in events) and "python_warning" not in [e["event"] for e in events]
+
+    def test_json_mode_stays_json_to_the_end_on_litellm_after_an_error_answer(self, tmp_path):
+        """Through litellm a 500 left its kept-alive connection in litellm's client cache, collected at exit, after the hook
+        could act: `sys:1: ResourceWarning: unclosed <socket.socket ...>` was the plain last line."""
+        done = json_night(tmp_path, env={"PYTHONWARNINGS": "default"}, script=[Reply(status=500, text="boom")] * 20,
+                          model={"transport": "litellm", "request_timeout_s": 3})
+        assert done.returncode == 3, done.stderr
         events = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
         assert all(isinstance(event, dict) for event in events) and "python_warning" not in [e["event"] for e in events]

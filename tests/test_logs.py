@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
@@ -92,6 +94,36 @@ def test_a_python_warning_in_json_mode_is_a_json_line_too():
     [event] = events_of(out)
     assert (event["event"], event["level"], event["category"]) == ("python_warning", "warning", "FutureWarning")
     assert event["message"] == "this API goes away\nnext release" and event["where"].startswith(__file__)
+
+
+class _CollectedMidWrite(io.StringIO):
+    """A log stream in whose first write the garbage collector runs, as it may at any allocation, and finds a file left
+    open in a reference cycle (as litellm's cached clients are cycles holding sockets)."""
+
+    def write(self, text: str) -> int:
+        if not hasattr(self, "collected"):
+            self.collected = True
+            cycle: dict[str, Any] = {"file": open(__file__, "rb")}
+            cycle["self"] = cycle
+            del cycle
+            gc.collect()
+        return super().write(text)
+
+
+def test_a_warning_shown_while_a_json_line_is_written_is_the_line_after_it_not_a_hang():
+    """The ResourceWarning of a collection in the middle of a write was logged there, inside the write's lock, which is
+    not reentrant: the thread waited on itself and the night hung."""
+    import warnings
+
+    out = _CollectedMidWrite()
+    with warnings.catch_warnings():
+        logs.configure_logging("json", stream=out)
+        warnings.simplefilter("always", ResourceWarning)
+        writer = threading.Thread(target=lambda: logs.get_logger().info("first_line"), daemon=True)
+        writer.start()
+        writer.join(10)
+    assert not writer.is_alive(), "the log call never returned"
+    assert [event["event"] for event in events_of(out)] == ["first_line", "python_warning"]
 
 
 # --- Events of a real night (`overnight run --log-format json`, a subprocess as CI runs it) -------------
