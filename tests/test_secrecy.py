@@ -1181,7 +1181,8 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
         1 MB runs of a tool's option that takes a password (attached, after sshpass's prompt, a port after it), of a tool's name
         after `=`, of `=` (each a command's start), of commands and substitutions, of a tool's name that a text command takes
         or whose command ends before its option, and a 1 MB path after 32 names or runners, each; and 1 MB of one text command,
-        of quoted arguments and quoted command lines, of ssh destinations, wrappers, parentheses and quotes, each."""
+        of quoted arguments and quoted command lines, of ssh destinations, wrappers, parentheses and quotes, of comments,
+        `$'...'`, escaped quotes and substitutions in quotes, each."""
         env = {
             "OPTIONS": "--password --token " * 10000, "MYSQL": "mysql " + "/mysql -u " * 20000 + "-p", "COOKIES": "Cookie: a " * 20000,
             "NETRC": "machine x " + "login machine " * 14000 + "password", "QUOTED": 'env="' * 40000, "URLS": "https://u: " * 20000,
@@ -1208,6 +1209,10 @@ class TestSecretsWrittenAsOptionsHeadersAndNetrc:
             "QUOTED_COMMANDS": "sh -c 'sh -c \"pytest -k mongo -p plugin\"' " * 23000, "DESTINATIONS": "ssh mongo -p 2222 " * 55000,
             "WRAPPERS": "sudo -u me " * 90000 + "pytest -k mongo -p plugin", "PARENTHESES": "(" * 1000000 + "pytest -k mongo -p plugin",
             "QUOTES": "\"'" * 500000 + " pytest -k mongo -p plugin", "UNCLOSED_QUOTES": 'pytest -k mongo -p plugin "' * 38000,
+            "COMMENTS": "pytest -k mongo -p plugin # it's\n" * 30000, "HASHES": "pytest -k mongo -p plugin #x " * 34000,
+            "ANSI_C_QUOTES": "pytest -k $'mongo\\' -p plugin ' " * 30000, "DOLLAR_QUOTES": "$'" * 500000 + " mongo -p plugin",
+            "ESCAPED_QUOTES": 'sh -c "pytest -k \\"mongo or x\\" -p plugin" ' * 23000,
+            "SUBSTITUTIONS_IN_QUOTES": 'pytest -k "$(echo "mongo or x")" -p plugin ' * 23000,
         }
         for name, value in tools.items():  # 1 MB each
             started = time.process_time()

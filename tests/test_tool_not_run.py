@@ -152,6 +152,28 @@ ORDINARY_COMMANDS = [
     "\t@pytest -k mongo -p pytest_randomly",
     "sudo pytest -k mongo -p pytest_randomly",
 ]
+# Real passwords after a quote that a shell pairs otherwise than a plain reading of quotes does: an apostrophe a comment, a
+# heredoc's body or prose leaves open, bash's `$'...'` with an escaped quote, a double-quoted `$( )` holding quotes, a `\"` an
+# outer shell unescapes, and a `(` a comment leaves open. Each would otherwise make the tool's name a text command's argument.
+# And in a text command's string that a shell runs: `sed $'1e ...'`, and awk's program that the option's value goes on after;
+# after `conda run`, which runs its command.
+SECRETS_AFTER_QUOTES_A_SHELL_PAIRS_OTHERWISE = [
+    ("# grep isn't needed\nbash -c 'sudo mysql -u root -pS3cretM1'", "S3cretM1"),
+    ("# grep isn't needed\nbash -c 'sudo mysql -pS3cretM2' # it's", "S3cretM2"),
+    ("grep x f # it's\nbash -c 'sudo mysql -pS3cretM3'", "S3cretM3"),
+    ("cat <<EOF\nls won't work\nEOF\n  mysql -e 'select 1' -u root -pS3cretM4", "S3cretM4"),
+    ("cat <<EOF\nls won't work\nEOF\nbash -c 'sudo mysql -pS3cretM5'\ncat <<EOF\nit's done\nEOF", "S3cretM5"),
+    ("grep it's log; mysql -e 'select 1' -pS3cretM6", "S3cretM6"),
+    ("pytest -k $'x\\'' ; mysql -p'S3cretM7'", "S3cretM7"),
+    ("pytest -k $'it\\'s' ; bash -c 'sudo mysql -pS3cretM8' # it's", "S3cretM8"),
+    ("""pytest -k "$(printf '%s' "it's")" ; bash -c 'sudo mysql -pS3cretM9' # it's""", "S3cretM9"),
+    ("""sh -c "grep \\"it's\\" log; mysql -e 'select 1' -pS3cretN1\"""", "S3cretN1"),
+    ("""bash -c "git log --grep \\"it's\\" ; bash -c 'sudo mysql -pS3cretN2' ; echo \\"it's\\"\"""", "S3cretN2"),
+    ("grep x f # (a\ncase $1 in start) mysql -pS3cretN3 ;; esac", "S3cretN3"),
+    ("sed $'1e mysql -pS3cretN4' notes.txt", "S3cretN4"),
+    ("""awk 'BEGIN { system("mysql -p'"S3cretN5"'") }'""", '"S3cretN5"'),
+    ("conda run -n base mysql -u app -pS3cretN6 shop", "S3cretN6"),
+]
 # Realistic values whose tool's name is, read as a shell reads it, a text command's argument in quotes, after wrappers and
 # their options, far from where its command begins, or ssh's destination.
 ARGUMENTS_IN_QUOTES_AND_AFTER_WRAPPERS = [
@@ -207,3 +229,12 @@ def test_a_tools_name_in_quotes_after_wrappers_or_far_from_its_commands_start_ho
     holds no password, and withholds nothing."""
     assert inline_secrets(value) == []
     assert withheld({"TOOL_ARGS": value}) == []
+
+
+@pytest.mark.parametrize(("value", "secret"), SECRETS_AFTER_QUOTES_A_SHELL_PAIRS_OTHERWISE)
+def test_a_tools_password_after_quotes_a_shell_pairs_otherwise_is_still_found(value: str, secret: str) -> None:
+    """A tool's password is found where a quote left open on its line (a comment's, a heredoc body's, prose's apostrophe),
+    `$'...'`'s escaped quote, a double-quoted `$( )`'s inner quotes, an escaped `\\"` in `sh -c "..."` or a comment's `(`
+    would pair or close otherwise than a shell does; the variable is withheld."""
+    assert secret in inline_secrets(value)
+    assert withheld({"TOOL_ARGS": value}) == ["TOOL_ARGS"]
