@@ -10,12 +10,15 @@ as the answer to its first turn, after the checkpoint is taken and recorded.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any, Callable, Sequence
 
 from orchestrator.errors import Cancelled, QualityError
 from orchestrator.protocols import Message, Model
 from orchestrator.records import ModelResponse
+
+# A call the night's cancel cut ends within the watcher's poll and its cut grace (watchdog.py: 0.1 s + 1 s).
+_CUT_CALL_ENDS_S = 1.5
 
 
 class AskedAhead:
@@ -33,12 +36,15 @@ class AskedAhead:
         messages: Sequence[Message],
         tools: Sequence[dict[str, Any]],
         unused: Callable[[int], None] | None = None,
+        cancel: Any = None,
     ) -> None:
         """`unused`: given the tokens of the answer nobody took, when it arrives (the server spent them all
-        the same), an answer cut off as it came (runaway output, silence) included."""
+        the same), an answer cut off as it came (runaway output, silence, the deadline, a signal) included.
+        `cancel`: the night's CancelToken, which cuts the call."""
         self._model = model
         self._request = (list(messages), list(tools))
         self._unused = unused
+        self._cancel = cancel
         self._answer: Future[ModelResponse] | None = Future()
         threading.Thread(target=self._ask, args=(self._answer,), name="first-request", daemon=True).start()
 
@@ -69,6 +75,10 @@ class AskedAhead:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._answer is not None and self._cancel is not None and self._cancel.cancelled:
+            # Cut, it ends in moments: counted here, before the task's end and the night's. Handed on after them, it
+            # raced the process's exit: logged as first_answer_unused, but missing from the store and so the report.
+            wait([self._answer], timeout=_CUT_CALL_ENDS_S)
         self.drop()
 
     def _ask(self, answer: Future[ModelResponse]) -> None:

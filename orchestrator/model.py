@@ -91,7 +91,11 @@ class EndpointModel:
         except QualityError as stop:
             if stop.reason != "watchdog_timeout":
                 raise
-            stall = watchdog.server_stall(self.config, self._cancel)
+            try:
+                stall = watchdog.server_stall(self.config, self._cancel)
+            except Cancelled as cancelled:  # a signal or the deadline while the server was asked: the silent answer still cost
+                cancelled.tokens = stop.tokens
+                raise
             if stall is None:
                 raise
             raise Retryable(stall) from None

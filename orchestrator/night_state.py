@@ -135,7 +135,8 @@ class Night:
         `log`: the task's, bound to its name and `task_run_id`."""
         tool_names = offered(task.tools)
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
-        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=functools.partial(self._unused_answer, task_run_id, log))
+        unused = functools.partial(self._unused_answer, task_run_id, log)
+        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=unused, cancel=self.parts.cancel)
 
     def _unused_answer(self, task_run_id: int, log: Any, tokens: int) -> None:
         """A first answer the task ended without taking (its branch checked out, the deadline or a budget

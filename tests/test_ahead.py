@@ -90,6 +90,41 @@ def test_an_answer_cut_off_that_nobody_takes_is_counted_too() -> None:
         model.close()
 
 
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_an_answer_a_cancel_cuts_off_that_nobody_takes_is_counted_too(transport) -> None:
+    """SIGTERM or the deadline cut a first answer mid-stream after its task had ended without it: what it had
+    written went uncounted (first_answer_unused only for an answer that ended, or ran away, or went silent)."""
+    streaming = say(" ".join(f"word{n}" for n in range(3000)), chunk_interval_s=0.01)
+    with ScriptedServer([streaming]) as server:
+        cancel = CancelToken()
+        config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=10, retries=0, transport=transport)
+        model = EndpointModel(config, cancel=cancel)
+        unused: list[int] = []
+        with AskedAhead(model, MESSAGES, TOOLS, unused=unused.append):
+            assert wait_for(lambda: len(server.requests) == 1)
+            time.sleep(0.5)  # some hundreds of characters written
+        cancel.cancel("SIGTERM")
+        assert wait_for(lambda: len(unused) == 1) and unused[0] > 50, unused
+        model.close()
+
+
+def test_an_answer_the_nights_cancel_cuts_off_is_counted_before_its_task_ends() -> None:
+    """A task ended by SIGTERM while its first answer was being cut: the answer was handed on after the night had
+    ended (litellm's watcher cuts it up to 0.1 s later), as the process exited: logged, missing from the report."""
+    streaming = say(" ".join(f"word{n}" for n in range(3000)), chunk_interval_s=0.01)
+    with ScriptedServer([streaming]) as server:
+        cancel = CancelToken()
+        config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=10, retries=0, transport="litellm")
+        model = EndpointModel(config, cancel=cancel)
+        unused: list[int] = []
+        with AskedAhead(model, MESSAGES, TOOLS, unused=unused.append, cancel=cancel):
+            assert wait_for(lambda: len(server.requests) == 1)
+            time.sleep(0.5)  # some hundreds of characters written
+            cancel.cancel("SIGTERM")
+        assert len(unused) == 1 and unused[0] > 50, unused
+        model.close()
+
+
 def test_the_first_requests_failure_reaches_the_first_turn() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))

@@ -348,6 +348,32 @@ class TestProbeOfASilentServer:
         finally:
             server.close()
 
+    def test_an_answer_gone_silent_that_a_cancel_during_the_probe_ends_counts_the_tokens_it_wrote(self, transport):
+        """An answer wrote 3,000 characters and went silent; SIGTERM came while the probe asked the server: the
+        Cancelled counted 0, where the same answer cut off by silence alone counts what it wrote (reference.md)."""
+        from orchestrator.cancel import CancelToken
+        from orchestrator.errors import Cancelled
+
+        token = CancelToken()
+        written = sse(*(delta(content=f"word{n} ") for n in range(400)))
+
+        def handler(client: socket.socket, head: bytes) -> None:
+            if head.startswith(b"POST"):
+                client.sendall(response_head() + written)
+                time.sleep(6)
+            else:  # the probe, answered at once as a live server does, the signal come meanwhile
+                token.cancel("SIGTERM")
+                client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+        server = _GetAware(handler)
+        try:
+            model, _ = make_model(server.url, transport, retries=0, request_timeout_s=0.5, cancel=token)
+            with pytest.raises(Cancelled) as stopped:
+                model.complete(MESSAGES, [])
+            assert stopped.value.tokens > 500, stopped.value.tokens
+        finally:
+            server.close()
+
 
 class _GetAware(RawServer):
     """A RawServer whose handler sees GETs too (the base class answers them itself, as a live server does)."""
@@ -395,6 +421,21 @@ class _StreamCutLate:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def test_an_answer_a_cancel_cuts_while_the_server_pauses_counts_the_tokens_it_wrote(raw_server, transport):
+    """SIGTERM while an answer of 3,000 characters paused (the reader blocked on its socket): under litellm the
+    watcher cut the stream and raised the cancel at once, with 0 tokens, before the reader could count them."""
+    from orchestrator.cancel import CancelToken
+    from orchestrator.errors import Cancelled
+
+    token = CancelToken()
+    written = sse(*(delta(content=f"word{n} ") for n in range(400)))
+    server = raw_server(lambda client, head: (client.sendall(response_head() + written), server.pause(0.5), token.cancel("SIGTERM"), server.pause(5)))
+    model, _ = make_model(server.url, transport, retries=0, request_timeout_s=10, cancel=token)
+    with pytest.raises(Cancelled) as stopped:
+        model.complete(MESSAGES, [])
+    assert stopped.value.tokens > 500, stopped.value.tokens
 
 
 def test_a_reader_woken_by_the_watchers_cut_before_the_verdict_is_set_still_raises_it(raw_server):
