@@ -2,7 +2,7 @@
 
 RunStore's parts (run_writes.py, lease_rows.py, recovery_rows.py, run_reads.py, store_upkeep.py) each say their
 rows through this: `_writing` (an ORM session) and `_statements` (a plain connection, for the single statements
-written when N tasks start at once), both committed on exit; `_reading`; `_add` and `_update` of one row; and
+written when N tasks start at once), both committed on exit; `_reading`, one snapshot; `_add` and `_update` of one row; and
 `_add_event`, which queues an event for runs/event_writer.py. On SQLite this process's writers take turns on a
 lock of the store's own. The times written are the store's clock: this host's, or in a PostgreSQL store the
 database's (`now`).
@@ -103,12 +103,26 @@ class StoreTransactions:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Session]:
+        """One read transaction: all its statements see the store as it was at one moment, so a report read while a
+        night commits never shows a run, its tasks, iterations and events each as of a different write."""
         self._events.flush()
         try:
-            with self._sessions() as session:
+            with self._engine.connect() as connection, self._sessions(bind=self._snapshot(connection)) as session:
                 yield session
         except SQLAlchemyError as exc:
             raise StateError(f"run store: reading failed: {database_complaint(exc)}") from exc
+
+    def _snapshot(self, connection: Connection) -> Connection:
+        """`connection`, its transaction begun as one snapshot. Each database's default reads each statement anew:
+        pysqlite begins a transaction only before a write (every SELECT alone, as SQLAlchemy's docs on its
+        isolation say), so a BEGIN of our own holds the WAL snapshot its first read takes; PostgreSQL's READ
+        COMMITTED takes a snapshot per statement, REPEATABLE READ one per transaction. Ended by a rollback as the
+        connection goes back to the pool; the writes (`_writing`, `_statements`) go on as they were."""
+        if self._engine.dialect.name == "sqlite":
+            connection.exec_driver_sql("BEGIN")
+        elif self._engine.dialect.name == "postgresql":
+            connection.execution_options(isolation_level="REPEATABLE READ")
+        return connection
 
     def _add(self, action: str, model: type[Base], *, after_events: bool = True, **values: Any) -> int:
         with self._statements(action, after_events=after_events) as connection:
