@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Callable, Iterator
 
 from orchestrator.printable import visible
 
@@ -157,20 +157,33 @@ def _no_headers(evidence: str) -> str:
 
 
 # What a markdown preview reads as markup in a name the model chose: `<` opens an HTML tag, `&` an entity
-# (`&#x202E;` is a right-to-left override), `[…](` a link, or with a `!` before it an image the preview loads.
-_MARKUP = re.compile(r"[<&]|\[(?=[^\]]*\]\()")
-_MARKUP_ESCAPED = re.compile(r"\\([<&])|\\(\[)(?=[^\]]*\]\()")
+# (`&#x202E;` is a right-to-left override), a `[` before a `](` a link (its text may hold `[x]` or `\\]`), or with a `!`
+# before it an image the preview loads. The backslashes the model wrote before one are doubled: `\\<` was an escaped
+# backslash and a bare `<`.
+_MARKUP = re.compile(r"(\\*)([<&])")
+_MARKUP_OR_LINK = re.compile(r"(\\*)([<&\[])")
+_MARKUP_ESCAPED = re.compile(r"((?:\\\\)*)\\([<&])")
+_MARKUP_OR_LINK_ESCAPED = re.compile(r"((?:\\\\)*)\\([<&\[])")
 
 
 def no_html(text: str) -> str:
     """A correction quotes what the model chose (a tool's name): a `<details>` there was an HTML tag in a markdown
     preview, and folded away every entry after it. Markdown's backslash escape keeps each a character."""
-    return _MARKUP.sub(lambda found: "\\" + found.group(), text)
+    return _around_last_link(text, _MARKUP_OR_LINK, _MARKUP, lambda found: found.group(1) * 2 + "\\" + found.group(2))
 
 
 def html_escape_undone(text: str) -> str:
     """`text` as it read before no_html: the escape is for a markdown preview, not for the model's next prompt."""
-    return _MARKUP_ESCAPED.sub(lambda found: found.group(1) or found.group(2), text)
+    return _around_last_link(
+        text, _MARKUP_OR_LINK_ESCAPED, _MARKUP_ESCAPED, lambda found: found.group(1)[: len(found.group(1)) // 2] + found.group(2)
+    )
+
+
+def _around_last_link(text: str, before: re.Pattern[str], after: re.Pattern[str], replaced: Callable[[re.Match[str]], str]) -> str:
+    """`before` up to the last `](` (any `[` ahead of it may open a link), `after` from there. The escape adds only
+    backslashes, never between `]` and `(`: the escaped text's last `](` is the same one, so the split undoes alike."""
+    cut = max(text.rfind("]("), 0)
+    return before.sub(replaced, text[:cut]) + after.sub(replaced, text[cut:])
 
 
 def one_paragraph(text: str) -> str:

@@ -318,6 +318,38 @@ class TestNotesAsMarkdown:
         book.append(task="t", iteration=1, reason="unknown_tool", correction=correction)
         assert book.for_prompt("t", budget_chars=4000).count(correction) == 1
 
+    @pytest.mark.parametrize(
+        "name, markup",
+        [("\\<details>", "<details>"), ("\\&#x202E;x", "\u202e"), ("[[x]](http://example.invalid/)", "<a "),
+         ("![[x]](http://example.invalid/x.png)", "<img")],
+    )
+    def test_a_backslash_or_a_bracket_the_model_wrote_does_not_undo_the_escape(self, tmp_path: Path, name: str, markup: str):
+        """A backslash of the model's before `<` or `&` read as an escaped backslash and left the tag or entity bare, and a
+        link's text holding `[x]` was a link: each stays text in a preview, and the prompt reads the name as it was."""
+        markdown_it = pytest.importorskip("markdown_it")
+        book = NotesBook(tmp_path / "notes.md")
+        correction = f"There is no tool named '{name}'. Call only these tools."
+        book.append(task="t", iteration=1, reason="unknown_tool", correction=correction)
+        html = markdown_it.MarkdownIt("commonmark").render(book.path.read_text())
+        assert markup not in html, html
+        assert book.for_prompt("t", budget_chars=4000).count(correction) == 1
+
+    def test_the_escape_is_undone_exactly_and_leaves_no_markup_for_every_short_name(self):
+        """Every name of up to 4 characters of `<&[]()!\\x`: the prompt reads it back as it was, and the preview shows
+        no tag, entity, link or image of it."""
+        markdown_it = pytest.importorskip("markdown_it")
+        import itertools
+
+        from orchestrator.note_format import html_escape_undone, no_html
+
+        render = markdown_it.MarkdownIt("commonmark").render
+        for size in range(1, 5):
+            for start in map("".join, itertools.product("<&[]()!\\x", repeat=size)):
+                name = f"{start}x](y)"  # a link's end after it: a `[` in it may open one
+                assert html_escape_undone(no_html(start)) == start and html_escape_undone(no_html(name)) == name, name
+                html = render(f"**Correction:** There is no tool named '{no_html(name)}'.")
+                assert html.count("<") == 4 and "&#" not in html, (name, html)
+
     def test_the_next_prompt_reads_the_tool_name_without_markdowns_escape_and_once(self, tmp_path: Path):
         """The `\\<` notes.md writes for a preview is not in the prompt: the model reads the name it called, and an entry
         written before that escape (a bare `<`) and one after, the same lesson, are given once."""
