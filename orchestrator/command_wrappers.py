@@ -87,6 +87,7 @@ class CommandReader:
     # Its state before a command's first word, as class attributes: a reader is made for each command of a long value,
     # and most read one or two words.
     command: str | None = None  # once known: the command's name, without its path
+    remote = False  # the command ssh runs on its destination, whose words a shell there reads again
     unknown = False  # a word that may be an option's value or the command: no command is known
     _labels = True
     _assigned: str | None = None
@@ -205,6 +206,7 @@ class CommandReader:
             self._ssh_stage = 2
             return "destination"
         self._start()  # the command ssh runs on the destination: read as a command of its own
+        self.remote = True
         return self.role(word)
 
     def _unknown(self) -> str:

@@ -51,6 +51,9 @@ _WORD_PART = re.compile(r"""'[^']*+'|"(?:[^"\\]++|\\.?)*+"|\$'(?:[^'\\]++|\\.?)*
 _QUOTING = re.compile(r"""\\(.)|["']""", re.DOTALL)
 _BLANK = re.compile(r"[ \t]")
 _QUOTE = re.compile(r"['\"]")
+# What a shell that reads a quoted string again (ssh's, on its destination) reads as more than a word's text.
+_REREAD = re.compile(r"[;|&()<>`'\"#\r\n]")
+_LINE_END = re.compile(r"[\r\n]")
 # What ends the command a name begins, once more of them close than open after it, out of quotes.
 _PARENTHESES = re.compile(r""""[^"]*+"|'[^']*+'|[()`]""")
 
@@ -103,16 +106,29 @@ def _read_line(
 
     A line that leaves a quote open, or whose double quotes hold a `$(` or backquote they do not close (the inner quotes of
     `"$(printf '%s' "it's")"`), a shell reads otherwise from its first quote on: no span nor string from there is kept
-    (`grep it's log; mysql -e 'select 1' -p...` holds no quoted `' log; mysql -e '`)."""
+    (`grep it's log; mysql -e 'select 1' -p...` holds no quoted `' log; mysql -e '`). A comment ends at its line's end, a
+    backslash or a quote before it or not."""
     nested: list[tuple[int, int, bool]] = []
     command: _Command | None = None  # made at its first word: most of a run of `(` or `;` begin none
     outer: list[tuple[str, _Command | None]] = []  # the commands a `(`, `$(` or backquote interrupts
     line, line_spans, line_nested, misread = start, len(spans), 0, False  # where this physical line starts, its first span
     # and string; whether it is misread
-    for token in _TOKEN.finditer(value, start, end):
+    comment = False  # after a word that begins with `#`: a line end in it is no continuation, nor in its quotes
+    position = start
+    while True:
+        token = _TOKEN.match(value, position, end)
+        assert token is not None  # `\Z` ends every line
+        position = token.end()
         word, mark = token.groups()
         if mark == "":
             break  # the blanks that end the line
+        if word is not None and (comment or word[0] == "#") and (cut := _LINE_END.search(word)) is not None:
+            # `pip install # note \<newline> mongo -p...`: a comment ends at its line's end, escaped or quoted or not
+            position = token.start(1) + cut.start()
+            word = word[:cut.start()] or None
+            if word is None:
+                continue
+        comment = comment or word is not None and word[0] == "#"
         if misread and mark not in ("\r", "\n"):
             continue  # up to the line's end
         if word is not None and '"' in word and _opens_a_substitution_in_double_quotes(word) or mark and mark in "'\"$":
@@ -125,9 +141,11 @@ def _read_line(
             command = command or _Command()
             command.read(word, token.start(1), spans, nested, trusted)
         elif mark in "\r\n":
-            line, line_spans, line_nested, misread, command = token.end(), len(spans), len(nested), False, None
+            line, line_spans, line_nested, misread, command, comment = token.end(), len(spans), len(nested), False, None, False
             outer.clear()  # a `(` that a comment or a heredoc's body leaves open closes no `)` lines later
         elif mark in "(`" and not (mark == "`" and outer and outer[-1][0] == "`"):
+            if command is not None:
+                command.interrupt()
             outer.append((mark, command))
             command = None
         elif mark in ")`" and outer and outer[-1][0] == ("(" if mark == ")" else "`"):
@@ -154,11 +172,19 @@ class _Command:
         self._text_command: str | None = None  # once its words are a text command's arguments: its name
         self._settled = False  # no later word can be a text argument: its quoted parts are all there is to read
 
+    def interrupt(self) -> None:
+        """A substitution among its words: its output, on ssh's command, is read again there (`ssh db grep x `printf ';'`
+        mysql -p...`), so no later word is a text argument."""
+        if self._reader.remote:
+            self._settled = True
+
     def read(
         self, word: str, start: int, spans: list[tuple[int, int, bool, int]], nested: list[tuple[int, int, bool]], trusted: bool
     ) -> None:
         """Adds `word`'s spans to `spans` where it is an argument that runs nothing; else its quoted parts to `nested`."""
         quotes = "'" in word or '"' in word
+        if self._reader.remote and _read_again_otherwise(word):
+            self._settled = True
         if self._settled:
             if quotes:
                 _add_quoted(word, start, nested, trusted)
@@ -187,6 +213,18 @@ class _Command:
                 _add_quoted(word, start, nested, trusted)
         else:
             spans += _parts(word, start)
+
+
+def _read_again_otherwise(word: str) -> bool:
+    """Whether ssh's shell, which reads its command's words again joined by blanks, may read `word` as more than text: what
+    this shell's backslashes, expansions and quotes hand it (`ssh db grep x \\; mysql -p...`, `';'`, `"&&"`, `$SEP` run
+    mysql there); not a quoted string of plain words (`ssh db pytest -k 'mongo or redis' -p x`)."""
+    if "\\" in word or "$" in word:
+        return True
+    return any(
+        part.group()[0] in "'\"" and _REREAD.search(part.group(), 1, len(part.group()) - 1) is not None
+        for part in _WORD_PART.finditer(word)
+    )
 
 
 def _parts(word: str, start: int) -> list[tuple[int, int, bool, int]]:

@@ -174,6 +174,22 @@ SECRETS_AFTER_QUOTES_A_SHELL_PAIRS_OTHERWISE = [
     ("""awk 'BEGIN { system("mysql -p'"S3cretN5"'") }'""", '"S3cretN5"'),
     ("conda run -n base mysql -u app -pS3cretN6 shop", "S3cretN6"),
 ]
+# Real passwords after a word of ssh's command that this shell hands over as a `;`, `|` or `&` (escaped, quoted, a variable's or
+# a substitution's): ssh joins its command's words for a shell on the destination to read again, and that shell runs the tool.
+SECRETS_THAT_SSHS_SHELL_READS_AGAIN = [
+    ("ssh db grep x \\; mysql -u app -pS3cretP1", "S3cretP1"),
+    ("ssh db pytest -k x ';' mysql -pS3cretP2", "S3cretP2"),
+    ('ssh -p 2222 db git log "&&" mongosh -u app -p S3cretP3', "S3cretP3"),
+    ("ssh db grep x \\| mysql -pS3cretP4", "S3cretP4"),
+    ("ssh db grep x $SEP mysql -pS3cretP5", "S3cretP5"),
+    ("ssh db grep x `printf ';'` mysql -pS3cretP6", "S3cretP6"),
+]
+# Real passwords on the line after a comment whose last character is a backslash: a comment ends at its line's end, as it
+# does with a quote left open in it.
+SECRETS_AFTER_A_COMMENTS_BACKSLASH = [
+    ("pip install mysqlclient  # grep x \\\n  mysql -u app -pS3cretP7", "S3cretP7"),
+    ("grep -r mongo src  # slow \\\n\tmongosh -u app -p S3cretP8", "S3cretP8"),
+]
 # Realistic values whose tool's name is, read as a shell reads it, a text command's argument in quotes, after wrappers and
 # their options, far from where its command begins, or ssh's destination.
 ARGUMENTS_IN_QUOTES_AND_AFTER_WRAPPERS = [
@@ -193,6 +209,7 @@ ARGUMENTS_IN_QUOTES_AND_AFTER_WRAPPERS = [
     "pytest " + "tests/test_module.py " * 30 + "-k mongo -p pytest_randomly",
     "ssh mongo -p 222222",
     "ssh -i ~/.ssh/id_ed25519 mongo -p 22222222",
+    "ssh ci pytest -k 'mongo or redis' -p pytest_randomly",
 ]
 
 
@@ -236,5 +253,21 @@ def test_a_tools_password_after_quotes_a_shell_pairs_otherwise_is_still_found(va
     """A tool's password is found where a quote left open on its line (a comment's, a heredoc body's, prose's apostrophe),
     `$'...'`'s escaped quote, a double-quoted `$( )`'s inner quotes, an escaped `\\"` in `sh -c "..."` or a comment's `(`
     would pair or close otherwise than a shell does; the variable is withheld."""
+    assert secret in inline_secrets(value)
+    assert withheld({"TOOL_ARGS": value}) == ["TOOL_ARGS"]
+
+
+@pytest.mark.parametrize(("value", "secret"), SECRETS_THAT_SSHS_SHELL_READS_AGAIN)
+def test_a_tools_password_after_a_separator_that_sshs_shell_reads_again_is_still_found(value: str, secret: str) -> None:
+    """A tool's password is found after a word of ssh's command that this shell hands to ssh's as a `;`, `|` or `&` (an
+    escaped or quoted one, a variable, a substitution); the variable is withheld."""
+    assert secret in inline_secrets(value)
+    assert withheld({"TOOL_ARGS": value}) == ["TOOL_ARGS"]
+
+
+@pytest.mark.parametrize(("value", "secret"), SECRETS_AFTER_A_COMMENTS_BACKSLASH)
+def test_a_tools_password_on_the_line_after_a_comments_backslash_is_still_found(value: str, secret: str) -> None:
+    """A tool's password is found on the line after a comment that ends in a backslash, in quotes or not: the comment's line
+    end is no continuation; the variable is withheld."""
     assert secret in inline_secrets(value)
     assert withheld({"TOOL_ARGS": value}) == ["TOOL_ARGS"]
