@@ -179,13 +179,7 @@ class CommandReader:
             return "before" if name in options.long_flags else self._unknown()
         if options is _WRAPPERS["nice"] and _NICENESS.fullmatch(word):
             return "before"
-        for index, letter in enumerate(word[1:], 1):
-            if letter in options.valued:
-                self._value_pending = index == len(word) - 1
-                return "before"
-            if letter not in options.flags:
-                return self._unknown()
-        return "before"
+        return self._short_options(word, options, "before")
 
     def _argument(self, word: str) -> str:
         """An argument of the known command; ssh's destination, and the command of its own that follows it."""
@@ -195,19 +189,24 @@ class CommandReader:
             self._value_pending = False
             return "other"
         if word.startswith("-") and word != "-":
-            for index, letter in enumerate(word[1:], 1):
-                if letter in _SSH.valued:
-                    self._value_pending = index == len(word) - 1
-                    return "other"
-                if letter not in _SSH.flags:
-                    return self._unknown()
-            return "other"
+            return self._short_options(word, _SSH, "other")
         if self._ssh_stage == 1:
             self._ssh_stage = 2
             return "destination"
         self._start()  # the command ssh runs on the destination: read as a command of its own
         self.remote = True
         return self.role(word)
+
+    def _short_options(self, word: str, options: _Options, role: str) -> str:
+        """`-nu` read letter by letter: `role` when its table knows each; the first that takes a value takes the rest of
+        the word, or the next word when it ends there."""
+        for index, letter in enumerate(word[1:], 1):
+            if letter in options.valued:
+                self._value_pending = index == len(word) - 1
+                return role
+            if letter not in options.flags:
+                return self._unknown()
+        return role
 
     def _unknown(self) -> str:
         self.unknown = True
