@@ -181,14 +181,14 @@ def notes(
     """Print notes.md: why iterations were rolled back, and what the next one was told."""
     from orchestrator.config import load_config
     from orchestrator.notes import NotesBook
-    from orchestrator.printable import visible
+    from orchestrator.printable import visible_document
 
     settings = load_config(config, require_tasks=False)
     book = NotesBook(settings.notes_path)
     if task is None:
         # The night escapes what it writes there, but not only the night writes notes.md: an editor, or the code a
         # check ran (the model's). Its control characters are shown, never obeyed, as in the report.
-        text = visible(book.text(), keep="\n\t")
+        text = visible_document(book.text())
         _echo(text or "(no notes yet)", nl=not text.endswith("\n"))
         return
     entries = book.for_task(task)
@@ -196,7 +196,7 @@ def notes(
     if not entries and task not in known:
         # A misspelt name: "(no notes for task ...)" and exit 0 read as a task that never failed.
         raise ConfigError(f"--task {task!r}: no such task in {config} nor in notes.md (tasks: {', '.join(known) or 'none'})")
-    _echo(visible("\n\n".join(entries), keep="\n\t") if entries else f"(no notes for task {task!r})")
+    _echo(visible_document("\n\n".join(entries)) if entries else f"(no notes for task {task!r})")
 
 
 def _echo(text: str, *, nl: bool = True) -> None:

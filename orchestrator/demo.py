@@ -283,7 +283,7 @@ def run_demo(workdir: Path | None, out: TextIO, cancel: Any = None) -> int:
 def _print_morning(config: Config, out: TextIO) -> None:
     from orchestrator.build import open_store
     from orchestrator.notes import NotesBook
-    from orchestrator.printable import visible
+    from orchestrator.printable import visible_document
     from orchestrator.report import as_text
 
     store = open_store(config)
@@ -297,7 +297,7 @@ def _print_morning(config: Config, out: TextIO) -> None:
     # As `overnight notes` shows it: the sample's code the check ran (the model's) may have written there too, bytes that
     # are not UTF-8 among them (read strictly, they ended the demo in a traceback).
     text = NotesBook(config.notes_path).text()
-    out.write(visible(text, keep="\n\t") if text else "(no notes: every iteration committed)\n")
+    out.write(visible_document(text) if text else "(no notes: every iteration committed)\n")
     out.flush()
 
 

@@ -18,6 +18,12 @@ def visible(text: str, keep: str = "") -> str:
     return _CONTROL.sub(lambda found: found.group() if found.group() in keep else repr(found.group())[1:-1], text)
 
 
+def visible_document(text: str) -> str:
+    """A text of many lines (notes.md, its entries) as printed for a person: its line breaks and tabs kept, every
+    other control character shown as its escape, never obeyed by the terminal."""
+    return visible(text, keep="\n\t")
+
+
 def shortened(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, the last one `…` when cut (nothing at all for a limit of 0)."""
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"[:limit]
