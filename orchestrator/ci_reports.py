@@ -18,7 +18,7 @@ def publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: objec
     A failure here (a disk filled in the night, an unwritable $GITHUB_STEP_SUMMARY) is logged,
     and the exit code stays the night's: 143 must still say SIGTERM, 1 still say a task failed.
     """
-    from orchestrator.ci_summary import STEP_SUMMARY_VARIABLE, append_step_summary
+    from orchestrator.ci_summary import STEP_SUMMARY_VARIABLE, StepSummarySkipped, append_step_summary
     from orchestrator.junit import write_junit
 
     begun = store.begun_run_id  # type: ignore[attr-defined]
@@ -36,7 +36,10 @@ def publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: objec
         reason = "$GITHUB_STEP_SUMMARY names the --junit file, which stays the JUnit report"
         log.warning("step_summary_skipped", path=summary, reason=reason)  # type: ignore[attr-defined]
     else:
-        _publish(lambda: append_step_summary(night_run, notes=notes), log)
+        try:
+            _publish(lambda: append_step_summary(night_run, notes=notes), log)
+        except StepSummarySkipped as skipped:  # a file already (nearly) at GitHub's 1 MiB
+            log.warning("step_summary_skipped", path=summary, reason=str(skipped))  # type: ignore[attr-defined]
 
 
 def _publish(write: Callable[[], object], log: object) -> None:

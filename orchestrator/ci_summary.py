@@ -26,8 +26,15 @@ _MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~]")
 _MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "🔁", "cancelled": "⏹️", "skipped": "⏭️", "running": "⏳"}
 
 
+class StepSummarySkipped(Exception):
+    """Nothing was appended, for the reason this carries: logged as `step_summary_skipped`."""
+
+
 def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path | None = None) -> bool:
-    """Append the summary to `path`, else to $GITHUB_STEP_SUMMARY; False when neither is set."""
+    """Append the summary to `path`, else to $GITHUB_STEP_SUMMARY; False when neither is set.
+
+    Raises StepSummarySkipped when even the heading and the row that counts the tasks would take the file past
+    GitHub's 1 MiB: GitHub would then drop the step's whole summary, the earlier steps' and nights' part too."""
     target = path or os.environ.get(STEP_SUMMARY_VARIABLE) or None
     if target is None:
         return False
@@ -35,15 +42,31 @@ def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path |
         # After a step that left its last line open (`echo -n`), the heading would join that line.
         start = "\n" if os.path.isfile(target) and _ends_mid_line(target) else ""
         # Earlier steps' summaries are in files of their own; an earlier night of this step's is in this one.
-        room = STEP_SUMMARY_BYTES - (os.path.getsize(target) if os.path.isfile(target) else 0) - len(start)
+        held = _held(target)
+        room = STEP_SUMMARY_BYTES - held - len(start)
+        summary = start + step_summary(run, notes=notes, room=room)
+        if len(summary.encode("utf-8")) > STEP_SUMMARY_BYTES - held:
+            raise StepSummarySkipped(
+                f"the step's summary file holds {held} bytes already: this night's summary would take it past "
+                f"GitHub's 1 MiB ({STEP_SUMMARY_BYTES} bytes), and GitHub would drop the step's whole summary"
+            )
         # Not blocking: a named pipe nobody reads is refused (ENXIO) instead of holding the night's end.
         descriptor = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
         os.set_blocking(descriptor, True)  # opened: a slow reader is waited for, not cut off at a full pipe
         with open(descriptor, "a", encoding="utf-8") as out:
-            out.write(start + step_summary(run, notes=notes, room=room))
+            out.write(summary)
     except OSError as exc:
         raise StateError(f"cannot append the step summary to {target}: {exc.strerror or exc}") from None
     return True
+
+
+def _held(target: str | Path) -> int:
+    """The bytes of GitHub's 1 MiB the file holds already. None in a stream (a pipe, a terminal), nor in a file reached
+    through one (`/dev/stdout` or `/dev/fd/1` that a shell sent into a log file): GitHub uploads only the file its
+    runner named, never a stream, so there is no limit to keep there."""
+    if os.path.abspath(target).startswith(("/dev/", "/proc/")):
+        return 0
+    return os.path.getsize(target) if os.path.isfile(target) else 0
 
 
 def _ends_mid_line(path: str | Path) -> bool:
@@ -68,7 +91,7 @@ def step_summary(run: RunView, *, notes: Path | None = None, room: int = STEP_SU
         "| task | outcome | reason | iterations | worst signal | branch / commit |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    where = f"`{notes}`" if notes else "the `notes.md` artifact"
+    where = _code(str(notes)) if notes else "the `notes.md` artifact"
     end = ["", f"notes.md: why each iteration was rolled back and what the next one was told: {where} (or `overnight notes`).", ""]
     rows = [_row(task) for task in run.tasks] or ["| (no tasks ran) | | | | | |"]
     left = room - _size([*lines, *end])
@@ -112,7 +135,30 @@ def _cell(text: str) -> str:
     """One table cell: a pipe or a newline would break the row; a control character (a model-chosen
     name in a signal) is shown escaped; `<` is an entity, so an HTML tag or `<!--` in such a name
     cannot hide the rest of the page, and `&` is one too, so `&#x202E;` in such a name stays text."""
-    return visible(" ".join(text.split())).replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
+    return _shown(_one_line(text)).replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
+
+
+def _one_line(text: str) -> str:
+    """`text` with its runs of spaces, tabs and line breaks as one space. Only these: the separators \\x1c to \\x1f
+    and \\x85, which `str.split()` takes for spaces too, are control characters to show as their escapes."""
+    return re.sub(r"[ \t\r\n]+", " ", text).strip(" ")
+
+
+def _code(text: str) -> str:
+    """`text` as one code span on one line: fenced by one backtick more than its longest run of them (a `[state] dir`
+    may hold some); a line break shown as `\\n`. A space inside the fence where it begins or ends with a backtick,
+    and where it begins and ends with a space, which CommonMark would strip, one each side (unless all spaces)."""
+    text = _shown(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    spaced = text.startswith(" ") and text.endswith(" ") and text.strip(" ")
+    pad = " " if text.startswith("`") or text.endswith("`") or spaced else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _shown(text: str) -> str:
+    """`text` with its control characters escaped, and any lone surrogate too (a path's undecodable byte, `\\udcff`),
+    which no UTF-8 file can hold."""
+    return visible(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _literal(text: str) -> str:

@@ -22,13 +22,14 @@ from pathlib import Path
 
 from orchestrator.errors import StateError
 from orchestrator.files import replace_file
+from orchestrator.printable import visible
 from orchestrator.report import reason_in_words
 from runs.views import IterationView, RunView, TaskView, worst_signal
 
 SUITE = "overnight"
 _FAILED = ("failed", "parked")
 _SKIPPED = ("cancelled", "skipped")
-# Characters XML 1.0 cannot carry at all; model output and check logs may contain them.
+# Characters XML 1.0 cannot carry at all (lone surrogates, U+FFFE, U+FFFF) that `visible` leaves as they are.
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -160,4 +161,11 @@ def _timestamp(moment: datetime | None) -> str:
 
 
 def _clean(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
+    """`text` as XML can carry it, what was there still told: a control character (model output, a check's log) as
+    its escape (`\\x1b`), as `overnight report` and `overnight notes` show it; tabs and line breaks kept. A carriage
+    return is escaped too: an XML reader would have turned it into a line break."""
+    return _NOT_XML.sub(_escape, visible(text, keep="\t\n"))
+
+
+def _escape(found: re.Match[str]) -> str:
+    return found.group().encode("unicode_escape").decode("ascii")

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from html import unescape
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.build import open_store
-from orchestrator.ci_summary import append_step_summary, step_summary
+from orchestrator.ci_summary import StepSummarySkipped, append_step_summary, step_summary
 from orchestrator.config import load_config
 from orchestrator.errors import StateError
 from orchestrator.fake_server import ScriptedServer
@@ -213,11 +215,29 @@ class TestJunitOutcomes:
         suite = root.find("testsuite")
         assert (suite.get("errors"), suite.get("failures")) == ("1", "0")
 
-    def test_control_characters_from_the_model_stay_valid_xml(self, tmp_path):
-        """Escape codes and NULs in a signal message become replacement characters, and the file parses."""
-        run = view("failed", "runaway_output", signal_message="\x1b[31mred\x00")
+    def test_control_characters_from_the_model_stay_valid_xml_and_show_what_was_there(self, tmp_path):
+        """Escape codes, NULs, a carriage return, a lone surrogate and U+FFFF in a signal message are written as their
+        escapes, as `overnight report` shows them (they were all U+FFFD, so nobody could tell an ESC from a NUL), and the
+        file parses."""
+        run = view("failed", "runaway_output", signal_message="\x1b[31mred\x00 a\rb \ud800 \uffff ]]> <!-- &")
         failure = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("failure")
-        assert "\ufffd[31mred\ufffd" in failure.text
+        assert "\\x1b[31mred\\x00 a\\rb \\ud800 \\uffff ]]> <!-- &" in failure.text, failure.text
+        assert "\ufffd" not in (tmp_path / "junit.xml").read_text(encoding="utf-8")
+
+    def test_a_control_character_in_a_paused_tasks_detail_is_its_escape_too(self, tmp_path):
+        """A paused task's reason detail with an ESC shows it as `\\x1b` in the error's body."""
+        paused = view("paused", "model_unreachable")
+        run = replace(paused, tasks=(replace(paused.tasks[0], detail="endpoint said \x1b[2Jhi\x07"),))
+        error = case_named(junit_of(run, tmp_path / "junit.xml"), "t").find("error")
+        assert "endpoint said \\x1b[2Jhi\\x07" in error.text, error.text
+
+    def test_a_control_character_in_an_attribute_is_its_escape_and_its_line_breaks_and_tabs_stay(self, tmp_path):
+        """The host name and config path are attributes, where an XML reader turns a raw tab or line break into a
+        space: they are written as `&#09;` and `&#10;`, and an ESC as `\\x1b`, as in a text node."""
+        run = replace(view("failed", "check_failed"), host="box\x1b[2J\none\ttwo", config_path="/srv/a\nb\x00/o.toml")
+        suite = junit_of(run, tmp_path / "junit.xml").find("testsuite")
+        assert suite.get("hostname") == "box\\x1b[2J\none\ttwo", suite.get("hostname")
+        assert suite.find("properties/property[@name='config']").get("value") == "/srv/a\nb\\x00/o.toml"
 
     def test_task_left_running_is_an_error(self, tmp_path):
         """A task still `running` (its night died) is reported as an error, not a pass."""
@@ -382,6 +402,46 @@ class TestStepSummary:
         assert "`/srv/state/notes.md` (or `overnight notes`)" in step_summary(run, notes=Path("/srv/state/notes.md"))
         assert "the `notes.md` artifact (or `overnight notes`)" in step_summary(run)
 
+    @pytest.mark.parametrize(("notes", "shown"), [
+        ("/srv/a`b``c/notes.md", "```/srv/a`b``c/notes.md```"),
+        ("/srv/`x`/notes.md", "``/srv/`x`/notes.md``"),
+        ("`srv/notes.md", "`` `srv/notes.md ``"),
+        ("/srv/a\nb/notes.md", "`/srv/a\\nb/notes.md`"),
+        ("/srv/a|b <!-- c/notes.md", "`/srv/a|b <!-- c/notes.md`"),
+    ])
+    def test_a_notes_path_stays_one_code_span_on_the_notes_line(self, notes, shown):
+        """A `[state] dir` holding a backtick ended the code span early, the rest rendered as markdown; a line break
+        split the notes line in two. The fence is one backtick longer than the path's longest run of them."""
+        text = step_summary(view("failed", "check_failed"), notes=Path(notes))
+        [line] = [line for line in text.splitlines() if line.startswith("notes.md:")]
+        assert line.endswith(f": {shown} (or `overnight notes`)."), line
+
+    @pytest.mark.parametrize("notes", [
+        "/srv/a`b``c/notes.md", "`/notes.md", "/srv/notes.md`", "```", " /srv/notes.md ", " `srv` ", "  ",
+        "/srv/a|b <!-- c/notes.md",
+    ])
+    def test_a_notes_path_renders_as_itself(self, notes):
+        """Rendered by a CommonMark parser, the notes line's code span holds the path as it is: one that begins and
+        ends with a space lost both (CommonMark strips one each side), ` `srv` ` became `srv`."""
+        markdown_it = pytest.importorskip("markdown_it")
+        text = step_summary(view("failed", "check_failed"), notes=Path(notes))
+        [line] = [line for line in text.splitlines() if line.startswith("notes.md:")]
+        html = markdown_it.MarkdownIt("commonmark").renderInline(line)
+        [code, _] = re.findall(r"<code>(.*?)</code>", html, re.S)
+        assert unescape(code) == notes, html
+
+    def test_a_notes_path_with_a_byte_no_encoding_knows_is_written_as_its_escape(self, tmp_path):
+        """A state dir named with a byte that is not UTF-8 (`\\udcff` in Python's path) raised UnicodeEncodeError after the night."""
+        target = tmp_path / "summary.md"
+        assert append_step_summary(view("failed", "check_failed"), target, notes=Path("/srv/\udcff/notes.md"))
+        assert "`/srv/\\udcff/notes.md`" in target.read_text(encoding="utf-8")
+
+    def test_a_lone_surrogate_in_a_message_is_written_as_its_escape(self, tmp_path):
+        """A model's broken output (a lone surrogate) in a signal message stays in its cell instead of failing the write."""
+        target = tmp_path / "summary.md"
+        assert append_step_summary(view("failed", "unknown_tool", signal_message="tool \ud83d?"), target)
+        assert "tool \\ud83d?" in target.read_text(encoding="utf-8")
+
     def test_a_paused_tasks_reason_says_which_endpoint_refused_and_how(self, tmp_path):
         """A task paused by a 401 has, beside `model_unreachable`, the endpoint and its answer, as the text report says."""
         code, config, run = run_night(tmp_path, [Reply(status=401)], tasks=TASKS[:1])
@@ -433,6 +493,35 @@ class TestStepSummary:
         append_step_summary(run, target)
         text = target.read_text()
         assert len(text.encode()) == 1024 * 1024 and text.count("| task-") == 20 and "more task(s)" not in text
+
+    @pytest.mark.parametrize("held", [1024 * 1024 - 200, 1024 * 1024, 2 * 1024 * 1024])
+    def test_a_file_with_no_room_left_for_a_summary_gets_nothing(self, tmp_path, held):
+        """Past 1 MiB GitHub drops the step's whole summary: a heading and a row counting every task, appended to a file
+        (nearly) at it, only lost what earlier steps and nights had written there."""
+        target = tmp_path / "summary.md"
+        target.write_text("x" * (held - 1) + "\n")
+        with pytest.raises(StepSummarySkipped, match="past GitHub's 1 MiB"):
+            append_step_summary(view("failed", "check_failed"), target)
+        assert target.stat().st_size == held
+
+    def test_a_stream_sent_into_a_full_file_gets_the_whole_summary(self, tmp_path):
+        """`GITHUB_STEP_SUMMARY=/dev/stdout overnight run >> night.log`: the log is no step summary GitHub uploads, so its
+        size is no reason to skip the summary or cut its rows (it was skipped once the log held 1 MiB)."""
+        log = tmp_path / "night.log"
+        log.write_text("x" * (2 * 1024 * 1024 - 1) + "\n")
+        descriptor = os.open(log, os.O_RDONLY)
+        try:
+            assert append_step_summary(view("failed", "check_failed"), Path(f"/dev/fd/{descriptor}"))
+        finally:
+            os.close(descriptor)
+        added = log.read_text()[2 * 1024 * 1024:]
+        assert added.startswith("## overnight run #7") and "| t | ❌ failed |" in added and "more task(s)" not in added
+
+    def test_a_separator_control_character_in_a_message_is_shown_as_its_escape(self, tmp_path):
+        """\\x1c to \\x1f and \\x85 are whitespace to `str.split()`: they became spaces in the cell, unseen."""
+        target = tmp_path / "summary.md"
+        assert append_step_summary(view("failed", "unknown_tool", signal_message="a\x1fb\x85c \t\r\n d"), target)
+        assert "a\\x1fb\\x85c d |" in target.read_text(encoding="utf-8")
 
     def test_an_entity_in_a_model_chosen_name_stays_text(self, tmp_path):
         """`&#x202E;` would render as a right-to-left override on the job page: `&` is an entity too."""
@@ -667,6 +756,17 @@ class TestReportsThatCannotBeWritten:
         [skipped] = [e for e in log_events(done.stderr) if e["event"] == "step_summary_skipped"]
         assert skipped["level"] == "warning" and skipped["path"] == str(tmp_path / summary) and "--junit" in skipped["reason"]
         assert "ci_report_failed" not in [e["event"] for e in log_events(done.stderr)]
+
+    def test_a_step_summary_file_already_at_githubs_limit_is_skipped_and_said_why(self, tmp_path):
+        """Nothing is appended to a step's summary file that holds 1 MiB already; `step_summary_skipped` says why."""
+        summary = tmp_path / "summary.md"
+        summary.write_text("x" * (1024 * 1024 - 1) + "\n")
+        done = json_night(tmp_path, "--junit", str(tmp_path / "junit.xml"), env={"GITHUB_STEP_SUMMARY": str(summary)})
+        assert done.returncode == 1, done.stderr
+        [skipped] = [e for e in log_events(done.stderr) if e["event"] == "step_summary_skipped"]
+        assert skipped["level"] == "warning" and skipped["path"] == str(summary) and "1 MiB" in skipped["reason"], skipped
+        assert summary.stat().st_size == 1024 * 1024 and "ci_report_failed" not in [e["event"] for e in log_events(done.stderr)]
+        assert ET.parse(tmp_path / "junit.xml").getroot().get("tests") == "2"
 
     @pytest.mark.parametrize("target", ["overnight.toml", "state/notes.md"])
     def test_a_step_summary_that_names_the_config_or_notes_is_not_appended_to(self, tmp_path, target):
