@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from orchestrator.answer_bodies import OneChunk, answers_in_body, http_status
 from orchestrator.http_headers import media_type_of, retry_after_seconds
 from orchestrator.transports import (
-    CONNECTION, CONTEXT_FULL, CONTEXT_FULL_WORDING, GARBLED, STATUS, TIMEOUT, UNROUTABLE, TransportError, shut_down,
+    CONNECTION, CONTEXT_FULL, GARBLED, STATUS, TIMEOUT, UNROUTABLE, TransportError, says_context_full, shut_down,
 )
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class LiteLLMTransport:
         # only the first is silence; the second carries the server's response and is retried as a status.
         if isinstance(exc, openai.APITimeoutError) and status in (None, 408) and getattr(exc, "response", None) is None:
             return TransportError(TIMEOUT, message, status)
-        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or CONTEXT_FULL_WORDING.search(message):
+        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or says_context_full(message):
             return TransportError(CONTEXT_FULL, message, status)
         if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in message:
             return TransportError(UNROUTABLE, message, status)

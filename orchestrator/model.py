@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from orchestrator.endpoint_failures import Retryable, decision_for
+from orchestrator.endpoint_failures import Retryable, cut_by_full_window, decision_for
 from orchestrator.errors import Cancelled, QualityError
 from orchestrator.protocols import Message
 from orchestrator.records import ModelResponse
@@ -46,7 +46,8 @@ class EndpointModel:
 
     Raises `QualityError` for silence longer than `config.request_timeout_s`
     (watchdog_timeout), output past `max_output_chars` or looping
-    (runaway_output), or a prompt past the context window (context_overflow);
+    (runaway_output), or a prompt past the context window (context_overflow; also an answer
+    the server ended at the window's end, endpoint_failures.cut_by_full_window);
     `ModelUnreachable` when the endpoint stays down or the configuration is
     refused (401/403/404); `RuntimeError` when the server rejects the request
     itself (400).
@@ -155,8 +156,9 @@ class EndpointModel:
     ) -> ModelResponse:
         started, cpu_started = time.monotonic(), time.thread_time()
         draft = Draft()
+        request = self._request(messages, tools)
         try:
-            raw = transport.send(self._request(messages, tools), stream=self.stream)
+            raw = transport.send(request, stream=self.stream)
             if self.stream:
                 read_stream(
                     raw,
@@ -181,7 +183,16 @@ class EndpointModel:
             raise decision from None
         finally:
             self._count_cpu(time.thread_time() - cpu_started)
-        return draft.finish(messages, latency_s=time.monotonic() - started)
+        response = draft.finish(messages, latency_s=time.monotonic() - started)
+        window_full = (  # the window is looked up only for such an answer: litellm's import takes seconds
+            cut_by_full_window(response, draft, request["max_tokens"], self.context_window())
+            if response.finish_reason == "length"
+            else None
+        )
+        if window_full is not None:
+            window_full.tokens = response.tokens
+            raise window_full
+        return response
 
     def _interrupt(self) -> None:
         interrupt = getattr(self._transport, "interrupt", None)

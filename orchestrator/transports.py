@@ -28,7 +28,14 @@ OPENAI_PREFIX = "openai/"
 KEEPALIVE = None
 
 # llama.cpp, vLLM and Ollama word it differently; litellm maps only some to ContextWindowExceededError.
-CONTEXT_FULL_WORDING = re.compile(r"exceeds the available context size|context length|maximum context|context window", re.IGNORECASE)
+# Older llama.cpp answers 500 "context shift is disabled" when prompt and answer pass n_ctx, and vLLM's
+# V1 engine 400 "... is longer than the maximum model length of 4096": retried as an outage or refused
+# as a setting, the same too-long request failed the same way each time.
+CONTEXT_FULL_WORDING = re.compile(
+    r"exceeds the available context size|context length|maximum context|context window|context shift is disabled"
+    r"|maximum model length",
+    re.IGNORECASE,
+)
 
 
 class TransportError(Exception):
@@ -51,8 +58,18 @@ def event_byte_limit(max_output_chars: int) -> int:
     return 12 * max_output_chars + 65536
 
 
+# llama.cpp's 500 for output its parser cannot read quotes that output, the model's own words, after it: a file
+# the model was writing about context windows is no refusal of the prompt, and the failure is retried.
+_ECHOED_OUTPUT = re.compile(r"(failed to parse input at pos \d+:).*", re.IGNORECASE | re.DOTALL)
+
+
+def says_context_full(message: str) -> bool:
+    """Whether the server's message refuses the prompt as past its window (in its own words, not ones it quotes)."""
+    return CONTEXT_FULL_WORDING.search(_ECHOED_OUTPUT.sub(r"\1", message)) is not None
+
+
 def kind_of(message: str) -> str:
-    return CONTEXT_FULL if CONTEXT_FULL_WORDING.search(message) else STATUS
+    return CONTEXT_FULL if says_context_full(message) else STATUS
 
 
 # What a broken, refused, reset or silent connection raises through http.client.

@@ -25,7 +25,7 @@ from orchestrator.litellm_transport import litellm_module
 from orchestrator.transport_choice import uses_direct_http
 from orchestrator.model import EndpointModel
 from orchestrator.records import ModelResponse, RawToolCall
-from orchestrator.scripted import Reply, calls, say
+from orchestrator.scripted import Reply, call, calls, say
 from tests.conftest import RawServer
 
 MESSAGES = [{"role": "user", "content": "Fix the failing test, please."}]
@@ -532,6 +532,85 @@ class TestContextOverflow:
             with pytest.raises(QualityError) as stop:
                 model.complete([{"role": "user", "content": "hi"}], [])
         assert stop.value.reason == "context_overflow"
+
+    @pytest.mark.parametrize(
+        ("status", "refusal"),
+        [
+            (400, "the request exceeds the available context size, try increasing it"),  # llama.cpp
+            (500, "context shift is disabled"),  # llama.cpp, older
+            (400, "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."),  # vLLM
+            (400, "The decoder prompt (length 5000) is longer than the maximum model length of 4096."),  # vLLM V1
+            (400, "prompt too long; exceeded max context length by 904 tokens"),  # Ollama's own API
+        ],
+    )
+    def test_every_servers_wording_is_context_overflow_asked_once(self, transport, status, refusal):
+        """Each server's refusal of a prompt past its window is context_overflow at the first answer: never retried."""
+        with ScriptedServer([Reply(status=status, text=refusal)] * 3) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=2, retry_backoff_s=0, transport=transport)
+            with pytest.raises(QualityError) as stop:
+                EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+            assert len(server.requests) == 1
+        assert stop.value.reason == "context_overflow"
+
+    @pytest.mark.parametrize(
+        "written",
+        [
+            "a note on the context window and the maximum model length",
+            "docs: the server says context shift is disabled when the maximum context length is reached",
+        ],
+    )
+    def test_a_parse_failure_quoting_the_models_words_about_windows_is_retried(self, transport, written):
+        """llama.cpp's 500 for output its parser cannot read quotes the model's output: a file the model wrote about
+        context windows makes it no refusal of the prompt. It is retried (the next answer may parse), not
+        context_overflow throwing the iteration away."""
+        echo = f'Failed to parse input at pos 12: <tool_call>{{"name": "write_file", "arguments": {{"content": "{written}"}}}}'
+        with ScriptedServer([Reply(status=500, text=echo), say("parsed this time")]) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=1, retry_backoff_s=0, transport=transport)
+            response = EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+        assert response.text == "parsed this time"
+
+    @pytest.mark.parametrize(
+        ("window", "prompt_tokens"),
+        [(None, 900), (8192, 900), (4096, 5000)],
+        ids=["window-unknown", "window-far-from-full", "window-known-smaller-than-the-servers"],
+    )
+    def test_an_answer_cut_short_by_the_servers_own_cap_is_the_models(self, transport, window, prompt_tokens):
+        """llama.cpp started with `-n 40` (or vLLM's generation_config, a proxy's output limit) ends an answer with
+        "length" after 40 of the 2048 tokens asked while the window has room: the model's cut answer, handed back
+        as before, never context_overflow (which threw the iteration away with a note to read less)."""
+        cut = call("edit_file", '{"path": "a.py", "old": ', finish_reason="length", prompt_tokens=prompt_tokens, completion_tokens=40)
+        with ScriptedServer([cut]) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0, transport=transport,
+                                 context_window=window, max_tokens=2048)
+            response = EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+        assert (response.finish_reason, response.completion_tokens) == ("length", 40)
+
+    @pytest.mark.parametrize("prompt_tokens", [4056, 4050])
+    def test_an_answer_that_fills_the_known_window_is_context_overflow(self, transport, prompt_tokens):
+        """Prompt and answer, as the server counted them, reaching the 4096-token window (or a few tokens short:
+        a server stops a token early) with fewer tokens than asked: the window was full. Its tokens still count."""
+        cut = call("edit_file", '{"path": "a.py", "old": ', finish_reason="length", prompt_tokens=prompt_tokens, completion_tokens=40)
+        with ScriptedServer([cut]) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0, transport=transport,
+                                 context_window=4096, max_tokens=1024)
+            with pytest.raises(QualityError) as stop:
+                EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+        assert stop.value.reason == "context_overflow"
+        assert stop.value.tokens == prompt_tokens + 40
+        assert f"after 40 of the 1024 tokens asked (finish_reason=length) with {prompt_tokens} tokens of prompt" in stop.value.evidence
+
+    def test_a_length_cut_without_the_servers_counts_claims_nothing(self, transport):
+        """A stream with no usage (a server ignoring stream_options) leaves only estimates: the answer is the model's."""
+        body = _sse('{"choices": [{"delta": {"content": "half an answ"}, "finish_reason": "length"}]}')
+        raw = _RawServer(body)
+        model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport=transport,
+                                          context_window=8, max_tokens=2048))
+        try:
+            response = model.complete([{"role": "user", "content": "a prompt longer than eight tokens " * 4}], [])
+        finally:
+            model.close()
+            raw.close()
+        assert response.finish_reason == "length"
 
 
 class TestTransportChoice:

@@ -815,6 +815,96 @@ class TestWorkNoCommitHolds:
 
 
 class TestContextWindow:
+    @pytest.mark.parametrize("transport", ["direct", "litellm"])
+    @pytest.mark.parametrize(
+        ("status", "refusal"),
+        [
+            (500, "context shift is disabled"),  # llama.cpp before its exceed_context_size_error
+            (400, "The decoder prompt (length 5000) is longer than the maximum model length of 4096."),  # vLLM's V1 engine
+        ],
+    )
+    def test_a_refused_long_prompt_is_the_models_struggle_and_the_next_iteration_starts_short(
+        self, tmp_path, repo, capsys, transport, status, refusal
+    ):
+        """A server refusing a prompt past its window in its older wordings is context_overflow: asked once (the
+        same request cannot fit a second time), the half-done edit rolled back, a note to read less, and the next
+        iteration starts from the task alone. It was retried as an outage until the task paused (500), or ended
+        the iteration as iteration_error (400)."""
+        from orchestrator.fake_server import ScriptedServer
+        from tests.conftest import write_config
+
+        requests: list[dict[str, Any]] = []
+
+        def respond(body: dict[str, Any]) -> Reply:
+            """The first iteration's conversation, once it holds a tool result, no longer fits; the next one's does."""
+            requests.append(body)
+            results = sum(1 for m in body["messages"] if m["role"] == "tool")
+            if "Read less at once" in user_messages(body):
+                return FIX[results]
+            if results:
+                return Reply(status=status, text=refusal)
+            return call("edit_file", {"path": "greet.py", "old": "'helo'", "new": "'half'"})
+
+        with ScriptedServer(responder=respond) as server:
+            config = write_config(
+                tmp_path / "overnight.toml", api_base=server.url, repo=repo, model={"transport": transport, "retries": 2}
+            )
+            assert overnight("run", "--config", str(config)) == 0
+        task = report_json(config, capsys)["tasks"][0]
+        assert [(it["outcome"], it["reason"]) for it in task["iterations"]][0] == ("rolled_back", "context_overflow")
+        assert len(requests) == 2 + len(FIX)
+        assert "`context_overflow`" in notes_text(config)
+        assert [m["role"] for m in requests[2]["messages"]] == ["system", "user"]
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+    def test_an_answer_the_server_ended_at_the_windows_end_is_context_overflow(self, config_file, server, repo, capsys):
+        """llama.cpp ends an answer that fills n_ctx with finish_reason "length", as at max_tokens: one ended after
+        40 of the 1024 tokens asked, its prompt and answer reaching the 4096 tokens /props says the slot holds, is
+        the window full (context_overflow, rolled back, noted), not a broken call the model is told to write again
+        in a conversation that has no room left."""
+        server.props = {"default_generation_settings": {"n_ctx": 4096}}
+        config = config_file()
+        server.enqueue(
+            call("read_file", {"path": "greet.py"}),
+            call("edit_file", '{"path": "greet.py", "old": "\'helo\'", "new": ', finish_reason="length",
+                 prompt_tokens=4056, completion_tokens=40),
+            *FIX,
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        first = report_json(config, capsys)["tasks"][0]["iterations"][0]
+        assert (first["outcome"], first["reason"]) == ("rolled_back", "context_overflow")
+        assert first["tokens"] >= 4096  # the answer the window cut still cost its prompt and tokens
+        assert "after 40 of the 1024 tokens asked" in notes_text(config)
+        assert "4096 of the 4096-token context window" in notes_text(config)
+        assert [m["role"] for m in server.requests[2]["messages"]] == ["system", "user"]
+
+    def test_an_answer_cut_by_the_servers_own_cap_is_still_the_models(self, config_file, server, repo, capsys):
+        """llama-server started with `-n 40` caps every request's max_tokens at 40 and ends the answer with "length"
+        while its 8192-token slot has room: the cut call is the model's to write again (as before the window rule),
+        not context_overflow throwing the iteration's work away with a note to read less."""
+        server.props = {"default_generation_settings": {"n_ctx": 8192}}
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(
+            call("read_file", {"path": "greet.py"}),
+            call("edit_file", '{"path": "greet.py", "old": "\'helo\'", "new": ', finish_reason="length",
+                 prompt_tokens=900, completion_tokens=40),
+            *FIX[2:],
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        first = report_json(config, capsys)["tasks"][0]["iterations"][0]
+        assert first["outcome"] == "committed"
+        assert "cut off at the length limit" in user_messages(server.requests[2])
+
+    def test_an_answer_ended_at_max_tokens_is_still_the_models(self, config_file, server, repo, capsys):
+        """An answer that used every token asked is cut by max_tokens: the model's, as before, never context_overflow."""
+        config = config_file(model={"max_tokens": 40}, night={"max_iterations": 1})
+        server.enqueue(
+            call("edit_file", '{"path": "greet.py", "old": "\'helo\'", "new": ', finish_reason="length", completion_tokens=40),
+            *FIX[2:],
+        )
+        assert overnight("run", "--config", str(config)) == 0
+        assert "cut off at the length limit" in user_messages(server.requests[1])
+
     def test_old_tool_output_is_left_out_of_a_small_window(self, config_file, server, repo, tmp_path):
         """With a 4096-token window, six files read at full cap would fill it: the requests carry the newest
         outputs whole and a line in place of the oldest (overflowed, the server refuses the request); the
