@@ -115,9 +115,14 @@ class EndpointModel:
             self._window = window or 0
         if not self._window and ask_server and not self._asked_server:
             self._asked_server = True
-            served = server_probes.served_context_window(
-                self.config.api_base, self.config.name, self.config.api_key, min(_WINDOW_ASK_S, self.config.request_timeout_s)
-            )
+            ask_s = min(_WINDOW_ASK_S, self.config.request_timeout_s)
+            try:
+                served = watchdog.asked_unless_cancelled(
+                    lambda: server_probes.served_context_window(self.config.api_base, self.config.name, self.config.api_key, ask_s),
+                    self._cancel,
+                )
+            except Cancelled:  # a signal during start-up: the night begins cancelled, not after a stopped server's timeouts
+                served = None
             if served is not None:
                 self._window = served[0]
                 from orchestrator.logs import get_logger

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from orchestrator import server_probes
 from orchestrator.errors import Cancelled, QualityError
@@ -22,6 +22,8 @@ from orchestrator.runaway import runaway_output
 
 if TYPE_CHECKING:  # pydantic is not needed to import this module
     from orchestrator.config import ModelConfig
+
+T = TypeVar("T")
 
 WATCHDOG_CORRECTION = (
     "The model went silent for too long. Keep each reply short and make one tool call at a time."
@@ -71,6 +73,31 @@ class Watch:
         return bool(cut()) if cut is not None else False
 
 
+class InThread(Generic[T]):
+    """`work()` run in a daemon helper thread, so that the thread waiting for it can give it up (a cancel, silence);
+    its answer, or what it raised, is handed to that thread by `result()`."""
+
+    def __init__(self, work: Callable[[], T], *, name: str) -> None:
+        self.done = threading.Event()
+        self._answer: T | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(work,), name=name, daemon=True).start()
+
+    def _run(self, work: Callable[[], T]) -> None:
+        try:
+            self._answer = work()
+        except BaseException as exc:  # raised in the waiting thread, by result()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self) -> T:
+        """What `work()` returned, or raises what it raised; only once `done` is set."""
+        if self.error is not None:
+            raise self.error
+        return self._answer  # type: ignore[return-value]
+
+
 def run_watched(
     attempt: Callable[[Watch], ModelResponse], *, silence_limit: float, event_limit: int, cancel: Any
 ) -> ModelResponse:
@@ -81,32 +108,19 @@ def run_watched(
     tokens it used; one it cannot cut, or slower, is abandoned (a daemon; it ends at its read timeout).
     """
     watch = Watch()
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def attempt_in_thread() -> None:
-        try:
-            outcome["response"] = attempt(watch)
-        except BaseException as exc:  # handed to the caller's thread below
-            outcome["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=attempt_in_thread, name="model-call", daemon=True).start()
-    while not done.wait(_CANCEL_POLL_S):
+    call = InThread(lambda: attempt(watch), name="model-call")
+    while not call.done.wait(_CANCEL_POLL_S):
         if cancel is not None and cancel.cancelled:
             # A cut reader raises the cancel itself, with the tokens its answer had used (spent all the same).
-            if watch.cut() and done.wait(_CUT_GRACE_S) and isinstance(outcome.get("error"), Cancelled):
-                raise outcome["error"]
+            if watch.cut() and call.done.wait(_CUT_GRACE_S) and isinstance(call.error, Cancelled):
+                raise call.error
             cancel.raise_if_cancelled()
         verdict = _verdict(watch, silence_limit, event_limit)
         # A cut stream's reader raises the verdict itself, with the tokens it used; one that could
         # not be cut has _CUT_GRACE_S to end on its own (its read timeout), then is abandoned.
-        if verdict is not None and not done.wait(_CUT_GRACE_S):
+        if verdict is not None and not call.done.wait(_CUT_GRACE_S):
             raise verdict
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["response"]
+    return call.result()
 
 
 def _verdict(watch: Watch, silence_limit: float, event_limit: int) -> QualityError | None:
@@ -137,12 +151,25 @@ def server_stall(config: ModelConfig, cancel: Any) -> str | None:
     if cancel is not None:
         cancel.raise_if_cancelled()
     probe_s = min(_PROBE_S, config.request_timeout_s)
-    took = server_probes.server_answer_time(config.api_base, probe_s)
-    if cancel is not None:
-        cancel.raise_if_cancelled()  # a SIGTERM during the probe ends the iteration as cancelled
+    took = asked_unless_cancelled(lambda: server_probes.server_answer_time(config.api_base, probe_s), cancel)
     if took is None or took <= _PROMPT_ANSWER_S:
         return None
     silent = f"no output for {config.request_timeout_s:g} s, and the server"
     if took == math.inf:
         return f"{silent} answered no GET / in {probe_s:g} s (stopped, wedged or gone)"
     return f"{silent} took {took:.1f} s to answer a GET / (stalled or overloaded)"
+
+
+def asked_unless_cancelled(ask: Callable[[], T], cancel: Any) -> T:
+    """`ask()` (a request to the server beside the chat) in a helper thread, given up at a cancel (raising it): a
+    SIGTERM while a stopped server was asked waited for the request's whole timeout (up to _PROBE_S) before the
+    night could stop. The abandoned request is a daemon; it ends at its own timeout. Nothing is sent once cancelled."""
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+    asking = InThread(ask, name="server-probe")
+    while not asking.done.wait(_CANCEL_POLL_S):
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+    if cancel is not None:
+        cancel.raise_if_cancelled()  # a SIGTERM as the request ended still ends the iteration as cancelled
+    return asking.result()

@@ -23,6 +23,7 @@ from orchestrator.errors import Cancelled, ConfigError, ModelUnreachable, Qualit
 from orchestrator.fake_server import ScriptedServer
 from orchestrator.litellm_transport import litellm_module
 from orchestrator.transport_choice import uses_direct_http
+from orchestrator import watchdog
 from orchestrator.model import EndpointModel
 from orchestrator.records import ModelResponse, RawToolCall
 from orchestrator.scripted import Reply, call, calls, say
@@ -412,6 +413,77 @@ class TestCancel:
         with pytest.raises(Cancelled, match="SIGTERM"):
             model.complete(MESSAGES, TOOLS)
         assert time.monotonic() - started < 2.5 and len(server.requests) == 1
+
+    def test_cancel_ends_the_silence_probe_of_a_stopped_server_at_once(self, transport):
+        """A cancel while a silent server is asked `GET /` (it takes connections, answers nothing) ends the call within a
+        moment; the probe was waited out (up to 30 s), so SIGTERM took that long to stop a night whose server was wedged."""
+        stopped = socket.socket()  # listening, never accepting: the kernel takes the connections, nobody answers
+        stopped.bind(("127.0.0.1", 0))
+        stopped.listen(16)
+        token = CancelToken()
+        url = f"http://127.0.0.1:{stopped.getsockname()[1]}/v1"
+        model = EndpointModel(ModelConfig(name="openai/scripted", api_base=url, request_timeout_s=4, retries=0, transport=transport), cancel=token)
+        litellm_module()  # its import takes seconds; not what is timed here
+        threading.Timer(5.5, token.cancel, args=("SIGTERM",)).start()  # silent for 4 s (5 s at most under litellm), then the probe's 4 s
+        started = time.monotonic()
+        try:
+            with pytest.raises(Cancelled, match="SIGTERM"):
+                model.complete(MESSAGES, TOOLS)
+        finally:
+            model.close()
+            stopped.close()
+        assert time.monotonic() - started < 5.5 + 1.5
+
+    def test_cancel_ends_the_start_ups_context_window_ask_of_a_stopped_server_at_once(self):
+        """A signal while a night's start-up asks a stopped server for its context window leaves the window unknown within
+        a moment; the asks were waited out (two, up to 5 s each), so a SIGTERM then took up to 10 s to stop the night."""
+        stopped = socket.socket()  # listening, never accepting: the kernel takes the connections, nobody answers
+        stopped.bind(("127.0.0.1", 0))
+        stopped.listen(16)
+        token = CancelToken()
+        url = f"http://127.0.0.1:{stopped.getsockname()[1]}/v1"
+        model = EndpointModel(ModelConfig(name="openai/unknown-to-litellm", api_base=url, request_timeout_s=5, transport="direct"), cancel=token)
+        litellm_module()  # its import takes seconds; not what is timed here
+        threading.Timer(0.5, token.cancel, args=("SIGTERM",)).start()
+        started = time.monotonic()
+        try:
+            assert model.context_window(ask_server=True) is None
+        finally:
+            model.close()
+            stopped.close()
+        assert time.monotonic() - started < 0.5 + 1.5
+
+    def test_a_night_cancelled_before_its_start_up_asks_its_server_nothing(self, server):
+        """A signal that came before the context-window asks (during the imports, the config) sends none of them: they
+        were started in their helper thread all the same, and went to the server of a night told to stop."""
+        server.props = {"default_generation_settings": {"n_ctx": 4096}}
+        token = CancelToken()
+        token.cancel("SIGTERM")
+        model = EndpointModel(ModelConfig(name="openai/unknown-to-litellm", api_base=server.url, transport="direct"), cancel=token)
+        try:
+            assert model.context_window(ask_server=True) is None
+            time.sleep(0.5)  # time for an abandoned ask to arrive
+        finally:
+            model.close()
+        assert server.other_requests == []
+
+    @pytest.mark.parametrize("failure", [ConnectionRefusedError(111, "refused"), TimeoutError("timed out"), KeyboardInterrupt()])
+    def test_what_a_request_asked_beside_the_chat_raises_reaches_its_caller_as_it_was(self, failure):
+        """The helper thread hands back what the request raised, the same object, never a cancel, when none came."""
+        def ask() -> None:
+            raise failure
+
+        with pytest.raises(type(failure)) as raised:
+            watchdog.asked_unless_cancelled(ask, CancelToken())
+        assert raised.value is failure
+
+    def test_an_answer_asked_beside_the_chat_is_returned_at_once(self):
+        """Without a cancel the answer comes back as it came, without waiting for the cancel's next look."""
+        started = time.monotonic()
+        for _ in range(5):
+            assert watchdog.asked_unless_cancelled(lambda: 4096, CancelToken()) == 4096
+            assert watchdog.asked_unless_cancelled(lambda: None, None) is None
+        assert time.monotonic() - started < 0.5  # a look at the cancel first would take 0.1 s a call: 1 s
 
     def test_a_cancelled_token_stops_the_next_call_before_it_is_sent(self, server, transport):
         token = CancelToken()
