@@ -145,7 +145,7 @@ def report(
     from orchestrator.config import load_config
     from orchestrator.lock import state_identity
     from orchestrator.logs import configure_logging
-    from orchestrator.report_inputs import branches_in, merge_target, process_gone, report_zone
+    from orchestrator.report_inputs import branches_apart, branches_in, kept_branches, merge_target, process_gone, report_zone
     from runs.engine import store_shown
 
     settings = load_config(config, require_tasks=False)
@@ -169,8 +169,14 @@ def report(
     else:
         gone = process_gone(latest, began)
         target = merge_target(settings)
-        in_base = branches_in(settings, target, [task.branch for task in reports.to_review(latest)])
-        _echo(reports.as_text(latest, base=target, process_gone=gone, zone=report_zone(settings), in_base=in_base), nl=False)
+        reviewed = [task.branch for task in reports.to_review(latest)]
+        in_base = branches_in(settings, target, reviewed)
+        apart = branches_apart(settings, target, [branch for branch in reviewed if branch not in in_base])
+        kept = kept_branches(settings, [task.name for task in latest.tasks])
+        text = reports.as_text(
+            latest, base=target, process_gone=gone, zone=report_zone(settings), in_base=in_base, apart=apart, kept=kept
+        )
+        _echo(text, nl=False)
 
 
 @app.command()

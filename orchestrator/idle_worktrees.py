@@ -4,12 +4,13 @@ works in them, so what is uncommitted there is debris of a death, or a person's 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
 from orchestrator.git_errors import git_reason
 from orchestrator.git_locks import remove_git_locks
-from orchestrator.gitdir import is_worktree_of, linked_admin_dir
+from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
 from orchestrator.overnights_own import is_task_worktree
 from orchestrator.repository import open_repo
@@ -43,6 +44,7 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             else:
                 log.warning("worktree_folder_kept", task=path.name, why="a worktree of a repository that is gone, of no task: left as it is")
             continue
+        relink_after_the_repository_moved(repo, path, config)
         link = linked_admin_dir(repo, path)
         if link is None or not is_worktree_of(repo, path):
             contents = [entry.name for entry in path.iterdir()]
@@ -73,3 +75,20 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             log.info("worktree_cleaned", task=path.name)
         except Exception as exc:
             remove_worktree(config, repo, path, log, why=f"{type(exc).__name__}: {exc}")
+
+
+def relink_after_the_repository_moved(repo: Any, path: Path, config: Config) -> None:
+    """A worktree this repository registers whose `.git` link names a git dir no longer there: the repository was moved
+    (its registration names the folder still, the folder's link the old `.git`). Linked again, as the night's
+    `Worktree.ensure` would link it, before it is judged: left out as "not a worktree of this repository", what a person
+    changed there was not kept, and the night's first rollback deleted it.
+
+    Only then: a `.git` folder (a person's clone where a task's worktree was deleted without `git worktree prune`) would
+    be replaced by the link, its history with it, and a link to a git dir still there (a worktree of the repository this
+    one was copied from) would be taken from that repository."""
+    link = gitdir_link(path)
+    if link is None or link.exists() or not (path / ".git").is_file() or (path / ".git").is_symlink():
+        return
+    admin = admin_dir(path, Path(repo.common_dir))
+    if admin is not None:
+        Worktree(path, branch_for(path.name), config.repo.keep, common_dir=Path(repo.common_dir), admin=admin)  # relinks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 from datetime import tzinfo
-from typing import Any, Container, Iterable
+from typing import Any, Container, Iterable, Sequence
 
 from orchestrator.cancel import SYSTEM_LOCAL_TIME
 from orchestrator.printable import shortened, visible
@@ -70,11 +70,16 @@ def _iteration_json(iteration: IterationView) -> dict[str, Any]:
 
 
 def as_text(
-    run: RunView, base: str = "main", *, process_gone: bool = False, zone: tzinfo | None = None, in_base: Container[str] = ()
+    run: RunView, base: str = "main", *, process_gone: bool = False, zone: tzinfo | None = None, in_base: Container[str] = (),
+    apart: Container[str] = (), kept: Sequence[str] = (),
 ) -> str:
     """`process_gone`: the run says `running` but its process no longer exists (killed, power lost). `zone`: the clock
     times are shown on, the one `[night] deadline` is read on (report_inputs.report_zone); this host's when None.
-    `in_base`: task branches `base` already holds whole (report_inputs.branches_in): no review line, it would show nothing."""
+    `in_base`: task branches `base` already holds whole (report_inputs.branches_in): no review line, it would show nothing.
+    `apart`: task branches that share no commit with `base` (report_inputs.branches_apart): their line compares the two
+    trees, `base...branch` being git's `fatal: no merge base`.
+    `kept`: the `overnight-kept/` branches of the run's tasks (report_inputs.kept_branches): a person's changes found in a
+    worktree, kept there before a night cleaned it."""
     header = f"overnight run #{run.id} · {run.status}"
     if process_gone:
         header += f" · but its process (pid {run.pid}) is gone: the next `overnight run` records it as crashed"
@@ -91,11 +96,37 @@ def as_text(
     if merges:
         lines.append("To review and merge:")
         # Quoted where a shell would read a name otherwise: a branch of the person's may be `fix(12)` or `it's`.
-        lines += [f"  git diff {shlex.quote(base)}...{shlex.quote(t.branch)}" for t in merges]
+        lines += [_review_line(base, t.branch, t.branch in apart) for t in merges]
+    if kept:
+        lines += [""] if merges else []
+        lines.append("Changes found in the tasks' worktrees, kept before a night cleaned them (delete each when done):")
+        lines += _kept_lines(kept)
     if not run.tasks:
         lines.append("(no tasks ran)")
     # Each item is one line: whatever was interpolated into it stays on it, shown, not obeyed.
     return "\n".join(visible(line) for line in lines).rstrip() + "\n"
+
+
+# Kept branches stay until a person deletes them: a report names the newest this many, not every one of a year's.
+KEPT_SHOWN = 20
+
+
+def _kept_lines(kept: Sequence[str]) -> list[str]:
+    """A `git show` line for each of the newest KEPT_SHOWN kept branches (their names end in their UTC time), in `kept`'s
+    order, and how many older ones are left out, with the command that lists them."""
+    newest = set(sorted(kept, key=lambda branch: branch.rpartition("/")[2])[-KEPT_SHOWN:])
+    lines = [f"  git show {shlex.quote(branch)}" for branch in kept if branch in newest]
+    if len(kept) > len(newest):
+        lines.append(f"  ({len(kept) - len(newest)} older not shown: git branch --list 'overnight-kept/*')")
+    return lines
+
+
+def _review_line(base: str, branch: str, apart: bool) -> str:
+    """The `git diff` that shows a task's work: from where the branch left `base`; the two trees, said so, when they
+    share no commit (`base`'s history rewritten under it, or cut short in a shallow clone: the cause is not said)."""
+    if not apart:
+        return f"  git diff {shlex.quote(base)}...{shlex.quote(branch)}"
+    return f"  git diff {shlex.quote(base)} {shlex.quote(branch)}    # no commit in common with {shlex.quote(base)}: the whole trees compared"
 
 
 def to_review(run: RunView) -> list[TaskView]:

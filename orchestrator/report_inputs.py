@@ -91,3 +91,93 @@ def branches_in(settings: object, target: str, branches: list[str]) -> frozenset
         return frozenset()
     held = set(listed.splitlines())
     return frozenset(branch for branch in branches if f"refs/heads/{branch}" in held)
+
+
+def branches_apart(settings: object, target: str, branches: list[str]) -> frozenset[str]:
+    """Those of `branches` that share no commit with `target`: its history rewritten under them (a `rebase --root`, a
+    `filter-repo`, a branch made anew), or cut short in a shallow clone. `git diff target...branch` compares from their
+    merge base and, with none, is `fatal: no merge base`; the review line compares the two trees instead. A branch git
+    cannot tell about is not one.
+
+    One git process when every branch's first commits are `target`'s (the usual morning), three otherwise, however many
+    the branches: a `git merge-base` a branch was 50 gits for 50 tasks on the morning main was rewritten."""
+    if not branches:
+        return frozenset()
+    try:
+        import git
+
+        repo = git.Repo(settings.repo_path)  # type: ignore[attr-defined]
+        refs = [f"refs/heads/{branch}" for branch in branches]
+        if not repo.git.rev_list("--max-parents=0", *refs, "--not", target, "--").strip():
+            return frozenset()  # every root commit of theirs is the target's: each shares at least that one
+        # The branches' commits `target` lacks, each with its parents; `-` marks a commit of `target`'s they come from.
+        graph = repo.git.rev_list("--boundary", "--parents", *refs, "--not", target, "--").splitlines()
+        tips = repo.git.rev_parse(*refs, "--").split()[: len(refs)]
+    except Exception:  # no git, a target git cannot read, the repository moved: every line stays as it was
+        return frozenset()
+    parents: dict[str, list[str]] = {}
+    boundary: set[str] = set()
+    for line in graph:
+        commit, *its_parents = line.split()
+        if commit.startswith("-"):
+            boundary.add(commit[1:])
+        else:
+            parents[commit] = its_parents
+    return frozenset(branch for branch, tip in zip(branches, tips) if not _reaches(tip, parents, boundary))
+
+
+def _reaches(tip: str, parents: dict[str, list[str]], boundary: set[str]) -> bool:
+    """Whether `tip` leads to a commit of the target's: `parents` holds the commits the target lacks, `boundary` those
+    of the target's they come from (`git rev-list --boundary --parents`)."""
+    if tip not in parents:
+        return True  # not among the commits the target lacks: the target holds it
+    seen, stack = {tip}, [tip]
+    while stack:
+        for parent in parents.get(stack.pop(), ()):
+            if parent in boundary:
+                return True
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return False
+
+
+def kept_branches(settings: object, tasks: list[str]) -> list[str]:
+    """The `overnight-kept/<task>/<UTC time>` branches of `tasks` there are: what a person left in a task's worktree,
+    kept there before a night cleaned it (kept_edits.py). Only a log line said so: the morning found the edits gone from
+    the worktree, and the report did not say where. Read from the ref files, no git process (the report's one is
+    `branches_in`'s)."""
+    import os
+    from pathlib import Path
+
+    from orchestrator.task_branches import KEPT_BRANCH_PREFIX
+
+    try:
+        import git
+
+        common = Path(git.Repo(settings.repo_path).common_dir)  # type: ignore[attr-defined]
+    except Exception:  # no repository there (moved, deleted): nothing to name
+        return []
+    found: set[str] = set()
+    for task in tasks:
+        folder = common / "refs" / "heads" / f"{KEPT_BRANCH_PREFIX}{task}"
+        try:
+            found.update(f"{KEPT_BRANCH_PREFIX}{task}/{os.fsdecode(name)}" for name in os.listdir(folder) if _a_ref_file(folder / name))
+        except OSError:
+            pass
+    try:
+        packed = (common / "packed-refs").read_bytes().decode("utf-8", "replace").splitlines()
+    except OSError:
+        packed = []
+    folders = {f"refs/heads/{KEPT_BRANCH_PREFIX}{task}" for task in tasks}
+    for line in packed:
+        ref = line.partition(" ")[2]
+        if not line.startswith(("#", "^")) and ref.rpartition("/")[0] in folders:
+            found.add(ref.removeprefix("refs/heads/"))
+    return sorted(found)
+
+
+def _a_ref_file(path: object) -> bool:
+    """Whether a file under refs/ is a ref: not a folder, nor the `.lock` git writes beside a ref it updates (one a killed
+    git left stays, and is no branch)."""
+    return path.is_file() and not path.name.endswith(".lock")  # type: ignore[attr-defined]

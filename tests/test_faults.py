@@ -817,6 +817,44 @@ class TestRecoveryOfStoredState:
         assert git(repo, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["REVIEW.md"]
         assert not (config.worktrees_dir / "fix-greet" / "REVIEW.md").exists()
 
+    def test_changes_in_a_worktree_are_kept_when_the_repository_moved(self, tmp_path: Path, repo: Path) -> None:
+        """After `mv` of the repository (`[repo] path` edited, the state dir beside it), recovery took the task's worktree,
+        whose `.git` link named the old place, for a stranger's folder and left the person's edit in it: the night then
+        linked it again and its first rollback deleted the edit, kept nowhere."""
+        worktree = Worktree.ensure(repo, _config(tmp_path, repo).state_dir, "fix-greet", "HEAD")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        moved = tmp_path / "moved"
+        shutil.move(repo, moved)
+        _, logs = recover(_config(tmp_path, moved))
+        [kept] = git(moved, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(moved, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["REVIEW.md"]
+        assert not (worktree.path / "REVIEW.md").exists()
+        assert not [e for e in logs if e["event"] == "worktree_folder_kept"], logs
+
+    def test_a_persons_clone_in_a_folder_a_stale_registration_names_is_left_whole(self, tmp_path: Path, repo: Path) -> None:
+        """A task's worktree deleted by hand (no `git worktree prune`: its registration stays), and a person's own clone
+        made in that folder: recovery linked it to the stale registration, which replaced the clone's `.git` folder,
+        its history and all, with a link."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(repo, config.state_dir, "old-task", "HEAD")
+        shutil.rmtree(worktree.path)
+        git(tmp_path, "clone", "-q", str(repo), str(worktree.path))
+        (worktree.path / "mine.txt").write_text("my own work\n")
+        recover(config)
+        assert (worktree.path / ".git").is_dir()
+        assert git(worktree.path, "status", "--porcelain") == "?? mine.txt"
+
+    def test_a_persons_worktree_of_the_repository_copied_from_stays_with_it(self, tmp_path: Path, repo: Path) -> None:
+        """`cp -r repo copy`, `[repo] path` now the copy: a person's own worktree in the state dir, of the original, is
+        registered in both. Recovery linked it to the copy, so the person's next commits there went to the copy and the
+        original's worktree list named a folder that was no longer its own."""
+        config = _config(tmp_path, repo)
+        mine = config.worktrees_dir / "mine"
+        git(repo, "worktree", "add", "-q", "-b", "mine", str(mine))
+        shutil.copytree(repo, tmp_path / "copy", symlinks=True)
+        recover(_config(tmp_path, tmp_path / "copy"))
+        assert Path(git(mine, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (repo / ".git").resolve()
+
     def test_keep_paths_nested_repositories_and_odd_names_do_not_stop_the_night(self, tmp_path: Path, repo: Path) -> None:
         """`[repo] keep = ["/build"]` (the patterns `git clean -e` takes) stays out of the kept branch; an
         empty nested repository (`git init scratch`) is left out instead of failing every night; a name

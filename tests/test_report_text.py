@@ -365,6 +365,67 @@ class TestReviewLines:
         pasted = subprocess.run(["bash", "-c", f"{review[0]} --stat"], cwd=repo, capture_output=True, text=True)
         assert pasted.returncode == 0 and "greet.py" in pasted.stdout, pasted.stderr
 
+    def test_a_task_branch_main_shares_no_commit_with_has_a_review_line_that_works(self, config_file, server, repo, capsys):
+        """Main's history rewritten in the morning under the task's branch (made anew from one commit): the review line
+        compares the two trees, said so, and pasted into a shell it shows the task's work (`main...branch` was git's
+        `fatal: no merge base`)."""
+        import subprocess
+
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        git(repo, "checkout", "-q", "--orphan", "rewritten")
+        git(repo, "commit", "-q", "-m", "history squashed into one commit")
+        git(repo, "branch", "-q", "-M", "rewritten", "main")
+        review = [line.strip() for line in text_report(config, capsys).splitlines() if "git diff" in line]
+        assert review == ["git diff main overnight/fix-greet    # no commit in common with main: the whole trees compared"]
+        pasted = subprocess.run(["bash", "-c", review[0].replace("git diff", "git diff --stat", 1)], cwd=repo, capture_output=True, text=True)
+        assert pasted.returncode == 0 and "greet.py" in pasted.stdout, pasted.stderr
+
+    def test_a_persons_edits_kept_off_a_worktree_are_named_in_the_report(self, config_file, server, repo, capsys):
+        """An edit a person left in the task's worktree, moved by the next night onto an `overnight-kept/` branch before it
+        cleaned the worktree: the report names that branch with a line that shows the edit (only a log line said where
+        it went, and the morning found it gone from the worktree)."""
+        import subprocess
+
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        with (config.parent / "state" / "worktrees" / "fix-greet" / "greet.py").open("a") as greet:
+            greet.write("# reviewed: keep the spelling test\n")
+        server.enqueue(call("submit", {"summary": "it passes already"}))
+        assert overnight("run", "--config", str(config)) == 0
+        text = text_report(config, capsys).splitlines()
+        shown = [line.strip() for line in text[text.index("Changes found in the tasks' worktrees, kept before a night cleaned them (delete each when done):") + 1:]]
+        assert len(shown) == 1 and shown[0].startswith("git show overnight-kept/fix-greet/"), text
+        pasted = subprocess.run(["bash", "-c", shown[0]], cwd=repo, capture_output=True, text=True)
+        assert pasted.returncode == 0 and "+# reviewed: keep the spelling test" in pasted.stdout, pasted.stderr
+
+    def test_kept_branches_named_are_the_newest_and_no_lock_file_is_one(self, config_file, server, repo, capsys):
+        """A year of mornings' kept branches (they stay until deleted): the report names the newest twenty and says how
+        many older ones it left out (it named every one); the `.lock` a killed git left beside a ref is no branch (it
+        was shown as one, and `git show` of it fails)."""
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        names = [f"overnight-kept/fix-greet/2026{month:02d}01T000000.000000Z" for month in range(1, 13)]
+        names += [f"overnight-kept/fix-greet/202611{day:02d}T000000.000000Z" for day in range(2, 15)]
+        for name in names:
+            git(repo, "branch", name)
+        (repo / ".git" / "refs" / "heads" / "overnight-kept" / "fix-greet" / "20261206T000000.000000Z.lock").write_text("")
+        text = text_report(config, capsys).splitlines()
+        shown = [line.strip() for line in text[text.index("Changes found in the tasks' worktrees, kept before a night cleaned them (delete each when done):") + 1:]]
+        newest = sorted(names)[-20:]
+        assert shown == [f"git show {name}" for name in newest] + ["(5 older not shown: git branch --list 'overnight-kept/*')"], shown
+
     def test_the_branches_the_base_holds_are_asked_of_git_once_for_all_tasks(self, config_file, server, tmp_path):
         """Three tasks succeeded with no change: `overnight report` asks git about their branches in one process, not one
         a task (50 tasks started 50 gits), and leaves out all three review lines."""
@@ -388,6 +449,43 @@ class TestReviewLines:
         assert shown.returncode == 0 and "3 of 3 task(s) succeeded" in shown.stdout and "git diff" not in shown.stdout, shown
         about_branches = [line for line in asked.read_text().split() if line in ("merge-base", "for-each-ref", "branch", "rev-list")]
         assert len(about_branches) == 1, about_branches
+
+    def test_branches_main_shares_no_commit_with_are_told_by_as_many_gits_for_any_number_of_tasks(
+        self, config_file, server, tmp_path, repo
+    ):
+        """Main rewritten under three task branches that hold work: `overnight report` tells them apart in a few git
+        processes for all, not a `git merge-base` a task (50 tasks, 51 gits), and each line compares the two trees."""
+        import os
+        import shutil
+        import subprocess
+
+        from tests.conftest import git
+
+        asked = tmp_path / "git-commands"
+        shim = tmp_path / "bin"
+        shim.mkdir()
+        (shim / "git").write_text(f'#!/bin/sh\necho "$1" >> {asked}\nexec {shutil.which("git")} "$@"\n')
+        (shim / "git").chmod(0o755)
+        tasks = [{"name": f"t{number}", "prompt": "p", "check": "true"} for number in (1, 2, 3)]
+        config = config_file(tasks=tasks, night={"max_iterations": 1})
+        server.enqueue(*[call("submit", {"summary": "nothing to do"})] * 3)
+        assert overnight("run", "--config", str(config)) == 0
+        for number in (1, 2, 3):
+            worktree = config.parent / "state" / "worktrees" / f"t{number}"
+            (worktree / "work.txt").write_text(f"task {number}\n")
+            git(worktree, "add", "work.txt")
+            git(worktree, "commit", "-q", "-m", f"work of task {number}")
+        git(repo, "checkout", "-q", "--orphan", "rewritten")
+        git(repo, "commit", "-q", "-m", "history squashed into one commit")
+        git(repo, "branch", "-q", "-M", "rewritten", "main")
+        env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+        shown = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config)], capture_output=True, text=True, env=env, timeout=60
+        )
+        review = [line.strip() for line in shown.stdout.splitlines() if "git diff" in line]
+        assert review == [f"git diff main overnight/t{number}    # no commit in common with main: the whole trees compared" for number in (1, 2, 3)], shown
+        about_branches = [line for line in asked.read_text().split() if line in ("merge-base", "for-each-ref", "branch", "rev-list", "rev-parse")]
+        assert "merge-base" not in about_branches and len(about_branches) <= 4, about_branches
 
 
 class TestTimes:
