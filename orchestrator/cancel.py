@@ -262,8 +262,15 @@ def deadline_after(start: datetime, clock: str) -> datetime:
     # (fold 1) may still be ahead when the first has passed. Elsewhere both folds are one instant.
     for candidate in (today.replace(fold=0), today.replace(fold=1)):
         if seconds_between(start, candidate) > 0:
-            return candidate
-    return (today + timedelta(days=1)).replace(fold=0)
+            return _as_the_clock_shows(candidate)
+    return _as_the_clock_shows((today + timedelta(days=1)).replace(fold=0))
+
+
+def _as_the_clock_shows(moment: datetime) -> datetime:
+    """The same instant, as its zone's clock shows it: on the night the clocks go forward an HH:MM in the skipped
+    hour names the instant an hour later, and was logged (`night_started`'s `deadline`) as a time the clock never
+    showed (02:30+01:00 in Paris, 03:30+02:00 there)."""
+    return moment.astimezone(timezone.utc).astimezone(moment.tzinfo)
 
 
 class Deadline:

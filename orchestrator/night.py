@@ -63,7 +63,9 @@ def run_night(parts: NightParts) -> NightResult:
     )
     pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
     night = Night(parts, run_id, state_id, repository, pool)
-    night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency)
+    # `deadline`: the instant chosen (a run past 06:30 works to tomorrow's), on the clock it was read on.
+    deadline = night.deadline.at.isoformat() if night.deadline.at is not None else None
+    night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency, deadline=deadline)
     if hidden := withheld(os.environ):
         # Names only: a check that needs one fails, and this says why (a task's pass_env lets it through).
         night.log.info("secrets_withheld", names=hidden)

@@ -74,7 +74,9 @@ class Night:
                 )
         self._repository_key = repository_key  # shared_repository_key's, worked out once by run_night
         self.deadline = self._deadline()
-        self._slowest_iteration_s = 0.0
+        # A night begun again judges its first iteration by its fire's earlier runs' (06:20, a 40-minute iteration
+        # before the restart: none starts to be cancelled at 06:30).
+        self._slowest_iteration_s = self.earlier.slowest_iteration_s
         self._lock = threading.Lock()
         # Set when an error ends a task and with it the night (crash).
         self.crashed = threading.Event()

@@ -77,6 +77,6 @@ class RunReads(StoreTransactions):
         a scheduled night's fire time) did, by work key (see TaskRun.work_key): the work they finished
         with success, the tokens each work's iterations used and the highest number among them, how
         each of those that count against `[night] max_iterations` ended, and how the latest task run
-        that worked it ended."""
+        that worked it ended; and how long the slowest of their ended iterations ran."""
         with self._reading() as session:
             return read_earlier_tonight(session, state_id, since + self._clock_offset, run_id)

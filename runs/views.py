@@ -136,6 +136,8 @@ class EarlierTonight:
     # (`park_after` counts on across runs): all it began but those `interrupted` (a killed process),
     # `cancelled` (deadline, signal, lease), cut short by an unreachable model or by overnight's own error.
     endings: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # Seconds the longest of its ended iterations ran, any task's: what `[night] deadline` judges this run's first by.
+    slowest_iteration_s: float = 0.0
 
     def counted(self, work_key: str) -> int:
         """How many of the work's iterations count against `[night] max_iterations`."""

@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from runs.models import Iteration, Run, TaskRun
+from runs.event_rows import MODEL_CALL
+from runs.models import Event, Iteration, Run, TaskRun
 from runs.views import EarlierTonight
 
 
@@ -75,6 +76,22 @@ def read_earlier_tonight(session: Session, state_id: str, since: datetime, run_i
     unused = select(func.coalesce(func.sum(TaskRun.unused_tokens), 0)).where(*keyed)
     worked = select(Iteration.id).where(Iteration.task_run_id == TaskRun.id).exists()
     last = select(TaskRun.work_key, TaskRun.outcome, TaskRun.reason).where(*keyed, worked).order_by(TaskRun.id)
+    # An iteration ended early ran at least until it was last seen working: an `interrupted` one's end is its last
+    # heartbeat (its last model call), not when recovery found it; a `cancelled` one's (a restart's SIGTERM) is taken
+    # at its last model call too, not at the cancel, which may come after hours of waiting for a model server that
+    # went down, or of a process stopped or a host asleep. Not one the model never answered: its time is the
+    # endpoint's retries and timeouts, which the night running it does not count either (Night.iteration_took). One
+    # such wait, 40 minutes, refused every task of the night begun again once the server was back.
+    last_answer = (
+        select(func.max(Event.at)).where(Event.iteration_id == Iteration.id, Event.type == MODEL_CALL).scalar_subquery()
+    )
+    timed = (
+        select(Iteration.started_at, Iteration.finished_at, Iteration.outcome, last_answer)
+        .join(TaskRun, Iteration.task_run_id == TaskRun.id)
+        .where(
+            *keyed, Iteration.finished_at.is_not(None), Iteration.outcome != "running", Iteration.reason != "model_unreachable"
+        )
+    )
     succeeded = {name: commit for name, commit in session.execute(done)}
     tokens, last_number = {}, {}
     for name, total, highest in session.execute(used):
@@ -91,4 +108,11 @@ def read_earlier_tonight(session: Session, state_id: str, since: datetime, run_i
         last_number=last_number,
         ended=ended,
         endings={name: tuple(seen) for name, seen in endings.items()},
+        slowest_iteration_s=max((_ran_for(*row) for row in session.execute(timed)), default=0.0),
     )
+
+
+def _ran_for(started: datetime, finished: datetime, outcome: str, last_answer: datetime | None) -> float:
+    """Seconds an ended iteration ran, as `read_earlier_tonight` counts them."""
+    ended = (last_answer or started) if outcome == "cancelled" else finished
+    return (ended - started).total_seconds()

@@ -365,6 +365,33 @@ class TestDeadlineEvents:
         night = _one(events_of(out), "night_finished")
         assert (night["exit_code"], night["stopped_early"]) == (1, "deadline")
 
+    @pytest.mark.parametrize(
+        ("deadline", "started", "zone", "chosen"),
+        [
+            ("06:30", "2026-11-30T01:30:00+00:00", "UTC", "2026-11-30T06:30:00+00:00"),  # the same morning's
+            ("06:30", "2026-11-30T07:00:00+00:00", "UTC", "2026-12-01T06:30:00+00:00"),  # a run by hand past it: tomorrow's
+            (None, "2026-11-30T01:30:00+00:00", "UTC", None),
+            # The clocks go back at 03:00: 02:30's first pass (+02:00) has gone by, the second (+01:00) is ahead.
+            ("02:30", "2026-10-25T00:45:00+00:00", "Europe/Paris", "2026-10-25T02:30:00+01:00"),
+            # The clocks go forward at 02:00: 02:30 never shows; the instant it names shows as 03:30, not 02:30+01:00.
+            ("02:30", "2026-03-28T23:00:00+00:00", "Europe/Paris", "2026-03-29T03:30:00+02:00"),
+        ],
+        ids=["same-morning", "tomorrows", "none", "clocks-back", "clocks-forward"],
+    )
+    def test_night_started_names_the_deadline_the_night_works_to(self, config_file, server, deadline, started, zone, chosen):
+        """A run by hand, or a cron run later than its deadline's time, works to tomorrow's deadline, and no line
+        said which: `night_started`'s `deadline` is the instant chosen (ISO 8601, on the schedule's clock), null
+        without one."""
+        from datetime import datetime
+
+        from tests.test_unattended import clock_from, run_in_process
+
+        night = {"deadline": deadline, "max_iterations": 1} if deadline else {"max_iterations": 1}
+        config = config_file(night=night, extra=f'\n[schedule]\ntimezone = "{zone}"\n')
+        server.enqueue(*FIX)
+        with json_logs() as out:
+            run_in_process(config, now=clock_from(datetime.fromisoformat(started)))
+        assert _one(events_of(out), "night_started")["deadline"] == chosen
 
     def test_an_answer_the_deadline_cuts_off_mid_stream_counts_the_tokens_it_used(self, config_file, server, capsys):
         """The deadline came while an answer streamed: its thousands of tokens went uncounted (the cancelled iteration

@@ -124,6 +124,28 @@ class TestRoundTrip:
         assert store.latest_run(state_id="nobody").id == old
         assert store.latest_run(state_id=None).id == old
 
+    def test_the_slowest_iteration_of_earlier_runs_tonight(self, store: RunStore, pg_store_url: str) -> None:
+        """A night begun again reads its fire's earlier iterations' times back aware (a naive one less an aware one
+        is a TypeError): the slowest ended one, an interrupted one until its last heartbeat, a cancelled one until
+        its last answer, not a wait for an unreachable model."""
+        since = utc_now() - timedelta(hours=1)
+        earlier = store.begin_run(config_path="c", pid=1, host="h", state_id="s")
+        task = store.begin_task(earlier, name="t", branch="b", work_key="k")
+        worked = store.begin_iteration(task, number=1, checkpoint="c", pid=1)
+        store.finish_iteration(worked, outcome="rolled_back", reason="check_failed", at=store.now() + timedelta(minutes=3))
+        waited = store.begin_iteration(task, number=2, checkpoint="c", pid=1)
+        store.finish_iteration(waited, outcome="rolled_back", reason="model_unreachable", at=store.now() + timedelta(minutes=40))
+        died = store.begin_iteration(task, number=3, checkpoint="c", pid=1)
+        sql(pg_store_url, "UPDATE iterations SET heartbeat_at = started_at + interval '4 minutes' WHERE id = %s", died)
+        assert store.interrupt_iteration(died, correction="x")
+        cut = store.begin_iteration(task, number=4, checkpoint="c", pid=1)
+        store.record_model_call(cut, prompt_tokens=1, completion_tokens=1, latency_ms=1)
+        store.flush()
+        store.finish_iteration(cut, outcome="cancelled", reason="cancelled", at=store.now() + timedelta(hours=3))
+        sql(pg_store_url, "UPDATE events SET at = (SELECT started_at FROM iterations WHERE id = %s) + interval '5 minutes'", cut)
+        now = store.begin_run(config_path="c", pid=2, host="h", state_id="s")
+        assert store.earlier_tonight("s", since, now).slowest_iteration_s == 300
+
     def test_a_failed_write_is_one_line(self, store: RunStore) -> None:
         """A row the database refuses (no such iteration) is a one-line StateError, and the store goes on."""
         store.record_tool_call(999, name="read_file", ok=True)

@@ -600,6 +600,66 @@ class TestEarlierTonight:
         assert seen.endings == {"k": (("rolled_back", "check_failed"),)} and seen.counted("k") == 1
         assert seen.last_number == {"k": 2} and seen.tokens == {"k": 10}
 
+    def test_the_slowest_iteration_is_not_a_wait_for_an_unreachable_model(self, store: RunStore) -> None:
+        """What a night begun again judges its first iteration by: the slowest iteration the earlier runs ended, as
+        the night itself times them. One the model never answered (its 40 minutes the endpoint's retries and
+        timeouts) counted, and refused every task of the night begun again once the server was back; so did one a
+        restart cancelled after it had waited 3 hours for the server (or been stopped, or the host asleep): that one
+        ran until its last answer."""
+        since = datetime.now(timezone.utc) - timedelta(minutes=1)
+        earlier = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="s")
+        task = store.begin_task(earlier, name="t", branch="overnight/t", work_key="k")
+        worked = store.begin_iteration(task, number=1, checkpoint="c", pid=1)
+        store.finish_iteration(worked, outcome="rolled_back", reason="check_failed", at=store.now() + timedelta(minutes=3))
+        waited = store.begin_iteration(task, number=2, checkpoint="c", pid=1)
+        store.finish_iteration(waited, outcome="rolled_back", reason="model_unreachable", at=store.now() + timedelta(minutes=40))
+        cut = store.begin_iteration(task, number=3, checkpoint="c", pid=1)
+        store.record_model_call(cut, prompt_tokens=1, completion_tokens=1, latency_ms=1)
+        store.flush()
+        store.finish_iteration(cut, outcome="cancelled", reason="cancelled", at=store.now() + timedelta(hours=3))
+        now = store.begin_run(config_path="c.toml", pid=2, host="h", state_id="s")
+        assert 179 < store.earlier_tonight("s", since, now).slowest_iteration_s < 181
+
+    def test_an_iteration_cut_short_ran_until_it_was_last_seen_working(self, store: RunStore, db_path: Path) -> None:
+        """A killed process's iteration, recovered hours later (a host asleep, the next night's recovery), ran until
+        its last heartbeat, not until recovery found it; one a restart cancelled, until its last answer; a still
+        running one, another state dir's and one of a run begun before the fire time do not count."""
+        since = datetime.now(timezone.utc) - timedelta(hours=4)
+        before = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="s")
+        store.finish_iteration(
+            store.begin_iteration(store.begin_task(before, name="t", branch="b", work_key="k"), number=1, checkpoint="c", pid=1),
+            outcome="rolled_back", reason="check_failed", at=store.now() + timedelta(hours=2),
+        )
+        elsewhere = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="other")
+        store.finish_iteration(
+            store.begin_iteration(store.begin_task(elsewhere, name="t", branch="b", work_key="k"), number=1, checkpoint="c", pid=1),
+            outcome="rolled_back", reason="check_failed", at=store.now() + timedelta(hours=1),
+        )
+        earlier = store.begin_run(config_path="c.toml", pid=1, host="h", state_id="s")
+        task = store.begin_task(earlier, name="t", branch="b", work_key="k")
+        died = store.begin_iteration(task, number=1, checkpoint="c", pid=1)
+        store.begin_iteration(task, number=2, checkpoint="c", pid=1)  # still `running`: not recovered yet
+        cut = store.begin_iteration(task, number=3, checkpoint="c", pid=1)
+        store.record_model_call(cut, prompt_tokens=1, completion_tokens=1, latency_ms=1)
+        store.flush()
+        began = (datetime.now(timezone.utc) - timedelta(hours=3)).replace(tzinfo=None)
+        with sqlite3.connect(db_path) as raw:
+            raw.execute("UPDATE runs SET started_at = ? WHERE id = ?", (str(began - timedelta(hours=2)), before))
+            raw.execute("UPDATE runs SET started_at = ? WHERE id = ?", (str(began), earlier))
+            raw.execute(
+                "UPDATE iterations SET started_at = ?, heartbeat_at = ? WHERE id = ?", (str(began), str(began + timedelta(minutes=5)), died)
+            )
+            raw.execute("UPDATE iterations SET started_at = ? WHERE id = ?", (str(began), cut))
+            raw.execute("UPDATE events SET at = ? WHERE iteration_id = ?", (str(began + timedelta(minutes=4)), cut))
+        assert store.interrupt_iteration(died, correction="x")
+        now = store.begin_run(config_path="c.toml", pid=2, host="h", state_id="s")
+        assert store.earlier_tonight("s", since, now).slowest_iteration_s == 300
+        # Cut short by a restart (cancelled now, 3 hours on): it ran at least until its last answer.
+        store.finish_iteration(cut, outcome="cancelled", reason="cancelled")
+        with sqlite3.connect(db_path) as raw:
+            raw.execute("UPDATE events SET at = ? WHERE iteration_id = ?", (str(began + timedelta(minutes=6)), cut))
+        assert store.earlier_tonight("s", since, now).slowest_iteration_s == 360
+
 
 def _an_ended_run(store: RunStore, state_id: str = "s", *, note_owed: bool | None = None, iteration_ends: bool = True) -> int:
     """A run of state dir `state_id` with one task and one iteration (and an event), ended; its id."""

@@ -688,6 +688,28 @@ class TestDeadline:
         assert len(task.iterations) == 1 and task.outcome.value == "cancelled" and task.reason == "deadline"
 
 
+    def test_a_scheduled_night_begun_again_judges_its_first_iteration_by_the_earlier_runs(self, config_file, server):
+        """`serve` begins a night again (a restart): its first iteration was not judged against the deadline, as
+        none of its own had been timed; at 06:20 a 40-minute one started, to be cancelled at 06:30. The slowest
+        iteration of the fire's earlier runs (this state dir's) judges it: here a 3 s one, with 2 s left."""
+        fired = datetime.now(timezone.utc) - timedelta(seconds=5)
+        deadline = (fired + timedelta(hours=2)).strftime("%H:%M")
+        tasks = [{"name": "slow", "prompt": "p", "check": "false"}]
+        config = config_file(tasks=tasks, night={"deadline": deadline, "max_iterations": 1}, extra='\n[schedule]\ntimezone = "UTC"\n')
+        server.enqueue(call("submit", {"summary": "x"}, delay_s=3))
+        [slow] = run_in_process(config, scheduled_for=fired).tasks
+        assert (slow.outcome.value, slow.reason) == ("failed", "check_failed")
+        # Begun again with a task the first run never reached, 2 s before the deadline.
+        tasks.append({"name": "fix-greet", "prompt": "p", "check": "python check_greet.py"})
+        config = config_file(tasks=tasks, night={"deadline": deadline, "max_iterations": 1}, extra='\n[schedule]\ntimezone = "UTC"\n')
+        server.enqueue(*FIX)
+        asked = len(server.requests)
+        at = datetime.fromisoformat(f"{(fired + timedelta(hours=2)).date()}T{deadline}:00+00:00")
+        result = run_in_process(config, scheduled_for=fired, now=clock_from(at - timedelta(seconds=2)))
+        _, fixed = result.tasks
+        assert (fixed.outcome.value, fixed.reason, fixed.iterations) == ("cancelled", "deadline", ())
+        assert len(server.requests) == asked
+
     def test_the_deadline_is_read_on_the_schedules_clock(self, config_file, server):
         """`[schedule] timezone` names a zone: "06:30" is 06:30 there, as the cron line's 01:30 is (a host on
         UTC serving another zone's night read it as UTC's, hours or a day away; found by a review)."""
