@@ -32,6 +32,19 @@ class Echo:
 PROSE = "\r\x1b[2K\u2714 t1: succeeded\n\u202e<!-- \x00\x85\x7f" + "".join(f"{i:05d} " for i in range(2500))
 
 
+def git_counted(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An environment whose `git` writes its subcommand to the returned file, then runs the real git."""
+    import os
+    import shutil
+
+    asked = tmp_path / "git-commands"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$1" >> {asked}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    return asked, {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+
+
 def text_report(config: Path, capsys: Any) -> str:
     capsys.readouterr()
     assert overnight("report", "--config", str(config)) == 0
@@ -429,20 +442,13 @@ class TestReviewLines:
     def test_the_branches_the_base_holds_are_asked_of_git_once_for_all_tasks(self, config_file, server, tmp_path):
         """Three tasks succeeded with no change: `overnight report` asks git about their branches in one process, not one
         a task (50 tasks started 50 gits), and leaves out all three review lines."""
-        import os
-        import shutil
         import subprocess
 
-        asked = tmp_path / "git-commands"
-        shim = tmp_path / "bin"
-        shim.mkdir()
-        (shim / "git").write_text(f'#!/bin/sh\necho "$1" >> {asked}\nexec {shutil.which("git")} "$@"\n')
-        (shim / "git").chmod(0o755)
+        asked, env = git_counted(tmp_path)
         tasks = [{"name": f"t{number}", "prompt": "p", "check": "true"} for number in (1, 2, 3)]
         config = config_file(tasks=tasks, night={"max_iterations": 1})
         server.enqueue(*[call("submit", {"summary": "nothing to do"})] * 3)
         assert overnight("run", "--config", str(config)) == 0
-        env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
         shown = subprocess.run(
             [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config)], capture_output=True, text=True, env=env, timeout=60
         )
@@ -455,17 +461,11 @@ class TestReviewLines:
     ):
         """Main rewritten under three task branches that hold work: `overnight report` tells them apart in a few git
         processes for all, not a `git merge-base` a task (50 tasks, 51 gits), and each line compares the two trees."""
-        import os
-        import shutil
         import subprocess
 
         from tests.conftest import git
 
-        asked = tmp_path / "git-commands"
-        shim = tmp_path / "bin"
-        shim.mkdir()
-        (shim / "git").write_text(f'#!/bin/sh\necho "$1" >> {asked}\nexec {shutil.which("git")} "$@"\n')
-        (shim / "git").chmod(0o755)
+        asked, env = git_counted(tmp_path)
         tasks = [{"name": f"t{number}", "prompt": "p", "check": "true"} for number in (1, 2, 3)]
         config = config_file(tasks=tasks, night={"max_iterations": 1})
         server.enqueue(*[call("submit", {"summary": "nothing to do"})] * 3)
@@ -478,7 +478,6 @@ class TestReviewLines:
         git(repo, "checkout", "-q", "--orphan", "rewritten")
         git(repo, "commit", "-q", "-m", "history squashed into one commit")
         git(repo, "branch", "-q", "-M", "rewritten", "main")
-        env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
         shown = subprocess.run(
             [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config)], capture_output=True, text=True, env=env, timeout=60
         )
