@@ -61,7 +61,8 @@ def _settle_dead_iteration(
     `committed` or `interrupted`, and log `iteration_recovered`; returns the iteration as recorded."""
     # The agent's last possible write: its last model call's answer acted on (a check, a command).
     agent_done_by = store.on_this_hosts_clock(iteration.heartbeat_at or iteration.started_at) + stale_after
-    made = settle_worktree(config, iteration, log, agent_done_by=agent_done_by) if settles_worktree else None
+    began = store.on_this_hosts_clock(iteration.started_at)
+    made = settle_worktree(config, iteration, log, agent_began_at=began, agent_done_by=agent_done_by) if settles_worktree else None
     if made is not None:
         view = _record_committed(store, iteration, made.hexsha, _seen_committing(store, iteration, made, agent_done_by))
     else:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
+from orchestrator.foreign_checkout import is_a_repository_of_its_own, made_while_the_agent_ran
 from orchestrator.git_locks import remove_git_locks
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
 from orchestrator.task_branches import branch_for
@@ -20,7 +22,7 @@ from orchestrator.worktree import Worktree
 from orchestrator.worktree_removal import remove_worktree
 
 
-def settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by: datetime) -> Any:
+def settle_worktree(config: Config, iteration: Any, log: Any, *, agent_began_at: datetime, agent_done_by: datetime) -> Any:
     """Roll the task's worktree back to the checkpoint; return the commit instead (a git.Commit, its dates read
     with it) if the iteration had committed, else None.
 
@@ -28,7 +30,10 @@ def settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by: 
     could have written) is theirs, as in a worktree no iteration ran in: commits they made on the
     branch stay on it (the next night builds on them), files they changed are kept on an
     `overnight-kept/` branch first. A worktree they detached to check the branch out elsewhere is
-    left as it is (the night skips the task while they have it; the idle cleaning settles it after)."""
+    left as it is (the night skips the task while they have it; the idle cleaning settles it after).
+
+    A `.git` folder the agent made (`git init`) while it ran is undone; one made or moved there since, a person's
+    repository, is left as it is (the night then skips the task)."""
     import git
 
     path = config.worktrees_dir / iteration.task_name
@@ -42,7 +47,14 @@ def settle_worktree(config: Config, iteration: Any, log: Any, *, agent_done_by: 
     if of_a_vanished_repository(repo, path):  # the clone the dead night worked in is gone (a CI workspace)
         settle_orphaned_worktree(config, repo, path, log)
         return made
-    worktree = Worktree(path, branch, config.repo.keep)
+    own_repository = is_a_repository_of_its_own(path)
+    if own_repository and not made_while_the_agent_ran(path, agent_began_at, agent_done_by):
+        log.warning("worktree_folder_kept", task=iteration.task_name, at=str(path),
+                    why="a repository of its own (its .git is a folder), not made by the agent: left as it is")
+        return made
+    # The agent's `git init`: its registration is this repository's (no link names it, and a state dir kept outside
+    # the repository has none above it: recovery failed the whole night, every night, for it).
+    worktree = Worktree(path, branch, config.repo.keep, common_dir=Path(repo.common_dir) if own_repository else None)
     with contextlib.suppress(Exception):  # a worktree git cannot read is rebuilt below, as before
         if (elsewhere := worktree.held_elsewhere()) is not None:
             log.warning("worktree_not_rolled_back", task=iteration.task_name, why=f"its branch is checked out in {elsewhere}")

@@ -12,6 +12,7 @@ from orchestrator.config import TaskConfig
 from orchestrator.confinement import Confinement
 from orchestrator.ended_without_work import spent
 from orchestrator.errors import Cancelled, ModelUnreachable
+from orchestrator.foreign_checkout import WorktreeFolderTaken
 from orchestrator.iteration import died_of_the_nights_signal, run_iteration
 from orchestrator.iteration_setup import TaskSetup
 from orchestrator.leases import LeaseKeeper
@@ -49,6 +50,10 @@ def _worktree(night: Night, run: TaskInNight) -> Worktree | TaskEnded:
     """The task's worktree, or how the task ends without one."""
     try:
         return night.worktrees.of(run.task)
+    except WorktreeFolderTaken as taken:
+        # A person's repository where the worktree goes: what the idle cleaning leaves, the night leaves too.
+        run.log.warning("worktree_folder_kept", task=run.task.name, at=taken.at, why=f"{taken.what}: left as it is, the task skipped")
+        return TaskEnded(TaskOutcome.SKIPPED, reason=BRANCH_CHECKED_OUT)
     except BranchCheckedOut as taken:
         run.log.warning("task_skipped_branch_checked_out", at=taken.at)
         return TaskEnded(TaskOutcome.SKIPPED, reason=BRANCH_CHECKED_OUT)

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from orchestrator.errors import ConfigError, StateError
+from orchestrator.foreign_checkout import refuse_a_foreign_repository
 from orchestrator.git_errors import CHECKED_OUT_AT, git_reason
 from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir, names_back
 from orchestrator.state_dir_exclude import exclude_state_dir
@@ -39,9 +40,11 @@ def ensure_registered(repo, state_dir: Path, path: Path, task: str, branch: str,
     """Register the worktree folder `path` of `task` in `repo`, on `branch` (made from `base` if new), unless it is.
     Its admin folder when it was registered already; None when it was registered, or repaired, just now.
 
-    Safe to call from several threads: only the registration itself is serialised.
+    Safe to call from several threads: only the registration itself is serialised. WorktreeFolderTaken (nothing
+    changed) when a repository of a person's, or another repository's worktree, is in the folder.
     """
     common = Path(repo.common_dir)
+    refuse_a_foreign_repository(path, common, task)
     # Found registered on every night after a task's first, from two small files: no lock needed.
     # (Also when the agent broke the link: the registration names the folder, and the link is repaired.)
     admin = admin_dir(path, common)

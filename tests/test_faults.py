@@ -1763,3 +1763,121 @@ class TestAStateDirOutlivingItsCheckout:
         finally:
             for found in (tmp_path / "state").rglob("stuck.pyc"):
                 subprocess.run(["chattr", "-i", str(found)], capture_output=True)
+
+
+class TestARepositoryWhereATasksWorktreeGoes:
+    """A night never rewrites, rolls back or deletes a repository a person put where a task's worktree goes: the task is
+    skipped (`branch_checked_out`), the folder left as it is (`worktree_folder_kept`)."""
+
+    @staticmethod
+    def night(config: Path) -> subprocess.CompletedProcess[str]:
+        """The real `overnight run`, in a child process."""
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            cwd=REPO_ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+            env={**os.environ, "NO_COLOR": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+
+    @staticmethod
+    def ended(done: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
+        """The night's exit code, and how its one task ended."""
+        [finished] = [json.loads(line) for line in done.stderr.splitlines() if '"task_finished"' in line]
+        return done.returncode, finished["outcome"], finished["reason"]
+
+    @staticmethod
+    def kept_lines(stderr: str) -> list[dict[str, Any]]:
+        events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        return [e for e in events if e.get("event") == "worktree_folder_kept" and e.get("task") == "fix-greet"]
+
+    def test_a_persons_clone_in_a_folder_a_stale_registration_names_keeps_its_history(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The task's worktree deleted by hand (no `git worktree prune`), a person's clone made in its folder: the night
+        adopted it through the stale registration and replaced the clone's `.git` folder, its history, with a link."""
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 1})
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        shutil.rmtree(worktree.path)
+        git(tmp_path, "clone", "-q", str(repo), str(worktree.path))
+        (worktree.path / "mine.txt").write_text("my own work\n")
+        git(worktree.path, "add", "mine.txt")
+        git(worktree.path, "commit", "-qm", "my own commit")
+        server.enqueue(call("submit", {"summary": "x"}))
+        done = self.night(config)
+        assert (worktree.path / ".git").is_dir(), done.stderr
+        assert git(worktree.path, "log", "-1", "--format=%s") == "my own commit"
+        # The night's line, after the pre-night clean-up's own ("not a worktree of this repository").
+        assert "a repository of its own (its .git is a folder): left as it is, the task skipped" in [e["why"] for e in self.kept_lines(done.stderr)]
+        assert self.ended(done) == (1, "skipped", "branch_checked_out")
+
+    def test_the_original_repositorys_worktree_is_left_to_it_after_a_copy(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """`cp -r repo copy`, `[repo] path` the copy, the state dir shared: the copy registers the original's task worktree
+        too; the night linked it to the copy and its rollback deleted a person's edit there."""
+        worktree = Worktree.ensure(repo, tmp_path / "state", "fix-greet", "HEAD")
+        (worktree.path / "REVIEW.md").write_text("my review\n")
+        (worktree.path / "greet.py").write_text("# my edit\n")
+        shutil.copytree(repo, tmp_path / "copy", symlinks=True)
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=tmp_path / "copy", night={"max_iterations": 1})
+        server.enqueue(call("write_file", {"path": "greet.py", "content": "agent\n"}), call("submit", {"summary": "x"}))
+        done = self.night(config)
+        assert (worktree.path / "REVIEW.md").read_text() == "my review\n", done.stderr
+        assert (worktree.path / "greet.py").read_text() == "# my edit\n"
+        common = git(worktree.path, "rev-parse", "--path-format=absolute", "--git-common-dir")
+        assert Path(common) == (repo / ".git").resolve()
+        assert [e["at"] for e in self.kept_lines(done.stderr) if e["why"].startswith("a worktree of another repository")] == [str(worktree.path)]
+        assert self.ended(done) == (1, "skipped", "branch_checked_out")
+
+    def test_the_agents_git_init_in_a_killed_nights_worktree_is_undone_the_next_night(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The agent replaced its worktree's `.git` link with `git init` and the night was killed then: the folder is
+        still the task's (registered, marked), so the next night undoes the agent's repository and works the task."""
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 1})
+        path = tmp_path / "state" / "worktrees" / "fix-greet"
+        server.enqueue(call("write_file", {"path": "greet.py", "content": "agent\n"}), Reply(text="thinking", delay_s=60))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+        try:
+            _wait_for(lambda: (path / "greet.py").exists() and (path / "greet.py").read_text() == "agent\n" or proc.poll() is not None, 60, "the agent's edit")
+            assert proc.poll() is None, "the night ended before it could be killed"
+            (path / ".git").unlink()  # what the agent's `rm .git && git init` does
+            git(path, "init", "-q")
+        finally:
+            proc.kill()
+            proc.wait()
+        server.enqueue(call("submit", {"summary": "x"}))
+        done = self.night(config)
+        assert self.kept_lines(done.stderr) == [], done.stderr
+        assert (path / ".git").is_file(), done.stderr
+        assert Path(git(path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (repo / ".git").resolve()
+        assert self.ended(done)[1:] != ("skipped", "branch_checked_out"), done.stderr
+
+    def test_a_persons_clone_moved_into_a_killed_nights_worktree_keeps_its_history(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """The night killed mid-iteration, a person's older clone moved where the worktree was: recovery leaves it (not
+        the agent's `git init`, its repository is older than the iteration), and the next night skips the task."""
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 1})
+        path = tmp_path / "state" / "worktrees" / "fix-greet"
+        mine = tmp_path / "mine"
+        git(tmp_path, "clone", "-q", str(repo), str(mine))
+        (mine / "mine.txt").write_text("my own work\n")
+        git(mine, "add", "mine.txt")
+        git(mine, "commit", "-qm", "my own commit")
+        time.sleep(2.5)  # past the slack a recorded start is allowed
+        server.enqueue(call("write_file", {"path": "greet.py", "content": "agent\n"}), Reply(text="thinking", delay_s=60))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+        try:
+            _wait_for(lambda: (path / "greet.py").exists() and (path / "greet.py").read_text() == "agent\n" or proc.poll() is not None, 60, "the agent's edit")
+            assert proc.poll() is None, "the night ended before it could be killed"
+        finally:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(path)
+        mine.rename(path)
+        done = self.night(config)
+        assert (path / ".git").is_dir(), done.stderr
+        assert git(path, "log", "-1", "--format=%s") == "my own commit"
+        assert (path / "mine.txt").read_text() == "my own work\n"
+        assert any(e["why"].startswith("a repository of its own") for e in self.kept_lines(done.stderr)), done.stderr
+        assert self.ended(done) == (1, "skipped", "branch_checked_out")
