@@ -1770,6 +1770,25 @@ class TestARepositoryWhereATasksWorktreeGoes:
     skipped (`branch_checked_out`), the folder left as it is (`worktree_folder_kept`)."""
 
     @staticmethod
+    @contextlib.contextmanager
+    def killed_after_the_agents_edit(config: Path, path: Path, server: Any) -> Iterator[None]:
+        """A real night whose agent wrote greet.py in the task's worktree, then waits on the model: the block runs then,
+        and the night is killed (SIGKILL) at its end."""
+        server.enqueue(call("write_file", {"path": "greet.py", "content": "agent\n"}), Reply(text="thinking", delay_s=60))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+        try:
+            _wait_for(lambda: (path / "greet.py").exists() and (path / "greet.py").read_text() == "agent\n" or proc.poll() is not None, 60, "the agent's edit")
+            assert proc.poll() is None, "the night ended before it could be killed"
+            yield
+        finally:
+            proc.kill()
+            proc.wait()
+
+    @staticmethod
     def night(config: Path) -> subprocess.CompletedProcess[str]:
         """The real `overnight run`, in a child process."""
         return subprocess.run(
@@ -1829,20 +1848,9 @@ class TestARepositoryWhereATasksWorktreeGoes:
         still the task's (registered, marked), so the next night undoes the agent's repository and works the task."""
         config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 1})
         path = tmp_path / "state" / "worktrees" / "fix-greet"
-        server.enqueue(call("write_file", {"path": "greet.py", "content": "agent\n"}), Reply(text="thinking", delay_s=60))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
-            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        )
-        try:
-            _wait_for(lambda: (path / "greet.py").exists() and (path / "greet.py").read_text() == "agent\n" or proc.poll() is not None, 60, "the agent's edit")
-            assert proc.poll() is None, "the night ended before it could be killed"
+        with self.killed_after_the_agents_edit(config, path, server):
             (path / ".git").unlink()  # what the agent's `rm .git && git init` does
             git(path, "init", "-q")
-        finally:
-            proc.kill()
-            proc.wait()
         server.enqueue(call("submit", {"summary": "x"}))
         done = self.night(config)
         assert self.kept_lines(done.stderr) == [], done.stderr
@@ -1861,18 +1869,8 @@ class TestARepositoryWhereATasksWorktreeGoes:
         git(mine, "add", "mine.txt")
         git(mine, "commit", "-qm", "my own commit")
         time.sleep(2.5)  # past the slack a recorded start is allowed
-        server.enqueue(call("write_file", {"path": "greet.py", "content": "agent\n"}), Reply(text="thinking", delay_s=60))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
-            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        )
-        try:
-            _wait_for(lambda: (path / "greet.py").exists() and (path / "greet.py").read_text() == "agent\n" or proc.poll() is not None, 60, "the agent's edit")
-            assert proc.poll() is None, "the night ended before it could be killed"
-        finally:
-            proc.kill()
-            proc.wait()
+        with self.killed_after_the_agents_edit(config, path, server):
+            pass
         shutil.rmtree(path)
         mine.rename(path)
         done = self.night(config)
