@@ -103,6 +103,16 @@ class TimedModel:
             with self._lock:
                 self.calls.setdefault(task, []).append((sent, time.time()))
 
+    def for_task(self, cancel):
+        """The inner model's own for one task (the product's path: its own transport, the task's cancel), its calls
+        timed here with the night's."""
+        task_model = TimedModel(self._model.for_task(cancel))
+        task_model._lock, task_model.calls = self._lock, self.calls
+        return task_model
+
+    def close(self) -> None:
+        self._model.close()
+
 
 def where_time_went(run, calls: dict[str, list[tuple[float, float]]], concurrency: int, wall: float, latency: float) -> dict[str, float]:
     """The night's N x wall slot-seconds, by what each slot was doing; the shares add up to 1.

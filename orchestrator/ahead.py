@@ -17,7 +17,7 @@ from orchestrator.errors import Cancelled, QualityError
 from orchestrator.protocols import Message, Model
 from orchestrator.records import ModelResponse
 
-# A call the night's cancel cut ends within the watcher's poll and its cut grace (watchdog.py: 0.1 s + 1 s).
+# A call the task's cancel cut ends within the watcher's poll and its cut grace (watchdog.py: 0.1 s + 1 s).
 _CUT_CALL_ENDS_S = 1.5
 
 
@@ -37,15 +37,21 @@ class AskedAhead:
         tools: Sequence[dict[str, Any]],
         unused: Callable[[int], None] | None = None,
         cancel: Any = None,
+        own_model: bool = False,
     ) -> None:
         """`unused`: given the tokens of the answer nobody took, when it arrives (the server spent them all
-        the same), an answer cut off as it came (runaway output, silence, the deadline, a signal) included.
-        `cancel`: the night's CancelToken, which cuts the call."""
+        the same), an answer cut off as it came (runaway output, silence, the deadline, a signal, a lost lease) included.
+        `cancel`: the task's CancelToken (cancelled with the night's), which cuts the call.
+        `own_model`: `model` is the task's own (EndpointModel.for_task), closed on the way out, or once the first
+        request's call has ended if that is later."""
         self._model = model
+        self._own_model = own_model
         self._request = (list(messages), list(tools))
         self._unused = unused
         self._cancel = cancel
         self._answer: Future[ModelResponse] | None = Future()
+        # The first request's call, taken or not: the task's own model is closed once it has ended.
+        self._first_call = self._answer
         threading.Thread(target=self._ask, args=(self._answer,), name="first-request", daemon=True).start()
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
@@ -80,6 +86,11 @@ class AskedAhead:
             # raced the process's exit: logged as first_answer_unused, but missing from the store and so the report.
             wait([self._answer], timeout=_CUT_CALL_ENDS_S)
         self.drop()
+        if self._own_model:
+            # At once if the first call has ended, else when it does: closed under an answer nobody took (the task ended
+            # before its first turn, or its first request was another), that call's connection went back to a closed
+            # pool and stayed open, and through litellm the clients it streamed on were closed, the answer cut.
+            self._first_call.add_done_callback(lambda _call: self._model.close())
 
     def _ask(self, answer: Future[ModelResponse]) -> None:
         try:

@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import re
+import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
 from orchestrator.answer_bodies import OneChunk, answers_in_body, http_status
@@ -24,8 +25,16 @@ _DONE_EVENT = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
 class LiteLLMTransport:
     """`litellm.completion` for any provider it knows."""
 
+    # litellm caches its clients for the whole process, so every task's transport uses the same ones: they are closed
+    # when the last transport open closes, not by one task ending while another's answer still streams on them.
+    _open_lock = threading.Lock()
+    _open = 0
+
     def __init__(self, config: ModelConfig) -> None:
         self._litellm = litellm_module()
+        self._closed = False
+        with LiteLLMTransport._open_lock:
+            LiteLLMTransport._open += 1
         self._settings: dict[str, Any] = {
             # litellm's own default is 6000 s; this is also the per-read silence limit.
             "timeout": config.request_timeout_s,
@@ -55,7 +64,17 @@ class LiteLLMTransport:
     def close(self) -> None:
         """litellm's cached clients that hold connections closed, and taken out of its cache so a later night in this process
         makes new ones: left to the garbage collector at exit, a connection kept alive after an error answer was Python's
-        plain `ResourceWarning: unclosed <socket.socket ...>` line after the night's last JSON line."""
+        plain `ResourceWarning: unclosed <socket.socket ...>` line after the night's last JSON line. Only by the last
+        transport open (see `_open`); held under the lock so no other transport sends on a client being closed."""
+        with LiteLLMTransport._open_lock:
+            if self._closed:
+                return
+            self._closed = True
+            LiteLLMTransport._open -= 1
+            if LiteLLMTransport._open == 0:
+                self._close_cached_clients()
+
+    def _close_cached_clients(self) -> None:
         cache = getattr(self._litellm, "in_memory_llm_clients_cache", None)
         for key, client in list(getattr(cache, "cache_dict", {}).items()):
             close = getattr(client, "close", None)

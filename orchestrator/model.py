@@ -69,8 +69,11 @@ class EndpointModel:
         # CPU seconds spent in the transport and in reading its answers (the benchmark reports it).
         self.client_cpu_s = 0.0
         self._cpu_lock = threading.Lock()
+        # The model whose `client_cpu_s` counts this one's seconds: itself, or the night's for a task's (`for_task`).
+        self._cpu_counted_by = self
         self.max_output_chars = max_output_chars
         self.stream = stream
+        self._sleep, self._on_retry = sleep, on_retry
         self._retries = Retries(config, sleep=sleep, on_retry=on_retry, cancel=cancel)
         self._transport: Any = None
         self._window: int | None = None  # the context window, asked once (_answer_limit)
@@ -80,6 +83,18 @@ class EndpointModel:
         self._redact = Redactor.for_night(api_key=config.api_key, api_base=config.api_base)
         if cancel is not None:
             cancel.on_cancel(self._interrupt)
+
+    def for_task(self, cancel: Any) -> EndpointModel:
+        """This model for one task: its calls listen to `cancel`, the task's token (a child of the night's), so a lost
+        lease cuts the task's call, its silence probe and its retry wait as a signal does. Its transport is its own:
+        a cut shuts every socket of one, and another task's call goes on. The context window stays the one the night
+        asked the server for, and its CPU seconds count in this model's `client_cpu_s`."""
+        task_model = EndpointModel(
+            self.config, max_output_chars=self.max_output_chars, stream=self.stream, sleep=self._sleep, on_retry=self._on_retry, cancel=cancel
+        )
+        task_model._window, task_model._asked_server = self._window, True
+        task_model._cpu_counted_by = self._cpu_counted_by
+        return task_model
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
         return self._retries.run(lambda: self._attempt_or_server_silent(messages, tools))
@@ -205,8 +220,9 @@ class EndpointModel:
             interrupt()
 
     def _count_cpu(self, seconds: float) -> None:
-        with self._cpu_lock:
-            self.client_cpu_s += seconds
+        counter = self._cpu_counted_by
+        with counter._cpu_lock:
+            counter.client_cpu_s += seconds
 
     def _get_transport(self) -> Any:
         # Built on first use: litellm's import takes seconds, and a night that never calls needs neither.

@@ -132,13 +132,20 @@ class Night:
         """The task's place in the config (the order reports list the night's tasks in)."""
         return next((at for at, named in enumerate(self.parts.config.task) if named.name == task.name), None)
 
-    def ask_ahead(self, task: TaskConfig, task_run_id: int, log: Any) -> AskedAhead:
+    def ask_ahead(self, task: TaskConfig, task_run_id: int, log: Any, cancel: Any) -> AskedAhead:
         """The model, with the task's first request already on its way (see orchestrator/ahead.py).
-        `log`: the task's, bound to its name and `task_run_id`."""
+        `log`: the task's, bound to its name and `task_run_id`. `cancel`: the task's token, which cuts its calls
+        (a lost lease; the night's cancel reaches it too), and no other task's."""
         tool_names = offered(task.tools)
         messages = first_messages(task, self.parts.config.night, tool_names, self.notes, self.parts.context_window)
         unused = functools.partial(self._unused_answer, task_run_id, log)
-        return AskedAhead(self.parts.model, messages, schemas_of(tool_names), unused=unused, cancel=self.parts.cancel)
+        model = self.parts.model
+        own_model = hasattr(model, "for_task")
+        if own_model:
+            model = model.for_task(cancel)
+        # The token that cuts the call: the shared model hears the night's only (a lost lease is seen after its call).
+        cuts = cancel if own_model else self.parts.cancel
+        return AskedAhead(model, messages, schemas_of(tool_names), unused=unused, cancel=cuts, own_model=own_model)
 
     def _unused_answer(self, task_run_id: int, log: Any, tokens: int) -> None:
         """A first answer the task ended without taking (its branch checked out, the deadline or a budget

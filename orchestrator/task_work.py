@@ -37,7 +37,7 @@ BRANCH_CHECKED_OUT = "branch_checked_out"
 def worked(night: Night, run: TaskInNight, lease: LeaseKeeper) -> TaskEnded:
     """The task's iterations in its worktree, its first request asked ahead while the worktree is made."""
     asked = night.parts.now()
-    with night.ask_ahead(run.task, run.task_run_id, run.log) as model:
+    with night.ask_ahead(run.task, run.task_run_id, run.log, run.cancel) as model:
         workspace = _worktree(night, run)
         if isinstance(workspace, TaskEnded):
             return workspace

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -27,7 +29,7 @@ def model_for(url: str) -> EndpointModel:
     return EndpointModel(ModelConfig(name="openai/scripted", api_base=url, request_timeout_s=10, retries=0), cancel=CancelToken())
 
 
-def wait_for(condition, timeout_s: float = 10.0) -> bool:
+def wait_for(condition, timeout_s: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
@@ -169,3 +171,49 @@ def test_a_tasks_first_request_leaves_while_its_worktree_cannot_be_made(config_f
     assert seen == [True, False], "the first request waited for the worktree"
     assert len(server.requests) == len(FIX)
     assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+
+
+def an_answer_nobody_took_on_a_tasks_own_model(server: ScriptedServer, transport: str, first_turn: list[dict] | None = None) -> list[int]:
+    """The tokens handed on; the models and tokens are left for the collector once it returns. `first_turn`: the
+    task's first request, another than the one asked ahead (by default the task ends before its first turn)."""
+    cancel = CancelToken()
+    config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=10, retries=0, transport=transport)
+    night_model = EndpointModel(config, cancel=cancel)
+    unused: list[int] = []
+    with AskedAhead(night_model.for_task(cancel.child()), MESSAGES, TOOLS, unused=unused.append, own_model=True) as model:
+        if first_turn is not None:  # answered at once, while the answer asked ahead still streams
+            assert wait_for(lambda: len(server.requests) == 1)
+            assert model.complete(first_turn, TOOLS).text == "asked now"
+    wait_for(lambda: len(unused) == 1, timeout_s=60)  # a first call imports litellm (context_window): seconds on a busy host
+    time.sleep(0.2)  # the call's thread ends
+    night_model.close()
+    return unused
+
+
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_a_tasks_own_model_is_closed_after_the_answer_nobody_took(transport) -> None:
+    """A task's own model (EndpointModel.for_task) was closed as its task ended, while the first answer nobody took
+    still streamed: its connection then went back to the closed pool, left open (`ResourceWarning: unclosed
+    <socket>`, a plain line among a night's JSON logs); through litellm, it closed the clients that answer streamed on."""
+    streaming = say(" ".join(f"word{n}" for n in range(300)), chunk_interval_s=0.002)
+    with ScriptedServer([streaming]) as server, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        unused = an_answer_nobody_took_on_a_tasks_own_model(server, transport)
+        gc.collect()
+    assert len(unused) == 1 and unused[0] > 300, unused  # read whole, not cut by the close
+    assert [str(warning.message) for warning in seen if issubclass(warning.category, ResourceWarning)] == []
+
+
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_a_tasks_own_model_is_closed_after_the_answer_its_other_first_request_dropped(transport) -> None:
+    """A first turn whose request was another (a guard's reminder) dropped the answer asked ahead, and the task's own
+    model was closed at its end while that answer still streamed: its connection left open (`ResourceWarning`);
+    through litellm the clients it streamed on closed, the answer cut and its tokens never counted."""
+    streaming = say(" ".join(f"word{n}" for n in range(300)), chunk_interval_s=0.004)
+    reminded = [*MESSAGES, {"role": "user", "content": "Reminder: call one tool at a time."}]
+    with ScriptedServer([streaming, say("asked now")]) as server, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        unused = an_answer_nobody_took_on_a_tasks_own_model(server, transport, first_turn=reminded)
+        gc.collect()
+    assert len(unused) == 1 and unused[0] > 300, unused  # read whole, not cut by the close
+    assert [str(warning.message) for warning in seen if issubclass(warning.category, ResourceWarning)] == []

@@ -400,6 +400,51 @@ class TestCancel:
             model.complete(MESSAGES, TOOLS)
         assert time.monotonic() - started < 2.0
 
+    def test_a_tasks_cancel_cuts_its_own_call_and_not_another_tasks(self, server, transport):
+        """One task's token (a lost lease) cuts that task's streaming call within a moment, its tokens counted, while
+        another task's call on the same night model streams on to its end; the night's token cuts both."""
+        slow = say(" ".join(f"word{n}" for n in range(60)), chunk_chars=8, chunk_interval_s=0.05)  # about 2.5 s
+        server.enqueue(slow, slow, slow)
+        night = CancelToken()
+        config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=30, transport=transport)
+        shared = EndpointModel(config, cancel=night)
+        litellm_module()  # its import takes seconds; not what is timed here
+        losing, going_on = night.child(), night.child()
+        other: list[Any] = []
+        beside = threading.Thread(target=lambda: other.append(shared.for_task(going_on).complete(MESSAGES, TOOLS)))
+        beside.start()
+        threading.Timer(0.5, losing.cancel, args=("lease_lost",)).start()
+        started = time.monotonic()
+        with pytest.raises(Cancelled, match="lease_lost") as cut:
+            shared.for_task(losing).complete(MESSAGES, TOOLS)
+        assert time.monotonic() - started < 2.0 and cut.value.tokens > 0
+        beside.join(timeout=10)
+        assert [response.text for response in other] == [slow.text] and not going_on.cancelled
+        threading.Timer(0.5, night.cancel, args=("SIGTERM",)).start()
+        with pytest.raises(Cancelled, match="SIGTERM"):
+            shared.for_task(going_on).complete(MESSAGES, TOOLS)
+        assert shared.client_cpu_s > 0
+
+    def test_a_task_model_closed_leaves_another_tasks_call_streaming(self, server, transport):
+        """A task that ends closes its model while another task's answer still streams: that answer arrives whole and
+        is not asked again (litellm's clients are cached for the whole process, so closing them cut the other call)."""
+        slow = say(" ".join(f"word{n}" for n in range(60)), chunk_chars=8, chunk_interval_s=0.05)  # about 2.5 s
+        server.enqueue(slow, say("quick"))
+        night = CancelToken()
+        config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=30, transport=transport)
+        shared = EndpointModel(config, cancel=night)
+        litellm_module()
+        streaming, ending = shared.for_task(night.child()), shared.for_task(night.child())
+        other: list[Any] = []
+        beside = threading.Thread(target=lambda: other.append(streaming.complete(MESSAGES, TOOLS)))
+        beside.start()
+        time.sleep(0.5)
+        assert ending.complete(MESSAGES, TOOLS).text == "quick"
+        ending.close()
+        beside.join(timeout=30)
+        streaming.close()
+        assert [response.text for response in other] == [slow.text] and len(server.requests) == 2
+
     def test_cancel_ends_the_wait_between_retries_at_once(self, server, transport):
         """A cancel during the backoff after a 503 ends the call within a moment; it sat out the whole wait
         (up to 300 s a wait, so SIGTERM took minutes to stop a night whose server was down)."""

@@ -8,6 +8,8 @@ its own night, and a worker that lost a task's lease to another does not commit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import os
 import socket
@@ -24,10 +26,14 @@ from typing import Any, Callable, Iterator
 import pytest
 from git import Repo
 
+from orchestrator.cancel import seconds_between
+from orchestrator.build import night_parts
 from orchestrator.config import load_config
-from orchestrator.leases import lease_key, new_owner
+from orchestrator import task_night
+from orchestrator.leases import LeaseKeeper, lease_key, new_owner
 from orchestrator.lock import state_identity
 from orchestrator.work_keys import repository_key, work_key
+from orchestrator.night import run_night
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
 from runs import RunStore
@@ -50,9 +56,20 @@ def dead_owner(state_dir: Path) -> str:
     return new_owner(state_identity(state_dir)).replace(f":{os.getpid()}:", f":{dead_pid()}:")
 
 
-def night_losing_its_lease(config: Path, server: Any, steal: Callable[[], bool]) -> Any:
+class SharedModelOnly:
+    """The night's model with no `for_task` (a wrapper, as the bench's or a test's): every task calls it as it is."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        return self._model.complete(messages, tools)
+
+
+def night_losing_its_lease(config: Path, server: Any, steal: Callable[[], bool], shared_model_only: bool = False) -> Any:
     """A night of one task whose lease another worker takes (`steal()`, tried until it returns True)
-    while the model is slow on its last answer; the task's summary."""
+    while the model is slow on its last answer; the task's summary. `shared_model_only`: the night's model
+    wrapped in SharedModelOnly, so the lost lease is seen after the call, not by the call."""
     server.enqueue(*FIX[:4], Reply(tool_calls=FIX[4].tool_calls, delay_s=1.5))
 
     def take_over() -> None:
@@ -62,7 +79,11 @@ def night_losing_its_lease(config: Path, server: Any, steal: Callable[[], bool])
 
     thief = threading.Thread(target=take_over)
     thief.start()
-    result = run_in_process(config)
+    if shared_model_only:
+        with night_parts(load_config(config)) as parts:
+            result = run_night(dataclasses.replace(parts, model=SharedModelOnly(parts.model)))
+    else:
+        result = run_in_process(config)
     thief.join()
     [task] = result.tasks
     return task
@@ -234,8 +255,10 @@ class TestRecovery:
 
 
 class TestLostLease:
-    def test_a_worker_whose_lease_was_taken_over_does_not_commit(self, tmp_path: Path, repo: Path, server: Any, capsys) -> None:
-        """Stalled past the ttl, the lease went to another worker: the work is rolled back, not committed on top of theirs."""
+    @pytest.mark.parametrize("shared_model_only", [False, True])
+    def test_a_worker_whose_lease_was_taken_over_does_not_commit(self, tmp_path: Path, repo: Path, server: Any, capsys, shared_model_only: bool) -> None:
+        """Stalled past the ttl, the lease went to another worker: the work is rolled back, not committed on top of theirs.
+        So too through a night's model with no `for_task` (every task calls the one model, which does not hear the loss)."""
         config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db")
         base = git(repo, "rev-parse", "HEAD")
 
@@ -247,7 +270,7 @@ class TestLostLease:
                 return False
 
         with json_logs() as log:
-            task = night_losing_its_lease(config, server, steal)
+            task = night_losing_its_lease(config, server, steal, shared_model_only)
         assert (task.outcome.value, task.reason) == ("cancelled", "lease_lost")
         events = events_of(log)
         [lost] = [e for e in events if e["event"] == "lease_lost"]
@@ -258,6 +281,44 @@ class TestLostLease:
         assert git(tmp_path / "state" / "worktrees" / "fix-greet", "status", "--porcelain", "--ignored") == ""
         [entry] = NotesBook(tmp_path / "state" / "notes.md").entries()
         assert entry.reason == "cancelled" and "lease_lost" in entry.text
+
+
+    def test_a_lost_lease_cuts_the_tasks_model_call_at_once_and_no_other_tasks(self, tmp_path: Path, repo: Path, server: Any, monkeypatch) -> None:
+        """The heartbeat finding the lease taken cuts the task's answer as it streams, within a moment and its tokens
+        counted (it streamed to its end first), while the other task's answer on the same model streams on."""
+        monkeypatch.setattr(task_night, "LeaseKeeper", functools.partial(LeaseKeeper, ttl_s=0.6))  # a heartbeat every 0.2 s
+        tasks = [{"name": name, "prompt": "p", "check": "true", "tools": ["read_file", "submit"]} for name in ("losing", "going-on")]
+        config = shared_config(tmp_path, repo, server, tmp_path / "state" / "runs.db", tasks=tasks, night={"concurrency": 2})
+        # Either task may ask first: both are answered alike, in about 7 s.
+        slow = Reply(text=" ".join(f"word{n}" for n in range(400)), tool_calls=call("submit", {"summary": "x"}).tool_calls, chunk_chars=8, chunk_interval_s=0.02)
+        server.enqueue(slow, slow)
+        key = "losing"  # the state dir's own store: the lease is named by the task alone
+        stolen: list[float] = []
+
+        def steal_once_streaming() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not stolen:
+                time.sleep(0.05)
+                with contextlib.suppress(sqlite3.OperationalError), sqlite3.connect(tmp_path / "state" / "runs.db", timeout=10) as db:
+                    if db.execute("SELECT 1 FROM leases WHERE task = ?", (key,)).fetchone() and server.requests:
+                        time.sleep(1.0)  # the answers are streaming
+                        db.execute("UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = ?", (key,))
+                        stolen.append(time.monotonic())
+
+        thief = threading.Thread(target=steal_once_streaming)
+        thief.start()
+        with json_logs() as log:
+            result = run_in_process(config)
+        thief.join()
+        losing, going_on = result.tasks
+        assert (losing.outcome.value, losing.reason) == ("cancelled", "lease_lost") and going_on.outcome.value != "cancelled"
+        events = events_of(log)
+        [lost] = [e for e in events if e["event"] == "lease_lost"]
+        [cut] = [e for e in events if e["event"] == "iteration_cancelled"]
+        assert (cut["task"], cut["why"]) == ("losing", "lease_lost") and cut["tokens"] > 0
+        # Before, the answer streamed to its end (about 6 s more) before the iteration saw the cancel.
+        assert seconds_between(datetime.fromisoformat(lost["timestamp"]), datetime.fromisoformat(cut["timestamp"])) < 2.0
+        assert len(server.requests) == 2  # the other task's answer was read to its end, not asked again
 
 
 class TestSharedWork:
