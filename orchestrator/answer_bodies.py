@@ -8,9 +8,12 @@ import re
 from types import SimpleNamespace
 from typing import Any
 
-from orchestrator.transports import GARBLED, WRONG_SERVER, TransportError, kind_of
+from orchestrator.transports import CONTEXT_FULL, GARBLED, WRONG_SERVER, TransportError, kind_of, names_full_window
 
 _EVENT_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")
+# What json.loads raises for a body it cannot read: nested past Python's recursion limit ("[[[[..."), a server's
+# garbage raised RecursionError, a traceback where a garbled answer or an error message was.
+_NOT_READABLE = (ValueError, RecursionError)
 
 
 def answers_in_body(body: bytes, status: int, media_type: str) -> list[Any]:
@@ -55,7 +58,7 @@ def answer_of(payload: bytes) -> Any:
         message = error_message(payload.decode("utf-8", "replace")) or payload[:200].decode("utf-8", "replace")
         # Its own code when that is an HTTP error status; without one, a fault of the server's (retried).
         status = http_status(getattr(error, "code", None)) or 500
-        raise TransportError(kind_of(message), message, status)
+        raise TransportError(error_kind(payload.decode("utf-8", "replace"), message), message, status)
     return answer
 
 
@@ -78,7 +81,7 @@ def json_as_namespaces(data: str | bytes) -> Any:
         data = data.decode("utf-8", errors="replace")
     try:
         return json.loads(data, object_hook=lambda fields: SimpleNamespace(**fields))
-    except ValueError as exc:
+    except _NOT_READABLE as exc:
         raise TransportError(GARBLED, f"the server sent something that is not JSON: {str(data)[:120]!r}") from exc
 
 
@@ -86,9 +89,20 @@ def error_message(text: str) -> str:
     """The message of an OpenAI-style error body, or the body itself, on one line."""
     try:
         body = json.loads(text)
-    except ValueError:
+    except _NOT_READABLE:
         return " ".join(text.split())[:500]
     error = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(error, dict):
         error = error.get("message") or error
     return " ".join(str(error).split())[:500]
+
+
+def error_kind(text: str, message: str) -> str:
+    """The kind of failure an error body reports: a full window where its `type` names one (llama.cpp's
+    exceed_context_size_error, however its message is worded), else what its message says."""
+    try:
+        body = json.loads(text)
+    except _NOT_READABLE:
+        return kind_of(message)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    return CONTEXT_FULL if names_full_window(error) else kind_of(message)

@@ -10,11 +10,11 @@ import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from orchestrator.answer_bodies import OneChunk, answers_in_body, error_message
+from orchestrator.answer_bodies import OneChunk, answers_in_body, error_kind, error_message
 from orchestrator.http_headers import media_type_of, retry_after_seconds
 from orchestrator.sse_events import Events
 from orchestrator.transports import (
-    NETWORK_ERRORS, OPENAI_PREFIX, UNROUTABLE, WRONG_SERVER, TransportError, event_byte_limit, kind_of, network_error, shut_down,
+    NETWORK_ERRORS, OPENAI_PREFIX, UNROUTABLE, WRONG_SERVER, TransportError, event_byte_limit, network_error, shut_down,
 )
 
 if TYPE_CHECKING:
@@ -169,8 +169,9 @@ _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
 
 
 def _status_error(status: int, body: bytes, retry_after: float | None = None) -> TransportError:
-    message = error_message(body.decode("utf-8", "replace")) or f"HTTP {status}"
-    return TransportError(kind_of(message), message, status, retry_after)
+    text = body.decode("utf-8", "replace")
+    message = error_message(text) or f"HTTP {status}"
+    return TransportError(error_kind(text, message), message, status, retry_after)
 
 
 def _not_a_chat_answer(response: http.client.HTTPResponse) -> str | None:

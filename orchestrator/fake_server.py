@@ -248,7 +248,9 @@ class _ChatHandler(BaseHTTPRequestHandler):
         # Counted from the request's arrival, so the server's own work is inside the delay, not added to it.
         self.scripted._pause(reply.delay_s - (time.monotonic() - self._arrived))
         if reply.status != 200:
-            self._send_json(reply.status, _error_body(reply.status, reply.text or f"scripted error {reply.status}"))
+            error = _error_body(reply.status, reply.text or f"scripted error {reply.status}", reply.error_type)
+            error["error"].update(reply.error_fields)
+            self._send_json(reply.status, error)
             return
         if streamed:
             self._stream(reply, frames if frames is not None else self._frames(body, reply))
@@ -384,6 +386,6 @@ def _usage(body: dict[str, Any], reply: Reply, written: str) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _error_body(status: int, message: str) -> dict[str, Any]:
-    kind = _ERROR_TYPES.get(status, "server_error")
+def _error_body(status: int, message: str, kind: str = "") -> dict[str, Any]:
+    kind = kind or _ERROR_TYPES.get(status, "server_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}

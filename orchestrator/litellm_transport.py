@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from orchestrator.answer_bodies import OneChunk, answers_in_body, http_status
 from orchestrator.http_headers import media_type_of, retry_after_seconds
 from orchestrator.transports import (
-    CONNECTION, CONTEXT_FULL, GARBLED, STATUS, TIMEOUT, UNROUTABLE, TransportError, says_context_full, shut_down,
+    CONNECTION, CONTEXT_FULL, GARBLED, STATUS, TIMEOUT, UNROUTABLE, TransportError, names_full_window, says_context_full, shut_down,
 )
 
 if TYPE_CHECKING:
@@ -129,7 +129,8 @@ class LiteLLMTransport:
         # only the first is silence; the second carries the server's response and is retried as a status.
         if isinstance(exc, openai.APITimeoutError) and status in (None, 408) and getattr(exc, "response", None) is None:
             return TransportError(TIMEOUT, message, status)
-        if isinstance(exc, litellm.exceptions.ContextWindowExceededError) or says_context_full(message):
+        full = isinstance(exc, litellm.exceptions.ContextWindowExceededError) or names_full_window(getattr(exc, "body", None))
+        if full or says_context_full(message):
             return TransportError(CONTEXT_FULL, message, status)
         if isinstance(exc, litellm.exceptions.LiteLLMUnknownProvider) or "LLM Provider NOT provided" in message:
             return TransportError(UNROUTABLE, message, status)
@@ -143,7 +144,9 @@ class LiteLLMTransport:
             return TransportError(STATUS, message, status, retry_after)
         if isinstance(exc, openai.APIConnectionError):
             return TransportError(CONNECTION, message)
-        if isinstance(exc, json.JSONDecodeError):  # the SDK reading a cut or mangled event or body
+        # The SDK reading a cut or mangled event or body; or one nested past Python's recursion limit ("[[[[..."),
+        # which json raises as RecursionError (told by its words from one of our own).
+        if isinstance(exc, json.JSONDecodeError) or (isinstance(exc, RecursionError) and "JSON" in message):
             return TransportError(GARBLED, f"the server sent something that is not JSON ({message})")
         return exc
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.endpoint_failures import Retryable, cut_by_full_window, decision_for
 from orchestrator.errors import Cancelled, QualityError
+from orchestrator.prompt_cut import MIN_TOKENS_MISSING, fewest_prompt_tokens, fewest_prompt_tokens_bound, prompt_cut_evidence
 from orchestrator.protocols import Message
 from orchestrator.records import ModelResponse
 from orchestrator.redactor import Redactor
@@ -78,6 +79,9 @@ class EndpointModel:
         self._transport: Any = None
         self._window: int | None = None  # the context window, asked once (_answer_limit)
         self._asked_server = False
+        # Shared with the night's task models (for_task): told once a night, not once a task.
+        self._prompt_cut_told = threading.Event()
+        self._prompt_cut_lock = threading.Lock()
         self._transport_lock = threading.Lock()
         # A server's error may quote the request's secrets: they read *** there, as in a tool's output.
         self._redact = Redactor.for_night(api_key=config.api_key, api_base=config.api_base)
@@ -94,6 +98,7 @@ class EndpointModel:
         )
         task_model._window, task_model._asked_server = self._window, True
         task_model._cpu_counted_by = self._cpu_counted_by
+        task_model._prompt_cut_told, task_model._prompt_cut_lock = self._prompt_cut_told, self._prompt_cut_lock
         return task_model
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
@@ -212,7 +217,30 @@ class EndpointModel:
         if window_full is not None:
             window_full.tokens = response.tokens
             raise window_full
+        self._warn_if_prompt_cut(draft.prompt_tokens, messages)
         return response
+
+    def _warn_if_prompt_cut(self, counted: int, messages: Sequence[Message]) -> None:
+        """Log `prompt_cut_by_server` (once a night: every later request of that conversation is cut alike) when
+        the server's count of the prompt says it read less than was sent (prompt_cut)."""
+        if self._prompt_cut_told.is_set() or not counted:
+            return
+        if fewest_prompt_tokens_bound(messages) - counted < MIN_TOKENS_MISSING:  # the usual answer, at little cost
+            return
+        fewest = fewest_prompt_tokens(messages)
+        if fewest - counted < MIN_TOKENS_MISSING:  # the usual answer: the window is not looked up (litellm's import)
+            return
+        window = self.context_window()
+        evidence = prompt_cut_evidence(counted, fewest, window)
+        if evidence is None:
+            return
+        with self._prompt_cut_lock:  # a night's tasks ask at once: the first cut seen is told, the others not
+            if self._prompt_cut_told.is_set():
+                return
+            self._prompt_cut_told.set()
+        from orchestrator.logs import get_logger
+
+        get_logger().warning("prompt_cut_by_server", counted=counted, estimated=fewest, window=window, evidence=evidence)
 
     def _interrupt(self) -> None:
         interrupt = getattr(self._transport, "interrupt", None)

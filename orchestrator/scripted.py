@@ -22,7 +22,8 @@ class Reply:
     """One scripted answer.
 
     `status` other than 200 makes the HTTP server answer with that error instead
-    (with `text`, if any, as the error message).
+    (with `text`, if any, as the error message, `error_type`, if any, as its `type`, and `error_fields`
+    added to the error object: llama.cpp's `n_prompt_tokens` and `n_ctx`).
     `delay_s` is silence from the request's arrival to the first byte; `stall_s` silence after the first chunk.
     `chunk_interval_s` spaces the stream's chunks (a slow but living stream).
     `endless` streams that text over and over until the client hangs up (runaway output).
@@ -40,6 +41,8 @@ class Reply:
     completion_tokens: int = 0
     finish_reason: str = ""
     reasoning: str = ""
+    error_type: str = ""
+    error_fields: tuple[tuple[str, Any], ...] = ()
 
 
 def say(text: str, **options: Any) -> Reply:

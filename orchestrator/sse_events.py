@@ -5,8 +5,8 @@ from __future__ import annotations
 import http.client
 from typing import Any, Iterator
 
-from orchestrator.answer_bodies import answer_of, error_message
-from orchestrator.transports import CONNECTION, KEEPALIVE, NETWORK_ERRORS, TOO_LONG, TransportError, kind_of, network_error
+from orchestrator.answer_bodies import answer_of, error_kind, error_message
+from orchestrator.transports import CONNECTION, KEEPALIVE, NETWORK_ERRORS, TOO_LONG, TransportError, network_error
 
 
 class Events:
@@ -95,7 +95,7 @@ def _take_line(line: bytes, data: list[bytes]) -> bytes | None:
     elif line.startswith(b"error:"):  # llama-server reports a failure mid-stream this way
         text = line[6:].decode("utf-8", "replace")
         message = error_message(text) or text.strip()
-        raise TransportError(kind_of(message), message)
+        raise TransportError(error_kind(text, message), message)
     elif not line and data:
         payload = b"\n".join(data).strip()
         data.clear()

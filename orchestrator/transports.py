@@ -30,12 +30,20 @@ KEEPALIVE = None
 # llama.cpp, vLLM and Ollama word it differently; litellm maps only some to ContextWindowExceededError.
 # Older llama.cpp answers 500 "context shift is disabled" when prompt and answer pass n_ctx, and vLLM's
 # V1 engine 400 "... is longer than the maximum model length of 4096": retried as an outage or refused
-# as a setting, the same too-long request failed the same way each time.
+# as a setting, the same too-long request failed the same way each time. llama.cpp's other 500s for a prompt that
+# cannot fit were retried as an outage too, and the task paused: "input (N tokens) is too large to process. increase
+# the physical batch size" (a prompt past the batch it must take whole) and "input (N tokens) is larger than the max
+# context size (M tokens)", matched with their "input (N tokens)": a proxy's or another server's 500 saying a request
+# was too large to process is a passing outage, and stays retried. Its 500 "Context size has been exceeded." is not
+# one: its KV cache, shared by the requests it serves at once, is full, and every request decoded beside them gets it;
+# a later attempt may fit.
 CONTEXT_FULL_WORDING = re.compile(
     r"exceeds the available context size|context length|maximum context|context window|context shift is disabled"
-    r"|maximum model length",
+    r"|maximum model length|input \(\d+ tokens\) is (?:too large to process|larger than the max context size)",
     re.IGNORECASE,
 )
+# llama.cpp names its refusal of a prompt past the window by the error's `type`, whatever the message's wording.
+CONTEXT_FULL_TYPES = frozenset({"exceed_context_size_error"})
 
 
 class TransportError(Exception):
@@ -66,6 +74,12 @@ _ECHOED_OUTPUT = re.compile(r"(failed to parse input at pos \d+:).*", re.IGNOREC
 def says_context_full(message: str) -> bool:
     """Whether the server's message refuses the prompt as past its window (in its own words, not ones it quotes)."""
     return CONTEXT_FULL_WORDING.search(_ECHOED_OUTPUT.sub(r"\1", message)) is not None
+
+
+def names_full_window(error: object) -> bool:
+    """Whether an error object's `type` names a prompt past the window, however its message is worded."""
+    named = error.get("type") if isinstance(error, dict) else None
+    return isinstance(named, str) and named in CONTEXT_FULL_TYPES
 
 
 def kind_of(message: str) -> str:

@@ -658,6 +658,8 @@ class TestContextOverflow:
             (400, "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."),  # vLLM
             (400, "The decoder prompt (length 5000) is longer than the maximum model length of 4096."),  # vLLM V1
             (400, "prompt too long; exceeded max context length by 904 tokens"),  # Ollama's own API
+            (500, "input (5000 tokens) is too large to process. increase the physical batch size (current batch size: 2048)"),  # llama.cpp
+            (500, "input (5000 tokens) is larger than the max context size (4096 tokens). skipping"),  # llama.cpp
         ],
     )
     def test_every_servers_wording_is_context_overflow_asked_once(self, transport, status, refusal):
@@ -668,6 +670,46 @@ class TestContextOverflow:
                 EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
             assert len(server.requests) == 1
         assert stop.value.reason == "context_overflow"
+
+    @pytest.mark.parametrize("status", [400, 500])
+    def test_llamas_error_type_for_a_full_window_is_context_overflow_whatever_its_wording(self, transport, status):
+        """llama.cpp's exceed_context_size_error (with n_prompt_tokens and n_ctx beside it) names a prompt past the
+        window by its type: context_overflow at the first answer, never retried, however the message is worded."""
+        refusal = Reply(status=status, text="prompt of 5000 tokens does not fit in 4096", error_type="exceed_context_size_error",
+                        error_fields=(("n_prompt_tokens", 5000), ("n_ctx", 4096)))
+        with ScriptedServer([refusal] * 3) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=2, retry_backoff_s=0, transport=transport)
+            with pytest.raises(QualityError) as stop:
+                EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+            assert len(server.requests) == 1
+        assert stop.value.reason == "context_overflow"
+        assert "does not fit" in stop.value.evidence
+
+    def test_llamas_full_kv_cache_is_retried(self, transport):
+        """llama.cpp's 500 "Context size has been exceeded." says its KV cache, shared by the requests it serves at
+        once, is full: every request decoded beside them gets it, however short. Retried, never context_overflow."""
+        with ScriptedServer([Reply(status=500, text="Context size has been exceeded."), say("room again")]) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=1, retry_backoff_s=0, transport=transport)
+            response = EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+        assert response.text == "room again"
+
+    @pytest.mark.parametrize(
+        "outage",
+        [
+            "upstream busy: request too large to process right now, try again later",
+            "<html><body><h1>500 Internal Server Error</h1><p>The request is too large to process.</p></body></html>",
+            "worker crashed: batch larger than the max context size of the pool",
+        ],
+        ids=["a-proxys-words", "an-html-error-page", "another-servers-words"],
+    )
+    def test_another_servers_500_that_a_request_was_too_large_is_retried(self, transport, outage):
+        """llama.cpp's two 500s for a prompt that cannot fit begin "input (N tokens) is": a proxy's or another
+        server's 500 in like words (a passing outage) is retried, never context_overflow throwing the iteration
+        away with a note to read less."""
+        with ScriptedServer([Reply(status=500, text=outage), say("back up")]) as server:
+            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=1, retry_backoff_s=0, transport=transport)
+            response = EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
+        assert response.text == "back up"
 
     @pytest.mark.parametrize(
         "written",
@@ -728,6 +770,70 @@ class TestContextOverflow:
             model.close()
             raw.close()
         assert response.finish_reason == "length"
+
+
+class TestPromptCutByServer:
+    PROSE = "the model reads a file and writes a patch for it, "  # about 4.5 characters a token, no runs of one character
+
+    @staticmethod
+    def _cut_logged(transport: str, counted: list[int], prompt: str, window: int | None = None) -> list[dict[str, Any]]:
+        """The prompt_cut_by_server events of requests of `prompt` the server counted as `counted`."""
+        import structlog
+
+        messages = [{"role": "user", "content": prompt}]
+        with ScriptedServer([say("done", prompt_tokens=n) for n in counted]) as server, structlog.testing.capture_logs() as logs:
+            model = EndpointModel(ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0,
+                                              transport=transport, context_window=window))
+            answers = [model.complete(messages, []) for _ in counted]
+            model.close()
+        assert [a.text for a in answers] == ["done"] * len(counted)  # a warning: the answers stand
+        return [entry for entry in logs if entry["event"] == "prompt_cut_by_server"]
+
+    def test_a_prompt_past_the_known_window_counted_within_it_is_told_once(self, transport):
+        """Ollama's /v1 drops a long prompt's front without a word: 36000 characters sent (at least 6000 tokens at
+        six characters a token) past the 4096-token window, and 4000 counted, is logged as prompt_cut_by_server (a
+        warning, once a night), and the answers are handed back as they are."""
+        prompt = (self.PROSE * 800)[:36000]
+        (told,) = self._cut_logged(transport, [4000, 4000], prompt, window=4096)
+        assert (told["counted"], told["estimated"], told["window"], told["log_level"]) == (4000, 6000, 4096, "warning")
+        assert "within the 4096-token context window" in told["evidence"]
+
+    @pytest.mark.parametrize(
+        ("counted", "prompt", "window"),
+        [
+            ([6200, 350], PROSE * 500, None),
+            ([6200, 350], PROSE * 500, 32768),
+            ([7800], PROSE * 720, 8192),
+            ([3000], ("x = 1" + " " * 60 + "\n") * 600, 4096),
+            ([7000], PROSE * 500, 4096),
+            ([100], PROSE * 40, 64),
+        ],
+        ids=["only-the-uncached-part-counted", "only-the-uncached-part-counted-window-known",
+             "prose-past-the-window-by-four-characters-a-token-that-fits", "runs-of-spaces-packed-many-to-a-token",
+             "counted-past-the-known-window", "a-small-prompt"],
+    )
+    def test_a_prompt_that_fits_the_window_claims_nothing(self, transport, counted, prompt, window):
+        """No cut is claimed of a prompt that may fit the window: a server counting only the part it had not cached
+        (Ollama 0.1.x and 0.30: 350 new tokens of a 6000-token conversation from its second request on), prose that
+        four characters a token puts past the window while it fits (four to five a token), indentation a tokenizer
+        packs many spaces to a token, a count past the window, a small prompt."""
+        assert self._cut_logged(transport, counted, prompt, window=window) == []
+
+    def test_the_tasks_of_a_night_tell_it_once_between_them(self, transport):
+        """Each task of a night has its own model (for_task); the cut is still told once a night, not once a task."""
+        import structlog
+
+        messages = [{"role": "user", "content": (self.PROSE * 800)[:36000]}]
+        with ScriptedServer([say("done", prompt_tokens=4000) for _ in range(3)]) as server, structlog.testing.capture_logs() as logs:
+            night_model = EndpointModel(ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=0,
+                                                    transport=transport, context_window=4096), cancel=CancelToken())
+            night_model.context_window()
+            tasks = [night_model.for_task(CancelToken()) for _ in range(3)]
+            assert [task.complete(messages, []).text for task in tasks] == ["done"] * 3
+            for task in tasks:
+                task.close()
+            night_model.close()
+        assert len([entry for entry in logs if entry["event"] == "prompt_cut_by_server"]) == 1
 
 
 class TestTransportChoice:
@@ -810,9 +916,9 @@ class _RawServer(RawServer):
         )
 
 
-def _answer_from(raw: _RawServer) -> ModelResponse:
-    """One request to `raw` through the direct transport, the model and the server closed after."""
-    model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport="direct"))
+def _answer_from(raw: _RawServer, transport: str = "direct") -> ModelResponse:
+    """One request to `raw` through the transport (direct unless told), the model and the server closed after."""
+    model = EndpointModel(ModelConfig(name="openai/x", api_base=raw.url, request_timeout_s=5, retries=0, transport=transport))
     try:
         return model.complete([{"role": "user", "content": "hi"}], [])
     finally:
@@ -919,6 +1025,29 @@ def test_random_answers_end_as_an_answer_or_a_known_failure(seed):
     finally:
         model.close()
         raw.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"[" * 100000, b"application/json"),
+        (b"error: " + b"[" * 100000 + b"\n\n", b"text/event-stream"),
+        (b'error: {"error": ' + b"[" * 100000 + b"\n\n", b"text/event-stream"),
+        (b'data: {"error": ' + b"[" * 100000 + b"}\n\n", b"text/event-stream"),
+    ],
+    ids=["a-json-body", "an-error-line", "an-error-line-with-an-object", "an-event"],
+)
+def test_json_nested_past_pythons_limit_is_garbage_not_a_recursion_error(transport, body, content_type):
+    """JSON nested deeper than Python's recursion limit ("[[[[...", a broken server's garbage) made json.loads raise
+    RecursionError through the client (a traceback where an answer or an error message was): it is a known failure,
+    as any other body that is not JSON."""
+    if transport == "litellm" and body.startswith(b"error:"):
+        pytest.skip("the openai SDK reads no llama-server `error:` line (no SSE field)")
+    raw = _RawServer(body, content_type)
+    with pytest.raises((ModelUnreachable, RuntimeError)) as caught:
+        _answer_from(raw, transport)
+    assert not isinstance(caught.value, RecursionError)
+    assert "not JSON" in str(caught.value) or "model request rejected" in str(caught.value)
 
 
 class TestServerAnswerTime:

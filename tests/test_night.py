@@ -821,6 +821,7 @@ class TestContextWindow:
         [
             (500, "context shift is disabled"),  # llama.cpp before its exceed_context_size_error
             (400, "The decoder prompt (length 5000) is longer than the maximum model length of 4096."),  # vLLM's V1 engine
+            (500, "input (5000 tokens) is too large to process. increase the physical batch size (current batch size: 2048)"),  # llama.cpp
         ],
     )
     def test_a_refused_long_prompt_is_the_models_struggle_and_the_next_iteration_starts_short(
