@@ -685,27 +685,21 @@ class TestContextOverflow:
         assert stop.value.reason == "context_overflow"
         assert "does not fit" in stop.value.evidence
 
-    def test_llamas_full_kv_cache_is_retried(self, transport):
-        """llama.cpp's 500 "Context size has been exceeded." says its KV cache, shared by the requests it serves at
-        once, is full: every request decoded beside them gets it, however short. Retried, never context_overflow."""
-        with ScriptedServer([Reply(status=500, text="Context size has been exceeded."), say("room again")]) as server:
-            config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=1, retry_backoff_s=0, transport=transport)
-            response = EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
-        assert response.text == "room again"
-
     @pytest.mark.parametrize(
         "outage",
         [
             "upstream busy: request too large to process right now, try again later",
             "<html><body><h1>500 Internal Server Error</h1><p>The request is too large to process.</p></body></html>",
             "worker crashed: batch larger than the max context size of the pool",
+            "Context size has been exceeded.",
         ],
-        ids=["a-proxys-words", "an-html-error-page", "another-servers-words"],
+        ids=["a-proxys-words", "an-html-error-page", "another-servers-words", "llamas-full-kv-cache"],
     )
     def test_another_servers_500_that_a_request_was_too_large_is_retried(self, transport, outage):
         """llama.cpp's two 500s for a prompt that cannot fit begin "input (N tokens) is": a proxy's or another
         server's 500 in like words (a passing outage) is retried, never context_overflow throwing the iteration
-        away with a note to read less."""
+        away with a note to read less. So is llama.cpp's "Context size has been exceeded.": its KV cache, shared by
+        the requests it serves at once, is full, and every request decoded beside them gets it, however short."""
         with ScriptedServer([Reply(status=500, text=outage), say("back up")]) as server:
             config = ModelConfig(name="openai/x", api_base=server.url, request_timeout_s=5, retries=1, retry_backoff_s=0, transport=transport)
             response = EndpointModel(config).complete([{"role": "user", "content": "hi"}], [])
