@@ -22,7 +22,7 @@ from orchestrator.config import Config
 from orchestrator.errors import StateError
 from orchestrator.lock import state_identity
 from orchestrator.night_end import NightResult, night_ended
-from orchestrator.night_state import Night
+from orchestrator.night_state import Night, deadline_at
 from orchestrator.protocols import Guard, Model, SignalSink
 from orchestrator.secrecy import withheld
 from orchestrator.task_branches import branch_for
@@ -58,11 +58,13 @@ def run_night(parts: NightParts) -> NightResult:
     config, store = parts.config, parts.store
     state_id = state_identity(config.state_dir)
     repository = shared_repository_key(config, parts.repo)
+    deadline_instant = deadline_at(parts)
     run_id = store.begin_run(
-        config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id, queued=_queue(config, repository)
+        config_path=str(config.source), pid=os.getpid(), host=socket.gethostname(), state_id=state_id, queued=_queue(config, repository),
+        deadline=deadline_instant,
     )
     pool = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="task")
-    night = Night(parts, run_id, state_id, repository, pool)
+    night = Night(parts, run_id, state_id, repository, pool, deadline_instant)
     # `deadline`: the instant chosen (a run past 06:30 works to tomorrow's), on the clock it was read on.
     deadline = night.deadline.at.isoformat() if night.deadline.at is not None else None
     night.log.info("night_started", tasks=len(config.task), model=config.model.name, concurrency=config.night.concurrency, deadline=deadline)

@@ -48,10 +48,28 @@ def _on_the_schedules_clock(now: datetime, config: Config) -> datetime:
     return now.astimezone(zone) if zone is not None else now
 
 
+def deadline_at(parts: NightParts) -> datetime | None:
+    """`[night] deadline`'s instant: the next such time after the night began, on the schedule's clock; None without
+    one. Worked out before the night's run is recorded, which keeps it (the morning's report says it)."""
+    # The night began at its fire time when `serve` names one (begun again after a restart, or late within
+    # the grace): read from the restart, 06:30 already past meant tomorrow's, a day more of work.
+    began = parts.now()
+    if parts.scheduled_for is not None:
+        # On the night's own clock: the fire time comes with a fixed offset (`--scheduled-for 01:30+01:00`), and
+        # read on that, 06:30 with `timezone = "local"` was an hour off on the nights the clocks change.
+        began = parts.scheduled_for.astimezone(began.tzinfo)
+    deadline = parts.config.night.deadline
+    return deadline_after(_on_the_schedules_clock(began, parts.config), deadline) if deadline else None
+
+
 class Night:
     """State shared by the tasks of one night (possibly running in parallel)."""
 
-    def __init__(self, parts: NightParts, run_id: int, state_id: str | None, repository_key: str, tasks_pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, parts: NightParts, run_id: int, state_id: str | None, repository_key: str, tasks_pool: ThreadPoolExecutor,
+        deadline: datetime | None,
+    ) -> None:
+        """`deadline`: deadline_at's instant (None without one), as the night's run recorded it."""
         self.parts = parts
         self._tasks_pool = tasks_pool
         self.run_id = run_id
@@ -73,7 +91,7 @@ class Night:
                     "night_resumed", scheduled_for=parts.scheduled_for.isoformat(), done=len(self.earlier.succeeded), tokens=self.earlier.total_tokens
                 )
         self._repository_key = repository_key  # shared_repository_key's, worked out once by run_night
-        self.deadline = self._deadline()
+        self.deadline = self._deadline(deadline)
         # A night begun again judges its first iteration by its fire's earlier runs' (06:20, a 40-minute iteration
         # before the restart: none starts to be cancelled at 06:30).
         self._slowest_iteration_s = self.earlier.slowest_iteration_s
@@ -90,17 +108,9 @@ class Night:
         parts.cancel.on_cancel(self.waits_over.set)
         self.worktrees = WorktreesAhead(parts.config, parts.repo, self.repo_path, self.state_dir, run_id=run_id, log=self.log)
 
-    def _deadline(self) -> Deadline:
-        """`[night] deadline`, watched: the next such time after the night began, on the schedule's clock."""
+    def _deadline(self, at: datetime | None) -> Deadline:
+        """`[night] deadline`'s instant `at` (deadline_at), watched."""
         parts, deadline = self.parts, self.parts.config.night.deadline
-        # The night began at its fire time when `serve` names one (begun again after a restart, or late within
-        # the grace): read from the restart, 06:30 already past meant tomorrow's, a day more of work.
-        began = parts.now()
-        if parts.scheduled_for is not None:
-            # On the night's own clock: the fire time comes with a fixed offset (`--scheduled-for 01:30+01:00`), and
-            # read on that, 06:30 with `timezone = "local"` was an hour off on the nights the clocks change.
-            began = parts.scheduled_for.astimezone(began.tzinfo)
-        at = deadline_after(_on_the_schedules_clock(began, parts.config), deadline) if deadline else None
         watched = Deadline(at, parts.cancel, parts.now)
         if at is not None and at.tzinfo is timezone.utc and (unreadable := unreadable_tz()) is not None:
             # local_now's UTC for a TZ the C library cannot read: 06:30 was UTC's with nothing said (TZ=Europe/Pariss).

@@ -14,6 +14,7 @@ from datetime import tzinfo
 from typing import Any, Container, Iterable, Sequence
 
 from orchestrator.cancel import SYSTEM_LOCAL_TIME
+from orchestrator.deadline_cuts import DeadlineCuts, deadline_cuts
 from orchestrator.printable import shortened, visible
 from orchestrator.records import Level, Signal, counts_as_succeeded
 from runs.views import IterationView, RunView, TaskView, worst_signal
@@ -34,6 +35,7 @@ def as_json(run: RunView) -> dict[str, Any]:
             "started_at": _iso(run.started_at),
             "finished_at": _iso(run.finished_at),
             "tokens": run.tokens,
+            "deadline": cuts.as_json() if (cuts := deadline_cuts(run)) else None,
         },
         "tasks": [_task_json(task) for task in run.tasks],
     }
@@ -89,7 +91,10 @@ def as_text(
     if run.finished_at:
         header += f" · finished {_short(run.finished_at, zone)}"
     header += f" · {counted(run.tokens, 'token')}"
-    lines = [header, _tally(run.tasks), ""] if run.tasks else [header, ""]
+    lines = [header, _tally(run.tasks)] if run.tasks else [header]
+    if cuts := deadline_cuts(run):
+        lines.append(_deadline_line(cuts, zone))
+    lines.append("")
     for task in run.tasks:
         lines += _task_lines(task)
     merges = [t for t in to_review(run) if t.branch not in in_base]
@@ -143,6 +148,22 @@ def _tally(tasks: Iterable[TaskView]) -> str:
     others = Counter(t.outcome for t in tasks if not counts_as_succeeded(t.outcome, t.reason))
     rest = "".join(f", {count} {outcome}{_WHY_OUTCOME.get(outcome, '')}" for outcome, count in others.items())
     return f"{succeeded} of {len(tasks)} task(s) succeeded{rest}"
+
+
+def _deadline_line(cuts: DeadlineCuts, zone: tzinfo | None) -> str:
+    """The deadline on the report's clock, and the tasks it ended: the night ran out of time, no fault of theirs."""
+    at = _short(cuts.at, zone) if cuts.at else "(its time not recorded)"
+    ended = [f"{words}: {_names(names)}" for words, names in (("cut short", cuts.cut_short), ("not started", cuts.not_started)) if names]
+    return f"deadline {at} · " + (" · ".join(ended) if ended else "no task cut short or left unstarted by it")
+
+
+# A deadline's line names this many tasks of each kind, then counts the rest (--json names every one).
+NAMES_SHOWN = 5
+
+
+def _names(names: Sequence[str]) -> str:
+    more = f", +{len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+    return ", ".join(shortened(name, KIND_LIMIT) for name in names[:NAMES_SHOWN]) + more
 
 
 # What a reader could not tell from the word alone: paused is no fault of the model, and no note says why.

@@ -96,6 +96,10 @@ class Run(Base):
     # leases: RunStore.heartbeat_run at each try): recovery dates a killed night's end to its latest write,
     # which would otherwise be the wait's start. Null until then (and in runs recorded before it existed).
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # The `[night] deadline` instant the night worked to (night_started's `deadline`), on this host's clock as the
+    # night read it, not shifted onto the store's: the morning's report shows it as the HH:MM the config says.
+    # Null without a deadline (and in runs recorded before it existed).
+    deadline: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
 
 class TaskRun(Base):

@@ -27,13 +27,15 @@ class RunWrites(StoreTransactions):
     """RunStore's writes of a night's runs, task runs, iterations and events."""
 
     def begin_run(
-        self, *, config_path: str, pid: int, host: str, state_id: str | None = None, queued: Sequence[dict[str, Any]] | None = None
+        self, *, config_path: str, pid: int, host: str, state_id: str | None = None, queued: Sequence[dict[str, Any]] | None = None,
+        deadline: datetime | None = None,
     ) -> int:
         """`queued`: the tasks the night sets out to work ({"name", "branch", "work_key"} each, in the config's
-        order), which a recovery of the run records if it died before it began them (`close_interrupted_run`)."""
+        order), which a recovery of the run records if it died before it began them (`close_interrupted_run`).
+        `deadline`: the `[night] deadline` instant it works to (Run.deadline), None without one."""
         run_id = self._add(
             "begin_run", Run, config_path=str(config_path), pid=pid, host=host, state_id=state_id, status="running", started_at=self.now(),
-            queued=list(queued) if queued is not None else None,
+            queued=list(queued) if queued is not None else None, deadline=deadline,
         )
         self.begun_run_id = run_id
         return run_id

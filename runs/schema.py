@@ -26,8 +26,10 @@ from runs.models import Base
 _SCHEMA_ATTEMPTS = 8
 
 
-def create_schema(engine: Engine) -> None:
+def create_schema(engine: Engine, *, reading: bool = False) -> tuple[Any, ...]:
     """The tables, and columns and indexes added since a store was made; safe with another process doing the same.
+    `reading` (a report's open): a column the store's role may not add (a read-only role, a standby's) is left out,
+    with a warning; the columns left out are returned, and read as null (RunStore.open).
 
     Processes opening a new shared store at once each see tables missing, and all but one
     CREATE (or ALTER) fails on "already exists" (PostgreSQL: a duplicate key in its own
@@ -42,9 +44,9 @@ def create_schema(engine: Engine) -> None:
     for attempt in range(_SCHEMA_ATTEMPTS):
         try:
             Base.metadata.create_all(engine)
-            _add_missing_columns(engine)
+            left_out = _add_missing_columns(engine, reading=reading)
             _add_missing_indexes(engine)
-            return
+            return left_out
         except (OperationalError, ProgrammingError, IntegrityError):
             if attempt == _SCHEMA_ATTEMPTS - 1:
                 raise
@@ -90,13 +92,25 @@ def lacks_columns(engine: Engine) -> bool:
         return False  # what the read then meets says what is wrong
 
 
-def _add_missing_columns(engine: Engine) -> None:
-    """Nullable columns a newer overnight added to a table an older one made (no migration tool for one column)."""
+def _add_missing_columns(engine: Engine, *, reading: bool) -> tuple[Any, ...]:
+    """Nullable columns a newer overnight added to a table an older one made (no migration tool for one column).
+    When `reading`, those the role may not add are left out (returned): a report as a read-only role read an older
+    version's store before this version added a column, and must still (a night needs them: its open fails)."""
+    left_out = []
     for table, column in _missing_columns(engine):
         if column.nullable:
             kind = column.type.compile(dialect=engine.dialect)
-            with _migrating(engine, f"adding the column {column.name} to the table {table.name}") as connection:
-                connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+            try:
+                with _migrating(engine, f"adding the column {column.name} to the table {table.name}") as connection:
+                    connection.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+            except DBAPIError as exc:
+                if not reading or getattr(exc.orig, "sqlstate", None) not in _NOT_ALLOWED:
+                    raise
+                from orchestrator.logs import get_logger
+
+                get_logger().warning("store_column_not_added", column=column.name, table=table.name, error=database_complaint(exc))
+                left_out.append(column)
+    return tuple(left_out)
 
 
 def _missing_indexes(engine: Engine) -> list[Any]:

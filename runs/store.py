@@ -46,12 +46,13 @@ class RunStore(RunWrites, LeaseRows, RecoveryRows, OwedNoteRows, RunReads, Store
     """Runs, task runs, iterations and their events, in one SQL database."""
 
     @classmethod
-    def open(cls, url: str) -> RunStore:
-        """Connect and create missing tables; StateError (one line) if the store cannot be used."""
+    def open(cls, url: str, *, reading: bool = False) -> RunStore:
+        """Connect and create missing tables; StateError (one line) if the store cannot be used. `reading` (only
+        reads follow): a column an older version's store lacks and the role may not add is read as null."""
         engine: Engine | None = None
         try:
             engine = make_engine(url)
-            create_schema(engine)
+            left_out = create_schema(engine, reading=reading)
         # ImportError: the URL names a database driver that is not installed; ValueError, TypeError:
         # a query argument the driver cannot take (`?timeout=abc`), should one get past the config's check.
         except (SQLAlchemyError, OSError, ImportError, ValueError, TypeError, TableBusy) as exc:
@@ -59,6 +60,7 @@ class RunStore(RunWrites, LeaseRows, RecoveryRows, OwedNoteRows, RunReads, Store
                 engine.dispose()
             raise StateError(f"cannot open run store {safe_url(url)}: {database_complaint(exc)}") from exc
         store = cls(engine)
+        store.read_without(left_out)
         if store._database_clock:
             store._clock_offset = _database_clock_offset(engine, url)
         return store
@@ -72,7 +74,7 @@ class RunStore(RunWrites, LeaseRows, RecoveryRows, OwedNoteRows, RunReads, Store
         if database is not None and not database.exists():
             return None
         try:
-            return cls.open(url)
+            return cls.open(url, reading=True)
         except StateError:
             if database is None or not database.is_file():
                 raise

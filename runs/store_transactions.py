@@ -15,9 +15,9 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, Engine, insert, update
+from sqlalchemy import Connection, Engine, event, insert, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import ORMExecuteState, Session, defer, sessionmaker
 
 from orchestrator.errors import StateError
 from runs.engine import database_complaint
@@ -51,6 +51,23 @@ class StoreTransactions:
         # store writes are the database's there too, so that one machine's "finished after that night
         # began" (`succeeded_elsewhere`) is judged by one clock, not two that may disagree.
         self._clock_offset = timedelta(0)
+
+    def read_without(self, columns: tuple[Any, ...]) -> None:
+        """Read the rows without `columns` (an older version's store that a read-only role could not add them to):
+        left unloaded, which runs/views_from_rows.py reads as null."""
+        if not columns:
+            return
+        mapped = {mapper.local_table: mapper.class_ for mapper in Base.registry.mappers}
+        attributes = [getattr(mapped[column.table], column.key) for column in columns]
+
+        def leave_out(state: ORMExecuteState) -> None:
+            if state.is_select:
+                classes = {mapper.class_ for mapper in state.all_mappers}
+                state.statement = state.statement.options(
+                    *(defer(attribute, raiseload=True) for attribute in attributes if attribute.class_ in classes)
+                )
+
+        event.listen(self._sessions, "do_orm_execute", leave_out)
 
     def now(self) -> datetime:
         """The time this store writes: this host's clock, or in a PostgreSQL store the database's."""

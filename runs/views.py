@@ -93,6 +93,8 @@ class RunView:
     host: str = ""
     config_path: str = ""
     state_id: str | None = None
+    # The `[night] deadline` instant the night worked to; None without one, or recorded before runs kept it.
+    deadline: datetime | None = None
 
     @property
     def tokens(self) -> int:

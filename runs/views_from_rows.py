@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Sequence
+from typing import Any, Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
 from orchestrator.records import Level, Signal
@@ -63,7 +63,13 @@ def run_header(run: Run) -> RunView:
         host=run.host,
         config_path=run.config_path,
         state_id=run.state_id,
+        deadline=_unless_left_out(run, "deadline"),
     )
+
+
+def _unless_left_out(row: Any, name: str) -> Any:
+    """The row's column `name`, or None where the store lacks it and the read left it out (RunStore.read_without)."""
+    return None if name in inspect(row).unloaded else getattr(row, name)
 
 
 def iteration_views(session: Session, rows: Sequence[tuple[Iteration, str]]) -> list[IterationView]:

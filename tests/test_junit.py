@@ -619,7 +619,7 @@ class TestReportJson:
         signal = '{"level": "severe", "kind": "check_failed", "message": "check failed: exit 1"}'
         assert json.dumps(as_json(run)) == (
             '{"run": {"id": 7, "status": "finished", "exit_code": 1, "started_at": "2024-05-01T01:30:00+00:00", '
-            '"finished_at": "2024-05-01T01:30:05+00:00", "tokens": 15}, '
+            '"finished_at": "2024-05-01T01:30:05+00:00", "tokens": 15, "deadline": null}, '
             '"tasks": [{"name": "t", "outcome": "failed", "reason": "check_failed", "branch": "overnight/t", "commit": null, '
             f'"worst_signal": {signal}, "signal_counts": {{"severe": 1}}, "tokens": 15, "unused_tokens": 5, '
             f'"iterations": [{{"number": 1, "outcome": "rolled_back", "reason": "check_failed", "signals": [{signal}], '

@@ -424,6 +424,43 @@ class TestSchema:
             store.close()
         assert sql(pg_store_url, "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_task_runs_work_key'") == [(0,)]
 
+    @pytest.mark.parametrize("read_only", [True, False], ids=["a read-only role", "a role that may read the tables only"])
+    def test_the_report_of_a_role_that_may_not_add_a_column_reads_an_older_store(self, tmp_path: Path, repo: Path, pg_store_url: str, read_only: bool) -> None:
+        """`overnight report --json` as a role that may not alter the tables, on the store a version before `runs.deadline`
+        made: it read it before that column, and must still (the column read as null, a warning on stderr); it failed
+        in one line, exit 4, "cannot execute ALTER TABLE in a read-only transaction" / "must be owner of table runs"."""
+        import json
+        import subprocess
+        import sys
+
+        from orchestrator.lock import state_identity
+        from tests.conftest import write_config
+
+        store = RunStore.open(pg_store_url)
+        config = write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9", repo=repo)
+        (config.parent / "state").mkdir()
+        run = store.begin_run(config_path=str(config), pid=1, host="h", state_id=state_identity(config.parent / "state"))
+        task = store.begin_task(run, name="late", branch="overnight/late")
+        store.finish_task(task, outcome="cancelled", reason="deadline")
+        store.finish_run(run, status="cancelled", exit_code=3)
+        store.close()
+        sql(pg_store_url, "ALTER TABLE runs DROP COLUMN deadline")
+        as_role = _older_store_and_a_role_not_owning_it(pg_store_url, "SELECT", read_only=read_only)
+        with config.open("a") as settings:
+            settings.write(f"\n[store]\nurl = {json.dumps(as_role)}\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), "--json"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert (report["run"]["id"], report["run"]["deadline"]) == (run, {"at": None, "cut_short": [], "not_started": ["late"]})
+        assert '"store_column_not_added"' in done.stderr
+        assert sql(pg_store_url, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'runs' AND column_name = 'deadline'") == [(0,)]
+        # A night needs the column: its open as such a role still fails, in one line, and adds nothing.
+        with pytest.raises(StateError, match="cannot open run store"):
+            RunStore.open(as_role)
+
     def test_the_report_of_a_read_only_role_stays_json_when_the_index_is_not_added(self, tmp_path: Path, repo: Path, pg_store_url: str) -> None:
         """`overnight report --json` as a read-only role on an older version's store: stdout is the report alone, the
         `store_index_not_added` warning goes to stderr (the report's command had set no logging up: stdout had it)."""

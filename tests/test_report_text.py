@@ -583,3 +583,92 @@ class TestTimes:
         unnamed = timezone(timedelta(hours=5, minutes=30), "")
         header = as_text(replace(view("failed", "check_failed"), started_at=start, finished_at=start), zone=unnamed).splitlines()[0]
         assert " · started 2026-12-06 10:30 +0530 · finished 2026-12-06 10:30 +0530 · " in header
+
+
+# A night of two tasks: the first's iteration waits for its answer when the deadline comes, the second never begins.
+CUT_TASKS = [
+    {"name": "first", "prompt": "p", "check": "python check_greet.py"},
+    {"name": "second", "prompt": "p", "check": "python check_greet.py"},
+]
+IN_UTC = '\n[schedule]\ntimezone = "UTC"\n'
+
+
+class TestDeadlineLine:
+    def test_a_night_the_deadline_cuts_says_when_and_which_tasks_it_cut_or_left_unstarted(self, config_file, server, capsys):
+        """A night cut at its 06:30 deadline: under the tally, one line gives the deadline on the report's clock, the task
+        it cut short and the one it left unstarted; --json's run has them as `deadline` (its instant in UTC). The morning
+        could not tell a night out of time from one that failed, nor when its time ran out."""
+        from tests.test_unattended import EDIT_THEN_WAIT, clock_from, run_in_process
+
+        config = config_file(tasks=CUT_TASKS, model={"request_timeout_s": 60}, night={"deadline": "06:30"}, extra=IN_UTC)
+        server.enqueue(*EDIT_THEN_WAIT)
+        assert run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc))).exit_code == 1
+        lines = text_report(config, capsys).splitlines()
+        assert lines[1:4] == ["0 of 2 task(s) succeeded, 2 cancelled", "deadline 2026-11-30 06:30 UTC · cut short: first · not started: second", ""]
+        run = report_json(config, capsys)["run"]
+        assert run["deadline"] == {"at": "2026-11-30T06:30:00+00:00", "cut_short": ["first"], "not_started": ["second"]}
+
+    def test_a_night_begun_after_its_deadline_says_no_task_started(self, config_file, server, capsys):
+        """`overnight run --scheduled-for` (as `serve` runs it) an hour after its fire's deadline starts nothing: the
+        report names the deadline that had passed and every task as not started."""
+        from datetime import timedelta
+
+        fired = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(second=0, microsecond=0)
+        deadline = fired + timedelta(hours=1)
+        config = config_file(tasks=CUT_TASKS, night={"deadline": f"{deadline:%H:%M}"}, extra=IN_UTC)
+        assert overnight("run", "--config", str(config), "--scheduled-for", fired.isoformat()) == 1
+        assert server.requests == []
+        assert text_report(config, capsys).splitlines()[2] == f"deadline {deadline:%Y-%m-%d %H:%M} UTC · not started: first, second"
+        run = report_json(config, capsys)["run"]
+        assert run["deadline"] == {"at": deadline.isoformat(), "cut_short": [], "not_started": ["first", "second"]}
+
+    def test_a_deadline_that_ended_no_task_is_named_and_a_night_without_one_says_nothing(self, config_file, server, capsys):
+        """A night done long before its deadline names it, with nothing cut; one with no deadline has no such line, and
+        --json's `deadline` is null."""
+        from datetime import timedelta
+
+        from tests.test_night import FIX
+
+        # Twelve hours on: no night of this test's comes near it, whatever the hour it runs at.
+        clock = f"{datetime.now(timezone.utc) + timedelta(hours=12):%H:%M}"
+        config = config_file(night={"deadline": clock}, extra=IN_UTC)
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        deadline = report_json(config, capsys)["run"]["deadline"]
+        at = datetime.fromisoformat(deadline["at"])
+        assert (f"{at:%H:%M}", at.utcoffset(), deadline["cut_short"], deadline["not_started"]) == (clock, timedelta(0), [], [])
+        assert text_report(config, capsys).splitlines()[2] == f"deadline {at:%Y-%m-%d} {clock} UTC · no task cut short or left unstarted by it"
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert report_json(config, capsys)["run"]["deadline"] is None
+        assert text_report(config, capsys).splitlines()[2] == ""
+
+    def test_an_older_versions_store_reports_the_tasks_its_deadline_ended_without_its_time(self, config_file, server, capsys):
+        """A store an older version made (its runs without `deadline`): the report opens it, the column added, and still
+        names the tasks the deadline ended, from their reasons, its time unknown (`at` null)."""
+        import sqlite3
+
+        from tests.test_unattended import EDIT_THEN_WAIT, clock_from, run_in_process
+
+        config = config_file(tasks=CUT_TASKS, model={"request_timeout_s": 60}, night={"deadline": "06:30"}, extra=IN_UTC)
+        server.enqueue(*EDIT_THEN_WAIT)
+        run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc)))
+        with sqlite3.connect(config.parent / "state" / "runs.db") as db:
+            db.execute("ALTER TABLE runs DROP COLUMN deadline")
+        db.close()
+        assert text_report(config, capsys).splitlines()[2] == "deadline (its time not recorded) · cut short: first · not started: second"
+        run = report_json(config, capsys)["run"]
+        assert run["deadline"] == {"at": None, "cut_short": ["first"], "not_started": ["second"]}
+
+    def test_a_long_list_of_tasks_the_deadline_ended_stays_one_short_line(self):
+        """Forty tasks left unstarted: the line names five and counts the rest; --json names every one."""
+        from orchestrator.report import as_json, as_text
+        from tests.test_junit import view
+
+        run = view("cancelled", "deadline")
+        unstarted = tuple(replace(run.tasks[0], id=n, name=f"task-{n}", iterations=()) for n in range(40))
+        run = replace(run, tasks=unstarted, deadline=datetime(2024, 5, 1, 6, 30, tzinfo=timezone.utc))
+        line = as_text(run, zone=timezone.utc).splitlines()[2]
+        assert line == "deadline 2024-05-01 06:30 UTC · not started: task-0, task-1, task-2, task-3, task-4, +35 more"
+        assert len(as_json(run)["run"]["deadline"]["not_started"]) == 40
