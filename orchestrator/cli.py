@@ -137,7 +137,7 @@ def run(
 @app.command()
 def report(
     config: Path = ConfigOption,
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable: {run, tasks}."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable: {run, tasks, kept_branches}."),
 ) -> None:
     """What happened in this state dir's latest run, per task and iteration."""
     from orchestrator import report as reports
@@ -164,15 +164,15 @@ def report(
         if as_json:
             typer.echo(json.dumps({"run": None, "tasks": []}))
         process_exit.fail(f"no runs recorded yet in {store_shown(settings.store_url)}", EXIT_NO_RUNS)
+    kept = kept_branches(settings, [task.name for task in latest.tasks])
     if as_json:
-        typer.echo(json.dumps(reports.as_json(latest), indent=2))
+        typer.echo(json.dumps(reports.as_json(latest, kept=kept), indent=2))
     else:
         gone = process_gone(latest, began)
         target = merge_target(settings)
         reviewed = [task.branch for task in reports.to_review(latest)]
         in_base = branches_in(settings, target, reviewed)
         apart = branches_apart(settings, target, [branch for branch in reviewed if branch not in in_base])
-        kept = kept_branches(settings, [task.name for task in latest.tasks])
         text = reports.as_text(
             latest, base=target, process_gone=gone, zone=report_zone(settings), in_base=in_base, apart=apart, kept=kept
         )

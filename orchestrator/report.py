@@ -2,7 +2,8 @@
 
 `as_json` is a public contract (tests outside this repository read it):
 `run` and `tasks`; each task has name, outcome, branch, commit, iterations;
-each iteration has number, outcome, reason, signals, tokens, turns.
+each iteration has number, outcome, reason, signals, tokens, turns;
+`kept_branches` names the `overnight-kept/` branches of the run's tasks.
 Other keys may be added, never removed or renamed.
 """
 
@@ -26,7 +27,9 @@ _LEVEL_MARKS = {"warning": "⚠", "severe": "✖"}
 MESSAGE_LIMIT = 200
 
 
-def as_json(run: RunView) -> dict[str, Any]:
+def as_json(run: RunView, kept: Sequence[str] = ()) -> dict[str, Any]:
+    """`kept`: the `overnight-kept/` branches of the run's tasks (report_inputs.kept_branches), every one: the text
+    report names the newest, a script reading this may want to delete them all."""
     return {
         "run": {
             "id": run.id,
@@ -38,6 +41,7 @@ def as_json(run: RunView) -> dict[str, Any]:
             "deadline": cuts.as_json() if (cuts := deadline_cuts(run)) else None,
         },
         "tasks": [_task_json(task) for task in run.tasks],
+        "kept_branches": list(kept),
     }
 
 

@@ -145,39 +145,35 @@ def _reaches(tip: str, parents: dict[str, list[str]], boundary: set[str]) -> boo
 def kept_branches(settings: object, tasks: list[str]) -> list[str]:
     """The `overnight-kept/<task>/<UTC time>` branches of `tasks` there are: what a person left in a task's worktree,
     kept there before a night cleaned it (kept_edits.py). Only a log line said so: the morning found the edits gone from
-    the worktree, and the report did not say where. Read from the ref files, no git process (the report's one is
-    `branches_in`'s)."""
-    import os
-    from pathlib import Path
+    the worktree, and the report did not say where. A branch git cannot tell about is not one: the report never fails
+    for them. A repository that moved says nothing; one git refuses to read (another user's: "dubious ownership", a
+    corrupt packed-refs line) is a `kept_branches_unknown` warning on stderr with git's reason, as an empty list was
+    read as "nothing kept" where the ref files, read by hand before, held a person's edits.
 
+    Asked of git, which reads its refs in whatever form the repository keeps them: read by hand from ref files and
+    packed-refs, a repository of git's reftable format (`git init --ref-format=reftable`) had none. One git process for
+    all the tasks, every kept branch listed and those of `tasks` picked here: a task's name as a for-each-ref pattern
+    would be read as a glob."""
     from orchestrator.task_branches import KEPT_BRANCH_PREFIX
 
+    if not tasks:
+        return []
     try:
         import git
 
-        common = Path(git.Repo(settings.repo_path).common_dir)  # type: ignore[attr-defined]
+        repo = git.Repo(settings.repo_path)  # type: ignore[attr-defined]
     except Exception:  # no repository there (moved, deleted): nothing to name
         return []
-    found: set[str] = set()
-    for task in tasks:
-        folder = common / "refs" / "heads" / f"{KEPT_BRANCH_PREFIX}{task}"
-        try:
-            found.update(f"{KEPT_BRANCH_PREFIX}{task}/{os.fsdecode(name)}" for name in os.listdir(folder) if _a_ref_file(folder / name))
-        except OSError:
-            pass
     try:
-        packed = (common / "packed-refs").read_bytes().decode("utf-8", "replace").splitlines()
-    except OSError:
-        packed = []
+        listed = repo.git.for_each_ref("--format=%(refname)", f"refs/heads/{KEPT_BRANCH_PREFIX}")
+    except Exception as failed:  # no git, git refusing or failing: a warning, not an empty section that means none
+        from orchestrator.git_errors import git_reason
+        from orchestrator.logs import get_logger
+
+        get_logger().warning(
+            "kept_branches_unknown", repo=str(settings.repo_path), reason=git_reason(failed),  # type: ignore[attr-defined]
+            why="git could not list the overnight-kept/ branches: the report names none of them",
+        )
+        return []
     folders = {f"refs/heads/{KEPT_BRANCH_PREFIX}{task}" for task in tasks}
-    for line in packed:
-        ref = line.partition(" ")[2]
-        if not line.startswith(("#", "^")) and ref.rpartition("/")[0] in folders:
-            found.add(ref.removeprefix("refs/heads/"))
-    return sorted(found)
-
-
-def _a_ref_file(path: object) -> bool:
-    """Whether a file under refs/ is a ref: not a folder, nor the `.lock` git writes beside a ref it updates (one a killed
-    git left stays, and is no branch)."""
-    return path.is_file() and not path.name.endswith(".lock")  # type: ignore[attr-defined]
+    return sorted(ref.removeprefix("refs/heads/") for ref in listed.splitlines() if ref.rpartition("/")[0] in folders)

@@ -590,6 +590,25 @@ class TestReportJson:
             assert all(set(signal) == {"level", "kind", "message"} and signal["level"] in ("warning", "severe") for signal in it["signals"])
         assert [it["turns"] for it in never["iterations"]] == [4, 1]  # four reads (the 4th stopped), then the submit
 
+    def test_the_json_report_names_every_kept_branch_of_the_runs_tasks(self, config_file, server, repo, capsys):
+        """A person's edit the next night kept off the task's worktree, beside a year of older kept branches: `report
+        --json` names every one of the run's tasks' in `kept_branches`, not another task's (only the text report named
+        them, the newest twenty)."""
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        with (config.parent / "state" / "worktrees" / "fix-greet" / "greet.py").open("a") as greet:
+            greet.write("# reviewed: keep the spelling test\n")
+        server.enqueue(call("submit", {"summary": "it passes already"}))
+        assert overnight("run", "--config", str(config)) == 0
+        [tonight] = git(repo, "branch", "--list", "--format=%(refname:short)", "overnight-kept/fix-greet/*").splitlines()
+        older = [f"overnight-kept/fix-greet/2025{month:02d}{day:02d}T000000.000000Z" for month in range(1, 13) for day in (1, 15)]
+        for name in [*older, "overnight-kept/another-task/20251201T000000.000000Z"]:
+            git(repo, "branch", name)
+        kept = report_json(config, capsys)["kept_branches"]
+        assert kept == sorted([*older, tonight]), kept
+        assert "+# reviewed: keep the spelling test" in git(repo, "show", kept[-1])
+
     def test_the_fields_of_the_json_report_are_exactly_the_references_example(self, night, capsys):
         """Each object of `report --json` (run, task, iteration, signal) has the keys reference.md's example shows, no more, no fewer."""
         import re
@@ -624,7 +643,7 @@ class TestReportJson:
             f'"worst_signal": {signal}, "signal_counts": {{"severe": 1}}, "tokens": 15, "unused_tokens": 5, '
             f'"iterations": [{{"number": 1, "outcome": "rolled_back", "reason": "check_failed", "signals": [{signal}], '
             f'"worst_signal": {signal}, "tokens": 10, "turns": 2, "commit": null, '
-            '"transcript": "/state/transcripts/task-run-1-t-1.jsonl"}]}]}'
+            '"transcript": "/state/transcripts/task-run-1-t-1.jsonl"}]}], "kept_branches": []}'
         )
 
     def test_a_night_that_exited_0_says_exit_0_everywhere(self, tmp_path):

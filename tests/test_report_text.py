@@ -439,6 +439,70 @@ class TestReviewLines:
         newest = sorted(names)[-20:]
         assert shown == [f"git show {name}" for name in newest] + ["(5 older not shown: git branch --list 'overnight-kept/*')"], shown
 
+    def test_kept_branches_of_a_reftable_repository_are_named(self, config_file, server, repo, tmp_path, capsys):
+        """A repository whose refs git keeps in its reftable format (`git init --ref-format=reftable`, git 2.45 on): the
+        report names its task's kept branch and no other task's (read by hand from ref files and packed-refs, of which
+        such a repository has none, the list was empty)."""
+        import subprocess
+
+        from tests.conftest import git, write_config
+        from tests.test_night import FIX
+
+        reftable = tmp_path / "reftable"
+        made = subprocess.run(["git", "init", "-q", "-b", "main", "--ref-format=reftable", str(reftable)], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"this git keeps no reftable: {made.stderr.strip()}")
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        (reftable / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        git(reftable, "add", "greet.py")
+        git(reftable, "commit", "-q", "-m", "a person's edit")
+        kept = "overnight-kept/fix-greet/20261206T050000.000000Z"
+        git(reftable, "branch", kept)
+        git(reftable, "branch", "overnight-kept/other-task/20261206T050000.000000Z")
+        write_config(config, api_base=server.url, repo=reftable, night={"max_iterations": 1})
+        text = text_report(config, capsys).splitlines()
+        heading = "Changes found in the tasks' worktrees, kept before a night cleaned them (delete each when done):"
+        assert heading in text, text
+        assert [line.strip() for line in text[text.index(heading) + 1:]] == [f"git show {kept}"], text
+
+    @pytest.mark.parametrize(
+        ("broken", "git_says"), [("another user's", "dubious ownership"), ("a corrupt packed-refs line", "packed-refs")]
+    )
+    def test_kept_branches_git_cannot_list_are_a_warning_not_none(self, config_file, server, repo, broken, git_says):
+        """A repository git refuses to list the refs of (another user's, "dubious ownership"; a corrupt packed-refs
+        line): `report` and `report --json` still answer, exit 0, and a `kept_branches_unknown` warning on stderr says
+        git's reason (the kept branches were silently none, read as "nothing kept", where the ref files held some)."""
+        import json
+        import os
+        import subprocess
+
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        git(repo, "branch", "overnight-kept/fix-greet/20261206T050000.000000Z")
+        env = dict(os.environ)
+        if git_says == "dubious ownership":
+            env["GIT_TEST_ASSUME_DIFFERENT_OWNER"] = "1"  # git's own switch for its ownership check's tests
+        else:
+            with (repo / ".git" / "packed-refs").open("a") as packed:
+                packed.write("not a ref line\n")
+        for json_wanted in (False, True):
+            shown = subprocess.run(
+                [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), *(["--json"] if json_wanted else [])],
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, env=env,
+            )
+            assert shown.returncode == 0, shown.stderr
+            if json_wanted:
+                assert json.loads(shown.stdout)["kept_branches"] == [], shown.stdout
+            warnings = [json.loads(line) for line in shown.stderr.splitlines()]
+            [unknown] = [warning for warning in warnings if warning["event"] == "kept_branches_unknown"]
+            assert git_says in unknown["reason"] and unknown["repo"] == str(repo), unknown
+
     def test_the_branches_the_base_holds_are_asked_of_git_once_for_all_tasks(self, config_file, server, tmp_path):
         """Three tasks succeeded with no change: `overnight report` asks git about their branches in one process, not one
         a task (50 tasks started 50 gits), and leaves out all three review lines."""
@@ -454,7 +518,16 @@ class TestReviewLines:
         )
         assert shown.returncode == 0 and "3 of 3 task(s) succeeded" in shown.stdout and "git diff" not in shown.stdout, shown
         about_branches = [line for line in asked.read_text().split() if line in ("merge-base", "for-each-ref", "branch", "rev-list")]
-        assert len(about_branches) == 1, about_branches
+        # One for the branches main holds, one for the tasks' kept branches: two however many the tasks.
+        assert about_branches == ["for-each-ref", "for-each-ref"], about_branches
+        asked.write_text("")
+        as_json = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), "--json"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        # `--json` asks git only for the tasks' kept branches, once for all three (before it, no git at all).
+        about_kept = [line for line in asked.read_text().split() if line in ("for-each-ref", "branch", "rev-list", "show-ref")]
+        assert as_json.returncode == 0 and about_kept == ["for-each-ref"], (as_json, asked.read_text())
 
     def test_branches_main_shares_no_commit_with_are_told_by_as_many_gits_for_any_number_of_tasks(
         self, config_file, server, tmp_path, repo
@@ -484,7 +557,8 @@ class TestReviewLines:
         review = [line.strip() for line in shown.stdout.splitlines() if "git diff" in line]
         assert review == [f"git diff main overnight/t{number}    # no commit in common with main: the whole trees compared" for number in (1, 2, 3)], shown
         about_branches = [line for line in asked.read_text().split() if line in ("merge-base", "for-each-ref", "branch", "rev-list", "rev-parse")]
-        assert "merge-base" not in about_branches and len(about_branches) <= 4, about_branches
+        # The branches main holds, the three that tell those apart, and the tasks' kept branches: one each however many tasks.
+        assert "merge-base" not in about_branches and len(about_branches) <= 5, about_branches
 
 
 class TestTimes:
