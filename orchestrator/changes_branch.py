@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from orchestrator.add_paths import folders_of
+from orchestrator.overnights_own import was_checked_out_whole
 from orchestrator.records import KeptOutOfCommit
 from orchestrator.work_paths import untracked
 
@@ -31,8 +32,10 @@ def changes_branch(
     onto: str | None,
 ) -> str | None:
     """The commit on the new `branch` holding what differs from HEAD (see `Worktree.keep_changes`); None if nothing does."""
-    if not (admin / "index").exists():
-        return None  # a first checkout cut short: what differs is what it had not written yet
+    if not (admin / "index").exists() and not was_checked_out_whole(admin):
+        # A first checkout cut short: what differs is what it had not written yet. Checked out whole once, the index
+        # was lost since (a person or an agent deleted it): what differs from HEAD is someone's, kept as any change.
+        return None
     parent = _kept_parent(git, onto, secrets, secret_keeping)
     with tempfile.TemporaryDirectory(prefix="overnight-keep-") as folder:
         index = {"GIT_INDEX_FILE": os.path.join(folder, "index"), "GIT_LITERAL_PATHSPECS": "1"}

@@ -106,7 +106,9 @@ class Night:
         # Set in two places only: by a cancel (the hook below), and by _end_waits_if_over for the rest.
         self.waits_over = threading.Event()
         parts.cancel.on_cancel(self.waits_over.set)
-        self.worktrees = WorktreesAhead(parts.config, parts.repo, self.repo_path, self.state_dir, run_id=run_id, log=self.log)
+        self.worktrees = WorktreesAhead(
+            parts.config, parts.repo, self.repo_path, self.state_dir, run_id=run_id, log=self.log, cancel=parts.cancel
+        )
 
     def _deadline(self, at: datetime | None) -> Deadline:
         """`[night] deadline`'s instant `at` (deadline_at), watched."""

@@ -42,6 +42,13 @@ def mark_as_task_worktree(admin: Path, task: str) -> None:
         pass  # unmarked, it is still the task's while on its branch, as every night leaves it
 
 
+def was_checked_out_whole(admin: Path) -> bool:
+    """Whether a night marked the worktree `admin` registers, which it does only once its first checkout is done: one
+    with no index then lost it since (a person, an agent or git deleted it), and what is in it may be someone's; one
+    unmarked with no index is a first checkout cut short (or an older version's, as it was always taken)."""
+    return _mark_of(admin) is not None
+
+
 def is_task_worktree(admin: Path, task: str) -> bool:
     """Whether the worktree `admin` registers, found at `worktrees/<task>`, is the task's: on its branch, or marked."""
     return head_file(admin) == f"ref: refs/heads/{branch_for(task)}" or _mark_of(admin) == task or _was_on_branch(admin, task)

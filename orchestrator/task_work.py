@@ -57,6 +57,9 @@ def _worktree(night: Night, run: TaskInNight) -> Worktree | TaskEnded:
     except BranchCheckedOut as taken:
         run.log.warning("task_skipped_branch_checked_out", at=taken.at)
         return TaskEnded(TaskOutcome.SKIPPED, reason=BRANCH_CHECKED_OUT)
+    except Cancelled as stop:
+        # The night stopped while the worktree was checked out (its git killed): the next night checks it out.
+        return TaskEnded(TaskOutcome.CANCELLED, reason=stop.why)
     except Exception as failed:
         # Its git killed by the signal stopping the night (systemd's control-group kill, a moment
         # before the night's own handler runs; `git_status`: worktree_registration.with_git_status, `status`: a

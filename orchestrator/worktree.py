@@ -81,10 +81,12 @@ class Worktree:
     @classmethod
     def ensure(
         cls, repo_path: Path, state_dir: Path, task: str, base: str, keep: Sequence[str] = (), *, repo: Any = None,
-        on_commits_kept: Callable[[str, str], None] | None = None,
+        on_commits_kept: Callable[[str, str], None] | None = None, cancel: Any = None,
     ) -> "Worktree":
         """The task's worktree, created from `base` the first time and reused after.
         `on_commits_kept(task, branch)`: told of commits kept off a detached HEAD (see `back_on_branch`).
+        `cancel`: the night's CancelToken; its cancel stops the checkout of the files (Cancelled), the worktree
+        left registered without an index for the next night to check out (see first_checkout.py).
 
         Safe to call from several threads, sharing one opened `repo` or not: only
         registering the worktree is serialised, the checkout of its files (the
@@ -96,7 +98,7 @@ class Worktree:
         branch = branch_for(task)
         admin = ensure_registered(repo, state_dir, path, task, branch, base)
         worktree = cls(path, branch, keep, common_dir=Path(repo.common_dir), admin=admin)
-        check_out_files(worktree._git, path, worktree._admin, task)
+        check_out_files(worktree._git, path, worktree._admin, task, cancel)
         worktree.back_on_branch(task, on_commits_kept=on_commits_kept)
         # On its branch now: marked as the task's, so that off it (detached for a review) it is still told from a person's.
         mark_as_task_worktree(worktree._admin, task)
@@ -297,12 +299,14 @@ class Worktree:
         """Put `.git` back as git made it if the agent removed or changed it (see worktree_link.py)."""
         restore_link(self.path, self._admin, self._link)
 
-    def _git(self, *args: str, identity: bool = False, env: dict[str, str] | None = None, stdin: bytes | None = None) -> str:
+    def _git(
+        self, *args: str, identity: bool = False, env: dict[str, str] | None = None, stdin: bytes | None = None, cancel: Any = None,
+    ) -> str:
         """One git command in this worktree (see `worktree_git.run_git`), `env` added to its environment, killed after
-        `git_timeout_s` (read at each call: a test or a caller may lower it on one worktree)."""
+        `git_timeout_s` (read at each call: a test or a caller may lower it on one worktree), or when `cancel` is set."""
         return run_git(
             args, folder=self.path, admin=self._admin, env=self._env, timeout_s=self.git_timeout_s, identity=identity,
-            extra_env=env, stdin=stdin,
+            extra_env=env, stdin=stdin, cancel=cancel,
         )
 
     def _secret_keeping(self, secrets: PassedSecrets) -> SecretKeeping:

@@ -21,10 +21,13 @@ class WorktreesAhead:
     the CPU), and for the next task's, which is then ready before that task starts. (Registering is serialised in
     Worktree.ensure.)"""
 
-    def __init__(self, config: Config, repo: Any, repo_path: Path, state_dir: Path, *, run_id: int, log: Any) -> None:
-        """`repo_path`, `state_dir`: the config's, resolved once for the night. `log`: the night's."""
+    def __init__(
+        self, config: Config, repo: Any, repo_path: Path, state_dir: Path, *, run_id: int, log: Any, cancel: Any = None,
+    ) -> None:
+        """`repo_path`, `state_dir`: the config's, resolved once for the night. `log`: the night's. `cancel`: the
+        night's CancelToken, which stops a checkout under way (a task's lease lost does not: its token is a child)."""
         self._config, self._repo, self._repo_path, self._state_dir = config, repo, repo_path, state_dir
-        self._run_id, self._log = run_id, log
+        self._run_id, self._log, self._cancel = run_id, log, cancel
         self._maker = ThreadPoolExecutor(max_workers=config.night.concurrency, thread_name_prefix="worktrees")
         self._lock = threading.Lock()
         self._worktrees: dict[str, Future[Worktree]] = {}
@@ -75,7 +78,7 @@ class WorktreesAhead:
         """Worktree.ensure on the worktree maker's thread: what it logs is this night's, and carries its run_id
         as reference.md promises of every event while the run exists (worktree_commits_kept, its task's too)."""
         with structlog.contextvars.bound_contextvars(run_id=self._run_id):
-            return Worktree.ensure(*args, on_commits_kept=self._commits_kept_on, **kwargs)
+            return Worktree.ensure(*args, on_commits_kept=self._commits_kept_on, cancel=self._cancel, **kwargs)
 
     def _commits_kept_on(self, task: str, branch: str) -> None:
         """Told by the worktree maker: logged now if the task has begun, else when it does (`task_began`)."""

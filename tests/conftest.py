@@ -52,6 +52,34 @@ def make_repo(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
+def many_slow_files(repo: Path, count: int, smudge: str) -> Path:
+    """`count` files under data/, each checked out through a filter whose smudge runs `smudge` first (a large
+    repository on a slow disk, or git-lfs fetching each file), committed; the folder."""
+    data = repo / "data"
+    data.mkdir()
+    for number in range(count):
+        (data / f"f{number:04d}.txt").write_text(f"file {number}\n")
+    git(repo, "config", "filter.slow.smudge", f"{smudge}; cat")
+    (repo / ".gitattributes").write_text("data/** filter=slow\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", f"{count} files checked out slowly")
+    return data
+
+
+def smudges_running(pids: Path) -> list[str]:
+    """Those of the filter shells that wrote their pid to `pids` (`echo $$ >> pids`) still running: a zombie (its parent git
+    killed, and a container's PID 1 that reaps no orphan) has run its last, and a pid since reused is another's."""
+    running = []
+    for pid in pids.read_text().split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone
+        if str(pids).encode() in command:
+            running.append(pid)
+    return running
+
+
 SAMPLE_FILES = {
     "greet.py": "def greet():\n    return 'helo'\n",
     "check_greet.py": "import greet\nassert greet.greet() == 'hello', greet.greet()\nprint('ok')\n",

@@ -872,14 +872,19 @@ class TestRecoveryOfStoredState:
         assert (worktree.path / "build" / "cache.bin").exists() and not (worktree.path / "a[1].txt").exists()
 
     def test_a_first_checkout_cut_short_is_not_kept_as_changes(self, tmp_path: Path, repo: Path) -> None:
-        """No index yet (killed during the worktree's first checkout): the missing files are nobody's deletions."""
+        """No index yet (killed during the worktree's first checkout): the missing files are nobody's deletions; recovery
+        leaves the worktree to the night's checkout, which brings them back."""
         config = _config(tmp_path, repo)
         worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
         (worktree.path / "greet.py").unlink()
-        (Path(git(worktree.path, "rev-parse", "--absolute-git-dir")) / "index").unlink()
+        admin = Path(git(worktree.path, "rev-parse", "--absolute-git-dir"))
+        # Nor marked as the task's: a night marks it once its first checkout is done (marked, its index was lost since).
+        for name in ("index", "overnight-task"):
+            (admin / name).unlink()
         recover(config)
         assert git(repo, "branch", "--list", "overnight-kept/*") == ""
-        assert (worktree.path / "greet.py").exists()
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        assert (worktree.path / "greet.py").exists() and worktree.idle_state() == "clean"
 
     def test_an_idle_worktree_with_only_ignored_debris_is_cleaned_without_a_branch(self, tmp_path: Path, repo: Path) -> None:
         config = _config(tmp_path, repo)

@@ -25,7 +25,7 @@ from orchestrator.night import run_night
 from orchestrator.notes import NotesBook
 from orchestrator.scripted import Reply, call
 from orchestrator.worktree import Worktree
-from tests.conftest import git, sighup_at_its_default, write_config
+from tests.conftest import git, many_slow_files, sighup_at_its_default, smudges_running, write_config
 from tests.test_night import FIX, notes_text, overnight, report_json, worktree
 
 EDIT_THEN_WAIT = [
@@ -436,6 +436,48 @@ class TestCancellation:
         server.enqueue(*FIX, *FIX)
         assert overnight("run", "--config", str(config)) == 0
         assert all(git(worktree(config, name), "status", "--porcelain") == "" for name in ("fix-greet", "also"))
+
+    def test_sigterm_while_a_worktree_is_checked_out_stops_its_git_and_the_next_night_works(self, config_file, server, repo, tmp_path, capsys):
+        """A large repository's first checkout took a minute, and a SIGTERM waited for all of it (cron and systemd
+        kill a stopped job after ~90 s): its git is now killed with its filters, exit 143 at once, the task cancelled
+        (nobody blamed), and the next night checks the worktree out whole and works."""
+        smudges = tmp_path / "smudge.pids"
+        count = 600
+        many_slow_files(repo, count, f"echo $$ >> {smudges}; sleep 0.1")  # a minute to check out, whole
+        config = config_file(model={"request_timeout_s": 60})
+        server.enqueue(Reply(text="thinking", delay_s=30))  # the first request, asked ahead while the checkout runs
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        checked_out = worktree(config) / "data"
+        deadline = time.monotonic() + 60
+        while len(list(checked_out.iterdir()) if checked_out.is_dir() else ()) < 5 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)  # a handful of files out of 600 checked out
+        try:
+            # The checkout left takes a minute at the least (595 files, 0.1 s each, however fast the machine): 40 s
+            # leave a slow, loaded machine its Python's exit (7 s seen at a load of 5 on two CPUs) and still tell.
+            _, stderr = process.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            pytest.fail("40 s after the SIGTERM, the night still waited for the checkout")
+        finally:
+            process.kill()
+        assert process.returncode == 143, stderr
+        assert len(list(checked_out.iterdir())) < count and "Traceback" not in stderr
+        # Neither git nor the filter it ran is left writing into the worktree (the folder may sit in the repository).
+        time.sleep(0.2)
+        assert not smudges_running(smudges)
+        report = report_json(config, capsys)
+        assert (report["run"]["status"], report["run"]["exit_code"]) == ("cancelled", 143)
+        assert [(task["outcome"], task["reason"], task["iterations"]) for task in report["tasks"]] == [("cancelled", "SIGTERM", [])]
+        assert notes_text(config) == ""
+        git(repo, "config", "--remove-section", "filter.slow")  # the next night's checkout at full speed
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert git(worktree(config), "status", "--porcelain") == ""
+        assert len(list(checked_out.iterdir())) == count
+        assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 2
 
     def test_sighup_of_a_closed_terminal_rolls_back_and_exits_129(self, config_file, server, capsys):
         """The terminal a night was started from goes away: SIGHUP, and every log line written after it fails."""

@@ -14,15 +14,16 @@ import git as gitpython
 import pytest
 import structlog
 
+from orchestrator.cancel import CancelToken
 from orchestrator.config import load_config
-from orchestrator.errors import QualityError, StateError
+from orchestrator.errors import Cancelled, QualityError, StateError
 from orchestrator.gc import collect_garbage
 from orchestrator.lock import StateLock
 from orchestrator.recovery import recover_interrupted
 from orchestrator.repository import open_repo
 from orchestrator.worktree import Worktree
 from runs import RunStore
-from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
+from tests.conftest import SAMPLE_FILES, git, make_repo, many_slow_files, smudges_running, write_config
 
 
 def recovery_logs(config) -> list[dict]:
@@ -206,6 +207,57 @@ def test_a_worktree_registered_but_never_checked_out_gets_its_files(repo: Path, 
     git(repo, "worktree", "add", "-q", "--no-checkout", "-b", "overnight/fix", str(path), "HEAD")
     tree = Worktree.ensure(repo, state, "fix", "HEAD")
     assert (tree.path / "greet.py").exists() and tree.idle_state() == "clean"
+
+
+def test_a_cancel_stops_the_first_checkout_and_the_next_ensure_checks_it_out_whole(repo: Path, tmp_path: Path) -> None:
+    """A night cancelled while a worktree's files are checked out (a minute on a large repository) kills the git and
+    what it runs, at once: Cancelled, no index or index lock left, and the next ensure checks every file out."""
+    smudges = tmp_path / "smudge.pids"
+    data = many_slow_files(repo, 300, f"echo $$ >> {smudges}; sleep 0.1")  # half a minute to check out, whole
+    state, cancel = tmp_path / "state", CancelToken()
+    checked_out = state / "worktrees" / "fix" / "data"
+
+    def cancel_once_under_way() -> None:
+        deadline = time.monotonic() + 30
+        while len(list(checked_out.iterdir()) if checked_out.is_dir() else ()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cancelled_at.append(time.monotonic())
+        cancel.cancel("SIGTERM")
+
+    cancelled_at: list[float] = []
+    canceller = threading.Thread(target=cancel_once_under_way)
+    canceller.start()
+    with pytest.raises(Cancelled, match="SIGTERM"):
+        Worktree.ensure(repo, state, "fix", "HEAD", cancel=cancel)
+    # Timed from the cancel, not from the start (a loaded machine may take its time to check out the first files);
+    # what is left of the checkout takes 30 s at the least.
+    assert time.monotonic() - cancelled_at[0] < 15
+    canceller.join()
+    assert len(list(checked_out.iterdir())) < 300
+    admin = repo / ".git" / "worktrees" / "fix"
+    assert not (admin / "index").exists() and not (admin / "index.lock").exists()
+    assert not smudges_running(smudges)
+    git(repo, "config", "--remove-section", "filter.slow")
+    tree = Worktree.ensure(repo, state, "fix", "HEAD", cancel=CancelToken())
+    assert sorted(os.listdir(tree.path / "data")) == sorted(os.listdir(data)) and tree.idle_state() == "clean"
+
+
+def test_recovery_leaves_a_first_checkout_cut_short_to_the_nights_checkout(repo: Path, tmp_path: Path) -> None:
+    """A worktree whose first checkout a cancel or a kill cut short (no index, some files written) holds nothing of
+    anyone's: recovery leaves it, rather than check every file out only to clean it, uncancellable, and the night's
+    ensure checks it out whole."""
+    config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+                                      tasks=[{"name": "fix", "prompt": "p", "check": "true"}]))
+    path = config.state_dir / "worktrees" / "fix"
+    path.parent.mkdir(parents=True)
+    git(repo, "worktree", "add", "-q", "--no-checkout", "-b", "overnight/fix", str(path), "HEAD")
+    (path / "greet.py").write_text("def gr")  # cut off mid-file
+    (repo / ".git" / "worktrees" / "fix" / "index.lock").write_text("")  # a killed git's
+    assert [e["event"] for e in recovery_logs(config) if e.get("task") == "fix"] == ["git_lock_removed"]
+    assert (path / "greet.py").read_text() == "def gr" and not (repo / ".git" / "worktrees" / "fix" / "index.lock").exists()
+    tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
+    assert (tree.path / "greet.py").read_text() == SAMPLE_FILES["greet.py"] and tree.idle_state() == "clean"
+    assert git(repo, "branch", "--list", "overnight-kept/*") == ""
 
 
 def test_a_state_dir_inside_the_checkout_stays_out_of_git_status(repo: Path) -> None:
@@ -869,3 +921,32 @@ class TestPassedSecretsKeptOutOfACommit:
         assert listed[:2] == ["- wip", f"- the log said *** {'x' * 183}..."]
         assert len(listed) == 101 and listed[-1] == "- ... and 52 more"
         assert self.PASSWORD not in git(repo, "log", "-p", "--all")
+
+
+def test_a_persons_edits_in_a_worktree_whose_index_was_lost_are_kept_before_the_checkout(repo: Path, tmp_path: Path) -> None:
+    """A worktree checked out whole once (marked by its night) whose index a person, an agent or git deleted since is no
+    first checkout cut short: recovery keeps the edits in it on a branch of their own, where the night's checkout of a
+    worktree with no index (`reset --hard`) wiped them without a word."""
+    config = load_config(write_config(tmp_path / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo,
+                                      tasks=[{"name": "fix", "prompt": "p", "check": "true"}]))
+    tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
+    (tree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")  # the morning's fix, by hand
+    (tree.path / "notes.txt").write_text("to do\n")
+    (repo / ".git" / "worktrees" / "fix" / "index").unlink()
+    assert "worktree_changes_kept" in [e["event"] for e in recovery_logs(config) if e.get("task") == "fix"]
+    [kept] = git(repo, "branch", "--list", "--format=%(refname:short)", "overnight-kept/fix/*").split()
+    assert "'hello'" in git(repo, "show", f"{kept}:greet.py") and git(repo, "show", f"{kept}:notes.txt") == "to do"
+    assert git(repo, "diff", "--name-only", "HEAD", kept).split() == ["greet.py", "notes.txt"]  # nothing seen as deleted
+    tree = Worktree.ensure(repo, config.state_dir, "fix", "HEAD")
+    assert tree.idle_state() == "clean"
+
+
+def test_a_git_command_fed_stdin_is_fed_it_whole_when_it_may_be_cancelled(tmp_path: Path) -> None:
+    """A command given a cancel token and stdin it reads slowly still gets every byte: communicate, called again after
+    a poll's timeout, would not go on writing what was left (and refuses stdin given again: ValueError)."""
+    from orchestrator.worktree_git import run_git
+
+    git(tmp_path, "init", "-q")
+    slow_reader = ("-c", "alias.count=!sleep 0.5; wc -c", "count")
+    out = run_git(slow_reader, folder=tmp_path, admin=tmp_path / ".git", env={}, timeout_s=60, stdin=b"x" * 3_000_000, cancel=CancelToken())
+    assert out.strip() == "3000000"
