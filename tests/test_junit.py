@@ -26,7 +26,7 @@ from orchestrator.records import Level, Signal
 from orchestrator.scripted import Reply, call
 from runs.views import IterationView, RunView, TaskView
 from tests.conftest import SAMPLE_FILES, git, make_repo, write_config
-from tests.test_night import FIX, overnight, report_json
+from tests.test_night import FIX, a_persons_edit_kept_by_the_next_night, overnight, report_json
 
 TASKS = [
     {"name": "fix-greet", "prompt": "greet() should return 'hello'.", "check": "python check_greet.py"},
@@ -594,13 +594,7 @@ class TestReportJson:
         """A person's edit the next night kept off the task's worktree, beside a year of older kept branches: `report
         --json` names every one of the run's tasks' in `kept_branches`, not another task's (only the text report named
         them, the newest twenty)."""
-        config = config_file(night={"max_iterations": 1})
-        server.enqueue(*FIX)
-        assert overnight("run", "--config", str(config)) == 0
-        with (config.parent / "state" / "worktrees" / "fix-greet" / "greet.py").open("a") as greet:
-            greet.write("# reviewed: keep the spelling test\n")
-        server.enqueue(call("submit", {"summary": "it passes already"}))
-        assert overnight("run", "--config", str(config)) == 0
+        config = a_persons_edit_kept_by_the_next_night(config_file, server)
         [tonight] = git(repo, "branch", "--list", "--format=%(refname:short)", "overnight-kept/fix-greet/*").splitlines()
         older = [f"overnight-kept/fix-greet/2025{month:02d}{day:02d}T000000.000000Z" for month in range(1, 13) for day in (1, 15)]
         for name in [*older, "overnight-kept/another-task/20251201T000000.000000Z"]:

@@ -48,6 +48,19 @@ def report_json(config: Path, capsys: Any) -> dict[str, Any]:
     return json.loads(capsys.readouterr().out)
 
 
+def a_persons_edit_kept_by_the_next_night(config_file: Any, server: Any) -> Path:
+    """The config of two nights: the first fixes fix-greet, a person then edits its worktree, and the second keeps that
+    edit on an `overnight-kept/fix-greet/<time>` branch before it cleans the worktree."""
+    config = config_file(night={"max_iterations": 1})
+    server.enqueue(*FIX)
+    assert overnight("run", "--config", str(config)) == 0
+    with (config.parent / "state" / "worktrees" / "fix-greet" / "greet.py").open("a") as greet:
+        greet.write("# reviewed: keep the spelling test\n")
+    server.enqueue(call("submit", {"summary": "it passes already"}))
+    assert overnight("run", "--config", str(config)) == 0
+    return config
+
+
 def notes_text(config: Path) -> str:
     path = config.parent / "state" / "notes.md"
     return path.read_text() if path.exists() else ""

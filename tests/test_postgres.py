@@ -59,6 +59,20 @@ def open_at_once(url: str, processes: int = 8) -> list[int | None]:
     return [opener.exitcode for opener in openers]
 
 
+def _report_json_as(config: Path, store_url: str) -> Any:
+    """`overnight report --json` run by its CLI with `config`'s store at `store_url` (a role's login)."""
+    import json
+    import subprocess
+    import sys
+
+    with config.open("a") as settings:
+        settings.write(f"\n[store]\nurl = {json.dumps(store_url)}\n")
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), "--json"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+    )
+
+
 def _older_store_and_a_role_not_owning_it(url: str, grants: str, *, read_only: bool) -> str:
     """The store at `url` as an older version left it (no ix_task_runs_work_key), and the URL of a new role granted
     `grants` on its tables, which it does not own (read-only in every transaction, if `read_only`)."""
@@ -430,8 +444,6 @@ class TestSchema:
         made: it read it before that column, and must still (the column read as null, a warning on stderr); it failed
         in one line, exit 4, "cannot execute ALTER TABLE in a read-only transaction" / "must be owner of table runs"."""
         import json
-        import subprocess
-        import sys
 
         from orchestrator.lock import state_identity
         from tests.conftest import write_config
@@ -446,12 +458,7 @@ class TestSchema:
         store.close()
         sql(pg_store_url, "ALTER TABLE runs DROP COLUMN deadline")
         as_role = _older_store_and_a_role_not_owning_it(pg_store_url, "SELECT", read_only=read_only)
-        with config.open("a") as settings:
-            settings.write(f"\n[store]\nurl = {json.dumps(as_role)}\n")
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), "--json"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
-        )
+        done = _report_json_as(config, as_role)
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         assert (report["run"]["id"], report["run"]["deadline"]) == (run, {"at": None, "cut_short": [], "not_started": ["late"]})
@@ -465,8 +472,6 @@ class TestSchema:
         """`overnight report --json` as a read-only role on an older version's store: stdout is the report alone, the
         `store_index_not_added` warning goes to stderr (the report's command had set no logging up: stdout had it)."""
         import json
-        import subprocess
-        import sys
 
         from orchestrator.lock import state_identity
         from tests.conftest import write_config
@@ -478,12 +483,7 @@ class TestSchema:
         store.finish_run(run, status="finished", exit_code=0)
         store.close()
         as_role = _older_store_and_a_role_not_owning_it(pg_store_url, "SELECT", read_only=True)
-        with config.open("a") as settings:
-            settings.write(f"\n[store]\nurl = {json.dumps(as_role)}\n")
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), "--json"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
-        )
+        done = _report_json_as(config, as_role)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["run"]["id"] == run
         assert "store_index_not_added" in done.stderr

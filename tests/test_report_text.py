@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 
 from orchestrator.scripted import call, say
-from tests.test_night import overnight, report_json
+from tests.test_night import a_persons_edit_kept_by_the_next_night, overnight, report_json
 
 # A tool name that, printed raw on a terminal, redraws the failed task's line as succeeded and hides the rest.
 SPOOF = "x\r\x1b[2K\u2714 t1: succeeded \u00b7 overnight/t1 \u00b7 1 iteration(s)\x1b[K\x1b[8m"
@@ -404,15 +404,7 @@ class TestReviewLines:
         it went, and the morning found it gone from the worktree)."""
         import subprocess
 
-        from tests.test_night import FIX
-
-        config = config_file(night={"max_iterations": 1})
-        server.enqueue(*FIX)
-        assert overnight("run", "--config", str(config)) == 0
-        with (config.parent / "state" / "worktrees" / "fix-greet" / "greet.py").open("a") as greet:
-            greet.write("# reviewed: keep the spelling test\n")
-        server.enqueue(call("submit", {"summary": "it passes already"}))
-        assert overnight("run", "--config", str(config)) == 0
+        config = a_persons_edit_kept_by_the_next_night(config_file, server)
         text = text_report(config, capsys).splitlines()
         shown = [line.strip() for line in text[text.index("Changes found in the tasks' worktrees, kept before a night cleaned them (delete each when done):") + 1:]]
         assert len(shown) == 1 and shown[0].startswith("git show overnight-kept/fix-greet/"), text
