@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from orchestrator.add_paths import folders_of
-from orchestrator.overnights_own import was_checked_out_whole
+from orchestrator.overnights_own import first_checkout_cut_short
 from orchestrator.records import KeptOutOfCommit
 from orchestrator.work_paths import untracked
 
@@ -32,7 +32,7 @@ def changes_branch(
     onto: str | None,
 ) -> str | None:
     """The commit on the new `branch` holding what differs from HEAD (see `Worktree.keep_changes`); None if nothing does."""
-    if not (admin / "index").exists() and not was_checked_out_whole(admin):
+    if first_checkout_cut_short(admin):
         # A first checkout cut short: what differs is what it had not written yet. Checked out whole once, the index
         # was lost since (a person or an agent deleted it): what differs from HEAD is someone's, kept as any change.
         return None

@@ -12,7 +12,7 @@ from orchestrator.git_errors import git_reason
 from orchestrator.git_locks import remove_git_locks
 from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
-from orchestrator.overnights_own import is_task_worktree, was_checked_out_whole
+from orchestrator.overnights_own import first_checkout_cut_short, is_task_worktree
 from orchestrator.repository import open_repo
 from orchestrator.task_branches import branch_for
 from orchestrator.vanished_repository import of_a_vanished_repository, settle_orphaned_worktree
@@ -58,7 +58,7 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             log.warning("worktree_folder_kept", task=path.name, why="a worktree of this repository that overnight did not make: left as it is")
             continue
         remove_git_locks(path, path.name, log)
-        if path.name in tasks and not (link / "index").exists() and not was_checked_out_whole(link):
+        if path.name in tasks and first_checkout_cut_short(link):
             # A first checkout cut short (a night cancelled or killed while it ran): nothing in it is anyone's, and the
             # night's Worktree.ensure checks it out whole (first_checkout.py), where a cancel stops it. Cleaned here,
             # it was checked out twice (a status, a reset and a clean of every file), none of it stopped by a signal.

@@ -42,11 +42,12 @@ def mark_as_task_worktree(admin: Path, task: str) -> None:
         pass  # unmarked, it is still the task's while on its branch, as every night leaves it
 
 
-def was_checked_out_whole(admin: Path) -> bool:
-    """Whether a night marked the worktree `admin` registers, which it does only once its first checkout is done: one
-    with no index then lost it since (a person, an agent or git deleted it), and what is in it may be someone's; one
-    unmarked with no index is a first checkout cut short (or an older version's, as it was always taken)."""
-    return _mark_of(admin) is not None
+def first_checkout_cut_short(admin: Path) -> bool:
+    """Whether the worktree `admin` registers is a first checkout cut short (a night cancelled or killed while it ran):
+    no index, and no mark, which a night writes only once its first checkout is done (or an older version's worktree
+    with no index, taken so as it always was). Marked, one with no index lost it since (a person, an agent or git
+    deleted it), and what is in it may be someone's."""
+    return not (admin / "index").exists() and _mark_of(admin) is None
 
 
 def is_task_worktree(admin: Path, task: str) -> bool:
