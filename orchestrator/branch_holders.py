@@ -13,6 +13,7 @@ from typing import Callable
 
 from orchestrator.files import read_regular_file
 from orchestrator.gitdir import branches_held_by_operations, checkouts
+from orchestrator.ref_storage import REFTABLE_HEAD, head_asked, is_reftable
 
 # More than any HEAD git writes ("ref: refs/heads/<name>", or a commit's id).
 _HEAD_MOST_READ = 4096
@@ -20,11 +21,15 @@ _HEAD_MOST_READ = 4096
 
 def head_file(admin: Path) -> str:
     """What the worktree's HEAD file holds ("ref: refs/heads/<branch>", or a commit when detached); "" if unreadable.
-    Read only as a regular file: a pipe the agent put there held the commit for ever, waiting for a writer."""
+    Read only as a regular file: a pipe the agent put there held the commit for ever, waiting for a writer.
+    A reftable repository's HEAD file holds only a placeholder: there git is asked (only there: the placeholder
+    written into a files repository's HEAD is what that HEAD holds, no git process)."""
     try:
-        return read_regular_file(admin / "HEAD", _HEAD_MOST_READ).decode("utf-8", errors="replace").strip()
+        held = read_regular_file(admin / "HEAD", _HEAD_MOST_READ).decode("utf-8", errors="replace").strip()
     except OSError:
         return ""
+    # The admin folder itself tells (a linked worktree's has its own `reftable/` stack): its `commondir` is not read.
+    return head_asked(admin) if held == REFTABLE_HEAD and is_reftable(admin) else held
 
 
 def held_elsewhere(git: Callable[..., str], path: Path, admin: Path, common: Path, branch: str) -> str | None:
@@ -51,7 +56,8 @@ def also_held_elsewhere(admin: Path, common: Path, branch: str) -> str | None:
             # A registration whose folder was deleted (not yet pruned) holds nothing for anyone;
             # a locked one (on a disk not mounted now) still holds it, as git says.
             gone = not folder.is_dir() and not (other / "locked").exists()
-            if (other / "HEAD").read_text(encoding="utf-8", errors="replace").strip() == wanted and not gone:
+            # `gone` first: in a reftable repository head_file is a git process.
+            if not gone and head_file(other) == wanted:
                 return str(folder)
         except OSError:
             continue

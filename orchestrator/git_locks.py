@@ -11,7 +11,9 @@ from typing import Any
 from orchestrator.gitdir import gitdir_link
 from orchestrator.task_branches import branch_for
 
-_GIT_LOCKS = ("index.lock", "HEAD.lock")
+# The worktree's own: in a reftable repository its HEAD lives in the worktree's `reftable/` stack, whose lock a killed
+# commit left fails every later one ("cannot lock references"), as HEAD.lock does on the files backend.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "reftable/tables.list.lock")
 
 
 def remove_git_locks(path: Path, task: str, log: Any) -> None:

@@ -5,7 +5,8 @@ to N task threads at once: a `git rev-parse` or `git worktree list` would be a p
 (milliseconds, in the burst of tasks starting together), and GitPython's readers resolve
 every path they open. Each reader keeps to git's documented layouts (gitrepository-layout,
 the "files" ref backend, index formats 2-4) and leaves anything else to git or GitPython,
-or answers "may be" where the caller then asks git.
+or answers "may be" where the caller then asks git. A reftable repository's refs are asked of
+git (ref_storage.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+
+from orchestrator.ref_storage import REFTABLE_HEAD, commit_asked, is_reftable
 
 
 def branches_held_by_operations(common: Path, exclude: Path | None = None) -> dict[str, tuple[Path, str]]:
@@ -62,7 +65,8 @@ def head_commit(git_dir: Path, common: Path) -> str | None:
 
     A few small reads: `git rev-parse` would be a process, and GitPython's reader resolves every
     path it opens (a dozen `lstat`s each), 0.2 ms, three times an iteration and under the GIL.
-    Anything else (another ref backend, a ref that is not a name) is left to GitPython.
+    Anything else (a ref that is not a name) is left to GitPython. A reftable repository, told by the
+    placeholder its HEAD file holds (so the files backend pays nothing more), is asked of git.
     """
     name = "HEAD"
     try:
@@ -76,6 +80,8 @@ def head_commit(git_dir: Path, common: Path) -> str | None:
                 if OBJECT_NAME.fullmatch(content):
                     return content
                 break
+            if name == "HEAD" and content == REFTABLE_HEAD and is_reftable(common):
+                return commit_asked(git_dir)
             name = content.removeprefix("ref:").strip()
     except (OSError, UnicodeDecodeError):
         pass
@@ -86,6 +92,8 @@ def broken_head_ref(git_dir: Path, common: Path) -> tuple[str, str] | None:
     """(its name, what it holds) when the ref HEAD leads to is there but holds no commit's name (`garbage`
     written into refs/heads/main, a file left empty by a crash); None when it holds one or is not there
     (a branch with no commit yet), and wherever the files do not say (a packed or another backend's ref)."""
+    if is_reftable(common):
+        return None  # a reftable holds object names only: no text to be garbage
     name = "HEAD"
     for _ in range(_SYMREF_DEPTH):
         folder = git_dir if name == "HEAD" or name.startswith(_PER_WORKTREE_REFS) else common

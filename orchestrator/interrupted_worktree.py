@@ -16,6 +16,7 @@ from orchestrator.config import Config
 from orchestrator.foreign_checkout import is_a_repository_of_its_own, made_while_the_agent_ran
 from orchestrator.git_locks import remove_git_locks
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
+from orchestrator.ref_storage import branch_tip
 from orchestrator.task_branches import branch_for
 from orchestrator.vanished_repository import of_a_vanished_repository, settle_orphaned_worktree
 from orchestrator.worktree import Worktree
@@ -42,7 +43,7 @@ def settle_worktree(config: Config, iteration: Any, log: Any, *, agent_began_at:
     remove_git_locks(path, iteration.task_name, log)
     repo = git.Repo(config.repo_path)
     branch = branch_for(iteration.task_name)
-    head = repo.heads[branch].commit.hexsha if branch in repo.heads else ""
+    head = branch_tip(repo, branch) or ""
     made = _iteration_commit_at(repo, head, iteration) if head and head != iteration.checkpoint else None
     if of_a_vanished_repository(repo, path):  # the clone the dead night worked in is gone (a CI workspace)
         settle_orphaned_worktree(config, repo, path, log)

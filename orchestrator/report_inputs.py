@@ -53,9 +53,13 @@ def merge_target(settings: object) -> str:
     try:
         import git
 
+        from orchestrator.ref_storage import checked_out_branch
+
         repo = git.Repo(settings.repo_path)  # type: ignore[attr-defined]
-        checked_out = repo.active_branch.name
-    except Exception:  # detached HEAD, repo moved: the plain name still works in git diff
+        checked_out = checked_out_branch(repo)
+    except Exception:  # repo moved: the plain name still works in git diff
+        return "HEAD"
+    if checked_out is None:  # detached HEAD
         return "HEAD"
     # A task's branch checked out there for review: `git diff overnight/x...overnight/x` is empty.
     return _mainline(repo) if checked_out.startswith(_OWN_BRANCHES) else checked_out
@@ -70,7 +74,9 @@ def _mainline(repo: object) -> str:
         remote_default = ""
     if remote_default and not remote_default.removeprefix("origin/").startswith(_OWN_BRANCHES):
         return remote_default
-    heads = {head.name for head in repo.heads}  # type: ignore[attr-defined]
+    from orchestrator.ref_storage import branch_names
+
+    heads = branch_names(repo)
     return next((name for name in ("main", "master") if name in heads), "HEAD")
 
 

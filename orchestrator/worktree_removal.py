@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from orchestrator.branch_holders import head_file
 from orchestrator.config import Config
 from orchestrator.errors import StateError
 from orchestrator.gitdir import gitdir_link
@@ -54,7 +55,7 @@ def set_aside(config: Config, repo: Any, path: Path, admin: Path, log: Any, why:
 def _registered_head(repo: Any, admin: Path) -> str:
     """The commit a worktree's registration says it is on ("" when that cannot be read)."""
     try:
-        head = (Path(admin) / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+        head = head_file(Path(admin))
         ref = head.removeprefix("ref: ").strip()
         return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}") if ref != head else head
     except Exception:  # an unreadable registration: the files are what matters
