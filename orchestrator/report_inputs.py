@@ -160,6 +160,7 @@ def kept_branches(settings: object, tasks: list[str]) -> list[str]:
     packed-refs, a repository of git's reftable format (`git init --ref-format=reftable`) had none. One git process for
     all the tasks, every kept branch listed and those of `tasks` picked here: a task's name as a for-each-ref pattern
     would be read as a glob."""
+    from orchestrator.surrogates import mend
     from orchestrator.task_branches import KEPT_BRANCH_PREFIX
 
     if not tasks:
@@ -182,4 +183,8 @@ def kept_branches(settings: object, tasks: list[str]) -> list[str]:
         )
         return []
     folders = {f"refs/heads/{KEPT_BRANCH_PREFIX}{task}" for task in tasks}
-    return sorted(ref.removeprefix("refs/heads/") for ref in listed.splitlines() if ref.rpartition("/")[0] in folders)
+    # A name's byte that is not UTF-8 (git takes 0xff) comes as a lone surrogate, which strict JSON parsers refuse:
+    # written as its escape (`\udcff`), as the tools show such a file name (surrogates.py). One ref a line, split on
+    # "\n" alone: git takes U+2028 or U+0085 in a name, where splitlines() cut it in two.
+    refs = listed.split("\n")
+    return sorted(mend(ref.removeprefix("refs/heads/")) for ref in refs if ref.rpartition("/")[0] in folders)

@@ -28,10 +28,36 @@ class StoreConfig(Section):
         if url.get_backend_name() not in ("sqlite", "postgresql"):
             raise ValueError(f"{url.get_backend_name()!r} is not a database overnight can use: sqlite or postgresql")
         if url.get_backend_name() == "sqlite" and ((url.database or ":memory:") == ":memory:" or url.query.get("mode") == "memory"):
-            # Each thread and each later command would see its own empty database.
-            raise ValueError("an in-memory database would not outlive the night; name a file or a server")
+            raise ValueError(_IN_MEMORY)
         _check_driver_arguments(value, url)
+        if url.get_backend_name() == "sqlite":
+            _check_sqlite_uri(value, url)
         return value
+
+
+# Each thread and each later command would see its own empty database.
+_IN_MEMORY = "an in-memory database would not outlive the night; name a file or a server"
+
+
+def _check_sqlite_uri(value: str, url: Any) -> None:
+    """ValueError for a SQLite `file:` URI whose database is not one file every connection shares with waits: in memory
+    however written (`file::memory:`, `mode=memory` inside the database part), or in SQLite's shared cache."""
+    from runs.engine import sqlite_uri_read
+
+    read = sqlite_uri_read(url)
+    if read is None:
+        return
+    path, parameters = read
+    # `file:` alone (or `file://localhost`): a temporary file, gone at close; `vfs=memdb`: SQLite's in-memory files.
+    if path in ("", ":memory:") or parameters.get("mode") == "memory" or parameters.get("vfs") == "memdb":
+        raise ValueError(_IN_MEMORY)
+    if parameters.get("cache") == "shared":
+        # Connections in one shared cache lock tables among themselves and never wait (SQLITE_LOCKED, not BUSY): at
+        # concurrency above 1 a night's writes failed with "database table is locked" whatever the busy timeout.
+        raise ValueError(
+            f"{shown_url(value)!r}: cache=shared makes SQLite fail a write another connection holds a table for "
+            '("database table is locked") instead of waiting for it; drop cache=shared'
+        )
 
 
 def _check_driver_arguments(value: str, url: Any) -> None:

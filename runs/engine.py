@@ -132,9 +132,28 @@ def sqlite_uri_path(database: str) -> str:
     from urllib.parse import unquote
 
     rest = database.removeprefix("file:").split("?", 1)[0].split("#", 1)[0]
-    if rest.startswith("//"):  # an authority (empty or localhost), then the absolute path
-        rest = "/" + rest[2:].partition("/")[2]
+    if rest.startswith("//"):  # an authority (empty or localhost), then the absolute path, if any
+        # `file://localhost` has none: SQLite opens a temporary database there, not the root folder "/".
+        _authority, slash, path = rest[2:].partition("/")
+        rest = slash + path
     return unquote(rest)
+
+
+def sqlite_uri_read(url: Any) -> tuple[str, dict[str, str]] | None:
+    """The path and parameters SQLite reads from the `file:` URI the driver opens for the parsed URL: its query's, and
+    any its database part holds itself (`file:runs.db%3Fcache%3Dshared`, decoded by SQLAlchemy into a `?`), each
+    decoded, the last of a name winning as in SQLite. None where SQLite reads no URI (no `uri=true`, another driver)."""
+    from urllib.parse import unquote
+
+    try:
+        (filename, *_), arguments = url.get_dialect()().create_connect_args(url)
+    except Exception:  # a driver SQLAlchemy cannot load, arguments it cannot take: said where they are checked
+        return None
+    if not (arguments.get("uri") and isinstance(filename, str) and filename.startswith("file:")):
+        return None
+    query = filename.partition("?")[2].partition("#")[0]
+    pairs = (pair.partition("=") for pair in query.split("&") if pair)
+    return sqlite_uri_path(filename), {unquote(name): unquote(value) for name, _, value in pairs}
 
 
 def sqlite_url(path: Path) -> str:

@@ -172,6 +172,40 @@ class TestStoreUrl:
         assert event["event"] == "command_failed" and "[store] url" in event["error"] and query.split("=")[0] in event["error"]
         assert not (tmp_path / "x.db").exists() and not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize(
+        ("url", "said"),
+        [
+            ("sqlite:///file:x.db?cache=shared&uri=true", "cache=shared"),
+            ("sqlite:///file:x.db%3Fcache%3Dshared?uri=true", "cache=shared"),
+            ("sqlite:///file:x.db%3Fmode%3Dmemory?uri=true", "in-memory"),
+            ("sqlite:///file::memory:?uri=true", "in-memory"),
+            ("sqlite:///file:/x.db?vfs=memdb&uri=true", "in-memory"),
+            ("sqlite:///file://localhost?uri=true", "in-memory"),
+        ],
+        ids=[
+            "shared-cache", "shared-cache-in-the-database-part", "memory-in-the-database-part", "memory-uri", "memdb-vfs",
+            "temporary-uri-with-an-authority",
+        ],
+    )
+    @pytest.mark.parametrize("command", ["run", "report"])
+    def test_a_sqlite_database_not_shared_with_waits_is_refused_at_load(self, tmp_path, repo, url, said, command):
+        """A SQLite URI in the shared cache (whose writes fail with "database table is locked" at once, the busy timeout
+        ignored, at concurrency above 1) or in memory however it is written (SQLite's `memdb` files, and the temporary
+        database `file://localhost` names were taken): exit 2 naming `[store] url` and why, one line, before any
+        database or state dir is made."""
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        assert_one_line_error(overnight(command, "--config", str(config)), 2, "[store] url", said)
+        assert not list(tmp_path.glob("x.db*")) and not (tmp_path / "state").exists()
+
+    def test_a_private_cache_is_accepted(self, tmp_path, repo):
+        """`cache=private`, SQLite's default, and a parameter name SQLite does not know (`Cache`: its names are
+        case-sensitive) are no shared cache."""
+        from orchestrator.config import load_config
+
+        for query in ("cache=private", "Cache=shared"):
+            config = config_with(tmp_path, repo, extra=f'[store]\nurl = "sqlite:///file:x.db?{query}&uri=true"\n')
+            assert load_config(config).store.url.endswith(f"{query}&uri=true")
+
     def test_a_uri_query_sqlite_takes_is_accepted(self, tmp_path, repo):
         """`?mode=...&uri=true` is SQLite's own URI syntax: passed to SQLite, not refused."""
         from orchestrator.config import load_config

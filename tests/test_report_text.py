@@ -459,6 +459,52 @@ class TestReviewLines:
         assert heading in text, text
         assert [line.strip() for line in text[text.index(heading) + 1:]] == [f"git show {kept}"], text
 
+    def test_a_kept_branch_whose_name_is_not_utf8_is_named_with_its_bytes_escaped(self, config_file, server, repo, capsys):
+        """A kept branch named with a byte that is not UTF-8 (git takes 0xe9, a Latin-1 `é`): `report --json` is UTF-8 a
+        strict parser takes, the byte written `\\udce9` as a file name's is in the tools' output, and so is the text
+        report's line (it was a lone surrogate in the JSON, which other languages' parsers refuse, and `?` in the text)."""
+        import json
+        import subprocess
+
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        git(repo, "branch", "overnight-kept/fix-greet/20261206T050000.000000Z-caf\udce9")  # the byte 0xe9, as os.fsencode gives it
+        shown = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "report", "--config", str(config), "--json"],
+            capture_output=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        report = json.loads(shown.stdout.decode("utf-8", errors="strict"))
+        json.dumps(report, ensure_ascii=False).encode("utf-8", errors="strict")  # no lone surrogate, escaped or not
+        assert report["kept_branches"] == ["overnight-kept/fix-greet/20261206T050000.000000Z-caf\\udce9"], report
+        text = text_report(config, capsys).splitlines()
+        assert "  git show 'overnight-kept/fix-greet/20261206T050000.000000Z-caf\\udce9'" in text, text
+
+    def test_a_kept_branch_whose_name_holds_a_line_separator_is_named_whole(self, config_file, server, repo, capsys):
+        """A kept branch named with U+2028 or U+0085 (git takes both, as any byte above 0x7f): `report --json` names it
+        whole, and the text report shows the character's escape (each was cut in two there, naming a branch there is
+        not)."""
+        from tests.conftest import git
+        from tests.test_night import FIX
+
+        config = config_file(night={"max_iterations": 1})
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        names = [f"overnight-kept/fix-greet/20261206T05000{n}.000000Z-a{separator}b" for n, separator in enumerate("\u2028\x85")]
+        for name in names:
+            git(repo, "branch", name)
+        assert report_json(config, capsys)["kept_branches"] == names
+        text = text_report(config, capsys).splitlines()
+        heading = "Changes found in the tasks' worktrees, kept before a night cleaned them (delete each when done):"
+        assert [line.strip() for line in text[text.index(heading) + 1:]] == [
+            "git show 'overnight-kept/fix-greet/20261206T050000.000000Z-a\\u2028b'",
+            "git show 'overnight-kept/fix-greet/20261206T050001.000000Z-a\\x85b'",
+        ], text
+
     @pytest.mark.parametrize(
         ("broken", "git_says"), [("another user's", "dubious ownership"), ("a corrupt packed-refs line", "packed-refs")]
     )
