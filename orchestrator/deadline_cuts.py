@@ -2,7 +2,8 @@
 
 A task the deadline ended is `cancelled`, reason `deadline`: cut short when it had begun an iteration (the one in
 flight cancelled at the deadline, or the next refused as unable to finish by then), not started when it had none.
-Told apart from a failure at a glance, and without reading every task's line.
+Told apart from a failure at a glance, and without reading every task's line. A task another worker sharing the store
+held when the deadline came is neither: it is `skipped` (`leased`, or `done_elsewhere`), never this night's to start.
 """
 
 from __future__ import annotations

@@ -40,6 +40,23 @@ def refused(night: Night, run: TaskInNight) -> TaskEnded | None:
     return None
 
 
+def refused_unless_elsewhere(night: Night, run: TaskInNight) -> TaskEnded | None:
+    """A task not yet begun, refused a start (`refused`): recorded as another worker's if one finished it tonight
+    (`done_elsewhere`) or holds its lease now (`leased`), as a task that waited for the lease is when the night
+    stops; else `cancelled`. The morning's report (the deadline's "not started", the exit code) tells what this night
+    left undone, not work another worker had. Asked only of a task refused: other tasks ask nothing more.
+    None too for a held task the night may still wait for (Night.why_stop_waiting: refused only as its slowest
+    iteration could not finish by the deadline, or for its own budget): it waits for the lease as any held task does,
+    and is `done_elsewhere` if its holder finishes it before the night stops, `cancelled` if the lease comes free."""
+    if (ended := refused(night, run)) is None:
+        return None
+    if elsewhere := done_elsewhere(night, run):
+        return elsewhere
+    if not (holder := night.lease_held_elsewhere(run.task)):
+        return ended
+    return leased(run, holder) if night.why_stop_waiting() else None
+
+
 def done_elsewhere(night: Night, run: TaskInNight) -> TaskEnded | None:
     """The task skipped if another worker sharing the store finished it tonight (the work is not done twice), or None."""
     if done_by := night.done_elsewhere(run.work_key):

@@ -19,7 +19,7 @@ from orchestrator.cancel import Deadline, TokenBudget, deadline_after, named_zon
 from orchestrator.config import Config, TaskConfig
 from orchestrator.errors import StateError
 from orchestrator.iteration import first_messages
-from orchestrator.leases import lease_key
+from orchestrator.leases import LeaseHeld, lease_key
 from orchestrator.notes import NotesBook
 from orchestrator.redactor import Redactor
 from orchestrator.tool_schemas import offered, schemas_of
@@ -121,6 +121,13 @@ class Night:
 
     def lease_key(self, task: TaskConfig) -> str:
         return lease_key(task.name, self._repository_key)
+
+    def lease_held_elsewhere(self, task: TaskConfig) -> str:
+        """Who holds the task's lease now, as LeaseHeld names them ("" when it is free): another worker, since this
+        night's own tasks hold only their own leases and its dead nights' were freed by its recovery."""
+        key = self.lease_key(task)
+        holder = self.parts.store.lease_holder(key)
+        return str(LeaseHeld(key, holder)) if holder else ""
 
     def work_key(self, task: TaskConfig) -> str:
         """What the task's work is (see runs.models.TaskRun.work_key): a task renamed, or its prompt or check

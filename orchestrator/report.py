@@ -211,15 +211,23 @@ def badge_signals(task: TaskView) -> tuple[Signal, ...]:
     return task.iterations[-1].signals if task.outcome == "succeeded" and task.iterations else task.signals
 
 
+# A skipped task's `leased`, as the reader is shown it.
+_LEASED_IN_WORDS = "another worker held it when this night stopped"
+
+
 def reason_in_words(task: TaskView) -> str:
     """A task's reason as a reader is shown it: a parked task's names the stop that parked it (not `parked (parked)`),
     its last iteration's reason (as JUnit's type). Not how many in a row: the count goes on across an earlier run of a
     scheduled night and over cancelled iterations, which this run's iterations do not show (notes.md's `parked` entry
     says). A paused task's says what could not be reached and how (`detail`, redacted when recorded), and that it is
-    worked again. Any other reason, and a parked task's with no iterations, as it is."""
+    worked again. A task skipped `leased` says another worker held it. Any other reason, and a parked task's with no
+    iterations, as it is."""
     if task.outcome == "paused" and task.reason:
         detail = f": {shown}" if (shown := shown_detail(task)) else ""
         return f"{task.reason}{detail}; retried next night"
+    if (task.outcome, task.reason) == ("skipped", "leased"):
+        # Not this night's to work: the code alone read as a fault of the task's, or of this night's.
+        return f"{task.reason}: {_LEASED_IN_WORDS}"
     if task.reason != "parked":
         return task.reason
     stopped_by = next((it.reason for it in reversed(task.iterations) if it.reason), "")

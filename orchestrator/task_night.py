@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from orchestrator.config import TaskConfig
-from orchestrator.ended_without_work import done_elsewhere, ended_earlier, leased, refused
+from orchestrator.ended_without_work import done_elsewhere, ended_earlier, leased, refused, refused_unless_elsewhere
 from orchestrator.leases import DEFAULT_TTL_S, LeaseHeld, LeaseKeeper, new_owner
 from orchestrator.records import IterationReport, TaskOutcome
 from orchestrator.task_branches import branch_for
@@ -100,10 +100,10 @@ def _first_try(night: Night, task: TaskConfig) -> TaskSummary | _SetAside:
     whose lease another live worker holds is `done_elsewhere` if the store records the work done, else set aside."""
     run = _begin(night, task)
     # Refused before its first request is asked ahead: a task whose budget the earlier runs spent costs no call.
-    if ended := ended_earlier(night, run) or refused(night, run):
+    if ended := ended_earlier(night, run) or refused_unless_elsewhere(night, run):
         return _finished(night, run, _recorded(night, run, ended))
     try:
-        return _under_lease(night, run, taken=done_elsewhere)
+        return _under_lease(night, run, taken=_taken_first)
     except LeaseHeld as held:
         # The store asked before the first wait, as at each later try: a holder killed between recording the
         # task done and letting its lease go would cost a LEASE_POLL_S for nothing.
@@ -166,6 +166,12 @@ def _finished(night: Night, run: TaskInNight, ended: TaskEnded) -> TaskSummary:
     night.task_ended(ended.reason)
     run.log.info("task_finished", outcome=ended.outcome.value, reason=ended.reason, iterations=ended.begun)
     return TaskSummary(name=run.task.name, outcome=ended.outcome, reason=ended.reason, commit=ended.commit, iterations=ended.reports)
+
+
+def _taken_first(night: Night, run: TaskInNight) -> TaskEnded | None:
+    """A task that took its lease on its first try: skipped if done elsewhere, or refused (asked again: a held task
+    the night could still wait for passed the first refusal, and its lease may have come free since)."""
+    return done_elsewhere(night, run) or refused(night, run)
 
 
 def _taken_again(night: Night, run: TaskInNight) -> TaskEnded | None:

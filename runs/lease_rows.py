@@ -72,6 +72,12 @@ class LeaseRows(StoreTransactions):
         with self._statements("release_lease", after_events=False) as connection:
             connection.execute(delete(Lease).where(Lease.task == task, Lease.owner == owner))
 
+    def lease_holder(self, task: str) -> str | None:
+        """The owner of the task's lease while it has not expired, asked without taking it; None when it is free."""
+        now, _ = self._lease_times(0)
+        with self._reading() as session:
+            return session.scalars(select(Lease.owner).where(Lease.task == task, Lease.expires_at > now)).first()
+
     def leases(self) -> list[LeaseView]:
         with self._reading() as session:
             rows = session.scalars(select(Lease).order_by(Lease.task)).all()

@@ -207,6 +207,17 @@ class TestLeases:
         assert not store.renew_lease("t", "a", 30)
         assert store.renew_lease("t", "b", 30)
 
+    def test_a_leases_holder_is_named_only_while_it_holds_it(self, store: RunStore) -> None:
+        """Asked without taking it, a lease names its owner until it expires or is given back, and nobody after."""
+        assert store.lease_holder("t") is None
+        assert store.acquire_lease("t", "a", 0.2)
+        assert store.lease_holder("t") == "a" and store.lease_holder("other") is None
+        time.sleep(0.3)
+        assert store.lease_holder("t") is None
+        assert store.acquire_lease("t", "b", 30)
+        store.release_lease("t", "b")
+        assert store.lease_holder("t") is None
+
     def test_release_frees_only_ones_own_lease(self, store: RunStore) -> None:
         """Releasing someone else's lease does nothing; releasing one's own frees the task."""
         assert store.acquire_lease("t", "a", 30)

@@ -501,6 +501,64 @@ def once_it_waits(store_file: Path, state_dir: Path, act: Callable[[RunStore, An
         watcher.join()
 
 
+@contextlib.contextmanager
+def once_its_first_task_runs(store_file: Path, state_dir: Path, act: Callable[[RunStore], None] | None) -> Iterator[threading.Event]:
+    """`act(store)` on a thread of its own, with its own store, once the night of `state_dir` has begun its first task
+    (and so after the night began); the event is set once it has acted (within 30 s, or never). None: nothing done."""
+    acted = threading.Event()
+
+    def watch() -> None:
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                run = store.latest_run(state_id=state_identity(state_dir))
+                if run is not None and run.tasks:
+                    act(store)
+                    acted.set()
+                    return
+                time.sleep(0.02)
+        finally:
+            store.close()
+
+    watcher = threading.Thread(target=watch)
+    if act is not None:
+        watcher.start()
+    try:
+        yield acted
+    finally:
+        if act is not None:
+            watcher.join()
+
+
+@contextlib.contextmanager
+def once_it_waits_for(store_file: Path, state_dir: Path, task: str, act: Callable[[RunStore], None]) -> Iterator[threading.Event]:
+    """`act(store)` on a thread of its own, with its own store, once the night of `state_dir` shows `task` waiting for
+    a lease (`running`, `leased`); the event is set once it has acted (within 30 s, or never)."""
+    acted = threading.Event()
+
+    def watch() -> None:
+        store = RunStore.open(f"sqlite:///{store_file}")
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                run = store.latest_run(state_id=state_identity(state_dir))
+                if run is not None and any((t.name, t.outcome, t.reason) == (task, "running", "leased") for t in run.tasks):
+                    act(store)
+                    acted.set()
+                    return
+                time.sleep(0.02)
+        finally:
+            store.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield acted
+    finally:
+        watcher.join()
+
+
 def overnight_run(config: Path) -> subprocess.Popen:
     """`overnight run` as cron starts it, its JSON log on stderr."""
     command = [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"]
@@ -577,8 +635,80 @@ class TestWaitingForALease:
         assert "machine-b" in waited["holder"] and skipped["holder"] == waited["holder"]
         assert waited["task_run_id"] == skipped["task_run_id"]
         assert len(server.requests) == 0
-        [recorded] = report_json(tmp_path / "a" / "overnight.toml", capsys)["tasks"]
+        report = report_json(tmp_path / "a" / "overnight.toml", capsys)
+        [recorded] = report["tasks"]
         assert (recorded["outcome"], recorded["reason"]) == ("skipped", "leased")
+        # The deadline ended the wait, not work of this night's: it cut nothing short and left nothing unstarted.
+        assert (report["run"]["deadline"]["cut_short"], report["run"]["deadline"]["not_started"]) == ([], [])
+
+    @pytest.mark.parametrize(
+        "machine_b, recorded, not_started",
+        [
+            ("holds it", ("skipped", "leased"), []),
+            ("finished it", ("skipped", "done_elsewhere"), []),
+            ("never had it", ("cancelled", "deadline"), ["second"]),
+        ],
+    )
+    def test_a_task_the_deadline_found_unbegun_is_not_started_only_if_no_other_worker_had_it(
+        self, tmp_path: Path, repo: Path, server: Any, capsys, machine_b: str, recorded: tuple[str, str], not_started: list[str]
+    ) -> None:
+        """The deadline comes while this worker's one slot is busy: its next task, which another worker holds (or
+        finished), is recorded as its lease says (`skipped`, `leased`, or `done_elsewhere`), and the report's deadline
+        line does not call it "not started" by this night; one no worker had is `cancelled`, `deadline`, not started."""
+        from tests.test_report_text import CUT_TASKS, text_report
+        from tests.test_unattended import EDIT_THEN_WAIT
+
+        store_file = tmp_path / "shared.db"
+        config = shared_config(tmp_path / "a", repo, server, store_file, tasks=CUT_TASKS, model={"request_timeout_s": 60}, night={"deadline": "06:30"})
+        if machine_b == "holds it":
+            held_by_another_machine(store_file, repo, ttl_s=600, task="second")
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[1])
+
+        def finish_it_while_the_slot_is_busy(store: RunStore) -> None:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            second = store.begin_task(holders_run, name="second", branch="overnight/second", work_key=the_work)
+            store.finish_task(second, outcome="succeeded", commit="c" * 40)
+
+        server.enqueue(*EDIT_THEN_WAIT)
+        act = finish_it_while_the_slot_is_busy if machine_b == "finished it" else None
+        with once_its_first_task_runs(store_file, tmp_path / "a" / "state", act) as acted:
+            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc)))
+        assert acted.is_set() or act is None
+        assert [(t.name, t.outcome.value, t.reason) for t in result.tasks] == [("first", "cancelled", "deadline"), ("second", *recorded)]
+        assert result.exit_code == 1
+        deadline = report_json(config, capsys)["run"]["deadline"]
+        assert (deadline["cut_short"], deadline["not_started"]) == (["first"], not_started)
+        [line] = [line for line in text_report(config, capsys).splitlines() if line.startswith("deadline ")]
+        assert line.endswith(" · cut short: first" + "".join(f" · not started: {name}" for name in not_started))
+        if recorded == ("skipped", "leased"):
+            assert "↷ second: skipped (leased: another worker held it when this night stopped) · overnight/second · 0 iterations" in text_report(config, capsys)
+
+    def test_a_held_task_too_long_for_the_time_left_waits_for_its_holder_to_finish_it(self, tmp_path: Path, repo: Path, server: Any) -> None:
+        """Before the deadline, a task another worker holds, which this night would refuse as its slowest iteration
+        could not finish by then, waits for the lease as any held task does: its holder finishing it before the
+        deadline makes it `done_elsewhere`, and the night exits 0 (not `skipped`, `leased` the moment it was refused)."""
+        store_file = tmp_path / "shared.db"
+        tasks = [{"name": name, "prompt": "p", "check": "true", "tools": ["read_file", "submit"]} for name in ("first", "second")]
+        # The clock runs 600x: start 05:30, deadline 06:30 (6 s). `first`'s iteration takes over 32 min, so the
+        # 28 min or less left then cannot hold another like it.
+        server.enqueue(Reply(tool_calls=call("submit", {"summary": "done"}).tool_calls, delay_s=3.2))
+        config = shared_config(tmp_path / "a", repo, server, store_file, tasks=tasks, night={"deadline": "06:30", "concurrency": 1})
+        held_by_another_machine(store_file, repo, ttl_s=600, task="second")
+        the_work = work_key(repository_key(Repo(repo), "HEAD"), load_config(config).task[1])
+        held = lease_key("second", repository_key(Repo(repo), "HEAD"))
+
+        def finish_it_while_it_waits(store: RunStore) -> None:
+            holders_run = store.begin_run(config_path="b.toml", pid=1, host="machine-b", state_id="b" * 32)
+            second = store.begin_task(holders_run, name="second", branch="overnight/second", work_key=the_work)
+            store.finish_task(second, outcome="succeeded", commit="c" * 40)
+            store.release_lease(held, HOLDER)
+
+        with once_it_waits_for(store_file, tmp_path / "a" / "state", "second", finish_it_while_it_waits) as acted:
+            result = run_in_process(config, now=clock_from(datetime(2026, 11, 30, 5, 30, tzinfo=timezone.utc), speed=600))
+        assert acted.is_set()
+        assert [(t.name, t.outcome.value, t.reason) for t in result.tasks] == [("first", "succeeded", ""), ("second", "skipped", "done_elsewhere")]
+        assert result.exit_code == 0
+        assert len(server.requests) == 1
 
     def test_a_task_whose_holder_died_is_worked_once_its_lease_expires(self, tmp_path: Path, repo: Path, server: Any) -> None:
         """The holder stopped renewing (died): the waiting night takes the lease when it lapses and works the
