@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Callable
 from orchestrator.errors import StateError
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
     from pathlib import Path
 
 
-def publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: object, summary_refused: str = "") -> None:
-    """The JUnit file and the GitHub step summary, from what the store recorded; also after a cancel.
+def publish_for_ci(
+    store: object, junit: Path | None, *, notes: Path, log: object, summary_refused: str = "", zone: tzinfo | None = None,
+) -> None:
+    """The JUnit file and the GitHub step summary, from what the store recorded; also after a cancel. `zone`: the clock
+    the summary shows the deadline on, the morning report's (report_inputs.report_zone).
 
     A failure here (a disk filled in the night, an unwritable $GITHUB_STEP_SUMMARY) is logged,
     and the exit code stays the night's: 143 must still say SIGTERM, 1 still say a task failed.
@@ -37,7 +41,7 @@ def publish_for_ci(store: object, junit: Path | None, *, notes: Path, log: objec
         log.warning("step_summary_skipped", path=summary, reason=reason)  # type: ignore[attr-defined]
     else:
         try:
-            _publish(lambda: append_step_summary(night_run, notes=notes), log)
+            _publish(lambda: append_step_summary(night_run, notes=notes, zone=zone), log)
         except StepSummarySkipped as skipped:  # a file already (nearly) at GitHub's 1 MiB
             log.warning("step_summary_skipped", path=summary, reason=str(skipped))  # type: ignore[attr-defined]
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import tzinfo
 from pathlib import Path
 
+from orchestrator.deadline_cuts import deadline_cuts
 from orchestrator.errors import StateError
 from orchestrator.printable import shortened, visible
 from orchestrator.records import counts_as_succeeded
-from orchestrator.report import MESSAGE_LIMIT, badge_signals, shown_detail
+from orchestrator.report import MESSAGE_LIMIT, badge_signals, deadline_line, shown_detail
 from runs.views import RunView, TaskView, worst_signal
 
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -30,8 +32,9 @@ class StepSummarySkipped(Exception):
     """Nothing was appended, for the reason this carries: logged as `step_summary_skipped`."""
 
 
-def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path | None = None) -> bool:
-    """Append the summary to `path`, else to $GITHUB_STEP_SUMMARY; False when neither is set.
+def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path | None = None, zone: tzinfo | None = None) -> bool:
+    """Append the summary to `path`, else to $GITHUB_STEP_SUMMARY; False when neither is set. `zone`: the clock the
+    deadline is shown on, as `overnight report` shows it (report_inputs.report_zone); this host's when None.
 
     Raises StepSummarySkipped when even the heading and the row that counts the tasks would take the file past
     GitHub's 1 MiB: GitHub would then drop the step's whole summary, the earlier steps' and nights' part too."""
@@ -44,7 +47,7 @@ def append_step_summary(run: RunView, path: Path | None = None, *, notes: Path |
         # Earlier steps' summaries are in files of their own; an earlier night of this step's is in this one.
         held = _held(target)
         room = STEP_SUMMARY_BYTES - held - len(start)
-        summary = start + step_summary(run, notes=notes, room=room)
+        summary = start + step_summary(run, notes=notes, room=room, zone=zone)
         if len(summary.encode("utf-8")) > STEP_SUMMARY_BYTES - held:
             raise StepSummarySkipped(
                 f"the step's summary file holds {held} bytes already: this night's summary would take it past "
@@ -78,22 +81,25 @@ def _ends_mid_line(path: str | Path) -> bool:
         return False
 
 
-def step_summary(run: RunView, *, notes: Path | None = None, room: int = STEP_SUMMARY_BYTES) -> str:
-    """The markdown appended: a heading, one table row per task, where to read why; at most `room` bytes in UTF-8
-    (the rows that would pass it are one last row that counts them), unless the heading alone takes more."""
+def step_summary(run: RunView, *, notes: Path | None = None, room: int = STEP_SUMMARY_BYTES, zone: tzinfo | None = None) -> str:
+    """The markdown appended: a heading, the deadline's line where it ended a task (and leaves room for the row that
+    counts the tasks), one table row per task, where to read why; at most `room` bytes in UTF-8 (the rows that would
+    pass it are one last row that counts them), unless the heading alone takes more."""
     # A task skipped as done already (another worker's, or an earlier run's of this scheduled night) counts as
     # the exit code counts it.
     succeeded = sum(counts_as_succeeded(task.outcome, task.reason) for task in run.tasks)
     exit_text = f", exit {run.exit_code}" if run.exit_code is not None else ""
-    lines = [
-        f"## overnight run #{run.id}: {succeeded}/{len(run.tasks)} task(s) succeeded ({run.status}{exit_text})",
-        "",
-        "| task | outcome | reason | iterations | worst signal | branch / commit |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    heading = [f"## overnight run #{run.id}: {succeeded}/{len(run.tasks)} task(s) succeeded ({run.status}{exit_text})", ""]
+    table = ["| task | outcome | reason | iterations | worst signal | branch / commit |", "| --- | --- | --- | --- | --- | --- |"]
     where = _code(str(notes)) if notes else "the `notes.md` artifact"
     end = ["", f"notes.md: why each iteration was rolled back and what the next one was told: {where} (or `overnight notes`).", ""]
     rows = [_row(task) for task in run.tasks] or ["| (no tasks ran) | | | | | |"]
+    deadline = _deadline_lines(run, zone)
+    # Left out where it would leave no room for the heading and the row that counts the tasks: a file near GitHub's
+    # 1 MiB still gets those (reference.md), rather than nothing.
+    if _size([*heading, *deadline, *table, _more(len(rows)), *end]) > room:
+        deadline = []
+    lines = [*heading, *deadline, *table]
     left = room - _size([*lines, *end])
     if _size(rows) > left:  # only then the row that counts the rest: a summary that fits was cut by its size
         left -= _size([_more(len(rows))])
@@ -102,6 +108,15 @@ def step_summary(run: RunView, *, notes: Path | None = None, room: int = STEP_SU
         shown += 1
     lines += rows[:shown] + ([_more(len(rows) - shown)] if shown < len(rows) else [])
     return "\n".join(lines + end) + "\n"
+
+
+def _deadline_lines(run: RunView, zone: tzinfo | None) -> list[str]:
+    """The report's deadline line and a blank one, where the deadline ended a task: a ⏹️ cancelled row does not say
+    whether the night ran out of time or was stopped. Nothing for a night done before its deadline, or without one."""
+    cuts = deadline_cuts(run)
+    if cuts is None or not cuts.ended_any:
+        return []
+    return [_cell(_literal(deadline_line(cuts, zone))), ""]
 
 
 def _size(lines: list[str]) -> int:

@@ -101,6 +101,7 @@ def run(
     from orchestrator.preflight import check_log_format, check_not_ours, check_writable, fire_time, require_git, summary_refused
     from orchestrator.process_signals import stop_at_once
     from orchestrator.recovery import recover_interrupted
+    from orchestrator.report_inputs import report_zone
     from orchestrator.state_dir_exclude import make_state_dir
     from orchestrator.trimming import trim_notes, trim_runs, trim_transcripts
 
@@ -117,6 +118,9 @@ def run(
         if junit is not None:
             check_not_ours(junit, "--junit", settings, checked.repo)
         summary_refusal = summary_refused(settings, checked.repo)
+        # The step summary names a deadline on the morning report's clock (the night says so when that is UTC in TZ's
+        # place: `deadline_read_in_utc`); without a deadline it shows no time.
+        summary_zone = report_zone(settings, said=False) if settings.night.deadline else None
         make_state_dir(checked.repo, settings.state_dir)  # kept out of `git status` from the start, in the checkout
         with StateLock(settings.state_dir) as lock, night_parts(settings, checked, cancel) as parts:
             parts = dataclasses.replace(parts, check_lock=lock.check_still_held, scheduled_for=fire_at)
@@ -130,7 +134,9 @@ def run(
                 stop_at_once(parts.log, parts.store.begun_run_id)
             finally:
                 night_over()
-                publish_for_ci(parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refusal)
+                publish_for_ci(
+                    parts.store, junit, notes=settings.notes_path, log=parts.log, summary_refused=summary_refusal, zone=summary_zone,
+                )
     raise typer.Exit(result.exit_code)
 
 

@@ -27,6 +27,11 @@ class DeadlineCuts:
     cut_short: tuple[str, ...]
     not_started: tuple[str, ...]
 
+    @property
+    def ended_any(self) -> bool:
+        """Whether it ended a task: only then do the CI reports name it (a night done before its deadline owes it nothing)."""
+        return bool(self.cut_short or self.not_started)
+
     def as_json(self) -> dict[str, Any]:
         return {"at": self.at.isoformat() if self.at else None, "cut_short": list(self.cut_short), "not_started": list(self.not_started)}
 

@@ -4,7 +4,8 @@ One task is one <testcase>: succeeded passes; failed and parked carry a
 <failure> whose message is the iterations' reason codes; paused (the model
 was unreachable) and interrupted (the night died under it) are an <error>,
 because they are the infrastructure's fault, not the task's; cancelled, and
-skipped (leased by another worker, or done by one), are <skipped>. The layout is the common subset that
+skipped (leased by another worker, or done by one), are <skipped>; one the `[night] deadline` ended says so in its
+<skipped>'s text, and the suite's properties name that deadline. The layout is the common subset that
 GitHub's test-report actions, GitLab's `reports: junit` and Jenkins all read:
 <testsuites> around one <testsuite name="overnight">.
 """
@@ -17,9 +18,10 @@ import os
 import re
 import stat
 import xml.etree.ElementTree as ET
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
+from orchestrator.deadline_cuts import DEADLINE, DeadlineCuts, deadline_cuts
 from orchestrator.errors import StateError
 from orchestrator.files import replace_file
 from orchestrator.printable import visible
@@ -67,7 +69,9 @@ def write_junit(run: RunView, path: Path) -> None:
 
 def junit_element(run: RunView) -> ET.Element:
     """The <testsuites> element for `run`; separate from writing so it can be inspected."""
-    cases = [_testcase(task) for task in run.tasks]
+    # Named only where it ended a task: a night done before its deadline has nothing for CI to explain.
+    cuts = cut if (cut := deadline_cuts(run)) and cut.ended_any else None
+    cases = [_testcase(task, cuts) for task in run.tasks]
     verdicts = [_verdict(task) for task in run.tasks]
     counts = {
         "tests": str(len(cases)),
@@ -81,7 +85,8 @@ def junit_element(run: RunView) -> ET.Element:
     if run.host:
         suite.set("hostname", _clean(run.host))
     properties = ET.SubElement(suite, "properties")
-    for name, value in (("run_id", run.id), ("status", run.status), ("exit_code", run.exit_code), ("config", run.config_path)):
+    named = (("run_id", run.id), ("status", run.status), ("exit_code", run.exit_code), ("config", run.config_path))
+    for name, value in (*named, ("deadline", _deadline_instant(cuts) if cuts else None)):
         if value not in (None, ""):
             ET.SubElement(properties, "property", {"name": name, "value": _clean(str(value))})
     suite.extend(cases)
@@ -100,7 +105,12 @@ def _verdict(task: TaskView) -> str:
     return "error"
 
 
-def _testcase(task: TaskView) -> ET.Element:
+def _deadline_instant(cuts: DeadlineCuts) -> str | None:
+    """The deadline in UTC, ISO 8601, as `overnight report --json` has it; None where the run kept no instant."""
+    return cuts.at.astimezone(timezone.utc).isoformat() if cuts.at else None
+
+
+def _testcase(task: TaskView, cuts: DeadlineCuts | None = None) -> ET.Element:
     case = ET.Element("testcase", {"classname": SUITE, "name": _clean(task.name), "time": _seconds(task.started_at, task.finished_at)})
     reasons = _reason_codes(task)
     # A parked task's own reason is `parked`: its type is what kept stopping it (its last iterations'
@@ -112,13 +122,24 @@ def _testcase(task: TaskView) -> ET.Element:
     if verdict == "failure":
         _child(case, "failure", ", ".join(reasons) or last, last, _iteration_lines(task))
     elif verdict == "skipped":
-        ET.SubElement(case, "skipped", {"message": (task.reason or "leased") if task.outcome == "skipped" else "cancelled"})
+        skipped = ET.SubElement(case, "skipped", {"message": (task.reason or "leased") if task.outcome == "skipped" else "cancelled"})
+        if cuts and task.outcome == "cancelled" and task.reason == DEADLINE:
+            # In the body: the message stays `cancelled`, as readers matching it have it.
+            skipped.text = _clean(_ended_by(task, cuts))
     elif verdict == "error":
         why = task.reason or f"task left {task.outcome}"
         _child(case, "error", why, task.reason or task.outcome, _iteration_lines(task))
     where = f"branch: {task.branch}\ncommit: {task.commit or '(none)'}\n"
     ET.SubElement(case, "system-out").text = _clean(where)
     return case
+
+
+def _ended_by(task: TaskView, cuts: DeadlineCuts) -> str:
+    """What the deadline did to `task`: the night ran out of time, which a bare `cancelled` could not tell from a
+    signal or a token budget."""
+    at = _deadline_instant(cuts) or "(its time not recorded)"
+    done = "cut it short" if task.name in cuts.cut_short else "came before it started"
+    return f"the night's deadline {at} {done}"
 
 
 def _child(case: ET.Element, tag: str, message: str, kind: str, body: str) -> None:

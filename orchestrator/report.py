@@ -97,7 +97,7 @@ def as_text(
     header += f" · {counted(run.tokens, 'token')}"
     lines = [header, _tally(run.tasks)] if run.tasks else [header]
     if cuts := deadline_cuts(run):
-        lines.append(_deadline_line(cuts, zone))
+        lines.append(deadline_line(cuts, zone))
     lines.append("")
     for task in run.tasks:
         lines += _task_lines(task)
@@ -154,8 +154,9 @@ def _tally(tasks: Iterable[TaskView]) -> str:
     return f"{succeeded} of {len(tasks)} task(s) succeeded{rest}"
 
 
-def _deadline_line(cuts: DeadlineCuts, zone: tzinfo | None) -> str:
-    """The deadline on the report's clock, and the tasks it ended: the night ran out of time, no fault of theirs."""
+def deadline_line(cuts: DeadlineCuts, zone: tzinfo | None) -> str:
+    """The deadline on the report's clock, and the tasks it ended: the night ran out of time, no fault of theirs.
+    Also the step summary's line (ci_summary), so the job page and the morning report say it alike."""
     at = _short(cuts.at, zone) if cuts.at else "(its time not recorded)"
     ended = [f"{words}: {_names(names)}" for words, names in (("cut short", cuts.cut_short), ("not started", cuts.not_started)) if names]
     return f"deadline {at} · " + (" · ".join(ended) if ended else "no task cut short or left unstarted by it")

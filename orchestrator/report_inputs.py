@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import timezone, tzinfo
 
 
-def report_zone(settings: object) -> tzinfo | None:
+def report_zone(settings: object, *, said: bool = True) -> tzinfo | None:
     """The clock `[night] deadline` is read on (night_state._on_the_schedules_clock): `[schedule] timezone` when it names a
     zone, else None, this host's (TZ honoured). A report in UTC read "ended 05:00 UTC" beside "deadline = 06:00".
 
     A timezone no zone database knows is ConfigError (exit 2), as `run` and `serve` refuse it: the host's clock in its
     place read as the zone asked for. A TZ the C library cannot read is UTC, the clock it falls back to, named so and
-    said once on stderr: glibc names that clock by TZ's first letters (TZ=Not/AZone read `06:00 Not`)."""
+    said once on stderr: glibc names that clock by TZ's first letters (TZ=Not/AZone read `06:00 Not`). Not said where
+    `said` is False: `overnight run`'s step summary, whose night said it already (`deadline_read_in_utc`)."""
     from orchestrator.cancel import unreadable_tz
     from orchestrator.logs import get_logger
 
@@ -27,7 +28,8 @@ def report_zone(settings: object) -> tzinfo | None:
         "TZ names no zone this host knows, nor is it a POSIX rule with an offset under a day: times are in UTC, "
         "the clock the C library falls back to"
     )
-    get_logger().warning("report_times_in_utc", tz=unreadable, why=why)
+    if said:
+        get_logger().warning("report_times_in_utc", tz=unreadable, why=why)
     return timezone.utc
 
 

@@ -546,6 +546,137 @@ class TestStepSummary:
         assert "![" not in row.replace("\\!\\[", "")
 
 
+# Two tasks a deadline can end: names with `_`, which markdown would read as emphasis.
+DEADLINE_TASKS = [
+    {"name": "first_one", "prompt": "p", "check": "python check_greet.py"},
+    {"name": "second_one", "prompt": "p", "check": "python check_greet.py"},
+]
+IN_UTC = '\n[schedule]\ntimezone = "UTC"\n'
+
+
+def stored_run(config: Path) -> RunView:
+    store = open_store(load_config(config))
+    try:
+        run = store.latest_run()
+    finally:
+        store.close()
+    assert run is not None
+    return run
+
+
+def suite_properties(root: ET.Element) -> dict[str | None, str | None]:
+    return {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties").findall("property")}
+
+
+def skipped_message(root: ET.Element, name: str) -> str | None:
+    skipped = case_named(root, name).find("skipped")
+    assert skipped is not None
+    return skipped.get("message")
+
+
+def skipped_text(root: ET.Element, name: str) -> str | None:
+    skipped = case_named(root, name).find("skipped")
+    assert skipped is not None
+    return skipped.text
+
+
+class TestDeadlineInCiReports:
+    def test_a_night_cut_at_its_deadline_says_so_in_the_junit_file_and_the_step_summary(self, config_file, server, tmp_path):
+        """A night cut at its 06:30 deadline: each ended task's <skipped> says the deadline cut it short or came before it
+        started, the suite's properties name the deadline in UTC, and the step summary has the report's deadline line under
+        its heading, markdown-escaped. A CI page showed two bare `cancelled` tasks, no hint the night ran out of time."""
+        from tests.test_unattended import EDIT_THEN_WAIT, clock_from, run_in_process
+
+        config = config_file(tasks=DEADLINE_TASKS, model={"request_timeout_s": 60}, night={"deadline": "06:30"}, extra=IN_UTC)
+        server.enqueue(*EDIT_THEN_WAIT)
+        assert run_in_process(config, now=clock_from(datetime(2026, 11, 30, 6, 29, 58, tzinfo=timezone.utc))).exit_code == 1
+        run = stored_run(config)
+        root = junit_of(run, tmp_path / "junit.xml")
+        assert skipped_message(root, "first_one") == "cancelled" and skipped_text(root, "first_one") == "the night's deadline 2026-11-30T06:30:00+00:00 cut it short"
+        assert skipped_message(root, "second_one") == "cancelled" and skipped_text(root, "second_one") == "the night's deadline 2026-11-30T06:30:00+00:00 came before it started"
+        assert suite_properties(root)["deadline"] == "2026-11-30T06:30:00+00:00"
+        assert root.find("testsuite").get("skipped") == "2"  # still <skipped>, as any cancelled task
+        lines = step_summary(run, zone=timezone.utc).splitlines()
+        assert lines[1:4] == ["", r"deadline 2026-11-30 06:30 UTC · cut short: first\_one · not started: second\_one", ""]
+        assert lines[4].startswith("| task | outcome |")
+
+    def test_overnight_run_begun_after_its_deadline_names_it_in_both_ci_reports(self, config_file, server, tmp_path, monkeypatch):
+        """`overnight run --scheduled-for` an hour after its fire's deadline starts nothing: its --junit file (in UTC) and
+        its step summary (on the `[schedule] timezone`'s clock, as `overnight report`) say the deadline left every task
+        unstarted."""
+        from zoneinfo import ZoneInfo
+
+        fired = (datetime.now(timezone.utc) - timedelta(hours=2)).replace(second=0, microsecond=0)
+        deadline = fired + timedelta(hours=1)
+        local = deadline.astimezone(ZoneInfo("Asia/Kolkata"))
+        config = config_file(tasks=DEADLINE_TASKS, night={"deadline": f"{local:%H:%M}"}, extra='\n[schedule]\ntimezone = "Asia/Kolkata"\n')
+        summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        assert overnight("run", "--config", str(config), "--scheduled-for", fired.isoformat(), "--junit", str(junit)) == 1
+        assert server.requests == []
+        root = ET.parse(junit).getroot()
+        for name in ("first_one", "second_one"):
+            assert skipped_message(root, name) == "cancelled" and skipped_text(root, name) == f"the night's deadline {deadline.isoformat()} came before it started"
+        assert suite_properties(root)["deadline"] == deadline.isoformat()
+        line = summary.read_text(encoding="utf-8").splitlines()[2]
+        assert line == rf"deadline {local:%Y-%m-%d %H:%M} IST · not started: first\_one, second\_one"
+
+    def test_a_night_done_before_its_deadline_or_without_one_adds_nothing_to_the_ci_reports(
+        self, config_file, server, tmp_path, monkeypatch, capsys,
+    ):
+        """A deadline that ended no task (the report names it, with nothing cut) and no deadline at all: the JUnit file has
+        no `deadline` property and the step summary no deadline line; CI has nothing to explain."""
+        from tests.test_night import FIX
+
+        clock = f"{datetime.now(timezone.utc) + timedelta(hours=12):%H:%M}"  # no night of this test's comes near it
+        recorded = []
+        for night in ({"deadline": clock}, {}):
+            config = config_file(night=night, extra=IN_UTC)
+            summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
+            summary.unlink(missing_ok=True)
+            monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+            server.enqueue(*FIX)
+            assert overnight("run", "--config", str(config), "--junit", str(junit)) == 0
+            assert "deadline" not in suite_properties(ET.parse(junit).getroot())
+            text = summary.read_text(encoding="utf-8")
+            assert "deadline" not in text and text.splitlines()[2].startswith("| task | outcome |")
+            recorded.append(report_json(config, capsys)["run"]["deadline"])
+        # The first night had a deadline, recorded (the morning report names it); the second none.
+        assert [bool(deadline and deadline["at"]) for deadline in recorded] == [True, False]
+
+    def test_a_run_that_kept_no_deadline_instant_says_so_and_has_no_deadline_property(self, tmp_path):
+        """A run an older version recorded (no deadline instant) whose task the deadline ended: the message says the
+        deadline did it, its time not recorded, and the suite has no `deadline` property to give an empty value."""
+        root = junit_of(view("cancelled", "deadline"), tmp_path / "junit.xml")
+        assert skipped_message(root, "t") == "cancelled" and skipped_text(root, "t") == "the night's deadline (its time not recorded) cut it short"
+        assert "deadline" not in suite_properties(root)
+        assert step_summary(view("cancelled", "deadline")).splitlines()[2] == "deadline (its time not recorded) · cut short: t"
+
+    def test_a_task_cancelled_otherwise_keeps_its_bare_message(self, tmp_path):
+        """A signal's cancel beside a deadline's: only the deadline's task names it; the other stays `cancelled`."""
+        run = view("cancelled", "deadline")
+        other = replace(run.tasks[0], id=2, name="u", reason="SIGTERM")
+        run = replace(run, tasks=(run.tasks[0], other), deadline=datetime(2024, 5, 1, 6, 30, tzinfo=timezone.utc))
+        root = junit_of(run, tmp_path / "junit.xml")
+        assert (skipped_message(root, "u"), skipped_text(root, "u")) == ("cancelled", None)
+        assert skipped_message(root, "t") == "cancelled" and skipped_text(root, "t") == "the night's deadline 2024-05-01T06:30:00+00:00 cut it short"
+
+    def test_a_file_with_room_for_the_heading_and_the_counting_row_still_gets_them_without_the_deadline_line(self, tmp_path):
+        """reference.md: only a file with no room even for the heading and the row that counts the tasks gets nothing. A
+        file with just that room, whose night the deadline cut, got nothing: the deadline's line took the room."""
+        one = view("cancelled", "deadline").tasks[0]
+        # Long names: the deadline's line (five of them) takes more than a row, and no row fits beside the counting one.
+        tasks = tuple(replace(one, id=n, name=f"{n}{'t' * 63}", branch=f"overnight/{n}{'t' * 63}") for n in range(5))
+        cut = replace(view("cancelled"), tasks=tasks, deadline=datetime(2024, 5, 1, 6, 30, tzinfo=timezone.utc))
+        least = step_summary(replace(cut, tasks=tuple(replace(task, reason="SIGTERM") for task in tasks)), room=0)  # no deadline
+        assert "deadline" in step_summary(cut) and "more task(s)" in least
+        target = tmp_path / "summary.md"
+        target.write_text("x" * (1024 * 1024 - len(least.encode()) - 1) + "\n")
+        append_step_summary(cut, target)
+        added = target.read_text(encoding="utf-8").split("\n", 1)[1]
+        assert target.stat().st_size == 1024 * 1024 and "deadline" not in added and "… and 5 more task(s)" in added
+
+
 class TestStateDirFiles:
     def test_each_file_a_night_leaves_in_the_state_dir_is_a_row_of_the_references_files_table(self, night):
         """What a night leaves in `[state] dir` is each named in reference.md's "Files" table (SQLite's own -wal and -shm aside)."""

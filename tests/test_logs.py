@@ -416,7 +416,8 @@ class TestDeadlineEvents:
     def test_a_deadline_on_the_utc_a_tz_the_c_library_cannot_read_leaves_is_said_once(self, tmp_path, setting, said):
         """TZ=Not/AZone leaves the C library on UTC, and `deadline = "06:30"` was read as UTC's with nothing said: one
         `deadline_read_in_utc` names the TZ and the deadline's instant (+00:00). So for TZ=EST24, whose offset of a day
-        no datetime holds (the night was a traceback, exit 1). A TZ naming a zone says nothing."""
+        no datetime holds (the night was a traceback, exit 1). A TZ naming a zone says nothing; nor does the step
+        summary, which shows the deadline on that clock, say it a second time (`report_times_in_utc`)."""
         from tests.test_report_text import closed_port
         from tests.test_schedule import zone_file
 
@@ -426,6 +427,8 @@ class TestDeadlineEvents:
         night = _json_run(config, {"TZ": setting})
         assert night.exit_code == 3, night.events
         said_so = [e for e in night.events if e["event"] == "deadline_read_in_utc"]
+        # Once: the step summary, which shows that deadline on the same clock, does not say it again.
+        assert "report_times_in_utc" not in [e["event"] for e in night.events]
         if not said:
             assert said_so == []
             return
