@@ -52,6 +52,10 @@ class AskedAhead:
         self._answer: Future[ModelResponse] | None = Future()
         # The first request's call, taken or not: the task's own model is closed once it has ended.
         self._first_call = self._answer
+        if own_model and cancel is not None:
+            # The task's token (a child of the night's) keeps hearing the night's until that call ends: it may
+            # outlive the task, and a signal or the deadline still cuts it.
+            cancel.hold()
         threading.Thread(target=self._ask, args=(self._answer,), name="first-request", daemon=True).start()
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelResponse:
@@ -90,7 +94,12 @@ class AskedAhead:
             # At once if the first call has ended, else when it does: closed under an answer nobody took (the task ended
             # before its first turn, or its first request was another), that call's connection went back to a closed
             # pool and stayed open, and through litellm the clients it streamed on were closed, the answer cut.
-            self._first_call.add_done_callback(lambda _call: self._model.close())
+            self._first_call.add_done_callback(self._closed)
+
+    def _closed(self, _call: Future[ModelResponse]) -> None:
+        self._model.close()
+        if self._cancel is not None:
+            self._cancel.release()
 
     def _ask(self, answer: Future[ModelResponse]) -> None:
         try:

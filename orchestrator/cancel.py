@@ -54,27 +54,63 @@ class CancelToken:
         # Reentrant: `cancel` runs in signal handlers, and a second signal can land inside the first's.
         self._lock = threading.RLock()
         self._hooks: list[Callable[[], None]] = []
+        # Tokens made by `child`, cancelled (and restated) with this one until each is released.
+        self._children: list[CancelToken] = []
+        self._parent: CancelToken | None = None
+        self._holders = 0  # of a child: who still needs its parent's cancel (see `child`, `hold`, `release`)
+        self._why_is_parents = False  # cancelled by its parent: a restated reason is followed
         self.why = ""
 
     def cancel(self, why: str, *, restate: bool = False) -> None:
         """Cancel, saying why; once cancelled, `why` stays, unless `restate` (a signal that
-        comes while the deadline winds the night down: the night then ends as that signal says)."""
+        comes while the deadline winds the night down: the night then ends as that signal says,
+        and so do its children that its cancel cancelled, not one that stopped on its own)."""
+        self._cancel(why, restate=restate, by_parent=False)
+
+    def _cancel(self, why: str, *, restate: bool, by_parent: bool) -> None:
         with self._lock:
             if self._event.is_set():
-                if restate:
-                    self.why = why
-                return
-            self.why = why
-            self._event.set()
-            hooks = list(self._hooks)
+                if not restate or (by_parent and not self._why_is_parents):
+                    return
+                self.why, hooks = why, []
+            else:
+                self.why, self._why_is_parents = why, by_parent
+                self._event.set()
+                hooks = list(self._hooks)
+            children = list(self._children)
         for hook in hooks:
             hook()
+        for child in children:
+            child._cancel(why, restate=restate, by_parent=True)
 
     def child(self) -> "CancelToken":
-        """A token cancelled with this one, and also on its own: one task stopped, not the night."""
+        """A token cancelled with this one, and also on its own: one task stopped, not the night. It stays hooked
+        to this one until released (`release`): a night of `serve` runs many tasks, each child holding its task's
+        model client."""
         child = CancelToken()
-        self.on_cancel(lambda: child.cancel(self.why))
+        child._parent, child._holders = self, 1
+        with self._lock:
+            self._children.append(child)
+            if self._event.is_set():
+                child._cancel(self.why, restate=False, by_parent=True)  # new: no hook or child of its own to call
         return child
+
+    def hold(self) -> None:
+        """One more user of this child that needs its parent's cancel: a call that outlives its task (ahead.py)."""
+        with self._lock:
+            self._holders += 1
+
+    def release(self) -> None:
+        """One user of this child is done with it; once the last is, it is unhooked from its parent (which then
+        no longer holds it, nor what its hooks hold). It can still be cancelled by itself."""
+        with self._lock:
+            self._holders -= 1
+            parent = self._parent if self._holders <= 0 else None
+            if parent is not None:
+                self._parent = None
+        if parent is not None:
+            with parent._lock:
+                parent._children.remove(self)
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call `hook` (from the cancelling thread) when cancelled; at once if already.

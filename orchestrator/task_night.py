@@ -162,7 +162,9 @@ def _recorded(night: Night, run: TaskInNight, ended: TaskEnded) -> TaskEnded:
 
 
 def _finished(night: Night, run: TaskInNight, ended: TaskEnded) -> TaskSummary:
-    """The task's end, told the night (an unreachable model, a spent budget: Night.task_ended) and the log."""
+    """The task's end, told the night (an unreachable model, a spent budget: Night.task_ended) and the log; its
+    token let go of the night's (a first call still out holds it on until that call ends: ahead.py)."""
+    run.cancel.release()
     night.task_ended(ended.reason)
     run.log.info("task_finished", outcome=ended.outcome.value, reason=ended.reason, iterations=ended.begun)
     return TaskSummary(name=run.task.name, outcome=ended.outcome, reason=ended.reason, commit=ended.commit, iterations=ended.reports)

@@ -21,7 +21,7 @@ class TaskInNight:
     log: Any
     # The night's stop, or its lease lost to another worker (this process stalled past the lease's ttl), which
     # ends this task's work and no other's. One for all its tries: each a new child of the night's stayed on it
-    # (a hook every LEASE_POLL_S).
+    # (a hook every LEASE_POLL_S). Released as the task ends (task_night._finished).
     cancel: CancelToken
 
 

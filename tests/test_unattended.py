@@ -169,8 +169,9 @@ class TestCancellation:
         slow_checkout(repo, f"test -e {marker} && sleep 8")
         config = config_file(model={"request_timeout_s": 60})
         server.enqueue(call("write_file", {"path": "greet.py", "content": "half done\n"}), Reply(text="thinking", delay_s=30))
+        # ResourceWarning shown (Python ignores it by default): an unclosed client would be logged as `python_warning`.
         process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
+            [sys.executable, "-W", "default::ResourceWarning", "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         edited = worktree(config) / "greet.py"
@@ -186,6 +187,9 @@ class TestCancellation:
         assert process.returncode == 130, stderr
         assert time.monotonic() - second < 4, "the second Ctrl-C waited for the rollback"
         assert "night_abandoned" in stderr and "Traceback" not in stderr
+        # The abandoned task's model client, its call hung, is not closed, and need not be: the exit is os._exit's, which
+        # runs no finalizer, so no `unclosed` ResourceWarning (`python_warning`) is logged; the kernel closes its socket.
+        assert "python_warning" not in stderr and "unclosed" not in stderr
         # Logged while the night's run exists, it names the run as every such event does (reference.md, "Log events").
         [abandoned] = [json.loads(line) for line in stderr.splitlines() if '"night_abandoned"' in line]
         assert abandoned["run_id"] == 1 and abandoned["exit_code"] == 130
@@ -588,6 +592,24 @@ class TestSignalsAfterTheDeadline:
         signal.raise_signal(signal.SIGINT)
         assert handlers.why == "SIGINT"
 
+    def test_a_tasks_token_follows_the_night_restated_by_a_signal(self, handlers):
+        """A task's token (a child of the night's) reads as the night's does once a signal restates the deadline's stop:
+        the night is recorded `cancelled`, 143, and what a task read from its token after that said `deadline`."""
+        begun = handlers.child()
+        handlers.cancel("deadline")
+        begun_after_the_deadline = handlers.child()  # born cancelled: its reason is the night's too
+        signal.raise_signal(signal.SIGTERM)
+        tokens = (handlers, begun, begun_after_the_deadline, handlers.child())
+        assert [token.why for token in tokens] == ["SIGTERM"] * 4
+
+    def test_a_task_stopped_on_its_own_keeps_its_reason_when_the_night_is_restated(self, handlers):
+        """A lost lease is that task's own stop: neither the deadline nor a later signal renames it."""
+        lost = handlers.child()
+        lost.cancel("lease_lost")
+        handlers.cancel("deadline")
+        signal.raise_signal(signal.SIGTERM)
+        assert (handlers.why, lost.why) == ("SIGTERM", "lease_lost")
+
     def test_a_third_ctrl_c_while_the_second_abandons_the_night_raises_nothing(self, handlers):
         """The second's KeyboardInterrupt abandons the night (`stop_at_once`: a log line, then exit 130); a
         third landing in that log line escaped it, and the exit went on to the rollbacks' threads and a traceback."""
@@ -606,6 +628,43 @@ class TestSignalsAfterTheDeadline:
         night_over()
         signal.raise_signal(signal.SIGINT)
         assert token.why == "SIGINT"
+
+
+class TestTaskTokens:
+    """Each task's token is a child of the night's, hooked to it while the task needs the night's stop."""
+
+    def test_tasks_that_ended_leave_no_hook_on_the_nights_token(self, config_file, server):
+        """A night of several tasks, each with its own model client listening to its token: once they have ended, the
+        night's token holds none of them (`serve` runs many tasks a night; each held its closed client till the end)."""
+        from orchestrator.cancel import CancelToken
+
+        tasks = [{"name": f"t{i}", "prompt": "p", "check": "true", "tools": ["read_file", "submit"]} for i in range(3)]
+        config = config_file(tasks=tasks, night={"concurrency": 2})
+        server.enqueue(*[call("submit", {"summary": "done"})] * 3)
+        nights_stop = CancelToken()
+        result = run_in_process(config, cancel=nights_stop)
+        assert [t.outcome.value for t in result.tasks] == ["succeeded"] * 3
+        # Private (no public count): the night's own hook (the end of its waits), and no task's.
+        assert len(nights_stop._hooks) == 1 and nights_stop._children == []
+
+    def test_a_first_call_that_outlives_its_task_is_still_cut_by_the_nights_stop(self, config_file, server, repo):
+        """A task skipped before its first turn (its branch checked out for review) leaves its first request
+        streaming: its token stays hooked to the night's until that call ends, so a stop cuts it, then lets go."""
+        from orchestrator.cancel import CancelToken
+
+        git(repo, "checkout", "-q", "-b", "overnight/reviewed")  # a person reviews the branch in their checkout
+        config = config_file(tasks=[{"name": "reviewed", "prompt": "p", "check": "true"}])
+        server.enqueue(Reply(text="thinking", delay_s=30))
+        nights_stop = CancelToken()
+        [task] = run_in_process(config, cancel=nights_stop).tasks
+        assert task.reason == "branch_checked_out"
+        assert len(nights_stop._children) == 1, "the first call still out no longer hears the night's stop"
+        started = time.monotonic()
+        nights_stop.cancel("SIGTERM")
+        deadline = time.monotonic() + 10
+        while nights_stop._children and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert nights_stop._children == [] and time.monotonic() - started < 5
 
 
 class TestLogReaderGone:
