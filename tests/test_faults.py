@@ -1735,13 +1735,17 @@ class TestAStateDirOutlivingItsCheckout:
         assert overnight("run", "--config", str(config)) == 0
         self._clone_afresh(tmp_path, repo)
         server.enqueue(call("write_file", {"path": "half.txt", "content": "half done"}), Reply(text="thinking", delay_s=60))
+        asked_before = len(server.requests)
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "run", "--config", str(config), "--log-format", "json"],
             cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         half = tmp_path / "state" / "worktrees" / "fix-greet" / "half.txt"
         try:
-            _wait_for(lambda: half.exists() or proc.poll() is not None, 60, "the agent's file")
+            # Killed once the silent reply is taken too: left queued (a kill before the night's next request), it was
+            # the next night's first answer, and that night's watchdog stopped it.
+            asked_both = lambda: half.exists() and len(server.requests) >= asked_before + 2  # noqa: E731
+            _wait_for(lambda: asked_both() or proc.poll() is not None, 60, "the agent's file and its next request")
             assert proc.poll() is None, "the night ended before it could be killed"
         finally:
             proc.kill()
