@@ -36,19 +36,23 @@ TASKS = [
 SCRIPT = [*FIX, *[call("read_file", {"path": "greet.py"})] * 4, call("submit", {"summary": "done?"})]
 
 
-def run_night(folder: Path, script: list[Reply], tasks: list[dict[str, Any]] = TASKS) -> tuple[int, Path, RunView]:
-    """Run a real night through the CLI against a scripted server; return exit code, config and the stored run."""
-    repo = make_repo(folder / "repo", SAMPLE_FILES)
-    with ScriptedServer(script) as server:
-        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks)
-        code = overnight("run", "--config", str(config), "--log-format", "json")
+def stored_run(config: Path) -> RunView:
     store = open_store(load_config(config))
     try:
         run = store.latest_run()
     finally:
         store.close()
     assert run is not None
-    return code, config, run
+    return run
+
+
+def run_night(folder: Path, script: list[Reply], tasks: list[dict[str, Any]] = TASKS) -> tuple[int, Path, RunView]:
+    """Run a real night through the CLI against a scripted server; return exit code, config and the stored run."""
+    repo = make_repo(folder / "repo", SAMPLE_FILES)
+    with ScriptedServer(script) as server:
+        config = write_config(folder / "overnight.toml", api_base=server.url, repo=repo, tasks=tasks)
+        code = overnight("run", "--config", str(config), "--log-format", "json")
+    return code, config, stored_run(config)
 
 
 @pytest.fixture(scope="module")
@@ -552,16 +556,6 @@ DEADLINE_TASKS = [
     {"name": "second_one", "prompt": "p", "check": "python check_greet.py"},
 ]
 IN_UTC = '\n[schedule]\ntimezone = "UTC"\n'
-
-
-def stored_run(config: Path) -> RunView:
-    store = open_store(load_config(config))
-    try:
-        run = store.latest_run()
-    finally:
-        store.close()
-    assert run is not None
-    return run
 
 
 def suite_properties(root: ET.Element) -> dict[str | None, str | None]:

@@ -474,9 +474,11 @@ def held_by_another_machine(store_file: Path, repo: Path, *, ttl_s: float, task:
 
 
 @contextlib.contextmanager
-def once_it_waits(store_file: Path, state_dir: Path, act: Callable[[RunStore, Any], None]) -> Iterator[threading.Event]:
-    """`act(store, run)` on a thread of its own, with its own store, once the night of `state_dir` shows its first
-    task waiting for a lease (`running`, `leased`); the event is set once it has acted (within 30 s, or never)."""
+def once_the_night_shows(
+    store_file: Path, state_dir: Path, shown: Callable[[Any], bool], act: Callable[[RunStore, Any], None] | None
+) -> Iterator[threading.Event]:
+    """`act(store, run)` on a thread of its own, with its own store, once the stored run of the night of `state_dir`
+    is `shown`; the event is set once it has acted (within 30 s, or never). None: nothing watched, nothing done."""
     acted = threading.Event()
 
     def watch() -> None:
@@ -485,36 +487,8 @@ def once_it_waits(store_file: Path, state_dir: Path, act: Callable[[RunStore, An
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 run = store.latest_run(state_id=state_identity(state_dir))
-                if run is not None and run.tasks and run.tasks[0].reason == "leased":
-                    act(store, run)
-                    acted.set()
-                    return
-                time.sleep(0.05)
-        finally:
-            store.close()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        yield acted
-    finally:
-        watcher.join()
-
-
-@contextlib.contextmanager
-def once_its_first_task_runs(store_file: Path, state_dir: Path, act: Callable[[RunStore], None] | None) -> Iterator[threading.Event]:
-    """`act(store)` on a thread of its own, with its own store, once the night of `state_dir` has begun its first task
-    (and so after the night began); the event is set once it has acted (within 30 s, or never). None: nothing done."""
-    acted = threading.Event()
-
-    def watch() -> None:
-        store = RunStore.open(f"sqlite:///{store_file}")
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                run = store.latest_run(state_id=state_identity(state_dir))
-                if run is not None and run.tasks:
-                    act(store)
+                if run is not None and shown(run):
+                    act(store, run)  # type: ignore[misc]
                     acted.set()
                     return
                 time.sleep(0.02)
@@ -531,32 +505,26 @@ def once_its_first_task_runs(store_file: Path, state_dir: Path, act: Callable[[R
             watcher.join()
 
 
-@contextlib.contextmanager
-def once_it_waits_for(store_file: Path, state_dir: Path, task: str, act: Callable[[RunStore], None]) -> Iterator[threading.Event]:
-    """`act(store)` on a thread of its own, with its own store, once the night of `state_dir` shows `task` waiting for
-    a lease (`running`, `leased`); the event is set once it has acted (within 30 s, or never)."""
-    acted = threading.Event()
+def once_it_waits(store_file: Path, state_dir: Path, act: Callable[[RunStore, Any], None]) -> contextlib.AbstractContextManager[threading.Event]:
+    """`act(store, run)` once the night shows its first task waiting for a lease (`running`, `leased`)."""
+    return once_the_night_shows(store_file, state_dir, lambda run: bool(run.tasks) and run.tasks[0].reason == "leased", act)
 
-    def watch() -> None:
-        store = RunStore.open(f"sqlite:///{store_file}")
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                run = store.latest_run(state_id=state_identity(state_dir))
-                if run is not None and any((t.name, t.outcome, t.reason) == (task, "running", "leased") for t in run.tasks):
-                    act(store)
-                    acted.set()
-                    return
-                time.sleep(0.02)
-        finally:
-            store.close()
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        yield acted
-    finally:
-        watcher.join()
+def once_its_first_task_runs(
+    store_file: Path, state_dir: Path, act: Callable[[RunStore], None] | None
+) -> contextlib.AbstractContextManager[threading.Event]:
+    """`act(store)` once the night has begun its first task (and so after the night began); None: nothing done."""
+    return once_the_night_shows(store_file, state_dir, lambda run: bool(run.tasks), act and (lambda store, _run: act(store)))
+
+
+def once_it_waits_for(
+    store_file: Path, state_dir: Path, task: str, act: Callable[[RunStore], None]
+) -> contextlib.AbstractContextManager[threading.Event]:
+    """`act(store)` once the night shows `task` waiting for a lease (`running`, `leased`)."""
+    waiting = (task, "running", "leased")
+    return once_the_night_shows(
+        store_file, state_dir, lambda run: any((t.name, t.outcome, t.reason) == waiting for t in run.tasks), lambda store, _run: act(store)
+    )
 
 
 def overnight_run(config: Path) -> subprocess.Popen:
