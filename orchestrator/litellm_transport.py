@@ -25,16 +25,24 @@ _DONE_EVENT = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
 class LiteLLMTransport:
     """`litellm.completion` for any provider it knows."""
 
-    # litellm caches its clients for the whole process, so every task's transport uses the same ones: they are closed
-    # when the last transport open closes, not by one task ending while another's answer still streams on them.
+    # For routes it makes no openai SDK client for us (see `_owns_its_client`), litellm caches its clients for the whole
+    # process, so every such transport uses the same ones: they are closed when the last of those open closes, not by one
+    # task ending while another's answer still streams on them.
     _open_lock = threading.Lock()
     _open = 0
 
     def __init__(self, config: ModelConfig) -> None:
         self._litellm = litellm_module()
         self._closed = False
-        with LiteLLMTransport._open_lock:
-            LiteLLMTransport._open += 1
+        self._config = config
+        # The openai SDK client this transport makes, passes to litellm and closes itself: litellm's process-wide cache,
+        # filled without a lock, kept one of the clients made by tasks' first calls at once and left the others' sockets open.
+        self._owns_client = _owns_its_client(config, self._litellm)
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+        if not self._owns_client:
+            with LiteLLMTransport._open_lock:
+                LiteLLMTransport._open += 1
         self._settings: dict[str, Any] = {
             # litellm's own default is 6000 s; this is also the per-read silence limit.
             "timeout": config.request_timeout_s,
@@ -52,7 +60,9 @@ class LiteLLMTransport:
     def send(self, request: dict[str, Any], *, stream: bool) -> Any:
         litellm = self._litellm
         try:
-            raw = litellm.completion(**request, **self._settings)
+            client = self._own_client() if self._owns_client else None
+            settings = self._settings if client is None else {**self._settings, "client": client}
+            raw = litellm.completion(**request, **settings)
         except Exception as exc:
             raise self._translate(exc) from exc
         if not stream:
@@ -65,7 +75,14 @@ class LiteLLMTransport:
         """litellm's cached clients that hold connections closed, and taken out of its cache so a later night in this process
         makes new ones: left to the garbage collector at exit, a connection kept alive after an error answer was Python's
         plain `ResourceWarning: unclosed <socket.socket ...>` line after the night's last JSON line. Only by the last
-        transport open (see `_open`); held under the lock so no other transport sends on a client being closed."""
+        transport open (see `_open`); held under the lock so no other transport sends on a client being closed.
+        A transport that made its own client (`_own_client`) closes that one only."""
+        if self._owns_client:
+            with self._client_lock:
+                client, self._client = self._client, None
+            if client is not None:
+                client.close()
+            return
         with LiteLLMTransport._open_lock:
             if self._closed:
                 return
@@ -73,6 +90,25 @@ class LiteLLMTransport:
             LiteLLMTransport._open -= 1
             if LiteLLMTransport._open == 0:
                 self._close_cached_clients()
+
+    def _own_client(self) -> Any:
+        """This transport's openai SDK client, made on its first call (its lock held: a task's call asked ahead and its
+        own first turn may both be first). A call after `close` makes a fresh one, as litellm's emptied cache did;
+        only a later `close` closes it."""
+        import openai
+        from litellm.llms.openai.common_utils import BaseOpenAILLM
+
+        with self._client_lock:
+            if self._client is None:
+                self._client = openai.OpenAI(
+                    base_url=self._config.api_base,
+                    api_key=self._settings["api_key"],
+                    timeout=self._config.request_timeout_s,
+                    max_retries=0,
+                    # The HTTP client litellm would make: its SSL settings (SSL_VERIFY, SSL_CERT_FILE), redirects followed.
+                    http_client=BaseOpenAILLM.get_sync_http_client(),
+                )
+            return self._client
 
     def _close_cached_clients(self) -> None:
         cache = getattr(self._litellm, "in_memory_llm_clients_cache", None)
@@ -149,6 +185,27 @@ class LiteLLMTransport:
         if isinstance(exc, json.JSONDecodeError) or (isinstance(exc, RecursionError) and "JSON" in message):
             return TransportError(GARBLED, f"the server sent something that is not JSON ({message})")
         return exc
+
+
+def _owns_its_client(config: ModelConfig, litellm: Any) -> bool:
+    """Whether litellm sends `config`'s calls through an openai SDK client it would take from us (`client=`): its "openai"
+    provider with an `api_base` (litellm/main.py passes `client` on to OpenAIChatCompletion._get_openai_client, which
+    uses it as given and neither caches nor closes it). Other providers keep litellm's own clients, and its cache."""
+    if not config.api_base:
+        return False
+    try:
+        provider = litellm.get_llm_provider(model=config.name, api_base=config.api_base)[1]
+    except Exception:  # unroutable: the call says so, as it did
+        return False
+    return provider == "openai" and not _base_handler_on()
+
+
+def _base_handler_on() -> bool:
+    # litellm then sends "openai" calls through its own HTTP handler, which takes no openai SDK client. Read as
+    # litellm/main.py reads it (only "true" counts): a reading of our own ("1") disagreed and kept the leaking path.
+    from litellm.secret_managers.main import get_secret_bool
+
+    return bool(get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"))
 
 
 def _wrapped_failure(exc: Exception, litellm: Any) -> Exception | None:

@@ -217,3 +217,40 @@ def test_a_tasks_own_model_is_closed_after_the_answer_its_other_first_request_dr
         gc.collect()
     assert len(unused) == 1 and unused[0] > 300, unused  # read whole, not cut by the close
     assert [str(warning.message) for warning in seen if issubclass(warning.category, ResourceWarning)] == []
+
+
+@pytest.mark.parametrize("base_handler_flag", [None, "1"])  # "1" is not litellm's "true": its openai route is unchanged
+def test_tasks_first_calls_at_once_through_litellm_leave_no_connection_open(
+    base_handler_flag: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four tasks' first calls through litellm at once, each answered 503, leave no connection open once their models
+    are closed: litellm's process-wide client cache, filled without a lock, kept one of the four clients those calls
+    made, and the others' kept-alive sockets were left to the collector (`ResourceWarning: unclosed <socket>`)."""
+    if base_handler_flag is not None:
+        monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", base_handler_flag)
+    with ScriptedServer([Reply(status=503)] * 4) as server, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        config = ModelConfig(name="openai/scripted", api_base=server.url, request_timeout_s=10, retries=0, transport="litellm")
+        night_model = EndpointModel(config, cancel=CancelToken())
+        task_models = [night_model.for_task(CancelToken()) for _ in range(4)]
+        all_ready = threading.Barrier(4)
+        failures: list[str] = []  # not the errors: their causes hold the clients, kept from the collector
+
+        def first_call(model: EndpointModel) -> None:
+            all_ready.wait()
+            try:
+                model.complete(MESSAGES, TOOLS)
+            except ModelUnreachable as failure:
+                failures.append(str(failure))
+
+        threads = [threading.Thread(target=first_call, args=(model,)) for model in task_models]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for model in [*task_models, night_model]:
+            model.close()
+        del task_models, night_model, threads
+        gc.collect()
+    assert len(failures) == 4, failures
+    assert [str(warning.message) for warning in seen if issubclass(warning.category, ResourceWarning)] == []
