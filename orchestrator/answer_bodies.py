@@ -1,10 +1,11 @@
 """What a server's answer holds, read alike by both transports: JSON as attribute namespaces, an `error` in it,
-an error body's message, and a whole body's answers (events or one JSON response)."""
+an error body's message and kind (from one parse), and a whole body's answers (events or one JSON response)."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -55,10 +56,10 @@ def answer_of(payload: bytes) -> Any:
     error = getattr(answer, "error", None)
     # "error": null, "" or {} in a normal answer is no error (the openai SDK reads it so too).
     if vars(error) if isinstance(error, SimpleNamespace) else error:
-        message = error_message(payload.decode("utf-8", "replace")) or payload[:200].decode("utf-8", "replace")
+        said = read_error_body(payload.decode("utf-8", "replace"), fallback=payload[:200].decode("utf-8", "replace"))
         # Its own code when that is an HTTP error status; without one, a fault of the server's (retried).
         status = http_status(getattr(error, "code", None)) or 500
-        raise TransportError(error_kind(payload.decode("utf-8", "replace"), message), message, status)
+        raise TransportError(said.kind, said.message, status)
     return answer
 
 
@@ -85,24 +86,28 @@ def json_as_namespaces(data: str | bytes) -> Any:
         raise TransportError(GARBLED, f"the server sent something that is not JSON: {str(data)[:120]!r}") from exc
 
 
-def error_message(text: str) -> str:
-    """The message of an OpenAI-style error body, or the body itself, on one line."""
+@dataclass(frozen=True)
+class ErrorBody:
+    """What an error body says: its message, on one line, and the kind of failure it reports."""
+
+    message: str
+    kind: str
+
+
+def read_error_body(text: str, fallback: str) -> ErrorBody:
+    """An OpenAI-style error body's message (the body itself, on one line, when it is not JSON; `fallback` when
+    that is empty) and its kind: a full window where its `type` names one (llama.cpp's exceed_context_size_error,
+    however its message is worded), else what its message says. The body is parsed once: it may be huge."""
     try:
         body = json.loads(text)
     except _NOT_READABLE:
-        return " ".join(text.split())[:500]
+        message = _one_line(text) or fallback
+        return ErrorBody(message, kind_of(message))
     error = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(error, dict):
-        error = error.get("message") or error
-    return " ".join(str(error).split())[:500]
+    said = (error.get("message") or error) if isinstance(error, dict) else error
+    message = _one_line(str(said)) or fallback
+    return ErrorBody(message, CONTEXT_FULL if names_full_window(error) else kind_of(message))
 
 
-def error_kind(text: str, message: str) -> str:
-    """The kind of failure an error body reports: a full window where its `type` names one (llama.cpp's
-    exceed_context_size_error, however its message is worded), else what its message says."""
-    try:
-        body = json.loads(text)
-    except _NOT_READABLE:
-        return kind_of(message)
-    error = body.get("error", body) if isinstance(body, dict) else None
-    return CONTEXT_FULL if names_full_window(error) else kind_of(message)
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]

@@ -10,7 +10,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from orchestrator.answer_bodies import OneChunk, answers_in_body, error_kind, error_message
+from orchestrator.answer_bodies import OneChunk, answers_in_body, read_error_body
 from orchestrator.http_headers import media_type_of, retry_after_seconds
 from orchestrator.sse_events import Events
 from orchestrator.transports import (
@@ -169,9 +169,8 @@ _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
 
 
 def _status_error(status: int, body: bytes, retry_after: float | None = None) -> TransportError:
-    text = body.decode("utf-8", "replace")
-    message = error_message(text) or f"HTTP {status}"
-    return TransportError(error_kind(text, message), message, status, retry_after)
+    said = read_error_body(body.decode("utf-8", "replace"), fallback=f"HTTP {status}")
+    return TransportError(said.kind, said.message, status, retry_after)
 
 
 def _not_a_chat_answer(response: http.client.HTTPResponse) -> str | None:

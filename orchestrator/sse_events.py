@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.client
 from typing import Any, Iterator
 
-from orchestrator.answer_bodies import answer_of, error_kind, error_message
+from orchestrator.answer_bodies import answer_of, read_error_body
 from orchestrator.transports import CONNECTION, KEEPALIVE, NETWORK_ERRORS, TOO_LONG, TransportError, network_error
 
 
@@ -94,8 +94,8 @@ def _take_line(line: bytes, data: list[bytes]) -> bytes | None:
         data.append(line[5:].removeprefix(b" "))
     elif line.startswith(b"error:"):  # llama-server reports a failure mid-stream this way
         text = line[6:].decode("utf-8", "replace")
-        message = error_message(text) or text.strip()
-        raise TransportError(error_kind(text, message), message)
+        said = read_error_body(text, fallback=text.strip())
+        raise TransportError(said.kind, said.message)
     elif not line and data:
         payload = b"\n".join(data).strip()
         data.clear()

@@ -158,6 +158,40 @@ class TestErrorsInA200:
         assert len(retries) == 1 and "upstream crashed" in retries[0][1]
 
 
+class TestAnErrorBodyIsReadOnce:
+    """An error body's message and its kind come from one parse of it: a huge body (a proxy's page, a server's
+    dump) was parsed twice, once for each. Counted with a spy on the standard library's json.loads (no module
+    of ours is replaced): the body's text reaching it is the parse that matters."""
+
+    def parses_of(self, monkeypatch, body: str) -> list[str]:
+        parsed: list[str] = []
+        real_loads = json.loads
+
+        def counting_loads(text, *args, **kwargs):
+            if text == body:
+                parsed.append(text)
+            return real_loads(text, *args, **kwargs)
+
+        monkeypatch.setattr(json, "loads", counting_loads)
+        return parsed
+
+    @pytest.mark.parametrize("where", ["status-400", "error-line"])
+    def test_a_full_window_named_by_its_type_is_read_from_one_parse(self, raw_server, monkeypatch, where):
+        """An error body naming a full window only by its `type` (a 400, or llama-server's `error:` line mid-stream)
+        is context_overflow with its message as evidence: both read from one parse of the body."""
+        body = json.dumps({"error": {"message": "prompt of 5000 tokens does not fit in 4096", "type": "exceed_context_size_error"}})
+        if where == "status-400":
+            answer, parsed_text = response_head("400 Bad Request", "application/json", length=len(body)) + body.encode(), body
+        else:
+            answer, parsed_text = response_head() + sse(delta(content="Hel")) + b"error: " + body.encode() + b"\n\n", " " + body
+        server = raw_server(lambda client, head: client.sendall(answer))
+        parsed = self.parses_of(monkeypatch, parsed_text)
+        with pytest.raises(QualityError) as stop:
+            make_model(server.url)[0].complete(MESSAGES, [])
+        assert stop.value.reason == "context_overflow" and "does not fit in 4096" in stop.value.evidence
+        assert len(parsed) == 1
+
+
 class TestWholeAnswerToAStreamRequest:
     def test_a_server_that_does_not_stream_is_read_whole_by_both_transports(self, raw_server, transport):
         """Asked for a stream, a server answering one JSON response is read as one chunk through litellm too
