@@ -82,6 +82,12 @@ def command_environment(cwd: Path, extra_env: Mapping[str, str] | None, pass_env
     return env
 
 
+def worktree_git_environment() -> dict[str, str]:
+    """What overnight's own git gets when it works in a task's worktree or repository: the base environment,
+    unattended, with the worktree's git config (no identity, no mark: those are the agent's commands')."""
+    return {**base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV}
+
+
 def base_environment() -> dict[str, str]:
     """overnight's environment without INHERITED_GIT_VARIABLES: what its commands and its git start from."""
     env = dict(os.environ)

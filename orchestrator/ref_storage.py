@@ -13,7 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from orchestrator.command_environment import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
+from orchestrator.command_environment import worktree_git_environment
 from orchestrator.files import read_regular_file
 
 # `[extensions]` then `refStorage = <format>` (git config keys and section names are case-insensitive).
@@ -60,7 +60,7 @@ def _git(git_dir: Path, *args: str) -> str | None:
     """git's output for `args` in the git dir `git_dir` (a linked worktree's own is one too); None when it fails.
     With the environment of overnight's other git (no inherited GIT_DIR or `-c` settings, no hooks, no fsmonitor,
     nothing waiting for a person): the repository, and the worktree's admin folder, may be hostile."""
-    env = {**base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV}
+    env = worktree_git_environment()
     try:
         done = subprocess.run(
             ["git", f"--git-dir={git_dir}", *args], cwd=git_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from orchestrator import search
-from orchestrator.command_environment import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment, git_ceilings
+from orchestrator.command_environment import git_ceilings, worktree_git_environment
 from orchestrator.file_reading import BINARY_SNIFF_BYTES
 from orchestrator.gitdir import is_git
 from orchestrator.records import ToolResult
@@ -111,7 +111,7 @@ def ignored_under(root: Path, target: Path) -> set[str]:
     paths below `target`'s own: generated output (build/, dist/) that would crowd out the
     project's own lines. Empty when `target` is itself ignored (searched as asked), or git cannot
     tell (the agent broke the worktree's .git link: everything is searched, as before)."""
-    env = {**base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, "GIT_CEILING_DIRECTORIES": git_ceilings(root), "GIT_OPTIONAL_LOCKS": "0"}
+    env = {**worktree_git_environment(), "GIT_CEILING_DIRECTORIES": git_ceilings(root), "GIT_OPTIONAL_LOCKS": "0"}
     try:
         listed = subprocess.run(
             ["git", "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],

@@ -180,7 +180,7 @@ def _taken_again(night: Night, run: TaskInNight) -> TaskEnded | None:
     """A set-aside task that now holds its lease: its row running again, then skipped if done elsewhere, or
     refused (asked once the lease is free: the wait may have used the time left, see Night.why_stop_waiting)."""
     night.parts.store.resume_task(run.task_run_id)
-    return done_elsewhere(night, run) or refused(night, run)
+    return _taken_first(night, run)
 
 
 def _wait_for_lease(night: Night, waiting: _Waiting, *, first: bool) -> TaskSummary | _SetAside:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.command_environment import UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
+from orchestrator.command_environment import worktree_git_environment
 from orchestrator.config import Config
 from orchestrator.gitdir import admin_dir, gitdir_link
 from orchestrator.task_branches import branch_for
@@ -47,7 +47,7 @@ def _holds_only_its_branch(repo: Any, path: Path, branch: str, keep: tuple[str, 
 
     with tempfile.TemporaryDirectory(prefix="overnight-orphan-") as scratch:
         env = {
-            **base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV,
+            **worktree_git_environment(),
             "GIT_DIR": str(repo.common_dir), "GIT_WORK_TREE": str(path), "GIT_INDEX_FILE": os.path.join(scratch, "index"),
         }
 

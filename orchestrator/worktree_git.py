@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.command_environment import GIT_IDENTITY, UNATTENDED_ENV, WORKTREE_GIT_ENV, base_environment
+from orchestrator.command_environment import GIT_IDENTITY, worktree_git_environment
 from orchestrator.errors import Cancelled
 from orchestrator.process_groups import kill_group
 
@@ -29,7 +29,7 @@ _CANCEL_POLL_S = 0.1
 
 def worktree_env(path: Path, admin: Path) -> dict[str, str]:
     """The environment of git in the worktree at `path`: no discovery from its folder, whatever `.git` holds."""
-    return {**base_environment(), **UNATTENDED_ENV, **WORKTREE_GIT_ENV, "GIT_DIR": str(admin), "GIT_WORK_TREE": os.path.abspath(path)}
+    return {**worktree_git_environment(), "GIT_DIR": str(admin), "GIT_WORK_TREE": os.path.abspath(path)}
 
 
 def run_git(
