@@ -22,8 +22,17 @@ from runs.views import RunView, TaskView, worst_signal
 STEP_SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
 # GitHub drops a step's whole summary past 1 MiB ("upload aborted"): the rows past it are counted, not shown.
 STEP_SUMMARY_BYTES = 1024 * 1024
-# What markdown would act on in a message: emphasis, code, links and images, strikes, escapes.
-_MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~]")
+# What markdown would act on in a message: emphasis, code, links and images, strikes, escapes; and what only GitHub
+# acts on: `$x$` is math, `@team` a mention that pings, `#123` a link to an issue. CommonMark lets any ASCII
+# punctuation be backslash-escaped and shows it as typed; a `#` before anything but a digit, as in `&#x202E;`, links nothing.
+_MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~$@]|#(?=[0-9])")
+# GitHub's emoji shortcodes, `:tada:` (🎉), and runs of them sharing colons (`:no:tada:`), once the above is escaped
+# (`:+1_x:` is `:+1\_x:` by then): their colons are escaped, and only theirs, so `06:30` and `http://` stay as typed.
+_SHORTCODES = re.compile(r":(?:[A-Za-z0-9_+\\-]+:)+")
+# GitHub finds mentions, issue links and emoji in the HTML's text after markdown has taken the backslashes away
+# (github/markup#1168: `\@name` still pings): an empty HTML comment, which GitHub drops, splits each from its word.
+_GITHUB_REFERENCE = re.compile(r"(?<=\\@)(?=[A-Za-z0-9])|(?<=\\#)(?=[0-9])|(?<=\\:)(?=[A-Za-z0-9_+\\-]+\\:)")
+_SPLIT = "<!-- -->"
 # As the text report's: paused (the model server could not be reached, worked again next night) is not parked.
 _MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "🔁", "cancelled": "⏹️", "skipped": "⏭️", "running": "⏳"}
 
@@ -136,12 +145,12 @@ def _row(task: TaskView) -> str:
     detail = f": {_literal(shown)}" if (shown := shown_detail(task)) else ""
     reason = f"`{task.reason}`{detail}" if task.reason else ""
     cells = [
-        task.name,
+        task.name,  # letters, digits, `.`, `_`, `-` only (it names a branch): nothing GitHub acts on
         f"{_MARKS.get(task.outcome, '')} {task.outcome}".strip(),
         reason,
         str(len(task.iterations)),
         signal,
-        f"`{task.branch}`{commit}",
+        f"{_code(task.branch)}{commit}",
     ]
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 
@@ -150,7 +159,8 @@ def _cell(text: str) -> str:
     """One table cell: a pipe or a newline would break the row; a control character (a model-chosen
     name in a signal) is shown escaped; `<` is an entity, so an HTML tag or `<!--` in such a name
     cannot hide the rest of the page, and `&` is one too, so `&#x202E;` in such a name stays text."""
-    return _shown(_one_line(text)).replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
+    escaped = _shown(_one_line(text)).replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;")
+    return _GITHUB_REFERENCE.sub(_SPLIT, escaped)
 
 
 def _one_line(text: str) -> str:
@@ -161,9 +171,10 @@ def _one_line(text: str) -> str:
 
 def _code(text: str) -> str:
     """`text` as one code span on one line: fenced by one backtick more than its longest run of them (a `[state] dir`
-    may hold some); a line break shown as `\\n`. A space inside the fence where it begins or ends with a backtick,
+    may hold some); a line break shown as `\\n`, and a backslash as `\\\\`, so a path holding a backslash and an `n`
+    does not read as one holding a line break. A space inside the fence where it begins or ends with a backtick,
     and where it begins and ends with a space, which CommonMark would strip, one each side (unless all spaces)."""
-    text = _shown(text)
+    text = _shown(text.replace("\\", "\\\\"))
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     spaced = text.startswith(" ") and text.endswith(" ") and text.strip(" ")
     pad = " " if text.startswith("`") or text.endswith("`") or spaced else ""
@@ -178,5 +189,7 @@ def _shown(text: str) -> str:
 
 def _literal(text: str) -> str:
     """Text shown as typed, not rendered: a signal's message can hold a model-chosen name, and
-    `![](https://…)` or `[approve](https://…)` there would be an image or a link on the job page."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\g<0>", text)
+    `![](https://…)` or `[approve](https://…)` there would be an image or a link on the job page, `@team` a mention
+    that pings the team, `:tada:` an emoji, `$x$` math and `#1` a link to issue 1."""
+    escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\g<0>", text)
+    return _SHORTCODES.sub(lambda found: found.group().replace(":", "\\:"), escaped)

@@ -66,13 +66,20 @@ def refuse_large_committed(run_git: Callable[..., str], base: str, limit: int) -
 
 def _too_large(large: list[tuple[str, int]], limit: int, how: str, advice: str) -> QualityError:
     """`file_too_large` for (path, size) pairs; `how` they came (staged, committed), `advice` after the list."""
-    shown = ", ".join(f"{path} ({_size_over(size, limit)})" for path, size in large[:5])
+    shown = ", ".join(f"{_named(path)} ({_size_over(size, limit)})" for path, size in large[:5])
     return QualityError(
         "file_too_large",
         f"Files over {limit / 1e6:g} MB are not committed: {shown}{advice}",
         evidence=f"{how}: {shown}",
-        message=f"file over {limit / 1e6:g} MB: {large[0][0]}",
+        message=f"file over {limit / 1e6:g} MB: {_named(large[0][0])}",
     )
+
+
+def _named(path: str) -> str:
+    """A path as the message, the note and the report name it: its repr where it is not printable, so a name holding
+    a line break (`'a\\nb'`) does not read as one holding a backslash and an `n` (`a\\nb`) once `report` shows the
+    line break as `\\n`; as an unknown tool's name is shown (guards/_describe.name_for_message)."""
+    return path if path.isprintable() else repr(path)
 
 
 def _size_over(size: int, limit: int) -> str:

@@ -549,6 +549,55 @@ class TestStepSummary:
         assert "\\!\\[\\](https://e.vil/pixel.png) \\[approve the PR\\](https://e.vil) \\*\\*now\\*\\*" in row
         assert "![" not in row.replace("\\!\\[", "")
 
+    @pytest.mark.parametrize(("message", "written"), [
+        ("ping @team", "ping \\@<!-- -->team"),
+        ("party :tada:", "party \\:<!-- -->tada\\:"),
+        ("costs $x$ now", "costs \\$x\\$ now"),
+        ("see #123", "see \\#<!-- -->123"),
+        ("fix @org/team :+1: $$a$$ #1", "fix \\@<!-- -->org/team \\:<!-- -->+1\\: \\$\\$a\\$\\$ \\#<!-- -->1"),
+        ("at 06:30 see http://x and &#x202E; or me @ home", "at 06:30 see http://x and &amp;#x202E; or me \\@ home"),
+    ])
+    def test_githubs_own_markdown_in_a_cell_is_written_escaped(self, tmp_path, message, written):
+        """GitHub renders `$x$` as math, `:tada:` as 🎉, links `#123` to an issue and pings `@team`: a model-chosen
+        name in a signal's message did all four on the job page. Each is backslash-escaped for markdown, and split from
+        its word by an empty HTML comment GitHub drops: GitHub finds mentions, issue links and emoji after markdown took
+        the backslashes away (github/markup#1168)."""
+        target = tmp_path / "summary.md"
+        append_step_summary(view("failed", "unknown_tool", signal_message=message), target)
+        [row] = [line for line in target.read_text().splitlines() if line.startswith("| t |")]
+        assert f"| severe `unknown_tool`: {written} |" in row, row
+        markdown_it = pytest.importorskip("markdown_it")
+        rendered = markdown_it.MarkdownIt("commonmark").renderInline(written)
+        assert unescape(rendered.replace("<!-- -->", "")) == message
+
+    def test_a_reason_detail_is_escaped_as_the_message_is(self):
+        """A paused task's detail (the endpoint's words) is shown as typed; the name cell stays bare: a task's name holds
+        only letters, digits, `.`, `_` and `-` (it names a branch), and readers find it as written."""
+        paused = view("paused", "model_unreachable")
+        run = replace(paused, tasks=(replace(paused.tasks[0], name="fix_greet", detail="endpoint said @team #9"),))
+        [row] = [line for line in step_summary(run).splitlines() if line.startswith("| fix")]
+        assert row.startswith("| fix_greet | ") and "`model_unreachable`: endpoint said \\@<!-- -->team \\#<!-- -->9 |" in row, row
+
+    def test_a_notes_path_with_a_backslash_and_an_n_does_not_read_as_a_line_break(self):
+        """`a\\nb` (a backslash and an `n`) and `a` + line break + `b` were both written `a\\nb`: the backslash is
+        doubled, as Python's repr writes it, so only the line break reads `\\n`."""
+        lines = {}
+        for name in ("/srv/a\\nb/notes.md", "/srv/a\nb/notes.md"):
+            text = step_summary(view("failed", "check_failed"), notes=Path(name))
+            [lines[name]] = [line for line in text.splitlines() if line.startswith("notes.md:")]
+        assert "`/srv/a\\\\nb/notes.md`" in lines["/srv/a\\nb/notes.md"]
+        assert "`/srv/a\\nb/notes.md`" in lines["/srv/a\nb/notes.md"]
+
+    def test_githubs_own_markdown_from_the_model_is_escaped_through_a_real_run(self, tmp_path):
+        """`overnight run` with $GITHUB_STEP_SUMMARY set, a model calling a tool named `fix @team :tada: $x$ #1`: the
+        summary's row shows the name as typed. (A task's name cannot hold these: it names a branch.)"""
+        summary, name = tmp_path / "summary.md", "fix @team :tada: $x$ #1"
+        done = json_night(tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)}, script=[call(name, {})] * 6)
+        assert done.returncode == 1, done.stderr
+        text = summary.read_text(encoding="utf-8")
+        assert "fix \\@<!-- -->team \\:<!-- -->tada\\: \\$x\\$ \\#<!-- -->1" in text, text
+        assert "@team" not in text and ":tada:" not in text and "$x$" not in text and "#1" not in text.replace("run #", ""), text
+
 
 # Two tasks a deadline can end: names with `_`, which markdown would read as emphasis.
 DEADLINE_TASKS = [

@@ -950,3 +950,16 @@ def test_a_git_command_fed_stdin_is_fed_it_whole_when_it_may_be_cancelled(tmp_pa
     slow_reader = ("-c", "alias.count=!sleep 0.5; wc -c", "count")
     out = run_git(slow_reader, folder=tmp_path, admin=tmp_path / ".git", env={}, timeout_s=60, stdin=b"x" * 3_000_000, cancel=CancelToken())
     assert out.strip() == "3000000"
+
+
+@pytest.mark.parametrize(("name", "shown"), [("a\\nb.bin", "a\\nb.bin"), ("a\nb.bin", "'a\\nb.bin'")])
+def test_a_large_files_name_with_a_backslash_and_an_n_does_not_read_as_one_with_a_line_break(repo: Path, tmp_path: Path, name: str, shown: str) -> None:
+    """The signal's message, which `report` and the step summary show, named both `a\\nb.bin` once its control
+    characters were escaped: a name that is not printable is quoted as its repr, as an unknown tool's name is."""
+    tree = Worktree.ensure(repo, tmp_path / "state", "fix", "main")
+    checkpoint = tree.checkpoint()
+    (tree.path / name).write_bytes(b"x" * 2_000)
+    with pytest.raises(QualityError) as refused:
+        tree.commit("x", onto=checkpoint, max_file_bytes=1_000)
+    assert refused.value.message == f"file over 0.001 MB: {shown}"
+    assert f"{shown} (2,000 bytes)" in refused.value.correction and refused.value.evidence == f"staged: {shown} (2,000 bytes)"
