@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import inspect
 import json
 import os
 import re
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -59,12 +62,16 @@ class LiteLLMTransport:
 
     def send(self, request: dict[str, Any], *, stream: bool) -> Any:
         litellm = self._litellm
+        loop_before = _main_threads_set_loop()
         try:
             client = self._own_client() if self._owns_client else None
             settings = self._settings if client is None else {**self._settings, "client": client}
             raw = litellm.completion(**request, **settings)
         except Exception as exc:
             raise self._translate(exc) from exc
+        finally:
+            if loop_before is None:
+                _close_at_exit_a_loop_made_during_the_call()
         if not stream:
             return raw
         chunks = _provider_chunks(raw)
@@ -315,3 +322,43 @@ def litellm_module() -> Any:
     # overnight takes token counts from the server, or estimates them itself.
     litellm.disable_token_counter = True
     return litellm
+
+
+# Python 3.14's `get_event_loop` makes no loop where none is set (and reading the policy is deprecated there).
+_GET_EVENT_LOOP_MAKES_ONE = sys.version_info < (3, 14)
+# The loops litellm made on the main thread during our calls, closed at exit (see below); one in practice.
+_loops_made_during_calls: list[asyncio.AbstractEventLoop] = []
+
+
+def _main_threads_set_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop set on the main thread, read without `get_event_loop` (which would make one where none is set);
+    None on other threads, where `get_event_loop` makes none, and where the policy keeps its loop elsewhere."""
+    if not _GET_EVENT_LOOP_MAKES_ONE or threading.current_thread() is not threading.main_thread():
+        return None
+    return getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
+
+
+def _close_at_exit_a_loop_made_during_the_call() -> None:
+    """A loop litellm made on the main thread during our call, kept to be closed at exit.
+
+    litellm times each openai call with a service logger that, from a blocking caller, takes `asyncio.get_event_loop()`:
+    on the main thread with none set, that makes one, sets it and never closes it; at exit litellm's cleanup hook sets a
+    fresh loop in its place and the first was collected open (`ResourceWarning: unclosed event loop`), so a script that
+    calls the transport on its main thread printed that line. (A night's calls run on other threads, where litellm makes
+    and closes a loop per call.) Only a loop that was not set before our call is ours to close: one the script set itself
+    is the script's, which may still use it in an exit hook of its own. Held here until then, it cannot be collected
+    open whichever exit hook runs first; a loop still running or already closed at exit is left alone.
+    """
+    loop = _main_threads_set_loop()
+    if loop is None:
+        return
+    if not _loops_made_during_calls:
+        atexit.register(_close_the_loops_made_during_calls)
+    _loops_made_during_calls.append(loop)
+
+
+def _close_the_loops_made_during_calls() -> None:
+    for loop in _loops_made_during_calls:
+        if not loop.is_running() and not loop.is_closed():
+            loop.close()
+    _loops_made_during_calls.clear()
