@@ -9,12 +9,12 @@ the night's `.git` link replaced the clone's history, or took the original's wor
 from __future__ import annotations
 
 import os
-import stat
 from datetime import datetime
 from pathlib import Path
 
+from orchestrator.dot_git import DotGitKind, dot_git
 from orchestrator.errors import ConfigError
-from orchestrator.gitdir import common_of, gitdir_link
+from orchestrator.gitdir import common_of
 from orchestrator.task_branches import BranchCheckedOut
 
 
@@ -37,19 +37,12 @@ def refuse_a_foreign_repository(path: Path, common: Path, task: str) -> None:
     """WorktreeFolderTaken when `path/.git` is a repository of its own (a folder), or a link naming a git dir, still
     there, of a repository other than the one at `common`. A link naming a git dir that is gone (the repository
     moved) is relinked, and a missing `.git` put back, as before."""
-    dotgit = path / ".git"
-    try:
-        mode = os.lstat(dotgit).st_mode
-    except OSError:
-        return
+    found = dot_git(path)
     ours = common.resolve()
-    if stat.S_ISDIR(mode):
-        if dotgit.resolve() != ours:
-            raise WorktreeFolderTaken(task, path, "a repository of its own (its .git is a folder)")
-        return
-    linked = gitdir_link(path) if stat.S_ISREG(mode) else None
-    if linked is not None and linked.is_dir() and common_of(linked) != ours:
-        raise WorktreeFolderTaken(task, path, f"a worktree of another repository ({common_of(linked)})")
+    if found.kind is DotGitKind.FOLDER and found.gitdir.resolve() != ours:
+        raise WorktreeFolderTaken(task, path, "a repository of its own (its .git is a folder)")
+    if found.kind is DotGitKind.LINK and common_of(found.gitdir) != ours:
+        raise WorktreeFolderTaken(task, path, f"a worktree of another repository ({common_of(found.gitdir)})")
 
 
 # The iteration's start as recorded, read on this host's clock, may be this much after the agent's first write.
@@ -58,10 +51,7 @@ _START_SLACK_S = 2.0
 
 def is_a_repository_of_its_own(path: Path) -> bool:
     """Whether `path/.git` is a folder (not a link file, not a symlink)."""
-    try:
-        return stat.S_ISDIR(os.lstat(path / ".git").st_mode)
-    except OSError:
-        return False
+    return dot_git(path).kind is DotGitKind.FOLDER
 
 
 def made_while_the_agent_ran(path: Path, began: datetime, done_by: datetime) -> bool:

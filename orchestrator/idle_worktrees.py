@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
+from orchestrator.dot_git import DotGitKind, dot_git
 from orchestrator.git_errors import git_reason
 from orchestrator.git_locks import remove_git_locks
-from orchestrator.gitdir import admin_dir, gitdir_link, is_worktree_of, linked_admin_dir
+from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
 from orchestrator.overnights_own import first_checkout_cut_short, is_task_worktree
 from orchestrator.repository import open_repo
@@ -92,8 +93,7 @@ def relink_after_the_repository_moved(repo: Any, path: Path, config: Config) -> 
     Only then: a `.git` folder (a person's clone where a task's worktree was deleted without `git worktree prune`) would
     be replaced by the link, its history with it, and a link to a git dir still there (a worktree of the repository this
     one was copied from) would be taken from that repository."""
-    link = gitdir_link(path)
-    if link is None or link.exists() or not (path / ".git").is_file() or (path / ".git").is_symlink():
+    if dot_git(path).kind is not DotGitKind.LINK_TO_GONE:
         return
     admin = admin_dir(path, Path(repo.common_dir))
     if admin is not None:

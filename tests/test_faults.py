@@ -842,6 +842,45 @@ class TestRecoveryOfStoredState:
         assert not (worktree.path / "REVIEW.md").exists()
         assert not [e for e in logs if e["event"] == "worktree_folder_kept"], logs
 
+    def test_changes_are_kept_when_the_repository_moved_and_a_file_is_where_its_git_dir_was(self, tmp_path: Path, repo: Path) -> None:
+        """The repository moved and a file, no git dir, is where the worktree's `.git` link points: recovery took that
+        git dir for still there and left the folder as a stranger's, while the night took it for gone (no other
+        repository's), linked the folder again and its first rollback deleted the person's edit, kept nowhere."""
+        worktree = Worktree.ensure(repo, _config(tmp_path, repo).state_dir, "fix-greet", "HEAD")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        named = Path((worktree.path / ".git").read_text().removeprefix("gitdir:").strip())
+        moved = tmp_path / "moved"
+        shutil.move(repo, moved)
+        named.parent.mkdir(parents=True)
+        named.write_text("not a git dir\n")
+        _, logs = recover(_config(tmp_path, moved))
+        [kept] = git(moved, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(moved, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["REVIEW.md"]
+        assert not [e for e in logs if e["event"] == "worktree_folder_kept"], logs
+
+    def test_a_dead_iterations_git_link_naming_a_name_too_long_is_relinked_and_rolled_back(self, repo: Path) -> None:
+        """The agent wrote a `.git` link naming a path no file can have (a name past 255 bytes), then the night died:
+        recovery's check for a `.git` folder stopped on OSError (a traceback, every night) where it said "no folder"."""
+        config = load_config(write_config(repo / "overnight.toml", api_base="http://127.0.0.1:9/v1", repo=repo))
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        (worktree.path / ".git").write_text(f"gitdir: {repo / ('a' * 300)}\n")
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(worktree.path, "rev-parse", "HEAD") == checkpoint
+        assert git(worktree.path, "status", "--porcelain") == ""
+
+    def test_an_idle_worktrees_git_link_naming_a_name_too_long_is_relinked_and_its_edits_kept(self, tmp_path: Path, repo: Path) -> None:
+        """A `.git` link naming a path no file can have: recovery's relinking stopped on OSError, every night; no git dir
+        is there, as for one gone, so the folder is linked again and a person's edit kept before the clean."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(repo, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        (worktree.path / ".git").write_text(f"gitdir: {tmp_path / ('a' * 300)}\n")
+        recover(config)
+        [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
+        assert git(repo, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["REVIEW.md"]
+
     def test_a_persons_clone_in_a_folder_a_stale_registration_names_is_left_whole(self, tmp_path: Path, repo: Path) -> None:
         """A task's worktree deleted by hand (no `git worktree prune`: its registration stays), and a person's own clone
         made in that folder: recovery linked it to the stale registration, which replaced the clone's `.git` folder,
