@@ -54,6 +54,23 @@ def settle_dead_iterations(store: Any, config: Config, survey: Survey, running: 
     return IterationsSettled(tuple(settled), frozenset(dead_runs), frozenset(touched), frozenset(alive))
 
 
+def iterations_maybe_at_work(store: Any, survey: Survey, running: list[Any]) -> bool:
+    """Whether any of `running` may still be at work in this host's checkouts: one `settle_dead_iterations` would leave
+    running, or another state dir's whose process lives on this host (left alone, its night may work in this same
+    repository). What the repository's checkouts share (its reftable stack's lock) is then not touched."""
+    return any(
+        _elsewhere_alive_here(store, survey, run) if survey.elsewhere(run) else not survey.iteration_has_ended(store, iteration, run)
+        for iteration in running
+        for run in (store.run_of_task_run(iteration.task_run_id),)
+    )
+
+
+def _elsewhere_alive_here(store: Any, survey: Survey, run: Any) -> bool:
+    # Another machine's night (a store several machines share) works in its own clone, never in this one's git dir:
+    # counted, it kept a stale lock for as long as any worker anywhere was mid-iteration.
+    return run.host == survey.host and pid_alive(run.pid, store.on_this_hosts_clock(run.started_at))
+
+
 def _settle_dead_iteration(
     store: Any, config: Config, iteration: Any, run: Any, log: Any, settles_worktree: bool, stale_after: timedelta
 ) -> Any:

@@ -5,6 +5,8 @@ iteration's worktree and an idle one alike would otherwise fail at every git com
 from __future__ import annotations
 
 import os
+import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,14 @@ from orchestrator.task_branches import branch_for
 # The worktree's own: in a reftable repository its HEAD lives in the worktree's `reftable/` stack, whose lock a killed
 # commit left fails every later one ("cannot lock references"), as HEAD.lock does on the files backend.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "reftable/tables.list.lock")
+
+# The repository's own stack (its branches, every task's among them): the lock a git killed while it updated a branch
+# left fails every later branch update in the repository ("cannot lock references"), a new task's branch too.
+_COMMON_STACK_LOCK = "reftable/tables.list.lock"
+
+# A live git holds the stack's lock for one update (a compaction at most): one younger than this may be a person's
+# commit in their checkout, or a night's of another state dir, which no run store of ours shows.
+_STACK_LOCK_HELD_AT_MOST_S = 60
 
 
 def remove_git_locks(path: Path, task: str, log: Any) -> None:
@@ -34,3 +44,22 @@ def remove_git_locks(path: Path, task: str, log: Any) -> None:
         if lock.exists():
             lock.unlink(missing_ok=True)
             log.info("git_lock_removed", task=task, path=str(lock))
+
+
+def remove_common_ref_lock(common: Path, log: Any) -> None:
+    """The lock a killed git left on the reftable stack of the repository whose git dir is `common`.
+
+    Shared by every checkout of the repository, so removed only where `remove_git_locks` removes a worktree's: under
+    the state lock, before any task starts, and only when no iteration of ours may still be at work (the caller's
+    word), and only one older than any update holds it: a git holding it would have its update undone under it."""
+    lock = common / _COMMON_STACK_LOCK
+    try:
+        found = lock.lstat()
+    except OSError:
+        return
+    # A time ahead of the clock (a copied repository, a clock set back) is no git at work now.
+    if not stat.S_ISREG(found.st_mode) or 0 <= time.time() - found.st_mtime < _STACK_LOCK_HELD_AT_MOST_S:
+        return
+    lock.unlink(missing_ok=True)
+    # An event of its own: `git_lock_removed` always names the task whose worktree it was in, and this is no task's.
+    log.info("ref_stack_lock_removed", path=str(lock))

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from orchestrator import live_night
 from orchestrator.config import Config
-from orchestrator.dead_runs import close_dead_runs, release_dead_leases, settle_dead_iterations
+from orchestrator.dead_runs import close_dead_runs, iterations_maybe_at_work, release_dead_leases, settle_dead_iterations
+from orchestrator.git_locks import remove_common_ref_lock
 from orchestrator.idle_worktrees import clean_idle_worktrees
 from orchestrator.killed_leftovers import clear_a_killed_nights_leftovers
 from orchestrator.lock import state_identity
@@ -54,6 +56,11 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     survey = Survey.taken(store, config, host=host, me=me, now=now, state_id=state_id)
     running = store.running_iterations()
     refuse_beside_a_live_night()
+    if not iterations_maybe_at_work(store, survey, running):
+        # Before any worktree is settled: keeping a person's edits makes a branch, which a stale lock refused.
+        common = _common_dir(config)
+        if common is not None:
+            remove_common_ref_lock(common, log)
     settled = settle_dead_iterations(store, config, survey, running, log)
     refuse_beside_a_live_night()
     close_dead_runs(store, survey, settled.run_ids, log)
@@ -62,3 +69,14 @@ def recover_interrupted(store: Any, config: Config, log: Any) -> list[Any]:
     refuse_beside_a_live_night()
     clean_idle_worktrees(config, skip=settled.worktrees_settled | settled.maybe_at_work, log=log)
     return list(settled.iterations)
+
+
+def _common_dir(config: Config) -> Path | None:
+    """The git dir the repository's checkouts share (a linked worktree's `repo` names its main repository's); None
+    where git cannot open it: the night's own checks say why, in their order."""
+    import git
+
+    try:
+        return Path(git.Repo(config.repo_path).common_dir)
+    except Exception:
+        return None

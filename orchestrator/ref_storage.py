@@ -56,19 +56,40 @@ def is_reftable(common: Path) -> bool:
     return ref_storage_named(config.decode("utf-8", "replace")) == "reftable"
 
 
-def _git(git_dir: Path, *args: str) -> str | None:
-    """git's output for `args` in the git dir `git_dir` (a linked worktree's own is one too); None when it fails.
-    With the environment of overnight's other git (no inherited GIT_DIR or `-c` settings, no hooks, no fsmonitor,
-    nothing waiting for a person): the repository, and the worktree's admin folder, may be hostile."""
+class BranchesUnknown(Exception):
+    """git could not list the repository's branches: not "there are none", which a caller would act on (make a branch
+    that is there, delete one it believes it made)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _run_git(git_dir: Path, *args: str) -> tuple[str | None, str]:
+    """git's output for `args` in the git dir `git_dir` (a linked worktree's own is one too), None when it fails, and
+    why (its `fatal:` line on stderr, or the error that kept it from running). With the environment of overnight's
+    other git (no inherited GIT_DIR or `-c` settings, no hooks, no fsmonitor, nothing waiting for a person): the
+    repository, and the worktree's admin folder, may be hostile."""
     env = worktree_git_environment()
     try:
         done = subprocess.run(
             ["git", f"--git-dir={git_dir}", *args], cwd=git_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True,
             timeout=60, check=False,
         )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, str(exc)
+    if done.returncode != 0:
+        said = [line.strip() for line in done.stderr.decode("utf-8", "replace").strip().splitlines()]
+        died = f"died of signal {-done.returncode}" if done.returncode < 0 else f"exited {done.returncode}"
+        # git's own `fatal:` or `error:` line (a warning may come before it, advice after), else its last: as git_reason.
+        fatal = next((line for line in said if line.startswith(("fatal:", "error:"))), said[-1] if said else "")
+        return None, fatal or f"git {args[0]} {died}"
+    return done.stdout.decode("utf-8", "replace").strip(), ""
+
+
+def _git(git_dir: Path, *args: str) -> str | None:
+    """git's output for `args` in `git_dir` (`_run_git`); None when it fails."""
+    return _run_git(git_dir, *args)[0]
 
 
 def head_asked(git_dir: Path) -> str:
@@ -94,11 +115,23 @@ def branch_tip(repo, branch: str) -> str | None:
     return repo.heads[branch].commit.hexsha if branch in repo.heads else None
 
 
-def branch_names(repo) -> set[str]:
-    """A git.Repo's local branches (GitPython's reader where the refs are files, git where they are reftable)."""
+def has_branch(repo, branch: str) -> bool:
+    """Whether a git.Repo has the local branch `branch`, asked by its name (a listing of every branch may fail where
+    this answers); one git cannot read is none."""
     common = Path(repo.common_dir)
     if is_reftable(common):
-        listed = _git(common, "for-each-ref", "--format=%(refname:lstrip=2)", "refs/heads/") or ""
+        return commit_asked(common, f"refs/heads/{branch}") is not None
+    return branch in repo.heads
+
+
+def branch_names(repo) -> set[str]:
+    """A git.Repo's local branches (GitPython's reader where the refs are files, git where they are reftable).
+    BranchesUnknown when git fails to list them: read as none, a task's branch was made anew over its work."""
+    common = Path(repo.common_dir)
+    if is_reftable(common):
+        listed, why = _run_git(common, "for-each-ref", "--format=%(refname:lstrip=2)", "refs/heads/")
+        if listed is None:
+            raise BranchesUnknown(f"git could not list the branches: {why}")
         # Split at newlines only: a branch name may hold U+2028 or U+0085, which splitlines() also breaks at.
         return set(filter(None, listed.split("\n")))
     return {head.name for head in repo.heads}

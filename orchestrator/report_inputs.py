@@ -76,10 +76,10 @@ def _mainline(repo: object) -> str:
         remote_default = ""
     if remote_default and not remote_default.removeprefix("origin/").startswith(_OWN_BRANCHES):
         return remote_default
-    from orchestrator.ref_storage import branch_names
+    from orchestrator.ref_storage import has_branch
 
-    heads = branch_names(repo)
-    return next((name for name in ("main", "master") if name in heads), "HEAD")
+    # Each asked by name: a listing of every branch that git failed read as "neither is there".
+    return next((name for name in ("main", "master") if has_branch(repo, name)), "HEAD")
 
 
 def branches_in(settings: object, target: str, branches: list[str]) -> frozenset[str]:

@@ -17,7 +17,7 @@ from orchestrator.errors import ConfigError, StateError
 from orchestrator.foreign_checkout import refuse_a_foreign_repository
 from orchestrator.git_errors import CHECKED_OUT_AT, git_reason
 from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir, names_back
-from orchestrator.ref_storage import branch_names
+from orchestrator.ref_storage import BranchesUnknown, branch_names
 from orchestrator.state_dir_exclude import exclude_state_dir
 from orchestrator.state_files import WORKTREES_FOLDER
 from orchestrator.task_branches import BranchCheckedOut
@@ -66,11 +66,19 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StateError(f"cannot create the worktree of task {task!r} at {path}: {exc.strerror or exc}") from None
-    made_branch = branch not in branch_names(repo)
+    what = f"cannot create the worktree of task {task!r} at {path}"
+
+    def branches() -> set[str]:
+        try:
+            return branch_names(repo)
+        except BranchesUnknown as unknown:  # not "no branch": `-b` over the task's work, or its branch deleted below
+            raise creation_error(what, unknown.reason, path.parent) from None
+
+    made_branch = branch not in branches()
 
     def add() -> None:
         # `-b` only while the branch is not there: a failed first try may have made it already.
-        new_branch = () if branch in branch_names(repo) else ("-b", branch)
+        new_branch = () if branch in branches() else ("-b", branch)
         repo.git.worktree("add", "--no-checkout", *new_branch, str(path), branch if not new_branch else base)
 
     try:
@@ -81,13 +89,21 @@ def _register(repo, state_dir: Path, path: Path, task: str, branch: str, base: s
             forget_missing(Path(repo.common_dir), path)
             add()
         except git.GitCommandError as second:
-            if made_branch and branch in branch_names(repo):
+            if made_branch and _listed(repo, branch):
                 repo.git.branch("-D", branch)  # made by this call, for a worktree that is not there
             taken = CHECKED_OUT_AT.search(git_reason(first)) or CHECKED_OUT_AT.search(git_reason(second))
             if taken:
                 raise BranchCheckedOut(task, branch, taken.group(1)) from None
-            failed = creation_error(f"cannot create the worktree of task {task!r} at {path}", git_reason(first), path.parent)
+            failed = creation_error(what, git_reason(first), path.parent)
             raise with_git_status(failed, first) from None
+
+
+def _listed(repo, branch: str) -> bool:
+    """Whether git lists `branch`; not when it cannot list the branches (one it cannot tell about is not deleted)."""
+    try:
+        return branch in branch_names(repo)
+    except BranchesUnknown:
+        return False
 
 
 def forget_missing(common: Path, path: Path) -> None:

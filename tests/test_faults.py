@@ -350,6 +350,12 @@ def _live_night_without_its_lock_file(config: Any, *, begun: bool = True) -> Ite
         live.stdout.close()
 
 
+def _stale_lock(lock: Path) -> None:
+    """`lock` as a git killed an hour ago left it."""
+    lock.write_text("")
+    os.utime(lock, (time.time() - 3600,) * 2)
+
+
 class TestRecoveryOfStoredState:
     """Recovery from states a killed night can leave, built with the real store and worktrees."""
 
@@ -1018,6 +1024,52 @@ class TestRecoveryOfStoredState:
         (gitdir / "index.lock").write_text("")
         [settled], _ = recover(config)
         assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain", "--ignored") == ""
+
+    def test_the_repositorys_ref_stack_lock_is_kept_while_an_iteration_may_be_at_work(self, tmp_path: Path, repo: Path, sleeper: subprocess.Popen) -> None:
+        """The lock on the repository's reftable stack is every checkout's: while an iteration of a live process may
+        be at work, its git may hold it, and it is left; once that iteration is dead, it is removed."""
+        config = _config(tmp_path, repo)
+        store, _, _, _, _ = self._running(config, "fix-greet", sleeper.pid)
+        store.close()
+        lock = repo / ".git" / "reftable" / "tables.list.lock"
+        lock.parent.mkdir(exist_ok=True)
+        _stale_lock(lock)
+        assert recover(config)[0] == [] and lock.exists()
+        sleeper.kill()
+        sleeper.wait()
+        [settled], logs = recover(config)
+        assert settled.outcome == "interrupted" and not lock.exists()
+        assert {"event": "ref_stack_lock_removed", "path": str(lock)}.items() <= next(e for e in logs if e.get("path") == str(lock)).items()
+
+    def test_the_repositorys_ref_stack_lock_is_not_kept_for_another_machines_iteration(self, tmp_path: Path, repo: Path, sleeper: subprocess.Popen) -> None:
+        """Another state dir's iteration keeps the repository's stack lock only while its process lives on this host: one
+        of another machine sharing the store works in that machine's own clone."""
+        config = _config(tmp_path, repo)
+        store = RunStore.open(config.store_url)
+        lock = repo / ".git" / "reftable" / "tables.list.lock"
+        lock.parent.mkdir(exist_ok=True)
+        for host in (socket.gethostname(), "another-machine"):
+            run_id = store.begin_run(config_path="c.toml", pid=sleeper.pid, host=host, state_id="e" * 32)
+            task_run = store.begin_task(run_id, name="fix-greet", branch="overnight/fix-greet")
+            iteration = store.begin_iteration(task_run, number=1, checkpoint="c" * 40, pid=sleeper.pid)
+            _stale_lock(lock)
+            recover(config)
+            assert lock.exists() == (host == socket.gethostname()), host
+            store.finish_iteration(iteration, outcome="interrupted")
+        store.close()
+
+    def test_a_ref_stack_lock_a_git_may_hold_now_is_kept(self, tmp_path: Path, repo: Path) -> None:
+        """No iteration of ours at work, yet the repository's stack lock made a moment ago is left: a person's commit in
+        their checkout (or a night no store of ours shows) holds it, and would have its update undone."""
+        config = _config(tmp_path, repo)
+        lock = repo / ".git" / "reftable" / "tables.list.lock"
+        lock.parent.mkdir(exist_ok=True)
+        lock.write_text("")
+        recover(config)
+        assert lock.exists()
+        _stale_lock(lock)
+        recover(config)
+        assert not lock.exists()
 
     def test_a_command_the_killed_night_left_running_is_stopped_before_the_rollback(self, tmp_path: Path, repo: Path) -> None:
         """A check runs in its own session: `kill -9` of overnight alone (the OOM killer) leaves it writing into the worktree."""

@@ -270,3 +270,90 @@ class TestNights:
         assert overnight("run", "--config", str(config)) == 0
         assert git(repo, "rev-parse", "overnight/fix-greet") == first
         assert "return 'hello'" in (worktree(config) / "greet.py").read_text()
+
+    def test_a_killed_gits_lock_on_the_repositorys_ref_stack_does_not_stop_the_night(self, config_file, server, repo):
+        """The lock a SIGKILLed git left on the main repository's reftable stack (`.git/reftable/tables.list.lock`) is
+        removed before the night, as the worktree's own is: the fix is committed on the task's branch (every ref update
+        failed, "cannot lock references", and the night made no branch)."""
+        config = config_file()
+        lock = repo / ".git" / "reftable" / "tables.list.lock"
+        lock.write_bytes(b"0x000000000001-0x000000000002-0badf00d.ref\n")  # half written, as a kill leaves it
+        os.utime(lock, (lock.stat().st_mtime - 3600,) * 2)  # left by last night's killed git
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        assert "return 'hello'" in git(repo, "show", "overnight/fix-greet:greet.py")
+        assert not lock.exists()
+
+
+def _for_each_ref_failing_once(tmp_path: Path, monkeypatch, said: str = "fatal: reftable: unable to read the stack") -> Path:
+    """A `git` first on PATH whose next listing of the branches fails (as a git timed out or refused would), while the
+    returned file is there; every other command, and the listings after, run the real git."""
+    real = shutil.which("git")
+    shims = tmp_path / "failing-shims"
+    shims.mkdir()
+    armed = tmp_path / "fail-next-listing"
+    shim = shims / "git"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *for-each-ref*refs/heads/) if [ -e {armed} ]; then rm -f {armed}; '
+        f"printf '%s\\n' '{said}' >&2; exit 128; fi;; esac\n"
+        f'exec {real} "$@"\n'
+    )
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    return armed
+
+
+class TestBranchesGitCannotList:
+    def test_a_failed_listing_is_no_empty_set(self, repo):
+        """A repository whose branches git cannot list (its tables cut short, as a full disk leaves them: git 2.47
+        dies on them) is BranchesUnknown with why: it read as a repository with no branch."""
+        import git as gitpython
+
+        from orchestrator.ref_storage import BranchesUnknown, branch_names
+
+        opened = gitpython.Repo(repo)
+        for table in (repo / ".git" / "reftable").glob("*.ref"):
+            table.write_bytes(table.read_bytes()[:40])
+        with pytest.raises(BranchesUnknown, match="git could not list the branches: "):
+            branch_names(opened)
+
+    def test_the_reason_is_gits_fatal_line_not_a_warning_before_it(self, repo, tmp_path, monkeypatch):
+        """git's `fatal:` line is why the branches are unknown, also when a warning comes first (it named the warning)."""
+        import git as gitpython
+
+        from orchestrator.ref_storage import BranchesUnknown, branch_names
+
+        said = "warning: ignoring broken ref refs/heads/x' 'fatal: reftable: unable to read the stack"
+        _for_each_ref_failing_once(tmp_path, monkeypatch, said).touch()
+        with pytest.raises(BranchesUnknown) as unknown:
+            branch_names(gitpython.Repo(repo))
+        assert unknown.value.reason == "git could not list the branches: fatal: reftable: unable to read the stack"
+
+    def test_a_task_branch_git_could_not_list_is_not_deleted(self, config_file, server, repo, tmp_path, monkeypatch, capsys):
+        """The task's branch holds an earlier night's work and a folder of a person's is where its worktree goes:
+        git failing to list the branches is a one-line error (exit 2) naming why, the branch kept (read as "not
+        there", the branch was taken as made by this night and deleted when the worktree could not be added)."""
+        config = config_file()
+        server.enqueue(*FIX)
+        assert overnight("run", "--config", str(config)) == 0
+        work = git(repo, "rev-parse", "overnight/fix-greet")
+        git(repo, "worktree", "remove", "--force", str(worktree(config)))
+        worktree(config).mkdir()
+        (worktree(config) / "notes.txt").write_text("a person's\n")
+        _for_each_ref_failing_once(tmp_path, monkeypatch).touch()
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config)) == 2
+        assert git(repo, "rev-parse", "overnight/fix-greet") == work
+        err = capsys.readouterr().err
+        assert "git could not list the branches: fatal: reftable: unable to read the stack" in err and "Traceback" not in err
+
+    def test_the_morning_diff_names_the_mainline_when_git_cannot_list_the_branches(self, repo, tmp_path, monkeypatch):
+        """A task's branch checked out for review, the branches not listed by git: the morning diff is still against
+        `main` (it fell back to HEAD, the branch under review: `git diff overnight/t...overnight/t`, always empty)."""
+        from orchestrator.report_inputs import merge_target
+
+        settings = SimpleNamespace(repo=SimpleNamespace(base="HEAD"), repo_path=repo)
+        git(repo, "checkout", "-q", "-b", "overnight/t")
+        _for_each_ref_failing_once(tmp_path, monkeypatch).touch()
+        assert merge_target(settings) == "main"
