@@ -76,6 +76,19 @@ class Config(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _store_not_a_folder(self) -> "Config":
+        # `sqlite:////` (the root) or a URL naming a folder passed the load; the night then failed as the store opened.
+        from runs.engine import sqlite_database_file
+
+        if self.store.url is None:
+            return self
+        database = sqlite_database_file(self.store_url)
+        if database is not None and os.path.isdir(database):  # os.path: False, not an error, where it cannot be looked at
+            example = "" if database == database.parent else f" (e.g. {database / 'runs.db'})"
+            raise ValueError(f"[store] url: {database} names a folder, not a database file; name a file in it{example}")
+        return self
+
     @property
     def base_dir(self) -> Path:
         return resolved(self.source, "--config").parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -40,24 +41,69 @@ _IN_MEMORY = "an in-memory database would not outlive the night; name a file or 
 
 
 def _check_sqlite_uri(value: str, url: Any) -> None:
-    """ValueError for a SQLite `file:` URI whose database is not one file every connection shares with waits: in memory
-    however written (`file::memory:`, `mode=memory` inside the database part), or in SQLite's shared cache."""
+    """ValueError for a SQLite `file:` URI whose database is not one writable file every connection shares with waits:
+    in memory however written (`file::memory:`, `mode=memory` inside the database part), in SQLite's shared cache,
+    without file locks, or read-only. Each parameter read as SQLite reads it (runs.engine.sqlite_uri_read)."""
     from runs.engine import sqlite_uri_read
 
     read = sqlite_uri_read(url)
     if read is None:
         return
-    path, parameters = read
+    path, pairs = read
+    last, first = dict(pairs), dict(reversed(pairs))
     # `file:` alone (or `file://localhost`): a temporary file, gone at close; `vfs=memdb`: SQLite's in-memory files.
-    if path in ("", ":memory:") or parameters.get("mode") == "memory" or parameters.get("vfs") == "memdb":
+    if path in ("", ":memory:") or last.get("mode") == "memory" or last.get("vfs") == "memdb":
         raise ValueError(_IN_MEMORY)
-    if parameters.get("cache") == "shared":
+    shown = shown_url(value)
+    if last.get("cache") == "shared":
         # Connections in one shared cache lock tables among themselves and never wait (SQLITE_LOCKED, not BUSY): at
         # concurrency above 1 a night's writes failed with "database table is locked" whatever the busy timeout.
         raise ValueError(
-            f"{shown_url(value)!r}: cache=shared makes SQLite fail a write another connection holds a table for "
+            f"{shown!r}: cache=shared makes SQLite fail a write another connection holds a table for "
             '("database table is locked") instead of waiting for it; drop cache=shared'
         )
+    unlocked, drop = (f"nolock={first['nolock']}", "nolock") if _sqlite_true(first.get("nolock")) else (None, None)
+    if last.get("vfs") == "unix-none":
+        unlocked, drop = "vfs=unix-none", "vfs=unix-none"
+    if unlocked:
+        # Two writers at once (a night's tasks at [night] concurrency above 1, `serve` and `run` together) would each
+        # write pages the other does not know of: a corrupt store, not a wait.
+        raise ValueError(
+            f"{shown!r}: {unlocked} turns SQLite's file locks off, so writers at once (the tasks of a night at "
+            f"[night] concurrency above 1, serve and run together) may corrupt the store; drop {drop}"
+        )
+    # `mode=ro` anywhere: the last is read-only, or a later wider mode is refused ("access mode not allowed").
+    read_only = f"immutable={first['immutable']}" if _sqlite_true(first.get("immutable")) else None
+    if "ro" in (value for name, value in pairs if name == "mode"):
+        read_only = "mode=ro"
+    if read_only:
+        raise ValueError(
+            f"{shown!r}: {read_only} opens the database read-only, but every night writes to it (it failed as it opened, exit 4); "
+            f"the store must be writable: drop {read_only}"
+        )
+
+
+def _sqlite_true(value: str | None) -> bool:
+    """Whether SQLite takes a URI parameter's value as true (sqlite3_uri_boolean): one starting with an ASCII digit is
+    the 32-bit int SQLite's sqlite3Atoi makes of it (`1x` is 1, `0x1` is hex 1, past 32 bits or 10 digits 0) cut to
+    its low byte, true unless 0 (`256` is false, `257` true); else `on`, `yes` or `true` in any case. Anything else
+    (`full`, `+1`, empty) is false."""
+    if not value:
+        return False
+    if value[0] in "0123456789":
+        return _sqlite_atoi(value) & 0xFF != 0
+    return value.lower() in ("on", "yes", "true")
+
+
+def _sqlite_atoi(value: str) -> int:
+    """The int SQLite's sqlite3GetInt32 reads from the start of `value` (which starts with a digit), 0 where it refuses
+    the number: hex after `0x` (at most 8 digits, under 2**31), else decimal (at most 10 digits, under 2**31)."""
+    hexadecimal = re.match(r"0[xX]([0-9a-fA-F]+)", value)
+    if hexadecimal:
+        digits = hexadecimal[1].lstrip("0")
+        return int(digits or "0", 16) if len(digits) <= 8 and int(digits or "0", 16) < 2**31 else 0
+    digits = re.match(r"0*([0-9]*)", value)[1]
+    return int(digits or "0") if len(digits) <= 10 and int(digits or "0") < 2**31 else 0
 
 
 def _check_driver_arguments(value: str, url: Any) -> None:

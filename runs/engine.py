@@ -139,10 +139,11 @@ def sqlite_uri_path(database: str) -> str:
     return unquote(rest)
 
 
-def sqlite_uri_read(url: Any) -> tuple[str, dict[str, str]] | None:
-    """The path and parameters SQLite reads from the `file:` URI the driver opens for the parsed URL: its query's, and
-    any its database part holds itself (`file:runs.db%3Fcache%3Dshared`, decoded by SQLAlchemy into a `?`), each
-    decoded, the last of a name winning as in SQLite. None where SQLite reads no URI (no `uri=true`, another driver)."""
+def sqlite_uri_read(url: Any) -> tuple[str, list[tuple[str, str]]] | None:
+    """The path and parameters SQLite reads from the `file:` URI the driver opens for the parsed URL: any its database
+    part holds itself (`file:runs.db%3Fcache%3Dshared`, decoded by SQLAlchemy into a `?`), then its query's, each
+    decoded, in the URI's order with a name repeated as often as it is given (SQLite takes the last `mode`, `vfs`,
+    `cache`, the first `nolock`, `immutable`). None where SQLite reads no URI (no `uri=true`, another driver)."""
     from urllib.parse import unquote
 
     try:
@@ -153,7 +154,7 @@ def sqlite_uri_read(url: Any) -> tuple[str, dict[str, str]] | None:
         return None
     query = filename.partition("?")[2].partition("#")[0]
     pairs = (pair.partition("=") for pair in query.split("&") if pair)
-    return sqlite_uri_path(filename), {unquote(name): unquote(value) for name, _, value in pairs}
+    return sqlite_uri_path(filename), [(unquote(name), unquote(value)) for name, _, value in pairs]
 
 
 def sqlite_url(path: Path) -> str:

@@ -197,6 +197,133 @@ class TestStoreUrl:
         assert_one_line_error(overnight(command, "--config", str(config)), 2, "[store] url", said)
         assert not list(tmp_path.glob("x.db*")) and not (tmp_path / "state").exists()
 
+    @pytest.mark.parametrize(
+        ("url", "said"),
+        [
+            ("sqlite:///file:x.db?nolock=1&uri=true", "nolock=1"),
+            ("sqlite:///file:x.db?nolock=yes&uri=true", "nolock=yes"),
+            ("sqlite:///file:x.db?nolock=TRUE&uri=true", "nolock=TRUE"),
+            ("sqlite:///file:x.db?nolock=On&uri=true", "nolock=On"),
+            ("sqlite:///file:x.db?nolock=2&uri=true", "nolock=2"),
+            ("sqlite:///file:x.db?nolock=0x1&uri=true", "nolock=0x1"),
+            ("sqlite:///file:x.db?nolock=257&uri=true", "nolock=257"),
+            ("sqlite:///file:x.db%3Fnolock%3D1%26nolock%3D0?uri=true", "nolock=1"),
+            ("sqlite:///file:x.db?vfs=unix-none&uri=true", "vfs=unix-none"),
+            ("sqlite:///file:x.db%3Fvfs%3Dunix%26vfs%3Dunix-none?uri=true", "vfs=unix-none"),
+        ],
+        ids=["1", "yes", "TRUE", "On", "2", "hex", "low-byte-1", "first-of-two-in-the-database-part", "unix-none", "last-vfs-wins"],
+    )
+    @pytest.mark.parametrize("command", ["run", "report"])
+    def test_a_sqlite_store_without_file_locks_is_refused_at_load(self, tmp_path, repo, url, said, command):
+        """`nolock` in any form SQLite takes as true (a number not 0; on, yes, true in any case; the first of the name
+        counting, as in SQLite) and `vfs=unix-none` (the last `vfs` counting) turn SQLite's file locks off: writers at
+        once (a night's tasks at concurrency above 1, serve and run together) could corrupt the store. Exit 2 naming
+        `[store] url`, why and what to drop, one line, before any database or state dir is made."""
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        result = overnight(command, "--config", str(config))
+        drop = "drop nolock" if said.startswith("nolock") else f"drop {said}"
+        assert_one_line_error(result, 2, "[store] url", said, "file locks off", "corrupt the store", drop)
+        assert not list(tmp_path.glob("x.db*")) and not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize(
+        ("url", "said"),
+        [
+            ("sqlite:///file:x.db?immutable=1&uri=true", "immutable=1"),
+            ("sqlite:///file:x.db?immutable=Yes&uri=true", "immutable=Yes"),
+            ("sqlite:///file:x.db?immutable=0X1&uri=true", "immutable=0X1"),
+            ("sqlite:///file:x.db?mode=ro&uri=true", "mode=ro"),
+            ("sqlite:///file:x.db%3Fmode%3Drw%26mode%3Dro?uri=true", "mode=ro"),
+            ("sqlite:///file:x.db%3Fmode%3Dro%26mode%3Drwc?uri=true", "mode=ro"),
+        ],
+        ids=["immutable", "immutable-Yes", "immutable-hex", "read-only", "read-only-last", "read-only-then-wider"],
+    )
+    @pytest.mark.parametrize("command", ["run", "report"])
+    def test_a_read_only_sqlite_store_is_refused_at_load(self, tmp_path, repo, url, said, command):
+        """`immutable` (true as SQLite reads it) or `mode=ro` (last, or before a wider mode SQLite then refuses): the
+        store is written every night, which failed as it opened (exit 4). Exit 2 at load, saying it must be writable."""
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        result = overnight(command, "--config", str(config))
+        assert_one_line_error(result, 2, "[store] url", said, "the store must be writable", f"drop {said}")
+        assert not list(tmp_path.glob("x.db*")) and not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize(
+        ("url", "folder"),
+        [
+            ("sqlite:////", "/"),
+            ("sqlite:///file:///?uri=true", "/"),
+            ("sqlite:///kept", "kept"),
+            ("sqlite:///file:kept?mode=rwc&uri=true", "kept"),
+            ("sqlite:///kept/", "kept"),
+        ],
+        ids=["root", "root-uri", "relative-folder", "relative-folder-uri", "trailing-slash"],
+    )
+    @pytest.mark.parametrize("command", ["run", "report"])
+    def test_a_sqlite_store_naming_a_folder_is_refused_at_load(self, tmp_path, repo, url, folder, command):
+        """`sqlite:////` (the root folder) or a URL whose database is an existing folder cannot be opened as a database:
+        exit 2 at load naming the folder, one line; nothing is made in it or beside it."""
+        (tmp_path / "kept").mkdir()
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        result = overnight(command, "--config", str(config))
+        shown = "/" if folder == "/" else str(tmp_path / folder)
+        assert_one_line_error(result, 2, "[store] url", f"{shown} names a folder, not a database file")
+        assert not list((tmp_path / "kept").iterdir()) and not (tmp_path / "state").exists()
+
+    def test_sqlite_parameters_sqlite_ignores_or_reads_as_false_are_accepted(self, tmp_path, repo):
+        """SQLite's parameter names are case-sensitive (`NoLock`, `Immutable` are none of its own) and a boolean is
+        false unless a number not 0 or on/yes/true (`full`, `+1`, a number past 32 bits); of a repeated `nolock` the
+        first counts, of a repeated `vfs` or `mode` the last. None of these is refused."""
+        from orchestrator.config import load_config
+
+        for query in (
+            "nolock=0", "nolock=full", "nolock=%2B1", "nolock=", "NoLock=1", "immutable=0", "immutable=2147483648",
+            "Immutable=1", "vfs=unix", "mode=rw", "mode=rwc", "Mode=ro", "nolock=256", "nolock=0x100", "immutable=512",
+        ):
+            config = config_with(tmp_path, repo, extra=f'[store]\nurl = "sqlite:///file:x.db?{query}&uri=true"\n')
+            assert load_config(config).store.url.endswith(f"{query}&uri=true"), query
+        for database in ("file:x.db%3Fnolock%3D0%26nolock%3D1", "file:x.db%3Fvfs%3Dunix-none%26vfs%3Dunix"):
+            config = config_with(tmp_path, repo, extra=f'[store]\nurl = "sqlite:///{database}?uri=true"\n')
+            assert load_config(config).store.url.startswith(f"sqlite:///{database}"), database
+
+    def test_nolock_is_refused_exactly_where_sqlite_writes_without_a_lock(self, tmp_path, repo):
+        """Each value of `nolock` is refused at load where, and only where, this SQLite writes past another connection's
+        exclusive lock with it: SQLite reads a value starting with a digit as a 32-bit int (hex after `0x`) cut to its
+        low byte (`256` is false, `0x1` true), so a reading of its own could drift from SQLite's either way."""
+        import sqlite3
+
+        from orchestrator.config import load_config
+        from orchestrator.errors import ConfigError
+
+        def sqlite_writes_unlocked(value: str) -> bool:
+            database = tmp_path / "probe.db"
+            database.unlink(missing_ok=True)
+            holder = sqlite3.connect(database, isolation_level=None)
+            try:
+                holder.execute("CREATE TABLE t (a)")
+                holder.execute("BEGIN EXCLUSIVE")
+                writer = sqlite3.connect(f"file:{database}?nolock={value}", uri=True, timeout=0)
+                try:
+                    with writer:
+                        writer.execute("INSERT INTO t VALUES (1)")
+                    return True
+                except sqlite3.OperationalError:
+                    return False
+                finally:
+                    writer.close()
+            finally:
+                holder.close()
+
+        values = ("1", "0", "2", "255", "256", "257", "512", "0x1", "0X1", "0x100", "0x101", "0x7fffffff", "0x80000001",
+                  "0x000000001", "0x123456789", "0xg", "2147483647", "2147483648", "0000000000000257", "12345678901", "1x",
+                  "1.5", "yes", "on", "TRUE", "full", "off")
+        for value in values:
+            config = config_with(tmp_path, repo, extra=f'[store]\nurl = "sqlite:///file:x.db?nolock={value}&uri=true"\n')
+            try:
+                load_config(config)
+                refused = False
+            except ConfigError:
+                refused = True
+            assert refused == sqlite_writes_unlocked(value), value
+
     def test_a_private_cache_is_accepted(self, tmp_path, repo):
         """`cache=private`, SQLite's default, and a parameter name SQLite does not know (`Cache`: its names are
         case-sensitive) are no shared cache."""
