@@ -23,6 +23,17 @@ def git_said(exc: Exception) -> str:
     text = str(getattr(exc, "stderr", "") or "").strip()
     if text.startswith("stderr: '") and text.endswith("'"):
         text = text[len("stderr: '") : -1]
+    return _said_in(text)
+
+
+def stderr_reason(text: str) -> str:
+    """git's own `fatal:` or `error:` line in the stderr of a git run directly (not through GitPython), else its last
+    line; "" when it said nothing."""
+    lines = text.strip().splitlines()
+    return _said_in(text) or (lines[-1].strip() if lines else "")
+
+
+def _said_in(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
     said = next((line for line in lines if line.startswith(("fatal:", "error:"))), "")
     # A filter or hook program that is not installed (git-lfs): the shell's line says what git's does not

@@ -13,13 +13,12 @@ from typing import Any
 from orchestrator.gitdir import gitdir_link
 from orchestrator.task_branches import branch_for
 
-# The worktree's own: in a reftable repository its HEAD lives in the worktree's `reftable/` stack, whose lock a killed
-# commit left fails every later one ("cannot lock references"), as HEAD.lock does on the files backend.
-_GIT_LOCKS = ("index.lock", "HEAD.lock", "reftable/tables.list.lock")
-
-# The repository's own stack (its branches, every task's among them): the lock a git killed while it updated a branch
-# left fails every later branch update in the repository ("cannot lock references"), a new task's branch too.
-_COMMON_STACK_LOCK = "reftable/tables.list.lock"
+# A reftable stack's lock: one a killed git left fails every later update of the stack ("cannot lock references"). The
+# repository's own stack holds its branches (a new task's too); a worktree's holds its HEAD, as HEAD.lock does on the
+# files backend.
+_STACK_LOCK = "reftable/tables.list.lock"
+# The worktree's own.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", _STACK_LOCK)
 
 # A live git holds the stack's lock for one update (a compaction at most): one younger than this may be a person's
 # commit in their checkout, or a night's of another state dir, which no run store of ours shows.
@@ -52,7 +51,7 @@ def remove_common_ref_lock(common: Path, log: Any) -> None:
     Shared by every checkout of the repository, so removed only where `remove_git_locks` removes a worktree's: under
     the state lock, before any task starts, and only when no iteration of ours may still be at work (the caller's
     word), and only one older than any update holds it: a git holding it would have its update undone under it."""
-    lock = common / _COMMON_STACK_LOCK
+    lock = common / _STACK_LOCK
     try:
         found = lock.lstat()
     except OSError:

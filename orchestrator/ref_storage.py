@@ -15,6 +15,7 @@ from pathlib import Path
 
 from orchestrator.command_environment import worktree_git_environment
 from orchestrator.files import read_regular_file
+from orchestrator.git_errors import stderr_reason
 
 # `[extensions]` then `refStorage = <format>` (git config keys and section names are case-insensitive).
 _SECTION = re.compile(r"^\s*\[\s*([A-Za-z0-9.-]+)\s*(?:\"[^\"]*\"\s*)?\]\s*(.*)$")
@@ -79,11 +80,9 @@ def _run_git(git_dir: Path, *args: str) -> tuple[str | None, str]:
     except (OSError, subprocess.SubprocessError) as exc:
         return None, str(exc)
     if done.returncode != 0:
-        said = [line.strip() for line in done.stderr.decode("utf-8", "replace").strip().splitlines()]
         died = f"died of signal {-done.returncode}" if done.returncode < 0 else f"exited {done.returncode}"
-        # git's own `fatal:` or `error:` line (a warning may come before it, advice after), else its last: as git_reason.
-        fatal = next((line for line in said if line.startswith(("fatal:", "error:"))), said[-1] if said else "")
-        return None, fatal or f"git {args[0]} {died}"
+        # git's own `fatal:` or `error:` line (a warning may come before it, advice after), else its last.
+        return None, stderr_reason(done.stderr.decode("utf-8", "replace")) or f"git {args[0]} {died}"
     return done.stdout.decode("utf-8", "replace").strip(), ""
 
 
