@@ -51,17 +51,23 @@ def assert_nothing_left_open(stderr: str) -> None:
     assert "unclosed" not in stderr and "ResourceWarning" not in stderr
 
 
+def assert_every_check_failed_as_scripted(folder: Path, script: list[Any], requests: int, **model: Any) -> None:
+    """A night of the four tasks against `script`: exit 1, `requests` asked, at most a few connections a task (one
+    client each), nothing left open, and every task's check failed as scripted."""
+    with ScriptedServer(script) as server:
+        done, config = litellm_night(folder, server, **model)
+        assert done.returncode == 1, done.stderr
+        assert len(server.requests) == requests
+        assert 1 <= server.connections_opened <= CONNECTIONS_A_TASK * len(TASKS), server.connections_opened
+    assert_nothing_left_open(done.stderr)
+    assert outcomes(config) == [("failed", "check_failed")] * 4
+
+
 class TestANightAtConcurrencyFour:
     def test_every_task_ends_as_scripted_and_leaves_no_connection_open(self, tmp_path, repo):
         """Four tasks at once through litellm, two iterations each: each fails its check as scripted, the night's log
         stays JSON with no `unclosed` warning, and the server saw at most a few connections a task (one client each)."""
-        with ScriptedServer([call("submit", {"summary": "x"}, delay_s=0.2)] * 8) as server:
-            done, config = litellm_night(tmp_path, server)
-            assert done.returncode == 1, done.stderr
-            assert len(server.requests) == 8
-            assert 1 <= server.connections_opened <= CONNECTIONS_A_TASK * len(TASKS), server.connections_opened
-        assert_nothing_left_open(done.stderr)
-        assert outcomes(config) == [("failed", "check_failed")] * 4
+        assert_every_check_failed_as_scripted(tmp_path, [call("submit", {"summary": "x"}, delay_s=0.2)] * 8, requests=8)
 
     def test_first_calls_answered_503_are_retried_and_the_night_goes_on(self, tmp_path, repo):
         """The four tasks' first calls all answered 503 at once: each is retried, the tasks end as scripted, and the error
@@ -69,13 +75,7 @@ class TestANightAtConcurrencyFour:
         script = [Reply(status=503)] * 4 + [call("submit", {"summary": "x"}, delay_s=0.2)] * 8
         # Four 503s in all, whichever tasks draw them: four retries leave even a task that draws all four an answer
         # (with two, one task's quick retries could meet all the 503s and pause it).
-        with ScriptedServer(script) as server:
-            done, config = litellm_night(tmp_path, server, retries=4, retry_backoff_s=0)
-            assert done.returncode == 1, done.stderr
-            assert len(server.requests) == 12
-            assert 1 <= server.connections_opened <= CONNECTIONS_A_TASK * len(TASKS), server.connections_opened
-        assert_nothing_left_open(done.stderr)
-        assert outcomes(config) == [("failed", "check_failed")] * 4
+        assert_every_check_failed_as_scripted(tmp_path, script, requests=12, retries=4, retry_backoff_s=0)
 
     def test_a_server_that_answers_only_503_pauses_every_task(self, tmp_path, repo):
         """Only 503s at concurrency 4: every task is paused (model unreachable, exit 3), and nothing is left open."""
