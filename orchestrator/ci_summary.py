@@ -28,10 +28,14 @@ STEP_SUMMARY_BYTES = 1024 * 1024
 _MARKDOWN_PUNCTUATION = re.compile(r"[\\`*_\[\]!~$@]|#(?=[0-9])")
 # GitHub's emoji shortcodes, `:tada:` (🎉), and runs of them sharing colons (`:no:tada:`), once the above is escaped
 # (`:+1_x:` is `:+1\_x:` by then): their colons are escaped, and only theirs, so `06:30` and `http://` stay as typed.
-_SHORTCODES = re.compile(r":(?:[A-Za-z0-9_+\\-]+:)+")
+# A shortcode's name once escaped as above (a `_` in it carries a backslash by then).
+_SHORTCODE_NAME = r"[A-Za-z0-9_+\\-]+"
+_SHORTCODES = re.compile(rf":(?:{_SHORTCODE_NAME}:)+")
 # GitHub finds mentions, issue links and emoji in the HTML's text after markdown has taken the backslashes away
 # (github/markup#1168: `\@name` still pings): an empty HTML comment, which GitHub drops, splits each from its word.
-_GITHUB_REFERENCE = re.compile(r"(?<=\\@)(?=[A-Za-z0-9])|(?<=\\#)(?=[0-9])|(?<=\\:)(?=[A-Za-z0-9_+\\-]+\\:)")
+_GITHUB_REFERENCE = re.compile(
+    rf"(?<=\\@)(?=[A-Za-z0-9])|(?<=\\#)(?=[0-9])|(?<=\\:)(?={_SHORTCODE_NAME}\\:)"
+)
 _SPLIT = "<!-- -->"
 # As the text report's: paused (the model server could not be reached, worked again next night) is not parked.
 _MARKS = {"succeeded": "✅", "failed": "❌", "parked": "⏸️", "paused": "🔁", "cancelled": "⏹️", "skipped": "⏭️", "running": "⏳"}
