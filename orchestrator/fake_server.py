@@ -67,6 +67,9 @@ class ScriptedServer:
         # When each chat request arrived (time.monotonic()), beside `requests`: shows which calls overlapped.
         self.arrivals: list[float] = []
         self.connections_opened = 0
+        # When (time.time(), to set beside a log's timestamps) each chat answer was cut because its client hung up
+        # before its end: a cancelled stream the client closed, not one read to its end.
+        self.hang_ups: list[float] = []
         self.exhausted = 0
         # What the server says of itself: llama.cpp's `GET /props` (404 while None), fields a vLLM adds to
         # its `GET /v1/models` entry (`max_model_len`), Ollama's `POST /api/show` (404 while None).
@@ -112,6 +115,12 @@ class ScriptedServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    @property
+    def open_connections(self) -> int:
+        """Connections the server holds open now (a client's kept-alive ones included)."""
+        with self._lock:
+            return len(self._open_sockets)
 
     @property
     def port(self) -> int:
@@ -226,7 +235,10 @@ class _ChatHandler(BaseHTTPRequestHandler):
         reply = self.scripted._take(body, dict(self.headers), self._arrived)
         try:
             self._answer(body, reply or Reply(text="", finish_reason="stop"))
-        except (ClientGone, BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.scripted.hang_ups.append(time.time())
+            self.close_connection = True
+        except (ClientGone, TimeoutError):
             self.close_connection = True
         except OSError:
             self.close_connection = True

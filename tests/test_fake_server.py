@@ -113,6 +113,20 @@ class TestStreaming:
             assert handler_threads() == []
             assert json.loads(post(server, BODY)[1])["choices"][0]["message"]["content"] == "next"
 
+    def test_a_client_hanging_up_mid_answer_is_recorded_and_a_whole_answer_is_not(self):
+        """A stream its client closed before the end is one `hang_ups` entry and leaves no connection open; an
+        answer read to its end, its connection closed after, is none."""
+        with ScriptedServer([say("whole"), Reply(text="word " * 400, chunk_chars=5, chunk_interval_s=0.01)]) as server:
+            assert post(server, {**BODY, "stream": True})[0] == 200
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            connection.request("POST", "/v1/chat/completions", json.dumps({**BODY, "stream": True}))
+            assert b"word" in connection.getresponse().read(2000)
+            connection.close()
+            deadline = time.monotonic() + 3
+            while (server.open_connections or not server.hang_ups) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(server.hang_ups) == 1 and server.open_connections == 0
+
     def test_stop_does_not_wait_for_a_stalled_reply(self):
         """stop() returns promptly even while a handler is sleeping through a long stall."""
         server = ScriptedServer([Reply(text="stalling", stall_s=30)]).start()
