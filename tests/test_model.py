@@ -639,6 +639,25 @@ class TestImport:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert result.stdout.strip() == "False", result.stderr
 
+    @pytest.mark.parametrize("collecting", [True, False])
+    def test_litellms_objects_are_left_out_of_the_collectors_walks(self, collecting):
+        """litellm's first import leaves hundreds of thousands of objects for the life of the process: no full
+        collection walks them during the import, none after (frozen: a third of a second each with the GIL held,
+        and seconds as the process exited); the collector is on afterwards, or off where the process had turned it off."""
+        code = (
+            "import gc, sys\n"
+            "from orchestrator.litellm_transport import litellm_module\n"
+            f"{'' if collecting else 'gc.disable()'}\n"
+            "full = gc.get_stats()[2]['collections']\n"
+            "litellm_module(); litellm_module()\n"
+            "print(gc.get_stats()[2]['collections'] - full, gc.get_freeze_count(), gc.isenabled())"
+        )
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        full_collections, frozen, enabled = result.stdout.split()
+        assert (int(full_collections), enabled) == (0, str(collecting)), result.stderr
+        assert int(frozen) > 100_000
+
 
 class TestContextOverflow:
     def test_context_overflow_is_a_quality_stop_not_a_crash(self, transport):
