@@ -13,7 +13,7 @@ from typing import Callable
 
 from orchestrator.files import read_regular_file
 from orchestrator.gitdir import branches_held_by_operations, checkouts
-from orchestrator.ref_storage import REFTABLE_HEAD, head_asked, is_reftable
+from orchestrator.ref_storage import REFTABLE_HEAD, RefsUnreadable, head_asked, is_reftable
 
 # More than any HEAD git writes ("ref: refs/heads/<name>", or a commit's id).
 _HEAD_MOST_READ = 4096
@@ -23,7 +23,8 @@ def head_file(admin: Path) -> str:
     """What the worktree's HEAD file holds ("ref: refs/heads/<branch>", or a commit when detached); "" if unreadable.
     Read only as a regular file: a pipe the agent put there held the commit for ever, waiting for a writer.
     A reftable repository's HEAD file holds only a placeholder: there git is asked (only there: the placeholder
-    written into a files repository's HEAD is what that HEAD holds, no git process)."""
+    written into a files repository's HEAD is what that HEAD holds, no git process), and RefsUnreadable when git
+    cannot read it: no checkout is taken to be off a branch it may hold."""
     try:
         held = read_regular_file(admin / "HEAD", _HEAD_MOST_READ).decode("utf-8", errors="replace").strip()
     except OSError:
@@ -60,6 +61,12 @@ def also_held_elsewhere(admin: Path, common: Path, branch: str) -> str | None:
             if not gone and head_file(other) == wanted:
                 return str(folder)
         except OSError:
+            continue
+        except RefsUnreadable:
+            if other == common:
+                raise  # the repository's own stack, its branches' too: nothing of the night's can be read
+            # Another registration's own stack: git writes its HEAD there last (`git worktree add` of another night or a
+            # person, under way), and git itself takes a HEAD it cannot read as holding no branch.
             continue
     return held_by_an_operation(admin, common, branch)
 

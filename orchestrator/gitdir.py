@@ -81,7 +81,7 @@ def head_commit(git_dir: Path, common: Path) -> str | None:
                     return content
                 break
             if name == "HEAD" and content == REFTABLE_HEAD and is_reftable(common):
-                return commit_asked(git_dir)
+                return commit_asked(git_dir, common=common)
             name = content.removeprefix("ref:").strip()
     except (OSError, UnicodeDecodeError):
         pass

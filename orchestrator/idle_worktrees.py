@@ -14,6 +14,7 @@ from orchestrator.git_locks import remove_git_locks
 from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
 from orchestrator.overnights_own import first_checkout_cut_short, is_task_worktree
+from orchestrator.ref_storage import RefsUnreadable
 from orchestrator.repository import open_repo
 from orchestrator.task_branches import branch_for
 from orchestrator.vanished_repository import of_a_vanished_repository, settle_orphaned_worktree
@@ -70,6 +71,8 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             if worktree.held_elsewhere() is not None:
                 continue  # detached for the person's review of the branch: the night skips the task (BranchCheckedOut)
             state = worktree.idle_state()
+        except RefsUnreadable:  # refs git cannot read (most often the repository's, every worktree's): none set aside for them
+            raise
         except Exception as exc:  # a broken index, say: whether a person's edits are in it is unknown
             set_aside(config, repo, path, link, log, why=git_reason(exc))
             continue

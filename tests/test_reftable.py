@@ -357,3 +357,213 @@ class TestBranchesGitCannotList:
         git(repo, "checkout", "-q", "-b", "overnight/t")
         _for_each_ref_failing_once(tmp_path, monkeypatch).touch()
         assert merge_target(settings) == "main"
+
+
+_UNREADABLE = "fatal: reftable: unable to read the stack"
+
+
+def _git_failing(tmp_path: Path, monkeypatch, matching: str, said: str = _UNREADABLE) -> None:
+    """A `git` first on PATH that dies as a git that cannot read the refs does (its `fatal:` line, exit 128) for each
+    command whose arguments match the shell pattern `matching`; every other command runs the real git."""
+    real = shutil.which("git")
+    shims = tmp_path / "unreadable-shims"
+    shims.mkdir()
+    shim = shims / "git"
+    shim.write_text(f"#!/bin/sh\ncase \"$*\" in {matching}) printf '%s\\n' '{said}' >&2; exit 128;; esac\nexec {real} \"$@\"\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+
+
+def _tables_lost(repo: Path) -> None:
+    """The repository's reftable tables gone, `tables.list` still naming them (a disk full mid-compaction, a partial
+    restore): git 2.47 reads such a stack as one holding no ref at all, each question answered "none" (exit 1)."""
+    for table in (repo / ".git" / "reftable").glob("*.ref"):
+        table.unlink()
+
+
+class TestRefsGitCannotRead:
+    """A ref git cannot read (it dies with its `fatal:` line, or reads a stack it cannot load as empty) is
+    RefsUnreadable, never "no such ref": read so, recovery rolled a task's branch back and a night made it anew."""
+
+    def test_a_branch_git_dies_reading_is_no_missing_branch(self, repo, tmp_path, monkeypatch):
+        """`rev-parse` dying (exit 128) on the task's branch is RefsUnreadable with git's `fatal:` line (it was None)."""
+        import git as gitpython
+
+        from orchestrator.ref_storage import RefsUnreadable, branch_tip
+
+        git(repo, "branch", "overnight/t")
+        _git_failing(tmp_path, monkeypatch, "*rev-parse*refs/heads/overnight/t*")
+        with pytest.raises(RefsUnreadable) as unreadable:
+            branch_tip(gitpython.Repo(repo), "overnight/t")
+        assert unreadable.value.reason.endswith(f"refs/heads/overnight/t in {repo / '.git'}: {_UNREADABLE}")
+        assert unreadable.value.exit_code == 2 and "\n" not in str(unreadable.value)
+
+    def test_a_head_git_dies_reading_is_not_read_as_detached(self, repo, tmp_path, monkeypatch):
+        """`symbolic-ref HEAD` dying is RefsUnreadable: the checkout was read as detached at HEAD's commit (off its
+        branch: a person's, to the night) or, from the report, as on no branch."""
+        import git as gitpython
+
+        from orchestrator.branch_holders import head_file
+        from orchestrator.ref_storage import RefsUnreadable, checked_out_branch
+
+        _git_failing(tmp_path, monkeypatch, "*symbolic-ref*")
+        with pytest.raises(RefsUnreadable, match=f"git could not read HEAD in .*: {_UNREADABLE}"):
+            head_file(repo / ".git")
+        with pytest.raises(RefsUnreadable):
+            checked_out_branch(gitpython.Repo(repo))
+
+    def test_a_stack_whose_tables_are_gone_is_no_empty_repository(self, repo):
+        """Tables `tables.list` names but that are gone: git answers "none" to the branch (exit 1, nothing said) and
+        lists no branch, and each reader here is RefsUnreadable, the listing BranchesUnknown (they read no branch, and
+        HEAD as detached or as "")."""
+        import git as gitpython
+
+        from orchestrator.branch_holders import head_file
+        from orchestrator.gitdir import head_commit
+        from orchestrator.ref_storage import BranchesUnknown, RefsUnreadable, branch_names, branch_tip
+
+        git(repo, "branch", "overnight/t")
+        opened = gitpython.Repo(repo)
+        _tables_lost(repo)
+        dotgit = repo / ".git"
+        for read in (lambda: branch_tip(opened, "overnight/t"), lambda: head_file(dotgit), lambda: head_commit(dotgit, dotgit)):
+            with pytest.raises(RefsUnreadable, match=f"git could not read HEAD in {dotgit}: fatal: No such ref: HEAD"):
+                read()
+        with pytest.raises(BranchesUnknown, match="git could not list the branches: git could not read HEAD"):
+            branch_names(opened)
+
+    def test_a_reftable_folder_gone_is_no_empty_repository(self, repo):
+        """The `reftable/` folder gone (a `git refs migrate` cut short), the config still naming reftable: the branch
+        is RefsUnreadable (git answers "none", and it was read as a branch never made)."""
+        import git as gitpython
+
+        from orchestrator.ref_storage import RefsUnreadable, branch_tip
+
+        git(repo, "branch", "overnight/t")
+        opened = gitpython.Repo(repo)
+        shutil.rmtree(repo / ".git" / "reftable")
+        with pytest.raises(RefsUnreadable, match="git could not read HEAD in .*: it names neither a branch nor a commit"):
+            branch_tip(opened, "overnight/t")
+
+    def test_a_missing_branch_and_an_unborn_one_are_still_none(self, repo):
+        """A branch never made, and HEAD on a branch with no commit yet, are None as before: only git's failures raise."""
+        import git as gitpython
+
+        from orchestrator.gitdir import head_commit
+        from orchestrator.ref_storage import branch_tip
+
+        assert branch_tip(gitpython.Repo(repo), "never-made") is None
+        git(repo, "checkout", "-q", "--orphan", "unborn")
+        assert head_commit(repo / ".git", repo / ".git") is None
+
+    def test_a_night_on_refs_git_cannot_read_is_one_line_not_no_commits(self, config_file, repo, capsys):
+        """`overnight run` on a repository whose tables are gone: exit 2, one line saying git could not read HEAD
+        (it said the repository "has no commits yet; commit something first")."""
+        config = config_file()
+        _tables_lost(repo)
+        capsys.readouterr()
+        assert overnight("run", "--config", str(config)) == 2
+        err = capsys.readouterr().err
+        assert "git could not read HEAD in " in err and "has no commits yet" not in err and "Traceback" not in err
+
+    def test_recovery_rolls_nothing_back_on_a_branch_git_cannot_read(self, tmp_path, repo, monkeypatch):
+        """A killed iteration's branch git cannot read: recovery stops with RefsUnreadable, the branch and its commit
+        as they were, the iteration still to settle (read as "no commit", the branch was reset to the checkpoint and
+        the commit on it dropped)."""
+        import socket
+
+        from orchestrator.lock import state_identity
+        from orchestrator.ref_storage import RefsUnreadable
+        from orchestrator.worktree import Worktree
+        from runs import RunStore
+        from tests.test_faults import _config, dead_pid, recover
+
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        store = RunStore.open(config.store_url)
+        try:
+            pid = dead_pid()
+            run_id = store.begin_run(config_path=str(config.source), pid=pid, host=socket.gethostname(), state_id=state_identity(config.state_dir))
+            task_run = store.begin_task(run_id, name="fix-greet", branch=worktree.branch)
+            store.begin_iteration(task_run, number=1, checkpoint=worktree.checkpoint(), pid=pid)
+        finally:
+            store.close()
+        (worktree.path / "greet.py").write_text("def greet():\n    return 'hello'\n")
+        git(worktree.path, "commit", "-qam", "made on the branch")
+        made = git(repo, "rev-parse", "overnight/fix-greet")
+        _git_failing(tmp_path, monkeypatch, "*rev-parse*refs/heads/overnight/fix-greet*")
+        with pytest.raises(RefsUnreadable, match=_UNREADABLE):
+            recover(config)
+        assert git(repo, "rev-parse", "overnight/fix-greet") == made
+        assert "return 'hello'" in (worktree.path / "greet.py").read_text()
+        store = RunStore.open(config.store_url)
+        try:
+            assert [i.task_name for i in store.running_iterations()] == ["fix-greet"]
+        finally:
+            store.close()
+
+    def test_the_idle_cleaning_sets_no_worktree_aside_for_refs_git_cannot_read(self, tmp_path, repo, monkeypatch):
+        """A task's idle worktree whose HEAD git cannot read: recovery stops with RefsUnreadable, the worktree and a
+        person's file in it where they were (the refs are the repository's fault, not the worktree's: it was set aside
+        as a worktree git cannot read, and made anew)."""
+        from orchestrator.ref_storage import RefsUnreadable
+        from orchestrator.worktree import Worktree
+        from tests.test_faults import _config, recover
+
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(config.repo_path, config.state_dir, "fix-greet", "HEAD")
+        (worktree.path / "notes.txt").write_text("a person's\n")
+        _git_failing(tmp_path, monkeypatch, "*symbolic-ref*")
+        with pytest.raises(RefsUnreadable, match=_UNREADABLE):
+            recover(config)
+        assert (worktree.path / "notes.txt").read_text() == "a person's\n" and (worktree.path / ".git").is_file()
+
+    def test_a_worktrees_head_is_no_missing_commit_when_the_repositorys_stack_is_lost(self, repo, tmp_path):
+        """A linked worktree's HEAD, kept in its own stack, read while the repository's stack (where its branch is) is
+        lost, the `reftable/` folder gone or `tables.list` emptied: RefsUnreadable (the worktree's own HEAD, readable,
+        vouched for git's "none", and its commit was None: no commit checked out, the branch put back by `reset`)."""
+        from orchestrator.gitdir import head_commit
+        from orchestrator.ref_storage import RefsUnreadable
+
+        for damage, lose in (("folder-gone", lambda stack: shutil.rmtree(stack)), ("list-emptied", lambda stack: (stack / "tables.list").write_text(""))):
+            made = _reftable_repo(tmp_path / damage)
+            git(made, "worktree", "add", "-q", "-b", "overnight/t", str(tmp_path / f"{damage}-wt"))
+            common = made / ".git"
+            admin = common / "worktrees" / f"{damage}-wt"
+            lose(common / "reftable")
+            with pytest.raises(RefsUnreadable, match=f"git could not read HEAD in {common}: it names neither"):
+                head_commit(admin, common)
+
+    def test_a_fresh_repository_with_no_commit_is_still_unborn(self, tmp_path):
+        """`git init --ref-format=reftable` and nothing committed: HEAD on its unborn branch, no commit, no branch, as
+        before (git answers "none", and HEAD is there)."""
+        import git as gitpython
+
+        from orchestrator.branch_holders import head_file
+        from orchestrator.gitdir import head_commit
+        from orchestrator.ref_storage import branch_names, branch_tip, checked_out_branch
+
+        fresh = tmp_path / "fresh"
+        if subprocess.run(["git", "init", "-q", "-b", "main", "--ref-format=reftable", str(fresh)], capture_output=True).returncode:
+            pytest.skip("this git makes no reftable repository")
+        opened, dotgit = gitpython.Repo(fresh), fresh / ".git"
+        assert head_file(dotgit) == "ref: refs/heads/main" and head_commit(dotgit, dotgit) is None
+        assert branch_names(opened) == set() and branch_tip(opened, "main") is None and checked_out_branch(opened) == "main"
+
+    def test_another_worktree_being_added_does_not_stop_a_tasks_start(self, repo, tmp_path):
+        """Another registration whose own stack holds no HEAD yet (`git worktree add` writes it there last: another
+        night's, a person's, under way) holds no branch, as git takes it: the task's start goes on (it was
+        RefsUnreadable, and the night ended); the repository's own stack unreadable is still RefsUnreadable."""
+        from orchestrator.branch_holders import also_held_elsewhere
+        from orchestrator.ref_storage import RefsUnreadable
+
+        common = repo / ".git"
+        git(repo, "worktree", "add", "-q", "-b", "overnight/t", str(tmp_path / "task"))
+        git(repo, "worktree", "add", "-q", "-b", "other", str(tmp_path / "being-added"))
+        # What `git worktree add` leaves until its last step (strace): the placeholder HEAD, an empty `reftable/` folder.
+        for made in (common / "worktrees" / "being-added" / "reftable").iterdir():
+            made.unlink()
+        assert also_held_elsewhere(common / "worktrees" / "task", common, "overnight/t") is None
+        _tables_lost(repo)
+        with pytest.raises(RefsUnreadable):
+            also_held_elsewhere(common / "worktrees" / "task", common, "overnight/t")
