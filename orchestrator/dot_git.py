@@ -21,7 +21,8 @@ class DotGitKind(Enum):
     FOLDER = "folder"  # a repository of its own (a folder, not a symlink to one)
     LINK = "link"  # a link file (`gitdir: …`) naming a git dir that is there: a folder
     LINK_TO_GONE = "link to gone"  # a link file naming a git dir no longer there (the repository moved, or was deleted)
-    OTHER = "other"  # a symlink, a file that is no link, anything else: left to the caller as it was
+    NO_LINK = "no link"  # a regular file that is no link file (garbage the agent wrote over its link)
+    OTHER = "other"  # a symlink, anything else: left to the caller as it was
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,11 @@ def dot_git(path: Path) -> DotGit:
         return DotGit(DotGitKind.MISSING)
     if stat.S_ISDIR(mode):
         return DotGit(DotGitKind.FOLDER, dotgit)
-    gitdir = gitdir_link(path) if stat.S_ISREG(mode) else None
-    if gitdir is None:
+    if not stat.S_ISREG(mode):
         return DotGit(DotGitKind.OTHER)
+    gitdir = gitdir_link(path)
+    if gitdir is None:
+        return DotGit(DotGitKind.NO_LINK)
     # os.path.isdir, not Path.is_dir: that raises (Python 3.11, 3.12) for a name no file can have (too long) or one under
     # a folder this user cannot search, where no git dir is seen either; a `.git` the agent wrote so stopped recovery.
     return DotGit(DotGitKind.LINK if os.path.isdir(gitdir) else DotGitKind.LINK_TO_GONE, gitdir)

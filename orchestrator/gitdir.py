@@ -163,6 +163,16 @@ def admin_dir(path: Path, common: Path | None = None) -> Path | None:
     return None
 
 
+def admin_dir_for_recovery(path: Path, configured: Path) -> Path | None:
+    """`admin_dir(path)` (the intact link's registration, else one in the repository the broken link names or the one
+    above `path`), else the registration in `configured`, the configured repository's common dir.
+
+    That one last: an intact link to another repository's registration (a copy of the repository registers its
+    worktrees too) stays with that repository. Needed for a link the agent broke in a state dir kept outside the
+    checkout: no repository is above its worktrees, and the link names none, so recovery failed every later night."""
+    return admin_dir(path) or admin_dir(path, configured)
+
+
 # Past this many entries the index is read by `git ls-files` instead (a process beats Python's loop).
 _INDEX_ENTRIES_READ_HERE = 5000
 

@@ -11,12 +11,12 @@ from orchestrator.config import Config
 from orchestrator.dot_git import DotGitKind, dot_git
 from orchestrator.git_errors import git_reason
 from orchestrator.git_locks import remove_git_locks
-from orchestrator.gitdir import admin_dir, is_worktree_of, linked_admin_dir
+from orchestrator.gitdir import admin_dir, head_commit, is_worktree_of, linked_admin_dir
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
 from orchestrator.overnights_own import first_checkout_cut_short, is_task_worktree
 from orchestrator.ref_storage import RefsUnreadable
 from orchestrator.repository import open_repo
-from orchestrator.task_branches import branch_for
+from orchestrator.task_branches import branch_for, kept_branch
 from orchestrator.vanished_repository import of_a_vanished_repository, settle_orphaned_worktree
 from orchestrator.worktree import Worktree
 from orchestrator.worktree_registration import repair_moved
@@ -47,6 +47,8 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
                 log.warning("worktree_folder_kept", task=path.name, why="a worktree of a repository that is gone, of no task: left as it is")
             continue
         relink_after_the_repository_moved(repo, path, config)
+        if set_aside_without_its_link(repo, path, config, log):
+            continue
         link = linked_admin_dir(repo, path)
         if link is None or not is_worktree_of(repo, path):
             contents = [entry.name for entry in path.iterdir()]
@@ -101,3 +103,41 @@ def relink_after_the_repository_moved(repo: Any, path: Path, config: Config) -> 
     admin = admin_dir(path, Path(repo.common_dir))
     if admin is not None:
         Worktree(path, branch_for(path.name), config.repo.keep, common_dir=Path(repo.common_dir), admin=admin)  # relinks
+
+
+def set_aside_without_its_link(repo: Any, path: Path, config: Config, log: Any) -> bool:
+    """A configured task's folder, this repository's registration naming it, holding files but a `.git` that is no link
+    (overwritten) or none (deleted): set aside whole, and True. No dead iteration ran there (recovery settles those
+    first), so a person did it: maybe their own files where they deleted the task's worktree (no `git worktree prune`).
+
+    Not relinked and cleaned: the clean deleted what no branch keeps (files git ignores, a repository inside), and
+    the night relinked it through the registration and worked there. Set aside (commits on its detached HEAD kept on a
+    branch first), nothing is lost and the night makes the task's worktree anew. A folder of no configured task no night touches: left as it is."""
+    if dot_git(path).kind not in (DotGitKind.NO_LINK, DotGitKind.MISSING) or path.name not in {task.name for task in config.task}:
+        return False
+    if not any(entry.name != ".git" for entry in path.iterdir()):
+        return False  # nothing of anyone's: an empty folder is what a killed `git worktree add` left, removed below
+    admin = admin_dir(path, Path(repo.common_dir))
+    if admin is None:
+        return False  # no registration to relink it to: the night refuses it, as before
+    _keep_a_head_off_its_branch(repo, admin, path.name, log)
+    set_aside(config, repo, path, admin, log, why="its .git link was deleted or overwritten, not by a night at work there")
+    return True
+
+
+def _keep_a_head_off_its_branch(repo: Any, admin: Path, task: str, log: Any) -> None:
+    """Commits a person made on the worktree's detached HEAD, which only its registration (removed with the folder) holds:
+    on `overnight-kept/<task>/<UTC time>` first, as the night's `back_on_branch` keeps them."""
+    import git
+
+    head = head_commit(admin, Path(repo.common_dir))
+    if head is None:
+        return
+    try:
+        repo.git.merge_base("--is-ancestor", head, branch_for(task))
+        return
+    except git.GitCommandError:  # not on the branch, or no such branch
+        pass
+    kept = kept_branch(task)
+    repo.git.branch(kept, head)
+    log.warning("worktree_commits_kept", task=task, branch=kept)

@@ -15,6 +15,7 @@ from typing import Any
 from orchestrator.config import Config
 from orchestrator.foreign_checkout import is_a_repository_of_its_own, made_while_the_agent_ran
 from orchestrator.git_locks import remove_git_locks
+from orchestrator.gitdir import admin_dir_for_recovery, common_of
 from orchestrator.kept_edits import keep_what_a_person_may_have_written
 from orchestrator.ref_storage import branch_tip
 from orchestrator.task_branches import branch_for
@@ -53,9 +54,21 @@ def settle_worktree(config: Config, iteration: Any, log: Any, *, agent_began_at:
         log.warning("worktree_folder_kept", task=iteration.task_name, at=str(path),
                     why="a repository of its own (its .git is a folder), not made by the agent: left as it is")
         return made
-    # The agent's `git init`: its registration is this repository's (no link names it, and a state dir kept outside
-    # the repository has none above it: recovery failed the whole night, every night, for it).
-    worktree = Worktree(path, branch, config.repo.keep, common_dir=Path(repo.common_dir) if own_repository else None)
+    # The agent's `git init`, or a link it broke: the registration is this repository's (no link names it, and a state
+    # dir kept outside the repository has none above it: recovery failed the whole night, every night, for it).
+    common = Path(repo.common_dir)
+    if own_repository:
+        worktree = Worktree(path, branch, config.repo.keep, common_dir=common)
+    else:
+        admin = admin_dir_for_recovery(path, common)
+        if admin is not None and (other := common_of(admin)) != common.resolve():
+            # Another repository's worktree (a person's `git worktree add` there since the night died, the original's
+            # after `cp -r` of the repository), as the night leaves it: rolled back through that repository, which may
+            # lack the checkpoint, it was removed, a person's edits with it.
+            log.warning("worktree_folder_kept", task=iteration.task_name, at=str(path),
+                        why=f"a worktree of another repository ({other}): left as it is")
+            return made
+        worktree = Worktree(path, branch, config.repo.keep, admin=admin)
     with contextlib.suppress(Exception):  # a worktree git cannot read is rebuilt below, as before
         if (elsewhere := worktree.held_elsewhere()) is not None:
             log.warning("worktree_not_rolled_back", task=iteration.task_name, why=f"its branch is checked out in {elsewhere}")

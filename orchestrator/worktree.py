@@ -61,7 +61,8 @@ class Worktree:
         """The registered worktree at `path`, of the repository at `common_dir` (its git common dir).
 
         Without `common_dir` (recovery), a link the agent broke is repaired when its
-        registration can be found from the broken link or the repository above `path`;
+        registration can be found from the broken link or the repository above `path`, or is given
+        as `admin` (recovery looks in the configured repository too: `gitdir.admin_dir_for_recovery`);
         otherwise StateError. `admin`: `admin_dir(path, common_dir)`, when the caller has just found it.
         """
         self.path = path

@@ -32,7 +32,7 @@ from orchestrator.recovery import recover_interrupted
 from orchestrator.scripted import Reply, call
 from orchestrator.worktree import Worktree
 from runs import RunStore
-from tests.conftest import git, write_config
+from tests.conftest import git, make_repo, write_config
 from tests.test_night import overnight, report_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -876,6 +876,91 @@ class TestRecoveryOfStoredState:
         assert settled.outcome == "interrupted" and git(worktree.path, "rev-parse", "HEAD") == checkpoint
         assert git(worktree.path, "status", "--porcelain") == ""
 
+    @pytest.mark.parametrize("link", [b"gitdir: /nonexistent\n", b"\x8f\x00garbage\xff", b"", None], ids=["gone", "bytes", "empty", "deleted"])
+    def test_a_dead_iterations_broken_git_link_outside_the_checkout_is_relinked_from_the_configured_repository(
+        self, tmp_path: Path, repo: Path, link: bytes | None
+    ) -> None:
+        """The agent wrote garbage into its `.git` link, then the night died, the state dir outside the checkout: no
+        repository above the worktree nor named by the link registers it, and recovery failed every later night (exit
+        4, "no repository registers it"); the configured repository does, so the link is put back and rolled back."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        if link is None:
+            (worktree.path / ".git").unlink()
+        else:
+            (worktree.path / ".git").write_bytes(link)
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(worktree.path, "rev-parse", "HEAD") == checkpoint
+        assert git(worktree.path, "status", "--porcelain") == ""
+        assert Path(git(worktree.path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (repo / ".git").resolve()
+
+    def test_a_dead_iterations_broken_git_link_is_relinked_when_the_configured_repository_is_a_linked_worktree(
+        self, tmp_path: Path, repo: Path
+    ) -> None:
+        """`[repo] path` a linked worktree of another repository (its git dir is not its common dir), the state dir
+        outside both: the registration is in the main repository's common dir, where recovery finds it."""
+        linked = tmp_path / "linked"
+        git(repo, "worktree", "add", "-q", "-b", "mine", str(linked))
+        config = _config(tmp_path, linked)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        (worktree.path / ".git").write_text("gitdir: /nonexistent\n")
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(worktree.path, "rev-parse", "HEAD") == checkpoint
+        assert git(worktree.path, "status", "--porcelain") == ""
+        assert Path(git(worktree.path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (repo / ".git").resolve()
+
+    def test_a_dead_iterations_folder_now_another_repositorys_worktree_is_left_as_it_is(self, tmp_path: Path, repo: Path) -> None:
+        """After the night died a person made the task's folder a worktree of another repository of theirs (`git worktree
+        add`), and edited there: recovery rolled it back through that repository, which lacks the checkpoint, and removed
+        the folder, their edits with it. It is left as it is, as the night leaves it (WorktreeFolderTaken)."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        other = make_repo(tmp_path / "other", {"mine.txt": "theirs\n"})
+        shutil.rmtree(worktree.path)
+        git(other, "worktree", "add", "-q", "-b", "work", str(worktree.path))
+        (worktree.path / "mine.txt").write_text("my edit\n")
+        [settled], logs = recover(config)
+        assert settled.outcome == "interrupted"
+        assert [e["task"] for e in logs if e["event"] == "worktree_folder_kept"] == ["fix-greet"], logs
+        assert (worktree.path / "mine.txt").read_text() == "my edit\n"
+        assert Path(git(worktree.path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (other / ".git").resolve()
+
+    def test_a_dead_iterations_link_the_agent_pointed_at_another_repositorys_registration_is_relinked(
+        self, tmp_path: Path, repo: Path
+    ) -> None:
+        """The agent wrote into its `.git` link the git dir of another repository's worktree, which does not name the
+        folder back: not that repository's worktree, so the link is put back from the configured repository's
+        registration and the agent's edit rolled back (not left as "a worktree of another repository", the task
+        skipped every night after)."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, checkpoint = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        other = make_repo(tmp_path / "other", {"mine.txt": "theirs\n"})
+        git(other, "worktree", "add", "-q", "-b", "work", str(tmp_path / "elsewhere"))
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        (worktree.path / ".git").write_text(f"gitdir: {other / '.git' / 'worktrees' / 'elsewhere'}\n")
+        [settled], _ = recover(config)
+        assert settled.outcome == "interrupted" and git(worktree.path, "status", "--porcelain") == ""
+        assert Path(git(worktree.path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (repo / ".git").resolve()
+
+    def test_a_dead_iterations_worktree_no_repository_registers_is_still_refused(self, tmp_path: Path, repo: Path) -> None:
+        """A folder with a broken link that neither the configured repository nor any other registers (its registration
+        pruned): recovery still stops with the one-line StateError, and leaves the folder as it is."""
+        config = _config(tmp_path, repo)
+        store, worktree, _, _, _ = self._running(config, "fix-greet", dead_pid())
+        store.close()
+        (worktree.path / "greet.py").write_text("half done by the agent\n")
+        (worktree.path / ".git").write_text("gitdir: /nonexistent\n")
+        shutil.rmtree(repo / ".git" / "worktrees")
+        with pytest.raises(StateError, match="no repository registers it"):
+            recover(config)
+        assert (worktree.path / "greet.py").read_text() == "half done by the agent\n"
+
     def test_an_idle_worktrees_git_link_naming_a_name_too_long_is_relinked_and_its_edits_kept(self, tmp_path: Path, repo: Path) -> None:
         """A `.git` link naming a path no file can have: recovery's relinking stopped on OSError, every night; no git dir
         is there, as for one gone, so the folder is linked again and a person's edit kept before the clean."""
@@ -886,6 +971,56 @@ class TestRecoveryOfStoredState:
         recover(config)
         [kept] = git(repo, "branch", "--list", "overnight-kept/fix-greet/*", "--format=%(refname:short)").splitlines()
         assert git(repo, "diff", "--name-only", f"{kept}^", kept).splitlines() == ["REVIEW.md"]
+
+    @pytest.mark.parametrize("link", [b"\x8f\x00garbage\xff", None], ids=["bytes", "deleted"])
+    def test_a_tasks_folder_whose_git_link_was_overwritten_or_deleted_is_set_aside_whole(
+        self, tmp_path: Path, repo: Path, link: bytes | None
+    ) -> None:
+        """A configured task's folder, its registration naming it, whose `.git` a person overwrote or deleted (or where they
+        put their own files): relinked and cleaned, the files git ignores and a repository inside were deleted, kept on no
+        branch; set aside whole, nothing is lost, and the night makes the worktree anew."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(repo, config.state_dir, "fix-greet", "HEAD")
+        (repo / ".git" / "info" / "exclude").write_text("*.log\n")
+        (worktree.path / "REVIEW.md").write_text("looks fine\n")
+        (worktree.path / "run.log").write_text("my log\n")
+        git(worktree.path, "init", "-q", "mine")
+        (worktree.path / "mine" / "notes.txt").write_text("my notes\n")
+        if link is None:
+            (worktree.path / ".git").unlink()
+        else:
+            (worktree.path / ".git").write_bytes(link)
+        _, logs = recover(config)
+        [aside] = [Path(e["kept_at"]) for e in logs if e["event"] == "worktree_set_aside"]
+        assert (aside / "REVIEW.md").read_text() == "looks fine\n" and (aside / "run.log").read_text() == "my log\n"
+        assert (aside / "mine" / "notes.txt").read_text() == "my notes\n"
+        assert not worktree.path.exists() and "fix-greet" not in git(repo, "worktree", "list")
+
+    def test_commits_on_the_detached_head_of_a_tasks_folder_set_aside_are_kept_on_a_branch(self, tmp_path: Path, repo: Path) -> None:
+        """The task's folder set aside for its lost `.git` link held a person's commit on a detached HEAD, which only
+        its registration named: kept on an `overnight-kept/` branch before the registration goes."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(repo, config.state_dir, "fix-greet", "HEAD")
+        git(worktree.path, "checkout", "-q", "--detach")
+        (worktree.path / "REVIEW.md").write_text("reviewed\n")
+        git(worktree.path, "add", "REVIEW.md")
+        git(worktree.path, "commit", "-q", "-m", "my review")
+        mine = git(worktree.path, "rev-parse", "HEAD")
+        (worktree.path / ".git").unlink()
+        _, logs = recover(config)
+        [kept] = [e["branch"] for e in logs if e["event"] == "worktree_commits_kept"]
+        assert git(repo, "rev-parse", kept) == mine
+
+    def test_a_folder_of_no_configured_task_without_its_git_link_is_left_as_it_is(self, tmp_path: Path, repo: Path) -> None:
+        """The `.git` link deleted in the worktree of a task no longer configured: no night works there, so recovery
+        neither relinks nor cleans it (a person's folder, maybe, where a stale registration names it)."""
+        config = _config(tmp_path, repo)
+        worktree = Worktree.ensure(repo, config.state_dir, "gone-task", "HEAD")
+        (worktree.path / "REVIEW.md").write_text("mine\n")
+        (worktree.path / ".git").unlink()
+        _, logs = recover(config)
+        assert [e["task"] for e in logs if e["event"] == "worktree_folder_kept"] == ["gone-task"]
+        assert not (worktree.path / ".git").exists() and (worktree.path / "REVIEW.md").read_text() == "mine\n"
 
     def test_a_persons_clone_in_a_folder_a_stale_registration_names_is_left_whole(self, tmp_path: Path, repo: Path) -> None:
         """A task's worktree deleted by hand (no `git worktree prune`: its registration stays), and a person's own clone
@@ -1990,3 +2125,26 @@ class TestARepositoryWhereATasksWorktreeGoes:
         assert (path / "mine.txt").read_text() == "my own work\n"
         assert any(e["why"].startswith("a repository of its own") for e in self.kept_lines(done.stderr)), done.stderr
         assert self.ended(done) == (1, "skipped", "branch_checked_out")
+
+
+class TestKilledWhileTheAgentBrokeItsGitLink:
+    """A real night killed (SIGKILL) while its agent had written garbage into its worktree's `.git` link, the state dir
+    outside the checkout (`[state] dir` elsewhere): every later `overnight run` exited 4, "no repository registers it"."""
+
+    @pytest.mark.parametrize("link", [b"gitdir: /nonexistent\n", b"\x8f\x00garbage\xff"], ids=["gone", "bytes"])
+    def test_the_next_night_relinks_rolls_back_and_runs(self, tmp_path: Path, repo: Path, server: Any, link: bytes) -> None:
+        """Recovery finds the registration in the configured repository, puts the link back, rolls the agent's edit
+        back and records the iteration `interrupted`; the night then works the task."""
+        config = write_config(tmp_path / "overnight.toml", api_base=server.url, repo=repo, night={"max_iterations": 1})
+        path = tmp_path / "state" / "worktrees" / "fix-greet"
+        assert not path.resolve().is_relative_to(repo.resolve())
+        with TestARepositoryWhereATasksWorktreeGoes.killed_after_the_agents_edit(config, path, server):
+            (path / ".git").write_bytes(link)
+        server.enqueue(call("submit", {"summary": "x"}))
+        done = TestARepositoryWhereATasksWorktreeGoes.night(config)
+        assert done.returncode != 4, done.stderr
+        recovered = [json.loads(line) for line in done.stderr.splitlines() if '"iteration_recovered"' in line]
+        assert [e["outcome"] for e in recovered] == ["interrupted"], done.stderr
+        assert (path / ".git").is_file() and (path / "greet.py").read_text() != "agent\n"
+        assert Path(git(path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == (repo / ".git").resolve()
+        assert TestARepositoryWhereATasksWorktreeGoes.ended(done)[1:] != ("skipped", "branch_checked_out"), done.stderr
