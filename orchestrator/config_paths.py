@@ -45,4 +45,10 @@ def store_url_of(config: Config) -> str:
     path = sqlite_uri_path(url.database)
     if not path or path == ":memory:" or url.query.get("mode") == "memory" or os.path.isabs(path):
         return config.store.url
-    return url.set(database=sqlite_uri(config.base_dir / os.path.expanduser(path))).render_as_string(hide_password=False)
+    # Only the path is replaced: what follows it as written (`?mode=rw`, a `#` fragment), which SQLite reads with the
+    # query the driver appends, as the load checks read it. Without the fragment, parameters SQLite took for part of it
+    # (`file:runs.db%23x?uri=true&nolock=1`) would reach SQLite unchecked.
+    written = url.database.removeprefix("file:")
+    tail = written[min((i for i in (written.find("?"), written.find("#")) if i >= 0), default=len(written)):]
+    database = sqlite_uri(config.base_dir / os.path.expanduser(path)) + tail
+    return url.set(database=database).render_as_string(hide_password=False)

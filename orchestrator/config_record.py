@@ -89,6 +89,26 @@ class Config(Section):
             raise ValueError(f"[store] url: {database} names a folder, not a database file; name a file in it{example}")
         return self
 
+    @model_validator(mode="after")
+    def _store_there_for_mode_rw(self) -> "Config":
+        # SQLite's `mode=rw` opens only a file that is there ("unable to open database file"): the first night, which
+        # makes its store, failed as it opened (exit 4). Once the file is there, mode=rw opens it as SQLite does.
+        from sqlalchemy.engine import make_url
+
+        from orchestrator.sqlite_uri_modes import last_value
+        from runs.engine import sqlite_database_file, sqlite_uri_read
+
+        if self.store.url is None:
+            return self
+        read = sqlite_uri_read(make_url(self.store_url))
+        database = sqlite_database_file(self.store_url)
+        if read and last_value(read[1], "mode") == "rw" and database is not None and not os.path.exists(database):
+            raise ValueError(
+                f"[store] url: mode=rw opens only a database file that is there, and {database} is not: the first night "
+                "makes its store; use mode=rwc (or no mode) until it is there"
+            )
+        return self
+
     @property
     def base_dir(self) -> Path:
         return resolved(self.source, "--config").parent

@@ -43,18 +43,28 @@ _IN_MEMORY = "an in-memory database would not outlive the night; name a file or 
 def _check_sqlite_uri(value: str, url: Any) -> None:
     """ValueError for a SQLite `file:` URI whose database is not one writable file every connection shares with waits:
     in memory however written (`file::memory:`, `mode=memory` inside the database part), in SQLite's shared cache,
-    without file locks, or read-only. Each parameter read as SQLite reads it (runs.engine.sqlite_uri_read)."""
+    without file locks, or read-only; or one SQLite refuses to open (orchestrator.sqlite_uri_modes: another machine's
+    `file://host/`, a `mode`, `cache` or `vfs` it does not know, those three given twice in the query). Each parameter
+    read as SQLite reads it (runs.engine.sqlite_uri_read)."""
+    from orchestrator.sqlite_uri_modes import sqlite_authority_refusal, sqlite_uri_refusal
     from runs.engine import sqlite_uri_read
 
     read = sqlite_uri_read(url)
     if read is None:
         return
     path, pairs = read
+    shown = shown_url(value)
+    repeated = next((name for name in ("mode", "cache", "vfs") if isinstance(url.query.get(name), tuple)), None)
+    if repeated:
+        # SQLAlchemy joins a name given twice in the query into one value, `mode=('rw', 'ro')`, which SQLite refuses.
+        raise ValueError(
+            f"{shown!r}: {repeated} is given more than once; SQLAlchemy hands SQLite {repeated}={url.query[repeated]!r}, "
+            f"which it cannot read (it failed as it opened, exit 4): give {repeated} once"
+        )
     last, first = dict(pairs), dict(reversed(pairs))
     # `file:` alone (or `file://localhost`): a temporary file, gone at close; `vfs=memdb`: SQLite's in-memory files.
     if path in ("", ":memory:") or last.get("mode") == "memory" or last.get("vfs") == "memdb":
         raise ValueError(_IN_MEMORY)
-    shown = shown_url(value)
     if last.get("cache") == "shared":
         # Connections in one shared cache lock tables among themselves and never wait (SQLITE_LOCKED, not BUSY): at
         # concurrency above 1 a night's writes failed with "database table is locked" whatever the busy timeout.
@@ -81,6 +91,9 @@ def _check_sqlite_uri(value: str, url: Any) -> None:
             f"{shown!r}: {read_only} opens the database read-only, but every night writes to it (it failed as it opened, exit 4); "
             f"the store must be writable: drop {read_only}"
         )
+    refusal = sqlite_authority_refusal(url.database) or sqlite_uri_refusal(pairs)
+    if refusal:
+        raise ValueError(f"{shown!r}: {refusal} (it failed as the store opened, exit 4)")
 
 
 def _sqlite_true(value: str | None) -> bool:

@@ -128,15 +128,14 @@ def in_uri_form(url: Any) -> bool:
 
 
 def sqlite_uri_path(database: str) -> str:
-    """The path a SQLite `file:` URI names (`file:runs.db`, `file:/abs/runs.db`, `file:///abs/runs.db`), decoded."""
-    from urllib.parse import unquote
-
+    """The path a SQLite `file:` URI names (`file:runs.db`, `file:/abs/runs.db`, `file:///abs/runs.db`), decoded as SQLite
+    decodes it (an escaped NUL ends it: `file:x%00y.db` is the file `x`)."""
     rest = database.removeprefix("file:").split("?", 1)[0].split("#", 1)[0]
     if rest.startswith("//"):  # an authority (empty or localhost), then the absolute path, if any
         # `file://localhost` has none: SQLite opens a temporary database there, not the root folder "/".
         _authority, slash, path = rest[2:].partition("/")
         rest = slash + path
-    return unquote(rest)
+    return _sqlite_unquote(rest)
 
 
 def sqlite_uri_read(url: Any) -> tuple[str, list[tuple[str, str]]] | None:
@@ -144,17 +143,24 @@ def sqlite_uri_read(url: Any) -> tuple[str, list[tuple[str, str]]] | None:
     part holds itself (`file:runs.db%3Fcache%3Dshared`, decoded by SQLAlchemy into a `?`), then its query's, each
     decoded, in the URI's order with a name repeated as often as it is given (SQLite takes the last `mode`, `vfs`,
     `cache`, the first `nolock`, `immutable`). None where SQLite reads no URI (no `uri=true`, another driver)."""
-    from urllib.parse import unquote
-
     try:
         (filename, *_), arguments = url.get_dialect()().create_connect_args(url)
     except Exception:  # a driver SQLAlchemy cannot load, arguments it cannot take: said where they are checked
         return None
     if not (arguments.get("uri") and isinstance(filename, str) and filename.startswith("file:")):
         return None
-    query = filename.partition("?")[2].partition("#")[0]
+    # SQLite's parameters end at the first `#`, even one before the `?` (`file:x#y?nolock=1` has none).
+    query = filename.partition("#")[0].partition("?")[2]
     pairs = (pair.partition("=") for pair in query.split("&") if pair)
-    return sqlite_uri_path(filename), [(unquote(name), unquote(value)) for name, _, value in pairs]
+    return sqlite_uri_path(filename), [(_sqlite_unquote(name), _sqlite_unquote(value)) for name, _, value in pairs]
+
+
+def _sqlite_unquote(text: str) -> str:
+    """A URI's path, or a parameter's name or value, decoded as SQLite decodes it: a `%00` ends it (SQLite skips the rest
+    to the next `?`, `=` or `&`), so `nolock%00x=1` is SQLite's `nolock` and `vfs=unix-none%00x` its `unix-none`."""
+    from urllib.parse import unquote
+
+    return unquote(text.split("%00", 1)[0])
 
 
 def sqlite_url(path: Path) -> str:

@@ -18,6 +18,31 @@ from tests.test_cli import assert_one_line_error, overnight
 API_BASE = "http://127.0.0.1:9/v1"
 
 
+SQLITE_URIS_SQLITE_CANNOT_OPEN = [
+    ("sqlite:///file:x.db?mode=RO&uri=true", "mode=RO"),
+    ("sqlite:///file:x.db?mode=Rw&uri=true", "mode=Rw"),
+    ("sqlite:///file:x.db?mode=rwx&uri=true", "mode=rwx"),
+    ("sqlite:///file:x.db%3Fmode%3D?uri=true", "mode= is no access mode"),
+    ("sqlite:///file:x.db%3Fmode%3Drw%26mode%3Drwc?uri=true", "access mode not allowed"),
+    ("sqlite:///file:x.db%3Fmode%3DNOPE%26mode%3Drwc?uri=true", "mode=NOPE"),
+    ("sqlite:///file:x.db?cache=Shared&uri=true", "cache=Shared"),
+    ("sqlite:///file:x.db?vfs=UNIX-NONE&uri=true", "vfs=UNIX-NONE"),
+    ("sqlite:///file:x.db?vfs=NOPE&uri=true", "vfs=NOPE"),
+    ("sqlite:///file:x.db%3Fvfs%3Dunix%26vfs%3DNOPE?uri=true", "vfs=NOPE"),
+    ("sqlite:///file:x.db?mode=rw&mode=ro&uri=true", "mode is given more than once"),
+    ("sqlite:///file:x.db?mode=rwc&mode=rwc&uri=true", "mode is given more than once"),
+    ("sqlite:///file:x.db?vfs=unix&vfs=unix&uri=true", "vfs is given more than once"),
+    ("sqlite:///file:x.db?cache=private&cache=private&uri=true", "cache is given more than once"),
+    ("sqlite:///file://otherhost/x.db?uri=true", "file://otherhost/ names another machine"),
+    ("sqlite:///file://LOCALHOST/x.db?uri=true", "file://LOCALHOST/ names another machine"),
+]
+SQLITE_URIS_SQLITE_CANNOT_OPEN_IDS = [
+    "mode-RO", "mode-Rw", "mode-unknown", "mode-blank-in-the-database-part", "mode-widened", "unknown-mode-before-a-known",
+    "cache-Shared", "vfs-UNIX-NONE", "vfs-unknown", "last-vfs-unknown", "mode-twice", "same-mode-twice", "vfs-twice",
+    "cache-twice", "another-host", "localhost-in-capitals",
+]
+
+
 def config_with(tmp_path: Path, repo: Path, replace: tuple[str, str] = ("", ""), extra: str = "") -> Path:
     """The usual test config, with one text replacement and lines added at its end."""
     config = write_config(tmp_path / "overnight.toml", api_base=API_BASE, repo=repo, extra=extra)
@@ -210,8 +235,13 @@ class TestStoreUrl:
             ("sqlite:///file:x.db%3Fnolock%3D1%26nolock%3D0?uri=true", "nolock=1"),
             ("sqlite:///file:x.db?vfs=unix-none&uri=true", "vfs=unix-none"),
             ("sqlite:///file:x.db%3Fvfs%3Dunix%26vfs%3Dunix-none?uri=true", "vfs=unix-none"),
+            ("sqlite:///file:x.db%3Fnolock%2500x%3D1?uri=true", "nolock=1"),
+            ("sqlite:///file:x.db%3Fvfs%3Dunix-none%2500x?uri=true", "vfs=unix-none"),
         ],
-        ids=["1", "yes", "TRUE", "On", "2", "hex", "low-byte-1", "first-of-two-in-the-database-part", "unix-none", "last-vfs-wins"],
+        ids=[
+            "1", "yes", "TRUE", "On", "2", "hex", "low-byte-1", "first-of-two-in-the-database-part", "unix-none", "last-vfs-wins",
+            "name-cut-by-a-nul", "value-cut-by-a-nul",
+        ],
     )
     @pytest.mark.parametrize("command", ["run", "report"])
     def test_a_sqlite_store_without_file_locks_is_refused_at_load(self, tmp_path, repo, url, said, command):
@@ -234,8 +264,13 @@ class TestStoreUrl:
             ("sqlite:///file:x.db?mode=ro&uri=true", "mode=ro"),
             ("sqlite:///file:x.db%3Fmode%3Drw%26mode%3Dro?uri=true", "mode=ro"),
             ("sqlite:///file:x.db%3Fmode%3Dro%26mode%3Drwc?uri=true", "mode=ro"),
+            ("sqlite:///file:x.db%3Fimmutable%2500x%3D1?uri=true", "immutable=1"),
+            ("sqlite:///file:x.db%3Fmode%3Dro%2500x?uri=true", "mode=ro"),
         ],
-        ids=["immutable", "immutable-Yes", "immutable-hex", "read-only", "read-only-last", "read-only-then-wider"],
+        ids=[
+            "immutable", "immutable-Yes", "immutable-hex", "read-only", "read-only-last", "read-only-then-wider",
+            "name-cut-by-a-nul", "value-cut-by-a-nul",
+        ],
     )
     @pytest.mark.parametrize("command", ["run", "report"])
     def test_a_read_only_sqlite_store_is_refused_at_load(self, tmp_path, repo, url, said, command):
@@ -271,9 +306,13 @@ class TestStoreUrl:
     def test_sqlite_parameters_sqlite_ignores_or_reads_as_false_are_accepted(self, tmp_path, repo):
         """SQLite's parameter names are case-sensitive (`NoLock`, `Immutable` are none of its own) and a boolean is
         false unless a number not 0 or on/yes/true (`full`, `+1`, a number past 32 bits); of a repeated `nolock` the
-        first counts, of a repeated `vfs` or `mode` the last. None of these is refused."""
+        first counts, of a repeated `vfs` or `mode` the last. None of these is refused (the store's file there, as `mode=rw`
+        needs)."""
+        import sqlite3
+
         from orchestrator.config import load_config
 
+        sqlite3.connect(tmp_path / "x.db").close()
         for query in (
             "nolock=0", "nolock=full", "nolock=%2B1", "nolock=", "NoLock=1", "immutable=0", "immutable=2147483648",
             "Immutable=1", "vfs=unix", "mode=rw", "mode=rwc", "Mode=ro", "nolock=256", "nolock=0x100", "immutable=512",
@@ -339,6 +378,155 @@ class TestStoreUrl:
 
         config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x.db?mode=rwc&uri=true&timeout=5"\n')
         assert load_config(config).store.url.endswith("timeout=5")
+
+    @pytest.mark.parametrize(("url", "said"), SQLITE_URIS_SQLITE_CANNOT_OPEN, ids=SQLITE_URIS_SQLITE_CANNOT_OPEN_IDS)
+    @pytest.mark.parametrize("command", ["run", "report"])
+    def test_a_sqlite_uri_sqlite_cannot_open_is_refused_at_load(self, tmp_path, repo, url, said, command):
+        """A `mode` or `cache` value SQLite does not know (it compares them exactly: `RO`, `Rw`), a `mode` wider than the
+        one before it, a last `vfs` no VFS of this SQLite is named (`UNIX-NONE`), an authority other than `localhost`
+        (`file://otherhost/`), or `mode`, `cache` or `vfs` given twice in the query (SQLAlchemy hands SQLite
+        `mode=('rw', 'ro')`): the store failed as it opened (exit 4). Exit 2 at load naming `[store] url` and the
+        parameter, one line, nothing made."""
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        assert_one_line_error(overnight(command, "--config", str(config)), 2, "[store] url", said)
+        assert not list(tmp_path.glob("x.db*")) and not (tmp_path / "state").exists()
+
+    @pytest.mark.parametrize(("url", "said"), SQLITE_URIS_SQLITE_CANNOT_OPEN, ids=SQLITE_URIS_SQLITE_CANNOT_OPEN_IDS)
+    def test_each_sqlite_uri_refused_at_load_is_one_sqlite_cannot_open(self, tmp_path, url, said):
+        """Each URI refused above is one this SQLite, through the driver, refuses to open on a database that is there: the
+        refusal reads SQLite, it does not guess."""
+        import sqlite3
+
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.exc import OperationalError
+
+        sqlite3.connect(tmp_path / "x.db").close()
+        engine = create_engine(url.replace("sqlite:///file:x.db", f"sqlite:///file:{tmp_path}/x.db"))
+        try:
+            with pytest.raises(OperationalError):
+                with engine.connect() as connection:
+                    connection.execute(text("SELECT 1"))
+        finally:
+            engine.dispose()
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "sqlite:///file:x.db?vfs=unix-dotfile&uri=true",
+            "sqlite:///file:x.db?vfs=unix-excl&uri=true",
+            "sqlite:///file:x.db?vfs=unix&cache=private&mode=rwc&uri=true",
+            "sqlite:///file:x.db%3Fvfs%3DNOPE%26vfs%3Dunix?uri=true",
+            "sqlite:///file:x.db?mode=&vfs=&uri=true",
+            "sqlite:///file:x.db?nolock=1&nolock=1&uri=true",
+        ],
+        ids=["dotfile", "excl", "known-values", "unknown-vfs-then-known", "blank-values-dropped", "nolock-twice"],
+    )
+    def test_sqlite_uris_sqlite_opens_are_accepted_and_open(self, tmp_path, repo, url):
+        """What this SQLite opens stays accepted: its other VFSs, known values, an unknown `vfs` SQLite never looks up (only
+        the last counts), blank values (SQLAlchemy drops them) and a boolean given twice in the query (SQLite reads
+        `nolock=('1', '1')` as false). The store opens and makes its tables."""
+        from orchestrator.config import load_config
+        from runs.store import RunStore
+
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        RunStore.open(load_config(config).store_url).close()
+
+    @pytest.mark.parametrize(
+        "url",
+        ["sqlite:///file:x.db?mode=rw&uri=true", "sqlite:///file:x.db%3Fmode%3Drwc%26mode%3Drw?uri=true"],
+        ids=["rw", "rw-last"],
+    )
+    @pytest.mark.parametrize("command", ["run", "report"])
+    def test_mode_rw_on_a_store_not_there_yet_is_refused_at_load(self, tmp_path, repo, url, command):
+        """`mode=rw` (the last `mode`) opens only a file that is there: the first night, which makes its store, failed as it
+        opened ("unable to open database file", exit 4). Exit 2 at load saying so and what to use, nothing made."""
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        result = overnight(command, "--config", str(config))
+        assert_one_line_error(result, 2, "[store] url", "mode=rw opens only a database file that is there", "use mode=rwc")
+        assert not list(tmp_path.glob("x.db*")) and not (tmp_path / "state").exists()
+
+    def test_a_relative_sqlite_uri_keeps_its_own_parameters(self, tmp_path, repo):
+        """Parameters in a relative `file:` URI's own part (`file:x.db%3Fvfs%3Dunix-dotfile`), which the load checks read,
+        reach SQLite as the store opens: under the dot-file VFS, which has no shared memory, the store keeps its rollback
+        journal (they were dropped, and the store went to WAL under the default VFS)."""
+        import sqlite3
+
+        from orchestrator.config import load_config
+        from runs.store import RunStore
+
+        config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x.db%3Fvfs%3Dunix-dotfile?uri=true"\n')
+        RunStore.open(load_config(config).store_url).close()
+        reader = sqlite3.connect(tmp_path / "x.db")
+        try:
+            assert reader.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        finally:
+            reader.close()
+
+    @pytest.mark.parametrize(
+        ("written", "read"),
+        [("nolock%00x=1", "nolock=1"), ("vfs=unix-none%00x", "vfs=unix-none"), ("immutable%00x=1", "immutable=1")],
+        ids=["name", "vfs-value", "immutable-name"],
+    )
+    def test_sqlite_ends_a_uri_parameter_at_a_nul(self, tmp_path, written, read):
+        """SQLite ends a parameter's name or value at an escaped NUL (`%00`), which is why the load reads them so: written
+        either way, the store opens alike (here read-only, `immutable`, the one of the three a test can see)."""
+        import sqlite3
+
+        sqlite3.connect(tmp_path / "x.db").close()
+        for parameter in (written, read):
+            connection = sqlite3.connect(f"file:{tmp_path}/x.db?{parameter}", uri=True)
+            try:
+                if parameter.startswith("immutable"):
+                    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                        connection.execute("CREATE TABLE t (a)")
+                else:
+                    connection.execute("CREATE TABLE IF NOT EXISTS t (a)")
+            finally:
+                connection.close()
+
+    @pytest.mark.parametrize("command", ["run", "gc"])
+    def test_a_sqlite_uri_path_cut_by_a_nul_is_the_file_sqlite_opens(self, tmp_path, repo, command):
+        """`file:x%00y.db` is SQLite's file `x` (it ends a path at an escaped NUL): overnight reads the path so, and the
+        commands use that file (the path was read with the NUL in it: a traceback, "embedded null byte")."""
+        config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x%2500y.db?uri=true"\n')
+        result = overnight(command, "--config", str(config))
+        assert "Traceback" not in result.stderr and result.returncode in (0, 3), result.stderr
+        assert (tmp_path / "x").is_file() or command == "gc"
+
+    def test_a_sqlite_value_cut_by_a_nul_to_one_sqlite_knows_is_accepted(self, tmp_path, repo):
+        """`mode=rwc%00x` is SQLite's `mode=rwc` (it ends a value at an escaped NUL): accepted, and the store opens."""
+        from orchestrator.config import load_config
+        from runs.store import RunStore
+
+        config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x.db%3Fmode%3Drwc%2500x?uri=true"\n')
+        RunStore.open(load_config(config).store_url).close()
+        assert (tmp_path / "x.db").is_file()
+
+    @pytest.mark.parametrize(
+        "url",
+        ["sqlite:///file:x.db%3Fa%3D1%23f?uri=true&cache=private&immutable=1", "sqlite:///file:x.db%23f?uri=true&immutable=1"],
+        ids=["after-own-parameters", "straight-after-the-path"],
+    )
+    def test_a_relative_sqlite_uri_keeps_its_fragment(self, tmp_path, repo, url):
+        """SQLite reads no parameter past a `#`, not even those the driver appends from the query after it
+        (`file:x.db?a=1#f?cache=private&immutable=1`, `file:x.db#f?immutable=1`), and neither does the load; the relative
+        file, made absolute, keeps its fragment so they stay unread (dropped, `immutable=1` reached SQLite: a store it
+        could not make or write)."""
+        from orchestrator.config import load_config
+        from runs.store import RunStore
+
+        config = config_with(tmp_path, repo, extra=f'[store]\nurl = "{url}"\n')
+        RunStore.open(load_config(config).store_url).close()
+        assert (tmp_path / "x.db").is_file()
+
+    def test_mode_rw_on_a_store_that_is_there_is_accepted(self, tmp_path, repo):
+        """Once the store's file is there, `mode=rw` opens it as SQLite does: accepted, and the store opens."""
+        from orchestrator.config import load_config
+        from runs.store import RunStore
+
+        config = config_with(tmp_path, repo, extra='[store]\nurl = "sqlite:///file:x.db?mode=rw&uri=true"\n')
+        RunStore.open(f"sqlite:///{tmp_path}/x.db").close()
+        RunStore.open(load_config(config).store_url).close()
 
 
 class TestUnreadableToml:
