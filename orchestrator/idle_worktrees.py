@@ -46,12 +46,9 @@ def clean_idle_worktrees(config: Config, *, skip: set[str], log: Any) -> None:
             else:
                 log.warning("worktree_folder_kept", task=path.name, why="a worktree of a repository that is gone, of no task: left as it is")
             continue
-        kind = dot_git(path).kind
-        if kind is DotGitKind.LINK_TO_GONE:
-            relink_after_the_repository_moved(repo, path, config)
-        elif kind in (DotGitKind.NO_LINK, DotGitKind.MISSING) and path.name in tasks:
-            if set_aside_without_its_link(repo, path, config, log):
-                continue
+        relink_after_the_repository_moved(repo, path, config)
+        if set_aside_without_its_link(repo, path, config, log):
+            continue
         link = linked_admin_dir(repo, path)
         if link is None or not is_worktree_of(repo, path):
             contents = [entry.name for entry in path.iterdir()]
@@ -100,7 +97,9 @@ def relink_after_the_repository_moved(repo: Any, path: Path, config: Config) -> 
 
     Only then: a `.git` folder (a person's clone where a task's worktree was deleted without `git worktree prune`) would
     be replaced by the link, its history with it, and a link to a git dir still there (a worktree of the repository this
-    one was copied from) would be taken from that repository: called for a link to a git dir that is gone only."""
+    one was copied from) would be taken from that repository."""
+    if dot_git(path).kind is not DotGitKind.LINK_TO_GONE:
+        return
     admin = admin_dir(path, Path(repo.common_dir))
     if admin is not None:
         Worktree(path, branch_for(path.name), config.repo.keep, common_dir=Path(repo.common_dir), admin=admin)  # relinks
@@ -113,8 +112,9 @@ def set_aside_without_its_link(repo: Any, path: Path, config: Config, log: Any) 
 
     Not relinked and cleaned: the clean deleted what no branch keeps (files git ignores, a repository inside), and
     the night relinked it through the registration and worked there. Set aside (commits on its detached HEAD kept on a
-    branch first), nothing is lost and the night makes the task's worktree anew. Called for a configured task's folder
-    only: one of no task no night touches, and it is left as it is."""
+    branch first), nothing is lost and the night makes the task's worktree anew. A folder of no configured task no night touches: left as it is."""
+    if dot_git(path).kind not in (DotGitKind.NO_LINK, DotGitKind.MISSING) or path.name not in {task.name for task in config.task}:
+        return False
     if not any(entry.name != ".git" for entry in path.iterdir()):
         return False  # nothing of anyone's: an empty folder is what a killed `git worktree add` left, removed below
     admin = admin_dir(path, Path(repo.common_dir))

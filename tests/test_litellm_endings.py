@@ -114,25 +114,6 @@ def ended_within(process: subprocess.Popen[str], seconds: float) -> str:
         raise AssertionError(f"still running {seconds} s after its end was called: {process.communicate()[1][-3000:]}") from None
 
 
-def ended_with(process: subprocess.Popen[str], exit_code: int, within_s: float) -> list[dict[str, Any]]:
-    """The night's log events, once it has exited with `exit_code` within `within_s` (`ended_within`), its stderr all
-    JSON with nothing left open."""
-    stderr = ended_within(process, within_s)
-    assert process.returncode == exit_code, stderr[-3000:]
-    assert_nothing_left_open(stderr)
-    return events(stderr)
-
-
-def assert_every_task_cancelled_in_the_report(config: Path, capsys: Any, run: tuple[str, int], why: str) -> None:
-    """`overnight report`: the run's (status, exit code) is `run`, each of the four tasks cancelled for `why` in its one
-    iteration."""
-    morning = report_json(config, capsys)
-    assert (morning["run"]["status"], morning["run"]["exit_code"]) == run
-    assert [(task["outcome"], task["reason"], [it["outcome"] for it in task["iterations"]]) for task in morning["tasks"]] == [
-        ("cancelled", why, ["cancelled"])
-    ] * 4
-
-
 def events(stderr: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.splitlines() if line.strip()]
 
@@ -171,10 +152,17 @@ class TestANightEndedWhileEveryAnswerStreams:
             wait_until_every_task_streams(process, config, streamed)
             process.send_signal(signal.SIGTERM)
             signalled = time.time()
-            logged = ended_with(process, 143, within_s=30)
+            stderr = ended_within(process, 30)
+            assert process.returncode == 143, stderr[-3000:]
+            assert_nothing_left_open(stderr)
+            logged = events(stderr)
             assert [(e["why"], e["exit_code"]) for e in logged if e["event"] == "night_cancelled"] == [("SIGTERM", 143)]
             assert_cut_and_rolled_back(config, server, logged, TASK_NAMES, "SIGTERM", hung_up_by=signalled + 30)
-        assert_every_task_cancelled_in_the_report(config, capsys, ("cancelled", 143), "SIGTERM")
+        morning = report_json(config, capsys)
+        assert (morning["run"]["status"], morning["run"]["exit_code"]) == ("cancelled", 143)
+        assert [(task["outcome"], task["reason"], [it["outcome"] for it in task["iterations"]]) for task in morning["tasks"]] == [
+            ("cancelled", "SIGTERM", ["cancelled"])
+        ] * 4
 
     def test_the_deadline_cuts_every_running_task_within_seconds(self, tmp_path, repo, capsys):
         """The `[night] deadline` comes while four answers stream through litellm: the night ends within seconds (exit
@@ -187,10 +175,17 @@ class TestANightEndedWhileEveryAnswerStreams:
             wait_until_every_task_streams(process, config, streamed)
             jump.touch()  # the night's clock reads 06:31 from now on
             due = time.time()
-            logged = ended_with(process, 1, within_s=30)
+            stderr = ended_within(process, 30)
+            assert process.returncode == 1, stderr[-3000:]
+            assert_nothing_left_open(stderr)
+            logged = events(stderr)
             assert [(e["exit_code"], e["stopped_early"]) for e in logged if e["event"] == "night_finished"] == [(1, "deadline")]
             assert_cut_and_rolled_back(config, server, logged, TASK_NAMES, "deadline", hung_up_by=due + 30)
-        assert_every_task_cancelled_in_the_report(config, capsys, ("finished", 1), "deadline")
+        morning = report_json(config, capsys)
+        assert (morning["run"]["status"], morning["run"]["exit_code"]) == ("finished", 1)
+        assert [(task["outcome"], task["reason"], [it["outcome"] for it in task["iterations"]]) for task in morning["tasks"]] == [
+            ("cancelled", "deadline", ["cancelled"])
+        ] * 4
 
     def test_a_lost_lease_cuts_that_tasks_stream_alone(self, tmp_path, repo, capsys):
         """Another worker takes one task's lease while four answers stream through litellm: that task's answer is cut
@@ -204,7 +199,10 @@ class TestANightEndedWhileEveryAnswerStreams:
             with contextlib.closing(sqlite3.connect(tmp_path / "state" / "runs.db", timeout=10)) as db, db:
                 taken = db.execute("UPDATE leases SET owner = 'elsewhere:1:x:other' WHERE task = 't0'").rowcount
             assert taken == 1
-            logged = ended_with(process, 1, within_s=60)
+            stderr = ended_within(process, 60)
+            assert process.returncode == 1, stderr[-3000:]
+            assert_nothing_left_open(stderr)
+            logged = events(stderr)
             [lost] = [e for e in logged if e["event"] == "lease_lost"]
             [cut] = [e for e in logged if e["event"] == "iteration_cancelled"]
             assert lost["task"] == "t0" and seconds_between(at(lost), at(cut)) < 3.0
